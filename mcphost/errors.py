@@ -1,0 +1,118 @@
+"""The host's operational error tree, drawn once here (STYLE 11).
+
+```
+HostError                          code            HTTP
+├── ConfigError                    invalid_argument  (config file/key/expectation; the host does not start)
+├── InvalidArgumentError           invalid_argument  400
+│   └── PayloadTooLargeError       payload_too_large 413
+├── NotFoundError                  not_found       404
+│   ├── RunNotFoundError
+│   ├── NoBindingError             (no agent bound to the event)
+│   └── RunnerNotFoundError        runner.not_found
+├── ConflictError                  conflict        409
+│   ├── AmbiguousBindingError      (several agents match one event)
+│   ├── IllegalTransitionError     (a run status move the table does not allow)
+│   └── ConcurrencyRejectedError   (a run is already active under the `reject` policy)
+├── UnauthorizedError              unauthorized    401
+├── RateLimitedError               rate_limited    429
+├── DeadlineExceededError          deadline_exceeded 504
+├── StorageIntegrityError          runtime_error   500 (a blob that does not match its SHA-256)
+└── PluginError                    runner.crashed  502 (a plugin process that died or broke protocol)
+```
+
+Broken invariants are `assert`/`ValueError`, not HostErrors. Failures an agent can fix come back from MCP
+tools as `is_error` results, not as exceptions crossing the protocol.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+
+class HostError(Exception):
+    """Base of every operational failure. `code` is a PROTOCOL §5 code; `status` the HTTP status."""
+
+    code: ClassVar[str] = "runtime_error"
+    status: ClassVar[int] = 500
+
+    def __init__(self, message: str, *, details: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.details: dict[str, Any] = details or {}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"code": self.code, "message": self.message, "details": self.details}
+
+
+class ConfigError(HostError):
+    code = "invalid_argument"
+    status = 400
+
+
+class InvalidArgumentError(HostError):
+    code = "invalid_argument"
+    status = 400
+
+
+class PayloadTooLargeError(InvalidArgumentError):
+    code = "payload_too_large"
+    status = 413
+
+
+class NotFoundError(HostError):
+    code = "not_found"
+    status = 404
+
+
+class RunNotFoundError(NotFoundError):
+    pass
+
+
+class NoBindingError(NotFoundError):
+    pass
+
+
+class RunnerNotFoundError(NotFoundError):
+    code = "runner.not_found"
+
+
+class ConflictError(HostError):
+    code = "conflict"
+    status = 409
+
+
+class AmbiguousBindingError(ConflictError):
+    pass
+
+
+class IllegalTransitionError(ConflictError):
+    pass
+
+
+class ConcurrencyRejectedError(ConflictError):
+    pass
+
+
+class UnauthorizedError(HostError):
+    code = "unauthorized"
+    status = 401
+
+
+class RateLimitedError(HostError):
+    code = "rate_limited"
+    status = 429
+
+
+class DeadlineExceededError(HostError):
+    code = "deadline_exceeded"
+    status = 504
+
+
+class StorageIntegrityError(HostError):
+    code = "runtime_error"
+    status = 500
+
+
+class PluginError(HostError):
+    code = "runner.crashed"
+    status = 502

@@ -1,0 +1,337 @@
+"""Host-internal models: events, agents and their policies, runs and their grants.
+
+Owns the shapes the host passes between its layers. Does not own persistence (`stores/`) or the
+runner-visible wire shapes (`protocol/`); `context.py` is the one place that converts these into the
+protocol. Inbound shapes (`AgentEventEnvelope`, `AgentConfig`) forbid unknown fields; internal values
+are frozen.
+"""
+
+from __future__ import annotations
+
+import time
+from enum import StrEnum
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+from ulid import ULID
+
+from mcphost.protocol import (
+    STATE_SCOPES,
+    ArtifactRef,
+    ContentElement,
+    Delivery,
+    InboundModel,
+    JSONObject,
+    StateScope,
+    TriggerSource,
+    parse_runner_id,
+)
+
+STABLE_EVENT_TYPES: frozenset[str] = frozenset(
+    {
+        "message.received",
+        "message.recalled",
+        "group.member_joined",
+        "friend.request_received",
+        "schedule.triggered",
+        "api.invoked",
+    }
+)
+"""Event types with a defined meaning. Other well-formed types are accepted and stored as-is."""
+
+USER_MESSAGE_EVENT_TYPES: frozenset[str] = frozenset({"message.received"})
+"""Only these become user transcript rows; every other event stays in the event log only."""
+
+EVENT_TYPE_PATTERN = r"^[a-z][a-z0-9_]*(\.[a-z0-9_]+)+$"
+ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@/+=-]{0,199}$"
+
+
+def new_id(prefix: str) -> str:
+    """A time-ordered id such as `run_01J...`."""
+    return f"{prefix}_{ULID()}"
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, use_attribute_docstrings=True)
+
+
+# -- events ------------------------------------------------------------------------------------------
+
+
+class EventConversation(InboundModel):
+    conversation_id: str = Field(pattern=ID_PATTERN)
+    thread_id: str | None = Field(default=None, pattern=ID_PATTERN)
+    bot_id: str | None = Field(default=None, pattern=ID_PATTERN)
+    workspace_id: str | None = Field(default=None, pattern=ID_PATTERN)
+
+
+class EventActor(InboundModel):
+    actor_type: str = Field(default="user", max_length=50)
+    actor_id: str = Field(pattern=ID_PATTERN)
+    actor_name: str | None = Field(default=None, max_length=200)
+    metadata: JSONObject = Field(default_factory=dict)
+
+
+class EventSubject(InboundModel):
+    subject_type: str = Field(max_length=50)
+    subject_id: str = Field(pattern=ID_PATTERN)
+    data: JSONObject = Field(default_factory=dict)
+
+
+class EventInput(InboundModel):
+    text: str | None = Field(default=None, max_length=256 * 1024)
+    contents: list[ContentElement] = Field(default_factory=list[ContentElement], max_length=100)
+    attachments: list[ArtifactRef] = Field(default_factory=list[ArtifactRef], max_length=100)
+
+    def is_empty(self) -> bool:
+        return not (self.text or self.contents or self.attachments)
+
+
+class AgentEventEnvelope(InboundModel):
+    """One inbound event. `event_id` makes ingest idempotent: a replayed id returns the existing run."""
+
+    event_id: str = Field(default_factory=lambda: new_id("evt"), pattern=ID_PATTERN)
+    event_type: str = Field(pattern=EVENT_TYPE_PATTERN, max_length=100)
+    event_time: float = Field(default_factory=time.time)
+    source: TriggerSource = "api"
+    source_event_type: str | None = Field(default=None, max_length=200)
+    conversation: EventConversation | None = None
+    actor: EventActor | None = None
+    subject: EventSubject | None = None
+    input: EventInput = Field(default_factory=EventInput)
+    delivery: Delivery = Field(default_factory=Delivery)
+    data: JSONObject = Field(default_factory=dict)
+    """Small event payload passed to the runner as `ctx.event.data`."""
+    agent_id: str | None = Field(default=None, pattern=ID_PATTERN)
+    """Optional explicit agent; it must still be bound to this event type."""
+
+    @property
+    def conversation_id(self) -> str | None:
+        return self.conversation.conversation_id if self.conversation else None
+
+    @property
+    def thread_id(self) -> str | None:
+        return self.conversation.thread_id if self.conversation else None
+
+    @property
+    def is_user_message(self) -> bool:
+        return self.event_type in USER_MESSAGE_EVENT_TYPES
+
+    def scope_value(self, field: str) -> str | None:
+        """The event's value for a binding `match` key, or None when the event has none."""
+        conv, actor, subject = self.conversation, self.actor, self.subject
+        values: dict[str, str | None] = {
+            "conversation_id": conv.conversation_id if conv else None,
+            "thread_id": conv.thread_id if conv else None,
+            "bot_id": conv.bot_id if conv else None,
+            "workspace_id": conv.workspace_id if conv else None,
+            "actor_id": actor.actor_id if actor else None,
+            "actor_type": actor.actor_type if actor else None,
+            "subject_type": subject.subject_type if subject else None,
+            "subject_id": subject.subject_id if subject else None,
+            "source": self.source,
+        }
+        return values.get(field)
+
+
+MATCH_KEYS: frozenset[str] = frozenset(
+    {
+        "conversation_id",
+        "thread_id",
+        "bot_id",
+        "workspace_id",
+        "actor_id",
+        "actor_type",
+        "subject_type",
+        "subject_id",
+        "source",
+    }
+)
+
+
+# -- agents ------------------------------------------------------------------------------------------
+
+ConcurrencyPolicy = Literal["enqueue", "reject", "interrupt"]
+
+
+class ResourcePolicy(InboundModel):
+    tools: list[str] = Field(default_factory=list[str])
+    """Globs of host tool names (`<server>__<tool>`) the agent may call."""
+    knowledge_bases: list[str] = Field(default_factory=list[str])
+    skills: list[str] = Field(default_factory=list[str])
+
+
+class StatePolicy(InboundModel):
+    scopes: list[StateScope] = Field(default_factory=lambda: ["conversation"])
+    write: bool = True
+
+
+class StoragePolicy(InboundModel):
+    areas: list[Literal["plugin", "workspace", "binding"]] = Field(default_factory=list)
+
+
+class DeliveryPolicy(InboundModel):
+    streaming: bool = True
+
+
+class AgentConfig(InboundModel):
+    """One `[[agents]]` entry: which events it takes, its runner, and what its runs may touch."""
+
+    id: str = Field(pattern=r"^[a-z0-9][a-z0-9_.-]{0,63}$")
+    runner: str
+    event_types: list[str] = Field(default_factory=lambda: ["message.received"], min_length=1)
+    match: dict[str, str | list[str]] = Field(default_factory=dict[str, str | list[str]])
+    prompt: str | None = None
+    config: JSONObject = Field(default_factory=dict)
+    resources: ResourcePolicy = Field(default_factory=ResourcePolicy)
+    state: StatePolicy = Field(default_factory=StatePolicy)
+    storage: StoragePolicy = Field(default_factory=StoragePolicy)
+    delivery: DeliveryPolicy = Field(default_factory=DeliveryPolicy)
+    concurrency: ConcurrencyPolicy = "enqueue"
+    timeout_s: float = Field(default=300.0, gt=0, le=24 * 3600)
+    """Run deadline in seconds."""
+
+    @field_validator("runner")
+    @classmethod
+    def _runner_id_form(cls, value: str) -> str:
+        parse_runner_id(value)
+        return value
+
+    @field_validator("event_types")
+    @classmethod
+    def _event_types_form(cls, value: list[str]) -> list[str]:
+        import re
+
+        for t in value:
+            if t != "*" and not re.match(EVENT_TYPE_PATTERN, t):
+                raise ValueError(f"event type {t!r} must look like 'message.received' (or be '*')")
+        return value
+
+    @field_validator("match")
+    @classmethod
+    def _match_keys_known(cls, value: dict[str, str | list[str]]) -> dict[str, str | list[str]]:
+        unknown = sorted(set(value) - MATCH_KEYS)
+        if unknown:
+            raise ValueError(
+                f"unknown match key(s) {', '.join(unknown)}; known: {', '.join(sorted(MATCH_KEYS))}"
+            )
+        return value
+
+
+class AgentBinding(_Frozen):
+    """The one agent an event resolved to. `binding_id` namespaces binding-scoped state."""
+
+    binding_id: str
+    agent: AgentConfig
+
+
+# -- runs --------------------------------------------------------------------------------------------
+
+
+class RunStatus(StrEnum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self in TERMINAL_STATUSES
+
+
+TERMINAL_STATUSES: frozenset[RunStatus] = frozenset(
+    {RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED}
+)
+
+ALLOWED_TRANSITIONS: dict[RunStatus, frozenset[RunStatus]] = {
+    RunStatus.QUEUED: frozenset({RunStatus.RUNNING, RunStatus.FAILED, RunStatus.CANCELLED}),
+    RunStatus.RUNNING: frozenset({RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED}),
+    RunStatus.COMPLETED: frozenset(),
+    RunStatus.FAILED: frozenset(),
+    RunStatus.CANCELLED: frozenset(),
+}
+"""The run state machine. The runs store is the only writer of `status` and checks this table."""
+
+
+def can_transition(current: RunStatus, new: RunStatus) -> bool:
+    return new in ALLOWED_TRANSITIONS[current]
+
+
+class RunError(_Frozen):
+    code: str
+    message: str
+    details: JSONObject = Field(default_factory=dict)
+
+
+class Run(_Frozen):
+    run_id: str
+    event_id: str
+    event_type: str
+    agent_id: str | None
+    runner_id: str | None
+    """None for inspection grants (a run with no runner)."""
+    conversation_id: str | None
+    thread_id: str | None
+    status: RunStatus
+    created_at: float
+    started_at: float | None = None
+    ended_at: float | None = None
+    deadline_at: float
+    error: RunError | None = None
+    usage: JSONObject = Field(default_factory=dict)
+    host_id: str | None = None
+    """Which host process owns the run (for restart recovery)."""
+
+
+class RunGrant(_Frozen):
+    """The frozen authorization snapshot of one run (PROTOCOL §6). Checked on every MCP call."""
+
+    run_id: str
+    runner_id: str | None
+    plugin: str | None
+    binding_id: str | None
+    conversation_id: str | None
+    thread_id: str | None
+    actor_id: str | None
+    subject_type: str | None
+    subject_id: str | None
+    bot_id: str | None
+    workspace_id: str | None
+    tools: frozenset[str]
+    """Allowed MCP tool names: facts tools and host tools."""
+    host_tool_globs: tuple[str, ...] = ()
+    knowledge_bases: frozenset[str] = frozenset()
+    state_read: frozenset[str] = frozenset()
+    state_write: frozenset[str] = frozenset()
+    storage_areas: frozenset[str] = frozenset()
+    artifact_create: bool = False
+    deadline_at: float
+    rate_per_s: float = 50.0
+    rate_burst: int = 100
+    call_budget: int | None = None
+    byte_budget: int | None = None
+    token_hash: str
+
+    def state_scope_id(self, scope: str) -> tuple[str, ...] | None:
+        """The owner key of a state scope for this run, or None when the event lacks its id."""
+        rid, bid = self.runner_id or "", self.binding_id or ""
+        match scope:
+            case "conversation":
+                if self.conversation_id is None:
+                    return None
+                return (rid, bid, self.conversation_id, self.thread_id or "")
+            case "actor":
+                return None if self.actor_id is None else (rid, bid, self.actor_id)
+            case "subject":
+                if self.subject_type is None or self.subject_id is None:
+                    return None
+                return (rid, bid, self.subject_type, self.subject_id)
+            case "runner":
+                return (rid,)
+            case "binding":
+                return (bid,)
+            case "workspace":
+                return None if self.workspace_id is None else (self.workspace_id, rid)
+            case _:
+                raise ValueError(f"unknown state scope {scope!r}; known: {', '.join(STATE_SCOPES)}")

@@ -1,0 +1,32 @@
+"""The one error vocabulary of PROTOCOL §5, shared by MCP tool errors and `run.failed` codes."""
+
+from __future__ import annotations
+
+from typing import Literal, get_args
+
+ErrorCode = Literal[
+    "unauthorized",
+    "not_found",
+    "deadline_exceeded",
+    "payload_too_large",
+    "rate_limited",
+    "invalid_argument",
+    "conflict",
+    "runtime_error",
+    "cancelled",
+    "runner.error",
+    "runner.empty_output",
+    "runner.crashed",
+    "runner.not_found",
+    "runner.mcp_unavailable",
+    "runner.timeout",
+    "host.restarted",
+]
+"""Every code a host or runner may report. `host.restarted` marks runs a dead host left behind."""
+
+ERROR_CODES: frozenset[str] = frozenset(get_args(ErrorCode))
+
+
+def is_error_code(value: str) -> bool:
+    """True when `value` is a known code or a runner-side `runner.*` extension."""
+    return value in ERROR_CODES or value.startswith("runner.")

@@ -1,0 +1,206 @@
+"""The run context a runner receives once at run start (PROTOCOL §3).
+
+Everything here is sent by the host, so unknown fields are ignored on parse (runners must stay forward
+compatible). `ArtifactRef` and `ContentElement` are also used inside results, which are inbound; they
+forbid unknown fields there through `InboundModel`.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field
+
+from mcphost.protocol._base import PROTOCOL_VERSION, InboundModel, JSONObject, ProtocolModel
+
+TriggerSource = Literal["platform", "webui", "api", "scheduler", "system", "cli"]
+
+
+class ArtifactRef(InboundModel):
+    """A handle on an artifact stored by the host. Bytes never travel inside it."""
+
+    artifact_id: str = Field(min_length=1, max_length=200)
+    name: str | None = Field(default=None, max_length=1000)
+    mime_type: str = Field(default="application/octet-stream", max_length=200)
+    size: int | None = Field(default=None, ge=0)
+    sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
+
+
+class TextContent(InboundModel):
+    type: Literal["text"] = "text"
+    text: str
+
+
+class MediaContent(InboundModel):
+    type: Literal["image", "audio", "file"]
+    artifact_id: str = Field(min_length=1, max_length=200)
+    mime_type: str = Field(max_length=200)
+    name: str | None = None
+
+
+ContentElement = Annotated[TextContent | MediaContent, Field(discriminator="type")]
+
+
+class Trigger(ProtocolModel):
+    type: str
+    source: TriggerSource
+    timestamp: float
+
+
+class EventInfo(ProtocolModel):
+    event_id: str
+    event_type: str
+    event_time: float
+    source: TriggerSource
+    source_event_type: str | None = None
+    raw_ref: str | None = None
+    data: JSONObject = Field(default_factory=dict)
+
+
+class ConversationInfo(ProtocolModel):
+    conversation_id: str
+    thread_id: str | None = None
+    bot_id: str | None = None
+    workspace_id: str | None = None
+
+
+class ActorInfo(ProtocolModel):
+    actor_type: str = "user"
+    actor_id: str
+    actor_name: str | None = None
+    metadata: JSONObject = Field(default_factory=dict)
+
+
+class SubjectInfo(ProtocolModel):
+    subject_type: str
+    subject_id: str
+    data: JSONObject = Field(default_factory=dict)
+
+
+class RunInput(ProtocolModel):
+    text: str | None = None
+    contents: list[ContentElement] = Field(default_factory=list[ContentElement])
+    attachments: list[ArtifactRef] = Field(default_factory=list[ArtifactRef])
+
+
+class Delivery(ProtocolModel):
+    surface: str = "api"
+    reply_target: str | None = None
+    supports_streaming: bool = True
+    supports_edit: bool = False
+    max_message_size: int | None = None
+
+
+class ToolInfo(ProtocolModel):
+    name: str
+    description: str = ""
+
+
+class KnowledgeBaseInfo(ProtocolModel):
+    kb_id: str
+    name: str
+    description: str = ""
+
+
+class SkillInfo(ProtocolModel):
+    skill_name: str
+    display_name: str
+    description: str = ""
+
+
+class StorageInfo(ProtocolModel):
+    areas: list[str] = Field(default_factory=list[str])
+
+
+class Resources(ProtocolModel):
+    tools: list[ToolInfo] = Field(default_factory=list[ToolInfo])
+    knowledge_bases: list[KnowledgeBaseInfo] = Field(default_factory=list[KnowledgeBaseInfo])
+    skills: list[SkillInfo] = Field(default_factory=list[SkillInfo])
+    storage: StorageInfo = Field(default_factory=StorageInfo)
+
+
+class InlinePolicy(ProtocolModel):
+    mode: Literal["current_event"] = "current_event"
+
+
+class AvailableApis(ProtocolModel):
+    history_page: bool = False
+    history_search: bool = False
+    event_get: bool = False
+    event_page: bool = False
+    artifact_metadata: bool = False
+    artifact_read: bool = False
+    artifact_create: bool = False
+    state: bool = False
+    storage: bool = False
+    knowledge: bool = False
+    tools: bool = False
+
+
+class BridgeCommand(ProtocolModel):
+    command: list[str] = Field(default_factory=list[str])
+    env: dict[str, str] = Field(default_factory=dict[str, str])
+
+
+class MCPAccess(ProtocolModel):
+    """How to reach the run's MCP server. `headers` carries the run token: a secret."""
+
+    url: str
+    headers: dict[str, str] = Field(default_factory=dict[str, str])
+    bridge: BridgeCommand = Field(default_factory=BridgeCommand)
+    protocol_versions: list[str] = Field(default_factory=list[str])
+
+
+class ContextAccess(ProtocolModel):
+    conversation_id: str | None = None
+    thread_id: str | None = None
+    latest_cursor: str | None = None
+    """The newest transcript item, including the current input message."""
+    has_history_before: bool = False
+    inline_policy: InlinePolicy = Field(default_factory=InlinePolicy)
+    available_apis: AvailableApis = Field(default_factory=AvailableApis)
+    mcp: MCPAccess | None = None
+
+
+class StateSnapshot(ProtocolModel):
+    conversation: JSONObject = Field(default_factory=dict)
+    actor: JSONObject = Field(default_factory=dict)
+    subject: JSONObject = Field(default_factory=dict)
+    runner: JSONObject = Field(default_factory=dict)
+
+
+class StaticRef(ProtocolModel):
+    ref: str
+    version: str
+    sha256: str
+
+
+class Runtime(ProtocolModel):
+    host: str = "mcphost"
+    protocol_version: str = PROTOCOL_VERSION
+    host_version: str
+    trace_id: str
+    deadline_at: float
+    """Epoch seconds after which the run is cancelled."""
+    locale: str | None = None
+    timezone: str | None = None
+    static_refs: dict[str, StaticRef] = Field(default_factory=dict[str, StaticRef])
+
+
+class AgentRunContext(ProtocolModel):
+    """The event-first context of one run. Small and stable: no history window, only handles."""
+
+    run_id: str
+    trigger: Trigger
+    event: EventInfo
+    conversation: ConversationInfo | None = None
+    actor: ActorInfo | None = None
+    subject: SubjectInfo | None = None
+    input: RunInput = Field(default_factory=RunInput)
+    delivery: Delivery = Field(default_factory=Delivery)
+    resources: Resources = Field(default_factory=Resources)
+    context: ContextAccess = Field(default_factory=ContextAccess)
+    state: StateSnapshot = Field(default_factory=StateSnapshot)
+    runtime: Runtime
+    config: JSONObject = Field(default_factory=dict)
+    metadata: JSONObject = Field(default_factory=dict)

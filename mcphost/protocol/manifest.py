@@ -1,0 +1,130 @@
+"""Runner ids and the runner manifest (PROTOCOL §2).
+
+A manifest's `permissions` are the runner's maximum; the run grant cuts them down further (§6).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from mcphost.protocol._base import PROTOCOL_VERSION, InboundModel, JSONObject, JSONValue
+
+RUNNER_ID_PART = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
+RUNNER_ID_FORM = "plugin:<author>/<plugin>/<runner>, each part matching [a-z0-9][a-z0-9_.-]{0,63}"
+
+
+class RunnerIdError(ValueError):
+    """A runner id that does not have the form `plugin:<author>/<plugin>/<runner>`."""
+
+
+def parse_runner_id(runner_id: str) -> tuple[str, str, str]:
+    """Split `plugin:<author>/<plugin>/<runner>` into its three parts, or raise `RunnerIdError`."""
+    if not runner_id.startswith("plugin:"):
+        raise RunnerIdError(f"Runner id {runner_id!r} must have the form {RUNNER_ID_FORM}.")
+    parts = runner_id.removeprefix("plugin:").split("/")
+    if len(parts) != 3 or not all(RUNNER_ID_PART.match(p) for p in parts):
+        raise RunnerIdError(f"Runner id {runner_id!r} must have the form {RUNNER_ID_FORM}.")
+    return parts[0], parts[1], parts[2]
+
+
+def runner_id_of(author: str, plugin: str, runner: str) -> str:
+    """Build and check a runner id from its three parts."""
+    runner_id = f"plugin:{author}/{plugin}/{runner}"
+    parse_runner_id(runner_id)
+    return runner_id
+
+
+class Capabilities(InboundModel):
+    streaming: bool = False
+    tool_calling: bool = False
+    knowledge_retrieval: bool = False
+    multimodal_input: bool = False
+    event_context: bool = True
+    platform_api: bool = False
+    interrupt: bool = False
+    stateful_session: bool = False
+    self_managed_context: bool = True
+
+
+HistoryPermission = Literal["page", "search"]
+EventsPermission = Literal["get", "page"]
+ArtifactsPermission = Literal["metadata", "read", "create"]
+StatePermission = Literal["read", "write"]
+StoragePermission = Literal["plugin", "workspace", "binding"]
+KnowledgePermission = Literal["list", "retrieve"]
+ToolsPermission = Literal["call"]
+
+
+class Permissions(InboundModel):
+    """The most a runner may ever be granted. Empty lists mean none."""
+
+    history: list[HistoryPermission] = Field(default_factory=list[HistoryPermission])
+    events: list[EventsPermission] = Field(default_factory=list[EventsPermission])
+    artifacts: list[ArtifactsPermission] = Field(default_factory=list[ArtifactsPermission])
+    state: list[StatePermission] = Field(default_factory=list[StatePermission])
+    storage: list[StoragePermission] = Field(default_factory=list[StoragePermission])
+    knowledge: list[KnowledgePermission] = Field(default_factory=list[KnowledgePermission])
+    tools: list[ToolsPermission] = Field(default_factory=list[ToolsPermission])
+    platform_api: list[str] = Field(default_factory=list[str])
+
+
+class ContextSupport(InboundModel):
+    supports_history_pull: bool = True
+    supports_history_search: bool = False
+    supports_artifact_pull: bool = True
+    owns_compaction: bool = True
+    wants_static_context_refs: bool = True
+
+
+ConfigFieldType = Literal["string", "integer", "number", "boolean", "select", "json", "secret"]
+
+
+class ConfigField(InboundModel):
+    """One field of the per-agent runner config form."""
+
+    name: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
+    type: ConfigFieldType
+    label: dict[str, str] | str = ""
+    required: bool = False
+    default: JSONValue = None
+    options: list[JSONValue] | None = None
+
+    @model_validator(mode="after")
+    def _select_needs_options(self) -> ConfigField:
+        if self.type == "select" and not self.options:
+            raise ValueError(f"config field {self.name!r} of type 'select' needs a non-empty 'options' list")
+        return self
+
+
+class AgentRunnerManifest(InboundModel):
+    """What a runner declares about itself in the plugin's `initialize` answer."""
+
+    id: str
+    """Runner id, `plugin:<author>/<plugin>/<runner>`."""
+    name: str = Field(min_length=1, max_length=200)
+    label: dict[str, str] = Field(default_factory=dict[str, str])
+    description: dict[str, str] | None = None
+    protocol_version: str = PROTOCOL_VERSION
+    capabilities: Capabilities = Field(default_factory=Capabilities)
+    permissions: Permissions = Field(default_factory=Permissions)
+    context: ContextSupport = Field(default_factory=ContextSupport)
+    config_schema: list[ConfigField] = Field(default_factory=list[ConfigField])
+    metadata: JSONObject = Field(default_factory=dict)
+
+    @field_validator("id")
+    @classmethod
+    def _id_has_the_runner_form(cls, value: str) -> str:
+        parse_runner_id(value)
+        return value
+
+    @field_validator("config_schema")
+    @classmethod
+    def _config_names_unique(cls, value: list[ConfigField]) -> list[ConfigField]:
+        names = [f.name for f in value]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ValueError(f"config_schema names must be unique; repeated: {', '.join(duplicates)}")
+        return value
