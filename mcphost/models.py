@@ -8,6 +8,7 @@ are frozen.
 
 from __future__ import annotations
 
+import re
 import time
 from enum import StrEnum
 from typing import Literal
@@ -188,8 +189,8 @@ class AgentConfig(InboundModel):
     storage: StoragePolicy = Field(default_factory=StoragePolicy)
     delivery: DeliveryPolicy = Field(default_factory=DeliveryPolicy)
     concurrency: ConcurrencyPolicy = "enqueue"
-    timeout_s: float = Field(default=300.0, gt=0, le=24 * 3600)
-    """Run deadline in seconds."""
+    timeout_s: float | None = Field(default=None, gt=0, le=24 * 3600)
+    """Run deadline in seconds; the host's `run_timeout_s` (300 s) when unset."""
 
     @field_validator("runner")
     @classmethod
@@ -200,8 +201,6 @@ class AgentConfig(InboundModel):
     @field_validator("event_types")
     @classmethod
     def _event_types_form(cls, value: list[str]) -> list[str]:
-        import re
-
         for t in value:
             if t != "*" and not re.match(EVENT_TYPE_PATTERN, t):
                 raise ValueError(f"event type {t!r} must look like 'message.received' (or be '*')")

@@ -1,0 +1,272 @@
+"""Settings: `mcphost.toml` loading and validation, `MCPHOST_*` environment overrides, the embedded default.
+
+Owns the shape of the configuration and every message about a bad one. Does not own what the values
+mean at run time (bindings, plugins, stores read them). Invariant: `load_settings` either returns a
+complete, validated `Settings` or raises `ConfigError` naming the file, the key and what was expected —
+nothing is started from a half-valid config.
+
+Every key is optional. With no file at all the host runs on the embedded default: SQLite under
+`./.mcphost/`, the bundled plugins, and one agent `default` bound to `message.received`.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from mcphost.errors import ConfigError
+from mcphost.models import AgentConfig
+
+CONFIG_ENV = "MCPHOST_CONFIG"
+DEFAULT_CONFIG_NAME = "mcphost.toml"
+DEFAULT_DATA_DIR = ".mcphost"
+DEFAULT_LISTEN = "127.0.0.1:8787"
+
+BUNDLED_PLUGINS: dict[str, str] = {"echo": "runners.echo"}
+"""Bundled runners, each an ordinary plugin launched as `python -m <module>`."""
+
+DEFAULT_AGENT_RUNNER = "plugin:mcphost/echo/default"
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, frozen=True)
+
+
+class HostSettings(_Section):
+    """The `[host]` table. Each key can be overridden by `MCPHOST_<KEY>` in the environment."""
+
+    database_url: str | None = None
+    """SQLAlchemy URL. Default: SQLite at `<data_dir>/mcphost.db`. PostgreSQL: `postgresql+asyncpg://...`."""
+    data_dir: Path = Path(DEFAULT_DATA_DIR)
+    """Blobs, run folders and the default SQLite database live here."""
+    listen: str = DEFAULT_LISTEN
+    """`HOST:PORT` the HTTP server binds."""
+    public_url: str | None = None
+    """Base URL runners use to reach the host (default `http://<listen>`)."""
+    api_key: str | None = None
+    """Bearer key required on `/v1`. Without one the server only listens on loopback."""
+    run_timeout_s: float = Field(default=300.0, gt=0, le=24 * 3600)
+    """Default run deadline when an agent sets none."""
+    max_concurrent_runs: int = Field(default=64, ge=1, le=10_000)
+    blob_backend: Literal["disk", "database"] = "disk"
+    """Where artifact bytes live: `data_dir/blobs/` or the database (for PostgreSQL without shared disk)."""
+    bundled_plugins: bool = True
+    """Start the bundled runners (echo, ...) besides the `[[plugins]]` listed."""
+    allowed_hosts: list[str] = Field(default_factory=list[str])
+    """Extra Host header values accepted by the MCP endpoint (DNS-rebinding protection)."""
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+
+    @field_validator("listen")
+    @classmethod
+    def _listen_form(cls, value: str) -> str:
+        host, sep, port = value.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+            raise ValueError(f"expected HOST:PORT such as {DEFAULT_LISTEN!r}, got {value!r}")
+        return value
+
+    @field_validator("public_url")
+    @classmethod
+    def _public_url_form(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("http://", "https://")):
+            raise ValueError(f"expected an http:// or https:// URL, got {value!r}")
+        return value.rstrip("/") if value else value
+
+
+class PluginConfig(_Section):
+    """One `[[plugins]]` entry: a long-lived plugin process."""
+
+    command: list[str] = Field(min_length=1)
+    name: str | None = None
+    env: dict[str, str] = Field(default_factory=dict[str, str])
+    cwd: Path | None = None
+
+    @property
+    def display_name(self) -> str:
+        return self.name or Path(self.command[0]).name
+
+
+class ToolServerConfig(_Section):
+    """One `[tools.<server>]` upstream MCP server: a stdio `command` or a Streamable HTTP `url`."""
+
+    command: list[str] | None = None
+    url: str | None = None
+    headers: dict[str, str] = Field(default_factory=dict[str, str])
+    env: dict[str, str] = Field(default_factory=dict[str, str])
+    timeout_s: float = Field(default=30.0, gt=0)
+
+    @model_validator(mode="after")
+    def _one_transport(self) -> ToolServerConfig:
+        if (self.command is None) == (self.url is None):
+            raise ValueError("set exactly one of 'command' (stdio) or 'url' (Streamable HTTP)")
+        return self
+
+
+class KnowledgeBaseConfig(_Section):
+    """One `[knowledge.<kb_id>]` knowledge base."""
+
+    name: str
+    description: str = ""
+    paths: list[str] = Field(default_factory=list[str])
+
+
+class Settings(_Section):
+    """The whole validated configuration."""
+
+    source: str = "<embedded default>"
+    """Where it came from: a file path, or the embedded default."""
+    host: HostSettings = Field(default_factory=HostSettings)
+    plugins: list[PluginConfig] = Field(default_factory=list[PluginConfig])
+    agents: list[AgentConfig] = Field(default_factory=list[AgentConfig])
+    tools: dict[str, ToolServerConfig] = Field(default_factory=dict[str, ToolServerConfig])
+    knowledge: dict[str, KnowledgeBaseConfig] = Field(default_factory=dict[str, KnowledgeBaseConfig])
+
+    @property
+    def database_url(self) -> str:
+        if self.host.database_url:
+            return self.host.database_url
+        return f"sqlite+aiosqlite:///{(self.host.data_dir / 'mcphost.db').as_posix()}"
+
+    @property
+    def public_url(self) -> str:
+        return self.host.public_url or f"http://{self.host.listen}"
+
+    def all_plugins(self) -> list[PluginConfig]:
+        """Configured plugins plus, unless disabled, the bundled ones."""
+        plugins = list(self.plugins)
+        if self.host.bundled_plugins:
+            plugins += [
+                PluginConfig(command=[sys.executable, "-m", module], name=name)
+                for name, module in BUNDLED_PLUGINS.items()
+            ]
+        return plugins
+
+    def agent(self, agent_id: str) -> AgentConfig:
+        for agent in self.agents:
+            if agent.id == agent_id:
+                return agent
+        known = ", ".join(a.id for a in self.agents) or "none"
+        raise ConfigError(
+            f"Agent {agent_id!r} is not configured in {self.source}; known agents: {known}.",
+            details={"agent_id": agent_id},
+        )
+
+
+def default_agent() -> AgentConfig:
+    return AgentConfig(id="default", runner=DEFAULT_AGENT_RUNNER, event_types=["message.received"])
+
+
+# -- loading -----------------------------------------------------------------------------------------
+
+_ENV_PREFIX = "MCPHOST_"
+
+
+def _env_overrides(environ: Mapping[str, str]) -> dict[str, str]:
+    overrides: dict[str, str] = {}
+    for field in HostSettings.model_fields:
+        value = environ.get(_ENV_PREFIX + field.upper())
+        if value is not None:
+            overrides[field] = value
+    return overrides
+
+
+def _format_location(loc: tuple[int | str, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else str(part)
+    return out or "(top level)"
+
+
+def _describe(exc: ValidationError, source: str, data: Mapping[str, Any]) -> str:
+    lines: list[str] = []
+    for err in exc.errors(include_url=False):
+        loc = tuple(err["loc"])
+        key = _format_location(loc)
+        # Name agents by id when we can: "agents[1] (id 'support').runner".
+        if len(loc) >= 2 and loc[0] == "agents" and isinstance(loc[1], int):
+            agents = data.get("agents")
+            if isinstance(agents, list) and loc[1] < len(agents):
+                entry = agents[loc[1]]
+                if isinstance(entry, dict) and isinstance(entry.get("id"), str):
+                    key = key.replace(f"agents[{loc[1]}]", f"agents[{loc[1]}] (id {entry['id']!r})", 1)
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            msg = "unknown key; check the spelling against the config reference in README.md"
+        elif err["type"] == "missing":
+            msg = "required key is missing"
+        lines.append(f"{source}: {key}: {msg}")
+    return "\n".join(lines)
+
+
+def _check_agents(settings: Settings) -> None:
+    seen: set[str] = set()
+    for index, agent in enumerate(settings.agents):
+        if agent.id in seen:
+            raise ConfigError(
+                f"{settings.source}: agents[{index}].id: agent id {agent.id!r} is used twice; ids must be unique"
+            )
+        seen.add(agent.id)
+        for kb in agent.resources.knowledge_bases:
+            if kb not in settings.knowledge:
+                known = ", ".join(sorted(settings.knowledge)) or "none"
+                raise ConfigError(
+                    f"{settings.source}: agents[{index}] (id {agent.id!r}).resources.knowledge_bases: "
+                    f"knowledge base {kb!r} is not declared; declared: {known}. Add a [knowledge.{kb}] table."
+                )
+
+
+def settings_from_mapping(data: Mapping[str, Any], *, source: str, environ: Mapping[str, str]) -> Settings:
+    """Validate a parsed config mapping plus environment overrides into `Settings`."""
+    merged: dict[str, Any] = dict(data)
+    host = dict(merged.get("host") or {}) if isinstance(merged.get("host"), dict) else merged.get("host")
+    overrides = _env_overrides(environ)
+    if overrides and isinstance(host, dict):
+        host.update(overrides)
+    if host is not None:
+        merged["host"] = host
+    elif overrides:
+        merged["host"] = overrides
+    merged["source"] = source
+    try:
+        settings = Settings.model_validate(merged)
+    except ValidationError as exc:
+        raise ConfigError(_describe(exc, source, data), details={"source": source}) from None
+    if "agents" not in data:
+        settings = settings.model_copy(update={"agents": [default_agent()]})
+    _check_agents(settings)
+    return settings
+
+
+def load_settings(path: Path | str | None = None, *, environ: Mapping[str, str] | None = None) -> Settings:
+    """Load `path`, else `$MCPHOST_CONFIG`, else `./mcphost.toml` if present, else the embedded default.
+
+    An explicitly named file that does not exist is an error; an absent default file is not.
+    """
+    env = os.environ if environ is None else environ
+    explicit = path if path is not None else env.get(CONFIG_ENV)
+    if explicit is not None:
+        file = Path(explicit)
+        if not file.is_file():
+            raise ConfigError(
+                f"Config file {str(file)!r} does not exist. Pass an existing file with --config, "
+                f"or unset {CONFIG_ENV} to use the embedded default."
+            )
+    else:
+        file = Path(DEFAULT_CONFIG_NAME)
+        if not file.is_file():
+            return settings_from_mapping({}, source="<embedded default>", environ=env)
+    try:
+        data = tomllib.loads(file.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{file}: not valid TOML: {exc}. Fix the syntax and try again.") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{file}: cannot be read: {exc}") from None
+    return settings_from_mapping(data, source=str(file), environ=env)

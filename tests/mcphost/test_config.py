@@ -1,0 +1,90 @@
+"""Config loading: the embedded default, env overrides, and precise errors that start nothing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from mcphost.config import DEFAULT_AGENT_RUNNER, load_settings
+from mcphost.errors import ConfigError
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "mcphost.toml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_no_file_gives_the_embedded_default(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    settings = load_settings(environ={})
+    assert settings.source == "<embedded default>"
+    assert settings.database_url == "sqlite+aiosqlite:///.mcphost/mcphost.db"
+    assert [(a.id, a.runner, a.event_types) for a in settings.agents] == [
+        ("default", DEFAULT_AGENT_RUNNER, ["message.received"])
+    ]
+    assert any(p.display_name == "echo" for p in settings.all_plugins())
+
+
+def test_env_overrides_the_host_table(tmp_path: Path) -> None:
+    path = write(tmp_path, '[host]\nlisten = "127.0.0.1:9000"\nrun_timeout_s = 10\n')
+    settings = load_settings(
+        path, environ={"MCPHOST_LISTEN": "127.0.0.1:9100", "MCPHOST_MAX_CONCURRENT_RUNS": "3"}
+    )
+    assert settings.host.listen == "127.0.0.1:9100"
+    assert settings.host.max_concurrent_runs == 3
+    assert settings.host.run_timeout_s == 10
+
+
+def test_a_config_file_without_agents_keeps_the_default_agent(tmp_path: Path) -> None:
+    settings = load_settings(write(tmp_path, "[host]\n"), environ={})
+    assert [a.id for a in settings.agents] == ["default"]
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ('[host]\nlisten = "nowhere"\n', "host.listen: expected HOST:PORT"),
+        ("[host]\nrun_timeout_s = -1\n", "host.run_timeout_s: Input should be greater than 0"),
+        ("[host]\nlisten_port = 1\n", "host.listen_port: unknown key"),
+        (
+            '[[agents]]\nid = "a"\nrunner = "echo"\n',
+            "agents[0] (id 'a').runner: Runner id 'echo' must have the form",
+        ),
+        ('[[agents]]\nrunner = "plugin:a/b/c"\n', "agents[0].id: required key is missing"),
+        (
+            '[[agents]]\nid = "a"\nrunner = "plugin:a/b/c"\nmatch = {color = "red"}\n',
+            "unknown match key(s) color",
+        ),
+        (
+            '[[agents]]\nid = "a"\nrunner = "plugin:a/b/c"\n[[agents]]\nid = "a"\nrunner = "plugin:a/b/d"\n',
+            "agent id 'a' is used twice",
+        ),
+        (
+            '[[agents]]\nid = "a"\nrunner = "plugin:a/b/c"\nresources = {knowledge_bases = ["docs"]}\n',
+            "knowledge base 'docs' is not declared",
+        ),
+        ('[tools.x]\ncommand = ["a"]\nurl = "http://x"\n', "tools.x: set exactly one of 'command'"),
+        ("[host\n", "not valid TOML"),
+    ],
+)
+def test_config_errors_name_the_file_the_key_and_the_expectation(
+    tmp_path: Path, text: str, expected: str
+) -> None:
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as info:
+        load_settings(path, environ={})
+    assert str(path) in str(info.value)
+    assert expected in str(info.value)
+
+
+def test_a_named_config_file_that_does_not_exist_is_an_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_settings(tmp_path / "missing.toml", environ={})
+
+
+def test_mcphost_config_env_names_the_file(tmp_path: Path) -> None:
+    path = write(tmp_path, '[[agents]]\nid = "x"\nrunner = "plugin:a/b/c"\n')
+    settings = load_settings(environ={"MCPHOST_CONFIG": str(path)})
+    assert [a.id for a in settings.agents] == ["x"]

@@ -1,0 +1,63 @@
+"""The three-layer cut: manifest ∩ agent policy ∩ event scope."""
+
+from __future__ import annotations
+
+from mcphost.grants import build_grant, hash_token, mint_token, token_matches
+from mcphost.models import AgentBinding, AgentConfig, AgentEventEnvelope
+from mcphost.protocol import AgentRunnerManifest
+
+
+def test_the_grant_is_the_intersection_of_manifest_agent_and_event() -> None:
+    manifest = AgentRunnerManifest.model_validate(
+        {
+            "id": "plugin:acme/bot/default",
+            "name": "bot",
+            "permissions": {
+                "history": ["page"],
+                "state": ["read", "write"],
+                "storage": ["plugin"],
+                "knowledge": ["retrieve"],
+                "tools": ["call"],
+            },
+        }
+    )
+    agent = AgentConfig.model_validate(
+        {
+            "id": "a",
+            "runner": "plugin:acme/bot/default",
+            "state": {"scopes": ["conversation", "actor"], "write": False},
+            "storage": {"areas": ["plugin", "workspace"]},
+            "resources": {"tools": ["search__*"]},
+        }
+    )
+    event = AgentEventEnvelope.model_validate(
+        {
+            "event_type": "message.received",
+            "conversation": {"conversation_id": "c1"},
+            "actor": {"actor_id": "u1"},
+        }
+    )
+    token, token_hash = mint_token()
+    grant = build_grant(
+        run_id="run_1",
+        event=event,
+        binding=AgentBinding(binding_id="a", agent=agent),
+        manifest=manifest,
+        token_hash=token_hash,
+        deadline_at=100.0,
+    )
+    assert grant.tools == {"run_context", "history_page", "state_get", "state_list", *_storage()}
+    assert grant.state_read == {"conversation", "actor"}
+    assert grant.state_write == frozenset()  # the agent said write = false
+    assert grant.storage_areas == {"plugin"}  # workspace is not in the manifest
+    assert grant.knowledge_bases == frozenset()  # the agent has none
+    assert grant.host_tool_globs == ("search__*",)
+    assert grant.state_scope_id("conversation") == ("plugin:acme/bot/default", "a", "c1", "")
+    assert grant.state_scope_id("subject") is None
+    assert token_matches(token, grant.token_hash)
+    assert not token_matches(token + "x", grant.token_hash)
+    assert len(token) >= 43 and hash_token(token) == token_hash
+
+
+def _storage() -> set[str]:
+    return {"storage_get", "storage_set", "storage_delete", "storage_list"}
