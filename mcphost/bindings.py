@@ -31,10 +31,7 @@ def _types_overlap(a: AgentConfig, b: AgentConfig) -> set[str]:
 
 def _matches_overlap(a: AgentConfig, b: AgentConfig) -> bool:
     """True when some event could satisfy both match tables: every shared key has a shared value."""
-    for key in set(a.match) & set(b.match):
-        if not _values(a.match[key]) & _values(b.match[key]):
-            return False
-    return True
+    return all(_values(a.match[key]) & _values(b.match[key]) for key in set(a.match) & set(b.match))
 
 
 class Bindings:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -41,7 +42,7 @@ def test_no_agent_names_the_event_type_and_scope() -> None:
 
 
 def test_overlapping_agents_are_refused_at_load() -> None:
-    with pytest.raises(ConfigError, match="agents 'a' and 'b' both take message.received"):
+    with pytest.raises(ConfigError, match=r"agents 'a' and 'b' both take message\.received"):
         Bindings([agent("a"), agent("b", match={"conversation_id": "c1"})])
     with pytest.raises(ConfigError, match="both take"):
         Bindings([agent("a", event_types=["*"]), agent("b", event_types=["api.invoked"])])
@@ -53,8 +54,8 @@ def test_disjoint_match_values_do_not_overlap() -> None:
 
 def test_an_explicit_agent_must_be_known_and_bound() -> None:
     bindings = Bindings([agent("a", match={"bot_id": "x"}), agent("b", event_types=["api.invoked"])])
-    with pytest.raises(NoBindingError, match="Agent 'nope' is not configured; known agents: a, b"):
+    with pytest.raises(NoBindingError, match=re.escape("Agent 'nope' is not configured; known agents: a, b")):
         bindings.resolve(event(agent_id="nope"))
-    with pytest.raises(NoBindingError, match="Agent 'b' is not bound to 'message.received'"):
+    with pytest.raises(NoBindingError, match=re.escape("Agent 'b' is not bound to 'message.received'")):
         bindings.resolve(event(agent_id="b", conversation={"conversation_id": "c", "bot_id": "x"}))
     assert bindings.resolve(event("api.invoked", agent_id="b")).binding_id == "b"

@@ -56,7 +56,8 @@ def test_the_grant_is_the_intersection_of_manifest_agent_and_event() -> None:
     assert grant.state_scope_id("subject") is None
     assert token_matches(token, grant.token_hash)
     assert not token_matches(token + "x", grant.token_hash)
-    assert len(token) >= 43 and hash_token(token) == token_hash
+    assert len(token) >= 43
+    assert hash_token(token) == token_hash
 
 
 def _storage() -> set[str]:
