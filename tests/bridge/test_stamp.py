@@ -1,0 +1,123 @@
+"""`HeaderStamp` stamps what the SDK's own `ClientSession` stamps, learning the era from the traffic.
+
+The 2026 cases run the SDK's real modern stamp (`mcp.client.session._make_modern_stamp`) over a request and
+check that the bridge, seeing only the stamped message on the wire, derives the very same headers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+from mcp.client.session import _make_modern_stamp  # the SDK's own stamp is the reference
+from mcp.shared.dispatcher import CallOptions
+from mcp_types import JSONRPCMessage, JSONRPCNotification, JSONRPCRequest, JSONRPCResponse
+
+from bridge._stamp import HeaderStamp
+
+MODERN = "2026-07-28"
+REGION_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "region": {"type": "string", "x-mcp-header": "Region"},
+        "shard": {"type": "integer", "x-mcp-header": "Shard"},
+        "note": {"type": "string"},
+    },
+}
+
+
+def request(method: str, params: dict[str, Any] | None = None, request_id: int = 1) -> JSONRPCRequest:
+    return JSONRPCRequest(jsonrpc="2.0", id=request_id, method=method, params=params)
+
+
+def sdk_modern_stamp(
+    method: str, params: dict[str, Any], header_maps: Mapping[str, Mapping[str, Any]] | None = None
+) -> tuple[JSONRPCRequest, dict[str, str]]:
+    """Stamp a request the way a 2026 `ClientSession` does; return the wire message and its headers."""
+    from mcp.shared.inbound import mcp_param_headers, x_mcp_header_map
+
+    def resolve(name: str, arguments: Mapping[str, Any]) -> dict[str, str]:
+        schema = (header_maps or {}).get(name)
+        return mcp_param_headers(x_mcp_header_map(schema), arguments) if schema is not None else {}
+
+    stamp = _make_modern_stamp(MODERN, {"name": "t", "version": "0"}, {}, resolve)
+    data: dict[str, Any] = {"method": method, "params": params}
+    opts: CallOptions = {}
+    stamp(data, opts)
+    return request(method, data["params"]), dict(opts.get("headers") or {})
+
+
+def test_initialize_carries_no_header_and_its_result_sets_the_handshake_version() -> None:
+    stamp = HeaderStamp()
+    assert stamp.headers_for(request("initialize", {"protocolVersion": "2025-11-25"})) is None
+    stamp.observe_result("initialize", {"protocolVersion": "2025-06-18"})
+    initialized = JSONRPCNotification(jsonrpc="2.0", method="notifications/initialized")
+    assert stamp.headers_for(initialized) == {"mcp-protocol-version": "2025-06-18"}
+    assert stamp.headers_for(request("tools/call", {"name": "echo"})) == {
+        "mcp-protocol-version": "2025-06-18"
+    }
+
+
+def test_nothing_is_stamped_before_a_version_is_known_and_responses_never_are() -> None:
+    stamp = HeaderStamp()
+    assert stamp.headers_for(request("tools/list")) is None
+    stamp.observe_result("initialize", {"protocolVersion": "2025-11-25"})
+    response: JSONRPCMessage = JSONRPCResponse(jsonrpc="2.0", id=5, result={})
+    assert stamp.headers_for(response) is None
+
+
+def test_a_new_initialize_forgets_the_learned_version() -> None:
+    stamp = HeaderStamp()
+    stamp.observe_result("initialize", {"protocolVersion": "2025-11-25"})
+    stamp.headers_for(request("initialize"))
+    assert stamp.protocol_version is None
+
+
+@pytest.mark.parametrize(
+    ("method", "params"),
+    [
+        ("server/discover", {}),
+        ("tools/list", {}),
+        ("tools/call", {"name": "echo", "arguments": {"text": "x"}}),
+        ("tools/call", {"name": "naïve tool ", "arguments": {}}),
+        ("prompts/get", {"name": "instructions"}),
+        ("resources/read", {"uri": "mcphost://run/context"}),
+    ],
+)
+def test_2026_requests_get_the_headers_the_sdk_client_would_send(method: str, params: dict[str, Any]) -> None:
+    wire, expected = sdk_modern_stamp(method, params)
+    assert HeaderStamp().headers_for(wire) == expected
+
+
+def test_2026_tool_calls_mirror_x_mcp_header_arguments_once_the_tool_was_listed() -> None:
+    arguments = {"region": "eu west", "shard": 7, "note": "n"}
+    wire, expected = sdk_modern_stamp(
+        "tools/call", {"name": "region", "arguments": arguments}, header_maps={"region": REGION_SCHEMA}
+    )
+    assert expected["Mcp-Param-Region"] == "eu west"
+    stamp = HeaderStamp()
+    unlisted = stamp.headers_for(wire)
+    assert unlisted is not None
+    assert "Mcp-Param-Region" not in unlisted
+    stamp.observe_result("tools/list", {"tools": [{"name": "region", "inputSchema": REGION_SCHEMA}]})
+    assert stamp.headers_for(wire) == expected
+
+
+def test_a_tool_relisted_with_an_invalid_annotation_mirrors_nothing() -> None:
+    stamp = HeaderStamp()
+    stamp.observe_result("tools/list", {"tools": [{"name": "region", "inputSchema": REGION_SCHEMA}]})
+    broken = {"type": "object", "properties": {"region": {"type": "number", "x-mcp-header": "Region"}}}
+    stamp.observe_result("tools/list", {"tools": [{"name": "region", "inputSchema": broken}]})
+    wire, _ = sdk_modern_stamp("tools/call", {"name": "region", "arguments": {"region": 1.5}})
+    headers = stamp.headers_for(wire)
+    assert headers is not None
+    assert not any(name.startswith("Mcp-Param-") for name in headers)
+
+
+def test_a_2026_message_sets_the_version_for_messages_without_an_envelope() -> None:
+    stamp = HeaderStamp()
+    wire, _ = sdk_modern_stamp("tools/list", {})
+    stamp.headers_for(wire)
+    bare = JSONRPCNotification(jsonrpc="2.0", method="notifications/roots/list_changed")
+    assert stamp.headers_for(bare) == {"mcp-protocol-version": MODERN}
