@@ -1,10 +1,28 @@
-"""Shared fixtures: the anyio backend, a SQLite database file per test, and PostgreSQL when configured."""
+"""Shared fixtures: the anyio backend, a SQLite database file per test, and PostgreSQL when configured.
+
+`database_url` (and `stores`, built on it) and `empty_database_url` are parametrized over `sqlite` and
+`postgres`. The SQLite half is a real file under `tmp_path`. The PostgreSQL half runs only when
+`MCPHOST_TEST_POSTGRES_URL` names a server (any database on it, e.g.
+`postgresql+asyncpg://postgres@127.0.0.1:5432/test`): each test gets a database of its own, created for it
+and dropped after it, so tests never see each other's rows. `database_url` clones a template database
+migrated once per session (saving a migration per test); `empty_database_url` is really empty.
+"""
 
 from __future__ import annotations
 
 import os
+import secrets
+from collections.abc import AsyncGenerator
+from contextlib import asynccontextmanager
+from pathlib import Path
 
 import pytest
+from sqlalchemy.engine import make_url
+from sqlalchemy.ext.asyncio import create_async_engine
+from sqlalchemy.pool import NullPool
+
+from mcphost.stores import Database, Stores, migrate, open_stores
+from mcphost.stores.engine import normalize_url
 
 
 @pytest.fixture(scope="session")
@@ -14,3 +32,81 @@ def anyio_backend() -> str:
 
 
 POSTGRES_URL = os.environ.get("MCPHOST_TEST_POSTGRES_URL")
+NO_POSTGRES = (
+    "MCPHOST_TEST_POSTGRES_URL is not set; set it to a PostgreSQL server URL "
+    "(e.g. postgresql+asyncpg://postgres@127.0.0.1:5432/test) to run the PostgreSQL half of this test"
+)
+
+
+@asynccontextmanager
+async def fresh_postgres_database(
+    server_url: str, *, template: str | None = None
+) -> AsyncGenerator[str, None]:
+    """A new database on the server of `server_url` (empty, or a copy of `template`), dropped on exit;
+    yields its URL."""
+    url = make_url(normalize_url(server_url))
+    name = f"mcphost_t_{secrets.token_hex(6)}"
+    admin = create_async_engine(url, isolation_level="AUTOCOMMIT", poolclass=NullPool)
+    try:
+        async with admin.connect() as conn:
+            await conn.exec_driver_sql(
+                f'CREATE DATABASE "{name}"' + (f' TEMPLATE "{template}"' if template else "")
+            )
+        try:
+            yield url.set(database=name).render_as_string(hide_password=False)
+        finally:
+            async with admin.connect() as conn:
+                await conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    finally:
+        await admin.dispose()
+
+
+@pytest.fixture(scope="session")
+async def postgres_template() -> AsyncGenerator[str | None, None]:
+    """The name of a PostgreSQL database migrated to head, to copy per test (None without PostgreSQL)."""
+    if not POSTGRES_URL:
+        yield None
+        return
+    async with fresh_postgres_database(POSTGRES_URL) as url:
+        db = Database(url)
+        try:
+            await migrate(db)
+        finally:
+            await db.dispose()  # CREATE DATABASE … TEMPLATE needs the template without connections
+        yield str(make_url(url).database)
+
+
+DIALECTS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+
+
+@pytest.fixture(params=DIALECTS)
+async def empty_database_url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncGenerator[str, None]:
+    """An empty database of each dialect: a SQLite file under tmp_path, or a fresh PostgreSQL database."""
+    if request.param == "sqlite":
+        yield f"sqlite+aiosqlite:///{tmp_path / 'db' / 'mcphost.db'}"
+        return
+    if not POSTGRES_URL:
+        pytest.skip(NO_POSTGRES)
+    async with fresh_postgres_database(POSTGRES_URL) as url:
+        yield url
+
+
+@pytest.fixture(params=DIALECTS)
+async def database_url(
+    request: pytest.FixtureRequest, tmp_path: Path, postgres_template: str | None
+) -> AsyncGenerator[str, None]:
+    """A database of each dialect of its own (PostgreSQL: already migrated; SQLite: an empty file)."""
+    if request.param == "sqlite":
+        yield f"sqlite+aiosqlite:///{tmp_path / 'db' / 'mcphost.db'}"
+        return
+    if not POSTGRES_URL:
+        pytest.skip(NO_POSTGRES)
+    async with fresh_postgres_database(POSTGRES_URL, template=postgres_template) as url:
+        yield url
+
+
+@pytest.fixture
+async def stores(database_url: str, tmp_path: Path) -> AsyncGenerator[Stores, None]:
+    """Every store over a migrated `database_url`, blobs on disk under tmp_path/data."""
+    async with open_stores(database_url, tmp_path / "data") as opened:
+        yield opened

@@ -1,0 +1,142 @@
+"""Persistence: the only package that knows SQL. One store per fact, on SQLite or PostgreSQL.
+
+Owns `Stores` (one attribute per store) and `open_stores`, the one way the host opens them. Does not
+own any policy about what is stored (the journal, orchestrator and facts layer decide that).
+
+Every store method opens its own transaction and returns pydantic models, never ORM rows; reads are
+O(limit) keyset pages (`Page`). Module map: `engine` (Database, migrations), `tables` (schema),
+`events`, `transcript`, `artifacts` + `blobs`, `state`, `storage`, `runs`, `results`, `audit`, `hosts`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncGenerator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import anyio
+
+from mcphost.stores import engine
+from mcphost.stores._cursor import Page
+from mcphost.stores.artifacts import ArtifactRecord, ArtifactStore
+from mcphost.stores.audit import AuditEntry, AuditRecord, AuditStore
+from mcphost.stores.blobs import BlobBackend, DatabaseBlobs, DiskBlobs
+from mcphost.stores.engine import Database, migrate, sqlite_path, upgrade_database
+from mcphost.stores.events import EventKind, EventStore, StoredEvent
+from mcphost.stores.hosts import HostRecord, HostStore
+from mcphost.stores.results import ResultStore, StoredResult
+from mcphost.stores.runs import GrantRecord, RunStore
+from mcphost.stores.state import StateEntry, StateStore
+from mcphost.stores.storage import StorageItem, StorageStore, StorageValue
+from mcphost.stores.transcript import TranscriptRecord, TranscriptStore
+
+BlobBackendName = Literal["disk", "database"]
+STALE_STAGING_S = 24 * 3600.0
+
+
+@dataclass(frozen=True)
+class Stores:
+    """Every store over one database."""
+
+    db: Database
+    events: EventStore
+    transcript: TranscriptStore
+    artifacts: ArtifactStore
+    state: StateStore
+    storage: StorageStore
+    runs: RunStore
+    results: ResultStore
+    audit: AuditStore
+    hosts: HostStore
+
+
+async def _sweep_staging(staging_dir: Path) -> None:
+    """Remove uploads a crashed process left half-staged (older than a day, so live ones survive)."""
+    folder = anyio.Path(staging_dir)
+    if not await folder.exists():
+        return
+    cutoff = time.time() - STALE_STAGING_S
+    async for entry in folder.glob("stage-*.part"):
+        if (await entry.stat()).st_mtime < cutoff:
+            await entry.unlink(missing_ok=True)
+
+
+@asynccontextmanager
+async def open_stores(
+    database_url: str,
+    data_dir: Path,
+    *,
+    blob_backend: BlobBackendName = "disk",
+    migrate: bool = True,
+) -> AsyncGenerator[Stores, None]:
+    """Open every store over `database_url`, with blobs under `data_dir/blobs` or in the database.
+
+    Creates `data_dir` (and a SQLite file's folder) when missing and, unless `migrate=False`, brings the
+    schema to the newest migration first. The engine is disposed on exit.
+    """
+    await anyio.Path(data_dir).mkdir(parents=True, exist_ok=True)
+    path = sqlite_path(database_url)
+    if path is not None:
+        await anyio.Path(path.parent).mkdir(parents=True, exist_ok=True)
+    db = Database(database_url)
+    try:
+        if migrate:
+            await engine.migrate(db)
+        blobs: BlobBackend = (
+            DiskBlobs(data_dir / "blobs") if blob_backend == "disk" else DatabaseBlobs(db, data_dir / "tmp")
+        )
+        await _sweep_staging(blobs.staging_dir)
+        runs = RunStore(db)
+        yield Stores(
+            db=db,
+            events=EventStore(db),
+            transcript=TranscriptStore(db),
+            artifacts=ArtifactStore(db, blobs),
+            state=StateStore(db),
+            storage=StorageStore(db),
+            runs=runs,
+            results=ResultStore(db),
+            audit=AuditStore(db),
+            hosts=HostStore(db, runs),
+        )
+    finally:
+        with anyio.CancelScope(shield=True):
+            await db.dispose()
+
+
+__all__ = [
+    "ArtifactRecord",
+    "ArtifactStore",
+    "AuditEntry",
+    "AuditRecord",
+    "AuditStore",
+    "BlobBackend",
+    "BlobBackendName",
+    "Database",
+    "DatabaseBlobs",
+    "DiskBlobs",
+    "EventKind",
+    "EventStore",
+    "GrantRecord",
+    "HostRecord",
+    "HostStore",
+    "Page",
+    "ResultStore",
+    "RunStore",
+    "StateEntry",
+    "StateStore",
+    "StorageItem",
+    "StorageStore",
+    "StorageValue",
+    "StoredEvent",
+    "StoredResult",
+    "Stores",
+    "TranscriptRecord",
+    "TranscriptStore",
+    "migrate",
+    "open_stores",
+    "upgrade_database",
+]

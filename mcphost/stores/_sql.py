@@ -1,0 +1,70 @@
+"""The few statements whose SQL differs between SQLite and PostgreSQL.
+
+Owns "insert unless it exists", "insert or update", and transaction-scoped serialization locks. Stores
+call these instead of branching on the dialect themselves.
+
+Invariants:
+- `lock_in_transaction` serializes transactions that lock the same (namespace, value) across every
+  process sharing the database. On PostgreSQL it is `pg_advisory_xact_lock` on a 64-bit key derived
+  from both strings (released at commit/rollback); on SQLite it is a no-op because write sessions begin
+  with `BEGIN IMMEDIATE`, which already serializes all writers of the file. Call it only inside
+  `db.write()`.
+- Advisory keys are a BLAKE2b digest of "namespace\\0value": different namespaces never share a key in
+  practice (2**-64), and the session-level host locks (`hosts.py`) use the same derivation.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
+
+from sqlalchemy import Insert, func, select
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import DeclarativeBase
+
+Dialect = Literal["sqlite", "postgresql"]
+
+
+def advisory_key(namespace: str, value: str) -> int:
+    """A signed 64-bit PostgreSQL advisory lock key for (namespace, value)."""
+    digest = hashlib.blake2b(f"{namespace}\0{value}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big", signed=True)
+
+
+async def lock_in_transaction(session: AsyncSession, dialect: Dialect, namespace: str, value: str) -> None:
+    """Hold a lock on (namespace, value) until the current write transaction ends."""
+    if dialect == "postgresql":
+        await session.execute(select(func.pg_advisory_xact_lock(advisory_key(namespace, value))))
+
+
+def insert_ignoring(
+    dialect: Dialect, table: type[DeclarativeBase], values: Mapping[str, Any], conflict: Sequence[str]
+) -> Insert:
+    """`INSERT … ON CONFLICT (conflict) DO NOTHING`: race-safe "insert unless it exists".
+
+    With `.returning(...)`, no row comes back when the row already existed.
+    """
+    if dialect == "postgresql":
+        return postgresql.insert(table).values(dict(values)).on_conflict_do_nothing(index_elements=conflict)
+    return sqlite.insert(table).values(dict(values)).on_conflict_do_nothing(index_elements=conflict)
+
+
+def upsert(
+    dialect: Dialect,
+    table: type[DeclarativeBase],
+    values: Mapping[str, Any],
+    conflict: Sequence[str],
+    update: Sequence[str],
+) -> Insert:
+    """`INSERT … ON CONFLICT (conflict) DO UPDATE SET update = excluded.update`."""
+    if dialect == "postgresql":
+        pg = postgresql.insert(table).values(dict(values))
+        return pg.on_conflict_do_update(
+            index_elements=conflict, set_={name: pg.excluded[name] for name in update}
+        )
+    lite = sqlite.insert(table).values(dict(values))
+    return lite.on_conflict_do_update(
+        index_elements=conflict, set_={name: lite.excluded[name] for name in update}
+    )

@@ -1,0 +1,254 @@
+"""Blob storage: content-addressed bytes behind one small protocol, on disk or in the database.
+
+Owns staging (streaming incoming bytes to a temporary file while hashing and counting them) and the two
+backends. Does not own artifact metadata, ids or integrity policy (`artifacts.py`).
+
+Invariants:
+- A blob is addressed by the SHA-256 of its bytes; storing bytes that are already stored is a no-op,
+  so duplicates share one copy.
+- `stage` leaves nothing behind when it fails (too large, the source raises, cancelled): the temporary
+  file is removed under a shield. A staged file is fsynced before a backend takes it.
+- `DiskBlobs` keeps `root/<aa>/<bb>/<sha256>`. The staged file lives in `root/.tmp` (the final
+  directory depends on the hash, known only at the end, so "the same directory" is the same
+  filesystem) and is moved into place with an atomic rename followed by a directory fsync: a reader
+  sees either no blob or the whole blob.
+- `DatabaseBlobs` keeps fixed-size chunks (`CHUNK_SIZE`) keyed (sha256, idx) and writes all chunks of a
+  blob in one transaction, so chunk 0 existing means the blob is complete; a range read touches only
+  the chunks it covers. An empty blob is one empty chunk.
+- Reading never trusts the stored bytes: backends report what they find (`stored_size`) and raise
+  `StorageIntegrityError` on a missing chunk or a short file; hash checks are `artifacts.py`'s job.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from collections.abc import AsyncIterable, AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO, Protocol
+
+import anyio
+from sqlalchemy import func, select
+
+from mcphost.errors import PayloadTooLargeError, StorageIntegrityError
+from mcphost.stores._sql import insert_ignoring
+from mcphost.stores.engine import Database
+from mcphost.stores.tables import BlobChunkRow
+
+CHUNK_SIZE = 256 * 1024
+"""Chunk size of `DatabaseBlobs` rows, and the write buffer of `stage`."""
+READ_SIZE = 256 * 1024
+"""The largest piece a backend yields at once when streaming."""
+_DB_BATCH_CHUNKS = 8
+
+
+@dataclass(frozen=True)
+class StagedBlob:
+    """Bytes written to a temporary file, with their hash and size."""
+
+    path: Path
+    sha256: str
+    size: int
+
+
+async def remove_file(path: Path) -> None:
+    """Delete `path` if it exists, even while the caller is being cancelled."""
+    with anyio.CancelScope(shield=True):
+        await anyio.Path(path).unlink(missing_ok=True)
+
+
+def _write_all(f: BinaryIO, data: bytes) -> None:
+    f.write(data)
+
+
+def _sync_close(f: BinaryIO) -> None:
+    f.flush()
+    os.fsync(f.fileno())
+    f.close()
+
+
+async def stage(chunks: AsyncIterable[bytes], staging_dir: Path, *, max_bytes: int) -> StagedBlob:
+    """Stream `chunks` to a new file in `staging_dir`, hashing as it goes.
+
+    Raises:
+        PayloadTooLargeError: past `max_bytes` (nothing is left behind).
+    """
+    await anyio.Path(staging_dir).mkdir(parents=True, exist_ok=True)
+    fd, name = await anyio.to_thread.run_sync(
+        lambda: tempfile.mkstemp(dir=staging_dir, prefix="stage-", suffix=".part")
+    )
+    path = Path(name)
+    f = os.fdopen(fd, "wb")
+    digest = hashlib.sha256()
+    size = 0
+    buffer = bytearray()
+    try:
+        async for chunk in chunks:
+            size += len(chunk)
+            if size > max_bytes:
+                raise PayloadTooLargeError(
+                    f"The upload exceeds the limit of {max_bytes} bytes; send a smaller file.",
+                    details={"max_bytes": max_bytes},
+                )
+            buffer += chunk
+            if len(buffer) >= CHUNK_SIZE:
+                data = bytes(buffer)
+                buffer.clear()
+                digest.update(data)
+                await anyio.to_thread.run_sync(_write_all, f, data)
+        digest.update(buffer)
+        await anyio.to_thread.run_sync(_write_all, f, bytes(buffer))
+        await anyio.to_thread.run_sync(_sync_close, f)
+    except BaseException:
+        f.close()
+        await remove_file(path)
+        raise
+    return StagedBlob(path=path, sha256=digest.hexdigest(), size=size)
+
+
+class BlobBackend(Protocol):
+    """Where blob bytes live."""
+
+    @property
+    def staging_dir(self) -> Path:
+        """Where `stage` should write files this backend will `commit`."""
+        ...
+
+    async def commit(self, staged: StagedBlob) -> None:
+        """Take the staged bytes (the caller removes `staged.path` afterwards if it still exists)."""
+        ...
+
+    async def stored_size(self, sha256: str) -> int | None:
+        """The size of the stored blob, or None when it is missing. O(1)."""
+        ...
+
+    def read_range(self, sha256: str, offset: int, length: int) -> AsyncIterator[bytes]:
+        """The stored bytes [offset, offset + length), in pieces of at most `READ_SIZE`."""
+        ...
+
+
+class DiskBlobs:
+    """Blobs as files under `root/<aa>/<bb>/<sha256>`."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    @property
+    def staging_dir(self) -> Path:
+        return self.root / ".tmp"
+
+    def path_of(self, sha256: str) -> Path:
+        return self.root / sha256[:2] / sha256[2:4] / sha256
+
+    async def commit(self, staged: StagedBlob) -> None:
+        target = self.path_of(staged.sha256)
+
+        def _move() -> None:
+            if target.exists() and target.stat().st_size == staged.size:
+                return  # already stored: duplicates share one file
+            target.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(staged.path, target)
+            dir_fd = os.open(target.parent, os.O_RDONLY)
+            try:
+                os.fsync(dir_fd)
+            finally:
+                os.close(dir_fd)
+
+        await anyio.to_thread.run_sync(_move)
+
+    async def stored_size(self, sha256: str) -> int | None:
+        try:
+            return (await anyio.Path(self.path_of(sha256)).stat()).st_size
+        except FileNotFoundError:
+            return None
+
+    async def read_range(self, sha256: str, offset: int, length: int) -> AsyncIterator[bytes]:
+        try:
+            f = await anyio.open_file(self.path_of(sha256), "rb")
+        except FileNotFoundError:
+            raise StorageIntegrityError(f"Blob {sha256} is missing from {self.root}.") from None
+        async with f:
+            await f.seek(offset)
+            remaining = length
+            while remaining > 0:
+                data = await f.read(min(remaining, READ_SIZE))
+                if not data:
+                    raise StorageIntegrityError(f"Blob {sha256} is shorter than its recorded size.")
+                remaining -= len(data)
+                yield data
+
+
+class DatabaseBlobs:
+    """Blobs as `CHUNK_SIZE` rows of the `blob_chunks` table."""
+
+    def __init__(self, db: Database, staging_dir: Path) -> None:
+        self._db = db
+        self._staging_dir = staging_dir
+
+    @property
+    def staging_dir(self) -> Path:
+        return self._staging_dir
+
+    async def commit(self, staged: StagedBlob) -> None:
+        async with self._db.read() as session:
+            exists = await session.execute(
+                select(BlobChunkRow.idx).where(BlobChunkRow.sha256 == staged.sha256, BlobChunkRow.idx == 0)
+            )
+            if exists.first() is not None:
+                return
+        async with await anyio.open_file(staged.path, "rb") as f, self._db.write() as session:
+            idx = 0
+            while True:
+                data = await f.read(CHUNK_SIZE)
+                if idx > 0 and not data:
+                    break
+                values = {"sha256": staged.sha256, "idx": idx, "data": data}
+                await session.execute(
+                    insert_ignoring(self._db.dialect, BlobChunkRow, values, ["sha256", "idx"])
+                )
+                idx += 1
+                if len(data) < CHUNK_SIZE:
+                    break
+
+    async def stored_size(self, sha256: str) -> int | None:
+        async with self._db.read() as session:
+            last = (
+                await session.execute(
+                    select(BlobChunkRow.idx, func.length(BlobChunkRow.data))
+                    .where(BlobChunkRow.sha256 == sha256)
+                    .order_by(BlobChunkRow.idx.desc())
+                    .limit(1)
+                )
+            ).one_or_none()
+        return None if last is None else last[0] * CHUNK_SIZE + int(last[1])
+
+    async def read_range(self, sha256: str, offset: int, length: int) -> AsyncIterator[bytes]:
+        if length <= 0:
+            return
+        first, last = offset // CHUNK_SIZE, (offset + length - 1) // CHUNK_SIZE
+        for start in range(first, last + 1, _DB_BATCH_CHUNKS):
+            stop = min(start + _DB_BATCH_CHUNKS - 1, last)
+            # One short transaction per batch: a slow reader never holds a connection open.
+            async with self._db.read() as session:
+                rows = (
+                    await session.execute(
+                        select(BlobChunkRow.idx, BlobChunkRow.data)
+                        .where(
+                            BlobChunkRow.sha256 == sha256,
+                            BlobChunkRow.idx >= start,
+                            BlobChunkRow.idx <= stop,
+                        )
+                        .order_by(BlobChunkRow.idx)
+                    )
+                ).all()
+            if [r.idx for r in rows] != list(range(start, stop + 1)):
+                raise StorageIntegrityError(f"Blob {sha256} is missing chunks {start}-{stop}.")
+            for idx, data in rows:
+                lo = max(offset - idx * CHUNK_SIZE, 0)
+                hi = min(offset + length - idx * CHUNK_SIZE, CHUNK_SIZE)
+                piece = bytes(data[lo:hi])
+                if len(piece) != hi - lo:
+                    raise StorageIntegrityError(f"Blob {sha256} chunk {idx} is shorter than expected.")
+                yield piece

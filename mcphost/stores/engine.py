@@ -1,0 +1,182 @@
+"""The database: one async engine, its sessions, and bringing its schema up to date.
+
+Owns the `AsyncEngine`, the session factories every store uses, SQLite's connection settings and the
+Alembic entry points (`migrate`, `upgrade_database`). Does not own any table or query (`tables.py` and
+the stores do).
+
+Invariants:
+- URLs are normalized to the async drivers: `sqlite:///x` → `sqlite+aiosqlite:///x`,
+  `postgresql://…` (or `postgres://`, or any other PostgreSQL driver) → `postgresql+asyncpg://…`.
+- Store methods open exactly one transaction each: `db.read()` for reads, `db.write()` for anything that
+  writes. Never nest `db.write()` inside another `db.write()` (on SQLite that waits for itself).
+- SQLite: every connection runs WAL, `foreign_keys=ON`, `synchronous=NORMAL` and a 30 s busy timeout
+  (set in a connect listener). sqlite3's own transaction handling is switched off and SQLAlchemy emits
+  `BEGIN` itself: `BEGIN IMMEDIATE` for write sessions, so a writer takes the write lock up front and
+  waits for it (busy timeout) instead of failing with "database is locked" when it upgrades a read lock
+  later; a plain deferred `BEGIN` for reads, which WAL never blocks. Writers of one process also queue on
+  an `anyio.Lock` first, so they take turns without polling the busy handler; other processes are kept
+  out by `BEGIN IMMEDIATE`.
+- PostgreSQL (asyncpg): read committed; stores that need cross-process serialization take transaction
+  advisory locks (`_sql.py`).
+- Migrations run inside one write transaction; on PostgreSQL under an advisory lock, so replicas that
+  start together apply them once.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncGenerator
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from pathlib import Path
+
+import anyio
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import Connection, event
+from sqlalchemy.engine import make_url
+from sqlalchemy.engine.interfaces import DBAPIConnection
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
+from sqlalchemy.pool import ConnectionPoolEntry
+
+from mcphost.stores._sql import Dialect, lock_in_transaction
+
+log = logging.getLogger(__name__)
+
+MIGRATIONS_DIR = Path(__file__).parent / "migrations"
+SQLITE_BUSY_TIMEOUT_S = 30.0
+_WRITE_OPTION = "mcphost_write"
+
+
+def normalize_url(url: str) -> str:
+    """The async-driver form of a database URL.
+
+    Raises:
+        ValueError: for a database other than SQLite or PostgreSQL.
+    """
+    parsed = make_url(url)
+    backend = parsed.get_backend_name()
+    if backend == "sqlite":
+        parsed = parsed.set(drivername="sqlite+aiosqlite")
+    elif backend in ("postgresql", "postgres"):
+        parsed = parsed.set(drivername="postgresql+asyncpg")
+    else:
+        raise ValueError(
+            f"Unsupported database URL scheme {parsed.drivername!r}; use sqlite:///path/to/file.db "
+            "or postgresql://user@host/dbname."
+        )
+    return parsed.render_as_string(hide_password=False)
+
+
+def sqlite_path(url: str) -> Path | None:
+    """The file of a SQLite URL, or None for PostgreSQL and in-memory SQLite."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:"):
+        return None
+    return Path(parsed.database)
+
+
+def _sqlite_on_connect(dbapi_connection: DBAPIConnection, _record: ConnectionPoolEntry) -> None:
+    # Let SQLAlchemy emit BEGIN (see _sqlite_on_begin) instead of sqlite3's legacy implicit BEGIN,
+    # which starts transactions only at the first DML statement and never for SELECT.
+    dbapi_connection.isolation_level = None  # type: ignore[attr-defined]  # the aiosqlite adapter has it
+    cursor = dbapi_connection.cursor()
+    try:
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.execute(f"PRAGMA busy_timeout={int(SQLITE_BUSY_TIMEOUT_S * 1000)}")
+    finally:
+        cursor.close()
+
+
+def _sqlite_on_begin(conn: Connection) -> None:
+    write = conn.get_execution_options().get(_WRITE_OPTION, False)
+    conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
+
+
+class Database:
+    """One database: the async engine plus read and write session factories.
+
+    `dialect` is "sqlite" or "postgresql"; stores branch on it only where SQL differs.
+    """
+
+    def __init__(self, url: str) -> None:
+        self.url = normalize_url(url)
+        backend = make_url(self.url).get_backend_name()
+        self.dialect: Dialect = "sqlite" if backend == "sqlite" else "postgresql"
+        self.engine: AsyncEngine = create_async_engine(self.url)
+        if self.dialect == "sqlite":
+            event.listen(self.engine.sync_engine, "connect", _sqlite_on_connect)
+            event.listen(self.engine.sync_engine, "begin", _sqlite_on_begin)
+        self.sessions = async_sessionmaker(self.engine, expire_on_commit=False)
+        """Sessions for reads (a deferred BEGIN on SQLite)."""
+        self.write_sessions = async_sessionmaker(
+            self.engine.execution_options(**{_WRITE_OPTION: True}), expire_on_commit=False
+        )
+        """Sessions for writes (BEGIN IMMEDIATE on SQLite). Prefer `write()`, which also queues."""
+        self._write_lock = anyio.Lock() if self.dialect == "sqlite" else None
+
+    def read(self) -> AbstractAsyncContextManager[AsyncSession]:
+        """A session inside a read transaction, committed on exit."""
+        return self.sessions.begin()
+
+    @asynccontextmanager
+    async def write(self) -> AsyncGenerator[AsyncSession, None]:
+        """A session inside a write transaction: committed on exit, rolled back on an exception."""
+        if self._write_lock is None:
+            async with self.write_sessions.begin() as session:
+                yield session
+            return
+        async with self._write_lock, self.write_sessions.begin() as session:
+            yield session
+
+    async def dispose(self) -> None:
+        """Close every pooled connection."""
+        await self.engine.dispose()
+
+
+# -- migrations ---------------------------------------------------------------------------------------
+
+
+def alembic_config(url: str) -> Config:
+    """An Alembic config for `url` built in code: no alembic.ini is needed at runtime.
+
+    Developers create a new revision with
+    `command.revision(alembic_config(url), autogenerate=True, message="...")` against a database at head.
+    """
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+    # ConfigParser interpolation treats % specially (URL-encoded passwords).
+    cfg.set_main_option("sqlalchemy.url", normalize_url(url).replace("%", "%%"))
+    return cfg
+
+
+def _upgrade_on(connection: Connection, cfg: Config) -> None:
+    cfg.attributes["connection"] = connection
+    command.upgrade(cfg, "head")
+
+
+async def migrate(db: Database) -> None:
+    """Apply every pending migration in one write transaction (a no-op at head)."""
+    cfg = alembic_config(db.url)
+    async with db.write() as session:
+        await lock_in_transaction(session, db.dialect, "migrate", "schema")
+        connection = await session.connection()
+        await connection.run_sync(_upgrade_on, cfg)
+    log.info("database schema is at head (%s)", db.dialect)
+
+
+def upgrade_database(url: str) -> None:
+    """Apply pending migrations to the database at `url` (for `mcphost db upgrade`; not async-safe)."""
+
+    async def _run() -> None:
+        path = sqlite_path(url)
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        db = Database(url)
+        try:
+            await migrate(db)
+        finally:
+            await db.dispose()
+
+    anyio.run(_run)

@@ -1,0 +1,181 @@
+"""The event log: every inbound event, tool telemetry, action request, ignored result and system event.
+
+Owns the `events` table. Does not decide what gets logged (the journal and orchestrator do).
+
+Invariants:
+- Append-only, idempotent on `event_id`: a second append of the same id returns the stored row with
+  `created=False`, whatever its other fields. Race-safe through the unique constraint
+  (`INSERT … ON CONFLICT DO NOTHING`), so concurrent appends of one id store exactly one row.
+- A run's own events (`for_run`) come from the (run_id, seq) index.
+- Paging is keyset on `seq` within one (conversation_id, thread_id), served by the index
+  (conversation_id, thread_id, seq); no conversation / no thread is "". A run's view is exactly its own
+  thread (or the conversation's main line when it has none). Filtering by event types reads each type
+  through the (conversation_id, thread_id, event_type, seq) index separately (at most
+  `MAX_EVENT_TYPES` of them) and merges by seq, so a rare type never scans the conversation.
+- `thread_at` (where a cursor points) is a primary-key probe.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+from sqlalchemy import select, union_all
+
+from mcphost.errors import InvalidArgumentError, NotFoundError
+from mcphost.protocol import JSONObject
+from mcphost.stores._cursor import Page, Window, check_limit, decode_seq, encode_cursor
+from mcphost.stores._sql import insert_ignoring
+from mcphost.stores.engine import Database
+from mcphost.stores.tables import EventRow
+
+EventKind = Literal["inbound", "telemetry", "action", "ignored", "system"]
+EVENT_KINDS: frozenset[str] = frozenset({"inbound", "telemetry", "action", "ignored", "system"})
+MAX_EVENT_TYPES = 20
+
+
+class StoredEvent(BaseModel):
+    """One row of the event log."""
+
+    model_config = ConfigDict(frozen=True)
+
+    seq: int
+    cursor: str
+    event_id: str
+    event_type: str
+    kind: EventKind
+    conversation_id: str | None
+    thread_id: str | None
+    run_id: str | None
+    actor_id: str | None
+    source: str
+    payload: JSONObject
+    created_at: float
+
+
+def _stored(row: EventRow) -> StoredEvent:
+    return StoredEvent(
+        seq=row.seq,
+        cursor=encode_cursor("events", row.seq),
+        event_id=row.event_id,
+        event_type=row.event_type,
+        kind=row.kind,  # pyright: ignore[reportArgumentType]  # written only through EventKind
+        conversation_id=row.conversation_id or None,
+        thread_id=row.thread_id or None,
+        run_id=row.run_id,
+        actor_id=row.actor_id,
+        source=row.source,
+        payload=row.payload,
+        created_at=row.created_at,
+    )
+
+
+class EventStore:
+    """Append and page the event log."""
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    async def append(
+        self,
+        *,
+        event_id: str,
+        event_type: str,
+        kind: EventKind,
+        source: str,
+        payload: JSONObject,
+        conversation_id: str | None = None,
+        thread_id: str | None = None,
+        run_id: str | None = None,
+        actor_id: str | None = None,
+        created_at: float | None = None,
+    ) -> tuple[StoredEvent, bool]:
+        """Store an event unless its `event_id` is stored already; returns (row, created)."""
+        if kind not in EVENT_KINDS:
+            raise ValueError(f"unknown event kind {kind!r}; known: {', '.join(sorted(EVENT_KINDS))}")
+        values = {
+            "event_id": event_id,
+            "event_type": event_type,
+            "kind": kind,
+            "conversation_id": conversation_id or "",
+            "thread_id": thread_id or "",
+            "run_id": run_id,
+            "actor_id": actor_id,
+            "source": source,
+            "payload": payload,
+            "created_at": time.time() if created_at is None else created_at,
+        }
+        async with self._db.write() as session:
+            stmt = insert_ignoring(self._db.dialect, EventRow, values, ["event_id"]).returning(EventRow.seq)
+            seq = (await session.execute(stmt)).scalar_one_or_none()
+            row = (await session.execute(select(EventRow).where(EventRow.event_id == event_id))).scalar_one()
+            return _stored(row), seq is not None
+
+    async def get(self, event_id: str) -> StoredEvent:
+        """The event with `event_id`."""
+        async with self._db.read() as session:
+            row = (
+                await session.execute(select(EventRow).where(EventRow.event_id == event_id))
+            ).scalar_one_or_none()
+        if row is None:
+            raise NotFoundError(f"Event {event_id!r} is not in the event log; check the id.")
+        return _stored(row)
+
+    async def for_run(self, run_id: str, *, limit: int = 1000) -> list[StoredEvent]:
+        """The first `limit` (1..1000) events a run logged, oldest first (for inspection)."""
+        query = (
+            select(EventRow)
+            .where(EventRow.run_id == run_id)
+            .order_by(EventRow.seq)
+            .limit(check_limit(limit, 1000))
+        )
+        async with self._db.read() as session:
+            rows = (await session.execute(query)).scalars().all()
+        return [_stored(row) for row in rows]
+
+    async def page(
+        self,
+        conversation_id: str | None,
+        thread_id: str | None = None,
+        *,
+        before: str | None = None,
+        after: str | None = None,
+        limit: int = 50,
+        event_types: list[str] | None = None,
+    ) -> Page[StoredEvent]:
+        """A page of one conversation thread's events (see `_cursor` for the direction rules)."""
+        window = Window.of("events", before, after, limit)
+        where = (
+            EventRow.conversation_id == (conversation_id or ""),
+            EventRow.thread_id == (thread_id or ""),
+        )
+        if event_types is None:
+            query = window.apply(select(EventRow).where(*where), EventRow.seq)
+        else:
+            types = sorted(set(event_types))
+            if not 1 <= len(types) <= MAX_EVENT_TYPES:
+                raise InvalidArgumentError(
+                    f"event_types must name 1 to {MAX_EVENT_TYPES} types; got {len(event_types)}."
+                )
+            # One range of the (conversation, thread, type, seq) index per type, merged by seq: reads
+            # at most types x (limit + 1) index entries, however rare a type is.
+            parts = [
+                window.apply(
+                    select(EventRow.seq).where(*where, EventRow.event_type == t), EventRow.seq
+                ).subquery()
+                for t in types
+            ]
+            merged = union_all(*[select(part.c.seq) for part in parts]).subquery()
+            query = window.apply(select(EventRow).join(merged, EventRow.seq == merged.c.seq), EventRow.seq)
+        async with self._db.read() as session:
+            rows = (await session.execute(query)).scalars().all()
+        return window.page(rows, lambda r: r.seq, _stored)
+
+    async def thread_at(self, cursor: str) -> tuple[str | None, str | None] | None:
+        """The (conversation_id, thread_id) of the event a cursor points at, or None when there is none."""
+        seq = decode_seq(cursor, "events")
+        query = select(EventRow.conversation_id, EventRow.thread_id).where(EventRow.seq == seq)
+        async with self._db.read() as session:
+            row = (await session.execute(query)).one_or_none()
+        return None if row is None else (row.conversation_id or None, row.thread_id or None)

@@ -1,0 +1,215 @@
+"""Host liveness, and failing the runs of hosts that stopped without finishing them.
+
+Owns the `hosts` table and the liveness proof. Does not run or cancel anything (the orchestrator calls
+`recover_abandoned` at start-up, inside `alive`).
+
+How a host proves it is alive:
+- PostgreSQL: `alive(host_id)` holds a session-level `pg_advisory_lock` on a key derived from the
+  host id, on a dedicated connection kept for the host's lifetime. The server drops that lock when
+  the connection goes away, so a killed host (or one whose machine vanished) stops holding it; another
+  host proves it dead when `pg_try_advisory_xact_lock` on the same key succeeds (a transaction-level
+  lock, gone when that check's transaction ends).
+- SQLite (one machine): the `hosts` row records pid and hostname. A host is dead when its row is
+  missing, or it is on this machine and no process has its pid. A row from another machine counts as
+  alive (nothing here can prove otherwise). A recycled pid makes a dead host look alive: recovery is
+  then late, never wrong.
+
+Invariants:
+- Recovery only ever touches runs of hosts proven dead, plus queued runs that no host owns and that
+  were admitted before the recovering host started. Each is moved to `failed` (`host.restarted`)
+  through `RunStore.transition`, which also revokes its grant; a run that finished meanwhile is skipped.
+- The recovering host never judges itself.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+from collections.abc import AsyncGenerator
+from contextlib import asynccontextmanager
+
+import anyio
+from pydantic import BaseModel, ConfigDict
+from sqlalchemy import delete, func, select, update
+
+from mcphost.errors import ConflictError, IllegalTransitionError
+from mcphost.models import RunError, RunStatus
+from mcphost.stores._sql import advisory_key, upsert
+from mcphost.stores.engine import Database
+from mcphost.stores.runs import ACTIVE_STATUSES, RunStore
+from mcphost.stores.tables import HostRow, RunRow
+
+log = logging.getLogger(__name__)
+
+HOST_RESTARTED = RunError(
+    code="host.restarted", message="The host that ran this run stopped before it finished."
+)
+_LOCK_NAMESPACE = "host"
+
+
+class HostRecord(BaseModel):
+    """A registered host process."""
+
+    model_config = ConfigDict(frozen=True)
+
+    host_id: str
+    pid: int
+    hostname: str
+    started_at: float
+    heartbeat_at: float
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process with `pid` exists on this machine."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # it exists, it is just not ours
+    return True
+
+
+class HostStore:
+    """Register this host, and recover runs of hosts that died."""
+
+    def __init__(self, db: Database, runs: RunStore) -> None:
+        self._db = db
+        self._runs = runs
+
+    @asynccontextmanager
+    async def alive(self, host_id: str) -> AsyncGenerator[HostRecord, None]:
+        """Register `host_id` and keep it provably alive until the block ends.
+
+        Raises:
+            ConflictError: another live process already holds `host_id` (PostgreSQL).
+        """
+        now = time.time()
+        record = HostRecord(
+            host_id=host_id, pid=os.getpid(), hostname=socket.gethostname(), started_at=now, heartbeat_at=now
+        )
+        if self._db.dialect == "sqlite":
+            await self._register(record)
+            try:
+                yield record
+            finally:
+                await self._unregister(host_id)
+            return
+        key = advisory_key(_LOCK_NAMESPACE, host_id)
+        conn = await self._db.engine.connect()
+        try:
+            conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
+            if not (await conn.execute(select(func.pg_try_advisory_lock(key)))).scalar_one():
+                raise ConflictError(
+                    f"Host {host_id!r} is already alive in another process; use a new host id."
+                )
+            try:
+                await self._register(record)
+                yield record
+            finally:
+                await self._unregister(host_id)
+        finally:
+            # Discard the connection rather than pool it: closing the server session is what releases
+            # the lock, whatever state the connection is in.
+            with anyio.CancelScope(shield=True):
+                await conn.invalidate()
+                await conn.close()
+
+    async def _register(self, record: HostRecord) -> None:
+        stmt = upsert(
+            self._db.dialect,
+            HostRow,
+            record.model_dump(),
+            ["host_id"],
+            ["pid", "hostname", "started_at", "heartbeat_at"],
+        )
+        async with self._db.write() as session:
+            await session.execute(stmt)
+
+    async def _unregister(self, host_id: str) -> None:
+        with anyio.CancelScope(shield=True):
+            async with self._db.write() as session:
+                await session.execute(delete(HostRow).where(HostRow.host_id == host_id))
+
+    async def heartbeat(self, host_id: str) -> None:
+        """Record that `host_id` is still working (for operators; liveness does not depend on it)."""
+        async with self._db.write() as session:
+            await session.execute(
+                update(HostRow).where(HostRow.host_id == host_id).values(heartbeat_at=time.time())
+            )
+
+    async def get(self, host_id: str) -> HostRecord | None:
+        """The registration of `host_id`, or None."""
+        async with self._db.read() as session:
+            row = (
+                await session.execute(select(HostRow).where(HostRow.host_id == host_id))
+            ).scalar_one_or_none()
+        return None if row is None else HostRecord.model_validate(row, from_attributes=True)
+
+    async def is_alive(self, host_id: str) -> bool:
+        """Whether `host_id` provably still runs (see the module docstring)."""
+        if self._db.dialect == "postgresql":
+            # The transaction-level try-lock conflicts with the host's session-level lock and goes
+            # away with the transaction, so no connection is ever left holding a dead host's key.
+            key = advisory_key(_LOCK_NAMESPACE, host_id)
+            async with self._db.read() as session:
+                return not (await session.execute(select(func.pg_try_advisory_xact_lock(key)))).scalar_one()
+        host = await self.get(host_id)
+        if host is None:
+            return False
+        return host.hostname != socket.gethostname() or pid_alive(host.pid)
+
+    async def recover_abandoned(self, host_id: str) -> list[str]:
+        """Fail the unfinished runs of dead hosts; the ids of the runs failed.
+
+        `host_id` is the recovering host (normally inside `alive(host_id)`); its own runs are never
+        touched. Queued runs without a host that were admitted before it started are failed too.
+        """
+        me = await self.get(host_id)
+        started_at = me.started_at if me is not None else time.time()
+        async with self._db.read() as session:
+            active_hosts = (
+                await session.execute(
+                    select(RunRow.host_id)
+                    .where(RunRow.status.in_(ACTIVE_STATUSES), RunRow.host_id.is_not(None))
+                    .distinct()
+                )
+            ).scalars()
+            registered = (await session.execute(select(HostRow.host_id))).scalars()
+            others = {h for h in [*active_hosts, *registered] if h is not None and h != host_id}
+        dead = [other for other in sorted(others) if not await self.is_alive(other)]
+        async with self._db.read() as session:
+            run_ids = list(
+                (
+                    await session.execute(
+                        select(RunRow.run_id)
+                        .where(
+                            RunRow.status.in_(ACTIVE_STATUSES),
+                            RunRow.host_id.in_(dead)
+                            | (
+                                RunRow.host_id.is_(None)
+                                & (RunRow.status == RunStatus.QUEUED.value)
+                                & (RunRow.created_at < started_at)
+                            ),
+                        )
+                        .order_by(RunRow.created_seq)
+                    )
+                ).scalars()
+            )
+        failed: list[str] = []
+        for run_id in run_ids:
+            try:
+                await self._runs.transition(run_id, RunStatus.FAILED, error=HOST_RESTARTED)
+            except IllegalTransitionError:
+                continue  # it finished on its own meanwhile
+            failed.append(run_id)
+        if dead:
+            async with self._db.write() as session:
+                await session.execute(delete(HostRow).where(HostRow.host_id.in_(dead)))
+        if failed:
+            log.warning("failed %d run(s) abandoned by stopped host(s) %s", len(failed), ", ".join(dead))
+        return failed

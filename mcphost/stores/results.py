@@ -1,0 +1,98 @@
+"""Run results: every accepted result of a run, by host-assigned sequence.
+
+Owns the `run_results` table. Does not assign sequences, validate results or deliver them (the
+orchestrator does: it persists here first, then publishes, so readers resume with `after=N`).
+
+Invariants:
+- (run_id, seq) is the primary key; a batch is written in one transaction (an executemany), so a flood
+  of deltas costs one round trip per batch, not per result. A batch that repeats a stored sequence
+  writes nothing and raises `ConflictError`.
+- `list(run_id, after=N)` reads the primary key range (run_id, seq > N) in order: O(limit).
+"""
+
+from __future__ import annotations
+
+import time
+
+from pydantic import BaseModel, ConfigDict
+from sqlalchemy import func, insert, select
+from sqlalchemy.exc import IntegrityError
+
+from mcphost.errors import ConflictError
+from mcphost.protocol import JSONObject
+from mcphost.stores._cursor import check_limit
+from mcphost.stores.engine import Database
+from mcphost.stores.tables import RunResultRow
+
+MAX_LIST_LIMIT = 10_000
+
+
+class StoredResult(BaseModel):
+    """One persisted result."""
+
+    model_config = ConfigDict(frozen=True)
+
+    run_id: str
+    seq: int
+    type: str
+    payload: JSONObject
+    created_at: float
+
+
+class ResultStore:
+    """Append and read run results."""
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    async def append_many(
+        self, run_id: str, items: list[tuple[str, JSONObject]], *, first_seq: int
+    ) -> list[StoredResult]:
+        """Store `items` as (type, payload) at sequences first_seq, first_seq + 1, …
+
+        Raises:
+            ConflictError: one of the sequences is already stored for the run.
+        """
+        if first_seq < 1:
+            raise ValueError(f"result sequences start at 1; got first_seq={first_seq}")
+        if not items:
+            return []
+        now = time.time()
+        stored = [
+            StoredResult(run_id=run_id, seq=first_seq + i, type=type_, payload=payload, created_at=now)
+            for i, (type_, payload) in enumerate(items)
+        ]
+        try:
+            async with self._db.write() as session:
+                await session.execute(insert(RunResultRow), [r.model_dump() for r in stored])
+        except IntegrityError as exc:
+            raise ConflictError(
+                f"Run {run_id!r} already has results in sequences {first_seq}..{stored[-1].seq}, or the run "
+                "does not exist; append after last_seq().",
+                details={"run_id": run_id, "first_seq": first_seq},
+            ) from exc
+        return stored
+
+    async def list(self, run_id: str, *, after: int = 0, limit: int = 1000) -> list[StoredResult]:
+        """Results with seq > `after`, oldest first, at most `limit` (1..10,000)."""
+        check_limit(limit, MAX_LIST_LIMIT)
+        stmt = (
+            select(RunResultRow)
+            .where(RunResultRow.run_id == run_id, RunResultRow.seq > after)
+            .order_by(RunResultRow.seq)
+            .limit(limit)
+        )
+        async with self._db.read() as session:
+            rows = (await session.execute(stmt)).scalars().all()
+        return [
+            StoredResult(run_id=r.run_id, seq=r.seq, type=r.type, payload=r.payload, created_at=r.created_at)
+            for r in rows
+        ]
+
+    async def last_seq(self, run_id: str) -> int:
+        """The highest stored sequence of the run, 0 when none."""
+        async with self._db.read() as session:
+            seq = (
+                await session.execute(select(func.max(RunResultRow.seq)).where(RunResultRow.run_id == run_id))
+            ).scalar_one()
+        return seq or 0

@@ -1,0 +1,323 @@
+"""Runs: admission, per-conversation ordering, the status state machine, grants and cancel requests.
+
+Owns the `runs` table. Does not run anything (the orchestrator does) or decide what a grant allows
+(`grants.py`).
+
+Invariants:
+- `status` is written in exactly one place, `_move`: a conditional `UPDATE … WHERE status = :current`
+  checked against `ALLOWED_TRANSITIONS`. `transition` re-reads and retries when another writer moved the
+  run first, so the check and the write are atomic together and an illegal move always raises
+  `IllegalTransitionError` ("Run 'run_…' is completed; cannot move to running.").
+- A run that reaches a terminal status gets `ended_at` and has its grant revoked in the same write.
+- Per conversation, admission and start are serialized across processes: inside the write transaction,
+  PostgreSQL takes `pg_advisory_xact_lock` on the conversation (`_sql.lock_in_transaction`); SQLite's
+  `BEGIN IMMEDIATE` already serializes all writers. Under that lock:
+  - `admit` is idempotent on `event_id`, applies the concurrency policy and inserts the run `queued`;
+  - `try_start` moves a run to `running` only when no other run of its conversation is running and no
+    older (`created_seq`) run of it is still queued: one at a time, first in first out. Runs without a
+    conversation always start.
+- `created_seq` only grows (AUTOINCREMENT / a sequence), so it orders runs by admission.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+from sqlalchemy import func, insert, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from mcphost.errors import ConcurrencyRejectedError, IllegalTransitionError, RunNotFoundError
+from mcphost.models import ALLOWED_TRANSITIONS, ConcurrencyPolicy, Run, RunError, RunGrant, RunStatus
+from mcphost.protocol import JSONObject
+from mcphost.stores._cursor import Page, check_limit, decode_seq, encode_cursor
+from mcphost.stores._sql import lock_in_transaction
+from mcphost.stores.engine import Database
+from mcphost.stores.tables import RunRow
+
+ACTIVE_STATUSES: tuple[str, ...] = (RunStatus.QUEUED.value, RunStatus.RUNNING.value)
+_LOCK_NAMESPACE = "conversation"
+
+
+class GrantRecord(BaseModel):
+    """A run's grant with what decides whether it is still good."""
+
+    model_config = ConfigDict(frozen=True)
+
+    grant: RunGrant
+    status: RunStatus
+    revoked: bool
+
+    @property
+    def active(self) -> bool:
+        """The run is not finished and its grant was not revoked."""
+        return not self.revoked and not self.status.is_terminal
+
+
+def _run(row: RunRow) -> Run:
+    return Run(
+        run_id=row.run_id,
+        event_id=row.event_id,
+        event_type=row.event_type,
+        agent_id=row.agent_id,
+        runner_id=row.runner_id,
+        conversation_id=row.conversation_id or None,
+        thread_id=row.thread_id or None,
+        status=RunStatus(row.status),
+        created_at=row.created_at,
+        started_at=row.started_at,
+        ended_at=row.ended_at,
+        deadline_at=row.deadline_at,
+        error=None if row.error is None else RunError.model_validate(row.error),
+        usage=row.usage,
+        host_id=row.host_id,
+    )
+
+
+def _not_found(run_id: str) -> RunNotFoundError:
+    return RunNotFoundError(f"Run {run_id!r} does not exist; list runs with GET /v1/runs to find its id.")
+
+
+async def _row(session: AsyncSession, run_id: str) -> RunRow:
+    row = (await session.execute(select(RunRow).where(RunRow.run_id == run_id))).scalar_one_or_none()
+    if row is None:
+        raise _not_found(run_id)
+    return row
+
+
+async def _move(
+    session: AsyncSession, run_id: str, current: RunStatus, new: RunStatus, **values: Any
+) -> RunRow | None:
+    """The one writer of `status`: move `current` → `new` unless another writer moved the run first."""
+    if new not in ALLOWED_TRANSITIONS[current]:
+        raise IllegalTransitionError(f"Run {run_id!r} is {current}; cannot move to {new}.")
+    now = time.time()
+    if new.is_terminal:
+        values |= {"ended_at": now, "revoked_at": func.coalesce(RunRow.revoked_at, now)}
+    stmt = (
+        update(RunRow)
+        .where(RunRow.run_id == run_id, RunRow.status == current.value)
+        .values(status=new.value, **values)
+        .returning(RunRow)
+    )
+    return (await session.execute(stmt)).scalar_one_or_none()
+
+
+class RunStore:
+    """Admit, start, move, read and cancel runs."""
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    async def admit(self, run: Run, *, grant: RunGrant, concurrency: ConcurrencyPolicy) -> tuple[Run, bool]:
+        """Record a new `queued` run for its event; (run, created).
+
+        An event that already has a run returns that run with `created=False`. With `reject`, an active
+        run in the conversation raises; with `interrupt`, active runs of the conversation get a cancel
+        request and the new run queues behind them.
+
+        Raises:
+            ConcurrencyRejectedError: `reject` while the conversation has a queued or running run.
+        """
+        if run.status is not RunStatus.QUEUED or grant.run_id != run.run_id:
+            raise ValueError(
+                f"admit takes a queued run and its own grant; got {run.status} / {grant.run_id!r}"
+            )
+        conversation = run.conversation_id or ""
+        values = run.model_dump(mode="json", exclude={"error"}) | {
+            "conversation_id": conversation,
+            "thread_id": run.thread_id or "",
+            "grant": grant.model_dump(mode="json"),
+            "token_hash": grant.token_hash,
+        }
+        try:
+            async with self._db.write() as session:
+                if conversation:
+                    await lock_in_transaction(session, self._db.dialect, _LOCK_NAMESPACE, conversation)
+                existing = await self._by_event(session, run.event_id)
+                if existing is not None:
+                    return _run(existing), False
+                if conversation and concurrency != "enqueue":
+                    await self._apply_policy(session, conversation, concurrency)
+                row = (await session.execute(insert(RunRow).values(values).returning(RunRow))).scalar_one()
+                return _run(row), True
+        except IntegrityError:
+            # Another admit of the same event (without a conversation lock to order them) won the race.
+            existing_run = await self.get_by_event(run.event_id)
+            if existing_run is None:
+                raise
+            return existing_run, False
+
+    async def _apply_policy(
+        self, session: AsyncSession, conversation: str, concurrency: ConcurrencyPolicy
+    ) -> None:
+        active = (
+            await session.execute(
+                select(RunRow.run_id, RunRow.status)
+                .where(RunRow.conversation_id == conversation, RunRow.status.in_(ACTIVE_STATUSES))
+                .order_by(RunRow.created_seq)
+                .limit(1)
+            )
+        ).one_or_none()
+        if active is None:
+            return
+        if concurrency == "reject":
+            raise ConcurrencyRejectedError(
+                f"Conversation {conversation!r} already has {active.status} run {active.run_id!r} and the "
+                "agent's concurrency policy is 'reject'; retry after it ends, or use 'enqueue' or 'interrupt'.",
+                details={"active_run_id": active.run_id},
+            )
+        await session.execute(
+            update(RunRow)
+            .where(
+                RunRow.conversation_id == conversation,
+                RunRow.status.in_(ACTIVE_STATUSES),
+                RunRow.cancel_requested_at.is_(None),
+            )
+            .values(cancel_requested_at=time.time())
+        )
+
+    async def try_start(self, run_id: str, *, host_id: str) -> Run | None:
+        """Move a queued run to `running` on `host_id` if it is its conversation's turn, else None."""
+        async with self._db.write() as session:
+            row = await _row(session, run_id)
+            if row.conversation_id:
+                await lock_in_transaction(session, self._db.dialect, _LOCK_NAMESPACE, row.conversation_id)
+                # Read again under the lock: another process may have moved it meanwhile.
+                await session.refresh(row)
+            if row.status != RunStatus.QUEUED:
+                return None
+            if row.conversation_id and await self._blocked(session, row):
+                return None
+            moved = await _move(
+                session, run_id, RunStatus.QUEUED, RunStatus.RUNNING, started_at=time.time(), host_id=host_id
+            )
+            return None if moved is None else _run(moved)
+
+    async def _blocked(self, session: AsyncSession, row: RunRow) -> bool:
+        same = RunRow.conversation_id == row.conversation_id
+        running = select(RunRow.run_id).where(same, RunRow.status == RunStatus.RUNNING.value).limit(1)
+        older = (
+            select(RunRow.run_id)
+            .where(same, RunRow.status == RunStatus.QUEUED.value, RunRow.created_seq < row.created_seq)
+            .limit(1)
+        )
+        return (await session.execute(running)).first() is not None or (
+            await session.execute(older)
+        ).first() is not None
+
+    async def transition(
+        self,
+        run_id: str,
+        status: RunStatus,
+        *,
+        error: RunError | None = None,
+        usage: JSONObject | None = None,
+    ) -> Run:
+        """Move a run to `status` (recording `error` and `usage` when given).
+
+        Raises:
+            RunNotFoundError: no such run.
+            IllegalTransitionError: `ALLOWED_TRANSITIONS` does not allow the move from the current status.
+        """
+        values: dict[str, Any] = {}
+        if error is not None:
+            values["error"] = error.model_dump(mode="json")
+        if usage is not None:
+            values["usage"] = usage
+        # A run moves at most twice (queued → running → terminal), so a lost race repeats at most twice.
+        for _ in range(3):
+            async with self._db.write() as session:
+                current = RunStatus((await _row(session, run_id)).status)
+                moved = await _move(session, run_id, current, status, **values)
+                if moved is not None:
+                    return _run(moved)
+        raise AssertionError(f"run {run_id!r} kept changing status under transition()")
+
+    async def get(self, run_id: str) -> Run:
+        """The run with `run_id`."""
+        async with self._db.read() as session:
+            return _run(await _row(session, run_id))
+
+    async def _by_event(self, session: AsyncSession, event_id: str) -> RunRow | None:
+        return (await session.execute(select(RunRow).where(RunRow.event_id == event_id))).scalar_one_or_none()
+
+    async def get_by_event(self, event_id: str) -> Run | None:
+        """The run an event started, or None."""
+        async with self._db.read() as session:
+            row = await self._by_event(session, event_id)
+        return None if row is None else _run(row)
+
+    async def grant(self, run_id: str) -> GrantRecord:
+        """The run's grant, its status and whether the grant was revoked."""
+        async with self._db.read() as session:
+            row = await _row(session, run_id)
+        return GrantRecord(
+            grant=RunGrant.model_validate(row.grant),
+            status=RunStatus(row.status),
+            revoked=row.revoked_at is not None,
+        )
+
+    async def revoke(self, run_id: str) -> None:
+        """Revoke the run's grant (again is a no-op)."""
+        stmt = (
+            update(RunRow)
+            .where(RunRow.run_id == run_id)
+            .values(revoked_at=func.coalesce(RunRow.revoked_at, time.time()))
+            .returning(RunRow.run_id)
+        )
+        async with self._db.write() as session:
+            if (await session.execute(stmt)).first() is None:
+                raise _not_found(run_id)
+
+    async def request_cancel(self, run_id: str) -> Run:
+        """Ask the host running `run_id` to cancel it (no-op once the run has ended or was asked)."""
+        stmt = (
+            update(RunRow)
+            .where(RunRow.run_id == run_id, RunRow.status.in_(ACTIVE_STATUSES))
+            .values(cancel_requested_at=func.coalesce(RunRow.cancel_requested_at, time.time()))
+        )
+        async with self._db.write() as session:
+            await session.execute(stmt)
+            return _run(await _row(session, run_id))
+
+    async def cancel_requested(self, host_id: str) -> list[str]:
+        """Ids of runs running on `host_id` that were asked to cancel."""
+        stmt = select(RunRow.run_id).where(
+            RunRow.status == RunStatus.RUNNING.value,
+            RunRow.host_id == host_id,
+            RunRow.cancel_requested_at.is_not(None),
+        )
+        async with self._db.read() as session:
+            return list((await session.execute(stmt)).scalars().all())
+
+    async def list(
+        self,
+        *,
+        conversation_id: str | None = None,
+        status: RunStatus | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> Page[Run]:
+        """Runs newest first, optionally of one conversation and/or one status."""
+        check_limit(limit)
+        stmt = select(RunRow)
+        if conversation_id is not None:
+            stmt = stmt.where(RunRow.conversation_id == conversation_id)
+        if status is not None:
+            stmt = stmt.where(RunRow.status == status.value)
+        if cursor is not None:
+            stmt = stmt.where(RunRow.created_seq < decode_seq(cursor, "runs"))
+        stmt = stmt.order_by(RunRow.created_seq.desc()).limit(limit + 1)
+        async with self._db.read() as session:
+            rows = (await session.execute(stmt)).scalars().all()
+        has_more = len(rows) > limit
+        kept = rows[:limit]
+        return Page[Run](
+            items=[_run(row) for row in kept],
+            next_cursor=encode_cursor("runs", kept[-1].created_seq) if has_more else None,
+            prev_cursor=None,
+            has_more=has_more,
+        )

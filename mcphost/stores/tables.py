@@ -1,0 +1,239 @@
+"""The schema: every table as a typed declarative class, and nothing else.
+
+Owns table, column, index and constraint definitions. Does not own queries (the stores do) or schema
+changes (`migrations/`: every change here needs a migration; a test compares the two on both dialects).
+
+Conventions:
+- Timestamps are epoch seconds (`Double`), the unit `Run` and the protocol use.
+- "No conversation" / "no thread" is stored as "" rather than NULL, so the composite indexes
+  (conversation_id, thread_id, seq) serve every paging query with plain equality.
+- Append-only logs (`events`, `transcript`) and `runs` have an autoincrement integer key (`seq`,
+  `created_seq`), `AUTOINCREMENT` on SQLite so it never reuses a value: cursors and FIFO order rely on
+  it only ever growing.
+- State and storage keys use the "C" collation on PostgreSQL, so key order, keyset paging and prefix
+  ranges are byte order on both dialects (SQLite's default BINARY).
+- Constraint and index names come from one naming convention, so migrations name them the same way.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Double,
+    ForeignKey,
+    Index,
+    Integer,
+    LargeBinary,
+    MetaData,
+    String,
+    Text,
+)
+from sqlalchemy.dialects import postgresql
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+SeqType = BigInteger().with_variant(Integer(), "sqlite")
+"""Autoincrement keys: BIGSERIAL on PostgreSQL; INTEGER (the rowid alias) on SQLite."""
+
+KeyType = String(200).with_variant(postgresql.VARCHAR(200, collation="C"), "postgresql")
+"""State and storage keys: byte order on both dialects."""
+
+Id = String(200)
+"""Ids from outside (events, conversations, actors) match models.ID_PATTERN: at most 200 chars."""
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+    type_annotation_map = {dict[str, Any]: JSON, list[Any]: JSON, Any: JSON}
+
+
+metadata = Base.metadata
+
+
+class EventRow(Base):
+    """The append-only event log."""
+
+    __tablename__ = "events"
+    __table_args__ = (
+        Index(None, "conversation_id", "thread_id", "seq"),
+        Index(None, "conversation_id", "thread_id", "event_type", "seq"),
+        Index(None, "run_id", "seq"),
+        {"sqlite_autoincrement": True},
+    )
+
+    seq: Mapped[int] = mapped_column(SeqType, primary_key=True, autoincrement=True)
+    event_id: Mapped[str] = mapped_column(Id, unique=True)
+    event_type: Mapped[str] = mapped_column(String(100))
+    kind: Mapped[str] = mapped_column(String(16))
+    conversation_id: Mapped[str] = mapped_column(Id)
+    thread_id: Mapped[str] = mapped_column(Id)
+    run_id: Mapped[str | None] = mapped_column(String(100))
+    actor_id: Mapped[str | None] = mapped_column(Id)
+    source: Mapped[str] = mapped_column(String(50))
+    payload: Mapped[dict[str, Any]]
+    created_at: Mapped[float] = mapped_column(Double)
+
+
+class TranscriptRow(Base):
+    """The conversation view projected from events."""
+
+    __tablename__ = "transcript"
+    __table_args__ = (
+        Index(None, "conversation_id", "thread_id", "seq"),
+        Index(None, "run_id", "seq"),
+        {"sqlite_autoincrement": True},
+    )
+
+    seq: Mapped[int] = mapped_column(SeqType, primary_key=True, autoincrement=True)
+    item_id: Mapped[str] = mapped_column(Id, unique=True)
+    conversation_id: Mapped[str] = mapped_column(Id)
+    thread_id: Mapped[str] = mapped_column(Id)
+    role: Mapped[str] = mapped_column(String(16))
+    content: Mapped[str] = mapped_column(Text)
+    contents: Mapped[list[Any]]
+    artifacts: Mapped[list[Any]]
+    event_id: Mapped[str | None] = mapped_column(Id)
+    run_id: Mapped[str | None] = mapped_column(String(100))
+    actor_id: Mapped[str | None] = mapped_column(Id)
+    created_at: Mapped[float] = mapped_column(Double)
+
+
+class ArtifactRow(Base):
+    """Artifact metadata. The bytes live in a blob backend, addressed by `sha256`."""
+
+    __tablename__ = "artifacts"
+
+    artifact_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    name: Mapped[str | None] = mapped_column(String(1000))
+    mime_type: Mapped[str] = mapped_column(String(200))
+    size: Mapped[int] = mapped_column(BigInteger)
+    sha256: Mapped[str] = mapped_column(String(64))
+    owner_run_id: Mapped[str | None] = mapped_column(String(100))
+    conversation_id: Mapped[str | None] = mapped_column(Id)
+    created_at: Mapped[float] = mapped_column(Double)
+    expires_at: Mapped[float | None] = mapped_column(Double)
+
+
+class BlobChunkRow(Base):
+    """Blob bytes for the database backend: fixed-size chunks of one content-addressed blob."""
+
+    __tablename__ = "blob_chunks"
+
+    sha256: Mapped[str] = mapped_column(String(64), primary_key=True)
+    idx: Mapped[int] = mapped_column(Integer, primary_key=True)
+    data: Mapped[bytes] = mapped_column(LargeBinary)
+
+
+class StateRow(Base):
+    """Small JSON values by (scope, owner, key); `size` is the serialized value's length in bytes."""
+
+    __tablename__ = "state"
+
+    scope: Mapped[str] = mapped_column(String(32), primary_key=True)
+    owner: Mapped[str] = mapped_column(String(1000), primary_key=True)
+    key: Mapped[str] = mapped_column(KeyType, primary_key=True)
+    value: Mapped[Any]
+    size: Mapped[int] = mapped_column(Integer)
+    updated_at: Mapped[float] = mapped_column(Double)
+
+
+class StorageRow(Base):
+    """Larger byte values by (area, owner, key)."""
+
+    __tablename__ = "storage"
+
+    area: Mapped[str] = mapped_column(String(32), primary_key=True)
+    owner: Mapped[str] = mapped_column(String(1000), primary_key=True)
+    key: Mapped[str] = mapped_column(KeyType, primary_key=True)
+    value: Mapped[bytes] = mapped_column(LargeBinary)
+    size: Mapped[int] = mapped_column(Integer)
+    updated_at: Mapped[float] = mapped_column(Double)
+
+
+class RunRow(Base):
+    """One row per run. `run_id` is the natural key every lookup uses; `created_seq` is the integer
+    primary key because SQLite can only autoincrement its rowid, and FIFO order needs a counter."""
+
+    __tablename__ = "runs"
+    __table_args__ = (
+        Index(None, "status", "created_seq"),
+        Index(None, "conversation_id", "status", "created_seq"),
+        Index(None, "conversation_id", "created_seq"),
+        {"sqlite_autoincrement": True},
+    )
+
+    created_seq: Mapped[int] = mapped_column(SeqType, primary_key=True, autoincrement=True)
+    run_id: Mapped[str] = mapped_column(String(100), unique=True)
+    event_id: Mapped[str] = mapped_column(Id, unique=True)
+    event_type: Mapped[str] = mapped_column(String(100))
+    agent_id: Mapped[str | None] = mapped_column(String(100))
+    runner_id: Mapped[str | None] = mapped_column(String(200))
+    conversation_id: Mapped[str] = mapped_column(Id)
+    thread_id: Mapped[str] = mapped_column(Id)
+    status: Mapped[str] = mapped_column(String(16))
+    created_at: Mapped[float] = mapped_column(Double)
+    started_at: Mapped[float | None] = mapped_column(Double)
+    ended_at: Mapped[float | None] = mapped_column(Double)
+    deadline_at: Mapped[float] = mapped_column(Double)
+    error: Mapped[dict[str, Any] | None]
+    usage: Mapped[dict[str, Any]]
+    host_id: Mapped[str | None] = mapped_column(String(100))
+    grant: Mapped[dict[str, Any]]
+    token_hash: Mapped[str] = mapped_column(String(128))
+    revoked_at: Mapped[float | None] = mapped_column(Double)
+    cancel_requested_at: Mapped[float | None] = mapped_column(Double)
+
+
+class RunResultRow(Base):
+    """Every accepted result of a run, by host sequence."""
+
+    __tablename__ = "run_results"
+
+    run_id: Mapped[str] = mapped_column(
+        String(100), ForeignKey("runs.run_id", ondelete="CASCADE"), primary_key=True
+    )
+    seq: Mapped[int] = mapped_column(Integer, primary_key=True)
+    type: Mapped[str] = mapped_column(String(100))
+    payload: Mapped[dict[str, Any]]
+    created_at: Mapped[float] = mapped_column(Double)
+
+
+class AuditRow(Base):
+    """Every per-run MCP call, numbered per run."""
+
+    __tablename__ = "audit"
+
+    run_id: Mapped[str] = mapped_column(
+        String(100), ForeignKey("runs.run_id", ondelete="CASCADE"), primary_key=True
+    )
+    seq: Mapped[int] = mapped_column(Integer, primary_key=True)
+    tool: Mapped[str] = mapped_column(String(200))
+    args_digest: Mapped[str] = mapped_column(String(128))
+    bytes_in: Mapped[int] = mapped_column(BigInteger)
+    bytes_out: Mapped[int] = mapped_column(BigInteger)
+    outcome: Mapped[str] = mapped_column(String(16))
+    code: Mapped[str | None] = mapped_column(String(64))
+    duration_ms: Mapped[float] = mapped_column(Double)
+    created_at: Mapped[float] = mapped_column(Double)
+
+
+class HostRow(Base):
+    """A host process that is (or was) running runs."""
+
+    __tablename__ = "hosts"
+
+    host_id: Mapped[str] = mapped_column(String(100), primary_key=True)
+    pid: Mapped[int] = mapped_column(Integer)
+    hostname: Mapped[str] = mapped_column(String(255))
+    started_at: Mapped[float] = mapped_column(Double)
+    heartbeat_at: Mapped[float] = mapped_column(Double)

@@ -1,0 +1,248 @@
+"""The transcript: a conversation's user inputs and assistant messages, projected from events.
+
+Owns the `transcript` table. Does not decide what becomes a transcript row (the journal does) or how
+an item is shown to a runner (content truncation happens where `TranscriptItem` is built).
+
+Invariants:
+- Append-only, idempotent on `item_id` (a repeated id returns the stored row), race-safe through the
+  unique constraint.
+- Reads are keyset on `seq` within one (conversation_id, thread_id) through the index of that name;
+  no thread is "", and a thread's history is exactly its own rows. `latest_cursor` and `has_before` are
+  single index probes; `for_run` reads the (run_id, seq) index.
+- `thread_at` is a primary-key probe. `search_recent` is the stand-in for full-text search: it reads at
+  most `window` of the thread's newest rows through the thread index and filters them with a
+  case-insensitive substring match (`lower()`: ASCII-only on SQLite), so its cost follows `window`, not
+  the conversation's size. Full-text search (FTS5 on SQLite, tsvector on PostgreSQL) will replace it,
+  with its index added by its own migration.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, TypeAdapter
+from sqlalchemy import func, or_, select
+
+from mcphost.models import new_id
+from mcphost.protocol import ArtifactRef, ContentElement, JSONObject
+from mcphost.stores._cursor import Page, Window, check_limit, decode_seq, encode_cursor
+from mcphost.stores._sql import insert_ignoring
+from mcphost.stores.engine import Database
+from mcphost.stores.tables import TranscriptRow
+
+Role = Literal["user", "assistant", "system", "event"]
+ROLES: frozenset[str] = frozenset({"user", "assistant", "system", "event"})
+_CONTENT: TypeAdapter[ContentElement] = TypeAdapter(ContentElement)
+SEARCH_WINDOW = 2000
+"""How many of a thread's newest items `search_recent` looks at."""
+MAX_SEARCH_TERMS = 20
+
+
+class TranscriptRecord(BaseModel):
+    """One transcript item as stored, with the cursor that points at it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    seq: int
+    cursor: str
+    item_id: str
+    conversation_id: str
+    thread_id: str | None
+    role: Role
+    content: str
+    contents: list[JSONObject]
+    """`ContentElement`s as JSON."""
+    artifacts: list[ArtifactRef]
+    event_id: str | None
+    run_id: str | None
+    actor_id: str | None
+    created_at: float
+
+
+def _record(row: TranscriptRow) -> TranscriptRecord:
+    return TranscriptRecord(
+        seq=row.seq,
+        cursor=encode_cursor("transcript", row.seq),
+        item_id=row.item_id,
+        conversation_id=row.conversation_id,
+        thread_id=row.thread_id or None,
+        role=row.role,  # pyright: ignore[reportArgumentType]  # written only through Role
+        content=row.content,
+        contents=row.contents,
+        artifacts=[ArtifactRef.model_validate(a) for a in row.artifacts],
+        event_id=row.event_id,
+        run_id=row.run_id,
+        actor_id=row.actor_id,
+        created_at=row.created_at,
+    )
+
+
+class TranscriptStore:
+    """Append and page conversation transcripts."""
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    async def append(
+        self,
+        *,
+        conversation_id: str,
+        role: Role,
+        content: str = "",
+        thread_id: str | None = None,
+        contents: Sequence[ContentElement | JSONObject] = (),
+        artifacts: Sequence[ArtifactRef | JSONObject] = (),
+        event_id: str | None = None,
+        run_id: str | None = None,
+        actor_id: str | None = None,
+        item_id: str | None = None,
+        created_at: float | None = None,
+    ) -> TranscriptRecord:
+        """Store one item (a new `item_id` unless given; a given id already stored returns that row).
+
+        `contents` and `artifacts` may be models or their JSON; either is validated and stored as JSON.
+        """
+        if role not in ROLES:
+            raise ValueError(f"unknown transcript role {role!r}; known: {', '.join(sorted(ROLES))}")
+        if not conversation_id:
+            raise ValueError("a transcript item needs a conversation_id")
+        item_id = item_id or new_id("itm")
+        values = {
+            "item_id": item_id,
+            "conversation_id": conversation_id,
+            "thread_id": thread_id or "",
+            "role": role,
+            "content": content,
+            "contents": [_CONTENT.dump_python(_CONTENT.validate_python(c), mode="json") for c in contents],
+            "artifacts": [
+                ArtifactRef.model_validate(a).model_dump(mode="json", exclude_none=True) for a in artifacts
+            ],
+            "event_id": event_id,
+            "run_id": run_id,
+            "actor_id": actor_id,
+            "created_at": time.time() if created_at is None else created_at,
+        }
+        async with self._db.write() as session:
+            await session.execute(insert_ignoring(self._db.dialect, TranscriptRow, values, ["item_id"]))
+            row = (
+                await session.execute(select(TranscriptRow).where(TranscriptRow.item_id == item_id))
+            ).scalar_one()
+            return _record(row)
+
+    async def page(
+        self,
+        conversation_id: str,
+        thread_id: str | None = None,
+        *,
+        before: str | None = None,
+        after: str | None = None,
+        limit: int = 50,
+    ) -> Page[TranscriptRecord]:
+        """A page of one conversation thread (see `_cursor` for the direction rules)."""
+        window = Window.of("transcript", before, after, limit)
+        query = window.apply(
+            select(TranscriptRow).where(
+                TranscriptRow.conversation_id == conversation_id,
+                TranscriptRow.thread_id == (thread_id or ""),
+            ),
+            TranscriptRow.seq,
+        )
+        async with self._db.read() as session:
+            rows = (await session.execute(query)).scalars().all()
+        return window.page(rows, lambda r: r.seq, _record)
+
+    async def for_run(self, run_id: str, *, limit: int = 1000) -> list[TranscriptRecord]:
+        """The first `limit` (1..1000) items a run wrote or answered, oldest first (for inspection)."""
+        query = (
+            select(TranscriptRow)
+            .where(TranscriptRow.run_id == run_id)
+            .order_by(TranscriptRow.seq)
+            .limit(check_limit(limit, 1000))
+        )
+        async with self._db.read() as session:
+            rows = (await session.execute(query)).scalars().all()
+        return [_record(row) for row in rows]
+
+    async def latest_cursor(self, conversation_id: str, thread_id: str | None = None) -> str | None:
+        """The cursor of the newest item of the thread, or None when it is empty."""
+        query = (
+            select(TranscriptRow.seq)
+            .where(
+                TranscriptRow.conversation_id == conversation_id,
+                TranscriptRow.thread_id == (thread_id or ""),
+            )
+            .order_by(TranscriptRow.seq.desc())
+            .limit(1)
+        )
+        async with self._db.read() as session:
+            seq = (await session.execute(query)).scalar_one_or_none()
+        return None if seq is None else encode_cursor("transcript", seq)
+
+    async def has_before(self, cursor: str) -> bool:
+        """Whether the thread of the item at `cursor` has items older than it."""
+        seq = decode_seq(cursor, "transcript")
+        async with self._db.read() as session:
+            anchor = (
+                await session.execute(
+                    select(TranscriptRow.conversation_id, TranscriptRow.thread_id).where(
+                        TranscriptRow.seq == seq
+                    )
+                )
+            ).one_or_none()
+            if anchor is None:
+                return False
+            older = await session.execute(
+                select(TranscriptRow.seq)
+                .where(
+                    TranscriptRow.conversation_id == anchor.conversation_id,
+                    TranscriptRow.thread_id == anchor.thread_id,
+                    TranscriptRow.seq < seq,
+                )
+                .limit(1)
+            )
+            return older.first() is not None
+
+    async def thread_at(self, cursor: str) -> tuple[str, str | None] | None:
+        """The (conversation_id, thread_id) of the item a cursor points at, or None when there is none."""
+        seq = decode_seq(cursor, "transcript")
+        query = select(TranscriptRow.conversation_id, TranscriptRow.thread_id).where(TranscriptRow.seq == seq)
+        async with self._db.read() as session:
+            row = (await session.execute(query)).one_or_none()
+        return None if row is None else (row.conversation_id, row.thread_id or None)
+
+    async def search_recent(
+        self,
+        conversation_id: str,
+        thread_id: str | None = None,
+        *,
+        terms: Sequence[str],
+        roles: Sequence[str] | None = None,
+        limit: int = 50,
+        window: int = SEARCH_WINDOW,
+    ) -> list[TranscriptRecord]:
+        """Items among the thread's newest `window` whose content contains any of `terms` (case-insensitive),
+        newest first, at most `limit` (1..100)."""
+        check_limit(limit)
+        if not 1 <= len(terms) <= MAX_SEARCH_TERMS or not all(terms):
+            raise ValueError(f"search takes 1 to {MAX_SEARCH_TERMS} non-empty terms; got {list(terms)!r}")
+        recent = (
+            select(TranscriptRow.seq)
+            .where(
+                TranscriptRow.conversation_id == conversation_id,
+                TranscriptRow.thread_id == (thread_id or ""),
+            )
+            .order_by(TranscriptRow.seq.desc())
+            .limit(window)
+            .subquery()
+        )
+        lowered = func.lower(TranscriptRow.content)
+        query = select(TranscriptRow).join(recent, TranscriptRow.seq == recent.c.seq)
+        query = query.where(or_(*[lowered.contains(term.lower(), autoescape=True) for term in terms]))
+        if roles is not None:
+            query = query.where(TranscriptRow.role.in_(list(roles)))
+        query = query.order_by(TranscriptRow.seq.desc()).limit(limit)
+        async with self._db.read() as session:
+            rows = (await session.execute(query)).scalars().all()
+        return [_record(row) for row in rows]

@@ -1,0 +1,225 @@
+"""Artifacts on both blob backends: streaming uploads with limits, range reads, verified reads."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from collections.abc import AsyncGenerator, AsyncIterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import delete, func, select, update
+
+from mcphost.errors import InvalidArgumentError, NotFoundError, PayloadTooLargeError, StorageIntegrityError
+from mcphost.stores import ArtifactStore, DatabaseBlobs, DiskBlobs, Stores, open_stores
+from mcphost.stores.blobs import CHUNK_SIZE
+from mcphost.stores.tables import ArtifactRow, BlobChunkRow
+
+DATA = os.urandom(2 * CHUNK_SIZE + 12345)  # three database chunks, the last one partial
+
+
+@pytest.fixture(params=["disk", "database"])
+async def stores(
+    database_url: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> AsyncGenerator[Stores, None]:
+    """Every store, with artifact blobs on disk or in the database (this module's override)."""
+    async with open_stores(database_url, tmp_path / "data", blob_backend=request.param) as opened:
+        yield opened
+
+
+async def _chunks(data: bytes, size: int) -> AsyncIterator[bytes]:
+    for i in range(0, len(data), size):
+        yield data[i : i + size]
+
+
+async def _put(stores: Stores, data: bytes = DATA) -> str:
+    record = await stores.artifacts.put_bytes(
+        data, name="data.bin", mime_type="application/octet-stream", max_bytes=len(data)
+    )
+    return record.artifact_id
+
+
+def _files(root: Path) -> list[Path]:
+    return sorted(p for p in root.rglob("*") if p.is_file()) if root.exists() else []
+
+
+async def _count(stores: Stores, table: type[ArtifactRow] | type[BlobChunkRow]) -> int:
+    async with stores.db.read() as session:
+        return (await session.execute(select(func.count()).select_from(table))).scalar_one()
+
+
+async def test_an_artifact_reads_back_whole_and_its_ref_matches(stores: Stores) -> None:
+    record = await stores.artifacts.put_bytes(
+        DATA,
+        name="d.bin",
+        mime_type="application/x-test",
+        max_bytes=10**7,
+        owner_run_id="run-1",
+        conversation_id="c1",
+    )
+    assert record.artifact_id.startswith("art_")
+    assert record.size == len(DATA)
+    assert record.sha256 == hashlib.sha256(DATA).hexdigest()
+    assert await stores.artifacts.get(record.artifact_id) == record
+    assert await stores.artifacts.read(record.artifact_id) == DATA
+    ref = record.to_ref()
+    assert (ref.artifact_id, ref.size, ref.sha256, ref.mime_type, ref.name) == (
+        record.artifact_id,
+        len(DATA),
+        record.sha256,
+        "application/x-test",
+        "d.bin",
+    )
+
+
+@pytest.mark.parametrize(
+    ("offset", "length"),
+    [
+        (0, 1),
+        (1, 10),
+        (CHUNK_SIZE - 5, 10),  # crosses the first chunk boundary
+        (CHUNK_SIZE, CHUNK_SIZE),  # exactly the second chunk
+        (CHUNK_SIZE - 1, CHUNK_SIZE + 2),  # touches all three chunks
+        (len(DATA) - 3, 100),  # runs past the end: clipped
+        (len(DATA), 10),  # at the end: empty
+    ],
+)
+async def test_range_reads_return_exactly_the_requested_bytes(
+    stores: Stores, offset: int, length: int
+) -> None:
+    artifact_id = await _put(stores)
+    assert await stores.artifacts.read(artifact_id, offset, length) == DATA[offset : offset + length]
+    _, stream = await stores.artifacts.open_range(artifact_id, offset, length)
+    assert b"".join([piece async for piece in stream]) == DATA[offset : offset + length]
+
+
+async def test_a_range_to_the_end_and_a_bad_range(stores: Stores) -> None:
+    artifact_id = await _put(stores)
+    assert await stores.artifacts.read(artifact_id, 100) == DATA[100:]
+    with pytest.raises(InvalidArgumentError, match="past the end"):
+        await stores.artifacts.read(artifact_id, len(DATA) + 1, 1)
+    with pytest.raises(InvalidArgumentError, match=">= 0"):
+        await stores.artifacts.read(artifact_id, -1, 1)
+
+
+async def test_an_empty_artifact_works(stores: Stores) -> None:
+    artifact_id = await _put(stores, b"")
+    assert await stores.artifacts.read(artifact_id) == b""
+    assert await stores.artifacts.read(artifact_id, 0, 10) == b""
+
+
+async def test_a_streamed_upload_in_odd_pieces_equals_the_bytes(stores: Stores) -> None:
+    record = await stores.artifacts.put_stream(
+        _chunks(DATA, 7777), name=None, mime_type="application/octet-stream", max_bytes=len(DATA)
+    )
+    assert record.sha256 == hashlib.sha256(DATA).hexdigest()
+    assert record.size == len(DATA)
+    assert await stores.artifacts.read(record.artifact_id) == DATA
+
+
+async def test_duplicates_share_one_blob(stores: Stores, tmp_path: Path) -> None:
+    first, second = await _put(stores), await _put(stores)
+    assert first != second
+    assert await stores.artifacts.read(second) == DATA
+    if isinstance(stores.artifacts.blobs, DiskBlobs):
+        assert len(_files(tmp_path / "data" / "blobs")) == 1
+    else:
+        assert await _count(stores, BlobChunkRow) == 3
+
+
+async def test_an_upload_past_the_cap_leaves_no_file_and_no_row(stores: Stores, tmp_path: Path) -> None:
+    with pytest.raises(PayloadTooLargeError, match="limit of 100000 bytes"):
+        await stores.artifacts.put_stream(_chunks(DATA, 4096), name="x", mime_type="a/b", max_bytes=100_000)
+    with pytest.raises(PayloadTooLargeError):
+        await stores.artifacts.put_bytes(DATA, name="x", mime_type="a/b", max_bytes=100)
+    assert _files(tmp_path / "data") == []
+    assert await _count(stores, ArtifactRow) == 0
+    assert await _count(stores, BlobChunkRow) == 0
+
+
+async def test_a_failing_source_leaves_nothing_behind(stores: Stores, tmp_path: Path) -> None:
+    async def broken() -> AsyncIterator[bytes]:
+        yield b"x" * (CHUNK_SIZE + 1)
+        raise OSError("client went away")
+
+    with pytest.raises(OSError, match="client went away"):
+        await stores.artifacts.put_stream(broken(), name="x", mime_type="a/b", max_bytes=10**7)
+    assert _files(tmp_path / "data") == []
+    assert await _count(stores, ArtifactRow) == 0
+
+
+async def test_unknown_and_expired_artifacts_are_not_found(stores: Stores) -> None:
+    with pytest.raises(NotFoundError, match="'art_nope' does not exist"):
+        await stores.artifacts.get("art_nope")
+    record = await stores.artifacts.put_bytes(
+        b"x", name="x", mime_type="a/b", max_bytes=1, expires_at=time.time() - 1
+    )
+    with pytest.raises(NotFoundError, match="expired"):
+        await stores.artifacts.read(record.artifact_id)
+
+
+async def _corrupt(stores: Stores, sha256: str, *, keep_size: bool) -> None:
+    blobs = stores.artifacts.blobs
+    if isinstance(blobs, DiskBlobs):
+        path = blobs.path_of(sha256)
+        data = bytearray(path.read_bytes())
+        if keep_size:
+            data[CHUNK_SIZE + 1] ^= 0xFF
+        else:
+            del data[-1]
+        path.write_bytes(bytes(data))
+        return
+    assert isinstance(blobs, DatabaseBlobs)
+    async with stores.db.write() as session:
+        chunk = (
+            await session.execute(
+                select(BlobChunkRow.data).where(BlobChunkRow.sha256 == sha256, BlobChunkRow.idx == 2)
+            )
+        ).scalar_one()
+        changed = bytes([chunk[0] ^ 0xFF]) + chunk[1:] if keep_size else chunk[:-1]
+        await session.execute(
+            update(BlobChunkRow)
+            .where(BlobChunkRow.sha256 == sha256, BlobChunkRow.idx == 2)
+            .values(data=changed)
+        )
+
+
+async def test_a_corrupted_blob_fails_full_reads_and_first_range_reads(stores: Stores) -> None:
+    artifact_id = await _put(stores)
+    record = await stores.artifacts.get(artifact_id)
+    await _corrupt(stores, record.sha256, keep_size=True)
+    with pytest.raises(StorageIntegrityError, match="do not match SHA-256"):
+        await stores.artifacts.read(artifact_id)
+    # A store that has not verified this blob yet (a fresh process) hashes it once on a range read.
+    fresh = ArtifactStore(stores.db, stores.artifacts.blobs)
+    with pytest.raises(StorageIntegrityError, match="do not match SHA-256"):
+        await fresh.read(artifact_id, 0, 10)
+    with pytest.raises(StorageIntegrityError):
+        await fresh.open_range(artifact_id)
+
+
+async def test_range_reads_hash_a_blob_once_but_check_its_size_every_time(stores: Stores) -> None:
+    artifact_id = await _put(stores)
+    assert await stores.artifacts.read(artifact_id, 5, 5) == DATA[5:10]  # verified and cached
+    record = await stores.artifacts.get(artifact_id)
+    await _corrupt(stores, record.sha256, keep_size=True)
+    assert await stores.artifacts.read(artifact_id, 0, 10) == DATA[:10]  # untouched chunk, cached hash
+    await _corrupt(stores, record.sha256, keep_size=False)
+    with pytest.raises(StorageIntegrityError, match="expected"):
+        await stores.artifacts.read(artifact_id, 0, 10)
+
+
+async def test_a_missing_blob_is_an_integrity_error(stores: Stores) -> None:
+    artifact_id = await _put(stores, b"hello")
+    record = await stores.artifacts.get(artifact_id)
+    blobs = stores.artifacts.blobs
+    if isinstance(blobs, DiskBlobs):
+        blobs.path_of(record.sha256).unlink()
+    else:
+        async with stores.db.write() as session:
+            await session.execute(delete(BlobChunkRow))
+    with pytest.raises(StorageIntegrityError):
+        await stores.artifacts.read(artifact_id)
+    with pytest.raises(StorageIntegrityError, match="holds nothing"):
+        await stores.artifacts.read(artifact_id, 0, 1)

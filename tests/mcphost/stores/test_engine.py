@@ -1,0 +1,149 @@
+"""The database: URL normalization, SQLite settings, concurrent writers, and opening the stores."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import anyio
+import pytest
+from sqlalchemy import func, select, text
+
+from mcphost.stores import AuditEntry, Database, Stores, open_stores
+from mcphost.stores.engine import normalize_url, sqlite_path
+from mcphost.stores.tables import EventRow
+from tests.mcphost.stores.factories import admitted
+
+WRITER = """
+import sys, anyio
+from pathlib import Path
+from mcphost.stores import open_stores
+
+async def main(url: str, data: str) -> None:
+    async with open_stores(url, Path(data), migrate=False) as stores:
+        async def one(i: int) -> None:
+            await stores.events.append(
+                event_id=f"child-{i}", event_type="a.b", kind="system", source="system", payload={"i": i}
+            )
+        async with anyio.create_task_group() as tg:
+            for i in range(50):
+                tg.start_soon(one, i)
+
+anyio.run(main, sys.argv[1], sys.argv[2])
+"""
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("sqlite:///rel/x.db", "sqlite+aiosqlite:///rel/x.db"),
+        ("sqlite:////abs/x.db", "sqlite+aiosqlite:////abs/x.db"),
+        ("sqlite+aiosqlite:///x.db", "sqlite+aiosqlite:///x.db"),
+        ("postgresql://u:p%40ss@h:5432/db", "postgresql+asyncpg://u:p%40ss@h:5432/db"),
+        ("postgres://u@h/db", "postgresql+asyncpg://u@h/db"),
+        ("postgresql+psycopg2://u@h/db", "postgresql+asyncpg://u@h/db"),
+        ("postgresql+asyncpg://u@h/db", "postgresql+asyncpg://u@h/db"),
+    ],
+)
+def test_urls_are_normalized_to_the_async_drivers(url: str, expected: str) -> None:
+    assert normalize_url(url) == expected
+
+
+def test_other_databases_are_refused_with_the_supported_forms() -> None:
+    with pytest.raises(ValueError, match=r"Unsupported database URL scheme 'mysql'.*sqlite:///"):
+        normalize_url("mysql://u@h/db")
+
+
+def test_sqlite_path_is_the_file_of_a_sqlite_url() -> None:
+    assert sqlite_path("sqlite:////a/b/c.db") == Path("/a/b/c.db")
+    assert sqlite_path("sqlite://") is None
+    assert sqlite_path("postgresql://u@h/db") is None
+
+
+async def test_the_dialect_is_known(stores: Stores, database_url: str) -> None:
+    assert stores.db.dialect == ("sqlite" if database_url.startswith("sqlite") else "postgresql")
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+async def test_sqlite_connections_use_wal_foreign_keys_and_a_busy_timeout(stores: Stores) -> None:
+    async with stores.db.read() as session:
+        pragmas = [
+            (await session.execute(text(f"PRAGMA {name}"))).scalar_one()
+            for name in ("journal_mode", "foreign_keys", "busy_timeout", "synchronous")
+        ]
+    assert pragmas == ["wal", 1, 30000, 1]  # synchronous=NORMAL is 1
+
+
+async def _count_events(stores: Stores) -> int:
+    async with stores.db.read() as session:
+        return (await session.execute(select(func.count()).select_from(EventRow))).scalar_one()
+
+
+async def _append_many(stores: Stores, prefix: str, n: int, run_id: str) -> None:
+    async def one(i: int) -> None:
+        await stores.events.append(
+            event_id=f"{prefix}-{i}", event_type="a.b", kind="system", source="system", payload={}
+        )
+        await stores.state.set("runner", (prefix,), f"k{i}", i)
+        # Reads, then writes: a deferred transaction here would hit SQLITE_BUSY with no retry.
+        await stores.audit.append(
+            AuditEntry(
+                run_id=run_id,
+                tool=f"{prefix}{i}",
+                args_digest="",
+                bytes_in=0,
+                bytes_out=0,
+                outcome="ok",
+                duration_ms=0,
+            )
+        )
+
+    async with anyio.create_task_group() as tg:
+        for i in range(n):
+            tg.start_soon(one, i)
+
+
+async def test_fifty_concurrent_writers_all_succeed(stores: Stores) -> None:
+    run = await admitted(stores)
+    await _append_many(stores, "w", 50, run.run_id)
+    assert await _count_events(stores) == 50
+    assert [a.seq for a in await stores.audit.list(run.run_id)] == list(range(1, 51))
+
+
+async def test_writers_in_two_engines_and_another_process_all_succeed(
+    stores: Stores, database_url: str, tmp_path: Path
+) -> None:
+    # Separate engines do not share the in-process write lock: on SQLite only BEGIN IMMEDIATE and the
+    # busy timeout keep them from failing with "database is locked".
+    run = await admitted(stores)
+    async with (
+        open_stores(database_url, tmp_path / "other", migrate=False) as other,
+        anyio.create_task_group() as tg,
+    ):
+        tg.start_soon(_append_many, stores, "a", 50, run.run_id)
+        tg.start_soon(_append_many, other, "b", 50, run.run_id)
+        tg.start_soon(
+            anyio.run_process, [sys.executable, "-c", WRITER, database_url, str(tmp_path / "child")]
+        )
+    assert await _count_events(stores) == 150
+    assert [a.seq for a in await stores.audit.list(run.run_id, limit=1000)] == list(range(1, 101))
+
+
+async def test_open_stores_creates_the_data_dir_and_the_sqlite_folder(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'deep' / 'er' / 'host.db'}"
+    async with open_stores(url, tmp_path / "data" / "dir") as stores:
+        assert stores.db.dialect == "sqlite"
+        await stores.events.append(event_id="e", event_type="a.b", kind="system", source="system", payload={})
+    assert (tmp_path / "deep" / "er" / "host.db").is_file()
+    assert (tmp_path / "data" / "dir").is_dir()
+
+
+async def test_a_database_can_be_disposed_and_reopened(database_url: str, tmp_path: Path) -> None:
+    async with open_stores(database_url, tmp_path) as stores:
+        await stores.events.append(event_id="e", event_type="a.b", kind="system", source="system", payload={})
+    db = Database(database_url)
+    try:
+        async with db.read() as session:
+            assert (await session.execute(select(EventRow.event_id))).scalars().all() == ["e"]
+    finally:
+        await db.dispose()

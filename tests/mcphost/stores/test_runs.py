@@ -1,0 +1,263 @@
+"""Runs: idempotent admission, policies, FIFO exclusive starts, the state machine, grants, cancels."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import anyio
+import pytest
+
+from mcphost.errors import (
+    ConcurrencyRejectedError,
+    IllegalTransitionError,
+    InvalidArgumentError,
+    RunNotFoundError,
+)
+from mcphost.models import Run, RunError, RunStatus
+from mcphost.stores import Stores, open_stores
+from tests.mcphost.stores.factories import admitted, new_run
+
+
+async def test_admit_stores_a_queued_run_and_its_grant(stores: Stores) -> None:
+    run, grant = new_run("c1", thread_id="t1", host_id="host-a")
+    stored, created = await stores.runs.admit(run, grant=grant, concurrency="enqueue")
+    assert created
+    assert stored == run
+    assert await stores.runs.get(run.run_id) == run
+    assert await stores.runs.get_by_event(run.event_id) == run
+    record = await stores.runs.grant(run.run_id)
+    assert record.grant == grant
+    assert record.status is RunStatus.QUEUED
+    assert not record.revoked
+    assert record.active
+
+
+async def test_an_event_admitted_again_returns_the_first_run(stores: Stores) -> None:
+    run, grant = new_run("c1", event_id="evt-1")
+    await stores.runs.admit(run, grant=grant, concurrency="enqueue")
+    replay, replay_grant = new_run("c1", event_id="evt-1")
+    existing, created = await stores.runs.admit(replay, grant=replay_grant, concurrency="reject")
+    assert not created
+    assert existing.run_id == run.run_id
+
+
+@pytest.mark.parametrize("conversation_id", ["c1", None])
+async def test_twenty_concurrent_admits_of_one_event_create_one_run(
+    stores: Stores, conversation_id: str | None
+) -> None:
+    results: list[tuple[Run, bool]] = []
+
+    async def admit() -> None:
+        run, grant = new_run(conversation_id, event_id="evt-race")
+        results.append(await stores.runs.admit(run, grant=grant, concurrency="enqueue"))
+
+    async with anyio.create_task_group() as tg:
+        for _ in range(20):
+            tg.start_soon(admit)
+    assert sum(created for _, created in results) == 1
+    assert len({run.run_id for run, _ in results}) == 1
+    assert len((await stores.runs.list()).items) == 1
+
+
+async def test_unknown_runs_raise_a_message_that_says_what_to_do(stores: Stores) -> None:
+    with pytest.raises(RunNotFoundError, match=r"Run 'run_nope' does not exist; list runs with GET /v1/runs"):
+        await stores.runs.get("run_nope")
+    with pytest.raises(RunNotFoundError):
+        await stores.runs.transition("run_nope", RunStatus.FAILED)
+    with pytest.raises(RunNotFoundError):
+        await stores.runs.revoke("run_nope")
+    assert await stores.runs.get_by_event("evt_nope") is None
+
+
+async def test_a_run_moves_through_its_states_and_ending_revokes_its_grant(stores: Stores) -> None:
+    run = await admitted(stores)
+    started = await stores.runs.try_start(run.run_id, host_id="host-a")
+    assert started is not None
+    assert started.status is RunStatus.RUNNING
+    assert started.host_id == "host-a"
+    assert started.started_at is not None
+    assert started.ended_at is None
+    done = await stores.runs.transition(run.run_id, RunStatus.COMPLETED, usage={"input_tokens": 3})
+    assert done.status is RunStatus.COMPLETED
+    assert done.ended_at is not None
+    assert done.usage == {"input_tokens": 3}
+    record = await stores.runs.grant(run.run_id)
+    assert record.revoked
+    assert not record.active
+
+
+async def test_an_illegal_transition_raises_the_exact_message(stores: Stores) -> None:
+    run = await admitted(stores)
+    await stores.runs.transition(
+        run.run_id, RunStatus.FAILED, error=RunError(code="runner.crashed", message="boom")
+    )
+    with pytest.raises(IllegalTransitionError) as info:
+        await stores.runs.transition(run.run_id, RunStatus.RUNNING)
+    assert str(info.value) == f"Run {run.run_id!r} is failed; cannot move to running."
+    with pytest.raises(IllegalTransitionError, match="is failed; cannot move to completed"):
+        await stores.runs.transition(run.run_id, RunStatus.COMPLETED)
+    stored = await stores.runs.get(run.run_id)
+    assert stored.status is RunStatus.FAILED
+    assert stored.error == RunError(code="runner.crashed", message="boom")
+
+
+async def test_queued_cannot_complete_without_running(stores: Stores) -> None:
+    run = await admitted(stores)
+    with pytest.raises(IllegalTransitionError, match="is queued; cannot move to completed"):
+        await stores.runs.transition(run.run_id, RunStatus.COMPLETED)
+
+
+async def test_concurrent_terminal_moves_let_exactly_one_win(stores: Stores) -> None:
+    run = await admitted(stores)
+    await stores.runs.try_start(run.run_id, host_id="h")
+    wins: list[RunStatus] = []
+    refused: list[str] = []
+
+    async def end(status: RunStatus) -> None:
+        try:
+            wins.append((await stores.runs.transition(run.run_id, status)).status)
+        except IllegalTransitionError as exc:
+            refused.append(str(exc))
+
+    async with anyio.create_task_group() as tg:
+        for status in [RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED] * 4:
+            tg.start_soon(end, status)
+    assert len(wins) == 1
+    assert len(refused) == 11
+    assert (await stores.runs.get(run.run_id)).status is wins[0]
+
+
+async def test_runs_of_a_conversation_start_one_at_a_time_in_admission_order(stores: Stores) -> None:
+    first, second, third = [await admitted(stores, "c1") for _ in range(3)]
+    assert await stores.runs.try_start(second.run_id, host_id="h") is None  # an older run is queued
+    assert await stores.runs.try_start(first.run_id, host_id="h") is not None
+    assert await stores.runs.try_start(first.run_id, host_id="h") is None  # already running
+    assert await stores.runs.try_start(second.run_id, host_id="h") is None  # first is running
+    await stores.runs.transition(first.run_id, RunStatus.COMPLETED)
+    assert await stores.runs.try_start(third.run_id, host_id="h") is None  # second is older
+    assert await stores.runs.try_start(second.run_id, host_id="h") is not None
+    await stores.runs.transition(second.run_id, RunStatus.CANCELLED)
+    assert await stores.runs.try_start(third.run_id, host_id="h") is not None
+
+
+async def test_other_conversations_and_runs_without_one_start_independently(stores: Stores) -> None:
+    a, b = await admitted(stores, "c1"), await admitted(stores, "c2")
+    n1, n2 = await admitted(stores, None), await admitted(stores, None)
+    for run in (a, b, n1, n2):
+        assert await stores.runs.try_start(run.run_id, host_id="h") is not None
+
+
+async def test_concurrent_starts_in_one_conversation_start_exactly_one_run(
+    stores: Stores, database_url: str, tmp_path: Path
+) -> None:
+    runs = [await admitted(stores, "c1") for _ in range(2)]
+    await stores.runs.transition(runs[0].run_id, RunStatus.CANCELLED)
+    late = [await admitted(stores, "c1") for _ in range(3)]
+    # Two independent engines stand in for two host processes.
+    async with open_stores(database_url, tmp_path / "other", migrate=False) as other:
+        started: list[str] = []
+
+        async def start(which: Stores, run_id: str) -> None:
+            if await which.runs.try_start(run_id, host_id="h") is not None:
+                started.append(run_id)
+
+        async with anyio.create_task_group() as tg:
+            for run in [runs[1], *late] * 3:
+                tg.start_soon(start, stores, run.run_id)
+                tg.start_soon(start, other, run.run_id)
+    assert started == [runs[1].run_id]
+    running = await stores.runs.list(conversation_id="c1", status=RunStatus.RUNNING)
+    assert [r.run_id for r in running.items] == [runs[1].run_id]
+
+
+async def test_reject_refuses_while_the_conversation_has_an_active_run(stores: Stores) -> None:
+    active = await admitted(stores, "c1")
+    run, grant = new_run("c1")
+    with pytest.raises(ConcurrencyRejectedError, match=f"already has queued run {active.run_id!r}"):
+        await stores.runs.admit(run, grant=grant, concurrency="reject")
+    assert await stores.runs.get_by_event(run.event_id) is None
+    other, other_grant = new_run("c2")
+    assert (await stores.runs.admit(other, grant=other_grant, concurrency="reject"))[1]
+    await stores.runs.transition(active.run_id, RunStatus.CANCELLED)
+    assert (await stores.runs.admit(run, grant=grant, concurrency="reject"))[1]
+
+
+async def test_concurrent_rejecting_admits_in_two_processes_let_exactly_one_in(
+    stores: Stores, database_url: str, tmp_path: Path
+) -> None:
+    admitted_ids: list[str] = []
+    rejected: list[str] = []
+
+    async def admit(which: Stores) -> None:
+        run, grant = new_run("c1")
+        try:
+            admitted_ids.append((await which.runs.admit(run, grant=grant, concurrency="reject"))[0].run_id)
+        except ConcurrencyRejectedError as exc:
+            rejected.append(exc.details["active_run_id"])
+
+    async with (
+        open_stores(database_url, tmp_path / "other", migrate=False) as other,
+        anyio.create_task_group() as tg,
+    ):
+        for _ in range(10):
+            tg.start_soon(admit, stores)
+            tg.start_soon(admit, other)
+    assert len(admitted_ids) == 1
+    assert rejected == admitted_ids * 19
+
+
+async def test_interrupt_asks_active_runs_to_cancel_and_queues_behind_them(stores: Stores) -> None:
+    running = await admitted(stores, "c1")
+    await stores.runs.try_start(running.run_id, host_id="host-a")
+    waiting = await admitted(stores, "c1")
+    elsewhere = await admitted(stores, "c2")
+    await stores.runs.try_start(elsewhere.run_id, host_id="host-a")
+    run, grant = new_run("c1")
+    new, created = await stores.runs.admit(run, grant=grant, concurrency="interrupt")
+    assert created
+    assert new.status is RunStatus.QUEUED
+    assert await stores.runs.cancel_requested("host-a") == [running.run_id]
+    assert await stores.runs.cancel_requested("host-b") == []
+    await stores.runs.transition(running.run_id, RunStatus.CANCELLED)
+    await stores.runs.transition(waiting.run_id, RunStatus.CANCELLED)
+    assert await stores.runs.cancel_requested("host-a") == []
+    assert await stores.runs.try_start(new.run_id, host_id="host-a") is not None
+
+
+async def test_request_cancel_is_idempotent_and_ignores_finished_runs(stores: Stores) -> None:
+    run = await admitted(stores)
+    await stores.runs.try_start(run.run_id, host_id="h")
+    await stores.runs.request_cancel(run.run_id)
+    await stores.runs.request_cancel(run.run_id)
+    assert await stores.runs.cancel_requested("h") == [run.run_id]
+    await stores.runs.transition(run.run_id, RunStatus.CANCELLED)
+    assert (await stores.runs.request_cancel(run.run_id)).status is RunStatus.CANCELLED
+    assert await stores.runs.cancel_requested("h") == []
+
+
+async def test_revoke_is_idempotent(stores: Stores) -> None:
+    run = await admitted(stores)
+    await stores.runs.revoke(run.run_id)
+    await stores.runs.revoke(run.run_id)
+    record = await stores.runs.grant(run.run_id)
+    assert record.revoked
+    assert not record.active
+    assert record.status is RunStatus.QUEUED
+
+
+async def test_list_pages_newest_first_with_filters(stores: Stores) -> None:
+    runs = [await admitted(stores, "c1" if i % 2 else "c2") for i in range(7)]
+    await stores.runs.transition(runs[1].run_id, RunStatus.FAILED)
+    first = await stores.runs.list(limit=3)
+    assert [r.run_id for r in first.items] == [r.run_id for r in runs[::-1][:3]]
+    assert first.has_more
+    assert first.next_cursor is not None
+    rest = await stores.runs.list(limit=10, cursor=first.next_cursor)
+    assert [r.run_id for r in rest.items] == [r.run_id for r in runs[::-1][3:]]
+    assert not rest.has_more
+    c1 = await stores.runs.list(conversation_id="c1")
+    assert [r.run_id for r in c1.items] == [runs[5].run_id, runs[3].run_id, runs[1].run_id]
+    failed = await stores.runs.list(conversation_id="c1", status=RunStatus.FAILED)
+    assert [r.run_id for r in failed.items] == [runs[1].run_id]
+    with pytest.raises(InvalidArgumentError, match="belongs to 'runs' paging"):
+        await stores.events.page("c1", before=first.next_cursor)

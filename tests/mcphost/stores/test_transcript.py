@@ -1,0 +1,156 @@
+"""The transcript: idempotent appends, keyset pages, latest_cursor and has_before."""
+
+from __future__ import annotations
+
+import pytest
+
+from mcphost.errors import InvalidArgumentError
+from mcphost.protocol import ArtifactRef, MediaContent, TextContent
+from mcphost.stores import Stores, TranscriptRecord
+from mcphost.stores._cursor import encode_cursor
+
+
+def _contents(records: list[TranscriptRecord]) -> list[str]:
+    return [r.content for r in records]
+
+
+async def test_an_item_keeps_its_contents_artifacts_and_ids(stores: Stores) -> None:
+    ref = ArtifactRef(artifact_id="art_1", name="a.png", mime_type="image/png", size=3)
+    record = await stores.transcript.append(
+        conversation_id="c1",
+        thread_id="t1",
+        role="user",
+        content="look",
+        contents=[
+            TextContent(text="look"),
+            {"type": "image", "artifact_id": "art_1", "mime_type": "image/png"},
+        ],
+        artifacts=[ref],
+        event_id="evt-1",
+        run_id="run-1",
+        actor_id="u1",
+    )
+    (stored,) = (await stores.transcript.page("c1", "t1")).items
+    assert stored == record
+    assert stored.artifacts == [ref]
+    assert stored.contents == [
+        {"type": "text", "text": "look"},
+        MediaContent(type="image", artifact_id="art_1", mime_type="image/png").model_dump(mode="json"),
+    ]
+    assert (stored.event_id, stored.run_id, stored.actor_id, stored.thread_id) == (
+        "evt-1",
+        "run-1",
+        "u1",
+        "t1",
+    )
+    assert stored.item_id.startswith("itm_")
+
+
+async def test_invalid_contents_are_refused_before_anything_is_stored(stores: Stores) -> None:
+    with pytest.raises(ValueError, match="type"):
+        await stores.transcript.append(conversation_id="c1", role="user", contents=[{"type": "video"}])
+    assert (await stores.transcript.page("c1")).items == []
+
+
+async def test_an_item_id_stored_twice_is_one_row(stores: Stores) -> None:
+    first = await stores.transcript.append(conversation_id="c1", role="user", content="a", item_id="itm_x")
+    again = await stores.transcript.append(conversation_id="c1", role="user", content="b", item_id="itm_x")
+    assert again == first
+    assert _contents((await stores.transcript.page("c1")).items) == ["a"]
+
+
+async def test_pages_go_newest_first_before_a_cursor_and_oldest_first_after_it(stores: Stores) -> None:
+    for i in range(1, 6):
+        await stores.transcript.append(
+            conversation_id="c1", role="user" if i % 2 else "assistant", content=f"m{i}"
+        )
+    latest = await stores.transcript.latest_cursor("c1")
+    assert latest is not None
+    older = await stores.transcript.page("c1", before=latest, limit=2)
+    assert _contents(older.items) == ["m4", "m3"]
+    assert older.has_more
+    assert older.next_cursor is not None
+    oldest = await stores.transcript.page("c1", before=older.next_cursor, limit=2)
+    assert _contents(oldest.items) == ["m2", "m1"]
+    assert not oldest.has_more
+    assert oldest.next_cursor is None
+    assert oldest.prev_cursor is not None
+    forward = await stores.transcript.page("c1", after=oldest.prev_cursor, limit=10)
+    assert _contents(forward.items) == ["m3", "m4", "m5"]
+    assert not forward.has_more
+
+
+async def test_latest_cursor_points_at_the_newest_item_of_the_thread(stores: Stores) -> None:
+    assert await stores.transcript.latest_cursor("c1") is None
+    await stores.transcript.append(conversation_id="c1", role="user", content="main")
+    in_thread = await stores.transcript.append(conversation_id="c1", thread_id="t", role="user", content="t")
+    newest = await stores.transcript.append(conversation_id="c1", role="assistant", content="reply")
+    assert await stores.transcript.latest_cursor("c1") == newest.cursor
+    assert await stores.transcript.latest_cursor("c1", "t") == in_thread.cursor
+    assert await stores.transcript.latest_cursor("c2") is None
+
+
+async def test_has_before_says_whether_the_thread_has_older_items(stores: Stores) -> None:
+    first = await stores.transcript.append(conversation_id="c1", role="user", content="1")
+    other = await stores.transcript.append(conversation_id="c2", role="user", content="x")
+    second = await stores.transcript.append(conversation_id="c1", role="user", content="2")
+    assert not await stores.transcript.has_before(first.cursor)
+    assert not await stores.transcript.has_before(other.cursor)
+    assert await stores.transcript.has_before(second.cursor)
+    assert not await stores.transcript.has_before(encode_cursor("transcript", 10_000))
+
+
+async def test_an_events_cursor_is_refused_by_transcript_paging(stores: Stores) -> None:
+    event, _ = await stores.events.append(
+        event_id="e", event_type="a.b", kind="system", source="system", payload={}
+    )
+    with pytest.raises(InvalidArgumentError, match="belongs to 'events' paging"):
+        await stores.transcript.page("c1", before=event.cursor)
+    with pytest.raises(InvalidArgumentError, match="belongs to 'events' paging"):
+        await stores.transcript.has_before(event.cursor)
+
+
+async def test_for_run_lists_the_items_of_one_run_oldest_first(stores: Stores) -> None:
+    for i, run_id in enumerate(["run-a", "run-b", "run-a"]):
+        await stores.transcript.append(
+            conversation_id=f"c{i}", role="assistant", content=f"m{i}", run_id=run_id
+        )
+    assert _contents(await stores.transcript.for_run("run-a")) == ["m0", "m2"]
+    assert _contents(await stores.transcript.for_run("run-a", limit=1)) == ["m0"]
+
+
+async def test_thread_at_names_the_thread_a_cursor_points_into(stores: Stores) -> None:
+    main = await stores.transcript.append(conversation_id="c1", role="user", content="a")
+    threaded = await stores.transcript.append(conversation_id="c1", thread_id="t1", role="user", content="b")
+    assert await stores.transcript.thread_at(main.cursor) == ("c1", None)
+    assert await stores.transcript.thread_at(threaded.cursor) == ("c1", "t1")
+    assert await stores.transcript.thread_at(encode_cursor("transcript", threaded.seq + 100)) is None
+    with pytest.raises(InvalidArgumentError):
+        await stores.transcript.thread_at(encode_cursor("events", main.seq))
+
+
+async def test_search_recent_matches_any_term_case_insensitively_within_one_thread(stores: Stores) -> None:
+    for content in ["The Apple pie", "banana split", "apple and banana", "100% sure"]:
+        await stores.transcript.append(conversation_id="c1", role="user", content=content)
+    await stores.transcript.append(conversation_id="c1", role="assistant", content="apple answer")
+    await stores.transcript.append(conversation_id="c1", thread_id="t1", role="user", content="apple thread")
+    await stores.transcript.append(conversation_id="c2", role="user", content="apple elsewhere")
+
+    hits = await stores.transcript.search_recent("c1", terms=["APPLE"])
+    assert _contents(hits) == ["apple answer", "apple and banana", "The Apple pie"]
+    users = await stores.transcript.search_recent("c1", terms=["apple", "split"], roles=["user"], limit=2)
+    assert _contents(users) == ["apple and banana", "banana split"]
+    assert _contents(await stores.transcript.search_recent("c1", "t1", terms=["apple"])) == ["apple thread"]
+    # LIKE wildcards in a term are matched literally.
+    assert _contents(await stores.transcript.search_recent("c1", terms=["0%"])) == ["100% sure"]
+    assert await stores.transcript.search_recent("c1", terms=["_"]) == []
+
+
+async def test_search_recent_looks_only_at_the_newest_window(stores: Stores) -> None:
+    await stores.transcript.append(conversation_id="c1", role="user", content="needle")
+    for i in range(5):
+        await stores.transcript.append(conversation_id="c1", role="user", content=f"hay {i}")
+    assert await stores.transcript.search_recent("c1", terms=["needle"], window=5) == []
+    assert _contents(await stores.transcript.search_recent("c1", terms=["needle"], window=6)) == ["needle"]
+    with pytest.raises(ValueError, match="terms"):
+        await stores.transcript.search_recent("c1", terms=[])
