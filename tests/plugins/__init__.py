@@ -1,0 +1,1 @@
+"""Test plugins (real subprocesses speaking the stdio protocol) and helpers to drive them."""

@@ -1,0 +1,275 @@
+"""A deliberately misbehaving stdio plugin, `plugin:test/misbehave/default`, speaking the raw protocol.
+
+Standard library only (no SDK), so it can break every rule the SDK keeps. Each run's behaviour is chosen
+by `ctx.input.text`:
+
+    ok               message.completed "ok" + run.completed
+    oversized        a message.completed over 1 MiB (under the 4 MiB line limit), then run.completed
+    line-too-long    a runner/result line over 4 MiB for the run, then answers completed
+    garbage-too-long a 5 MiB line naming no run, then ok
+    invalid-data     message.delta whose chunk.content is a number (known type, bad field)
+    unknown-type     a result of type "telemetry.custom", then ok
+    dup-seq          sequences 1, 2, 2, 3
+    gap-seq          sequences 1, 2, 5
+    wrong-run-id     one result routed to an unknown run, one whose result.run_id is another run's, then ok
+    no-output        answers completed without any result
+    after-complete   run.completed, then a message.delta after it
+    fail             run.failed runner.error, answers failed
+    crash            three deltas, then the process exits with code 7
+    hang             never answers, ignores runner/cancel
+    flood:N          N deltas (sequence 1..N), then run.completed with a message
+    slow:SECONDS     sleeps (honouring runner/cancel → run.failed cancelled), then ok
+    state:SCOPE      state.updated on SCOPE, then ok
+    artifact-inline  artifact.created with content_base64 and its correct sha256, then ok
+    artifact-bad-sha the same with a wrong sha256
+    bad-line         prints a non-JSON line to stdout, then ok
+    env:NAME         replies with the value of the environment variable NAME, or "<unset>"
+    stderr:TEXT      writes TEXT to stderr, then ok
+    rpc-error        answers runner/run with a JSON-RPC error instead of a status
+
+Process-level flags: `--exit-immediately` (exits with code 3 before reading anything), `--silent` (reads
+but never answers anything, so `initialize` times out), `--stubborn` (ignores SIGTERM, `shutdown` and stdin
+EOF, and spawns a grandchild that ignores SIGTERM too; its pid goes to stderr as `grandchild <pid>`),
+`--grandchild` (behaves, but leaves a sleeping grandchild behind when it exits).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from typing import Any
+
+AUTHOR, PLUGIN = "test", "misbehave"
+RUNNER_ID = f"plugin:{AUTHOR}/{PLUGIN}/default"
+
+_write_lock = threading.Lock()
+_cancelled: dict[str, threading.Event] = {}
+
+
+def write_line(data: bytes) -> None:
+    with _write_lock:
+        sys.stdout.buffer.write(data + b"\n")
+        sys.stdout.buffer.flush()
+
+
+def send(message: dict[str, Any]) -> None:
+    write_line(json.dumps(message, separators=(",", ":")).encode())
+
+
+def answer(request_id: Any, result: dict[str, Any]) -> None:
+    send({"jsonrpc": "2.0", "id": request_id, "result": result})
+
+
+def result(
+    run_id: str, rtype: str, data: dict[str, Any], sequence: int | None = None, route: str | None = None
+) -> None:
+    obj: dict[str, Any] = {"type": rtype, "run_id": run_id, "data": data}
+    if sequence is not None:
+        obj["sequence"] = sequence
+    send({"jsonrpc": "2.0", "method": "runner/result", "params": {"run_id": route or run_id, "result": obj}})
+
+
+def message(run_id: str, text: str, sequence: int | None = None) -> None:
+    result(run_id, "message.completed", {"message": {"role": "assistant", "content": text}}, sequence)
+
+
+def delta(run_id: str, text: str, sequence: int | None = None, route: str | None = None) -> None:
+    result(run_id, "message.delta", {"chunk": {"role": "assistant", "content": text}}, sequence, route)
+
+
+def completed(run_id: str, sequence: int | None = None) -> None:
+    result(run_id, "run.completed", {"finish_reason": "stop"}, sequence)
+
+
+def ok(run_id: str) -> str:
+    message(run_id, "ok")
+    completed(run_id)
+    return "completed"
+
+
+def behave(run_id: str, text: str, cancelled: threading.Event) -> str | None:
+    """Do what `text` asks; the status to answer with, or None to never answer."""
+    name, _, arg = text.partition(":")
+    if name == "ok":
+        return ok(run_id)
+    if name == "oversized":
+        message(run_id, "x" * (1536 * 1024))
+        completed(run_id)
+        return "completed"
+    if name == "line-too-long":
+        params = {"run_id": run_id, "result": {"run_id": run_id, "type": "message.completed"}}
+        head = json.dumps({"jsonrpc": "2.0", "method": "runner/result", "params": params})
+        write_line(head[:-2].encode() + b',"padding":"' + b"y" * (5 * 1024 * 1024) + b'"}}')
+        return "completed"
+    if name == "garbage-too-long":
+        write_line(b"z" * (5 * 1024 * 1024))
+        return ok(run_id)
+    if name == "invalid-data":
+        result(run_id, "message.delta", {"chunk": {"role": "assistant", "content": 42}})
+        completed(run_id)
+        return "completed"
+    if name == "unknown-type":
+        result(run_id, "telemetry.custom", {"anything": True})
+        return ok(run_id)
+    if name == "dup-seq":
+        for sequence in (1, 2, 2, 3):
+            delta(run_id, f"d{sequence}", sequence)
+        completed(run_id, 4)
+        return "completed"
+    if name == "gap-seq":
+        for sequence in (1, 2, 5):
+            delta(run_id, f"d{sequence}", sequence)
+        completed(run_id, 6)
+        return "completed"
+    if name == "wrong-run-id":
+        delta(run_id, "lost", route="run_nobody")
+        delta("run_someone_else", "misaddressed", route=run_id)
+        return ok(run_id)
+    if name == "no-output":
+        return "completed"
+    if name == "after-complete":
+        message(run_id, "done")
+        completed(run_id)
+        delta(run_id, "too late")
+        return "completed"
+    if name == "fail":
+        result(run_id, "run.failed", {"code": "runner.error", "message": "asked to fail"})
+        return "failed"
+    if name == "crash":
+        for i in range(3):
+            delta(run_id, f"d{i}")
+        sys.stderr.write("misbehave: crashing on purpose\n")
+        sys.stderr.flush()
+        os._exit(7)
+    if name == "hang":
+        return None
+    if name == "flood":
+        count = int(arg)
+        for sequence in range(1, count + 1):
+            delta(run_id, f"chunk {sequence}", sequence)
+        result(run_id, "run.completed", {"message": {"content": f"flooded {count}"}}, count + 1)
+        return "completed"
+    if name == "slow":
+        if cancelled.wait(float(arg)):
+            result(run_id, "run.failed", {"code": "cancelled", "message": "cancelled while sleeping"})
+            return "failed"
+        message(run_id, f"slept {arg}")
+        completed(run_id)
+        return "completed"
+    if name == "state":
+        result(run_id, "state.updated", {"scope": arg, "key": "misbehave", "value": 1})
+        return ok(run_id)
+    if name in ("artifact-inline", "artifact-bad-sha"):
+        content = b"hello artifact"
+        digest = hashlib.sha256(content).hexdigest() if name == "artifact-inline" else "0" * 64
+        ref = {
+            "artifact_id": "art_inline",
+            "name": "a.txt",
+            "mime_type": "text/plain",
+            "size": len(content),
+            "sha256": digest,
+        }
+        result(
+            run_id,
+            "artifact.created",
+            {"artifact": ref, "content_base64": base64.b64encode(content).decode()},
+        )
+        return ok(run_id)
+    if name == "bad-line":
+        write_line(b"this is not json")
+        return ok(run_id)
+    if name == "env":
+        message(run_id, os.environ.get(arg, "<unset>"))
+        completed(run_id)
+        return "completed"
+    if name == "stderr":
+        sys.stderr.write(arg + "\n")
+        sys.stderr.flush()
+        return ok(run_id)
+    result(run_id, "run.failed", {"code": "invalid_argument", "message": f"unknown behaviour {text!r}"})
+    return "failed"
+
+
+def run(request_id: Any, run_id: str, text: str) -> None:
+    cancelled = _cancelled.setdefault(run_id, threading.Event())
+    if text == "rpc-error":
+        send({"jsonrpc": "2.0", "id": request_id, "error": {"code": -32000, "message": "no runs today"}})
+        return
+    status = behave(run_id, text, cancelled)
+    if status is not None:
+        answer(request_id, {"status": status})
+
+
+def spawn_grandchild(ignore_sigterm: bool) -> None:
+    ignore = "signal.signal(signal.SIGTERM, signal.SIG_IGN); " if ignore_sigterm else ""
+    code = f"import signal, time; {ignore}time.sleep(600)"
+    child = subprocess.Popen(
+        [sys.executable, "-c", code], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL
+    )
+    sys.stderr.write(f"grandchild {child.pid}\n")
+    sys.stderr.flush()
+
+
+def main(argv: list[str]) -> None:
+    if "--exit-immediately" in argv:
+        sys.stderr.write("misbehave: exiting at once as asked\n")
+        sys.exit(3)
+    silent, stubborn = "--silent" in argv, "--stubborn" in argv
+    if stubborn:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    if stubborn or "--grandchild" in argv:
+        spawn_grandchild(ignore_sigterm=stubborn)
+    for line in sys.stdin.buffer:
+        if silent:
+            continue
+        msg = json.loads(line)
+        method, request_id, params = msg.get("method"), msg.get("id"), msg.get("params") or {}
+        if method == "initialize":
+            manifest = {
+                "id": RUNNER_ID,
+                "name": "default",
+                "label": {"en": "Misbehave"},
+                "protocol_version": "1",
+            }
+            answer(
+                request_id,
+                {"plugin": {"author": AUTHOR, "name": PLUGIN, "version": "0.0.1"}, "runners": [manifest]},
+            )
+        elif method == "runner/run":
+            if params.get("runner") != "default":
+                send(
+                    {
+                        "jsonrpc": "2.0",
+                        "id": request_id,
+                        "error": {"code": -32602, "message": "unknown runner"},
+                    }
+                )
+                continue
+            ctx = params["context"]
+            text = (ctx.get("input") or {}).get("text") or ""
+            threading.Thread(target=run, args=(request_id, ctx["run_id"], text), daemon=True).start()
+        elif method == "runner/cancel":
+            run_id = params.get("run_id", "")
+            _cancelled.setdefault(run_id, threading.Event()).set()
+        elif method == "shutdown":
+            if stubborn:
+                continue
+            answer(request_id, {})
+            return
+        elif request_id is not None:
+            send(
+                {"jsonrpc": "2.0", "id": request_id, "error": {"code": -32601, "message": "Method not found"}}
+            )
+    while stubborn:
+        time.sleep(60)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

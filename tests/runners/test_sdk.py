@@ -1,0 +1,331 @@
+"""The runner SDK: the result builder in-process, `serve()` through real plugin subprocesses."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from collections.abc import AsyncGenerator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+import anyio.abc
+import pytest
+from anyio.streams.buffered import BufferedByteReceiveStream
+
+import runners.sdk
+from mcphost.plugins import PluginSupervisor
+from mcphost.protocol import (
+    AgentRunResult,
+    ArtifactCreated,
+    InvalidResult,
+    Permissions,
+    UnknownResult,
+    classify_result,
+)
+from runners.sdk import AgentRunner, RunOutput
+from tests.plugins.support import FAST, PLUGINS, REPO, collect, make_context, script_spec, types_of
+
+SDK_PLUGIN = str(PLUGINS / "sdk_plugin.py")
+
+
+def test_the_public_surface_is_pinned() -> None:
+    assert runners.sdk.__all__ == [
+        "AgentRunContext",
+        "AgentRunner",
+        "ArtifactRef",
+        "Capabilities",
+        "ConfigField",
+        "ContextSupport",
+        "Permissions",
+        "RunOutput",
+        "Usage",
+        "serve",
+    ]
+
+
+def collecting(run_id: str = "run_1") -> tuple[RunOutput, list[AgentRunResult]]:
+    sent: list[AgentRunResult] = []
+
+    async def send(result: AgentRunResult) -> None:
+        sent.append(result)
+
+    return RunOutput(run_id, send), sent
+
+
+async def test_the_builder_numbers_results_from_one_and_stamps_them() -> None:
+    out, sent = collecting("run_abc")
+    await out.delta("he")
+    await out.message("hello")
+    await out.tool_started("call_1", "search", {"q": "x"})
+    await out.tool_completed("call_1", "search", error_code="not_found", error_message="nothing")
+    await out.state("actor", "likes", ["tea"])
+    await out.action("reaction.add", payload={"emoji": "+1"})
+    await out.completed("bye", finish_reason="length")
+    assert [r.type for r in sent] == [
+        "message.delta",
+        "message.completed",
+        "tool.call.started",
+        "tool.call.completed",
+        "state.updated",
+        "action.requested",
+        "run.completed",
+    ]
+    assert [r.sequence for r in sent] == list(range(1, 8))
+    assert {r.run_id for r in sent} == {"run_abc"}
+    assert all(r.timestamp is not None for r in sent)
+    # What goes on the wire validates on the host side as the same, known result.
+    for result in sent:
+        wire = json.loads(json.dumps(result.model_dump(mode="json")))
+        assert classify_result(wire) == result
+    assert out.status == "completed"
+    assert out.sequence == 7
+
+
+async def test_a_failure_ends_the_run_and_nothing_may_follow() -> None:
+    out, sent = collecting()
+    await out.failed("rate_limited", "slow down", retryable=True, details={"after_s": 3})
+    assert out.status == "failed"
+    with pytest.raises(RuntimeError, match=r"already ended with run.failed; nothing may follow it"):
+        await out.delta("late")
+    assert len(sent) == 1
+    assert sent[0].type == "run.failed"
+    assert sent[0].data.code == "rate_limited"
+
+
+async def test_an_unknown_error_code_is_refused_when_built() -> None:
+    out, _ = collecting()
+    with pytest.raises(ValueError, match="unknown error code 'oops'"):
+        await out.failed("oops", "not a protocol code")
+
+
+async def test_an_inline_artifact_carries_its_size_and_sha256() -> None:
+    out, sent = collecting()
+    ref = await out.artifact(name="a.txt", mime_type="text/plain", content=b"abc")
+    assert ref.size == 3
+    assert ref.sha256 == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+    [result] = sent
+    assert isinstance(result, ArtifactCreated)
+    assert result.data.content_base64 == "YWJj"
+    with pytest.raises(ValueError, match="the limit is 1048576"):
+        await out.artifact(name="big.bin", content=b"x" * (1024 * 1024 + 1))
+    with pytest.raises(ValueError, match="needs `content` or the `artifact_id`"):
+        await out.artifact(name="nothing")
+    by_ref = await out.artifact(name="made.txt", artifact_id="art_made_via_mcp")
+    assert by_ref.artifact_id == "art_made_via_mcp"
+
+
+def test_the_manifest_comes_from_class_attributes() -> None:
+    class Notes(AgentRunner):
+        name = "notes"
+        label = {"en": "Notes"}
+        permissions = Permissions(history=["page"], state=["read"])
+
+    manifest = Notes().manifest(author="acme", plugin="kit")
+    assert manifest.id == "plugin:acme/kit/notes"
+    assert manifest.label == {"en": "Notes"}
+    assert manifest.permissions.history == ["page"]
+    assert manifest.protocol_version == "1"
+
+
+# -- serve() through a real plugin process ------------------------------------------------------------
+
+
+async def run_sdk(runner: str) -> tuple[str, list[Any]]:
+    async with PluginSupervisor([script_spec("sdk_plugin.py", name="sdk")], timings=FAST) as supervisor:
+        status, results = await collect(supervisor.plugins[0], make_context(), runner=runner)
+    return status, [r.obj for r in results]
+
+
+async def test_every_builder_method_reaches_the_host_valid_and_in_order() -> None:
+    status, results = await run_sdk("everything")
+    assert status == "completed"
+    assert [r["type"] for r in results] == [
+        "message.delta",
+        "tool.call.started",
+        "tool.call.completed",
+        "state.updated",
+        "artifact.created",
+        "action.requested",
+        "message.completed",
+        "run.completed",
+    ]
+    assert [r["sequence"] for r in results] == list(range(1, 9))
+    for raw in results:
+        assert not isinstance(classify_result(raw), (InvalidResult, UnknownResult))
+
+
+async def test_an_exception_fails_the_run_with_runner_error_and_a_traceback_on_stderr(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="mcphost.plugins")
+    status, results = await run_sdk("boom")
+    assert status == "failed"
+    assert [r["type"] for r in results] == ["message.delta", "run.failed"]
+    assert results[-1]["data"]["code"] == "runner.error"
+    assert results[-1]["data"]["message"] == "boom happened"
+    stderr = [r.getMessage() for r in caplog.records if r.__dict__.get("plugin") == "sdk"]
+    assert any("Traceback" in line for line in stderr)
+    assert any('raise ValueError("boom happened")' in line for line in stderr)
+
+
+async def test_a_run_that_returns_without_a_terminal_result_is_completed() -> None:
+    status, results = await run_sdk("quiet")
+    assert status == "completed"
+    assert [(r["type"], r["sequence"]) for r in results] == [("run.completed", 1)]
+
+
+async def test_print_goes_to_stderr_and_never_corrupts_the_protocol(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="mcphost.plugins")
+    async with PluginSupervisor([script_spec("sdk_plugin.py", name="sdk")], timings=FAST) as supervisor:
+        plugin = supervisor.plugins[0]
+        status, results = await collect(plugin, make_context(), runner="printer")
+        assert plugin.diagnostics == 0
+    assert status == "completed"
+    assert types_of(results) == ["message.completed", "run.completed"]
+    assert any(
+        r.getMessage() == "[plugin sdk] a stray print that must not reach the protocol"
+        for r in caplog.records
+    )
+
+
+async def test_nothing_is_sent_after_the_run_ended(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="mcphost.plugins")
+    status, results = await run_sdk("after-end")
+    assert status == "completed"
+    assert [r["type"] for r in results] == ["run.completed"]
+    assert any("already ended with run.completed" in r.getMessage() for r in caplog.records)
+
+
+async def test_results_emitted_from_two_tasks_keep_strictly_increasing_sequences() -> None:
+    status, results = await run_sdk("parallel")
+    assert status == "completed"
+    assert [r["sequence"] for r in results] == list(range(1, 52))
+    assert {r["data"]["chunk"]["content"] for r in results[:-1]} == {
+        f"{t}{i}" for t in "ab" for i in range(25)
+    }
+
+
+async def test_a_cancel_stops_the_run_which_reports_cancelled() -> None:
+    async with PluginSupervisor([script_spec("sdk_plugin.py", name="sdk")], timings=FAST) as supervisor:
+        plugin = supervisor.plugins[0]
+        ctx = make_context()
+        outcome: list[tuple[str, list[Any]]] = []
+        async with anyio.create_task_group() as tg:
+
+            async def run() -> None:
+                status, results = await collect(plugin, ctx, runner="sleepy")
+                outcome.append((status, [r.obj for r in results]))
+
+            tg.start_soon(run)
+            while True:
+                if await plugin.cancel(ctx.run_id, "the user changed their mind"):
+                    break
+                await anyio.sleep(0.01)
+    [(status, results)] = outcome
+    assert status == "failed"
+    assert [r["type"] for r in results][-1] == "run.failed"
+    assert results[-1]["data"]["code"] == "cancelled"
+    assert results[-1]["data"]["message"] == "Run cancelled: the user changed their mind"
+
+
+# -- the raw wire ------------------------------------------------------------------------------------
+
+
+class RawPlugin:
+    """The SDK plugin driven line by line, to check what the host layer would hide."""
+
+    def __init__(self, process: anyio.abc.Process) -> None:
+        self.process = process
+        assert process.stdout is not None
+        self._lines = BufferedByteReceiveStream(process.stdout)
+
+    async def send(self, message: dict[str, Any] | bytes) -> None:
+        assert self.process.stdin is not None
+        data = message if isinstance(message, bytes) else json.dumps(message).encode()
+        await self.process.stdin.send(data + b"\n")
+
+    async def receive(self) -> dict[str, Any]:
+        with anyio.fail_after(10):
+            return json.loads(await self._lines.receive_until(b"\n", 8 * 1024 * 1024))
+
+    async def request(self, request_id: int, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        await self.send({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params})
+        return await self.receive()
+
+    async def wait(self) -> int:
+        with anyio.fail_after(10):
+            return await self.process.wait()
+
+
+@asynccontextmanager
+async def raw_plugin() -> AsyncGenerator[RawPlugin]:
+    process = await anyio.open_process([sys.executable, SDK_PLUGIN], cwd=REPO)
+    try:
+        yield RawPlugin(process)
+    finally:
+        with anyio.CancelScope(shield=True):
+            if process.returncode is None:
+                process.kill()
+            await process.aclose()
+
+
+def run_params(runner: str, run_id: str = "run_raw") -> dict[str, Any]:
+    return {"runner": runner, "context": make_context(run_id=run_id).model_dump(mode="json")}
+
+
+async def test_initialize_answers_with_the_plugin_and_its_manifests() -> None:
+    async with raw_plugin() as plugin:
+        answer = await plugin.request(
+            1, "initialize", {"protocol_version": "1", "host": {"name": "t", "version": "0"}}
+        )
+        assert answer["id"] == 1
+        assert answer["result"]["plugin"] == {"author": "test", "name": "sdk", "version": "0.0.1"}
+        ids = [m["id"] for m in answer["result"]["runners"]]
+        assert ids[:2] == ["plugin:test/sdk/everything", "plugin:test/sdk/boom"]
+        assert len(ids) == 7
+
+
+async def test_unknown_methods_and_runners_are_json_rpc_errors() -> None:
+    async with raw_plugin() as plugin:
+        await plugin.send(
+            {"jsonrpc": "2.0", "method": "telemetry/unknown", "params": {}}
+        )  # a notification: ignored
+        unknown = await plugin.request(1, "tools/list", {})
+        assert unknown == {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "error": {"code": -32601, "message": "Method not found: tools/list"},
+        }
+        no_runner = await plugin.request(2, "runner/run", run_params("nope"))
+        assert no_runner["error"]["code"] == -32602
+        assert "Unknown runner 'nope'" in no_runner["error"]["message"]
+
+
+async def test_a_line_over_the_limit_from_the_host_is_skipped() -> None:
+    async with raw_plugin() as plugin:
+        await plugin.send(b"x" * (4 * 1024 * 1024 + 10))
+        answer = await plugin.request(7, "no/such", {})
+        assert answer["id"] == 7
+
+
+async def test_shutdown_cancels_in_flight_runs_answers_and_exits() -> None:
+    async with raw_plugin() as plugin:
+        await plugin.send({"jsonrpc": "2.0", "id": 1, "method": "runner/run", "params": run_params("sleepy")})
+        first = await plugin.receive()
+        assert first["params"]["result"]["type"] == "message.delta"
+        await plugin.send({"jsonrpc": "2.0", "id": 2, "method": "shutdown", "params": {}})
+        cancelled, run_answer, shutdown_answer = [await plugin.receive() for _ in range(3)]
+        assert cancelled["params"]["result"]["type"] == "run.failed"
+        assert cancelled["params"]["result"]["data"]["code"] == "cancelled"
+        assert run_answer == {"jsonrpc": "2.0", "id": 1, "result": {"status": "failed"}}
+        assert shutdown_answer == {"jsonrpc": "2.0", "id": 2, "result": {}}
+        assert await plugin.wait() == 0
+
+
+async def test_stdin_eof_makes_the_plugin_exit() -> None:
+    async with raw_plugin() as plugin:
+        assert plugin.process.stdin is not None
+        await plugin.process.stdin.aclose()
+        assert await plugin.wait() == 0
