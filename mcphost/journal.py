@@ -1,0 +1,407 @@
+"""The persistent side of one run: inbound facts, the result rules of PROTOCOL §4, and their effects.
+
+`RunJournal` owns, for one run, everything the host writes because of it: the inbound event log row,
+the user transcript row, and each runner result — checked, numbered, persisted, then applied
+(assistant transcript rows, telemetry events, artifacts, state). It does not own the run's status or
+its lifetime (`orchestrator.py`), nor any SQL (`stores/`).
+
+Invariants:
+- A result is persisted with a host sequence **before** anything is published about it.
+- Host sequences are 1..N without gaps; the runner's own `sequence` only decides drops and warnings.
+- After a terminal result (the runner's or one the host synthesized) nothing more is accepted; later
+  results are recorded in the event log as `result.ignored` and dropped.
+- A violation found while checking a batch ends the run: the accepted prefix is persisted and applied,
+  the rest is not.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from mcphost.errors import HostError, NotFoundError
+from mcphost.grants import allows_state
+from mcphost.models import AgentEventEnvelope, RunError, RunGrant, RunStatus, new_id
+from mcphost.plugins import RawResult
+from mcphost.protocol import (
+    MAX_INLINE_ARTIFACT_BYTES,
+    MAX_RESULT_BYTES,
+    ActionRequested,
+    AgentRunResult,
+    ArtifactCreated,
+    InvalidResult,
+    Message,
+    MessageCompleted,
+    MessageDelta,
+    RunCompleted,
+    RunFailed,
+    StateUpdated,
+    ToolCallCompleted,
+    ToolCallStarted,
+    UnknownResult,
+    classify_result,
+)
+from mcphost.stores import Stores
+from mcphost.stores.events import EventKind
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """How a run ended, as the journal saw it."""
+
+    status: RunStatus
+    error: RunError | None = None
+    usage: dict[str, Any] = field(default_factory=dict[str, Any])
+    by_runner: bool = False
+    """True when the runner's own `run.completed`/`run.failed` ended the run."""
+
+    @classmethod
+    def failed(cls, code: str, message: str, **details: Any) -> Outcome:
+        return cls(RunStatus.FAILED, RunError(code=code, message=message, details=details))
+
+
+class _Violation(Exception):
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+class RunJournal:
+    """Checks, persists and applies one run's results. Not shared between runs; not thread-safe."""
+
+    def __init__(
+        self,
+        stores: Stores,
+        *,
+        run_id: str,
+        grant: RunGrant,
+        event: AgentEventEnvelope,
+        publish: Callable[[], None],
+    ) -> None:
+        self._stores = stores
+        self._run_id = run_id
+        self._grant = grant
+        self._event = event
+        self._publish = publish
+        self._next_seq = 1
+        self._last_runner_seq = 0
+        self._saw_message = False
+        self._terminal_written = False
+        self.outcome: Outcome | None = None
+
+    @property
+    def ended(self) -> bool:
+        return self.outcome is not None
+
+    # -- inbound ---------------------------------------------------------------------------------------
+
+    async def record_user_input(self) -> None:
+        """The user transcript row for a message event. Non-message events never become user rows."""
+        event = self._event
+        if not event.is_user_message or event.input.is_empty() or event.conversation is None:
+            return
+        await self._stores.transcript.append(
+            conversation_id=event.conversation.conversation_id,
+            thread_id=event.conversation.thread_id,
+            role="user",
+            content=event.input.text or "",
+            contents=[c.model_dump(mode="json") for c in event.input.contents],
+            artifacts=[a.model_dump(mode="json") for a in event.input.attachments],
+            event_id=event.event_id,
+            run_id=self._run_id,
+            actor_id=event.actor.actor_id if event.actor else None,
+        )
+
+    # -- results ---------------------------------------------------------------------------------------
+
+    async def accept(self, batch: Sequence[RawResult]) -> Outcome | None:
+        """Check, persist and apply a batch of raw results in order. Returns the outcome once ended."""
+        accepted: list[AgentRunResult] = []
+        notes: list[tuple[str, dict[str, Any]]] = []
+        violation: _Violation | None = None
+        terminal: AgentRunResult | None = None
+        for raw in batch:
+            if terminal is not None or self.ended:
+                notes.append(
+                    ("result.ignored", {"reason": "after the run ended", "type": raw.obj.get("type")})
+                )
+                continue
+            try:
+                result = self._check(raw, notes)
+            except _Violation as exc:
+                violation = exc
+                break
+            if result is None:
+                continue
+            accepted.append(result)
+            if isinstance(result, RunCompleted | RunFailed):
+                terminal = result
+        if accepted:
+            await self._persist(accepted)
+        for kind, payload in notes:
+            await self._system_event(kind, payload)
+        try:
+            for result in accepted:
+                await self._apply(result)
+        except _Violation as exc:
+            violation = violation or exc
+        if accepted or notes:
+            self._publish()
+        if violation is not None and not self.ended:
+            return await self.end(Outcome.failed(violation.code, violation.message))
+        if terminal is not None and not self.ended:
+            self.outcome = self._outcome_of(terminal)
+            self._terminal_written = (
+                self.outcome.error is None or self.outcome.error.code != "runner.empty_output"
+            )
+        return self.outcome
+
+    def _check(self, raw: RawResult, notes: list[tuple[str, dict[str, Any]]]) -> AgentRunResult | None:
+        if raw.nbytes > MAX_RESULT_BYTES:
+            raise _Violation(
+                "payload_too_large",
+                f"a {raw.obj.get('type', 'result')!s} result of {raw.nbytes} bytes exceeds the "
+                f"{MAX_RESULT_BYTES}-byte limit; send large content as an artifact",
+            )
+        checked = classify_result(raw.obj)
+        if isinstance(checked, InvalidResult):
+            if checked.run_id is not None and checked.run_id != self._run_id:
+                notes.append(("result.rejected", {"reason": "run_id differs", "run_id": checked.run_id}))
+                return None
+            raise _Violation(
+                "invalid_argument", f"invalid {checked.type or 'result'} result: {checked.message}"
+            )
+        if checked.run_id != self._run_id:
+            notes.append(("result.rejected", {"reason": "run_id differs", "run_id": checked.run_id}))
+            return None
+        if isinstance(checked, UnknownResult):
+            notes.append(("result.ignored", {"reason": "unknown result type", "type": checked.type}))
+            return None
+        seq = checked.sequence
+        if seq is not None:
+            if seq <= self._last_runner_seq:
+                notes.append(("result.duplicate", {"sequence": seq, "type": checked.type}))
+                return None
+            if seq > self._last_runner_seq + 1:
+                notes.append(("result.sequence_gap", {"expected": self._last_runner_seq + 1, "got": seq}))
+            self._last_runner_seq = seq
+        return checked
+
+    async def _persist(self, results: Sequence[AgentRunResult]) -> None:
+        items = [(r.type, r.model_dump(mode="json", exclude_none=True)) for r in results]
+        await self._stores.results.append_many(self._run_id, items, first_seq=self._next_seq)
+        self._next_seq += len(items)
+
+    async def _apply(self, result: AgentRunResult) -> None:
+        match result:
+            case MessageDelta():
+                pass
+            case MessageCompleted():
+                self._saw_message = True
+                await self._assistant_row(result.data.message)
+            case ToolCallStarted() | ToolCallCompleted() | ActionRequested():
+                await self._telemetry(result)
+            case ArtifactCreated():
+                await self._register_artifact(result)
+            case StateUpdated():
+                await self._update_state(result)
+            case RunCompleted():
+                message = result.data.message
+                if message is not None and not message.is_empty() and not self._saw_message:
+                    self._saw_message = True
+                    await self._assistant_row(message)
+            case RunFailed():
+                pass
+
+    async def _assistant_row(self, message: Message) -> None:
+        conv = self._event.conversation
+        if conv is None or message.is_empty():
+            return
+        await self._stores.transcript.append(
+            conversation_id=conv.conversation_id,
+            thread_id=conv.thread_id,
+            role=message.role,
+            content=message.content or "",
+            contents=[c.model_dump(mode="json") for c in message.contents or []],
+            artifacts=[a.model_dump(mode="json") for a in message.artifacts],
+            event_id=None,
+            run_id=self._run_id,
+            actor_id=None,
+        )
+
+    async def _telemetry(self, result: ToolCallStarted | ToolCallCompleted | ActionRequested) -> None:
+        kind: EventKind = "action" if isinstance(result, ActionRequested) else "telemetry"
+        await self._log_event(result.type, kind, result.data.model_dump(mode="json"))
+
+    async def _register_artifact(self, result: ArtifactCreated) -> None:
+        ref = result.data.artifact
+        inline = result.data.content_base64
+        if inline is None:
+            try:
+                record = await self._stores.artifacts.get(ref.artifact_id)
+            except NotFoundError:
+                raise _Violation(
+                    "invalid_argument",
+                    f"artifact.created names artifact {ref.artifact_id!r}, which does not exist; "
+                    "create it with artifacts_create or send content_base64",
+                ) from None
+            if record.owner_run_id != self._run_id:
+                raise _Violation(
+                    "unauthorized", f"artifact {ref.artifact_id!r} is not owned by run {self._run_id!r}"
+                )
+            return
+        try:
+            data = base64.b64decode(inline, validate=True)
+        except (binascii.Error, ValueError):
+            raise _Violation(
+                "invalid_argument", "artifact.created: content_base64 is not valid base64"
+            ) from None
+        if len(data) > MAX_INLINE_ARTIFACT_BYTES:
+            raise _Violation(
+                "payload_too_large",
+                f"artifact.created: inline content of {len(data)} bytes exceeds {MAX_INLINE_ARTIFACT_BYTES}",
+            )
+        digest = hashlib.sha256(data).hexdigest()
+        if ref.sha256 is not None and ref.sha256 != digest:
+            raise _Violation(
+                "invalid_argument",
+                f"artifact.created: sha256 {ref.sha256} does not match the content ({digest})",
+            )
+        if ref.size is not None and ref.size != len(data):
+            raise _Violation(
+                "invalid_argument",
+                f"artifact.created: size {ref.size} does not match the content ({len(data)})",
+            )
+        record = await self._stores.artifacts.put_bytes(
+            data,
+            name=ref.name or ref.artifact_id,
+            mime_type=ref.mime_type,
+            owner_run_id=self._run_id,
+            conversation_id=self._grant.conversation_id,
+            max_bytes=MAX_INLINE_ARTIFACT_BYTES,
+        )
+        await self._log_event(
+            "artifact.created",
+            "telemetry",
+            {"runner_artifact_id": ref.artifact_id, "artifact": record.to_ref().model_dump(mode="json")},
+        )
+
+    async def _update_state(self, result: StateUpdated) -> None:
+        data = result.data
+        if not allows_state(self._grant, data.scope, write=True):
+            raise _Violation(
+                "unauthorized",
+                f"state.updated: this run may not write {data.scope!r} state "
+                f"(writable scopes: {', '.join(sorted(self._grant.state_write)) or 'none'})",
+            )
+        owner = self._grant.state_scope_id(data.scope)
+        if owner is None:
+            raise _Violation(
+                "invalid_argument",
+                f"state.updated: the event has no {data.scope!r} id, so that scope is unavailable",
+            )
+        try:
+            await self._stores.state.set(data.scope, owner, data.key, data.value)
+        except HostError as exc:
+            raise _Violation(exc.code, f"state.updated: {exc.message}") from None
+
+    # -- ending ----------------------------------------------------------------------------------------
+
+    def _outcome_of(self, terminal: AgentRunResult) -> Outcome:
+        if isinstance(terminal, RunFailed):
+            d = terminal.data
+            status = RunStatus.CANCELLED if d.code == "cancelled" else RunStatus.FAILED
+            error = RunError(
+                code=d.code, message=d.message, details=dict(d.details) | {"retryable": d.retryable}
+            )
+            return Outcome(status, error, by_runner=True)
+        assert isinstance(terminal, RunCompleted)
+        usage = terminal.data.usage.model_dump(exclude_none=True)
+        if not self._saw_message:
+            return Outcome(
+                RunStatus.FAILED,
+                RunError(
+                    code="runner.empty_output", message="The runner completed without producing any message."
+                ),
+                usage=usage,
+                by_runner=True,
+            )
+        return Outcome(RunStatus.COMPLETED, usage=usage, by_runner=True)
+
+    async def end(self, outcome: Outcome) -> Outcome:
+        """Settle the run's outcome and make sure the stream ends in a terminal result that says it.
+
+        The first outcome wins: once the runner's own terminal result was accepted, a later host
+        decision (deadline, cancel) does not overwrite it. A runner's `run.completed` that became
+        `runner.empty_output` is followed by the host's `run.failed`, so stream readers see why.
+        """
+        if self.outcome is None:
+            self.outcome = outcome
+        if not self._terminal_written:
+            await self._write_terminal(self.outcome)
+        return self.outcome
+
+    async def _write_terminal(self, outcome: Outcome) -> None:
+        if outcome.status is RunStatus.COMPLETED:
+            terminal_type = "run.completed"
+            data: dict[str, Any] = {"finish_reason": "stop", "usage": outcome.usage}
+        else:
+            terminal_type = "run.failed"
+            err = outcome.error or RunError(code="cancelled", message="The run was cancelled.")
+            data = {"code": err.code, "message": err.message, "retryable": False, "details": err.details}
+        payload = {
+            "type": terminal_type,
+            "run_id": self._run_id,
+            "timestamp": time.time(),
+            "metadata": {"origin": "host"},
+            "data": data,
+        }
+        await self._stores.results.append_many(
+            self._run_id, [(terminal_type, payload)], first_seq=self._next_seq
+        )
+        self._next_seq += 1
+        self._terminal_written = True
+        self._publish()
+
+    async def end_of_stream(self, plugin_status: str | None) -> Outcome:
+        """The runner's stream ended: decide the outcome when no terminal result came."""
+        if self.outcome is not None:
+            return await self.end(self.outcome)
+        if plugin_status == "failed":
+            return await self.end(
+                Outcome.failed("runner.error", "The runner reported failure without a run.failed result.")
+            )
+        if not self._saw_message:
+            return await self.end(
+                Outcome.failed("runner.empty_output", "The runner ended without producing any message.")
+            )
+        return await self.end(Outcome(RunStatus.COMPLETED))
+
+    # -- event log -------------------------------------------------------------------------------------
+
+    async def _system_event(self, event_type: str, payload: dict[str, Any]) -> None:
+        logger.warning("run %s: %s %s", self._run_id, event_type, payload)
+        await self._log_event(event_type, "ignored" if event_type == "result.ignored" else "system", payload)
+
+    async def _log_event(self, event_type: str, kind: EventKind, payload: dict[str, Any]) -> None:
+        conv = self._event.conversation
+        await self._stores.events.append(
+            event_id=new_id("evt"),
+            event_type=event_type,
+            kind=kind,
+            conversation_id=conv.conversation_id if conv else None,
+            thread_id=conv.thread_id if conv else None,
+            run_id=self._run_id,
+            actor_id=None,
+            source="system",
+            payload=payload,
+        )

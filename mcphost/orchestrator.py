@@ -1,0 +1,517 @@
+"""The run orchestrator: admission, the run state machine, deadline, cancel and result delivery.
+
+Owns the lifetime of every run this host process executes (DESIGN §3). One `Orchestrator` is entered
+with `async with orchestrator.running():`, which owns the task group of all runs, the cancel poller and
+host liveness; nothing of a run outlives it.
+
+Invariants:
+- Admission is all-or-nothing up to the runs row: binding, runner and runner config are resolved before
+  anything is stored, so an event that cannot run changes nothing. A repeated `event_id` returns the
+  existing run.
+- Everything after the grant is built sits inside one try/finally: whatever fails, the run gets a
+  terminal status with a reason and its grant is revoked, under a shielded, bounded scope.
+- Conversation concurrency is decided by the database (`runs.admit` / `runs.try_start`), so the
+  `enqueue`/`reject`/`interrupt` policies hold across host processes sharing one PostgreSQL.
+- The deadline counts from admission: an event that waited in its conversation's queue past its
+  agent's timeout is stale and fails with `deadline_exceeded` without starting.
+- Results are persisted before they are published; subscribers read from the store, so a reader that
+  resumes after sequence N gets every later result exactly once.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+from anyio.abc import TaskGroup
+from anyio.streams.memory import MemoryObjectReceiveStream
+
+from mcphost.bindings import Bindings
+from mcphost.context import build_context, runner_config
+from mcphost.errors import IllegalTransitionError, InvalidArgumentError, PluginError
+from mcphost.grants import build_grant, mint_token
+from mcphost.journal import Outcome, RunJournal
+from mcphost.models import AgentBinding, AgentEventEnvelope, Run, RunError, RunGrant, RunStatus, new_id
+from mcphost.plugins import PluginProcess, RawResult
+from mcphost.registry import RegisteredRunner, RunnerRegistry
+from mcphost.stores import Stores
+from mcphost.stores.results import StoredResult
+
+logger = logging.getLogger(__name__)
+
+CANCEL_GRACE_S = 5.0
+"""How long a cancelled runner has to stop by itself before its run is cut off."""
+TERMINAL_DRAIN_S = 5.0
+"""How long after a terminal result the host waits for the plugin's `runner/run` response."""
+QUEUE_POLL_S = 0.25
+"""Poll interval for runs waiting on another host's run of the same conversation."""
+CANCEL_POLL_S = 0.5
+MAX_BATCH = 512
+
+
+class _Signal:
+    """A level-triggered wake-up: `notify()` wakes every current waiter; waits are bounded."""
+
+    def __init__(self) -> None:
+        self._event = anyio.Event()
+
+    def notify(self) -> None:
+        self._event.set()
+        self._event = anyio.Event()
+
+    async def wait(self, timeout: float) -> None:
+        with anyio.move_on_after(timeout):
+            await self._event.wait()
+
+
+@dataclass
+class _ActiveRun:
+    run_id: str
+    conversation_id: str | None
+    runner: RegisteredRunner[PluginProcess]
+    scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
+    cancel_reason: str | None = None
+    cancel_requested: anyio.Event = field(default_factory=anyio.Event)
+
+
+@dataclass(frozen=True)
+class Admission:
+    """The answer to `submit`: the run and whether this call created it."""
+
+    run: Run
+    created: bool
+
+
+class Orchestrator:
+    """Runs events through bound agents' runners; the only writer of run lifecycles in this process."""
+
+    def __init__(
+        self,
+        *,
+        stores: Stores,
+        registry: RunnerRegistry[PluginProcess],
+        bindings: Bindings,
+        public_url: str,
+        default_timeout_s: float = 300.0,
+        max_concurrent_runs: int = 64,
+        knowledge_bases: Mapping[str, tuple[str, str]] | None = None,
+    ) -> None:
+        self._stores = stores
+        self._registry = registry
+        self._bindings = bindings
+        self._public_url = public_url
+        self._default_timeout_s = default_timeout_s
+        self._limiter = anyio.CapacityLimiter(max_concurrent_runs)
+        self._knowledge_bases = dict(knowledge_bases or {})
+        self.host_id = new_id("host")
+        self._tg: TaskGroup | None = None
+        self._active: dict[str, _ActiveRun] = {}
+        self._run_signals: dict[str, _Signal] = {}
+        self._conversation_signal = _Signal()
+
+    @property
+    def public_url(self) -> str:
+        return self._public_url
+
+    @public_url.setter
+    def public_url(self, value: str) -> None:
+        # `mcphost run` learns its ephemeral MCP port only after the server binds.
+        self._public_url = value
+
+    # -- lifetime --------------------------------------------------------------------------------------
+
+    @asynccontextmanager
+    async def running(self) -> AsyncGenerator[Orchestrator, None]:
+        """Own every run of this process. On exit, active runs are cancelled and closed properly."""
+        async with self._stores.hosts.alive(self.host_id):
+            recovered = await self._stores.hosts.recover_abandoned(self.host_id)
+            for run_id in recovered:
+                logger.warning("run %s was left unfinished by a stopped host; marked failed", run_id)
+            async with anyio.create_task_group() as tg:
+                self._tg = tg
+                tg.start_soon(self._poll_cancels)
+                try:
+                    yield self
+                finally:
+                    for active in list(self._active.values()):
+                        active.cancel_reason = active.cancel_reason or "the host is shutting down"
+                        active.scope.cancel()
+                    tg.cancel_scope.cancel()
+                    self._tg = None
+
+    async def drain(self, grace_s: float) -> None:
+        """Let active runs finish for up to `grace_s`, then cancel the rest."""
+        with anyio.move_on_after(grace_s):
+            while self._active:
+                await anyio.sleep(0.05)
+        for run_id in list(self._active):
+            await self.cancel(run_id, reason="the host is shutting down")
+
+    # -- admission -------------------------------------------------------------------------------------
+
+    def resolve(self, event: AgentEventEnvelope) -> tuple[AgentBinding, RegisteredRunner[PluginProcess]]:
+        """Binding and runner for `event`, or the HostError that says why there is none."""
+        binding = self._bindings.resolve(event)
+        runner = self._registry.get(binding.agent.runner)
+        runner_config(binding, runner.manifest)  # a bad runner config refuses the event up front
+        return binding, runner
+
+    async def submit(self, event: AgentEventEnvelope) -> Admission:
+        """Admit `event` and start its run in the background. Idempotent on `event_id`."""
+        existing = await self._stores.runs.get_by_event(event.event_id)
+        if existing is not None:
+            return Admission(existing, created=False)
+        binding, runner = self.resolve(event)
+        self._check_inputs(event)
+        for ref in event.input.attachments:
+            await self._stores.artifacts.get(ref.artifact_id)  # NotFoundError: nothing stored yet
+
+        run_id = new_id("run")
+        now = time.time()
+        timeout = binding.agent.timeout_s or self._default_timeout_s
+        token, token_hash = mint_token()
+        grant = build_grant(
+            run_id=run_id,
+            event=event,
+            binding=binding,
+            manifest=runner.manifest,
+            token_hash=token_hash,
+            deadline_at=now + timeout,
+        )
+        run = Run(
+            run_id=run_id,
+            event_id=event.event_id,
+            event_type=event.event_type,
+            agent_id=binding.agent.id,
+            runner_id=runner.manifest.id,
+            conversation_id=event.conversation_id,
+            thread_id=event.thread_id,
+            status=RunStatus.QUEUED,
+            created_at=now,
+            deadline_at=grant.deadline_at,
+            host_id=self.host_id,
+        )
+        run, created = await self._stores.runs.admit(run, grant=grant, concurrency=binding.agent.concurrency)
+        if not created:
+            return Admission(run, created=False)
+        await self._log_inbound(event, run_id)
+        if binding.agent.concurrency == "interrupt" and event.conversation_id is not None:
+            await self._interrupt_others(event.conversation_id, keep=run_id)
+        tg = self._tg
+        if tg is None:
+            raise RuntimeError("Orchestrator.submit() needs `async with orchestrator.running()`")
+        self._run_signals[run_id] = _Signal()
+        active = _ActiveRun(run_id=run_id, conversation_id=event.conversation_id, runner=runner)
+        self._active[run_id] = active
+        tg.start_soon(self._run, active, event, binding, grant, token)
+        return Admission(run, created=True)
+
+    def _check_inputs(self, event: AgentEventEnvelope) -> None:
+        for content in event.input.contents:
+            if content.type != "text" and not any(
+                a.artifact_id == content.artifact_id for a in event.input.attachments
+            ):
+                raise InvalidArgumentError(
+                    f"input.contents names artifact {content.artifact_id!r}, which is not among input.attachments; "
+                    "upload it first and list it in attachments"
+                )
+
+    async def _log_inbound(self, event: AgentEventEnvelope, run_id: str) -> None:
+        await self._stores.events.append(
+            event_id=event.event_id,
+            event_type=event.event_type,
+            kind="inbound",
+            conversation_id=event.conversation_id,
+            thread_id=event.thread_id,
+            run_id=run_id,
+            actor_id=event.actor.actor_id if event.actor else None,
+            source=event.source,
+            payload=event.model_dump(mode="json"),
+        )
+
+    async def _interrupt_others(self, conversation_id: str, *, keep: str) -> None:
+        # `runs.admit` flagged them in the database (for other hosts); act on ours without waiting.
+        for run_id, active in list(self._active.items()):
+            if run_id != keep and active.conversation_id == conversation_id:
+                await self.cancel(run_id, reason=f"interrupted by a newer event (run {keep})")
+
+    # -- cancel ----------------------------------------------------------------------------------------
+
+    async def cancel(self, run_id: str, *, reason: str = "cancelled by request") -> Run:
+        """Cancel a run: queued runs end at once; running ones get `runner/cancel` and a grace period.
+
+        A run owned by another host process is flagged in the database; that host's poller cancels it.
+        """
+        run = await self._stores.runs.get(run_id)
+        if run.status.is_terminal:
+            return run
+        active = self._active.get(run_id)
+        if active is None:
+            await self._stores.runs.request_cancel(run_id)
+            return run
+        if active.cancel_reason is None:
+            active.cancel_reason = reason
+            active.cancel_requested.set()
+            self._conversation_signal.notify()
+        return run
+
+    async def _poll_cancels(self) -> None:
+        while True:
+            await anyio.sleep(CANCEL_POLL_S)
+            try:
+                for run_id in await self._stores.runs.cancel_requested(self.host_id):
+                    if run_id in self._active:
+                        await self.cancel(run_id, reason="cancelled by request")
+            except Exception:
+                logger.exception("cancel poll failed; will retry")
+
+    # -- one run ---------------------------------------------------------------------------------------
+
+    async def _run(
+        self,
+        active: _ActiveRun,
+        event: AgentEventEnvelope,
+        binding: AgentBinding,
+        grant: RunGrant,
+        token: str,
+    ) -> None:
+        run_id = active.run_id
+        signal = self._run_signals[run_id]
+        journal = RunJournal(self._stores, run_id=run_id, grant=grant, event=event, publish=signal.notify)
+        outcome: Outcome | None = None
+        started = False
+        try:
+            with active.scope:
+                started = await self._wait_turn(active, grant)
+                if started:
+                    async with self._limiter:
+                        outcome = await self._execute(active, event, binding, grant, token, journal)
+        except Exception as exc:
+            logger.exception("run %s failed inside the host", run_id)
+            outcome = Outcome.failed("runtime_error", f"The host failed while running this run: {exc}")
+        finally:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(10):
+                await self._close(active, journal, outcome, started=started)
+
+    async def _wait_turn(self, active: _ActiveRun, grant: RunGrant) -> bool:
+        """Wait until the database lets this run start. False when it ended while queued."""
+        while True:
+            if active.cancel_reason is not None:
+                return False
+            if time.time() >= grant.deadline_at:
+                active.cancel_reason = "deadline"
+                return False
+            run = await self._stores.runs.try_start(active.run_id, host_id=self.host_id)
+            if run is not None:
+                return True
+            # Woken when any run of this process ends or is cancelled; polled for other hosts' runs.
+            await self._conversation_signal.wait(QUEUE_POLL_S)
+
+    async def _execute(
+        self,
+        active: _ActiveRun,
+        event: AgentEventEnvelope,
+        binding: AgentBinding,
+        grant: RunGrant,
+        token: str,
+        journal: RunJournal,
+    ) -> Outcome:
+        stores, run_id = self._stores, active.run_id
+        await journal.record_user_input()
+        conv = event.conversation
+        latest = has_before = None
+        if conv is not None:
+            latest = await stores.transcript.latest_cursor(conv.conversation_id, conv.thread_id)
+            has_before = await stores.transcript.has_before(latest) if latest else False
+        state = await self._state_snapshot(grant)
+        ctx = build_context(
+            run_id=run_id,
+            event=event,
+            binding=binding,
+            grant=grant,
+            manifest=active.runner.manifest,
+            token=token,
+            public_url=self._public_url,
+            latest_cursor=latest,
+            has_history_before=bool(has_before),
+            state=state,
+            knowledge_bases=self._knowledge_bases,
+        )
+        runner_name = active.runner.manifest.id.rsplit("/", 1)[1]
+        plugin = active.runner.plugin
+        send, receive = anyio.create_memory_object_stream[RawResult](math.inf)
+        plugin_status: str | None = None
+        crash: PluginError | None = None
+
+        async def call_plugin() -> None:
+            nonlocal plugin_status, crash
+            async with send:
+                try:
+                    plugin_status = await plugin.run(runner_name, ctx, send)
+                except PluginError as exc:
+                    crash = exc
+
+        async def watch_cancel(scope: anyio.CancelScope) -> None:
+            await active.cancel_requested.wait()
+            await plugin.cancel(run_id, active.cancel_reason or "cancelled")
+            await anyio.sleep(CANCEL_GRACE_S)
+            scope.cancel()
+
+        remaining = grant.deadline_at - time.time()
+        with anyio.move_on_after(max(remaining, 0)) as deadline_scope:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(call_plugin)
+                tg.start_soon(watch_cancel, tg.cancel_scope)
+                outcome = await self._pump(receive, journal)
+                if outcome is not None and not outcome.by_runner:
+                    # The host ended the run (a violation): stop the runner now.
+                    await plugin.cancel(
+                        run_id, outcome.error.message if outcome.error else "ended by the host"
+                    )
+                    tg.cancel_scope.cancel()
+                else:
+                    # Stream ended, or the runner's terminal result: let the plugin answer, bounded.
+                    with anyio.move_on_after(TERMINAL_DRAIN_S):
+                        await self._pump_rest(receive, journal)
+                    tg.cancel_scope.cancel()
+
+        if active.cancel_reason is not None and not journal.ended:
+            return await journal.end(
+                Outcome(
+                    RunStatus.CANCELLED,
+                    RunError(code="cancelled", message=f"Run cancelled: {active.cancel_reason}."),
+                )
+            )
+        if deadline_scope.cancelled_caught and not journal.ended:
+            await plugin.cancel(run_id, "deadline exceeded")
+            timeout = binding.agent.timeout_s or self._default_timeout_s
+            return await journal.end(
+                Outcome.failed(
+                    "deadline_exceeded", f"The run did not finish within its {timeout:g} s deadline."
+                )
+            )
+        if crash is not None and not journal.ended:
+            return await journal.end(Outcome.failed("runner.crashed", crash.message))
+        outcome = await journal.end_of_stream(plugin_status)
+        if (
+            active.cancel_reason is not None
+            and outcome.status is RunStatus.FAILED
+            and outcome.error is not None
+        ):
+            if outcome.error.code == "cancelled":
+                return Outcome(RunStatus.CANCELLED, outcome.error, by_runner=True)
+        return outcome
+
+    async def _pump(
+        self, receive: MemoryObjectReceiveStream[RawResult], journal: RunJournal
+    ) -> Outcome | None:
+        """Feed results to the journal in batches until the run ends or the stream closes."""
+        async for first in receive:
+            batch = [first]
+            while len(batch) < MAX_BATCH:
+                try:
+                    batch.append(receive.receive_nowait())
+                except (anyio.WouldBlock, anyio.EndOfStream):
+                    break
+            outcome = await journal.accept(batch)
+            if outcome is not None:
+                return outcome
+        return None
+
+    async def _pump_rest(self, receive: MemoryObjectReceiveStream[RawResult], journal: RunJournal) -> None:
+        """After the end: whatever else arrives is recorded as ignored by the journal."""
+        async for first in receive:
+            await journal.accept([first])
+
+    async def _state_snapshot(self, grant: RunGrant) -> dict[str, dict[str, Any]]:
+        snapshot: dict[str, dict[str, Any]] = {}
+        for scope in ("conversation", "actor", "subject", "runner"):
+            owner = grant.state_scope_id(scope)
+            if scope in grant.state_read and owner is not None:
+                snapshot[scope] = await self._stores.state.snapshot(scope, owner)
+        return snapshot
+
+    async def _close(
+        self, active: _ActiveRun, journal: RunJournal, outcome: Outcome | None, *, started: bool
+    ) -> None:
+        run_id = active.run_id
+        try:
+            if outcome is None:
+                if active.cancel_reason == "deadline":
+                    outcome = Outcome.failed(
+                        "deadline_exceeded", "The run's deadline passed while it waited in its queue."
+                    )
+                elif active.cancel_reason is not None:
+                    outcome = Outcome(
+                        RunStatus.CANCELLED,
+                        RunError(code="cancelled", message=f"Run cancelled: {active.cancel_reason}."),
+                    )
+                else:
+                    outcome = Outcome.failed("runtime_error", "The run ended without an outcome.")
+                outcome = await journal.end(outcome)
+            try:
+                await self._stores.runs.transition(
+                    run_id, outcome.status, error=outcome.error, usage=outcome.usage or None
+                )
+            except IllegalTransitionError as exc:
+                logger.warning("run %s: %s", run_id, exc)
+        except Exception:
+            logger.exception("run %s: could not record its end", run_id)
+        finally:
+            try:
+                await self._stores.runs.revoke(run_id)
+            except Exception:
+                logger.exception("run %s: could not revoke its grant", run_id)
+            self._active.pop(run_id, None)
+            signal = self._run_signals.pop(run_id, None)
+            if signal is not None:
+                signal.notify()
+            self._conversation_signal.notify()
+            logger.info(
+                "run %s ended %s%s",
+                run_id,
+                outcome.status if outcome else "?",
+                f" ({outcome.error.code})" if outcome and outcome.error else "",
+            )
+
+    # -- reading ---------------------------------------------------------------------------------------
+
+    async def wait(self, run_id: str) -> Run:
+        """Wait until the run is terminal."""
+        while True:
+            run = await self._stores.runs.get(run_id)
+            if run.status.is_terminal:
+                return run
+            signal = self._run_signals.get(run_id)
+            if signal is not None:
+                await signal.wait(QUEUE_POLL_S)
+            else:
+                await anyio.sleep(QUEUE_POLL_S)
+
+    async def results(self, run_id: str, *, after: int = 0) -> AsyncIterator[StoredResult]:
+        """Every persisted result of the run after host sequence `after`, live, until the run ends."""
+        await self._stores.runs.get(run_id)  # RunNotFoundError for unknown ids
+        while True:
+            batch = await self._stores.results.list(run_id, after=after, limit=1000)
+            for item in batch:
+                after = item.seq
+                yield item
+            if batch:
+                continue
+            run = await self._stores.runs.get(run_id)
+            if run.status.is_terminal:
+                for item in await self._stores.results.list(run_id, after=after, limit=1000):
+                    after = item.seq
+                    yield item
+                return
+            signal = self._run_signals.get(run_id)
+            if signal is not None:
+                await signal.wait(QUEUE_POLL_S)
+            else:
+                await anyio.sleep(QUEUE_POLL_S)
