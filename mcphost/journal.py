@@ -68,7 +68,7 @@ class Outcome:
         return cls(RunStatus.FAILED, RunError(code=code, message=message, details=details))
 
 
-class _Violation(Exception):
+class _ViolationError(Exception):
     def __init__(self, code: str, message: str) -> None:
         super().__init__(message)
         self.code = code
@@ -127,7 +127,7 @@ class RunJournal:
         """Check, persist and apply a batch of raw results in order. Returns the outcome once ended."""
         accepted: list[AgentRunResult] = []
         notes: list[tuple[str, dict[str, Any]]] = []
-        violation: _Violation | None = None
+        violation: _ViolationError | None = None
         terminal: AgentRunResult | None = None
         for raw in batch:
             if terminal is not None or self.ended:
@@ -137,7 +137,7 @@ class RunJournal:
                 continue
             try:
                 result = self._check(raw, notes)
-            except _Violation as exc:
+            except _ViolationError as exc:
                 violation = exc
                 break
             if result is None:
@@ -152,7 +152,7 @@ class RunJournal:
         try:
             for result in accepted:
                 await self._apply(result)
-        except _Violation as exc:
+        except _ViolationError as exc:
             violation = violation or exc
         if accepted or notes:
             self._publish()
@@ -167,7 +167,7 @@ class RunJournal:
 
     def _check(self, raw: RawResult, notes: list[tuple[str, dict[str, Any]]]) -> AgentRunResult | None:
         if raw.nbytes > MAX_RESULT_BYTES:
-            raise _Violation(
+            raise _ViolationError(
                 "payload_too_large",
                 f"a {raw.obj.get('type', 'result')!s} result of {raw.nbytes} bytes exceeds the "
                 f"{MAX_RESULT_BYTES}-byte limit; send large content as an artifact",
@@ -177,7 +177,7 @@ class RunJournal:
             if checked.run_id is not None and checked.run_id != self._run_id:
                 notes.append(("result.rejected", {"reason": "run_id differs", "run_id": checked.run_id}))
                 return None
-            raise _Violation(
+            raise _ViolationError(
                 "invalid_argument", f"invalid {checked.type or 'result'} result: {checked.message}"
             )
         if checked.run_id != self._run_id:
@@ -249,35 +249,35 @@ class RunJournal:
             try:
                 record = await self._stores.artifacts.get(ref.artifact_id)
             except NotFoundError:
-                raise _Violation(
+                raise _ViolationError(
                     "invalid_argument",
                     f"artifact.created names artifact {ref.artifact_id!r}, which does not exist; "
                     "create it with artifacts_create or send content_base64",
                 ) from None
             if record.owner_run_id != self._run_id:
-                raise _Violation(
+                raise _ViolationError(
                     "unauthorized", f"artifact {ref.artifact_id!r} is not owned by run {self._run_id!r}"
                 )
             return
         try:
             data = base64.b64decode(inline, validate=True)
         except (binascii.Error, ValueError):
-            raise _Violation(
+            raise _ViolationError(
                 "invalid_argument", "artifact.created: content_base64 is not valid base64"
             ) from None
         if len(data) > MAX_INLINE_ARTIFACT_BYTES:
-            raise _Violation(
+            raise _ViolationError(
                 "payload_too_large",
                 f"artifact.created: inline content of {len(data)} bytes exceeds {MAX_INLINE_ARTIFACT_BYTES}",
             )
         digest = hashlib.sha256(data).hexdigest()
         if ref.sha256 is not None and ref.sha256 != digest:
-            raise _Violation(
+            raise _ViolationError(
                 "invalid_argument",
                 f"artifact.created: sha256 {ref.sha256} does not match the content ({digest})",
             )
         if ref.size is not None and ref.size != len(data):
-            raise _Violation(
+            raise _ViolationError(
                 "invalid_argument",
                 f"artifact.created: size {ref.size} does not match the content ({len(data)})",
             )
@@ -298,21 +298,21 @@ class RunJournal:
     async def _update_state(self, result: StateUpdated) -> None:
         data = result.data
         if not allows_state(self._grant, data.scope, write=True):
-            raise _Violation(
+            raise _ViolationError(
                 "unauthorized",
                 f"state.updated: this run may not write {data.scope!r} state "
                 f"(writable scopes: {', '.join(sorted(self._grant.state_write)) or 'none'})",
             )
         owner = self._grant.state_scope_id(data.scope)
         if owner is None:
-            raise _Violation(
+            raise _ViolationError(
                 "invalid_argument",
                 f"state.updated: the event has no {data.scope!r} id, so that scope is unavailable",
             )
         try:
             await self._stores.state.set(data.scope, owner, data.key, data.value)
         except HostError as exc:
-            raise _Violation(exc.code, f"state.updated: {exc.message}") from None
+            raise _ViolationError(exc.code, f"state.updated: {exc.message}") from None
 
     # -- ending ----------------------------------------------------------------------------------------
 

@@ -25,7 +25,7 @@ import math
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import anyio
@@ -149,7 +149,7 @@ class Orchestrator:
         """Let active runs finish for up to `grace_s`, then cancel the rest."""
         with anyio.move_on_after(grace_s):
             while self._active:
-                await anyio.sleep(0.05)
+                await self._conversation_signal.wait(0.5)
         for run_id in list(self._active):
             await self.cancel(run_id, reason="the host is shutting down")
 
@@ -364,7 +364,7 @@ class Orchestrator:
             scope.cancel()
 
         remaining = grant.deadline_at - time.time()
-        with anyio.move_on_after(max(remaining, 0)) as deadline_scope:
+        with receive, anyio.move_on_after(max(remaining, 0)) as deadline_scope:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(call_plugin)
                 tg.start_soon(watch_cancel, tg.cancel_scope)
@@ -398,15 +398,7 @@ class Orchestrator:
             )
         if crash is not None and not journal.ended:
             return await journal.end(Outcome.failed("runner.crashed", crash.message))
-        outcome = await journal.end_of_stream(plugin_status)
-        if (
-            active.cancel_reason is not None
-            and outcome.status is RunStatus.FAILED
-            and outcome.error is not None
-        ):
-            if outcome.error.code == "cancelled":
-                return Outcome(RunStatus.CANCELLED, outcome.error, by_runner=True)
-        return outcome
+        return await journal.end_of_stream(plugin_status)
 
     async def _pump(
         self, receive: MemoryObjectReceiveStream[RawResult], journal: RunJournal
@@ -455,6 +447,10 @@ class Orchestrator:
                 else:
                     outcome = Outcome.failed("runtime_error", "The run ended without an outcome.")
                 outcome = await journal.end(outcome)
+            if outcome.status is RunStatus.CANCELLED and active.cancel_reason and outcome.error is not None:
+                # Keep why the host cancelled, whatever the runner said when it stopped.
+                details = {**outcome.error.details, "reason": active.cancel_reason}
+                outcome = replace(outcome, error=outcome.error.model_copy(update={"details": details}))
             try:
                 await self._stores.runs.transition(
                     run_id, outcome.status, error=outcome.error, usage=outcome.usage or None

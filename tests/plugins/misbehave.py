@@ -9,8 +9,8 @@ by `ctx.input.text`:
     garbage-too-long a 5 MiB line naming no run, then ok
     invalid-data     message.delta whose chunk.content is a number (known type, bad field)
     unknown-type     a result of type "telemetry.custom", then ok
-    dup-seq          sequences 1, 2, 2, 3
-    gap-seq          sequences 1, 2, 5
+    dup-seq          deltas with sequences 1, 2, 2, then a message (3) and run.completed (4)
+    gap-seq          deltas with sequences 1, 2, 5, then a message (6) and run.completed (7)
     wrong-run-id     one result routed to an unknown run, one whose result.run_id is another run's, then ok
     no-output        answers completed without any result
     after-complete   run.completed, then a message.delta after it
@@ -119,14 +119,16 @@ def behave(run_id: str, text: str, cancelled: threading.Event) -> str | None:
         result(run_id, "telemetry.custom", {"anything": True})
         return ok(run_id)
     if name == "dup-seq":
-        for sequence in (1, 2, 2, 3):
+        for sequence in (1, 2, 2):
             delta(run_id, f"d{sequence}", sequence)
+        message(run_id, "deduplicated", 3)
         completed(run_id, 4)
         return "completed"
     if name == "gap-seq":
         for sequence in (1, 2, 5):
             delta(run_id, f"d{sequence}", sequence)
-        completed(run_id, 6)
+        message(run_id, "gapped", 6)
+        completed(run_id, 7)
         return "completed"
     if name == "wrong-run-id":
         delta(run_id, "lost", route="run_nobody")
@@ -237,6 +239,7 @@ def main(argv: list[str]) -> None:
                 "name": "default",
                 "label": {"en": "Misbehave"},
                 "protocol_version": "1",
+                "permissions": {"state": ["read", "write"], "artifacts": ["metadata", "read", "create"]},
             }
             answer(
                 request_id,

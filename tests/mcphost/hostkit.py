@@ -1,0 +1,53 @@
+"""Test helpers: a host configured with the echo and misbehave plugins, and event builders."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from mcphost.config import HostSettings, PluginConfig, Settings
+from mcphost.models import AgentConfig, AgentEventEnvelope
+
+REPO = Path(__file__).resolve().parents[2]
+MISBEHAVE = [sys.executable, str(REPO / "tests" / "plugins" / "misbehave.py")]
+MISBEHAVE_RUNNER = "plugin:test/misbehave/default"
+ECHO_RUNNER = "plugin:mcphost/echo/default"
+
+
+def agent(agent_id: str, runner: str, **kw: Any) -> AgentConfig:
+    return AgentConfig.model_validate({"id": agent_id, "runner": runner, "match": {"bot_id": agent_id}, **kw})
+
+
+def host_settings(database_url: str, data_dir: Path, **host: Any) -> Settings:
+    """Agents are selected by bot_id: echo, bad (misbehave), short (1 s deadline), rej, int."""
+    return Settings(
+        source="<test>",
+        host=HostSettings(database_url=database_url, data_dir=data_dir, **host),
+        plugins=[PluginConfig(command=MISBEHAVE, name="misbehave")],
+        agents=[
+            agent("echo", ECHO_RUNNER),
+            agent("bad", MISBEHAVE_RUNNER, timeout_s=30),
+            agent("short", MISBEHAVE_RUNNER, timeout_s=1),
+            agent("rej", MISBEHAVE_RUNNER, concurrency="reject"),
+            agent("int", MISBEHAVE_RUNNER, concurrency="interrupt"),
+            agent(
+                "wide",
+                MISBEHAVE_RUNNER,
+                state={"scopes": ["conversation", "actor"], "write": True},
+                event_types=["message.received", "group.member_joined"],
+            ),
+        ],
+    )
+
+
+def message(text: str, *, bot: str = "bad", conversation: str = "c1", **kw: Any) -> AgentEventEnvelope:
+    return AgentEventEnvelope.model_validate(
+        {
+            "event_type": "message.received",
+            "conversation": {"conversation_id": conversation, "bot_id": bot},
+            "actor": {"actor_id": "u1"},
+            "input": {"text": text},
+            **kw,
+        }
+    )

@@ -1,0 +1,332 @@
+"""The orchestrator end to end with real plugin subprocesses, on a SQLite file and on PostgreSQL.
+
+Each rule of PROTOCOL §4 is driven by the misbehaving test plugin; the echo plugin shows the happy path.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import AsyncGenerator
+from pathlib import Path
+
+import anyio
+import pytest
+
+from mcphost.app import Host, open_host
+from mcphost.errors import ConcurrencyRejectedError, NoBindingError, RunnerNotFoundError
+from mcphost.models import AgentEventEnvelope, Run, RunStatus
+from mcphost.stores.results import StoredResult
+from tests.mcphost.hostkit import ECHO_RUNNER, host_settings, message
+
+
+@pytest.fixture
+async def host(database_url: str, tmp_path: Path) -> AsyncGenerator[Host, None]:
+    async with open_host(host_settings(database_url, tmp_path / "data")) as opened:
+        yield opened
+
+
+async def run_event(host: Host, event: AgentEventEnvelope) -> Run:
+    admission = await host.orchestrator.submit(event)
+    with anyio.fail_after(60):
+        return await host.orchestrator.wait(admission.run.run_id)
+
+
+async def results_of(host: Host, run: Run) -> list[StoredResult]:
+    out: list[StoredResult] = []
+    while batch := await host.stores.results.list(run.run_id, after=out[-1].seq if out else 0, limit=5000):
+        out += batch
+    return out
+
+
+async def event_types_of(host: Host, run: Run) -> list[str]:
+    return [e.event_type for e in await host.stores.events.for_run(run.run_id, limit=1000)]
+
+
+async def wait_running(host: Host, run_id: str) -> None:
+    for _ in range(500):
+        if (await host.stores.runs.get(run_id)).status is RunStatus.RUNNING:
+            return
+        await anyio.sleep(0.02)
+    raise AssertionError(f"run {run_id} never started")
+
+
+def error_code(run: Run) -> str | None:
+    return run.error.code if run.error else None
+
+
+async def test_one_message_through_echo_leaves_every_fact(host: Host) -> None:
+    run = await run_event(host, message("hello", bot="echo"))
+
+    assert run.status is RunStatus.COMPLETED
+    assert run.runner_id == ECHO_RUNNER
+    results = await results_of(host, run)
+    assert [r.seq for r in results] == list(range(1, len(results) + 1))
+    assert [r.type for r in results] == [
+        "message.delta",
+        "message.completed",
+        "state.updated",
+        "run.completed",
+    ]
+    events = await host.stores.events.for_run(run.run_id, limit=100)
+    assert [(e.event_type, e.kind) for e in events] == [("message.received", "inbound")]
+    page = await host.stores.transcript.page("c1", None, limit=10)
+    assert [(t.role, t.content) for t in reversed(page.items)] == [("user", "hello"), ("assistant", "hello")]
+    grant = await host.stores.runs.grant(run.run_id)
+    assert grant.revoked
+    owner = grant.grant.state_scope_id("conversation")
+    assert owner is not None
+    entry = await host.stores.state.get("conversation", owner, "turns")
+    assert entry is not None
+    assert entry.value == 1
+
+    second = await run_event(host, message("again", bot="echo"))
+    assert second.status is RunStatus.COMPLETED
+    entry = await host.stores.state.get("conversation", owner, "turns")
+    assert entry is not None
+    assert entry.value == 2  # the echo runner read 1 from its context's state snapshot
+
+
+async def test_a_repeated_event_id_returns_the_existing_run(host: Host) -> None:
+    event = message("ok", event_id="evt-fixed-1")
+    first = await run_event(host, event)
+    again = await host.orchestrator.submit(event)
+    assert not again.created
+    assert again.run.run_id == first.run_id
+    page = await host.stores.runs.list(limit=10)
+    assert [r.run_id for r in page.items] == [first.run_id]
+    assert len((await host.stores.transcript.page("c1", None, limit=10)).items) == 2
+
+
+async def test_an_event_no_agent_takes_changes_nothing(host: Host) -> None:
+    with pytest.raises(NoBindingError, match=r"No agent is bound to 'message\.received'"):
+        await host.orchestrator.submit(message("hi", bot="nobody"))
+    with pytest.raises(NoBindingError, match="Agent 'ghost' is not configured"):
+        await host.orchestrator.submit(message("hi", agent_id="ghost"))
+    assert (await host.stores.runs.list(limit=10)).items == []
+    assert (await host.stores.events.page("c1", None, limit=10)).items == []
+
+
+async def test_an_unregistered_runner_refuses_the_event_before_storing(
+    database_url: str, tmp_path: Path
+) -> None:
+    settings = host_settings(database_url, tmp_path / "data")
+    ghost = settings.agents[0].model_copy(update={"runner": "plugin:ghost/none/default"})
+    settings = settings.model_copy(update={"agents": [ghost, *settings.agents[1:]]})
+    async with open_host(settings) as opened:
+        with pytest.raises(RunnerNotFoundError, match="'plugin:ghost/none/default' is not registered"):
+            await opened.orchestrator.submit(message("hi", bot="echo"))
+        assert (await opened.stores.runs.list(limit=10)).items == []
+
+
+@pytest.mark.parametrize(
+    ("text", "code", "message_part"),
+    [
+        ("oversized", "payload_too_large", "exceeds the 1048576-byte limit"),
+        ("line-too-long", "payload_too_large", "exceeds the 1048576-byte limit"),
+        ("invalid-data", "invalid_argument", "data.chunk.content"),
+        ("no-output", "runner.empty_output", "without producing any message"),
+        ("crash", "runner.crashed", "exited with code 7"),
+        ("fail", "runner.error", ""),
+        ("artifact-bad-sha", "invalid_argument", "does not match the content"),
+    ],
+)
+async def test_a_misbehaving_runner_fails_its_run_with_the_protocol_code(
+    host: Host, text: str, code: str, message_part: str
+) -> None:
+    run = await run_event(host, message(text))
+    assert run.status is RunStatus.FAILED
+    assert error_code(run) == code
+    assert run.error is not None
+    assert message_part in run.error.message
+    results = await results_of(host, run)
+    assert results[-1].type == "run.failed"
+    assert results[-1].payload["data"]["code"] == code
+    assert [r.seq for r in results] == list(range(1, len(results) + 1))
+    assert (await host.stores.runs.grant(run.run_id)).revoked
+
+
+async def test_an_unknown_result_type_is_recorded_and_ignored(host: Host) -> None:
+    run = await run_event(host, message("unknown-type"))
+    assert run.status is RunStatus.COMPLETED
+    assert "telemetry.custom" not in [r.type for r in await results_of(host, run)]
+    events = await host.stores.events.for_run(run.run_id, limit=100)
+    ignored = [e for e in events if e.event_type == "result.ignored"]
+    assert [(e.kind, e.payload["type"]) for e in ignored] == [("ignored", "telemetry.custom")]
+
+
+async def test_duplicate_sequences_are_dropped(host: Host) -> None:
+    run = await run_event(host, message("dup-seq"))
+    assert run.status is RunStatus.COMPLETED
+    runner_seqs = [r.payload.get("sequence") for r in await results_of(host, run)]
+    assert runner_seqs == [1, 2, 3, 4]
+    assert "result.duplicate" in await event_types_of(host, run)
+
+
+async def test_a_sequence_gap_is_a_warning(host: Host) -> None:
+    run = await run_event(host, message("gap-seq"))
+    assert run.status is RunStatus.COMPLETED
+    assert [r.payload.get("sequence") for r in await results_of(host, run)] == [1, 2, 5, 6, 7]
+    gaps = [
+        e
+        for e in await host.stores.events.for_run(run.run_id, limit=100)
+        if e.event_type == "result.sequence_gap"
+    ]
+    assert [(g.payload["expected"], g.payload["got"]) for g in gaps] == [(3, 5)]
+
+
+async def test_a_result_for_another_run_is_rejected(host: Host) -> None:
+    run = await run_event(host, message("wrong-run-id"))
+    assert run.status is RunStatus.COMPLETED
+    assert all(r.payload["run_id"] == run.run_id for r in await results_of(host, run))
+    assert "result.rejected" in await event_types_of(host, run)
+
+
+async def test_nothing_is_accepted_after_run_completed(host: Host) -> None:
+    run = await run_event(host, message("after-complete"))
+    assert run.status is RunStatus.COMPLETED
+    types = [r.type for r in await results_of(host, run)]
+    assert types[-1] == "run.completed"
+    assert "message.delta" not in types[types.index("run.completed") :]
+    assert "result.ignored" in await event_types_of(host, run)
+
+
+async def test_a_runner_that_hangs_past_its_deadline_fails_with_deadline_exceeded(host: Host) -> None:
+    started = time.monotonic()
+    run = await run_event(host, message("hang", bot="short"))
+    assert run.status is RunStatus.FAILED
+    assert error_code(run) == "deadline_exceeded"
+    assert time.monotonic() - started < 10
+    assert (await host.stores.runs.grant(run.run_id)).revoked
+    # The plugin is still healthy for the next run.
+    assert (await run_event(host, message("ok"))).status is RunStatus.COMPLETED
+
+
+async def test_a_flood_of_ten_thousand_deltas_is_persisted_in_order(host: Host) -> None:
+    run = await run_event(host, message("flood:10000"))
+    assert run.status is RunStatus.COMPLETED
+    results = await results_of(host, run)
+    assert len(results) == 10_001
+    assert [r.seq for r in results] == list(range(1, 10_002))
+    chunks = [r.payload["data"]["chunk"]["content"] for r in results[:-1]]
+    assert chunks == [f"chunk {i}" for i in range(1, 10_001)]
+    transcript = await host.stores.transcript.page("c1", None, limit=1)
+    assert transcript.items[0].content == "flooded 10000"  # run.completed's message is the final one
+
+
+async def test_state_updates_are_checked_against_the_grant(host: Host) -> None:
+    ok = await run_event(host, message("state:conversation", bot="wide"))
+    assert ok.status is RunStatus.COMPLETED
+    refused = await run_event(host, message("state:runner", bot="wide"))
+    assert refused.status is RunStatus.FAILED
+    assert error_code(refused) == "unauthorized"
+    assert refused.error is not None
+    assert "may not write 'runner' state" in refused.error.message
+
+
+async def test_an_inline_artifact_is_registered_and_owned_by_the_run(host: Host) -> None:
+    run = await run_event(host, message("artifact-inline"))
+    assert run.status is RunStatus.COMPLETED
+    created = [
+        e
+        for e in await host.stores.events.for_run(run.run_id, limit=100)
+        if e.event_type == "artifact.created"
+    ]
+    assert len(created) == 1
+    artifact_id = created[0].payload["artifact"]["artifact_id"]
+    record = await host.stores.artifacts.get(artifact_id)
+    assert record.owner_run_id == run.run_id
+    assert await host.stores.artifacts.read(artifact_id) == b"hello artifact"
+
+
+async def test_cancel_ends_a_running_run_as_cancelled(host: Host) -> None:
+    admission = await host.orchestrator.submit(message("slow:30"))
+    run_id = admission.run.run_id
+    await wait_running(host, run_id)
+    await host.orchestrator.cancel(run_id)
+    with anyio.fail_after(10):
+        run = await host.orchestrator.wait(run_id)
+    assert run.status is RunStatus.CANCELLED
+    assert error_code(run) == "cancelled"
+    assert (await host.stores.runs.grant(run_id)).revoked
+
+
+async def test_non_message_events_never_become_user_transcript_rows(host: Host) -> None:
+    event = AgentEventEnvelope.model_validate(
+        {
+            "event_type": "group.member_joined",
+            "conversation": {"conversation_id": "c9", "bot_id": "wide"},
+            "actor": {"actor_id": "newcomer"},
+            "input": {"text": "ok"},
+        }
+    )
+    run = await run_event(host, event)
+    assert run.status is RunStatus.COMPLETED
+    rows = (await host.stores.transcript.page("c9", None, limit=10)).items
+    assert [r.role for r in rows] == ["assistant"]
+    assert [e.event_type for e in (await host.stores.events.page("c9", None, limit=10)).items] == [
+        "group.member_joined"
+    ]
+
+
+async def test_results_can_be_followed_live_and_resumed_exactly_once(host: Host) -> None:
+    admission = await host.orchestrator.submit(message("flood:300"))
+    run_id = admission.run.run_id
+    seen: list[int] = []
+    async for item in host.orchestrator.results(run_id):
+        seen.append(item.seq)
+        if len(seen) == 100:
+            break
+    async for item in host.orchestrator.results(run_id, after=seen[-1]):
+        seen.append(item.seq)
+    assert seen == list(range(1, 302))
+
+
+# -- concurrency ---------------------------------------------------------------------------------------
+
+
+async def test_enqueue_keeps_per_conversation_order_and_loses_nothing(host: Host) -> None:
+    submitted: dict[str, list[str]] = {}
+    for i in range(50):
+        conversation = f"q{i % 10}"
+        admission = await host.orchestrator.submit(message("slow:0.02", conversation=conversation))
+        submitted.setdefault(conversation, []).append(admission.run.run_id)
+    runs: dict[str, Run] = {}
+    with anyio.fail_after(120):
+        for run_ids in submitted.values():
+            for run_id in run_ids:
+                runs[run_id] = await host.orchestrator.wait(run_id)
+    assert all(r.status is RunStatus.COMPLETED for r in runs.values())
+    for run_ids in submitted.values():
+        ordered = [runs[r] for r in run_ids]
+        for earlier, later in itertools.pairwise(ordered):
+            assert earlier.ended_at is not None
+            assert later.started_at is not None
+            assert earlier.ended_at <= later.started_at, (
+                "two runs of one conversation overlapped or reordered"
+            )
+    for conversation in submitted:
+        rows = (await host.stores.transcript.page(conversation, None, limit=100)).items
+        assert len(rows) == 10  # 5 user + 5 assistant rows
+
+
+async def test_reject_refuses_a_second_event_while_one_runs(host: Host) -> None:
+    first = await host.orchestrator.submit(message("slow:30", bot="rej"))
+    with pytest.raises(ConcurrencyRejectedError, match=first.run.run_id):
+        await host.orchestrator.submit(message("ok", bot="rej"))
+    await host.orchestrator.cancel(first.run.run_id)
+    with anyio.fail_after(10):
+        await host.orchestrator.wait(first.run.run_id)
+    assert (await run_event(host, message("ok", bot="rej"))).status is RunStatus.COMPLETED
+    assert len((await host.stores.runs.list(limit=10)).items) == 2
+
+
+async def test_interrupt_cancels_the_running_run(host: Host) -> None:
+    first = await host.orchestrator.submit(message("slow:30", bot="int"))
+    await wait_running(host, first.run.run_id)
+    second = await run_event(host, message("ok", bot="int"))
+    assert second.status is RunStatus.COMPLETED
+    first_run = await host.stores.runs.get(first.run.run_id)
+    assert first_run.status is RunStatus.CANCELLED
+    assert first_run.error is not None
+    assert "interrupted by a newer event" in first_run.error.details["reason"]
