@@ -1,0 +1,252 @@
+"""The `mcphost` command line as a user runs it: real subprocesses, a real SQLite file or PostgreSQL.
+
+Covers the quickstart path, the inspection commands, precise failures that store nothing, a host killed
+with SIGKILL mid-run, and two host processes sharing one PostgreSQL conversation.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncGenerator
+from pathlib import Path
+
+import anyio
+import pytest
+
+from mcphost.models import RunStatus
+from mcphost.stores import Stores, open_stores
+from tests.conftest import NO_POSTGRES, POSTGRES_URL, fresh_postgres_database
+from tests.mcphost.hostkit import MISBEHAVE, REPO
+
+ENV_DROP = ("MCPHOST_CONFIG", "MCPHOST_DATABASE_URL", "MCPHOST_DATA_DIR")
+
+
+def cli_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ENV_DROP}
+    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
+    return env
+
+
+def mcphost(*args: str, cwd: Path, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "mcphost.cli", *args],
+        cwd=cwd,
+        env=cli_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+        check=False,
+    )
+
+
+def write_config(tmp_path: Path, database_url: str | None = None, *, extra: str = "") -> Path:
+    db = f'database_url = "{database_url}"\n' if database_url else ""
+    text = (
+        f'[host]\ndata_dir = "{tmp_path / "data"}"\n{db}'
+        f'[[plugins]]\nname = "misbehave"\ncommand = {json.dumps(MISBEHAVE)}\n'
+        '[[agents]]\nid = "echo"\nrunner = "plugin:mcphost/echo/default"\nmatch = { conversation_id = "cli" }\n'
+        '[[agents]]\nid = "bad"\nrunner = "plugin:test/misbehave/default"\n'
+        'match = { conversation_id = ["m1", "m2", "shared"] }\n' + extra
+    )
+    path = tmp_path / "mcphost.toml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+async def sqlite_stores(tmp_path: Path) -> AsyncGenerator[Stores, None]:
+    async with open_stores(f"sqlite+aiosqlite:///{tmp_path / 'data' / 'mcphost.db'}", tmp_path / "data") as s:
+        yield s
+
+
+async def counts(stores: Stores, conversation: str) -> tuple[int, int, int]:
+    runs = (await stores.runs.list(conversation_id=conversation, limit=100)).items
+    events = (await stores.events.page(conversation, None, limit=100)).items
+    transcript = (await stores.transcript.page(conversation, None, limit=100)).items
+    return len(runs), len(events), len(transcript)
+
+
+def test_the_quickstart_streams_the_reply_and_prints_the_run(tmp_path: Path) -> None:
+    done = mcphost("run", "hello", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "hello\n"
+    assert "completed" in done.stderr
+    assert (tmp_path / ".mcphost" / "mcphost.db").is_file()
+
+    listing = mcphost("runs", "--json", cwd=tmp_path)
+    runs = json.loads(listing.stdout)["runs"]
+    assert [r["status"] for r in runs] == ["completed"]
+    shown = json.loads(mcphost("show", runs[0]["run_id"], "--json", cwd=tmp_path).stdout)
+    assert [r["type"] for r in shown["results"]] == [
+        "message.delta",
+        "message.completed",
+        "state.updated",
+        "run.completed",
+    ]
+    assert [t["role"] for t in shown["transcript"]] == ["user", "assistant"]
+    assert shown["grant"]["revoked"] is True
+    assert "token" not in json.dumps(shown["grant"]).replace("token_hash", "")
+
+    human = mcphost("show", runs[0]["run_id"], cwd=tmp_path)
+    assert "grant revoked" in human.stdout
+    assert "results (4):" in human.stdout
+
+
+def test_runners_lists_registered_and_rejected_manifests(tmp_path: Path) -> None:
+    bad = [sys.executable, str(REPO / "tests" / "plugins" / "bad_manifest.py")]
+    config = write_config(tmp_path, extra=f'[[plugins]]\nname = "bad"\ncommand = {json.dumps(bad)}\n')
+    shown = mcphost("runners", "--json", "--config", str(config), cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    report = json.loads(shown.stdout)
+    ids = {r["id"] for r in report["runners"]}
+    assert {"plugin:mcphost/echo/default", "plugin:test/misbehave/default"} <= ids
+    reasons = " ".join(r["reason"] for r in report["rejected"])
+    assert "protocol_version '2' is not supported" in reasons
+
+
+def test_schema_writes_json_schemas(tmp_path: Path) -> None:
+    done = mcphost("schema", str(tmp_path / "schemas"), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    schema = json.loads((tmp_path / "schemas" / "agent_run_result.schema.json").read_text())
+    assert "run.completed" in json.dumps(schema)
+
+
+def test_db_upgrade_creates_the_schema(tmp_path: Path) -> None:
+    config = write_config(tmp_path)
+    done = mcphost("db", "upgrade", "--config", str(config), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "up to date" in done.stderr
+    assert (tmp_path / "data" / "mcphost.db").is_file()
+
+
+@pytest.mark.parametrize(
+    ("args", "config_text", "expected"),
+    [
+        (["run", "hi", "--limit", "3"], None, "unrecognized arguments: --limit 3"),
+        (["runs", "--limit", "0"], None, "expected a whole number from 1 to 100, got 0"),
+        (["runs", "--status", "done"], None, "invalid choice: 'done'"),
+        (["run", "hi", "--data", "{not json"], None, "--data is not valid JSON"),
+        (["run", "hi", "--data", "[1]"], None, "data: Input should be a valid dictionary"),
+        (["run", "hi", "--event-type", "Nope"], None, "event_type: String should match pattern"),
+        (["run", "hi", "--agent", "ghost"], None, "Agent 'ghost' is not configured"),
+        (["run", "hi", "--conversation", "elsewhere"], "", "No agent is bound to 'message.received'"),
+        (["run", "hi"], 'run_timeout_s = "soon"\n', "host.run_timeout_s: Input should be a valid number"),
+        (["run", "hi"], "[[agents]]\nid = 'x'\nrunner = 'bad id'\n", "agents[0] (id 'x').runner"),
+    ],
+)
+async def test_bad_input_fails_with_a_precise_message_and_stores_nothing(
+    tmp_path: Path, args: list[str], config_text: str | None, expected: str
+) -> None:
+    if config_text is not None:
+        config = write_config(tmp_path) if config_text == "" else tmp_path / "custom.toml"
+        if config_text:
+            config.write_text(f'[host]\ndata_dir = "{tmp_path / "data"}"\n' + config_text, encoding="utf-8")
+        args = [*args, "--config", str(config)]
+    done = mcphost(*args, cwd=tmp_path)
+    assert done.returncode != 0
+    assert expected in done.stderr
+    assert "Traceback" not in done.stderr
+    assert done.stdout == ""
+    db = tmp_path / ".mcphost" / "mcphost.db"
+    other = tmp_path / "data" / "mcphost.db"
+    for path in (db, other):
+        if path.exists():
+            async with open_stores(f"sqlite+aiosqlite:///{path}", path.parent) as stores:
+                assert (await stores.runs.list(limit=10)).items == []
+
+
+async def test_a_host_killed_mid_run_marks_the_run_failed_on_restart(tmp_path: Path) -> None:
+    config = write_config(tmp_path)
+    env = cli_env()
+    killed = await anyio.open_process(
+        [
+            sys.executable,
+            "-m",
+            "mcphost.cli",
+            "run",
+            "slow:60",
+            "--conversation",
+            "m1",
+            "--config",
+            str(config),
+        ],
+        cwd=tmp_path,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    db_url = f"sqlite+aiosqlite:///{tmp_path / 'data' / 'mcphost.db'}"
+    try:
+        run_id = await _wait_for_running(db_url, tmp_path / "data")
+        async with open_stores(db_url, tmp_path / "data") as stores:
+            before = await counts(stores, "m1")
+        killed.send_signal(signal.SIGKILL)
+        with anyio.fail_after(10):
+            await killed.wait()
+    finally:
+        if killed.returncode is None:
+            killed.kill()
+            await killed.wait()
+
+    again = mcphost("run", "ok", "--conversation", "m2", "--config", str(config), cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+
+    async with open_stores(db_url, tmp_path / "data") as stores:
+        run = await stores.runs.get(run_id)
+        assert run.status is RunStatus.FAILED
+        assert run.error is not None
+        assert run.error.code == "host.restarted"
+        assert (await stores.runs.grant(run_id)).revoked
+        assert await counts(stores, "m1") == before  # every committed row is still there
+        assert before == (1, 1, 1)
+
+
+async def _wait_for_running(db_url: str, data_dir: Path) -> str:
+    with anyio.fail_after(30):
+        while True:
+            if (data_dir / "mcphost.db").exists():
+                async with open_stores(db_url, data_dir, migrate=False) as stores:
+                    try:
+                        page = await stores.runs.list(status=RunStatus.RUNNING, limit=1)
+                    except Exception:
+                        page = None
+                    if page is not None and page.items:
+                        return page.items[0].run_id
+            await anyio.sleep(0.1)
+
+
+@pytest.mark.postgres
+async def test_two_host_processes_never_run_one_conversation_twice_at_once(tmp_path: Path) -> None:
+    if not POSTGRES_URL:
+        pytest.skip(NO_POSTGRES)
+    async with fresh_postgres_database(POSTGRES_URL) as url:
+        config = write_config(tmp_path, url)
+        prepared = mcphost("db", "upgrade", "--config", str(config), cwd=tmp_path)
+        assert prepared.returncode == 0, prepared.stderr
+        command = [sys.executable, "-m", "mcphost.cli", "run", "slow:0.4", "--conversation", "shared"]
+        command += ["--config", str(config)]
+        exits: list[int | None] = []
+
+        async def one_host() -> None:
+            done = await anyio.run_process(command, cwd=tmp_path, env=cli_env(), check=False)
+            exits.append(done.returncode)
+
+        with anyio.fail_after(120):
+            async with anyio.create_task_group() as tg:
+                for _ in range(6):
+                    tg.start_soon(one_host)
+        assert exits == [0] * 6
+        async with open_stores(url, tmp_path / "data") as stores:
+            runs = (await stores.runs.list(conversation_id="shared", limit=10)).items
+        assert len(runs) == 6
+        assert len({r.host_id for r in runs}) == 6
+        spans = sorted((r.started_at or 0.0, r.ended_at or 0.0) for r in runs)
+        for (_, end), (start, _) in itertools.pairwise(spans):
+            assert end <= start, f"two runs of one conversation overlapped: {spans}"
