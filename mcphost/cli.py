@@ -106,6 +106,7 @@ async def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
             sys.stdout.write(final_text)
         if streamed or final_text:
             sys.stdout.write("\n")
+        sys.stdout.flush()
         print(_run_line(run), file=sys.stderr)
     return EXIT_OK if run.status is RunStatus.COMPLETED else EXIT_FAILED
 
