@@ -16,6 +16,10 @@ Invariants:
   agent's timeout is stale and fails with `deadline_exceeded` without starting.
 - Results are persisted before they are published; subscribers read from the store, so a reader that
   resumes after sequence N gets every later result exactly once.
+- The context of a run (token included) lives in memory only while the run is active on this process
+  (`context(run_id)`, the facts server's context provider); it is never stored. `on_run_end` callbacks
+  run once per run, after its terminal status is written and its grant revoked, inside the shielded,
+  bounded close; a failing callback is logged and does not stop the others.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -39,6 +43,7 @@ from mcphost.grants import build_grant, mint_token
 from mcphost.journal import Outcome, RunJournal
 from mcphost.models import AgentBinding, AgentEventEnvelope, Run, RunError, RunGrant, RunStatus, new_id
 from mcphost.plugins import PluginProcess, RawResult
+from mcphost.protocol import AgentRunContext
 from mcphost.registry import RegisteredRunner, RunnerRegistry
 from mcphost.stores import Stores
 from mcphost.stores.results import StoredResult
@@ -70,7 +75,7 @@ class _Signal:
             await self._event.wait()
 
 
-@dataclass
+@dataclass(eq=False)  # identity: also the borrower token of the capacity limiter
 class _ActiveRun:
     run_id: str
     conversation_id: str | None
@@ -114,6 +119,9 @@ class Orchestrator:
         self._active: dict[str, _ActiveRun] = {}
         self._run_signals: dict[str, _Signal] = {}
         self._conversation_signal = _Signal()
+        self._contexts: dict[str, AgentRunContext] = {}
+        self.on_run_end: list[Callable[[str], Awaitable[None]]] = []
+        """Called with the run id once each run of this process has ended (e.g. `FactsServer.end_run`)."""
 
     @property
     def public_url(self) -> str:
@@ -123,6 +131,14 @@ class Orchestrator:
     def public_url(self, value: str) -> None:
         # `mcphost run` learns its ephemeral MCP port only after the server binds.
         self._public_url = value
+
+    def active_run_ids(self) -> list[str]:
+        """Runs this process is executing or holding in its queue right now."""
+        return list(self._active)
+
+    async def context(self, run_id: str) -> AgentRunContext | None:
+        """The context an active run of this process was started with (token included), else None."""
+        return self._contexts.get(run_id)
 
     # -- lifetime --------------------------------------------------------------------------------------
 
@@ -290,8 +306,10 @@ class Orchestrator:
             with active.scope:
                 started = await self._wait_turn(active, grant)
                 if started:
-                    async with self._limiter:
+                    try:
                         outcome = await self._execute(active, event, binding, grant, token, journal)
+                    finally:
+                        self._limiter.release_on_behalf_of(active)
         except Exception as exc:
             logger.exception("run %s failed inside the host", run_id)
             outcome = Outcome.failed("runtime_error", f"The host failed while running this run: {exc}")
@@ -300,16 +318,28 @@ class Orchestrator:
                 await self._close(active, journal, outcome, started=started)
 
     async def _wait_turn(self, active: _ActiveRun, grant: RunGrant) -> bool:
-        """Wait until the database lets this run start. False when it ended while queued."""
+        """Wait for a slot of `max_concurrent_runs` and for the database to let this run start.
+
+        True with the slot held (released by the caller); False, without a slot, when the run ended
+        while queued. The slot is taken before asking the database, so a run marked `running` is never
+        waiting for capacity, and given back while the conversation is busy, so a queued run never
+        holds a slot that others could use.
+        """
         while True:
             if active.cancel_reason is not None:
                 return False
             if time.time() >= grant.deadline_at:
                 active.cancel_reason = "deadline"
                 return False
-            run = await self._stores.runs.try_start(active.run_id, host_id=self.host_id)
+            await self._limiter.acquire_on_behalf_of(active)
+            try:
+                run = await self._stores.runs.try_start(active.run_id, host_id=self.host_id)
+            except BaseException:
+                self._limiter.release_on_behalf_of(active)
+                raise
             if run is not None:
                 return True
+            self._limiter.release_on_behalf_of(active)
             # Woken when any run of this process ends or is cancelled; polled for other hosts' runs.
             await self._conversation_signal.wait(QUEUE_POLL_S)
 
@@ -343,6 +373,7 @@ class Orchestrator:
             state=state,
             knowledge_bases=self._knowledge_bases,
         )
+        self._contexts[run_id] = ctx
         runner_name = active.runner.manifest.id.rsplit("/", 1)[1]
         plugin = active.runner.plugin
         send, receive = anyio.create_memory_object_stream[RawResult](math.inf)
@@ -465,6 +496,12 @@ class Orchestrator:
             except Exception:
                 logger.exception("run %s: could not revoke its grant", run_id)
             self._active.pop(run_id, None)
+            self._contexts.pop(run_id, None)
+            for callback in list(self.on_run_end):
+                try:
+                    await callback(run_id)
+                except Exception:
+                    logger.exception("run %s: an on_run_end callback failed", run_id)
             signal = self._run_signals.pop(run_id, None)
             if signal is not None:
                 signal.notify()

@@ -330,3 +330,22 @@ async def test_interrupt_cancels_the_running_run(host: Host) -> None:
     assert first_run.status is RunStatus.CANCELLED
     assert first_run.error is not None
     assert "interrupted by a newer event" in first_run.error.details["reason"]
+
+
+async def test_max_concurrent_runs_bounds_the_running_runs(database_url: str, tmp_path: Path) -> None:
+    settings = host_settings(database_url, tmp_path / "data", max_concurrent_runs=2)
+    async with open_host(settings) as opened:
+        admissions = [
+            await opened.orchestrator.submit(message("slow:0.3", conversation=f"cap{i}")) for i in range(6)
+        ]
+        peak = 0
+        with anyio.fail_after(30):
+            while True:
+                page = await opened.stores.runs.list(status=RunStatus.RUNNING, limit=100)
+                peak = max(peak, len(page.items))
+                done = [await opened.stores.runs.get(a.run.run_id) for a in admissions]
+                if all(r.status.is_terminal for r in done):
+                    break
+                await anyio.sleep(0.02)
+        assert all(r.status is RunStatus.COMPLETED for r in done)
+        assert peak == 2
