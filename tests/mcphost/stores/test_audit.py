@@ -58,6 +58,8 @@ async def test_usage_counts_calls_that_ran_and_bytes_of_successful_ones(stores: 
     assert await stores.audit.usage(run.run_id) == (0, 0)
     await stores.audit.append(_entry(run.run_id))
     await stores.audit.append(_entry(run.run_id).model_copy(update={"outcome": "error", "code": "not_found"}))
-    await stores.audit.append(_entry(run.run_id).model_copy(update={"outcome": "refused", "code": "rate_limited"}))
+    await stores.audit.append(
+        _entry(run.run_id).model_copy(update={"outcome": "refused", "code": "rate_limited"})
+    )
     await stores.audit.append(_entry(other.run_id))
     assert await stores.audit.usage(run.run_id) == (2, 200)
