@@ -13,10 +13,16 @@ Conventions:
 - State and storage keys use the "C" collation on PostgreSQL, so key order, keyset paging and prefix
   ranges are byte order on both dialects (SQLite's default BINARY).
 - Constraint and index names come from one naming convention, so migrations name them the same way.
+- Full-text search objects are the one part of the schema these classes cannot describe, because they
+  differ per dialect: SQLite FTS5 virtual tables (with their shadow tables and the triggers that keep
+  them in step) and PostgreSQL generated `tsvector` columns with GIN indexes. Migrations create them;
+  `described_by_metadata` tells autogenerate (and the migration test) to leave them out of the
+  comparison. Their names are listed here so both places agree.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from sqlalchemy import (
@@ -30,6 +36,7 @@ from sqlalchemy import (
     MetaData,
     String,
     Text,
+    UniqueConstraint,
 )
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
@@ -50,6 +57,31 @@ KeyType = String(200).with_variant(postgresql.VARCHAR(200, collation="C"), "post
 
 Id = String(200)
 """Ids from outside (events, conversations, actors) match models.ID_PATTERN: at most 200 chars."""
+
+PathType = String(1024).with_variant(postgresql.VARCHAR(1024, collation="C"), "postgresql")
+"""Knowledge document paths: byte order on both dialects, so a path prefix is an index range."""
+
+FULLTEXT_TABLES: tuple[str, ...] = ("kb_chunks_fts", "transcript_fts")
+"""SQLite FTS5 virtual tables; FTS5 adds shadow tables named `<table>_<suffix>` next to each."""
+FULLTEXT_COLUMNS: frozenset[tuple[str, str]] = frozenset(
+    {("kb_chunks", "search_vector"), ("transcript", "search_vector")}
+)
+"""PostgreSQL generated tsvector columns."""
+FULLTEXT_INDEXES: frozenset[str] = frozenset({"ix_kb_chunks_search_vector", "ix_transcript_search_vector"})
+"""PostgreSQL GIN indexes on those columns."""
+
+
+def described_by_metadata(name: str | None, type_: str, parent_names: Mapping[str, str | None]) -> bool:
+    """Alembic `include_name` hook: False for the dialect-specific full-text objects listed above."""
+    if name is None:
+        return True
+    if type_ == "table":
+        return not any(name == t or name.startswith(f"{t}_") for t in FULLTEXT_TABLES)
+    if type_ == "column":
+        return (str(parent_names.get("table_name")), name) not in FULLTEXT_COLUMNS
+    if type_ == "index":
+        return name not in FULLTEXT_INDEXES
+    return True
 
 
 class Base(DeclarativeBase):
@@ -237,3 +269,40 @@ class HostRow(Base):
     hostname: Mapped[str] = mapped_column(String(255))
     started_at: Mapped[float] = mapped_column(Double)
     heartbeat_at: Mapped[float] = mapped_column(Double)
+
+
+class KbDocumentRow(Base):
+    """One ingested document of a knowledge base: where it came from and the hash it was ingested at."""
+
+    __tablename__ = "kb_documents"
+    __table_args__ = (UniqueConstraint("kb_id", "path"), {"sqlite_autoincrement": True})
+
+    doc_id: Mapped[int] = mapped_column(SeqType, primary_key=True, autoincrement=True)
+    kb_id: Mapped[str] = mapped_column(String(100))
+    path: Mapped[str] = mapped_column(PathType)
+    title: Mapped[str] = mapped_column(String(1000))
+    format: Mapped[str] = mapped_column(String(16))
+    content_hash: Mapped[str] = mapped_column(String(64))
+    chunker: Mapped[str] = mapped_column(String(32))
+    """The chunker version the chunks were made with; a new version re-chunks unchanged files."""
+    size: Mapped[int] = mapped_column(BigInteger)
+    chunk_count: Mapped[int] = mapped_column(Integer)
+    meta: Mapped[dict[str, Any]] = mapped_column("metadata")
+    ingested_at: Mapped[float] = mapped_column(Double)
+
+
+class KbChunkRow(Base):
+    """One retrievable passage. `chunk_id` is the FTS5 rowid on SQLite, so it is never reused."""
+
+    __tablename__ = "kb_chunks"
+    __table_args__ = (Index(None, "doc_id", "ordinal"), {"sqlite_autoincrement": True})
+
+    chunk_id: Mapped[int] = mapped_column(SeqType, primary_key=True, autoincrement=True)
+    doc_id: Mapped[int] = mapped_column(SeqType, ForeignKey("kb_documents.doc_id", ondelete="CASCADE"))
+    kb_id: Mapped[str] = mapped_column(String(100))
+    """Copied from the document: the full-text scope token is built from it."""
+    ordinal: Mapped[int] = mapped_column(Integer)
+    heading: Mapped[str] = mapped_column(Text)
+    """The heading path, joined with " > " (indexed with a higher weight than the text)."""
+    text: Mapped[str] = mapped_column(Text)
+    meta: Mapped[dict[str, Any]] = mapped_column("metadata")

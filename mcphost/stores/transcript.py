@@ -9,11 +9,15 @@ Invariants:
 - Reads are keyset on `seq` within one (conversation_id, thread_id) through the index of that name;
   no thread is "", and a thread's history is exactly its own rows. `latest_cursor` and `has_before` are
   single index probes; `for_run` reads the (run_id, seq) index.
-- `thread_at` is a primary-key probe. `search_recent` is the stand-in for full-text search: it reads at
-  most `window` of the thread's newest rows through the thread index and filters them with a
-  case-insensitive substring match (`lower()`: ASCII-only on SQLite), so its cost follows `window`, not
-  the conversation's size. Full-text search (FTS5 on SQLite, tsvector on PostgreSQL) will replace it,
-  with its index added by its own migration.
+- `thread_at` is a primary-key probe.
+- `search` is full-text search over one conversation thread (migration 0002: FTS5 on SQLite, a GIN-indexed
+  tsvector on PostgreSQL). The thread's scope token is ANDed with the query's words inside the index, so
+  a search costs what the thread's matching items cost, whatever the size of the table. Ranked by
+  `bm25()` / `ts_rank_cd()`, then newest first; each hit carries a snippet around its first match and
+  its item's cursor, so a runner can page around it. Only the first 100,000 characters of an item are
+  indexed.
+- `search_recent` is the older substring scan over the thread's newest `window` items, kept until every
+  caller uses `search`.
 """
 
 from __future__ import annotations
@@ -23,11 +27,34 @@ from collections.abc import Sequence
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, TypeAdapter
-from sqlalchemy import func, or_, select
+from sqlalchemy import (
+    ColumnElement,
+    Float,
+    Integer,
+    Text,
+    cast,
+    column,
+    func,
+    insert,
+    literal,
+    literal_column,
+    or_,
+    select,
+    table,
+)
+from sqlalchemy.dialects.postgresql import TSVECTOR
 
 from mcphost.models import new_id
 from mcphost.protocol import ArtifactRef, ContentElement, JSONObject
 from mcphost.stores._cursor import Page, Window, check_limit, decode_seq, encode_cursor
+from mcphost.stores._fulltext import (
+    fts5_match,
+    pg_scope_match,
+    pg_words_query,
+    query_terms,
+    snippet,
+    thread_scope_sqlite,
+)
 from mcphost.stores._sql import insert_ignoring
 from mcphost.stores.engine import Database
 from mcphost.stores.tables import TranscriptRow
@@ -38,6 +65,8 @@ _CONTENT: TypeAdapter[ContentElement] = TypeAdapter(ContentElement)
 SEARCH_WINDOW = 2000
 """How many of a thread's newest items `search_recent` looks at."""
 MAX_SEARCH_TERMS = 20
+MAX_SEARCH_HITS = 50
+SNIPPET_CHARS = 240
 
 
 class TranscriptRecord(BaseModel):
@@ -58,6 +87,28 @@ class TranscriptRecord(BaseModel):
     event_id: str | None
     run_id: str | None
     actor_id: str | None
+    created_at: float
+
+
+class TranscriptHit(BaseModel):
+    """One full-text search hit: the item, its relevance (higher is better) and a snippet around the match."""
+
+    model_config = ConfigDict(frozen=True)
+
+    record: TranscriptRecord
+    score: float
+    snippet: str
+
+
+class TranscriptDraft(BaseModel):
+    """An item for `bulk_append` (imports and benchmarks)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    conversation_id: str
+    thread_id: str | None = None
+    role: Role
+    content: str
     created_at: float
 
 
@@ -246,3 +297,74 @@ class TranscriptStore:
         async with self._db.read() as session:
             rows = (await session.execute(query)).scalars().all()
         return [_record(row) for row in rows]
+
+    async def search(
+        self,
+        conversation_id: str,
+        thread_id: str | None = None,
+        *,
+        query: str,
+        roles: Sequence[str] | None = None,
+        limit: int = 10,
+    ) -> list[TranscriptHit]:
+        """The `limit` (1..50) items of the thread most relevant to `query`, best first.
+
+        Raises:
+            InvalidArgumentError: the query has no words.
+        """
+        check_limit(limit, MAX_SEARCH_HITS)
+        terms = query_terms(query)
+        score: ColumnElement[float]
+        if self._db.dialect == "sqlite":
+            fts = literal_column("transcript_fts")
+            source = table("transcript_fts", column("rowid", Integer))
+            score = -func.bm25(fts, 0.0, 1.0, type_=Float)
+            match = fts.op("MATCH", is_comparison=True)(
+                fts5_match(thread_scope_sqlite(conversation_id, thread_id), terms, ("content",))
+            )
+            stmt = (
+                select(TranscriptRow, score.label("score"))
+                .select_from(source)
+                .join(TranscriptRow, TranscriptRow.seq == source.c.rowid)
+            )
+        else:
+            vector = literal_column("transcript.search_vector", type_=TSVECTOR)
+            words = pg_words_query(terms)
+            key = cast(literal(f"{conversation_id} {thread_id or ''}"), Text)
+            match = pg_scope_match(vector, literal("s") + func.md5(key), words)
+            score = func.ts_rank_cd(vector, words, 1, type_=Float)
+            stmt = select(TranscriptRow, score.label("score")).select_from(TranscriptRow)
+        stmt = stmt.where(match)
+        if roles is not None:
+            stmt = stmt.where(TranscriptRow.role.in_(list(roles)))
+        stmt = stmt.order_by(literal_column("score").desc(), TranscriptRow.seq.desc()).limit(limit)
+        async with self._db.read() as session:
+            rows = (await session.execute(stmt)).all()
+        return [
+            TranscriptHit(
+                record=_record(row),
+                score=float(f"{float(found):.6g}"),
+                snippet=snippet(row.content, terms, SNIPPET_CHARS),
+            )
+            for row, found in rows
+        ]
+
+    async def bulk_append(self, items: Sequence[TranscriptDraft]) -> int:
+        """Append many items in one transaction with batched statements (imports and benchmarks)."""
+        rows = [
+            {
+                "item_id": new_id("itm"),
+                "conversation_id": item.conversation_id,
+                "thread_id": item.thread_id or "",
+                "role": item.role,
+                "content": item.content,
+                "contents": [],
+                "artifacts": [],
+                "created_at": item.created_at,
+            }
+            for item in items
+        ]
+        if rows:
+            async with self._db.write() as session:
+                await session.execute(insert(TranscriptRow), rows)
+        return len(rows)

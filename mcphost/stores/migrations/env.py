@@ -3,7 +3,8 @@
 The host calls `mcphost.stores.engine.migrate(db)`, which hands this script a live connection inside a
 write transaction (`config.attributes["connection"]`). Without one (e.g. a developer running Alembic
 commands with a config from `engine.alembic_config(url)`), it opens its own `Database` on the async URL.
-SQLite uses batch mode so later migrations can alter tables.
+SQLite uses batch mode so later migrations can alter tables. Autogenerate skips the full-text objects
+`tables.described_by_metadata` names (dialect-specific; migrations write them by hand).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from alembic import context
 from sqlalchemy import Connection
 
 from mcphost.stores.engine import Database
-from mcphost.stores.tables import metadata
+from mcphost.stores.tables import described_by_metadata, metadata
 
 config = context.config
 
@@ -24,6 +25,7 @@ def _configure(connection: Connection) -> None:
         target_metadata=metadata,
         render_as_batch=connection.dialect.name == "sqlite",
         compare_type=True,
+        include_name=described_by_metadata,
     )
 
 

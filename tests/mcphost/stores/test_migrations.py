@@ -14,12 +14,13 @@ from sqlalchemy import Connection, inspect, text
 
 from mcphost.stores import Database, migrate, open_stores, upgrade_database
 from mcphost.stores.engine import alembic_config
-from mcphost.stores.tables import metadata
+from mcphost.stores.tables import described_by_metadata, metadata
 
 
 def _diffs(connection: Connection) -> list[Any]:
     context = MigrationContext.configure(
-        connection, opts={"compare_type": True, "compare_server_default": True}
+        connection,
+        opts={"compare_type": True, "compare_server_default": True, "include_name": described_by_metadata},
     )
     return compare_metadata(context, metadata)
 

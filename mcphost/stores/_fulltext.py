@@ -1,0 +1,248 @@
+"""Full-text queries shared by the knowledge and transcript stores: words, scope tokens, snippets.
+
+Owns how a free-text query becomes search terms, the FTS5 MATCH expression and the PostgreSQL tsquery
+built from them, the scope tokens that confine a search to one knowledge base or one conversation
+thread, and the snippet shown around a hit. Does not own the indexes (migration 0002) or ranking
+(`bm25()` on SQLite, `ts_rank_cd()` on PostgreSQL, in the stores).
+
+Invariants:
+- A query is a bag of words: `\\w+` runs, lower-cased, de-duplicated, English stop words dropped unless
+  nothing else is left, at most `MAX_TERMS`. Words are matched with OR and ranked by relevance; nothing
+  of the query's text reaches SQL except as a bound parameter or a double-quoted FTS5 string made only
+  of word characters, so no query can inject operators.
+- Scope tokens here must equal the ones migration 0002 indexes: `k` + hex(kb_id) and
+  `s` + hex(conversation_id + " " + thread_id) on SQLite (FTS5 folds case); on PostgreSQL the migration's
+  md5 expressions, which the stores repeat in SQL rather than in Python.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from sqlalchemy import ColumnElement, Text, cast, func, literal, literal_column
+from sqlalchemy.dialects.postgresql import TSQUERY
+
+from mcphost.errors import InvalidArgumentError
+
+MAX_TERMS = 20
+TS_CONFIG = "english"
+_WORD = re.compile(r"\w+")
+
+STOP_WORDS: frozenset[str] = frozenset(
+    {
+        "a",
+        "about",
+        "above",
+        "after",
+        "again",
+        "against",
+        "all",
+        "am",
+        "an",
+        "and",
+        "any",
+        "are",
+        "as",
+        "at",
+        "be",
+        "because",
+        "been",
+        "before",
+        "being",
+        "below",
+        "between",
+        "both",
+        "but",
+        "by",
+        "can",
+        "could",
+        "did",
+        "do",
+        "does",
+        "doing",
+        "down",
+        "during",
+        "each",
+        "few",
+        "for",
+        "from",
+        "further",
+        "had",
+        "has",
+        "have",
+        "having",
+        "he",
+        "her",
+        "here",
+        "hers",
+        "herself",
+        "him",
+        "himself",
+        "his",
+        "how",
+        "i",
+        "if",
+        "in",
+        "into",
+        "is",
+        "it",
+        "its",
+        "itself",
+        "just",
+        "me",
+        "more",
+        "most",
+        "my",
+        "myself",
+        "no",
+        "nor",
+        "not",
+        "now",
+        "of",
+        "off",
+        "on",
+        "once",
+        "only",
+        "or",
+        "other",
+        "our",
+        "ours",
+        "ourselves",
+        "out",
+        "over",
+        "own",
+        "same",
+        "she",
+        "should",
+        "so",
+        "some",
+        "such",
+        "than",
+        "that",
+        "the",
+        "their",
+        "theirs",
+        "them",
+        "themselves",
+        "then",
+        "there",
+        "these",
+        "they",
+        "this",
+        "those",
+        "through",
+        "to",
+        "too",
+        "under",
+        "until",
+        "up",
+        "very",
+        "was",
+        "we",
+        "were",
+        "what",
+        "when",
+        "where",
+        "which",
+        "while",
+        "who",
+        "whom",
+        "why",
+        "will",
+        "with",
+        "would",
+        "you",
+        "your",
+        "yours",
+        "yourself",
+        "yourselves",
+    }
+)
+
+
+def query_terms(query: str) -> list[str]:
+    """The search terms of a free-text query.
+
+    Raises:
+        InvalidArgumentError: the query holds no word at all.
+    """
+    words: list[str] = []
+    for match in _WORD.finditer(query.lower()):
+        word = match.group()
+        if word not in words:
+            words.append(word)
+    if not words:
+        raise InvalidArgumentError(
+            f"The query {query[:80]!r} has no words to search for; pass a few words.",
+            details={"field": "query"},
+        )
+    content = [w for w in words if w not in STOP_WORDS]
+    return (content or words)[:MAX_TERMS]
+
+
+def kb_scope_sqlite(kb_id: str) -> str:
+    return "k" + kb_id.encode().hex()
+
+
+def thread_scope_sqlite(conversation_id: str, thread_id: str | None) -> str:
+    return "s" + f"{conversation_id} {thread_id or ''}".encode().hex()
+
+
+def fts5_match(scope: str, terms: Sequence[str], columns: Sequence[str]) -> str:
+    """`scope : "<token>" AND {columns} : ("t1" OR "t2" …)`: the scope token ANDed with any of the words."""
+    assert terms, terms
+    assert all(_WORD.fullmatch(t) for t in terms), terms
+    words = " OR ".join(f'"{t}"' for t in terms)
+    return f'scope : "{scope}" AND {{{" ".join(columns)}}} : ({words})'
+
+
+def pg_words_query(terms: Sequence[str]) -> ColumnElement[str]:
+    """`plainto_tsquery(t1) || plainto_tsquery(t2) …`: any of the words, each a bound parameter."""
+    config = literal_column(f"'{TS_CONFIG}'::regconfig")
+    parts = [func.plainto_tsquery(config, cast(literal(t), Text), type_=TSQUERY) for t in terms]
+    query: ColumnElement[str] = parts[0]
+    for part in parts[1:]:
+        query = query.op("||", return_type=TSQUERY)(part)
+    return query
+
+
+def pg_scope_match(
+    vector: ColumnElement[str], scope_key: ColumnElement[str], words: ColumnElement[str]
+) -> ColumnElement[bool]:
+    """`vector @@ (CAST(prefix || md5(key) AS tsquery) && words)`; `scope_key` is the prefixed md5 text."""
+    return vector.op("@@", is_comparison=True)(cast(scope_key, TSQUERY).op("&&", return_type=TSQUERY)(words))
+
+
+def _stem(term: str) -> str:
+    """A crude prefix that the indexed (stemmed) forms of `term` share, for highlighting only."""
+    for suffix in ("ing", "ies", "ed", "es", "ly", "s"):
+        if term.endswith(suffix) and len(term) - len(suffix) >= 3:
+            return term[: -len(suffix)]
+    return term
+
+
+def snippet(text: str, terms: Sequence[str], width: int = 240) -> str:
+    """About `width` characters of `text` around its first matching word, matches marked **like this**."""
+    stems = [_stem(t) for t in terms]
+    spans = [m.span() for m in _WORD.finditer(text) if any(m.group().lower().startswith(s) for s in stems)]
+    if not spans:
+        start = 0
+    else:
+        start = max(0, spans[0][0] - width // 3)
+        while start > 0 and not text[start - 1].isspace():
+            start -= 1
+    stop = min(len(text), start + width)
+    while stop < len(text) and not text[stop].isspace() and stop - start < width + 30:
+        stop += 1
+    out: list[str] = ["…" if start > 0 else ""]
+    cursor = start
+    for begin, end in spans:
+        if begin < start or end > stop:
+            continue
+        out.append(text[cursor:begin])
+        out.append(f"**{text[begin:end]}**")
+        cursor = end
+    out.append(text[cursor:stop])
+    out.append("…" if stop < len(text) else "")
+    return " ".join("".join(out).split())
