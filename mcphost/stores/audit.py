@@ -6,7 +6,8 @@ Invariants:
 - Rows are numbered per run, 1, 2, 3, … without gaps, in the order their transactions commit. Concurrent
   appends for one run take a per-run lock inside the write transaction (`_sql.lock_in_transaction`:
   an advisory lock on PostgreSQL, `BEGIN IMMEDIATE` on SQLite), read max(seq) and insert max + 1, so
-  they never collide and never retry. The (run_id, seq) primary key backs this up.
+  they never collide and never retry. The (run_id, seq) primary key backs this up. `append_many` does the
+  same for a batch in one transaction (group commit), taking the runs' locks in sorted order.
 - `list(run_id, after=N)` reads the primary key range (run_id, seq > N): O(limit). `usage(run_id)` reads
   the run's whole range: O(calls of the run), for restoring budgets on another host process.
 """
@@ -14,6 +15,7 @@ Invariants:
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -82,6 +84,29 @@ class AuditStore:
             record = AuditRecord(**entry.model_dump(), seq=(last or 0) + 1, created_at=time.time())
             await session.execute(insert(AuditRow).values(record.model_dump()))
         return record
+
+    async def append_many(self, entries: Sequence[AuditEntry]) -> list[AuditRecord]:
+        """Store `entries` in one transaction, each as its run's next row, in the order given."""
+        if not entries:
+            return []
+        runs = sorted({entry.run_id for entry in entries})
+        async with self._db.write() as session:
+            for run_id in runs:
+                await lock_in_transaction(session, self._db.dialect, "audit", run_id)
+            stored = await session.execute(
+                select(AuditRow.run_id, func.max(AuditRow.seq))
+                .where(AuditRow.run_id.in_(runs))
+                .group_by(AuditRow.run_id)
+            )
+            last: dict[str, int] = {row.run_id: row[1] for row in stored}
+            now = time.time()
+            records: list[AuditRecord] = []
+            for entry in entries:
+                seq = last.get(entry.run_id, 0) + 1
+                last[entry.run_id] = seq
+                records.append(AuditRecord(**entry.model_dump(), seq=seq, created_at=now))
+            await session.execute(insert(AuditRow), [record.model_dump() for record in records])
+        return records
 
     async def list(self, run_id: str, *, after: int = 0, limit: int = 100) -> list[AuditRecord]:
         """The run's audit rows with seq > `after`, oldest first, at most `limit` (1..1000)."""

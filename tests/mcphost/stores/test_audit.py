@@ -63,3 +63,27 @@ async def test_usage_counts_calls_that_ran_and_bytes_of_successful_ones(stores: 
     )
     await stores.audit.append(_entry(other.run_id))
     assert await stores.audit.usage(run.run_id) == (2, 200)
+
+
+async def test_append_many_numbers_a_batch_per_run_after_what_is_stored(stores: Stores) -> None:
+    a, b = await admitted(stores), await admitted(stores, "c2")
+    await stores.audit.append(_entry(a.run_id, "first"))
+    batch = [_entry(a.run_id, "a2"), _entry(b.run_id, "b1"), _entry(a.run_id, "a3")]
+    records = await stores.audit.append_many(batch)
+    assert [(r.run_id, r.seq, r.tool) for r in records] == [
+        (a.run_id, 2, "a2"),
+        (b.run_id, 1, "b1"),
+        (a.run_id, 3, "a3"),
+    ]
+    assert [r.tool for r in await stores.audit.list(a.run_id)] == ["first", "a2", "a3"]
+    assert await stores.audit.append_many([]) == []
+
+
+async def test_concurrent_batches_and_single_appends_never_collide(stores: Stores) -> None:
+    run = await admitted(stores)
+    async with anyio.create_task_group() as tg:
+        for i in range(10):
+            tg.start_soon(stores.audit.append_many, [_entry(run.run_id, f"batch_{i}_{j}") for j in range(3)])
+            tg.start_soon(stores.audit.append, _entry(run.run_id, f"single_{i}"))
+    records = await stores.audit.list(run.run_id, limit=100)
+    assert [r.seq for r in records] == list(range(1, 41))

@@ -1,0 +1,271 @@
+"""History and events tools: `history_page`, `history_search`, `events_get`, `events_page`.
+
+Owns the runner-visible shapes of transcript items (`TranscriptItem`, PROTOCOL §7) and events, and the
+scope rule for both: a run sees exactly its own conversation thread (the conversation's main line when
+it has no thread), plus the events its own run logged. Does not own paging or SQL (`stores/`).
+
+Invariants:
+- Every store read is scoped by the grant's (conversation, thread); arguments never name a conversation.
+- A cursor is checked before paging: it must point at an item of the run's own thread (another thread's
+  cursor is `unauthorized`, a cursor pointing at nothing is `invalid_argument`), so a foreign cursor
+  cannot even be used to probe positions.
+- A run without a conversation has no history and no conversation events: its pages are empty.
+- Content is capped for the model: a transcript item's `content` (and each text element) at
+  `MAX_CONTENT_CHARS` with `truncated` set; an event's `data` at `MAX_EVENT_DATA_BYTES` (`events_get`) or
+  `MAX_PAGE_DATA_BYTES` (each event of a page) of JSON, else `data` is null with `data_truncated` set.
+- `history_search` is the interim search: a case-insensitive substring match over the thread's newest
+  `SEARCH_WINDOW` items (`TranscriptStore.search_recent`), ranked by how many query words an item holds,
+  then by recency. Its cost follows that window, not the conversation; the FTS index replaces it.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from mcphost.facts._args import EventsGetArgs, EventsPageArgs, HistoryPageArgs, HistorySearchArgs
+from mcphost.facts._call import Call
+from mcphost.facts._results import ToolCallError, dumps
+from mcphost.protocol import ArtifactRef, JSONObject
+from mcphost.stores import Page, StoredEvent, TranscriptRecord
+
+MAX_CONTENT_CHARS = 4000
+MAX_EVENT_DATA_BYTES = 256 * 1024
+MAX_PAGE_DATA_BYTES = 4 * 1024
+MAX_QUERY_TERMS = 20
+SNIPPET_CHARS = 240
+_SEARCH_FETCH = 100
+
+
+class TranscriptItem(BaseModel):
+    """One transcript item as a runner sees it (PROTOCOL §7)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    cursor: str
+    item_id: str
+    role: Literal["user", "assistant", "system", "event"]
+    content: str
+    truncated: bool
+    """True when `content` (or a text element of `contents`) was cut at 4000 characters."""
+    contents: list[JSONObject]
+    artifacts: list[ArtifactRef]
+    artifact_count: int
+    """How many artifacts the item has (also when `include_artifacts` left them out)."""
+    event_id: str | None
+    run_id: str | None
+    actor_id: str | None
+    created_at: float
+
+
+def _cut(text: str) -> tuple[str, bool]:
+    return (text, False) if len(text) <= MAX_CONTENT_CHARS else (text[:MAX_CONTENT_CHARS], True)
+
+
+def transcript_item(record: TranscriptRecord, *, include_artifacts: bool) -> TranscriptItem:
+    content, truncated = _cut(record.content)
+    contents: list[JSONObject] = []
+    for element in record.contents:
+        if element.get("type") == "text":
+            text, cut = _cut(str(element.get("text", "")))
+            truncated = truncated or cut
+            contents.append({**element, "text": text})
+        elif include_artifacts:
+            contents.append(element)
+    return TranscriptItem(
+        cursor=record.cursor,
+        item_id=record.item_id,
+        role=record.role,
+        content=content,
+        truncated=truncated,
+        contents=contents,
+        artifacts=list(record.artifacts) if include_artifacts else [],
+        artifact_count=len(record.artifacts),
+        event_id=record.event_id,
+        run_id=record.run_id,
+        actor_id=record.actor_id,
+        created_at=record.created_at,
+    )
+
+
+def _page_json(page: Page[Any], items: list[JSONObject]) -> JSONObject:
+    return {
+        "items": items,
+        "next_cursor": page.next_cursor,
+        "prev_cursor": page.prev_cursor,
+        "has_more": page.has_more,
+    }
+
+
+def _empty_page() -> JSONObject:
+    return {"items": [], "next_cursor": None, "prev_cursor": None, "has_more": False}
+
+
+def _where(call: Call) -> str:
+    grant = call.grant
+    thread = f" (thread {grant.thread_id!r})" if grant.thread_id else ""
+    return f"conversation {grant.conversation_id!r}{thread}"
+
+
+def _foreign_cursor(call: Call, cursor: str) -> ToolCallError:
+    return ToolCallError(
+        "unauthorized",
+        f"Cursor {cursor[:40]!r} belongs to another conversation; this run may read only {_where(call)}.",
+    )
+
+
+def _dangling_cursor(cursor: str) -> ToolCallError:
+    return ToolCallError(
+        "invalid_argument",
+        f"Cursor {cursor[:40]!r} does not point at anything; pass a cursor exactly as a page returned it.",
+    )
+
+
+async def _check_transcript_cursor(call: Call, cursor: str | None) -> None:
+    if cursor is None:
+        return
+    thread = await call.stores.transcript.thread_at(cursor)
+    if thread is None:
+        raise _dangling_cursor(cursor)
+    if not call.sees_thread(*thread):
+        raise _foreign_cursor(call, cursor)
+
+
+async def _check_event_cursor(call: Call, cursor: str | None) -> None:
+    if cursor is None:
+        return
+    thread = await call.stores.events.thread_at(cursor)
+    if thread is None:
+        raise _dangling_cursor(cursor)
+    if not call.sees_thread(*thread):
+        raise _foreign_cursor(call, cursor)
+
+
+async def history_page(call: Call, args: HistoryPageArgs) -> JSONObject:
+    """Page the run's conversation transcript."""
+    conversation_id = call.grant.conversation_id
+    if conversation_id is None:
+        return _empty_page()
+    await _check_transcript_cursor(call, args.before_cursor)
+    await _check_transcript_cursor(call, args.after_cursor)
+    page = await call.stores.transcript.page(
+        conversation_id,
+        call.grant.thread_id,
+        before=args.before_cursor,
+        after=args.after_cursor,
+        limit=args.limit,
+    )
+    items = [
+        transcript_item(r, include_artifacts=args.include_artifacts).model_dump(mode="json")
+        for r in page.items
+    ]
+    return _page_json(page, items)
+
+
+def _terms(query: str) -> list[str]:
+    terms: list[str] = []
+    for word in query.lower().split():
+        if word not in terms:
+            terms.append(word)
+    if not terms:
+        raise ToolCallError(
+            "invalid_argument", "query has no words to search for.", details={"field": "query"}
+        )
+    return terms[:MAX_QUERY_TERMS]
+
+
+def _snippet(content: str, terms: list[str]) -> str:
+    lowered = content.lower()
+    found = [i for i in (lowered.find(t) for t in terms) if i >= 0]
+    start = max(0, min(found) - SNIPPET_CHARS // 3) if found else 0
+    stop = min(len(content), start + SNIPPET_CHARS)
+    text = content[start:stop]
+    return ("…" if start > 0 else "") + text + ("…" if stop < len(content) else "")
+
+
+async def history_search(call: Call, args: HistorySearchArgs) -> JSONObject:
+    """Search the run's conversation transcript."""
+    conversation_id = call.grant.conversation_id
+    if conversation_id is None:
+        return {"hits": []}
+    terms = _terms(args.query)
+    records = await call.stores.transcript.search_recent(
+        conversation_id,
+        call.grant.thread_id,
+        terms=terms,
+        roles=args.roles,
+        limit=max(_SEARCH_FETCH, args.top_k),
+    )
+    scored: list[tuple[float, int, TranscriptRecord]] = []
+    for record in records:
+        lowered = record.content.lower()
+        present = sum(1 for t in terms if t in lowered)
+        occurrences = sum(lowered.count(t) for t in terms)
+        score = present / len(terms) + min(occurrences, 10) / 100 - math.log1p(len(lowered)) / 10_000
+        scored.append((round(score, 4), record.seq, record))
+    scored.sort(key=lambda s: (s[0], s[1]), reverse=True)
+    hits = [
+        {
+            "item": transcript_item(record, include_artifacts=False).model_dump(mode="json"),
+            "score": score,
+            "snippet": _snippet(record.content, terms),
+        }
+        for score, _, record in scored[: args.top_k]
+    ]
+    return {"hits": hits}
+
+
+def event_json(event: StoredEvent, *, max_data_bytes: int) -> JSONObject:
+    """The envelope of a stored event with its data capped at `max_data_bytes` of JSON."""
+    size = len(dumps(event.payload).encode())
+    fits = size <= max_data_bytes
+    return {
+        "cursor": event.cursor,
+        "event_id": event.event_id,
+        "event_type": event.event_type,
+        "kind": event.kind,
+        "source": event.source,
+        "conversation_id": event.conversation_id,
+        "thread_id": event.thread_id,
+        "run_id": event.run_id,
+        "actor_id": event.actor_id,
+        "created_at": event.created_at,
+        "data": event.payload if fits else None,
+        "data_truncated": not fits,
+        "data_size": size,
+    }
+
+
+def _sees_event(call: Call, event: StoredEvent) -> bool:
+    return event.run_id == call.run_id or call.sees_thread(event.conversation_id, event.thread_id)
+
+
+async def events_get(call: Call, args: EventsGetArgs) -> JSONObject:
+    """One event of the run's conversation (or logged by the run)."""
+    event = await call.stores.events.get(args.event_id)
+    if not _sees_event(call, event):
+        raise ToolCallError(
+            "unauthorized",
+            f"Event {args.event_id!r} belongs to another conversation; this run may read only {_where(call)}.",
+        )
+    return event_json(event, max_data_bytes=MAX_EVENT_DATA_BYTES)
+
+
+async def events_page(call: Call, args: EventsPageArgs) -> JSONObject:
+    """Page the run's conversation event log."""
+    if call.grant.conversation_id is None:
+        return _empty_page()
+    await _check_event_cursor(call, args.before_cursor)
+    await _check_event_cursor(call, args.after_cursor)
+    page = await call.stores.events.page(
+        call.grant.conversation_id,
+        call.grant.thread_id,
+        before=args.before_cursor,
+        after=args.after_cursor,
+        limit=args.limit,
+        event_types=args.event_types,
+    )
+    items = [event_json(e, max_data_bytes=MAX_PAGE_DATA_BYTES) for e in page.items]
+    return _page_json(page, items)

@@ -1,0 +1,171 @@
+"""State and storage tools: `state_get/set/delete/list`, `storage_get/set/delete/list`.
+
+Owns the rule that maps a (scope or area, run grant) to the owner key a run reads and writes, so runners
+never see each other's values. Does not own keys, sizes or SQL (`stores/state.py`, `stores/storage.py`).
+
+Invariants:
+- State: the scope must be in the grant's readable (or, for set/delete, writable) scopes, else
+  `unauthorized`; the owner is `RunGrant.state_scope_id(scope)` and a scope whose id the event lacks is
+  `invalid_argument`. Arguments never name an owner, so another runner's or binding's state cannot be
+  addressed at all.
+- Storage: the area must be in `grant.storage_areas`, else `unauthorized`. Owners (PROTOCOL §7 leaves
+  them to the host): `plugin` → (plugin,), shared by the plugin's runners everywhere; `workspace` →
+  (workspace_id, plugin); `binding` → (binding_id,). A missing id is `invalid_argument`.
+- Every check happens before the store is called, and the stores check sizes before writing, so a
+  refused call changes nothing.
+- `state_list` returns values inline until `LIST_VALUE_BYTES` of them are in the page; later entries
+  carry `value_omitted: true` (read them with `state_get`). `storage_list` returns sizes only.
+"""
+
+from __future__ import annotations
+
+import base64
+
+from mcphost.facts._args import (
+    StateKeyArgs,
+    StateListArgs,
+    StateSetArgs,
+    StorageKeyArgs,
+    StorageListArgs,
+    StorageSetArgs,
+)
+from mcphost.facts._call import Call
+from mcphost.facts._results import ToolCallError
+from mcphost.models import RunGrant
+from mcphost.protocol import JSONObject
+
+LIST_VALUE_BYTES = 64 * 1024
+
+
+def _state_owner(call: Call, scope: str, *, write: bool) -> tuple[str, ...]:
+    grant = call.grant
+    allowed = grant.state_write if write else grant.state_read
+    if scope not in allowed:
+        what = "write" if write else "read"
+        raise ToolCallError(
+            "unauthorized",
+            f"This run may not {what} {scope!r} state; it may {what}: {', '.join(sorted(allowed)) or 'none'}.",
+        )
+    owner = grant.state_scope_id(scope)
+    if owner is None:
+        raise ToolCallError(
+            "invalid_argument",
+            f"This run's event has no {scope} id, so {scope!r} state is not available to it.",
+            details={"field": "scope"},
+        )
+    return owner
+
+
+async def state_get(call: Call, args: StateKeyArgs) -> JSONObject:
+    entry = await call.stores.state.get(args.scope, _state_owner(call, args.scope, write=False), args.key)
+    if entry is None:
+        return {"scope": args.scope, "key": args.key, "found": False, "value": None}
+    return {
+        "scope": args.scope,
+        "key": args.key,
+        "found": True,
+        "value": entry.value,
+        "size": entry.size,
+        "updated_at": entry.updated_at,
+    }
+
+
+async def state_set(call: Call, args: StateSetArgs) -> JSONObject:
+    owner = _state_owner(call, args.scope, write=True)
+    entry = await call.stores.state.set(args.scope, owner, args.key, args.value)
+    return {"scope": args.scope, "key": args.key, "size": entry.size, "updated_at": entry.updated_at}
+
+
+async def state_delete(call: Call, args: StateKeyArgs) -> JSONObject:
+    owner = _state_owner(call, args.scope, write=True)
+    deleted = await call.stores.state.delete(args.scope, owner, args.key)
+    return {"scope": args.scope, "key": args.key, "deleted": deleted}
+
+
+async def state_list(call: Call, args: StateListArgs) -> JSONObject:
+    owner = _state_owner(call, args.scope, write=False)
+    page = await call.stores.state.list(
+        args.scope, owner, prefix=args.prefix, limit=args.limit, cursor=args.cursor
+    )
+    items: list[JSONObject] = []
+    inline = 0
+    for entry in page.items:
+        item: JSONObject = {"key": entry.key, "size": entry.size, "updated_at": entry.updated_at}
+        if inline + entry.size <= LIST_VALUE_BYTES:
+            inline += entry.size
+            item["value"] = entry.value
+        else:
+            item["value_omitted"] = True
+        items.append(item)
+    return {"scope": args.scope, "items": items, "next_cursor": page.next_cursor, "has_more": page.has_more}
+
+
+def storage_owner(grant: RunGrant, area: str) -> tuple[str, ...] | None:
+    """The owner key of a storage area for this run, or None when the run lacks its id."""
+    match area:
+        case "plugin":
+            return None if grant.plugin is None else (grant.plugin,)
+        case "workspace":
+            if grant.workspace_id is None or grant.plugin is None:
+                return None
+            return (grant.workspace_id, grant.plugin)
+        case "binding":
+            return None if grant.binding_id is None else (grant.binding_id,)
+        case _:
+            raise ValueError(f"unknown storage area {area!r}")
+
+
+def _storage_owner(call: Call, area: str) -> tuple[str, ...]:
+    if area not in call.grant.storage_areas:
+        raise ToolCallError(
+            "unauthorized",
+            f"This run may not use {area!r} storage; it may use: "
+            f"{', '.join(sorted(call.grant.storage_areas)) or 'none'}.",
+        )
+    owner = storage_owner(call.grant, area)
+    if owner is None:
+        raise ToolCallError(
+            "invalid_argument",
+            f"This run has no {area} id, so {area!r} storage is not available to it.",
+            details={"field": "area"},
+        )
+    return owner
+
+
+async def storage_get(call: Call, args: StorageKeyArgs) -> JSONObject:
+    value = await call.stores.storage.get(args.area, _storage_owner(call, args.area), args.key)
+    if value is None:
+        return {"area": args.area, "key": args.key, "found": False, "value_base64": None}
+    return {
+        "area": args.area,
+        "key": args.key,
+        "found": True,
+        "value_base64": base64.b64encode(value.value).decode(),
+        "size": value.size,
+        "updated_at": value.updated_at,
+    }
+
+
+async def storage_set(call: Call, args: StorageSetArgs) -> JSONObject:
+    owner = _storage_owner(call, args.area)
+    item = await call.stores.storage.set(args.area, owner, args.key, args.value())
+    return {"area": args.area, "key": args.key, "size": item.size, "updated_at": item.updated_at}
+
+
+async def storage_delete(call: Call, args: StorageKeyArgs) -> JSONObject:
+    owner = _storage_owner(call, args.area)
+    deleted = await call.stores.storage.delete(args.area, owner, args.key)
+    return {"area": args.area, "key": args.key, "deleted": deleted}
+
+
+async def storage_list(call: Call, args: StorageListArgs) -> JSONObject:
+    owner = _storage_owner(call, args.area)
+    page = await call.stores.storage.list(
+        args.area, owner, prefix=args.prefix, limit=args.limit, cursor=args.cursor
+    )
+    return {
+        "area": args.area,
+        "items": [item.model_dump(mode="json") for item in page.items],
+        "next_cursor": page.next_cursor,
+        "has_more": page.has_more,
+    }

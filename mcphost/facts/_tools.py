@@ -1,0 +1,212 @@
+"""The table of facts tools: name, description, argument model, handler — built once per process.
+
+Owns `FACTS_TOOLS` and each tool's MCP description (`types.Tool`, input schema from the argument model,
+so field docstrings become the descriptions a model reads). Does not run anything (`_dispatch.py` does).
+
+Invariants:
+- The table holds exactly `grants.ALL_FACTS_TOOLS` (checked at import), so the grant's tool names and the
+  served tools cannot drift apart.
+- `types.Tool` objects are built once here and shared by every `tools/list` answer; the per-run answer is
+  a filter over them, never a rebuild.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+import mcp_types as types
+
+from mcphost.facts import _artifacts, _history, _keyed, _run
+from mcphost.facts._args import (
+    ArtifactArgs,
+    ArtifactsCreateArgs,
+    ArtifactsReadArgs,
+    EventsGetArgs,
+    EventsPageArgs,
+    HistoryPageArgs,
+    HistorySearchArgs,
+    KnowledgeRetrieveArgs,
+    NoArgs,
+    StateKeyArgs,
+    StateListArgs,
+    StateSetArgs,
+    StorageKeyArgs,
+    StorageListArgs,
+    StorageSetArgs,
+    ToolArgs,
+)
+from mcphost.facts._call import Call
+from mcphost.grants import ALL_FACTS_TOOLS
+from mcphost.protocol import JSONObject
+
+ArgsT = TypeVar("ArgsT", bound=ToolArgs)
+
+
+@dataclass(frozen=True)
+class ToolSpec(Generic[ArgsT]):
+    """One facts tool."""
+
+    name: str
+    description: str
+    args: type[ArgsT]
+    handler: Callable[[Call, ArgsT], Awaitable[JSONObject]]
+    read_only: bool = True
+    tool: types.Tool = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        schema = self.args.model_json_schema()
+        schema.pop("title", None)
+        schema.pop("description", None)
+        tool = types.Tool(
+            name=self.name,
+            title=self.name.replace("_", " "),
+            description=self.description,
+            input_schema=schema,
+            annotations=types.ToolAnnotations(
+                read_only_hint=self.read_only,
+                destructive_hint=False if self.read_only else None,
+                open_world_hint=False,
+            ),
+        )
+        object.__setattr__(self, "tool", tool)
+
+
+_SPECS: list[ToolSpec[Any]] = [
+    ToolSpec(
+        "run_context",
+        "This run's full context: the event, conversation, actor, input, resources, state snapshot and "
+        "runtime (no secrets). Call it first when the context you were given is incomplete.",
+        NoArgs,
+        _run.run_context,
+    ),
+    ToolSpec(
+        "history_page",
+        "A page of this conversation's transcript (user and assistant messages). With before_cursor "
+        "(start from the context's latest_cursor) it goes back in time, newest first; with after_cursor "
+        "it goes forward, oldest first. Content is cut at 4000 characters (truncated=true).",
+        HistoryPageArgs,
+        _history.history_page,
+    ),
+    ToolSpec(
+        "history_search",
+        "Search this conversation's recent transcript for words (case-insensitive). Hits are ranked by "
+        "how many of the words an item contains, then by recency, each with a snippet.",
+        HistorySearchArgs,
+        _history.history_search,
+    ),
+    ToolSpec(
+        "events_get",
+        "One event of this conversation (or of this run) by id, with its data (large data is left out "
+        "and flagged data_truncated).",
+        EventsGetArgs,
+        _history.events_get,
+    ),
+    ToolSpec(
+        "events_page",
+        "A page of this conversation's event log (inbound events, tool telemetry, system events), "
+        "optionally only some event types. Paging works like history_page.",
+        EventsPageArgs,
+        _history.events_page,
+    ),
+    ToolSpec(
+        "artifacts_metadata",
+        "An artifact's name, media type, size, SHA-256 and times.",
+        ArtifactArgs,
+        _artifacts.artifacts_metadata,
+    ),
+    ToolSpec(
+        "artifacts_read",
+        "Read up to 1 MiB of an artifact from an offset. Text artifacts come back as text (encoding "
+        "utf-8), others as base64; eof=true once the end is reached.",
+        ArtifactsReadArgs,
+        _artifacts.artifacts_read,
+    ),
+    ToolSpec(
+        "artifacts_create",
+        "Create an artifact (at most 1 MiB) from text or base64; returns its handle (artifact_id) to "
+        "attach to messages.",
+        ArtifactsCreateArgs,
+        _artifacts.artifacts_create,
+        read_only=False,
+    ),
+    ToolSpec(
+        "state_get",
+        "Read a small JSON value this agent stored earlier under a scope and key (found=false if none).",
+        StateKeyArgs,
+        _keyed.state_get,
+    ),
+    ToolSpec(
+        "state_set",
+        "Store a small JSON value (at most 256 KiB) under a scope and key, replacing what was there.",
+        StateSetArgs,
+        _keyed.state_set,
+        read_only=False,
+    ),
+    ToolSpec(
+        "state_delete",
+        "Delete a state value (deleted=false if there was none).",
+        StateKeyArgs,
+        _keyed.state_delete,
+        read_only=False,
+    ),
+    ToolSpec(
+        "state_list",
+        "List state keys of a scope in key order, optionally by prefix, with values inline while small.",
+        StateListArgs,
+        _keyed.state_list,
+    ),
+    ToolSpec(
+        "storage_get",
+        "Read a stored byte value (base64) from a storage area.",
+        StorageKeyArgs,
+        _keyed.storage_get,
+    ),
+    ToolSpec(
+        "storage_set",
+        "Store bytes (base64, at most 10 MiB) in a storage area under a key, replacing what was there.",
+        StorageSetArgs,
+        _keyed.storage_set,
+        read_only=False,
+    ),
+    ToolSpec(
+        "storage_delete",
+        "Delete a stored value (deleted=false if there was none).",
+        StorageKeyArgs,
+        _keyed.storage_delete,
+        read_only=False,
+    ),
+    ToolSpec(
+        "storage_list",
+        "List keys of a storage area in key order with their sizes, optionally by prefix.",
+        StorageListArgs,
+        _keyed.storage_list,
+    ),
+    ToolSpec(
+        "knowledge_list",
+        "The knowledge bases this run may search.",
+        NoArgs,
+        _run.knowledge_list,
+    ),
+    ToolSpec(
+        "knowledge_retrieve",
+        "Retrieve the passages of a knowledge base that best match a query.",
+        KnowledgeRetrieveArgs,
+        _run.knowledge_retrieve,
+    ),
+]
+
+FACTS_TOOLS: Mapping[str, ToolSpec[Any]] = {spec.name: spec for spec in _SPECS}
+"""Every facts tool by name, in the order `tools/list` shows them."""
+
+if frozenset(FACTS_TOOLS) != ALL_FACTS_TOOLS:  # pragma: no cover - a programming error caught at import
+    raise AssertionError(
+        f"facts tools {sorted(set(FACTS_TOOLS) ^ ALL_FACTS_TOOLS)} differ from grants.ALL_FACTS_TOOLS"
+    )
+
+
+def input_schema(name: str) -> dict[str, Any] | None:
+    """A facts tool's input schema (for the SDK's `Mcp-Param-*` header check), or None."""
+    spec = FACTS_TOOLS.get(name)
+    return None if spec is None else spec.tool.input_schema

@@ -1,0 +1,72 @@
+"""The seams the host plugs into the facts server: run contexts, host tools and knowledge retrieval.
+
+Owns three small contracts and nothing behind them. The facts server works without any of them: without
+a `ContextProvider` it rebuilds what it can of a run's context from the stores; without a
+`HostToolProvider` no `<server>__<tool>` tools exist; without a `KnowledgeRetriever` every granted
+knowledge base answers `not_found` ("no index yet").
+
+Invariants every implementation must keep:
+- The grant passed in is already checked (active, before its deadline, within limits) and frozen; a
+  provider must not widen it. `HostToolProvider.list_tools` may return more than the grant allows — the
+  facts server filters again with `grants.allows_host_tool` — but `call_tool` is only ever called for a
+  name the grant allows.
+- Failures an agent can fix are `HostError`s (their `code` becomes the tool error code) or, for host
+  tools, a `CallToolResult` with `is_error=True`. Any other exception is logged and answered as
+  `runtime_error` without details.
+- Calls are cancelled (anyio cancellation) when their run ends; implementations must not shield them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Protocol
+
+import mcp_types as types
+from pydantic import BaseModel, ConfigDict, Field
+
+from mcphost.models import RunGrant
+from mcphost.protocol import AgentRunContext, JSONObject
+
+ContextProvider = Callable[[str], Awaitable[AgentRunContext | None]]
+"""`run_id` → the context the run was started with (token included; the facts server removes it), or
+None when the host no longer has it. Injected by the host, which builds and keeps the contexts."""
+
+
+class HostToolProvider(Protocol):
+    """Upstream MCP tools exposed to runs under their host names `<server>__<tool>` (the gateway)."""
+
+    async def list_tools(self, grant: RunGrant) -> Sequence[types.Tool]:
+        """The host tools this run may see, each with its own input schema."""
+        ...
+
+    async def call_tool(self, grant: RunGrant, name: str, arguments: JSONObject) -> types.CallToolResult:
+        """Call host tool `name` for the run of `grant` and return its result unchanged."""
+        ...
+
+
+class KnowledgeChunk(BaseModel):
+    """One retrieved passage of a knowledge base."""
+
+    model_config = ConfigDict(frozen=True, use_attribute_docstrings=True)
+
+    chunk_id: str
+    document: str
+    """The document the chunk comes from (its path or title)."""
+    text: str
+    score: float
+    metadata: JSONObject = Field(default_factory=dict)
+
+
+class KnowledgeRetriever(Protocol):
+    """Retrieval over the host's knowledge bases (full-text today, whatever the knowledge layer offers later)."""
+
+    async def retrieve(
+        self, kb_id: str, query: str, *, top_k: int, filters: JSONObject | None
+    ) -> Sequence[KnowledgeChunk]:
+        """The best `top_k` chunks of `kb_id` for `query`.
+
+        Raises:
+            NotFoundError: the knowledge base has no index (yet).
+            InvalidArgumentError: `filters` the retriever does not understand.
+        """
+        ...

@@ -1,0 +1,423 @@
+"""`FactsServer`: the per-run MCP endpoint `/runs/{run_id}/mcp`, its authentication and its lifetime.
+
+Owns the ASGI endpoint the host mounts, the checks every HTTP request passes before MCP sees it (DNS
+rebinding, bearer token, run grant), the SDK session manager that serves both protocol eras, the
+sessions each run opened, and `end_run`. Does not own tools or the call pipeline (`_dispatch.py`), nor
+the grant itself (`grants.py`, the `runs` table).
+
+Invariants:
+- One SDK server and one tool table serve every run; the path's run id and the bearer token select the
+  run. Every HTTP request is checked in this order: Host/Origin (421/403), the run exists (404), a
+  bearer token is present (401), it is the run's (401, compared in constant time against the stored
+  SHA-256), the grant is active (401). Refusals are JSON-RPC error bodies (`id: null`, code -32001 for
+  401) that say why; tokens are never logged or echoed. A 401 on an existing run is audited on that run
+  (tool `http <METHOD>`, digest of the body), within a per-run refusal budget (`RefusalBudget`) so
+  unauthenticated traffic cannot turn into unbounded database writes.
+- Both eras on one endpoint: a request whose `MCP-Protocol-Version` names a 2026-07-28+ revision is
+  served statelessly; anything else goes through the 2025-11-25 handshake and gets a session. A session
+  belongs to the principal (run id, token hash) that opened it: the SDK answers 404 when it is used on
+  another run's path or with another token.
+- `end_run(run_id)` makes this process refuse the run's token at once (401, whatever the database says
+  yet), cancels the run's in-flight calls (they answer `cancelled`), forgets its limits and closes the
+  sessions it opened here. Runs ended by another process are noticed within the grant cache TTL; the
+  sweeper then closes their sessions here too.
+- DNS-rebinding protection is on by default: Host must be a loopback name or one of `allowed_hosts`
+  (a name without a port allows any port); an Origin, when sent, must be a loopback origin or one of
+  `allowed_origins`.
+- Everything that runs in the background (the SDK session manager, the audit writer, the sweeper) is
+  owned by `running()` and stopped when it exits, queued audit rows stored first; requests arriving
+  while it is not entered get 503.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from collections.abc import AsyncGenerator, Sequence
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+from anyio.abc import TaskGroup
+from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
+from mcp.server.auth.provider import AccessToken
+from mcp.server.streamable_http import MCP_SESSION_ID_HEADER
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from starlette.datastructures import Headers
+from starlette.responses import JSONResponse
+from starlette.routing import BaseRoute, Route, Router
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from mcphost.facts._dispatch import ACCESS_KEY, FactsDispatch
+from mcphost.facts._grants import GrantCache, RunAccess
+from mcphost.facts._limits import LimitRegistry, RefusalBudget
+from mcphost.facts.providers import ContextProvider, HostToolProvider, KnowledgeRetriever
+from mcphost.grants import token_matches
+from mcphost.stores import GrantRecord, Stores
+
+logger = logging.getLogger(__name__)
+
+MCP_PATH = "/runs/{run_id}/mcp"
+LOOPBACK_HOSTS: tuple[str, ...] = ("127.0.0.1", "localhost", "[::1]")
+MAX_REQUEST_BODY_BYTES = 16 * 1024 * 1024
+"""Room for a 10 MiB storage value as base64 inside a JSON-RPC request."""
+SWEEP_INTERVAL_S = 30.0
+END_RUN_WAIT_S = 2.0
+"""How long `end_run` waits for the run's cancelled calls to answer before closing its sessions."""
+SESSION_CLOSE_GRACE_S = 0.5
+"""How long a closing session keeps its streams open so the last answers reach the client."""
+REFUSED_BODY_DIGEST_BYTES = 1024 * 1024
+UNAUTHORIZED_RPC_CODE = -32001
+_RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,99}$")
+
+
+def _refusal(status: int, message: str, code: int = UNAUTHORIZED_RPC_CODE) -> JSONResponse:
+    headers = {"WWW-Authenticate": 'Bearer realm="mcphost"'} if status == 401 else None
+    body = {"jsonrpc": "2.0", "id": None, "error": {"code": code, "message": message}}
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+def _bearer(headers: Headers) -> str | None:
+    value = headers.get("authorization", "")
+    scheme, _, token = value.partition(" ")
+    token = token.strip()
+    return token if scheme.lower() == "bearer" and token else None
+
+
+async def _read_body(receive: Receive, limit: int) -> bytes:
+    """Up to `limit` bytes of the request body."""
+    body = bytearray()
+    while len(body) < limit:
+        message = await receive()
+        if message["type"] != "http.request":
+            break
+        body.extend(message.get("body", b""))
+        if not message.get("more_body", False):
+            break
+    return bytes(body[:limit])
+
+
+def _principal(run_id: str, record: GrantRecord) -> AuthenticatedUser:
+    """The identity the SDK binds sessions to: the run and its token's hash (never the token)."""
+    token_hash = record.grant.token_hash
+    return AuthenticatedUser(AccessToken(token=token_hash, client_id=run_id, scopes=[], subject=token_hash))
+
+
+class _HostCheck:
+    """Host and Origin validation against DNS rebinding."""
+
+    def __init__(self, allowed_hosts: Sequence[str], allowed_origins: Sequence[str]) -> None:
+        self._hosts = {h.lower() for h in (*LOOPBACK_HOSTS, *allowed_hosts)}
+        origins = [f"{scheme}://{host}" for scheme in ("http", "https") for host in LOOPBACK_HOSTS]
+        self._origins = {o.lower().rstrip("/") for o in (*origins, *allowed_origins)}
+
+    def refusal(self, headers: Headers) -> JSONResponse | None:
+        host = headers.get("host", "").lower()
+        if host not in self._hosts and _strip_port(host) not in self._hosts:
+            return _refusal(
+                421, "Invalid Host header: this MCP endpoint does not serve that host name", -32600
+            )
+        origin = headers.get("origin")
+        if origin is not None:
+            lowered = origin.lower().rstrip("/")
+            if lowered not in self._origins and _strip_port(lowered) not in self._origins:
+                return _refusal(
+                    403, "Invalid Origin header: this MCP endpoint does not accept that origin", -32600
+                )
+        return None
+
+
+def _strip_port(value: str) -> str:
+    head, sep, port = value.rpartition(":")
+    return head if sep and port.isdigit() and not head.endswith(":") else value
+
+
+class _Sessions:
+    """The handshake-era sessions each run opened on this process, with the principal that owns each."""
+
+    def __init__(self) -> None:
+        self._by_run: dict[str, dict[str, AuthenticatedUser]] = {}
+
+    def opened(self, run_id: str, session_id: str, principal: AuthenticatedUser) -> None:
+        self._by_run.setdefault(run_id, {})[session_id] = principal
+
+    def closed(self, run_id: str, session_id: str) -> None:
+        sessions = self._by_run.get(run_id)
+        if sessions is not None:
+            sessions.pop(session_id, None)
+            if not sessions:
+                del self._by_run[run_id]
+
+    def pop(self, run_id: str) -> dict[str, AuthenticatedUser]:
+        return self._by_run.pop(run_id, {})
+
+    def runs(self) -> list[str]:
+        return list(self._by_run)
+
+    def count(self, run_id: str) -> int:
+        return len(self._by_run.get(run_id, {}))
+
+
+class FactsServer:
+    """The host-wide MCP server behind `/runs/{run_id}/mcp`.
+
+    Mount `routes` in the host's Starlette app (or serve `asgi_app`), enter `running()` in its lifespan,
+    and call `end_run(run_id)` when a run ends.
+    """
+
+    def __init__(
+        self,
+        stores: Stores,
+        *,
+        context_provider: ContextProvider | None = None,
+        host_tools: HostToolProvider | None = None,
+        knowledge: KnowledgeRetriever | None = None,
+        allowed_hosts: Sequence[str] = (),
+        allowed_origins: Sequence[str] = (),
+        dns_rebinding_protection: bool = True,
+        grant_ttl_s: float = 2.0,
+        session_idle_timeout_s: float = 600.0,
+        json_response: bool = False,
+    ) -> None:
+        """
+        Args:
+            stores: the host's stores (runs, facts, audit).
+            context_provider: returns the context a run was started with (see `providers`).
+            host_tools: upstream tools exposed as `<server>__<tool>`; none without it.
+            knowledge: knowledge retrieval; without it `knowledge_retrieve` answers `not_found`.
+            allowed_hosts: Host header values accepted besides loopback names, e.g. "mcp.example.com"
+                or "mcp.example.com:8443" (behind a real hostname).
+            allowed_origins: Origin values accepted besides loopback origins.
+            dns_rebinding_protection: check Host and Origin (keep it on unless a proxy checks them).
+            grant_ttl_s: how long a grant read from the database is trusted before it is read again.
+            session_idle_timeout_s: a handshake-era session with no request in flight for this long ends.
+            json_response: answer POSTs with JSON bodies instead of SSE streams.
+        """
+        self._stores = stores
+        self._grants = GrantCache(stores.runs, ttl_s=grant_ttl_s)
+        self._limits = LimitRegistry(stores.audit)
+        self._dispatch = FactsDispatch(
+            stores,
+            self._grants,
+            self._limits,
+            context_provider=context_provider,
+            host_tools=host_tools,
+            knowledge=knowledge,
+        )
+        self._hosts = _HostCheck(allowed_hosts, allowed_origins) if dns_rebinding_protection else None
+        self._session_idle_timeout_s = session_idle_timeout_s
+        self._json_response = json_response
+        self._sessions = _Sessions()
+        self._refusals = RefusalBudget()
+        self._manager: StreamableHTTPSessionManager | None = None
+        self._tg: TaskGroup | None = None
+        self._routes: list[BaseRoute] = [Route(MCP_PATH, endpoint=_Endpoint(self), name="mcphost_facts")]
+        self.asgi_app: ASGIApp = Router(routes=self._routes)
+        """A standalone ASGI app serving only `/runs/{run_id}/mcp` (no lifespan: enter `running()`)."""
+
+    @property
+    def routes(self) -> list[BaseRoute]:
+        """The route to mount in the host's Starlette app."""
+        return list(self._routes)
+
+    # -- lifetime --------------------------------------------------------------------------------------
+
+    @asynccontextmanager
+    async def running(self) -> AsyncGenerator[FactsServer]:
+        """Serve requests: owns the SDK session manager (sessions and their tasks), the audit writer and
+        the sweeper; on exit, queued audit rows are stored before the rest stops."""
+        if self._manager is not None:
+            raise RuntimeError("FactsServer.running() is already entered; enter it once, in the lifespan.")
+        manager = StreamableHTTPSessionManager(
+            self._dispatch.server,
+            json_response=self._json_response,
+            security_settings=None,  # Host/Origin are checked before the manager sees a request.
+            session_idle_timeout=self._session_idle_timeout_s,
+            max_request_body_size=MAX_REQUEST_BODY_BYTES,
+        )
+        async with manager.run(), anyio.create_task_group() as tg:
+            await tg.start(self._dispatch.audit.run)
+            self._manager, self._tg = manager, tg
+            tg.start_soon(self._sweep)
+            try:
+                yield self
+            finally:
+                self._manager = self._tg = None
+                await self._dispatch.audit.close()
+                tg.cancel_scope.cancel()
+
+    async def end_run(self, run_id: str) -> None:
+        """The run ended: refuse its token from now on, cancel its calls and close its sessions here.
+
+        Returns once the cancelled calls have answered (`cancelled`), at most `END_RUN_WAIT_S` later;
+        the run's sessions close in the background a moment after, so those answers reach the client.
+        """
+        self._grants.end(run_id)
+        cancelled = self._dispatch.cancel_run(run_id)
+        self._limits.drop(run_id)
+        sessions = self._sessions.pop(run_id)
+        if cancelled or sessions:
+            logger.info(
+                "run %s ended: cancelled %d facts calls, closing %d sessions",
+                run_id,
+                cancelled,
+                len(sessions),
+            )
+        if cancelled:
+            with anyio.move_on_after(END_RUN_WAIT_S):
+                await self._dispatch.wait_idle(run_id)
+        if sessions and self._tg is not None:
+            self._tg.start_soon(self._close_sessions, run_id, sessions)
+
+    async def _close_sessions(self, run_id: str, sessions: dict[str, AuthenticatedUser]) -> None:
+        await anyio.sleep(SESSION_CLOSE_GRACE_S)
+        for session_id, principal in sessions.items():
+            await self._close_session(run_id, session_id, principal)
+
+    def in_flight(self, run_id: str) -> int:
+        """How many facts calls of the run are running on this process."""
+        return self._dispatch.in_flight(run_id)
+
+    def open_sessions(self, run_id: str) -> int:
+        """How many handshake-era sessions the run has open on this process."""
+        return self._sessions.count(run_id)
+
+    async def _sweep(self) -> None:
+        while True:
+            await anyio.sleep(SWEEP_INTERVAL_S)
+            try:
+                await self.sweep()
+            except Exception:
+                logger.exception("the facts server sweep failed; retrying in %s s", SWEEP_INTERVAL_S)
+
+    async def sweep(self) -> None:
+        """Drop stale cache entries and limits; close sessions of runs that ended elsewhere."""
+        self._grants.sweep()
+        self._limits.sweep()
+        for run_id in self._sessions.runs():
+            record = await self._grants.get(run_id)
+            if record is None or not record.active:
+                await self.end_run(run_id)
+
+    async def _close_session(self, run_id: str, session_id: str, principal: AuthenticatedUser) -> None:
+        """End one session the way its client would: a DELETE through the session manager, the only
+        public way to terminate a session (it also cancels the session's pending requests)."""
+        manager = self._manager
+        if manager is None:
+            return
+        scope: Scope = {
+            "type": "http",
+            "asgi": {"version": "3.0"},
+            "http_version": "1.1",
+            "method": "DELETE",
+            "scheme": "http",
+            "path": f"/runs/{run_id}/mcp",
+            "raw_path": f"/runs/{run_id}/mcp".encode(),
+            "root_path": "",
+            "query_string": b"",
+            "headers": [(MCP_SESSION_ID_HEADER.lower().encode(), session_id.encode())],
+            "client": None,
+            "server": None,
+            "user": principal,
+            "state": {},
+        }
+        delivered = False
+
+        async def receive() -> Message:
+            nonlocal delivered
+            if not delivered:
+                delivered = True
+                return {"type": "http.request", "body": b"", "more_body": False}
+            await anyio.sleep_forever()
+            raise AssertionError("unreachable")
+
+        async def send(message: Message) -> None:
+            pass
+
+        with anyio.CancelScope(shield=True), anyio.move_on_after(5):
+            try:
+                await manager.handle_request(scope, receive, send)
+            except Exception:
+                logger.exception("closing session of run %s failed", run_id)
+
+    # -- requests --------------------------------------------------------------------------------------
+
+    async def _handle(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Authenticate one HTTP request to `/runs/{run_id}/mcp` and hand it to the MCP session manager."""
+        started = time.perf_counter()
+        headers = Headers(scope=scope)
+        if self._hosts is not None:
+            refusal = self._hosts.refusal(headers)
+            if refusal is not None:
+                await refusal(scope, receive, send)
+                return
+        run_id = str(scope.get("path_params", {}).get("run_id", ""))
+        if not _RUN_ID.match(run_id):
+            await _refusal(404, f"run {run_id[:100]!r} does not exist", -32600)(scope, receive, send)
+            return
+        try:
+            record = await self._grants.get(run_id)
+        except Exception:
+            logger.exception("could not read the grant of run %s", run_id)
+            await _refusal(503, "the host cannot read run grants right now; retry", -32603)(
+                scope, receive, send
+            )
+            return
+        if record is None:
+            await _refusal(404, f"run {run_id} does not exist", -32600)(scope, receive, send)
+            return
+        token = _bearer(headers)
+        reason: str | None = None
+        if token is None:
+            reason = "missing Authorization: Bearer token"
+        elif not token_matches(token, record.grant.token_hash):
+            reason = "token does not belong to this run"
+        elif not record.active:
+            reason = f"run {run_id} is not active"
+        if reason is not None:
+            await self._refuse(run_id, reason, started, scope, receive, send)
+            return
+        manager = self._manager
+        if manager is None:
+            await _refusal(503, "the MCP server is not running", -32603)(scope, receive, send)
+            return
+        principal = _principal(run_id, record)
+        inner: dict[str, Any] = {**scope, "user": principal, ACCESS_KEY: RunAccess(run_id, record)}
+        session_id = headers.get(MCP_SESSION_ID_HEADER)
+        send = send if session_id is not None else self._watch_new_session(run_id, principal, send)
+        await manager.handle_request(inner, receive, send)
+        if session_id is not None and scope["method"] == "DELETE":
+            self._sessions.closed(run_id, session_id)
+
+    async def _refuse(
+        self, run_id: str, reason: str, started: float, scope: Scope, receive: Receive, send: Send
+    ) -> None:
+        """Answer 401 with the reason, auditing the attempt on the run (within the refusal budget)."""
+        response = _refusal(401, reason)
+        if self._refusals.allow(run_id):
+            body = await _read_body(receive, REFUSED_BODY_DIGEST_BYTES)
+            await self._dispatch.audit_refusal(run_id, scope["method"], body, len(response.body), started)
+        await response(scope, receive, send)
+
+    def _watch_new_session(self, run_id: str, principal: AuthenticatedUser, send: Send) -> Send:
+        async def watching(message: Message) -> None:
+            if message["type"] == "http.response.start" and message["status"] < 400:
+                created = Headers(raw=message["headers"]).get(MCP_SESSION_ID_HEADER)
+                if created is not None:
+                    self._sessions.opened(run_id, created, principal)
+            await send(message)
+
+        return watching
+
+
+class _Endpoint:
+    """The ASGI endpoint of the route (a class instance, so Starlette passes the raw ASGI call)."""
+
+    def __init__(self, facts: FactsServer) -> None:
+        self._facts = facts
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return
+        await self._facts._handle(scope, receive, send)

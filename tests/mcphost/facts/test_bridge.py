@@ -1,0 +1,48 @@
+"""The facts server through the stdio bridge (`python -m bridge`), as the run context describes it."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import pytest
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters, stdio_client
+
+from tests.mcphost.facts.conftest import ERAS, RunHandle, Served, raises_mcp_error
+from tests.mcphost.facts.scenario import exercise, seed
+
+
+@asynccontextmanager
+async def bridged(run: RunHandle, tmp_path: Path, mode: str) -> AsyncGenerator[Client]:
+    """The SDK client on the bridge subprocess started with the command and env the context gives."""
+    mcp = run.context.context.mcp
+    assert mcp is not None
+    command, *args = mcp.bridge.command
+    params = StdioServerParameters(command=command, args=args, env=dict(mcp.bridge.env))
+    with (tmp_path / "bridge.stderr").open("w") as errlog:
+        async with Client(stdio_client(params, errlog=errlog), mode=mode) as client:
+            yield client
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_every_tool_resource_and_prompt_answers_through_the_bridge(
+    served: Served, tmp_path: Path, mode: str
+) -> None:
+    seeded = await seed(served)
+    run = await served.start_run()
+    async with bridged(run, tmp_path, mode) as client:
+        await exercise(client, served, run, seeded)
+    assert "Traceback" not in (tmp_path / "bridge.stderr").read_text()
+
+
+async def test_the_bridge_of_a_finished_run_is_refused_with_the_reason(
+    served: Served, tmp_path: Path
+) -> None:
+    run = await served.start_run()
+    await served.finish(run)
+    with raises_mcp_error(f"run {run.run_id} is not active"):
+        async with bridged(run, tmp_path, "legacy") as client:
+            await client.list_tools()
+    assert run.token not in (tmp_path / "bridge.stderr").read_text()
