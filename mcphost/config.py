@@ -28,10 +28,12 @@ DEFAULT_CONFIG_NAME = "mcphost.toml"
 DEFAULT_DATA_DIR = ".mcphost"
 DEFAULT_LISTEN = "127.0.0.1:8787"
 
-BUNDLED_PLUGINS: dict[str, str] = {"echo": "runners.echo"}
-"""Bundled runners, each an ordinary plugin launched as `python -m <module>`."""
+BUNDLED_PLUGINS: dict[str, str] = {"echo": "runners.echo", "memo": "runners.memo"}
+"""Bundled runners, each an ordinary plugin launched as `python -m <module>`. The local agent is not
+bundled: it needs its API key in its own environment, so it is configured as a `[[plugins]]` entry."""
 
-DEFAULT_AGENT_RUNNER = "plugin:mcphost/echo/default"
+DEFAULT_AGENT_RUNNER = "plugin:mcphost/memo/default"
+"""The embedded default agent's runner: memo answers from host facts it reads over the run's MCP server."""
 
 
 class _Section(BaseModel):

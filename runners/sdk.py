@@ -12,9 +12,10 @@ serve(Echo(), author="acme", plugin="echo", version="1.0.0")
 
 Owns the plugin side of the wire: reading host requests from stdin, answering `initialize` with the
 manifests, running each `runner/run` in its own task, sending results as `runner/result` notifications,
-cancelling on `runner/cancel`, and exiting on `shutdown` or stdin EOF. It does not talk to the host's MCP
-server (a runner does that through `ctx.context.mcp`). Imports only `mcphost.protocol`, anyio, pydantic and
-the standard library.
+cancelling on `runner/cancel`, and exiting on `shutdown` or stdin EOF. A runner reaches the host's facts
+through `out.api`, the run's `RunAPI` (an MCP client of `ctx.context.mcp`, `_runapi.py`): `serve()` opens
+one per run, connects it on first use and closes it when the run ends. Imports only `mcphost.protocol`,
+the `mcp` SDK, anyio, httpx2, pydantic and the standard library.
 
 `run()` pushes results through `RunOutput` rather than yielding them: a runner may then use task groups
 and cancel scopes freely (none straddles a `yield`, STYLE 19) and emit from several tasks at once.
@@ -27,7 +28,8 @@ Invariants:
   blocks the event loop.
 - Within a run, `sequence` starts at 1 and increases by one per result, in the order results are written;
   nothing follows `run.completed`/`run.failed`. A run whose `run()` returns without a terminal result gets
-  `run.completed`; a cancelled run gets `run.failed {code: cancelled}`; an exception gets
+  `run.completed`; a cancelled run gets `run.failed {code: cancelled}`; a `RunAPIError` the runner let
+  through gets `run.failed` with that error's code; any other exception gets
   `run.failed {code: runner.error, message: str(exc)}` and its traceback on stderr.
 - The answer to `runner/run` (`{status}`) is written after the run's last result.
 - Lines over `MAX_LINE_BYTES` from the host are logged and skipped; unknown request methods get -32601.
@@ -99,6 +101,30 @@ from mcphost.protocol import (
     runner_id_of,
 )
 from mcphost.protocol.results import FinishReason
+from runners._facts import (
+    ArtifactChunk,
+    ArtifactMetadata,
+    Deleted,
+    EventPage,
+    EventRecord,
+    HistoryPage,
+    HistorySearch,
+    KnowledgeBase,
+    KnowledgeChunk,
+    RunTool,
+    SearchHit,
+    StateList,
+    StateListItem,
+    StateValue,
+    StateWritten,
+    StorageList,
+    StorageListItem,
+    StorageValue,
+    StorageWritten,
+    ToolResult,
+    TranscriptItem,
+)
+from runners._runapi import RunAPI, RunAPIError
 
 logger = logging.getLogger("runners.sdk")
 
@@ -147,11 +173,20 @@ class RunOutput:
     """Builds and sends the results of one run: numbers `sequence` from 1, fills `run_id` and `timestamp`.
 
     `send` receives each finished result; `serve()` passes one that writes a `runner/result` line, tests
-    may pass one that collects them.
+    may pass one that collects them. `api` is the run's `RunAPI` (`serve()` passes one on
+    `ctx.context.mcp`; without it every call fails with `runner.mcp_unavailable`).
     """
 
-    def __init__(self, run_id: str, send: Callable[[AgentRunResult], Awaitable[None]]) -> None:
+    def __init__(
+        self,
+        run_id: str,
+        send: Callable[[AgentRunResult], Awaitable[None]],
+        *,
+        api: RunAPI | None = None,
+    ) -> None:
         self.run_id = run_id
+        self.api = api if api is not None else RunAPI(None)
+        """The run's facts and tools over its MCP server (connected on first use)."""
         self.sequence = 0
         """The sequence of the last result sent."""
         self.status: RunStatus | None = None
@@ -314,6 +349,8 @@ def serve(*runners: AgentRunner, author: str, plugin: str, version: str) -> None
         logging.basicConfig(
             level=logging.INFO, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s"
         )
+        for chatty in ("httpx2", "httpcore", "mcp"):  # a line per MCP request would drown the host's log
+            logging.getLogger(chatty).setLevel(logging.WARNING)
     proto_in, proto_out = _claim_stdio()
     anyio.run(server.serve, proto_in, proto_out, backend="asyncio")
 
@@ -430,7 +467,8 @@ class _PluginServer:
         if run.context.run_id in self._runs:
             await self._error(request_id, -32602, f"Run {run.context.run_id!r} is already active")
             return
-        active = _ActiveRun(RunOutput(run.context.run_id, self._send_result))
+        api = RunAPI(run.context.context.mcp)
+        active = _ActiveRun(RunOutput(run.context.run_id, self._send_result, api=api))
         self._runs[run.context.run_id] = active
         tg.start_soon(self._run, request_id, runner, run.context, active)
 
@@ -440,8 +478,14 @@ class _PluginServer:
         out = active.out
         try:
             try:
-                with active.scope:
-                    await runner.run(ctx, out)
+                async with out.api:  # the run's MCP connection ends with the run
+                    with active.scope:
+                        await runner.run(ctx, out)
+            except RunAPIError as exc:  # a facts call the runner did not handle: report its code
+                logger.warning("Runner %r failed in run %r: %s", runner.name, ctx.run_id, exc)
+                if not out.ended:
+                    details: JSONObject = {**exc.details, "tool": exc.tool} if exc.tool else exc.details
+                    await out.failed(exc.code, exc.message, exc.retryable, details)
             except Exception as exc:
                 logger.exception("Runner %r failed in run %r", runner.name, ctx.run_id)
                 if not out.ended:
@@ -547,12 +591,35 @@ class _FdLineReader:
 __all__ = [
     "AgentRunContext",
     "AgentRunner",
+    "ArtifactChunk",
+    "ArtifactMetadata",
     "ArtifactRef",
     "Capabilities",
     "ConfigField",
     "ContextSupport",
+    "Deleted",
+    "EventPage",
+    "EventRecord",
+    "HistoryPage",
+    "HistorySearch",
+    "KnowledgeBase",
+    "KnowledgeChunk",
     "Permissions",
+    "RunAPI",
+    "RunAPIError",
     "RunOutput",
+    "RunTool",
+    "SearchHit",
+    "StateList",
+    "StateListItem",
+    "StateValue",
+    "StateWritten",
+    "StorageList",
+    "StorageListItem",
+    "StorageValue",
+    "StorageWritten",
+    "ToolResult",
+    "TranscriptItem",
     "Usage",
     "serve",
 ]

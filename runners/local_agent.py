@@ -1,0 +1,418 @@
+"""`plugin:mcphost/local-agent/default`: a model-driven runner for any OpenAI-compatible Chat Completions
+endpoint (OpenAI, Ollama, vLLM, llama.cpp, LM Studio, a gateway ...) plus the run's MCP tools.
+
+Owns its working context and its tool loop; the host owns the facts:
+- messages: `config.prompt` (the agent's static prompt) as the system message, the last `history_turns`
+  transcript items before the current input (`history_page(before_cursor=ctx.context.latest_cursor)`),
+  then the current input — its text, and its images read through `artifacts_read` as data URLs when
+  `vision` is on;
+- tools: everything `list_tools()` shows for the run (facts tools and granted host tools), offered as
+  function tools; each call goes through the run's MCP server and is reported as `tool.call.started` /
+  `tool.call.completed`. At most `max_tool_rounds` rounds of tool calls; the round after the last is
+  asked without tools, so the loop always ends with an answer;
+- models: `model`, then each of `fallback_models` in order when one fails before it streamed anything
+  (an auth failure is not retried with another model: the key is the endpoint's). A model that answered
+  keeps the later rounds of the run.
+
+Failures end the run with a precise `run.failed`: 401/403 → `unauthorized`; 429 → `rate_limited`
+(retryable, `retry_after` in details); no answer within `timeout_s` → `runner.timeout`, or
+`deadline_exceeded` when the run's own deadline cut the wait; a stream or answer that is not what the
+Chat Completions API sends → `runner.error` with the offending data in details; 404 → `not_found`;
+400/422 → `invalid_argument`; 5xx and unreachable endpoints → `runtime_error` (retryable); an
+unreachable MCP server → `runner.mcp_unavailable`. Details name every model tried.
+
+The API key comes only from the environment variable named by `api_key_env`, in the plugin process's
+environment — operators pass it with `[[plugins]] env = { OPENAI_API_KEY = "..." }`. It is sent in the
+`Authorization` header and nowhere else.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+import time
+from importlib import metadata
+
+import httpx2
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from mcphost.protocol import ConfigField, JSONObject
+from mcphost.protocol.results import FinishReason
+from runners._openai_chat import ChatAnswer, ChatClient, ChatError, ToolCall
+from runners.sdk import (
+    AgentRunContext,
+    AgentRunner,
+    Capabilities,
+    ContextSupport,
+    Permissions,
+    RunAPI,
+    RunAPIError,
+    RunOutput,
+    RunTool,
+    Usage,
+    serve,
+)
+
+DEFAULT_PROMPT = "You are a helpful assistant."
+MAX_TOOL_RESULT_CHARS = 20_000
+"""How much of one tool result the model reads."""
+MAX_IMAGE_BYTES = 5 * 1024 * 1024
+PREVIEW_CHARS = 200
+DEADLINE_MARGIN_S = 1.0
+"""Time kept back before the run's deadline to report a failure."""
+_FUNCTION_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+
+_FINISH: dict[str, FinishReason] = {
+    "stop": "stop",
+    "length": "length",
+    "tool_calls": "tool_calls",
+    "function_call": "tool_calls",
+    "content_filter": "content_filter",
+}
+
+
+class LocalAgentConfig(BaseModel):
+    """The agent's runner config (`[agents.config]`), read at run start."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True, use_attribute_docstrings=True)
+
+    base_url: str = Field(min_length=1, pattern=r"^https?://")
+    """The API root, e.g. "https://api.openai.com/v1" or "http://127.0.0.1:11434/v1"."""
+    model: str = Field(min_length=1)
+    api_key_env: str | None = None
+    """Name of the environment variable holding the API key (none: no Authorization header)."""
+    fallback_models: list[str] = Field(default_factory=list[str])
+    """Tried in order when the model before fails."""
+    max_tool_rounds: int = Field(default=8, ge=0, le=100)
+    history_turns: int = Field(default=10, ge=0, le=100)
+    """How many earlier transcript items to include."""
+    timeout_s: float = Field(default=120.0, gt=0)
+    """The longest one model request may take."""
+    vision: bool = False
+    """Send image inputs to the model (as data URLs)."""
+    temperature: float | None = None
+    max_tokens: int | None = Field(default=None, ge=1)
+    prompt: str | None = None
+
+
+def _config_schema() -> list[ConfigField]:
+    def field(name: str, kind: str, label: str, **more: object) -> ConfigField:
+        return ConfigField.model_validate({"name": name, "type": kind, "label": {"en": label}, **more})
+
+    return [
+        field("base_url", "string", "API base URL", required=True),
+        field("model", "string", "Model", required=True),
+        field("api_key_env", "string", "Env var holding the API key"),
+        field("fallback_models", "json", "Fallback models, in order", default=[]),
+        field("max_tool_rounds", "integer", "Most tool-call rounds per run", default=8),
+        field("history_turns", "integer", "Earlier transcript items in context", default=10),
+        field("timeout_s", "number", "Timeout of one model request (s)", default=120.0),
+        field("vision", "boolean", "Send images to the model", default=False),
+        field("temperature", "number", "Temperature"),
+        field("max_tokens", "integer", "Most output tokens per answer"),
+    ]
+
+
+class _RunFailedError(Exception):
+    """End the run with `run.failed`."""
+
+    def __init__(
+        self, code: str, message: str, *, retryable: bool = False, details: JSONObject | None = None
+    ):
+        super().__init__(message)
+        self.code, self.message, self.retryable, self.details = code, message, retryable, details or {}
+
+
+class LocalAgentRunner(AgentRunner):
+    """Any OpenAI-compatible chat model, with the run's MCP tools."""
+
+    name = "default"
+    label = {"en": "Local agent"}
+    description = {
+        "en": "A model behind any OpenAI-compatible Chat Completions endpoint, with the run's MCP tools."
+    }
+    capabilities = Capabilities(
+        streaming=True, tool_calling=True, knowledge_retrieval=True, multimodal_input=True
+    )
+    permissions = Permissions(
+        history=["page", "search"],
+        events=["get", "page"],
+        artifacts=["metadata", "read", "create"],
+        state=["read", "write"],
+        storage=["plugin", "workspace", "binding"],
+        knowledge=["list", "retrieve"],
+        tools=["call"],
+    )
+    context_support = ContextSupport(supports_history_search=True)
+    config_schema = _config_schema()
+
+    async def run(self, ctx: AgentRunContext, out: RunOutput) -> None:
+        try:
+            config = LocalAgentConfig.model_validate(ctx.config)
+        except ValidationError as exc:
+            error = exc.errors(include_url=False)[0]
+            where = ".".join(str(part) for part in error["loc"])
+            await out.failed(
+                "invalid_argument", f"local agent config.{where}: {error['msg']}", details={"field": where}
+            )
+            return
+        try:
+            await _Turn(ctx, out, config).run()
+        except _RunFailedError as failed:
+            await out.failed(failed.code, failed.message, failed.retryable, failed.details)
+
+
+class _Turn:
+    """One run: assemble the context, loop model ⇄ tools, report."""
+
+    def __init__(self, ctx: AgentRunContext, out: RunOutput, config: LocalAgentConfig) -> None:
+        self.ctx, self.out, self.config = ctx, out, config
+        self.api: RunAPI = out.api
+        self.models = [config.model, *[m for m in config.fallback_models if m != config.model]]
+        self.tried: list[JSONObject] = []
+        self.pieces: list[str] = []
+        self.streaming = ctx.delivery.supports_streaming
+        self.usage = ChatAnswer(model=config.model)
+        self.rounds = 0
+
+    async def run(self) -> None:
+        api_key = self._api_key()
+        messages = [{"role": "system", "content": self.config.prompt or DEFAULT_PROMPT}]
+        messages += await self._history()
+        messages.append(await self._current_input())
+        tools = await self._tools()
+        options: JSONObject = {}
+        if self.config.temperature is not None:
+            options["temperature"] = self.config.temperature
+        if self.config.max_tokens is not None:
+            options["max_tokens"] = self.config.max_tokens
+        timeout = httpx2.Timeout(10.0, read=self.config.timeout_s)
+        async with httpx2.AsyncClient(timeout=timeout) as http:
+            chat = ChatClient(http, self.config.base_url, api_key)
+            while True:
+                offer = tools if self.rounds < self.config.max_tool_rounds else []
+                answer = await self._ask(chat, messages, offer, options)
+                if not answer.tool_calls or not offer:
+                    break
+                self.rounds += 1
+                messages.append(_assistant_turn(answer))
+                for call in answer.tool_calls:
+                    messages.append(await self._run_tool(call))
+        text = "\n\n".join(piece for piece in self.pieces if piece)
+        if not text:
+            raise _RunFailedError(
+                "runner.empty_output",
+                f"model {answer.model!r} finished ({answer.finish_reason or 'no reason'}) without any text",
+                details={"model": answer.model, "finish_reason": answer.finish_reason, "rounds": self.rounds},
+            )
+        await self.out.message(text)
+        usage = Usage(
+            input_tokens=self.usage.prompt_tokens,
+            output_tokens=self.usage.completion_tokens,
+            total_tokens=self.usage.total_tokens,
+            extra={"model": answer.model, "tool_rounds": self.rounds},
+        )
+        await self.out.completed(
+            usage=usage, finish_reason=_FINISH.get(answer.finish_reason or "stop", "other")
+        )
+
+    # -- context -------------------------------------------------------------------------------------
+
+    def _api_key(self) -> str | None:
+        name = self.config.api_key_env
+        if not name:
+            return None
+        key = os.environ.get(name)
+        if not key:
+            raise _RunFailedError(
+                "unauthorized",
+                f"The environment variable {name!r} named by api_key_env is not set for the local agent "
+                "plugin; pass it with [[plugins]] env = { " + name + ' = "..." } in mcphost.toml.',
+                details={"api_key_env": name},
+            )
+        return key
+
+    async def _history(self) -> list[JSONObject]:
+        cursor = self.ctx.context.latest_cursor
+        if self.config.history_turns == 0 or cursor is None:
+            return []
+        try:
+            page = await self.api.history_page(before_cursor=cursor, limit=self.config.history_turns)
+        except RunAPIError as exc:
+            if exc.code != "unauthorized":  # no history permission: work with the input alone
+                raise
+            return []
+        return [
+            {"role": item.role, "content": item.content}
+            for item in reversed(page.items)
+            if item.role in ("user", "assistant") and item.content
+        ]
+
+    async def _current_input(self) -> JSONObject:
+        ctx = self.ctx
+        texts = [ctx.input.text] if ctx.input.text else []
+        texts += [c.text for c in ctx.input.contents if c.type == "text" and c.text != ctx.input.text]
+        images: dict[str, tuple[str, str | None]] = {}
+        for element in ctx.input.contents:
+            if element.type == "image":
+                images[element.artifact_id] = (element.mime_type, element.name)
+        for ref in ctx.input.attachments:
+            if ref.mime_type.startswith("image/"):
+                images.setdefault(ref.artifact_id, (ref.mime_type, ref.name))
+        if not texts and not images:
+            data = json.dumps(ctx.event.data, ensure_ascii=False)[:4000]
+            texts.append(f"Event {ctx.event.event_type}: {data}")
+        parts: list[JSONObject] = [{"type": "text", "text": "\n\n".join(texts)}] if texts else []
+        for artifact_id, (mime_type, name) in images.items():
+            if not self.config.vision:
+                parts.append(
+                    {"type": "text", "text": f"[image {name or artifact_id} not shown: vision is off]"}
+                )
+                continue
+            data = await self.api.artifacts_read_all(artifact_id, max_bytes=MAX_IMAGE_BYTES)
+            url = f"data:{mime_type};base64,{base64.b64encode(data).decode('ascii')}"
+            parts.append({"type": "image_url", "image_url": {"url": url}})
+        if all(part["type"] == "text" for part in parts):
+            return {"role": "user", "content": "\n\n".join(str(part["text"]) for part in parts)}
+        return {"role": "user", "content": parts}
+
+    async def _tools(self) -> list[JSONObject]:
+        if self.config.max_tool_rounds == 0:
+            return []
+        offered: list[JSONObject] = []
+        for tool in await self.api.list_tools():
+            if _FUNCTION_NAME.match(tool.name):
+                offered.append(_function_tool(tool))
+        return offered
+
+    # -- the loop ------------------------------------------------------------------------------------
+
+    async def _ask(
+        self, chat: ChatClient, messages: list[JSONObject], tools: list[JSONObject], options: JSONObject
+    ) -> ChatAnswer:
+        """One answer, from the first model that gives one."""
+        last: ChatError | None = None
+        for index, model in enumerate(list(self.models)):
+            timeout_s, timeout_code = self._timeout()
+            separated = False
+
+            async def on_delta(text: str) -> None:
+                nonlocal separated
+                if not self.streaming:
+                    return
+                if not separated and any(self.pieces):
+                    await self.out.delta("\n\n")  # the deltas add up to the final message
+                separated = True
+                await self.out.delta(text)
+
+            try:
+                answer = await chat.complete(
+                    model=model,
+                    messages=messages,
+                    tools=tools,
+                    options=options,
+                    on_delta=on_delta,
+                    timeout_s=timeout_s,
+                    timeout_code=timeout_code,
+                )
+            except ChatError as failure:
+                last = failure
+                self.tried.append({"model": model, "code": failure.code, "message": failure.message[:300]})
+                if failure.after_output or not failure.fallback or failure.code == "deadline_exceeded":
+                    break
+                continue
+            self.tried.append({"model": model, "code": "ok"})
+            self.models = self.models[index:]  # the model that answered keeps the later rounds
+            self.pieces.append(answer.content)
+            self.usage.prompt_tokens += answer.prompt_tokens
+            self.usage.completion_tokens += answer.completion_tokens
+            self.usage.total_tokens += answer.total_tokens
+            return answer
+        assert last is not None
+        raise _RunFailedError(
+            last.code, last.message, retryable=last.retryable, details={**last.details, "tried": self.tried}
+        )
+
+    def _timeout(self) -> tuple[float, str]:
+        """The wait for the next answer: `timeout_s`, or less when the run's deadline is nearer."""
+        left = self.ctx.runtime.deadline_at - time.time() - DEADLINE_MARGIN_S
+        if left <= 0:
+            raise _RunFailedError(
+                "deadline_exceeded",
+                "the run's deadline passed before the model answered",
+                retryable=True,
+                details={"tried": self.tried},
+            )
+        if left < self.config.timeout_s:
+            return left, "deadline_exceeded"
+        return self.config.timeout_s, "runner.timeout"
+
+    async def _run_tool(self, call: ToolCall) -> JSONObject:
+        """Run one tool call through the run's MCP server; the tool message the model reads next."""
+        try:
+            parsed: object = json.loads(call.arguments) if call.arguments.strip() else {}
+        except ValueError:
+            parsed = None
+        if not isinstance(parsed, dict):
+            await self.out.tool_started(call.id, call.name, {"_raw": call.arguments[:1000]})
+            message = "the arguments are not a JSON object; call the tool again with valid JSON arguments"
+            await self.out.tool_completed(
+                call.id, call.name, error_code="invalid_argument", error_message=message
+            )
+            return _tool_message(call, f"invalid_argument: {message}")
+        arguments: JSONObject = parsed  # pyright: ignore[reportUnknownVariableType]
+        await self.out.tool_started(call.id, call.name, arguments)
+        try:
+            result = await self.api.call_tool(call.name, arguments)
+        except RunAPIError as exc:
+            if exc.code == "runner.mcp_unavailable":
+                raise
+            await self.out.tool_completed(
+                call.id, call.name, error_code=exc.code, error_message=exc.message[:1000]
+            )
+            return _tool_message(call, f"{exc.code}: {exc.message}")
+        text = result.text if result.text else json.dumps(result.structured_content, ensure_ascii=False)
+        await self.out.tool_completed(call.id, call.name, result_preview=text[:PREVIEW_CHARS])
+        if len(text) > MAX_TOOL_RESULT_CHARS:
+            text = text[:MAX_TOOL_RESULT_CHARS] + "…(cut)"
+        return _tool_message(call, text)
+
+
+def _function_tool(tool: RunTool) -> JSONObject:
+    parameters = tool.input_schema or {"type": "object", "properties": {}}
+    return {
+        "type": "function",
+        "function": {"name": tool.name, "description": tool.description[:1024], "parameters": parameters},
+    }
+
+
+def _assistant_turn(answer: ChatAnswer) -> JSONObject:
+    return {
+        "role": "assistant",
+        "content": answer.content or None,
+        "tool_calls": [
+            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments or "{}"}}
+            for c in answer.tool_calls
+        ],
+    }
+
+
+def _tool_message(call: ToolCall, content: str) -> JSONObject:
+    return {"role": "tool", "tool_call_id": call.id, "content": content}
+
+
+def _version() -> str:
+    try:
+        return metadata.version("mcphost")
+    except metadata.PackageNotFoundError:
+        return "0.0.0"
+
+
+def main() -> None:
+    serve(LocalAgentRunner(), author="mcphost", plugin="local-agent", version=_version())
+
+
+if __name__ == "__main__":
+    main()
