@@ -72,7 +72,7 @@ class HistorySearchArgs(ToolArgs):
     """Search this run's conversation transcript."""
 
     query: str = Field(min_length=1, max_length=500, pattern=_NO_NUL)
-    """Words to look for (case-insensitive); items containing more of them rank higher."""
+    """Words to look for; items matching more (and rarer) words rank higher."""
     top_k: int = Field(default=10, ge=1, le=50)
     """How many hits to return (1-50)."""
     roles: list[TranscriptRole] | None = Field(default=None, min_length=1, max_length=4)

@@ -13,14 +13,13 @@ Invariants:
 - Content is capped for the model: a transcript item's `content` (and each text element) at
   `MAX_CONTENT_CHARS` with `truncated` set; an event's `data` at `MAX_EVENT_DATA_BYTES` (`events_get`) or
   `MAX_PAGE_DATA_BYTES` (each event of a page) of JSON, else `data` is null with `data_truncated` set.
-- `history_search` is the interim search: a case-insensitive substring match over the thread's newest
-  `SEARCH_WINDOW` items (`TranscriptStore.search_recent`), ranked by how many query words an item holds,
-  then by recency. Its cost follows that window, not the conversation; the FTS index replaces it.
+- `history_search` goes through the transcript's full-text index (`TranscriptStore.search`: FTS5/BM25
+  on SQLite, tsvector on PostgreSQL), confined to the run's thread by the index itself, so its cost
+  follows the hits, not the conversation.
 """
 
 from __future__ import annotations
 
-import math
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
@@ -34,9 +33,6 @@ from mcphost.stores import Page, StoredEvent, TranscriptRecord
 MAX_CONTENT_CHARS = 4000
 MAX_EVENT_DATA_BYTES = 256 * 1024
 MAX_PAGE_DATA_BYTES = 4 * 1024
-MAX_QUERY_TERMS = 20
-SNIPPET_CHARS = 240
-_SEARCH_FETCH = 100
 
 
 class TranscriptItem(BaseModel):
@@ -164,57 +160,24 @@ async def history_page(call: Call, args: HistoryPageArgs) -> JSONObject:
     return _page_json(page, items)
 
 
-def _terms(query: str) -> list[str]:
-    terms: list[str] = []
-    for word in query.lower().split():
-        if word not in terms:
-            terms.append(word)
-    if not terms:
-        raise ToolCallError(
-            "invalid_argument", "query has no words to search for.", details={"field": "query"}
-        )
-    return terms[:MAX_QUERY_TERMS]
-
-
-def _snippet(content: str, terms: list[str]) -> str:
-    lowered = content.lower()
-    found = [i for i in (lowered.find(t) for t in terms) if i >= 0]
-    start = max(0, min(found) - SNIPPET_CHARS // 3) if found else 0
-    stop = min(len(content), start + SNIPPET_CHARS)
-    text = content[start:stop]
-    return ("…" if start > 0 else "") + text + ("…" if stop < len(content) else "")
-
-
 async def history_search(call: Call, args: HistorySearchArgs) -> JSONObject:
-    """Search the run's conversation transcript."""
+    """Search the run's conversation thread through the full-text index."""
     conversation_id = call.grant.conversation_id
     if conversation_id is None:
         return {"hits": []}
-    terms = _terms(args.query)
-    records = await call.stores.transcript.search_recent(
-        conversation_id,
-        call.grant.thread_id,
-        terms=terms,
-        roles=args.roles,
-        limit=max(_SEARCH_FETCH, args.top_k),
+    hits = await call.stores.transcript.search(
+        conversation_id, call.grant.thread_id, query=args.query, roles=args.roles, limit=args.top_k
     )
-    scored: list[tuple[float, int, TranscriptRecord]] = []
-    for record in records:
-        lowered = record.content.lower()
-        present = sum(1 for t in terms if t in lowered)
-        occurrences = sum(lowered.count(t) for t in terms)
-        score = present / len(terms) + min(occurrences, 10) / 100 - math.log1p(len(lowered)) / 10_000
-        scored.append((round(score, 4), record.seq, record))
-    scored.sort(key=lambda s: (s[0], s[1]), reverse=True)
-    hits = [
-        {
-            "item": transcript_item(record, include_artifacts=False).model_dump(mode="json"),
-            "score": score,
-            "snippet": _snippet(record.content, terms),
-        }
-        for score, _, record in scored[: args.top_k]
-    ]
-    return {"hits": hits}
+    return {
+        "hits": [
+            {
+                "item": transcript_item(hit.record, include_artifacts=False).model_dump(mode="json"),
+                "score": hit.score,
+                "snippet": hit.snippet,
+            }
+            for hit in hits
+        ]
+    }
 
 
 def event_json(event: StoredEvent, *, max_data_bytes: int) -> JSONObject:

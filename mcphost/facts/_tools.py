@@ -91,8 +91,8 @@ _SPECS: list[ToolSpec[Any]] = [
     ),
     ToolSpec(
         "history_search",
-        "Search this conversation's recent transcript for words (case-insensitive). Hits are ranked by "
-        "how many of the words an item contains, then by recency, each with a snippet.",
+        "Search this conversation's transcript for words (full-text, any of the words). Hits come best "
+        "first, each with a snippet marking the matches **like this**.",
         HistorySearchArgs,
         _history.history_search,
     ),

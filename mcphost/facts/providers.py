@@ -22,8 +22,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol
 
 import mcp_types as types
-from pydantic import BaseModel, ConfigDict, Field
 
+from mcphost.knowledge import KnowledgeChunk
 from mcphost.models import RunGrant
 from mcphost.protocol import AgentRunContext, JSONObject
 
@@ -42,19 +42,6 @@ class HostToolProvider(Protocol):
     async def call_tool(self, grant: RunGrant, name: str, arguments: JSONObject) -> types.CallToolResult:
         """Call host tool `name` for the run of `grant` and return its result unchanged."""
         ...
-
-
-class KnowledgeChunk(BaseModel):
-    """One retrieved passage of a knowledge base."""
-
-    model_config = ConfigDict(frozen=True, use_attribute_docstrings=True)
-
-    chunk_id: str
-    document: str
-    """The document the chunk comes from (its path or title)."""
-    text: str
-    score: float
-    metadata: JSONObject = Field(default_factory=dict)
 
 
 class KnowledgeRetriever(Protocol):

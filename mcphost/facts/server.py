@@ -179,6 +179,8 @@ class FactsServer:
         grant_ttl_s: float = 2.0,
         session_idle_timeout_s: float = 600.0,
         json_response: bool = False,
+        refusal_audits_per_s: float = 5.0,
+        refusal_audit_burst: int = 20,
     ) -> None:
         """
         Args:
@@ -193,6 +195,8 @@ class FactsServer:
             grant_ttl_s: how long a grant read from the database is trusted before it is read again.
             session_idle_timeout_s: a handshake-era session with no request in flight for this long ends.
             json_response: answer POSTs with JSON bodies instead of SSE streams.
+            refusal_audits_per_s, refusal_audit_burst: how many refused HTTP requests per run are
+                audited (a token bucket); the rest are refused without an audit row.
         """
         self._stores = stores
         self._grants = GrantCache(stores.runs, ttl_s=grant_ttl_s)
@@ -209,7 +213,7 @@ class FactsServer:
         self._session_idle_timeout_s = session_idle_timeout_s
         self._json_response = json_response
         self._sessions = _Sessions()
-        self._refusals = RefusalBudget()
+        self._refusals = RefusalBudget(refusal_audits_per_s, refusal_audit_burst)
         self._manager: StreamableHTTPSessionManager | None = None
         self._tg: TaskGroup | None = None
         self._routes: list[BaseRoute] = [Route(MCP_PATH, endpoint=_Endpoint(self), name="mcphost_facts")]

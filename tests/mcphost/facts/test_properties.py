@@ -128,7 +128,11 @@ async def check_call(
         )
     rows = await served.audit(run)
     assert len(rows) == audited + 1
-    assert rows[-1].outcome == ("ok" if not result.is_error else rows[-1].outcome)
+    row = rows[-1]
+    if result.is_error:
+        assert (row.outcome in {"error", "refused"}, row.code) == (True, data["code"])
+    else:
+        assert (row.outcome, row.code) == ("ok", None)
 
 
 _runs: dict[int, RunHandle] = {}

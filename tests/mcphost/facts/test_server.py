@@ -118,12 +118,13 @@ async def test_an_unknown_run_is_404_with_the_reason(served: Served) -> None:
     assert weird.status_code == 404
 
 
-async def test_refusals_past_the_refusal_budget_are_refused_but_not_audited(served: Served) -> None:
-    run = await served.start_run()
-    statuses = [(await post(served, run.run_id, token="x" * 43)).status_code for _ in range(30)]
-    assert set(statuses) == {401}
-    audited = [r for r in await served.audit(run) if r.tool == "http POST"]
-    assert 20 <= len(audited) < 30
+async def test_refusals_past_the_refusal_budget_are_refused_but_not_audited(stores: Stores) -> None:
+    async with serve_facts(stores, refusal_audits_per_s=0.0, refusal_audit_burst=20) as served:
+        run = await served.start_run()
+        statuses = [(await post(served, run.run_id, token="x" * 43)).status_code for _ in range(30)]
+        assert set(statuses) == {401}
+        audited = [r for r in await served.audit(run) if r.tool == "http POST"]
+        assert len(audited) == 20
 
 
 async def test_tools_list_shows_only_what_the_grant_allows_and_other_tools_are_unauthorized(
