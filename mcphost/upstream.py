@@ -1,0 +1,550 @@
+"""One upstream MCP server from `[tools.<server>]` and the supervised client the gateway keeps for it.
+
+Owns the connection's life (an explicit state machine: idle → connecting → ready ⇄ backoff → closed),
+the cached tool list with its host names, and single proxied calls with their error mapping. Does not own
+grants, artifacts or telemetry (`gateway.py`, which holds one `Upstream` per server).
+
+Invariants:
+- One client per server, owned by `supervise`, a task the gateway's task group owns: it connects lazily
+  (when a caller first needs the server), notices a dead connection (the transport's read stream ends,
+  or a call fails with a closed connection) and reconnects on the next need — at once after a connection
+  that was up, after an exponential backoff (`BACKOFF_INITIAL_S` doubling to `BACKOFF_MAX_S`, reset by a
+  good connection) after a failed attempt. While backing off, callers fail at once with the time left.
+- Every wait of a caller is bounded by the caller (a cancel scope around `client()`, `tools()`, `call()`);
+  a handshake in the background gives up after `connect_timeout`. Failures are `HostError`s:
+  `UpstreamError` (`runtime_error`, retryable), `DeadlineExceededError`, or the upstream's JSON-RPC
+  refusal mapped to `invalid_argument` / `not_found`.
+- A call that never reached the upstream (its HTTP session was gone after a restart) is retried once on
+  a fresh connection; a call that may have reached it is never retried (tools may have side effects).
+- The tool list is refreshed when the upstream sends `tools/list_changed`, when older than the TTL, after
+  a reconnect, or when asked (`mark_stale`). Host names are `<server>__<tool>` with characters outside
+  `[A-Za-z0-9_-]` replaced by `_`; tools keep their description and input schema but not their output
+  schema (an oversized result is replaced by a preview, which could not satisfy it).
+- Header and environment values may reference `${NAME}`; they are expanded from the given environment
+  when connecting and never logged. Stdio servers get only the SDK's safe default environment plus their
+  `env`, in the given working folder.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+import time
+from collections.abc import Mapping
+from contextlib import AsyncExitStack
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from types import TracebackType
+from typing import Any, TextIO
+
+import anyio
+import httpx2
+import mcp_types as types
+from anyio.abc import TaskStatus
+from mcp import Client
+from mcp.client.session import IncomingMessage
+from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
+from mcp.shared.message import SessionMessage
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from mcphost import __version__
+from mcphost.config import ToolServerConfig
+from mcphost.errors import ConfigError, DeadlineExceededError, HostError, InvalidArgumentError, NotFoundError
+from mcphost.protocol import JSONObject
+
+logger = logging.getLogger(__name__)
+
+SEPARATOR = "__"
+TOOLS_TTL_S = 300.0
+CONNECT_TIMEOUT_S = 30.0
+BACKOFF_INITIAL_S = 0.5
+BACKOFF_MAX_S = 30.0
+MAX_TOOL_PAGES = 50
+_SERVER_NAME = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]|_(?!_))*$")
+_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
+_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+class UpstreamError(HostError):
+    """An upstream server is unreachable, closed the connection, or answered something unusable
+    (`runtime_error`, retryable)."""
+
+
+class UpstreamState(StrEnum):
+    IDLE = "idle"
+    """Not connected yet: nothing has needed it."""
+    CONNECTING = "connecting"
+    READY = "ready"
+    BACKOFF = "backoff"
+    """The last connection failed or was lost; the next attempt waits until `retry_at`."""
+    CLOSED = "closed"
+
+
+_TRANSITIONS: Mapping[UpstreamState, frozenset[UpstreamState]] = {
+    UpstreamState.IDLE: frozenset({UpstreamState.CONNECTING, UpstreamState.CLOSED}),
+    UpstreamState.CONNECTING: frozenset({UpstreamState.READY, UpstreamState.BACKOFF, UpstreamState.CLOSED}),
+    UpstreamState.READY: frozenset({UpstreamState.BACKOFF, UpstreamState.CLOSED}),
+    UpstreamState.BACKOFF: frozenset({UpstreamState.CONNECTING, UpstreamState.CLOSED}),
+    UpstreamState.CLOSED: frozenset(),
+}
+
+
+class HostToolInfo(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    """The host name, `<server>__<tool>`."""
+    tool: str
+    """The upstream's own name."""
+    description: str | None
+
+
+class ServerStatus(BaseModel):
+    """What `mcphost tools` shows for one upstream server."""
+
+    model_config = ConfigDict(frozen=True)
+
+    server: str
+    transport: str
+    target: str
+    """The command (without arguments) or the URL (without query)."""
+    state: UpstreamState
+    last_error: str | None
+    connects: int
+    tools: list[HostToolInfo]
+
+
+def host_name(server: str, tool: str) -> str:
+    return f"{server}{SEPARATOR}{_UNSAFE.sub('_', tool)}"
+
+
+def expand_env(value: str, environ: Mapping[str, str], *, where: str) -> str:
+    """`value` with every `${NAME}` replaced from `environ`.
+
+    Raises:
+        ConfigError: a referenced variable is not set (the message names it, never a value).
+    """
+
+    def sub(match: re.Match[str]) -> str:
+        name = match.group(1)
+        found = environ.get(name)
+        if found is None:
+            raise ConfigError(f"{where} references ${{{name}}}, which is not set in the host's environment.")
+        return found
+
+    return _ENV_REF.sub(sub, value)
+
+
+class _WatchedReadStream:
+    """The transport's read stream, reporting when it ends (the upstream went away)."""
+
+    def __init__(self, inner: Any, on_end: anyio.Event) -> None:
+        self._inner = inner
+        self._on_end = on_end
+
+    @property
+    def last_context(self) -> Any:
+        return getattr(self._inner, "last_context", None)
+
+    async def receive(self) -> SessionMessage | Exception:
+        try:
+            return await self._inner.receive()
+        except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
+            self._on_end.set()
+            raise
+
+    async def aclose(self) -> None:
+        self._on_end.set()
+        await self._inner.aclose()
+
+    def __aiter__(self) -> _WatchedReadStream:
+        return self
+
+    async def __anext__(self) -> SessionMessage | Exception:
+        try:
+            return await self.receive()
+        except anyio.EndOfStream:
+            raise StopAsyncIteration from None
+
+    async def __aenter__(self) -> _WatchedReadStream:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+
+class _Transport:
+    """The SDK transport for one server, with a watched read stream (and the HTTP client it owns)."""
+
+    def __init__(self, open_streams: Any, lost: anyio.Event, owned: httpx2.AsyncClient | None) -> None:
+        self._open = open_streams
+        self._lost = lost
+        self._owned = owned
+        self._stack = AsyncExitStack()
+
+    async def __aenter__(self) -> tuple[Any, Any]:
+        async with AsyncExitStack() as stack:
+            if self._owned is not None:
+                await stack.enter_async_context(self._owned)
+            read, write = await stack.enter_async_context(self._open)
+            self._stack = stack.pop_all()
+        return _WatchedReadStream(read, self._lost), write
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> bool | None:
+        self._lost.set()
+        return await self._stack.__aexit__(exc_type, exc, tb)
+
+
+def describe_failure(exc: BaseException) -> str:
+    """A one-line reason for a failure, from the innermost exception of a group."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]  # pyright: ignore[reportUnknownMemberType]
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return f"{type(exc).__name__}: {text[:300]}" if text else type(exc).__name__
+
+
+@dataclass
+class _Catalog:
+    tools: list[types.Tool]
+    fetched_at: float
+    by_host_name: dict[str, str] = field(default_factory=dict[str, str])
+    """host name → upstream tool name."""
+
+
+class Upstream:
+    """One upstream MCP server and its supervised client."""
+
+    def __init__(
+        self,
+        name: str,
+        config: ToolServerConfig,
+        *,
+        environ: Mapping[str, str],
+        cwd: Path | None,
+        errlog: TextIO,
+        backoff_initial_s: float = BACKOFF_INITIAL_S,
+        backoff_max_s: float = BACKOFF_MAX_S,
+        tools_ttl_s: float = TOOLS_TTL_S,
+    ) -> None:
+        if not _SERVER_NAME.match(name) or name.endswith("_"):
+            raise ConfigError(
+                f"[tools.{name}]: a tool server name may hold letters, digits, '-' and single '_' "
+                f"(not {SEPARATOR!r}, which separates server and tool in '<server>{SEPARATOR}<tool>')."
+            )
+        self.name = name
+        self.config = config
+        self._environ = environ
+        self._cwd = cwd
+        self._errlog = errlog
+        self._backoff_initial = backoff_initial_s
+        self._backoff_max = backoff_max_s
+        self._backoff = backoff_initial_s
+        self._ttl = tools_ttl_s
+        self.state = UpstreamState.IDLE
+        self.last_error: str | None = None
+        self.connects = 0
+        self.retry_at = 0.0
+        self._client: Client | None = None
+        self._want = anyio.Event()
+        self._attempt_done = anyio.Event()
+        self._lost = anyio.Event()
+        self._was_ready = False
+        self._attempt_failed = False
+        self._catalog: _Catalog | None = None
+        self._stale = False
+        self._refresh_lock = anyio.Lock()
+
+    @property
+    def connect_timeout(self) -> float:
+        """How long a handshake may take: a slow starter keeps connecting after its first caller gave up."""
+        return max(self.config.timeout_s, CONNECT_TIMEOUT_S)
+
+    @property
+    def transport(self) -> str:
+        return "stdio" if self.config.command is not None else "http"
+
+    @property
+    def target(self) -> str:
+        if self.config.command is not None:
+            return self.config.command[0]
+        return (self.config.url or "").split("?", 1)[0]
+
+    def _move(self, state: UpstreamState) -> None:
+        assert state in _TRANSITIONS[self.state], f"upstream {self.name!r}: {self.state} → {state}"
+        self.state = state
+
+    # -- the supervisor ------------------------------------------------------------------------------------
+
+    def _transport(self, lost: anyio.Event) -> _Transport:
+        cfg = self.config
+        if cfg.command is not None:
+            env = {
+                k: expand_env(v, self._environ, where=f"[tools.{self.name}].env.{k}")
+                for k, v in cfg.env.items()
+            }
+            params = StdioServerParameters(
+                command=cfg.command[0], args=list(cfg.command[1:]), env=env, cwd=self._cwd
+            )
+            return _Transport(stdio_client(params, errlog=self._errlog), lost, None)
+        headers = {
+            k: expand_env(v, self._environ, where=f"[tools.{self.name}].headers.{k}")
+            for k, v in cfg.headers.items()
+        }
+        http = httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(cfg.timeout_s, read=None))
+        return _Transport(streamable_http_client(cfg.url or "", http_client=http), lost, http)
+
+    async def _on_message(self, message: IncomingMessage) -> None:
+        if isinstance(message, types.ToolListChangedNotification):
+            logger.info("tool server %s changed its tool list", self.name)
+            self._stale = True
+
+    async def supervise(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Connect whenever a caller wants the server, keep the connection until it is lost, repeat.
+
+        A connection that was up and got lost is retried at once; a failed attempt backs off. Runs until
+        cancelled (by the gateway's task group)."""
+        task_status.started()
+        try:
+            while True:
+                await self._want.wait()
+                self._want = anyio.Event()
+                delay = self.retry_at - time.monotonic()
+                if delay > 0:
+                    await anyio.sleep(delay)
+                self._move(UpstreamState.CONNECTING)
+                self._lost = anyio.Event()
+                self._was_ready = False
+                try:
+                    await self._connection(self._lost)
+                except Exception as exc:
+                    self.last_error = describe_failure(exc)
+                    logger.warning("tool server %s: %s", self.name, self.last_error)
+                self._client = None
+                self._move(UpstreamState.BACKOFF)
+                if self._was_ready:
+                    self.retry_at = time.monotonic()
+                    self._attempt_failed = False
+                else:
+                    self.retry_at = time.monotonic() + self._backoff
+                    self._backoff = min(self._backoff * 2, self._backoff_max)
+                    self._attempt_failed = True
+                self._finish_attempt()
+        finally:
+            self._client = None
+            if self.state is not UpstreamState.CLOSED:
+                self._move(UpstreamState.CLOSED)
+            self._finish_attempt()
+
+    def _finish_attempt(self) -> None:
+        done, self._attempt_done = self._attempt_done, anyio.Event()
+        done.set()
+
+    async def _connection(self, lost: anyio.Event) -> None:
+        """One connection, from the handshake (bounded by `connect_timeout`) until it is lost."""
+        with anyio.CancelScope(deadline=anyio.current_time() + self.connect_timeout) as scope:
+            client = Client(
+                self._transport(lost),
+                mode="legacy",
+                message_handler=self._on_message,
+                client_info=types.Implementation(name="mcphost", version=__version__),
+                cache=None,
+            )
+            async with client:
+                scope.deadline = math.inf
+                self._client = client
+                self._was_ready = True
+                self.connects += 1
+                self.last_error = None
+                self._backoff = self._backoff_initial
+                self._stale = True
+                self._move(UpstreamState.READY)
+                logger.info("tool server %s connected (%s %s)", self.name, self.transport, self.target)
+                self._finish_attempt()
+                await lost.wait()
+                self.last_error = "the connection was lost; reconnecting on the next call"
+        if scope.cancelled_caught:
+            raise UpstreamError(f"no handshake within {self.connect_timeout:g} s")
+
+    # -- what callers use ----------------------------------------------------------------------------------
+
+    def _unavailable(self) -> UpstreamError:
+        wait = max(0.0, self.retry_at - time.monotonic())
+        return UpstreamError(
+            f"Tool server {self.name!r} is unavailable ({self.last_error or 'not connected'}); "
+            f"the host retries in {wait:.1f} s. Try again later or do without it.",
+            details={"server": self.name, "retry_in_s": round(wait, 1)},
+        )
+
+    async def client(self) -> Client:
+        """The connected client, connecting first when needed (bound the wait with a cancel scope).
+
+        Raises:
+            UpstreamError: the server is backing off after a failure, or this attempt failed.
+        """
+        for _ in range(3):
+            if self.state is UpstreamState.READY and self._client is not None and not self._lost.is_set():
+                return self._client
+            if self.state is UpstreamState.CLOSED:
+                raise UpstreamError(f"The tool gateway is shut down; tool server {self.name!r} is closed.")
+            if self.state is UpstreamState.BACKOFF and time.monotonic() < self.retry_at:
+                raise self._unavailable()
+            attempt = self._attempt_done
+            self._want.set()
+            await attempt.wait()
+            if self.state is UpstreamState.READY and self._client is not None:
+                return self._client
+            if self._attempt_failed:
+                raise self._unavailable()
+            # The wait ended a lost connection rather than an attempt: wait for the reconnect.
+        raise self._unavailable()
+
+    def connection_lost(self) -> None:
+        """A call found the connection closed: drop it (the next caller reconnects)."""
+        self._lost.set()
+
+    def mark_stale(self) -> None:
+        """Refresh the tool list at its next use."""
+        self._stale = True
+
+    async def tools(self) -> _Catalog:
+        """The cached tool list, refreshed when stale (list_changed, TTL, reconnect)."""
+        catalog = self._catalog
+        fresh = catalog is not None and not self._stale and time.monotonic() - catalog.fetched_at < self._ttl
+        if fresh and catalog is not None:
+            return catalog
+        async with self._refresh_lock:
+            catalog = self._catalog
+            if catalog is not None and not self._stale and time.monotonic() - catalog.fetched_at < self._ttl:
+                return catalog
+            return await self._refresh()
+
+    async def _refresh(self) -> _Catalog:
+        client = await self.client()
+        self._stale = False
+        tools: list[types.Tool] = []
+        cursor: str | None = None
+        try:
+            for _ in range(MAX_TOOL_PAGES):
+                page = await client.list_tools(cursor=cursor, cache_mode="bypass")
+                tools.extend(page.tools)
+                cursor = page.next_cursor
+                if not cursor:
+                    break
+        except MCPError as exc:
+            self._stale = True
+            if exc.code == types.CONNECTION_CLOSED:
+                self.connection_lost()
+            raise UpstreamError(
+                f"Tool server {self.name!r} failed to list its tools: {exc.message[:300]}"
+            ) from None
+        except (ValidationError, anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
+            self._stale = True
+            self.connection_lost()
+            raise UpstreamError(
+                f"Tool server {self.name!r} sent an unusable tool list: {describe_failure(exc)}"
+            ) from None
+        catalog = _Catalog(tools=[], fetched_at=time.monotonic())
+        for tool in tools:
+            exposed = host_name(self.name, tool.name)
+            if exposed in catalog.by_host_name:
+                logger.warning(
+                    "tool server %s: tools %r and %r both map to %s; keeping the first",
+                    self.name,
+                    catalog.by_host_name[exposed],
+                    tool.name,
+                    exposed,
+                )
+                continue
+            catalog.by_host_name[exposed] = tool.name
+            catalog.tools.append(tool.model_copy(update={"name": exposed, "output_schema": None}))
+        self._catalog = catalog
+        return catalog
+
+    def cached_tools(self) -> list[types.Tool]:
+        return list(self._catalog.tools) if self._catalog is not None else []
+
+    async def call(self, tool: str, arguments: JSONObject, *, timeout: float) -> types.CallToolResult:
+        """Call `tool` upstream within `timeout` seconds (connecting first if needed).
+
+        Raises:
+            DeadlineExceededError: no answer within `timeout`.
+            UpstreamError: unreachable, connection closed, or an unusable answer.
+            NotFoundError / InvalidArgumentError-like HostErrors for the upstream's JSON-RPC refusals.
+        """
+        with anyio.move_on_after(timeout):
+            for attempt in (1, 2):
+                client = await self.client()
+                try:
+                    return await client.call_tool(tool, dict(arguments), read_timeout_seconds=timeout)
+                except MCPError as exc:
+                    if exc.code == types.REQUEST_TIMEOUT:
+                        break
+                    if (
+                        exc.code == types.INVALID_REQUEST
+                        and "Session terminated" in exc.message
+                        and attempt == 1
+                    ):
+                        # The upstream restarted and forgot our session: the call never ran. Reconnect, retry.
+                        self.connection_lost()
+                        continue
+                    raise self._refusal(tool, exc) from None
+                except (ValidationError, RuntimeError) as exc:
+                    raise UpstreamError(
+                        f"Tool server {self.name!r} answered {tool!r} with a malformed result: {describe_failure(exc)}"
+                    ) from None
+                except (anyio.BrokenResourceError, anyio.ClosedResourceError, httpx2.HTTPError) as exc:
+                    self.connection_lost()
+                    raise UpstreamError(
+                        f"Tool server {self.name!r} connection failed during {tool!r}: {describe_failure(exc)}"
+                    ) from None
+        raise DeadlineExceededError(
+            f"Tool server {self.name!r} did not answer {tool!r} within {timeout:.1f} s; the call was "
+            "abandoned (the run continues).",
+            details={"server": self.name, "timeout_s": round(timeout, 3)},
+        )
+
+    def _refusal(self, tool: str, exc: MCPError) -> HostError:
+        detail = exc.message[:500]
+        if exc.code == types.CONNECTION_CLOSED:
+            self.connection_lost()
+            return UpstreamError(
+                f"Tool server {self.name!r} closed the connection during {tool!r} ({detail}); it may have "
+                "crashed. The host reconnects on the next call.",
+                details={"server": self.name},
+            )
+        if exc.code == types.INVALID_PARAMS:
+            error: HostError = InvalidArgumentError(
+                f"Tool server {self.name!r} refused the arguments of {tool!r}: {detail}"
+            )
+        elif exc.code == types.METHOD_NOT_FOUND:
+            error = NotFoundError(f"Tool server {self.name!r} does not know {tool!r}: {detail}")
+        else:
+            error = UpstreamError(f"Tool server {self.name!r} failed {tool!r}: {detail}")
+        error.details.update({"server": self.name, "upstream_code": exc.code})
+        return error
+
+    def status(self) -> ServerStatus:
+        return ServerStatus(
+            server=self.name,
+            transport=self.transport,
+            target=self.target,
+            state=self.state,
+            last_error=self.last_error,
+            connects=self.connects,
+            tools=[
+                HostToolInfo(
+                    name=t.name,
+                    tool=(self._catalog.by_host_name if self._catalog else {}).get(t.name, t.name),
+                    description=t.description,
+                )
+                for t in self.cached_tools()
+            ],
+        )
