@@ -16,8 +16,6 @@ Invariants:
   `bm25()` / `ts_rank_cd()`, then newest first; each hit carries a snippet around its first match and
   its item's cursor, so a runner can page around it. Only the first 100,000 characters of an item are
   indexed.
-- `search_recent` is the older substring scan over the thread's newest `window` items, kept until every
-  caller uses `search`.
 """
 
 from __future__ import annotations
@@ -38,7 +36,6 @@ from sqlalchemy import (
     insert,
     literal,
     literal_column,
-    or_,
     select,
     table,
 )
@@ -62,9 +59,6 @@ from mcphost.stores.tables import TranscriptRow
 Role = Literal["user", "assistant", "system", "event"]
 ROLES: frozenset[str] = frozenset({"user", "assistant", "system", "event"})
 _CONTENT: TypeAdapter[ContentElement] = TypeAdapter(ContentElement)
-SEARCH_WINDOW = 2000
-"""How many of a thread's newest items `search_recent` looks at."""
-MAX_SEARCH_TERMS = 20
 MAX_SEARCH_HITS = 50
 SNIPPET_CHARS = 240
 
@@ -262,41 +256,6 @@ class TranscriptStore:
         async with self._db.read() as session:
             row = (await session.execute(query)).one_or_none()
         return None if row is None else (row.conversation_id, row.thread_id or None)
-
-    async def search_recent(
-        self,
-        conversation_id: str,
-        thread_id: str | None = None,
-        *,
-        terms: Sequence[str],
-        roles: Sequence[str] | None = None,
-        limit: int = 50,
-        window: int = SEARCH_WINDOW,
-    ) -> list[TranscriptRecord]:
-        """Items among the thread's newest `window` whose content contains any of `terms` (case-insensitive),
-        newest first, at most `limit` (1..100)."""
-        check_limit(limit)
-        if not 1 <= len(terms) <= MAX_SEARCH_TERMS or not all(terms):
-            raise ValueError(f"search takes 1 to {MAX_SEARCH_TERMS} non-empty terms; got {list(terms)!r}")
-        recent = (
-            select(TranscriptRow.seq)
-            .where(
-                TranscriptRow.conversation_id == conversation_id,
-                TranscriptRow.thread_id == (thread_id or ""),
-            )
-            .order_by(TranscriptRow.seq.desc())
-            .limit(window)
-            .subquery()
-        )
-        lowered = func.lower(TranscriptRow.content)
-        query = select(TranscriptRow).join(recent, TranscriptRow.seq == recent.c.seq)
-        query = query.where(or_(*[lowered.contains(term.lower(), autoescape=True) for term in terms]))
-        if roles is not None:
-            query = query.where(TranscriptRow.role.in_(list(roles)))
-        query = query.order_by(TranscriptRow.seq.desc()).limit(limit)
-        async with self._db.read() as session:
-            rows = (await session.execute(query)).scalars().all()
-        return [_record(row) for row in rows]
 
     async def search(
         self,

@@ -127,30 +127,3 @@ async def test_thread_at_names_the_thread_a_cursor_points_into(stores: Stores) -
     assert await stores.transcript.thread_at(encode_cursor("transcript", threaded.seq + 100)) is None
     with pytest.raises(InvalidArgumentError):
         await stores.transcript.thread_at(encode_cursor("events", main.seq))
-
-
-async def test_search_recent_matches_any_term_case_insensitively_within_one_thread(stores: Stores) -> None:
-    for content in ["The Apple pie", "banana split", "apple and banana", "100% sure"]:
-        await stores.transcript.append(conversation_id="c1", role="user", content=content)
-    await stores.transcript.append(conversation_id="c1", role="assistant", content="apple answer")
-    await stores.transcript.append(conversation_id="c1", thread_id="t1", role="user", content="apple thread")
-    await stores.transcript.append(conversation_id="c2", role="user", content="apple elsewhere")
-
-    hits = await stores.transcript.search_recent("c1", terms=["APPLE"])
-    assert _contents(hits) == ["apple answer", "apple and banana", "The Apple pie"]
-    users = await stores.transcript.search_recent("c1", terms=["apple", "split"], roles=["user"], limit=2)
-    assert _contents(users) == ["apple and banana", "banana split"]
-    assert _contents(await stores.transcript.search_recent("c1", "t1", terms=["apple"])) == ["apple thread"]
-    # LIKE wildcards in a term are matched literally.
-    assert _contents(await stores.transcript.search_recent("c1", terms=["0%"])) == ["100% sure"]
-    assert await stores.transcript.search_recent("c1", terms=["_"]) == []
-
-
-async def test_search_recent_looks_only_at_the_newest_window(stores: Stores) -> None:
-    await stores.transcript.append(conversation_id="c1", role="user", content="needle")
-    for i in range(5):
-        await stores.transcript.append(conversation_id="c1", role="user", content=f"hay {i}")
-    assert await stores.transcript.search_recent("c1", terms=["needle"], window=5) == []
-    assert _contents(await stores.transcript.search_recent("c1", terms=["needle"], window=6)) == ["needle"]
-    with pytest.raises(ValueError, match="terms"):
-        await stores.transcript.search_recent("c1", terms=[])
