@@ -28,7 +28,12 @@ DEFAULT_CONFIG_NAME = "mcphost.toml"
 DEFAULT_DATA_DIR = ".mcphost"
 DEFAULT_LISTEN = "127.0.0.1:8787"
 
-BUNDLED_PLUGINS: dict[str, str] = {"echo": "runners.echo", "memo": "runners.memo"}
+BUNDLED_PLUGINS: dict[str, str] = {
+    "echo": "runners.echo",
+    "memo": "runners.memo",
+    "claude-code": "runners.claude_code",
+    "codex-agent": "runners.codex",
+}
 """Bundled runners, each an ordinary plugin launched as `python -m <module>`. The local agent is not
 bundled: it needs its API key in its own environment, so it is configured as a `[[plugins]]` entry."""
 

@@ -1,0 +1,174 @@
+"""What a harness runner accepts and what its CLI is given: the shared runner config, the CLI's
+environment, where the CLI is found, and the run token.
+
+Owns `HarnessConfig` (the `[agents.config]` keys every harness takes; adapters subclass it) and its
+manifest form, the environment allow-list, CLI resolution and token extraction. Does not own running
+anything (`harness.py`). Invariant: a harness CLI's environment is built only by `harness_environment`,
+and the names the runner controls (`HOME`, the token variable, a harness's config dir) can be neither set
+through `environment` nor passed through with `pass_env`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from collections.abc import Mapping
+from pathlib import Path
+from typing import ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from mcphost.protocol import ConfigField, JSONObject, MCPAccess
+
+TOKEN_ENV = "MCPHOST_RUN_TOKEN"
+SERVER_NAME = "mcphost"
+"""The name the per-run MCP server has inside every harness (tools become `mcp__mcphost__<tool>`)."""
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+_ENV_ALLOWED = frozenset({"PATH", "LANG", "LANGUAGE", "TZ", "TMPDIR", "USER", "LOGNAME", "SHELL"})
+_ENV_ALLOWED_PREFIXES = ("LC_",)
+_RESERVED_ENV = frozenset({"HOME", TOKEN_ENV})
+
+
+# -- config ------------------------------------------------------------------------------------------
+
+
+class HarnessConfig(BaseModel):
+    """The runner config every harness accepts (`[agents.config]`); adapters add their own fields."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+    reserved_env: ClassVar[frozenset[str]] = _RESERVED_ENV
+
+    prompt: str | None = None
+    """The agent's static prompt (mcphost puts `prompt` here); appended to the harness's system prompt."""
+    cli_path: str | None = None
+    """The CLI executable. Default: found on PATH, then in `<repo>/node_modules/.bin/`."""
+    data_dir: str | None = None
+    """Run folders and the harness's private home live here. Default `.mcphost/harness`."""
+    working_directory: str | None = None
+    """Run the CLI in this existing folder (a project) instead of a fresh folder per run."""
+    environment: dict[str, str] = Field(default_factory=dict[str, str])
+    """Extra variables for the CLI (model endpoint, flags). Not for secrets: use `pass_env`."""
+    pass_env: list[str] = Field(default_factory=list[str])
+    """Names of the plugin's own variables handed to the CLI (e.g. an API key set in `[[plugins]] env`)."""
+    mcp_transport: Literal["http", "bridge"] = "http"
+    """How the CLI reaches the run's MCP server: Streamable HTTP with the bearer token, or the stdio bridge."""
+    model: str | None = None
+    extra_mcp_servers: dict[str, JSONObject] = Field(default_factory=dict[str, JSONObject])
+    """More MCP servers for the CLI, in the harness's own config shape, keyed by name."""
+    resume: bool = True
+    """Resume the conversation's external session (from conversation state) instead of starting anew."""
+    save_session: bool = True
+    """Save `external.session_id` and `external.working_directory` in conversation state (needs the
+    agent's state policy to allow writing `conversation`, the default)."""
+
+    @field_validator("environment")
+    @classmethod
+    def _environment_names(cls, value: dict[str, str]) -> dict[str, str]:
+        for name in value:
+            cls._check_env_name(name, "environment")
+        return value
+
+    @field_validator("pass_env")
+    @classmethod
+    def _pass_env_names(cls, value: list[str]) -> list[str]:
+        for name in value:
+            cls._check_env_name(name, "pass_env")
+        return value
+
+    @field_validator("extra_mcp_servers")
+    @classmethod
+    def _not_ours(cls, value: dict[str, JSONObject]) -> dict[str, JSONObject]:
+        if SERVER_NAME in value:
+            raise ValueError(f"{SERVER_NAME!r} is the run's own server; give the extra server another name")
+        return value
+
+    @classmethod
+    def _check_env_name(cls, name: str, where: str) -> None:
+        if not _ENV_NAME.match(name):
+            raise ValueError(f"{name!r} is not a valid environment variable name")
+        if name in cls.reserved_env:
+            raise ValueError(f"{name!r} is set by the runner and cannot be given in {where}")
+
+
+def common_config_fields(cli: str) -> list[ConfigField]:
+    """The manifest's `config_schema` entries for `HarnessConfig`'s fields."""
+    return [
+        ConfigField(name="cli_path", type="string", label=f"Path of the {cli} executable"),
+        ConfigField(name="data_dir", type="string", label="Folder for run folders and the CLI's home"),
+        ConfigField(name="working_directory", type="string", label="Run the CLI in this folder"),
+        ConfigField(name="environment", type="json", label="Extra environment variables (no secrets)"),
+        ConfigField(name="pass_env", type="json", label="Plugin variables passed through by name"),
+        ConfigField(
+            name="mcp_transport",
+            type="select",
+            label="How the CLI reaches the run's MCP server",
+            default="http",
+            options=["http", "bridge"],
+        ),
+        ConfigField(name="model", type="string", label="Model"),
+        ConfigField(name="extra_mcp_servers", type="json", label="More MCP servers, by name"),
+        ConfigField(name="resume", type="boolean", label="Resume the conversation's session", default=True),
+        ConfigField(
+            name="save_session", type="boolean", label="Save the session in conversation state", default=True
+        ),
+    ]
+
+
+def describe_config_error(exc: ValidationError) -> str:
+    err = exc.errors(include_url=False)[0]
+    where = ".".join(str(part) for part in err["loc"]) or "(config)"
+    message = err["msg"].removeprefix("Value error, ")
+    if err["type"] == "extra_forbidden":
+        message = "unknown key for this runner; see its config_schema"
+    return f"config.{where}: {message}"
+
+
+# -- the CLI and its environment --------------------------------------------------------------------------
+
+
+def harness_environment(
+    config: HarnessConfig,
+    *,
+    defaults: Mapping[str, str],
+    controlled: Mapping[str, str],
+    source: Mapping[str, str] | None = None,
+) -> dict[str, str]:
+    """The CLI's whole environment: allow-list, defaults, the agent's, pass-through, then ours."""
+    plugin_env = os.environ if source is None else source
+    env = {
+        name: value
+        for name, value in plugin_env.items()
+        if (name in _ENV_ALLOWED or name.startswith(_ENV_ALLOWED_PREFIXES)) and not value.startswith("()")
+    }
+    env.update(defaults)
+    env.update(config.environment)
+    env.update({name: plugin_env[name] for name in config.pass_env if name in plugin_env})
+    env.update(controlled)
+    return env
+
+
+def resolve_cli(name: str, cli_path: str | None, search_path: str | None) -> Path | None:
+    """The CLI to run: `cli_path` when given, else `name` on PATH, else `<repo>/node_modules/.bin/<name>`."""
+    if cli_path:
+        candidate = Path(cli_path).expanduser()
+        if os.sep not in cli_path:
+            found = shutil.which(cli_path, path=search_path)
+            return Path(found) if found else None
+        return candidate if candidate.is_file() and os.access(candidate, os.X_OK) else None
+    found = shutil.which(name, path=search_path)
+    if found:
+        return Path(found)
+    local = REPO_ROOT / "node_modules" / ".bin" / name
+    return local if local.is_file() and os.access(local, os.X_OK) else None
+
+
+def run_token(mcp: MCPAccess) -> str | None:
+    """The run's bearer token (a secret: only for MCP client configs and the CLI's environment)."""
+    token = mcp.bridge.env.get(TOKEN_ENV)
+    if token:
+        return token
+    header = mcp.headers.get("Authorization", "")
+    return header.removeprefix("Bearer ").strip() or None
