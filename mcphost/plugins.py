@@ -12,6 +12,9 @@ serves many concurrent runs: `run()` registers a route for its `run_id`, sends `
 answer to that JSON-RPC id while the stdout pump routes every `runner/result` of the run into the caller's
 stream, in the order the plugin wrote them.
 
+The wire (bounded line reader, JSON-RPC connection, per-run routing) lives in `_plugin_wire.py` and the
+process-group helpers in `_process_group.py`; both are private to this module.
+
 Invariants:
 - A plugin runs in its own process group with an allow-listed environment plus its configured `env`; the
   host's other variables (`MCPHOST_API_KEY`, cloud credentials …) never reach it.
@@ -37,13 +40,10 @@ Invariants:
 
 from __future__ import annotations
 
-import json
 import logging
 import os
-import re
 import signal
 import sys
-from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import suppress
 from dataclasses import dataclass, field
@@ -57,12 +57,28 @@ from anyio.streams.memory import MemoryObjectSendStream
 from pydantic import ValidationError
 
 from mcphost import __version__
+from mcphost._plugin_wire import (
+    BrokenConnectionError,
+    Connection,
+    PluginAnsweredError,
+    RawResult,
+    RunRoute,
+    first_error,
+)
+from mcphost._process_group import (
+    BROKEN_BEFORE_INITIALIZE,
+    describe_end,
+    describe_exit,
+    group_alive,
+    release_process,
+    signal_group,
+    wait_exit,
+    wait_group_gone,
+)
 from mcphost.errors import PluginError, RunnerNotFoundError
 from mcphost.protocol import (
-    MAX_LINE_BYTES,
     METHOD_CANCEL,
     METHOD_INITIALIZE,
-    METHOD_RESULT,
     METHOD_RUN,
     METHOD_SHUTDOWN,
     PROTOCOL_VERSION,
@@ -74,7 +90,6 @@ from mcphost.protocol import (
     InitializeResult,
     JSONObject,
     PluginInfo,
-    ResultParams,
     RunParams,
     RunResponse,
     parse_runner_id,
@@ -107,15 +122,8 @@ _ENV_ALLOWED = frozenset((*_ENV_SYSTEM, *_ENV_RUNTIME))
 """Host variables a plugin inherits (plus `LC_*`); everything else, secrets included, stays behind."""
 _ENV_ALLOWED_PREFIXES = ("LC_",)
 
-_READ_CHUNK = 64 * 1024
-_PREFIX_KEPT = 64 * 1024
-"""How much of an over-long line is kept to find its run id."""
-_MAX_STDERR_LINE = 16 * 1024
-_RUN_ID_IN_LINE = re.compile(rb'"run_id"\s*:\s*"([^"\\]{1,200})"')
-_GROUP_POLL = 0.02
 _CANCEL_ON_ABANDON_TIMEOUT = 0.5
 _STDERR_SETTLE_TIMEOUT = 0.5
-_BROKEN_BEFORE_INITIALIZE = "broken before initialize"
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,18 +159,6 @@ class PluginTimings:
     backoff_max: float = 30.0
     healthy_after: float = 60.0
     """A process that ran this long resets the backoff when it ends."""
-
-
-@dataclass(frozen=True, slots=True)
-class RawResult:
-    """One `runner/result` of a run as it came off the wire, not yet validated."""
-
-    obj: JSONObject
-    nbytes: int
-    """Size of the result object serialized compactly (UTF-8): what the 1 MiB cap is checked against."""
-    dropped: bool = False
-    """The line exceeded `MAX_LINE_BYTES` and was not read: `obj` holds only `run_id`, `nbytes` the line
-    size. Check `nbytes` before validating `obj`."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,7 +214,7 @@ def _manifest_problem(raw: JSONObject, info: PluginInfo, seen: set[str]) -> str 
     try:
         manifest = AgentRunnerManifest.model_validate(raw)
     except ValidationError as exc:
-        return _first_error(exc)
+        return first_error(exc)
     author, plugin, _runner = parse_runner_id(manifest.id)
     if (author, plugin) != (info.author, info.name):
         return (
@@ -228,397 +224,6 @@ def _manifest_problem(raw: JSONObject, info: PluginInfo, seen: set[str]) -> str 
     if manifest.id in seen:
         return f"runner id {manifest.id!r} is declared twice"
     return None
-
-
-def _first_error(exc: ValidationError) -> str:
-    err = exc.errors(include_url=False)[0]
-    where = ".".join(str(part) for part in err["loc"]) or "(manifest)"
-    return f"{where}: {err['msg']}"
-
-
-# -- the wire ------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class _TooLong:
-    prefix: bytes
-    size: int
-
-
-class _LineReader:
-    """Splits a byte stream into lines, holding at most `limit` bytes (+ one chunk) of any line."""
-
-    def __init__(self, stream: anyio.abc.ByteReceiveStream, limit: int) -> None:
-        self._stream = stream
-        self._limit = limit
-        self._buffer = bytearray()
-        self._scanned = 0
-        self._dropping: bytes | None = None
-        self._dropped = 0
-        self._eof = False
-
-    async def receive(self) -> bytes | _TooLong:
-        """The next line without its newline, or `_TooLong`; raises `anyio.EndOfStream` at the end."""
-        while True:
-            newline = self._buffer.find(b"\n", self._scanned)
-            if newline >= 0:
-                return self._take(newline, newline + 1)
-            if self._eof:
-                if self._buffer or self._dropping is not None:
-                    return self._take(len(self._buffer), len(self._buffer))
-                raise anyio.EndOfStream
-            if self._dropping is None and len(self._buffer) > self._limit:
-                self._dropping = bytes(self._buffer[:_PREFIX_KEPT])
-                self._dropped = len(self._buffer)
-                self._buffer.clear()
-            elif self._dropping is not None:
-                self._dropped += len(self._buffer)
-                self._buffer.clear()
-            self._scanned = len(self._buffer)
-            try:
-                self._buffer += await self._stream.receive(_READ_CHUNK)
-            except anyio.EndOfStream:
-                self._eof = True
-
-    def _take(self, end: int, consumed: int) -> bytes | _TooLong:
-        line = bytes(self._buffer[:end])
-        del self._buffer[:consumed]
-        self._scanned = 0
-        if self._dropping is not None:
-            prefix, size = self._dropping, self._dropped + len(line)
-            self._dropping, self._dropped = None, 0
-            return _TooLong(prefix, size)
-        line = line.removesuffix(b"\r")
-        if len(line) > self._limit:
-            return _TooLong(line[:_PREFIX_KEPT], len(line))
-        return line
-
-
-class _BrokenConnectionError(Exception):
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
-
-
-class _PluginAnsweredError(Exception):
-    def __init__(self, error: JSONObject) -> None:
-        self.error = error
-        super().__init__(f"{error.get('code')}: {error.get('message')}")
-
-
-class _Pending:
-    __slots__ = ("broken", "done", "error", "result")
-
-    def __init__(self) -> None:
-        self.done = anyio.Event()
-        self.result: JSONObject | None = None
-        self.error: JSONObject | None = None
-        self.broken: str | None = None
-
-
-class _RunRoute:
-    """Where the results of one active run go. Detaching it never leaves the pump blocked."""
-
-    def __init__(self, results: MemoryObjectSendStream[RawResult]) -> None:
-        self.results = results
-        self.detached = False
-        self._scope: anyio.CancelScope | None = None
-
-    async def push(self, item: RawResult) -> None:
-        if self.detached:
-            return
-        with anyio.CancelScope() as self._scope:
-            try:
-                await self.results.send(item)
-            except (anyio.BrokenResourceError, anyio.ClosedResourceError):
-                self.detached = True  # the caller stopped listening; later results of the run are dropped
-        self._scope = None
-
-    def detach(self) -> None:
-        self.detached = True
-        if self._scope is not None:
-            self._scope.cancel()
-
-
-def _dumps(message: JSONObject) -> bytes:
-    return json.dumps(message, separators=(",", ":"), ensure_ascii=False).encode()
-
-
-class _Connection:
-    """One spawned process of a plugin: its pipes, pumps, pending requests and active runs."""
-
-    def __init__(self, plugin: PluginProcess, process: anyio.abc.Process) -> None:
-        self.plugin = plugin
-        self.name = plugin.name
-        self.process = process
-        self.pid = process.pid
-        self.runs: dict[str, _RunRoute] = {}
-        self.broken: str | None = None
-        self.closed = anyio.Event()
-        """Set when the process can no longer be talked to: stdout ended or stdin refused a write."""
-        self.finished = anyio.Event()
-        """Set by the owner once the process is down and `final_reason` says how it ended."""
-        self.final_reason: str | None = None
-        self.stderr_note = ""
-        """`; last stderr line: '…'` when the process failed and said something on its way out."""
-        self.stderr_done = anyio.Event()
-        self.stderr_tail: deque[str] = deque(maxlen=3)
-        # Shielded, so the pumps keep working during a shutdown under cancellation; the owner cancels
-        # them explicitly once the process is down (cancel() works on a shielded scope).
-        self.stdout_scope = anyio.CancelScope(shield=True)
-        self.stderr_scope = anyio.CancelScope(shield=True)
-        self.stdout_pumping = False
-        self._write_lock = anyio.Lock()
-        self._next_id = 0
-        self._pending: dict[int, _Pending] = {}
-
-    def mark_broken(self, reason: str) -> None:
-        if self.broken is None:
-            self.broken = reason
-        self.closed.set()
-
-    def fail_pending(self, reason: str) -> None:
-        self.mark_broken(reason)
-        for pending in self._pending.values():
-            pending.broken = reason
-            pending.done.set()
-
-    async def send(self, message: JSONObject) -> None:
-        data = _dumps(message) + b"\n"
-        async with self._write_lock:
-            if self.broken is not None:
-                raise _BrokenConnectionError(self.broken)
-            assert self.process.stdin is not None
-            try:
-                await self.process.stdin.send(data)
-            except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
-                self.fail_pending(f"stopped reading its stdin ({type(exc).__name__})")
-                raise _BrokenConnectionError(self.broken or "") from None
-
-    async def notify(self, method: str, params: JSONObject) -> None:
-        await self.send({"jsonrpc": "2.0", "method": method, "params": params})
-
-    async def request(self, method: str, params: JSONObject) -> JSONObject:
-        """Send a request and wait for its answer; `_BrokenConnectionError` or `_PluginAnsweredError` otherwise."""
-        if self.broken is not None:
-            raise _BrokenConnectionError(self.broken)
-        self._next_id += 1
-        request_id = self._next_id
-        pending = _Pending()
-        self._pending[request_id] = pending
-        try:
-            await self.send({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params})
-            await pending.done.wait()
-        finally:
-            del self._pending[request_id]
-        if pending.broken is not None:
-            raise _BrokenConnectionError(pending.broken)
-        if pending.error is not None:
-            raise _PluginAnsweredError(pending.error)
-        assert pending.result is not None
-        return pending.result
-
-    async def close_stdin(self) -> None:
-        async with self._write_lock:  # never cut a line in half
-            assert self.process.stdin is not None
-            with suppress(OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
-                await self.process.stdin.aclose()
-
-    # -- pumps (never raise) -------------------------------------------------------------------------
-
-    async def pump_stdout(self) -> None:
-        assert self.process.stdout is not None
-        reader = _LineReader(self.process.stdout, MAX_LINE_BYTES)
-        try:
-            with self.stdout_scope:
-                self.stdout_pumping = True
-                while True:
-                    try:
-                        item = await reader.receive()
-                    except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
-                        break
-                    try:
-                        if isinstance(item, _TooLong):
-                            await self._on_too_long(item)
-                        else:
-                            await self._on_line(item)
-                    except Exception:  # a bug here must not cost the plugin its reader
-                        logger.exception("Plugin %r: handling a stdout line failed", self.name)
-        finally:
-            self.stdout_pumping = False
-            # No answer can come any more: wake every waiter now; run() then waits for `final_reason`.
-            self.fail_pending("closed its stdout")
-
-    async def pump_stderr(self) -> None:
-        assert self.process.stderr is not None
-        reader = _LineReader(self.process.stderr, _MAX_STDERR_LINE)
-        extra = {"plugin": self.name}
-        try:
-            with self.stderr_scope:
-                while True:
-                    try:
-                        item = await reader.receive()
-                    except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
-                        break
-                    if isinstance(item, _TooLong):
-                        text = f"{item.prefix[:_MAX_STDERR_LINE].decode(errors='replace')}… ({item.size} bytes, cut)"
-                    else:
-                        text = item.decode(errors="replace").rstrip()
-                    if text:
-                        self.stderr_tail.append(text)
-                        logger.info("[plugin %s] %s", self.name, text, extra=extra)
-        finally:
-            self.stderr_done.set()
-
-    def _diagnostic(self, message: str, *args: object) -> None:
-        self.plugin.diagnostics += 1
-        logger.warning("Plugin %r " + message, self.name, *args, extra={"plugin": self.name})
-
-    async def _on_line(self, line: bytes) -> None:
-        if not line.strip():
-            return
-        try:
-            message: object = json.loads(line)
-        except ValueError:
-            self._diagnostic(
-                "wrote a line that is not JSON to stdout (stdout is the protocol channel; logs go to stderr): %r",
-                line[:200],
-            )
-            return
-        if not isinstance(message, dict):
-            self._diagnostic("wrote a JSON value that is not a JSON-RPC object: %r", line[:200])
-            return
-        obj: JSONObject = message  # pyright: ignore[reportUnknownVariableType]
-        method = obj.get("method")
-        if method == METHOD_RESULT and "id" not in obj:
-            await self._on_result(obj.get("params"))
-        elif isinstance(method, str):
-            # The protocol has no plugin→host requests; answering would mean writing from the pump.
-            self._diagnostic("sent %r, which the host does not handle; ignored", method)
-        elif "id" in obj and ("result" in obj or "error" in obj):
-            self._on_response(obj)
-        else:
-            self._diagnostic("wrote a JSON object that is neither a request nor a response: %r", line[:200])
-
-    async def _on_result(self, params: object) -> None:
-        try:
-            parsed = ResultParams.model_validate(params)
-        except ValidationError as exc:
-            self._diagnostic("sent an invalid 'runner/result' notification: %s", _first_error(exc))
-            return
-        route = self.runs.get(parsed.run_id)
-        if route is None:
-            self._diagnostic(
-                "sent a result for run %r, which is not active on this process; dropped", parsed.run_id
-            )
-            return
-        await route.push(RawResult(parsed.result, len(_dumps(parsed.result))))
-
-    def _on_response(self, obj: JSONObject) -> None:
-        request_id = obj.get("id")
-        pending = self._pending.get(request_id) if type(request_id) is int else None
-        if pending is None or pending.done.is_set():
-            self._diagnostic("answered request id %r, which the host is not waiting for", request_id)
-            return
-        if "error" in obj:
-            error = obj["error"]
-            pending.error = error if isinstance(error, dict) else {"code": None, "message": repr(error)}
-            self._diagnostic("answered request %d with a JSON-RPC error: %r", request_id, pending.error)
-        elif isinstance(obj["result"], dict):
-            pending.result = obj["result"]
-        else:
-            pending.error = {"code": -32603, "message": f"the result is not a JSON object: {obj['result']!r}"}
-            self._diagnostic("answered request %d with a result that is not an object", request_id)
-        pending.done.set()
-
-    async def _on_too_long(self, item: _TooLong) -> None:
-        match = _RUN_ID_IN_LINE.search(item.prefix)
-        run_id = match.group(1).decode(errors="replace") if match else None
-        route = self.runs.get(run_id) if run_id is not None else None
-        if run_id is None or route is None:
-            self._diagnostic(
-                "wrote a line of %d bytes, over the %d-byte limit; dropped", item.size, MAX_LINE_BYTES
-            )
-            return
-        self._diagnostic(
-            "wrote a line of %d bytes for run %r, over the %d-byte limit; dropped, the run fails",
-            item.size,
-            run_id,
-            MAX_LINE_BYTES,
-        )
-        await route.push(RawResult({"run_id": run_id}, item.size, dropped=True))
-
-
-# -- process lifecycle ---------------------------------------------------------------------------------
-
-
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass  # EPERM never proves the group is gone
-    return True
-
-
-def _signal_group(pgid: int, signum: int) -> None:
-    with suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, signum)
-
-
-async def _wait_group_gone(pgid: int, timeout: float) -> bool:
-    """Poll the group (no event exists for it) until it is gone or the timeout passes."""
-    with anyio.move_on_after(timeout):
-        while True:
-            if not _group_alive(pgid):
-                return True
-            await anyio.sleep(_GROUP_POLL)
-    return False
-
-
-async def _wait_exit(process: anyio.abc.Process, timeout: float) -> bool:
-    with anyio.move_on_after(timeout):
-        await process.wait()
-    return process.returncode is not None
-
-
-def _describe_exit(returncode: int | None) -> str:
-    if returncode is None:
-        return "is still running"
-    if returncode < 0:
-        try:
-            return f"was killed by {signal.Signals(-returncode).name}"
-        except ValueError:
-            return f"was killed by signal {-returncode}"
-    return f"exited with code {returncode}"
-
-
-def _describe_end(failure: str | None, broken: str | None, exited: str | None) -> str:
-    """Why a process ended, from what the host saw: a failed start, a broken pipe, or its own stop."""
-    if failure == _BROKEN_BEFORE_INITIALIZE:
-        return f"{exited or 'closed its stdout'} before answering 'initialize'"
-    if failure is not None:
-        return failure
-    if broken == "closed its stdout":
-        return exited or broken
-    if broken is not None:
-        return f"{broken} and {exited}" if exited else broken
-    return "was shut down"
-
-
-async def _release(process: anyio.abc.Process) -> None:
-    """Close our ends of the pipes and the asyncio transport, which would otherwise warn at GC."""
-    for stream in (process.stdin, process.stdout, process.stderr):
-        if stream is not None:
-            with suppress(OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
-                await stream.aclose()
-    # Nothing public exposes the transport (the `mcp` SDK's stdio client does the same walk).
-    transport = getattr(process, "_transport", None)
-    close = getattr(transport, "close", None)
-    if callable(close):
-        with suppress(PermissionError):
-            close()
 
 
 class PluginProcess:
@@ -640,7 +245,7 @@ class PluginProcess:
         self._timings = timings or PluginTimings()
         self._manifests: dict[str, AgentRunnerManifest] = {}
         self._rejected: tuple[RejectedManifest, ...] = ()
-        self._conn: _Connection | None = None
+        self._conn: Connection | None = None
 
     def __repr__(self) -> str:
         return f"<PluginProcess {self.name!r} {self.state} pid={self.pid}>"
@@ -695,13 +300,13 @@ class PluginProcess:
                 )
             if run_id in conn.runs:
                 raise ValueError(f"Run {run_id!r} is already active on plugin {self.name!r}.")
-            route = _RunRoute(results)
+            route = RunRoute(results)
             conn.runs[run_id] = route
             try:
                 answer = await conn.request(
                     METHOD_RUN, RunParams(runner=runner_name, context=ctx).model_dump(mode="json")
                 )
-            except _BrokenConnectionError as exc:
+            except BrokenConnectionError as exc:
                 # The pipe broke; the owner is bringing the process down and will say how it ended.
                 with anyio.move_on_after(
                     self._timings.exit + self._timings.terminate + self._timings.kill + 1
@@ -712,7 +317,7 @@ class PluginProcess:
                     f"{conn.stderr_note}.",
                     details={"plugin": self.name, "run_id": run_id, "pid": conn.pid},
                 ) from None
-            except _PluginAnsweredError as exc:
+            except PluginAnsweredError as exc:
                 raise PluginError(
                     f"Plugin {self.name!r} answered 'runner/run' for run {run_id!r} with JSON-RPC error {exc}.",
                     details={"plugin": self.name, "run_id": run_id, "error": exc.error},
@@ -722,7 +327,7 @@ class PluginProcess:
                 with (
                     anyio.CancelScope(shield=True),
                     anyio.move_on_after(_CANCEL_ON_ABANDON_TIMEOUT),
-                    suppress(_BrokenConnectionError),
+                    suppress(BrokenConnectionError),
                 ):
                     await conn.notify(
                         METHOD_CANCEL, CancelParams(run_id=run_id, reason="abandoned").model_dump()
@@ -736,7 +341,7 @@ class PluginProcess:
             except ValidationError as exc:
                 raise PluginError(
                     f"Plugin {self.name!r} answered 'runner/run' for run {run_id!r} with an invalid result: "
-                    f"{_first_error(exc)}.",
+                    f"{first_error(exc)}.",
                     details={"plugin": self.name, "run_id": run_id},
                 ) from None
 
@@ -747,7 +352,7 @@ class PluginProcess:
             return False
         try:
             await conn.notify(METHOD_CANCEL, CancelParams(run_id=run_id, reason=reason).model_dump())
-        except _BrokenConnectionError:
+        except BrokenConnectionError:
             return False
         return True
 
@@ -809,7 +414,7 @@ class PluginProcess:
             return None, f"cannot start command {self.spec.command!r}: {exc}"
         assert process is not None  # nothing cancels the shielded scope, so the spawn completed
         # No await between the spawn and the try: a cancellation in the gap would leak the process.
-        conn = _Connection(self, process)
+        conn = Connection(self, process)
         ready_at: float | None = None
         failure: str | None = None
         reason = "was shut down"
@@ -840,7 +445,7 @@ class PluginProcess:
                             self._conn = None  # no new run may start on a process that is going away
                             self.state = "stopped" if host_stopped else "restarting"
                         exited = await self._stop(conn, graceful=host_stopped)
-                        conn.final_reason = _describe_end(failure, broken, exited)
+                        conn.final_reason = describe_end(failure, broken, exited)
                         if not host_stopped and conn.stderr_tail:
                             conn.stderr_note = f"; last stderr line: {conn.stderr_tail[-1]!r}"
                         reason = conn.final_reason + conn.stderr_note
@@ -852,10 +457,10 @@ class PluginProcess:
                     conn.stderr_scope.cancel()
         finally:
             with anyio.CancelScope(shield=True):
-                await _release(process)
+                await release_process(process)
         return ready_at, reason
 
-    async def _initialize(self, conn: _Connection) -> str | None:
+    async def _initialize(self, conn: Connection) -> str | None:
         """Send `initialize` and register the manifests; the reason the start failed, or None."""
         params = InitializeParams(host=HostInfo(name="mcphost", version=self._host_version)).model_dump(
             mode="json"
@@ -865,14 +470,14 @@ class PluginProcess:
                 answer = await conn.request(METHOD_INITIALIZE, params)
         except TimeoutError:
             return f"did not answer 'initialize' within {self._timings.initialize:g} s"
-        except _BrokenConnectionError:
-            return _BROKEN_BEFORE_INITIALIZE
-        except _PluginAnsweredError as exc:
+        except BrokenConnectionError:
+            return BROKEN_BEFORE_INITIALIZE
+        except PluginAnsweredError as exc:
             return f"answered 'initialize' with JSON-RPC error {exc}"
         try:
             result = InitializeResult.model_validate(answer)
         except ValidationError as exc:
-            return f"answered 'initialize' with an invalid result: {_first_error(exc)}"
+            return f"answered 'initialize' with an invalid result: {first_error(exc)}"
         accepted, rejected = review_manifests(self.name, result)
         for item in rejected:
             logger.warning(
@@ -883,7 +488,7 @@ class PluginProcess:
         self._rejected = tuple(rejected)
         return None
 
-    async def _stop(self, conn: _Connection, *, graceful: bool) -> str | None:
+    async def _stop(self, conn: Connection, *, graceful: bool) -> str | None:
         """Bring the process and its whole group down. The caller shields this; every wait is bounded.
 
         Returns how the process ended when it exited by itself (after `shutdown` or a closed stdin), or
@@ -893,18 +498,18 @@ class PluginProcess:
         if graceful and conn.stdout_pumping and process.returncode is None:
             with (
                 anyio.move_on_after(timings.shutdown),
-                suppress(_BrokenConnectionError, _PluginAnsweredError),
+                suppress(BrokenConnectionError, PluginAnsweredError),
             ):
                 await conn.request(METHOD_SHUTDOWN, {})
         await conn.close_stdin()
-        exited = _describe_exit(process.returncode) if await _wait_exit(process, timings.exit) else None
+        exited = describe_exit(process.returncode) if await wait_exit(process, timings.exit) else None
         # Signal the group even when the leader is gone: grandchildren must not outlive their plugin.
-        if _group_alive(pgid):
-            _signal_group(pgid, signal.SIGTERM)
-            if not await _wait_group_gone(pgid, timings.terminate):
+        if group_alive(pgid):
+            signal_group(pgid, signal.SIGTERM)
+            if not await wait_group_gone(pgid, timings.terminate):
                 logger.warning("Plugin %r: process group %d survived SIGTERM; killing it", self.name, pgid)
-                _signal_group(pgid, signal.SIGKILL)
-            if not await _wait_exit(process, timings.kill):
+                signal_group(pgid, signal.SIGKILL)
+            if not await wait_exit(process, timings.kill):
                 logger.warning("Plugin %r: process %d is alive after SIGKILL; abandoning it", self.name, pgid)
         # Let the last stderr lines of a dying plugin reach the log (and the failure reason).
         with anyio.move_on_after(_STDERR_SETTLE_TIMEOUT):

@@ -12,8 +12,9 @@ from dataclasses import replace
 import anyio
 import pytest
 
+from mcphost._plugin_wire import LineReader, TooLong
 from mcphost.errors import PluginError, RunnerNotFoundError
-from mcphost.plugins import PluginSpec, PluginSupervisor, RawResult, _LineReader, _TooLong, plugin_environment
+from mcphost.plugins import PluginSpec, PluginSupervisor, RawResult, plugin_environment
 from mcphost.protocol import MAX_LINE_BYTES, MAX_RESULT_BYTES
 from tests.plugins.support import (
     FAST,
@@ -421,7 +422,7 @@ async def test_a_line_over_the_limit_fails_only_its_own_run() -> None:
 class ChunkStream:
     """A byte stream of fixed chunks that records the most the reader ever held."""
 
-    def __init__(self, reader_of: Callable[[], _LineReader | None], chunks: list[bytes]) -> None:
+    def __init__(self, reader_of: Callable[[], LineReader | None], chunks: list[bytes]) -> None:
         self._reader_of = reader_of
         self._chunks = chunks
         self.peak = 0
@@ -438,12 +439,12 @@ class ChunkStream:
 async def test_the_line_reader_never_holds_more_than_the_limit_of_one_line() -> None:
     limit = 1000
     chunks = [b"x" * 256] * 40 + [b"yy\nnext line\n", b"tail without newline"]
-    holder: list[_LineReader] = []
+    holder: list[LineReader] = []
     stream = ChunkStream(lambda: holder[0] if holder else None, chunks)
-    reader = _LineReader(stream, limit)  # pyright: ignore[reportArgumentType]  # a duck-typed stream
+    reader = LineReader(stream, limit)  # pyright: ignore[reportArgumentType]  # a duck-typed stream
     holder.append(reader)
     first, second, third = [await reader.receive() for _ in range(3)]
-    assert first == _TooLong(b"x" * (limit + 24), 256 * 40 + 2)
+    assert first == TooLong(b"x" * (limit + 24), 256 * 40 + 2)
     assert (second, third) == (b"next line", b"tail without newline")
     with pytest.raises(anyio.EndOfStream):
         await reader.receive()

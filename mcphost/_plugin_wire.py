@@ -1,0 +1,366 @@
+"""The wire of a plugin process: bounded line reading, JSON-RPC framing and per-run result routing.
+
+Private to `plugins.py`, which owns the processes (spawn, restart, shutdown). Invariants: the line reader
+never holds more than its limit (+ one read chunk) of a line; the connection's pumps never raise — a
+malformed line is a logged diagnostic; the results of a run reach its stream in the order they were written.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections import deque
+from contextlib import suppress
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import anyio
+import anyio.abc
+from anyio.streams.memory import MemoryObjectSendStream
+from pydantic import ValidationError
+
+from mcphost.protocol import MAX_LINE_BYTES, METHOD_RESULT, JSONObject, ResultParams
+
+if TYPE_CHECKING:
+    from mcphost.plugins import PluginProcess
+
+logger = logging.getLogger("mcphost.plugins")
+
+_READ_CHUNK = 64 * 1024
+_PREFIX_KEPT = 64 * 1024
+"""How much of an over-long line is kept to find its run id."""
+_MAX_STDERR_LINE = 16 * 1024
+_RUN_ID_IN_LINE = re.compile(rb'"run_id"\s*:\s*"([^"\\]{1,200})"')
+
+
+def first_error(exc: ValidationError) -> str:
+    """The first validation error as `where: what`."""
+    err = exc.errors(include_url=False)[0]
+    where = ".".join(str(part) for part in err["loc"]) or "(manifest)"
+    return f"{where}: {err['msg']}"
+
+
+@dataclass(frozen=True, slots=True)
+class RawResult:
+    """One `runner/result` of a run as it came off the wire, not yet validated."""
+
+    obj: JSONObject
+    nbytes: int
+    """Size of the result object serialized compactly (UTF-8): what the 1 MiB cap is checked against."""
+    dropped: bool = False
+    """The line exceeded `MAX_LINE_BYTES` and was not read: `obj` holds only `run_id`, `nbytes` the line
+    size. Check `nbytes` before validating `obj`."""
+
+
+# -- the wire ------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TooLong:
+    prefix: bytes
+    size: int
+
+
+class LineReader:
+    """Splits a byte stream into lines, holding at most `limit` bytes (+ one chunk) of any line."""
+
+    def __init__(self, stream: anyio.abc.ByteReceiveStream, limit: int) -> None:
+        self._stream = stream
+        self._limit = limit
+        self._buffer = bytearray()
+        self._scanned = 0
+        self._dropping: bytes | None = None
+        self._dropped = 0
+        self._eof = False
+
+    async def receive(self) -> bytes | TooLong:
+        """The next line without its newline, or `TooLong`; raises `anyio.EndOfStream` at the end."""
+        while True:
+            newline = self._buffer.find(b"\n", self._scanned)
+            if newline >= 0:
+                return self._take(newline, newline + 1)
+            if self._eof:
+                if self._buffer or self._dropping is not None:
+                    return self._take(len(self._buffer), len(self._buffer))
+                raise anyio.EndOfStream
+            if self._dropping is None and len(self._buffer) > self._limit:
+                self._dropping = bytes(self._buffer[:_PREFIX_KEPT])
+                self._dropped = len(self._buffer)
+                self._buffer.clear()
+            elif self._dropping is not None:
+                self._dropped += len(self._buffer)
+                self._buffer.clear()
+            self._scanned = len(self._buffer)
+            try:
+                self._buffer += await self._stream.receive(_READ_CHUNK)
+            except anyio.EndOfStream:
+                self._eof = True
+
+    def _take(self, end: int, consumed: int) -> bytes | TooLong:
+        line = bytes(self._buffer[:end])
+        del self._buffer[:consumed]
+        self._scanned = 0
+        if self._dropping is not None:
+            prefix, size = self._dropping, self._dropped + len(line)
+            self._dropping, self._dropped = None, 0
+            return TooLong(prefix, size)
+        line = line.removesuffix(b"\r")
+        if len(line) > self._limit:
+            return TooLong(line[:_PREFIX_KEPT], len(line))
+        return line
+
+
+class BrokenConnectionError(Exception):
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class PluginAnsweredError(Exception):
+    def __init__(self, error: JSONObject) -> None:
+        self.error = error
+        super().__init__(f"{error.get('code')}: {error.get('message')}")
+
+
+class Pending:
+    __slots__ = ("broken", "done", "error", "result")
+
+    def __init__(self) -> None:
+        self.done = anyio.Event()
+        self.result: JSONObject | None = None
+        self.error: JSONObject | None = None
+        self.broken: str | None = None
+
+
+class RunRoute:
+    """Where the results of one active run go. Detaching it never leaves the pump blocked."""
+
+    def __init__(self, results: MemoryObjectSendStream[RawResult]) -> None:
+        self.results = results
+        self.detached = False
+        self._scope: anyio.CancelScope | None = None
+
+    async def push(self, item: RawResult) -> None:
+        if self.detached:
+            return
+        with anyio.CancelScope() as self._scope:
+            try:
+                await self.results.send(item)
+            except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+                self.detached = True  # the caller stopped listening; later results of the run are dropped
+        self._scope = None
+
+    def detach(self) -> None:
+        self.detached = True
+        if self._scope is not None:
+            self._scope.cancel()
+
+
+def dumps_line(message: JSONObject) -> bytes:
+    return json.dumps(message, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+class Connection:
+    """One spawned process of a plugin: its pipes, pumps, pending requests and active runs."""
+
+    def __init__(self, plugin: PluginProcess, process: anyio.abc.Process) -> None:
+        self.plugin = plugin
+        self.name = plugin.name
+        self.process = process
+        self.pid = process.pid
+        self.runs: dict[str, RunRoute] = {}
+        self.broken: str | None = None
+        self.closed = anyio.Event()
+        """Set when the process can no longer be talked to: stdout ended or stdin refused a write."""
+        self.finished = anyio.Event()
+        """Set by the owner once the process is down and `final_reason` says how it ended."""
+        self.final_reason: str | None = None
+        self.stderr_note = ""
+        """`; last stderr line: '…'` when the process failed and said something on its way out."""
+        self.stderr_done = anyio.Event()
+        self.stderr_tail: deque[str] = deque(maxlen=3)
+        # Shielded, so the pumps keep working during a shutdown under cancellation; the owner cancels
+        # them explicitly once the process is down (cancel() works on a shielded scope).
+        self.stdout_scope = anyio.CancelScope(shield=True)
+        self.stderr_scope = anyio.CancelScope(shield=True)
+        self.stdout_pumping = False
+        self._write_lock = anyio.Lock()
+        self._next_id = 0
+        self._pending: dict[int, Pending] = {}
+
+    def mark_broken(self, reason: str) -> None:
+        if self.broken is None:
+            self.broken = reason
+        self.closed.set()
+
+    def fail_pending(self, reason: str) -> None:
+        self.mark_broken(reason)
+        for pending in self._pending.values():
+            pending.broken = reason
+            pending.done.set()
+
+    async def send(self, message: JSONObject) -> None:
+        data = dumps_line(message) + b"\n"
+        async with self._write_lock:
+            if self.broken is not None:
+                raise BrokenConnectionError(self.broken)
+            assert self.process.stdin is not None
+            try:
+                await self.process.stdin.send(data)
+            except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
+                self.fail_pending(f"stopped reading its stdin ({type(exc).__name__})")
+                raise BrokenConnectionError(self.broken or "") from None
+
+    async def notify(self, method: str, params: JSONObject) -> None:
+        await self.send({"jsonrpc": "2.0", "method": method, "params": params})
+
+    async def request(self, method: str, params: JSONObject) -> JSONObject:
+        """Send a request and wait for its answer; `BrokenConnectionError` or `PluginAnsweredError` otherwise."""
+        if self.broken is not None:
+            raise BrokenConnectionError(self.broken)
+        self._next_id += 1
+        request_id = self._next_id
+        pending = Pending()
+        self._pending[request_id] = pending
+        try:
+            await self.send({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params})
+            await pending.done.wait()
+        finally:
+            del self._pending[request_id]
+        if pending.broken is not None:
+            raise BrokenConnectionError(pending.broken)
+        if pending.error is not None:
+            raise PluginAnsweredError(pending.error)
+        assert pending.result is not None
+        return pending.result
+
+    async def close_stdin(self) -> None:
+        async with self._write_lock:  # never cut a line in half
+            assert self.process.stdin is not None
+            with suppress(OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
+                await self.process.stdin.aclose()
+
+    # -- pumps (never raise) -------------------------------------------------------------------------
+
+    async def pump_stdout(self) -> None:
+        assert self.process.stdout is not None
+        reader = LineReader(self.process.stdout, MAX_LINE_BYTES)
+        try:
+            with self.stdout_scope:
+                self.stdout_pumping = True
+                while True:
+                    try:
+                        item = await reader.receive()
+                    except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
+                        break
+                    try:
+                        if isinstance(item, TooLong):
+                            await self._on_too_long(item)
+                        else:
+                            await self._on_line(item)
+                    except Exception:  # a bug here must not cost the plugin its reader
+                        logger.exception("Plugin %r: handling a stdout line failed", self.name)
+        finally:
+            self.stdout_pumping = False
+            # No answer can come any more: wake every waiter now; run() then waits for `final_reason`.
+            self.fail_pending("closed its stdout")
+
+    async def pump_stderr(self) -> None:
+        assert self.process.stderr is not None
+        reader = LineReader(self.process.stderr, _MAX_STDERR_LINE)
+        extra = {"plugin": self.name}
+        try:
+            with self.stderr_scope:
+                while True:
+                    try:
+                        item = await reader.receive()
+                    except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
+                        break
+                    if isinstance(item, TooLong):
+                        text = f"{item.prefix[:_MAX_STDERR_LINE].decode(errors='replace')}… ({item.size} bytes, cut)"
+                    else:
+                        text = item.decode(errors="replace").rstrip()
+                    if text:
+                        self.stderr_tail.append(text)
+                        logger.info("[plugin %s] %s", self.name, text, extra=extra)
+        finally:
+            self.stderr_done.set()
+
+    def _diagnostic(self, message: str, *args: object) -> None:
+        self.plugin.diagnostics += 1
+        logger.warning("Plugin %r " + message, self.name, *args, extra={"plugin": self.name})
+
+    async def _on_line(self, line: bytes) -> None:
+        if not line.strip():
+            return
+        try:
+            message: object = json.loads(line)
+        except ValueError:
+            self._diagnostic(
+                "wrote a line that is not JSON to stdout (stdout is the protocol channel; logs go to stderr): %r",
+                line[:200],
+            )
+            return
+        if not isinstance(message, dict):
+            self._diagnostic("wrote a JSON value that is not a JSON-RPC object: %r", line[:200])
+            return
+        obj: JSONObject = message  # pyright: ignore[reportUnknownVariableType]
+        method = obj.get("method")
+        if method == METHOD_RESULT and "id" not in obj:
+            await self._on_result(obj.get("params"))
+        elif isinstance(method, str):
+            # The protocol has no plugin→host requests; answering would mean writing from the pump.
+            self._diagnostic("sent %r, which the host does not handle; ignored", method)
+        elif "id" in obj and ("result" in obj or "error" in obj):
+            self._on_response(obj)
+        else:
+            self._diagnostic("wrote a JSON object that is neither a request nor a response: %r", line[:200])
+
+    async def _on_result(self, params: object) -> None:
+        try:
+            parsed = ResultParams.model_validate(params)
+        except ValidationError as exc:
+            self._diagnostic("sent an invalid 'runner/result' notification: %s", first_error(exc))
+            return
+        route = self.runs.get(parsed.run_id)
+        if route is None:
+            self._diagnostic(
+                "sent a result for run %r, which is not active on this process; dropped", parsed.run_id
+            )
+            return
+        await route.push(RawResult(parsed.result, len(dumps_line(parsed.result))))
+
+    def _on_response(self, obj: JSONObject) -> None:
+        request_id = obj.get("id")
+        pending = self._pending.get(request_id) if type(request_id) is int else None
+        if pending is None or pending.done.is_set():
+            self._diagnostic("answered request id %r, which the host is not waiting for", request_id)
+            return
+        if "error" in obj:
+            error = obj["error"]
+            pending.error = error if isinstance(error, dict) else {"code": None, "message": repr(error)}
+            self._diagnostic("answered request %d with a JSON-RPC error: %r", request_id, pending.error)
+        elif isinstance(obj["result"], dict):
+            pending.result = obj["result"]
+        else:
+            pending.error = {"code": -32603, "message": f"the result is not a JSON object: {obj['result']!r}"}
+            self._diagnostic("answered request %d with a result that is not an object", request_id)
+        pending.done.set()
+
+    async def _on_too_long(self, item: TooLong) -> None:
+        match = _RUN_ID_IN_LINE.search(item.prefix)
+        run_id = match.group(1).decode(errors="replace") if match else None
+        route = self.runs.get(run_id) if run_id is not None else None
+        if run_id is None or route is None:
+            self._diagnostic(
+                "wrote a line of %d bytes, over the %d-byte limit; dropped", item.size, MAX_LINE_BYTES
+            )
+            return
+        self._diagnostic(
+            "wrote a line of %d bytes for run %r, over the %d-byte limit; dropped, the run fails",
+            item.size,
+            run_id,
+            MAX_LINE_BYTES,
+        )
+        await route.push(RawResult({"run_id": run_id}, item.size, dropped=True))
