@@ -1,0 +1,206 @@
+"""startup: how long the host takes to become useful, from a cold process.
+
+- `mcphost run "hello"` wall time on the embedded default (no config file, SQLite under `./.mcphost/`),
+  in a folder whose database already exists (warm) and in an empty folder (cold: the database is
+  created and migrated first). Baseline: spawning the echo plugin by itself and driving one run over
+  stdio (`python -m runners.echo`, `initialize`, one `runner/run`, `shutdown`), i.e. a Python process
+  start plus the runner's own imports — the floor any host that launches a plugin pays.
+- `import mcphost.cli` alone versus a bare interpreter start: how much of both is imports.
+- `mcphost serve` to the first served request (`GET /healthz` answered 200), versus a bare Starlette
+  app under uvicorn in a fresh process answering the same request.
+
+Every subject runs in a subprocess with `MCPHOST_*` variables removed, so it sees the embedded default.
+No warm-up rounds: each round is a cold `mcphost run` in a new folder, then a warm one in the same
+folder, so the cold one also warms the OS caches for the warm one.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import sys
+import tempfile
+import time
+from collections.abc import AsyncGenerator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import anyio
+import httpx2
+
+from bench._alternate import Samples, alternate
+from bench._config import BenchConfig
+from bench._host import baseline_context
+from bench._stats import Row, Stat
+from bench._stdio import StdioDriver
+
+NAME = "startup"
+BIN = Path(sys.executable).parent
+READY_TIMEOUT_S = 60.0
+_BARE_APP = """
+import sys, uvicorn
+from starlette.applications import Starlette
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+async def healthz(request): return JSONResponse({"status": "ok"})
+uvicorn.run(Starlette(routes=[Route("/healthz", healthz)]), host="127.0.0.1", port=int(sys.argv[1]), log_level="warning")
+"""
+
+
+def clean_env() -> dict[str, str]:
+    """This process's environment without `MCPHOST_*`, so a child host uses the embedded default."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("MCPHOST_")}
+
+
+async def _has_serve() -> bool:
+    probe = await anyio.run_process([str(BIN / "mcphost"), "serve", "--help"], env=clean_env(), check=False)
+    return probe.returncode == 0
+
+
+async def _echo_once() -> list[float]:
+    start = time.perf_counter_ns()
+    async with StdioDriver.open() as driver:
+        results = await driver.run("default", baseline_context("hello", "startup"))
+    elapsed = (time.perf_counter_ns() - start) / 1e6
+    if not results or results[-1].get("type") != "run.completed":
+        raise RuntimeError(f"the echo plugin did not complete a run: {results[-1:]!r}")
+    return [elapsed]
+
+
+async def _mcphost_run(cwd: Path) -> float:
+    start = time.perf_counter_ns()
+    result = await anyio.run_process(
+        [str(BIN / "mcphost"), "run", "hello"], cwd=cwd, env=clean_env(), check=False
+    )
+    elapsed = (time.perf_counter_ns() - start) / 1e6
+    if result.returncode != 0 or b"hello" not in result.stdout:
+        raise RuntimeError(
+            f"`mcphost run hello` exited {result.returncode}: {result.stderr.decode(errors='replace')[-2000:]}"
+        )
+    return elapsed
+
+
+async def _python_ms(code: str) -> float:
+    start = time.perf_counter_ns()
+    await anyio.run_process([sys.executable, "-c", code], env=clean_env())
+    return (time.perf_counter_ns() - start) / 1e6
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def _first_request(argv: list[str], port: int, cwd: Path) -> float:
+    """Spawn `argv`, poll GET /healthz until it answers 200; ms from spawn to that answer. Stops it."""
+    start = time.perf_counter_ns()
+    process = await anyio.open_process(argv, cwd=cwd, env=clean_env(), stdout=None, stderr=None)
+    try:
+        async with httpx2.AsyncClient(timeout=1.0) as client:
+            with anyio.fail_after(READY_TIMEOUT_S):
+                while True:
+                    try:
+                        response = await client.get(f"http://127.0.0.1:{port}/healthz")
+                        if response.status_code == 200:
+                            return (time.perf_counter_ns() - start) / 1e6
+                    except httpx2.TransportError:
+                        pass
+                    if process.returncode is not None:
+                        raise RuntimeError(f"{argv[:3]} exited {process.returncode} before serving")
+                    await anyio.sleep(0.005)
+    finally:
+        with anyio.CancelScope(shield=True):
+            process.terminate()
+            with anyio.move_on_after(10):
+                await process.wait()
+            if process.returncode is None:
+                process.kill()
+            await process.aclose()
+
+
+@asynccontextmanager
+async def _folder(root: Path | None) -> AsyncGenerator[Path, None]:
+    path = Path(tempfile.mkdtemp(prefix="mcphost-bench-startup-", dir=root))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+async def run(cfg: BenchConfig) -> list[Row]:
+    rounds = cfg.sizes.startup_rounds
+    rows: list[Row] = []
+    async with _folder(cfg.tmp_root) as scratch:
+        # Each round: a fresh folder, `mcphost run` in it twice (cold: the database is created and
+        # migrated; then warm), each next to a baseline sample, in alternating order.
+        cold, warm = Samples([], [], 0), Samples([], [], 0)
+        for i in range(rounds):
+            folder = scratch / f"round-{i}"
+            folder.mkdir()
+            for samples in (cold, warm):
+                if i % 2 == 0:
+                    samples.baseline.extend(await _echo_once())
+                    samples.subject.append(await _mcphost_run(folder))
+                else:
+                    samples.subject.append(await _mcphost_run(folder))
+                    samples.baseline.extend(await _echo_once())
+            if i < rounds - 1:
+                shutil.rmtree(folder, ignore_errors=True)
+        warm_dir = scratch / f"round-{rounds - 1}"
+        for case, samples in (("warm ./.mcphost/", warm), ("cold: empty folder", cold)):
+            rows.append(
+                Row(
+                    benchmark=NAME,
+                    case=f"mcphost run hello, {case}",
+                    baseline_label="spawn echo plugin + 1 run",
+                    subject_label="`mcphost run hello` wall",
+                    baseline=Stat.of(samples.baseline, "ms"),
+                    subject=Stat.of(samples.subject, "ms"),
+                )
+            )
+
+        async def bare_python() -> list[float]:
+            return [await _python_ms("pass")]
+
+        async def import_cli() -> list[float]:
+            return [await _python_ms("import mcphost.cli")]
+
+        samples = await alternate(bare_python, import_cli, rounds=rounds, warmup=1, min_rounds=1)
+        rows.append(
+            Row(
+                benchmark=NAME,
+                case="import mcphost.cli (part of both above)",
+                baseline_label="`python -c pass`",
+                subject_label="`python -c 'import mcphost.cli'`",
+                baseline=Stat.of(samples.baseline, "ms"),
+                subject=Stat.of(samples.subject, "ms"),
+            )
+        )
+
+        if not await _has_serve():
+            cfg.skipped.append("startup / serve: `mcphost serve` is not in this build")
+            return rows
+
+        async def bare() -> list[float]:
+            port = _free_port()
+            return [await _first_request([sys.executable, "-c", _BARE_APP, str(port)], port, scratch)]
+
+        async def served() -> list[float]:
+            port = _free_port()
+            argv = [str(BIN / "mcphost"), "serve", "--listen", f"127.0.0.1:{port}"]
+            return [await _first_request(argv, port, warm_dir)]
+
+        samples = await alternate(bare, served, rounds=rounds, warmup=0, min_rounds=1)
+        rows.append(
+            Row(
+                benchmark=NAME,
+                case="mcphost serve → first request",
+                baseline_label="bare Starlette+uvicorn process",
+                subject_label="`mcphost serve`, GET /healthz 200",
+                baseline=Stat.of(samples.baseline, "ms"),
+                subject=Stat.of(samples.subject, "ms"),
+            )
+        )
+    return rows
