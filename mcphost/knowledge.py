@@ -33,7 +33,7 @@ import anyio
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from mcphost.chunking import CHUNKER_VERSION, PARSERS, chunk_document
-from mcphost.config import KnowledgeBaseConfig
+from mcphost.config import KnowledgeBaseConfig, Settings
 from mcphost.errors import ConfigError, InvalidArgumentError, NotFoundError
 from mcphost.protocol import JSONObject
 from mcphost.stores import Database
@@ -153,6 +153,14 @@ class KnowledgeBases:
         self._configs = dict(configs)
         self._base = base_dir.resolve()
         self._source = source or "the config"
+
+    @classmethod
+    def from_settings(cls, db: Database, settings: Settings) -> KnowledgeBases:
+        """The knowledge bases of a config; relative paths are relative to the config file's folder
+        (the working folder for the embedded default)."""
+        source = Path(settings.source)
+        base = source.parent if source.is_file() else Path.cwd()
+        return cls(db, settings.knowledge, base_dir=base, source=settings.source)
 
     def config(self, kb_id: str) -> KnowledgeBaseConfig:
         found = self._configs.get(kb_id)

@@ -189,21 +189,37 @@ def thread_scope_sqlite(conversation_id: str, thread_id: str | None) -> str:
     return "s" + f"{conversation_id} {thread_id or ''}".encode().hex()
 
 
-def fts5_match(scope: str, terms: Sequence[str], columns: Sequence[str]) -> str:
-    """`scope : "<token>" AND {columns} : ("t1" OR "t2" …)`: the scope token ANDed with any of the words."""
+def fts5_match(
+    scope: str,
+    terms: Sequence[str],
+    columns: Sequence[str],
+    *,
+    all_terms: bool = False,
+    scored: Sequence[str] = (),
+) -> str:
+    """`scope : "<token>" AND {columns} : ("t1" OR "t2" …)`: the scope token ANDed with any (or, with
+    `all_terms`, every) one of `terms`. Words in `scored` count in the rank (`bm25()` ranks every phrase
+    of the expression) without widening the match: they sit in a branch the scope token always satisfies."""
+    words = [*terms, *scored]
     assert terms, terms
-    assert all(_WORD.fullmatch(t) for t in terms), terms
-    words = " OR ".join(f'"{t}"' for t in terms)
-    return f'scope : "{scope}" AND {{{" ".join(columns)}}} : ({words})'
+    assert all(_WORD.fullmatch(t) for t in words), words
+    joined = (" AND " if all_terms else " OR ").join(f'"{t}"' for t in terms)
+    cols = " ".join(columns)
+    expression = f'scope : "{scope}" AND {{{cols}}} : ({joined})'
+    if scored:
+        extra = " OR ".join(f'"{t}"' for t in scored)
+        expression += f' AND (scope : "{scope}" OR {{{cols}}} : ({extra}))'
+    return expression
 
 
-def pg_words_query(terms: Sequence[str]) -> ColumnElement[str]:
-    """`plainto_tsquery(t1) || plainto_tsquery(t2) …`: any of the words, each a bound parameter."""
+def pg_words_query(terms: Sequence[str], *, all_terms: bool = False) -> ColumnElement[str]:
+    """`plainto_tsquery(t1) || plainto_tsquery(t2) …` (`&&` with `all_terms`): any (every) one of the
+    words, each a bound parameter."""
     config = literal_column(f"'{TS_CONFIG}'::regconfig")
     parts = [func.plainto_tsquery(config, cast(literal(t), Text), type_=TSQUERY) for t in terms]
     query: ColumnElement[str] = parts[0]
     for part in parts[1:]:
-        query = query.op("||", return_type=TSQUERY)(part)
+        query = query.op("&&" if all_terms else "||", return_type=TSQUERY)(part)
     return query
 
 

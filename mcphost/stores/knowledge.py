@@ -11,9 +11,17 @@ Invariants:
   never half-chunked; its stored hash always describes the chunks stored.
 - A search reads the full-text index only: the query's words are ANDed with the knowledge base's scope
   token, so its cost follows how many chunks of that knowledge base match, not the table's size.
-  Ranking: SQLite `bm25()` with the heading weighted `HEADING_WEIGHT` times the text and the scope column 0;
-  PostgreSQL `ts_rank_cd()` with the heading (weight A) at twice the text (weight D), normalized by
+  Ranking: SQLite `bm25()` with the heading weighted `HEADING_WEIGHT` times the text and the scope column
+  0; PostgreSQL `ts_rank_cd()` with the heading (weight A) at twice the text (weight D), normalized by
   document length. Scores are "higher is better" on both; ties go to the lower chunk id.
+- Candidates are bounded so a search stays fast as a knowledge base grows (the idea of Elasticsearch's
+  `cutoff_frequency`). Once a knowledge base holds more than `CANDIDATE_BUDGET` chunks, a word found in
+  more than that many chunks is *common*: it still counts in every score, but only chunks holding at
+  least one *selective* word are ranked; when that gives fewer than `limit` hits, chunks holding all
+  the common words are ranked too. Word counts come from bounded FTS5 probes (SQLite) or from the
+  planner's most-common-lexeme statistics of the tsvector column (PostgreSQL, refreshed by ANALYZE;
+  without statistics every word is selective; it judges by the whole table). Small knowledge bases are
+  ranked exhaustively.
 - Filters are applied inside the same query: a path glob (`*`, `?`, `[...]`, `[!...]`; `*` also matches `/`), a
   path prefix (an index range on byte order), and metadata equality on the document's metadata, where a
   list value matches when it contains the wanted value.
@@ -22,8 +30,10 @@ Invariants:
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
@@ -31,6 +41,7 @@ from sqlalchemy import (
     ColumnElement,
     Float,
     Integer,
+    Select,
     Text,
     cast,
     column,
@@ -42,25 +53,45 @@ from sqlalchemy import (
     literal_column,
     select,
     table,
+    text,
     update,
 )
 from sqlalchemy.dialects.postgresql import JSONB, TSVECTOR
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from mcphost.errors import InvalidArgumentError
 from mcphost.protocol import JSONObject
 from mcphost.stores._cursor import check_limit
-from mcphost.stores._fulltext import fts5_match, kb_scope_sqlite, pg_scope_match, pg_words_query, query_terms
+from mcphost.stores._fulltext import (
+    TS_CONFIG,
+    fts5_match,
+    kb_scope_sqlite,
+    pg_scope_match,
+    pg_words_query,
+    query_terms,
+)
 from mcphost.stores._sql import lock_in_transaction
 from mcphost.stores.engine import Database
 from mcphost.stores.tables import KbChunkRow, KbDocumentRow
 
 HEADING_WEIGHT = 2.0
+CANDIDATE_BUDGET = 2_000
+"""Past this many chunks a word is "common" and no longer picks candidates on its own (it still ranks)."""
+STATS_TTL_S = 60.0
 MAX_SEARCH_LIMIT = 50
 MetadataValue = str | int | float | bool
 _PG_WEIGHTS = "'{0.5, 0.5, 0.5, 1.0}'::float4[]"
 """ts_rank_cd weights for labels {D, C, B, A}: text is D, the heading A."""
 _PG_NORMALIZATION = 1
 """ts_rank_cd normalization: divide by 1 + log(document length)."""
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """The words a chunk must hold (any of them, or all) to be ranked; every query word counts in the rank."""
+
+    required: list[str]
+    all_terms: bool
 
 
 class KnowledgeDocument(BaseModel):
@@ -200,6 +231,7 @@ class KnowledgeStore:
 
     def __init__(self, db: Database) -> None:
         self._db = db
+        self._lexeme_stats: tuple[float, tuple[float, dict[str, float]] | None] | None = None
 
     # -- documents -------------------------------------------------------------------------------------
 
@@ -397,6 +429,19 @@ class KnowledgeStore:
                 await session.execute(insert(KbChunkRow), rows)
         return len(rows)
 
+    async def optimize(self) -> None:
+        """Compact the full-text index after a bulk load: FTS5 merges its segments into one; PostgreSQL
+        moves the GIN pending list into the index and refreshes the planner's statistics."""
+        async with self._db.write() as session:
+            if self._db.dialect == "sqlite":
+                await session.execute(text("INSERT INTO kb_chunks_fts(kb_chunks_fts) VALUES ('optimize')"))
+            else:
+                await session.execute(
+                    text("SELECT gin_clean_pending_list('ix_kb_chunks_search_vector'::regclass)")
+                )
+                await session.execute(text("ANALYZE kb_documents"))
+                await session.execute(text("ANALYZE kb_chunks"))
+
     # -- retrieval -------------------------------------------------------------------------------------
 
     async def search(
@@ -416,12 +461,126 @@ class KnowledgeStore:
         """
         check_limit(limit, MAX_SEARCH_LIMIT)
         terms = query_terms(query)
+        conditions = self._filters(path_glob, path_prefix, metadata or {})
+        found: dict[int, KnowledgeHit] = {}
+        async with self._db.read() as session:
+            for plan in await self._plans(session, kb_id, terms):
+                stmt = self._statement(kb_id, terms, plan, conditions, limit)
+                for chunk, path, title, doc_meta, score in (await session.execute(stmt)).all():
+                    found.setdefault(
+                        chunk.chunk_id,
+                        KnowledgeHit(
+                            chunk_id=chunk.chunk_id,
+                            kb_id=kb_id,
+                            path=path,
+                            title=title,
+                            ordinal=chunk.ordinal,
+                            heading=chunk.heading,
+                            text=chunk.text,
+                            score=float(f"{float(score):.6g}"),
+                            metadata=chunk.meta,
+                            document_metadata=doc_meta,
+                        ),
+                    )
+                if len(found) >= limit:
+                    break
+        return sorted(found.values(), key=lambda h: (-h.score, h.chunk_id))[:limit]
+
+    async def _plans(self, session: AsyncSession, kb_id: str, terms: list[str]) -> list[_Plan]:
+        """Which words a chunk must hold to be ranked at all (see the module docstring)."""
+        frequencies = await (
+            self._sqlite_frequencies if self._db.dialect == "sqlite" else self._pg_frequencies
+        )(session, kb_id, terms)
+        if frequencies is None:
+            return [_Plan(required=terms, all_terms=False)]
+        selective = [t for t in terms if 0 < frequencies[t] <= CANDIDATE_BUDGET]
+        common = [t for t in terms if frequencies[t] > CANDIDATE_BUDGET]
+        plans: list[_Plan] = []
+        if selective:
+            plans.append(_Plan(required=selective, all_terms=False))
+        if common:
+            plans.append(_Plan(required=common, all_terms=True))
+        return plans
+
+    async def _sqlite_frequencies(
+        self, session: AsyncSession, kb_id: str, terms: list[str]
+    ) -> dict[str, int] | None:
+        """Chunks of the knowledge base holding each word, counted up to `CANDIDATE_BUDGET` + 1, or None
+        when the whole knowledge base is within the budget."""
+        scope = kb_scope_sqlite(kb_id)
+
+        async def count(match: str) -> int:
+            probe = text(
+                "SELECT count(*) FROM (SELECT 1 FROM kb_chunks_fts WHERE kb_chunks_fts MATCH :m LIMIT :n)"
+            )
+            return int((await session.execute(probe, {"m": match, "n": CANDIDATE_BUDGET + 1})).scalar_one())
+
+        if await count(f'scope : "{scope}"') <= CANDIDATE_BUDGET:
+            return None
+        return {t: await count(fts5_match(scope, [t], ("heading", "text"))) for t in terms}
+
+    async def _pg_frequencies(
+        self, session: AsyncSession, kb_id: str, terms: list[str]
+    ) -> dict[str, int] | None:
+        """Estimated chunks holding each word, from the planner's statistics of the tsvector column (its
+        most common lexemes and their frequencies; a lexeme not among them counts as rare), or None when
+        there are no statistics yet or the table is within the budget."""
+        stats = await self._pg_lexeme_stats(session)
+        if stats is None:
+            return None
+        rows, common = stats
+        if rows <= CANDIDATE_BUDGET:
+            return None
+        lexemes = (
+            await session.execute(
+                text(
+                    "SELECT w, plainto_tsquery(CAST(:config AS regconfig), w)::text "
+                    "FROM unnest(CAST(:words AS text[])) AS w"
+                ),
+                {"config": TS_CONFIG, "words": terms},
+            )
+        ).all()
+        out: dict[str, int] = {}
+        for word, tsquery in lexemes:
+            found = re.findall(r"'((?:[^']|'')*)'", tsquery or "")
+            out[word] = 0 if not found else round(min(common.get(x, 0.0) for x in found) * rows) or 1
+        return out
+
+    async def _pg_lexeme_stats(self, session: AsyncSession) -> tuple[float, dict[str, float]] | None:
+        now = time.monotonic()
+        if self._lexeme_stats is not None and now - self._lexeme_stats[0] < STATS_TTL_S:
+            return self._lexeme_stats[1]
+        row = (
+            await session.execute(
+                text(
+                    "SELECT c.reltuples, s.most_common_elems::text::text[], s.most_common_elem_freqs "
+                    "FROM pg_class c LEFT JOIN pg_stats s ON s.schemaname = current_schema() "
+                    "AND s.tablename = 'kb_chunks' AND s.attname = 'search_vector' "
+                    "WHERE c.oid = CAST('kb_chunks' AS regclass)"
+                )
+            )
+        ).one()
+        stats: tuple[float, dict[str, float]] | None = None
+        if row[1] is not None and row[2] is not None and row[0] > 0:
+            stats = (float(row[0]), dict(zip(row[1], row[2], strict=False)))
+        self._lexeme_stats = (now, stats)
+        return stats
+
+    def _statement(
+        self, kb_id: str, terms: list[str], plan: _Plan, conditions: list[ColumnElement[bool]], limit: int
+    ) -> Select[KbChunkRow, str, str, dict[str, Any], float]:
+        scored = [t for t in terms if t not in plan.required]
+        score: ColumnElement[float]
         if self._db.dialect == "sqlite":
             fts = literal_column("kb_chunks_fts")
-            rowid = table("kb_chunks_fts", column("rowid", Integer)).c.rowid
-            score: ColumnElement[float] = -func.bm25(fts, 0.0, HEADING_WEIGHT, 1.0, type_=Float)
-            match = fts.op("MATCH", is_comparison=True)(
-                fts5_match(kb_scope_sqlite(kb_id), terms, ("heading", "text"))
+            source = table("kb_chunks_fts", column("rowid", Integer))
+            score = -func.bm25(fts, 0.0, HEADING_WEIGHT, 1.0, type_=Float)
+            expression = fts5_match(
+                kb_scope_sqlite(kb_id),
+                plan.required,
+                ("heading", "text"),
+                all_terms=plan.all_terms,
+                scored=scored,
             )
             stmt = (
                 select(
@@ -431,40 +590,32 @@ class KnowledgeStore:
                     KbDocumentRow.meta,
                     score.label("score"),
                 )
-                .select_from(table("kb_chunks_fts", column("rowid", Integer)))
-                .join(KbChunkRow, KbChunkRow.chunk_id == rowid)
+                .select_from(source)
+                .join(KbChunkRow, KbChunkRow.chunk_id == source.c.rowid)
+                .where(fts.op("MATCH", is_comparison=True)(expression))
             )
         else:
             vector = literal_column("kb_chunks.search_vector", type_=TSVECTOR)
-            words = pg_words_query(terms)
-            match = pg_scope_match(vector, literal("k") + func.md5(cast(literal(kb_id), Text)), words)
+            required = pg_words_query(plan.required, all_terms=plan.all_terms)
+            match = pg_scope_match(vector, literal("k") + func.md5(cast(literal(kb_id), Text)), required)
             score = func.ts_rank_cd(
-                literal_column(_PG_WEIGHTS), vector, words, _PG_NORMALIZATION, type_=Float
+                literal_column(_PG_WEIGHTS), vector, pg_words_query(terms), _PG_NORMALIZATION, type_=Float
             )
-            stmt = select(
-                KbChunkRow, KbDocumentRow.path, KbDocumentRow.title, KbDocumentRow.meta, score.label("score")
-            ).select_from(KbChunkRow)
-        stmt = stmt.join(KbDocumentRow, KbDocumentRow.doc_id == KbChunkRow.doc_id).where(match)
-        for condition in self._filters(path_glob, path_prefix, metadata or {}):
+            stmt = (
+                select(
+                    KbChunkRow,
+                    KbDocumentRow.path,
+                    KbDocumentRow.title,
+                    KbDocumentRow.meta,
+                    score.label("score"),
+                )
+                .select_from(KbChunkRow)
+                .where(match)
+            )
+        stmt = stmt.join(KbDocumentRow, KbDocumentRow.doc_id == KbChunkRow.doc_id)
+        for condition in conditions:
             stmt = stmt.where(condition)
-        stmt = stmt.order_by(literal_column("score").desc(), KbChunkRow.chunk_id).limit(limit)
-        async with self._db.read() as session:
-            rows = (await session.execute(stmt)).all()
-        return [
-            KnowledgeHit(
-                chunk_id=chunk.chunk_id,
-                kb_id=kb_id,
-                path=path,
-                title=title,
-                ordinal=chunk.ordinal,
-                heading=chunk.heading,
-                text=chunk.text,
-                score=float(f"{float(found):.6g}"),
-                metadata=chunk.meta,
-                document_metadata=doc_meta,
-            )
-            for chunk, path, title, doc_meta, found in rows
-        ]
+        return stmt.order_by(literal_column("score").desc(), KbChunkRow.chunk_id).limit(limit)
 
     def _filters(
         self, path_glob: str | None, path_prefix: str | None, metadata: Mapping[str, MetadataValue]

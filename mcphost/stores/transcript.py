@@ -38,6 +38,7 @@ from sqlalchemy import (
     literal_column,
     select,
     table,
+    text,
 )
 from sqlalchemy.dialects.postgresql import TSVECTOR
 
@@ -307,6 +308,17 @@ class TranscriptStore:
             )
             for row, found in rows
         ]
+
+    async def optimize_search(self) -> None:
+        """Compact the full-text index after a bulk load (see `KnowledgeStore.optimize`)."""
+        async with self._db.write() as session:
+            if self._db.dialect == "sqlite":
+                await session.execute(text("INSERT INTO transcript_fts(transcript_fts) VALUES ('optimize')"))
+            else:
+                await session.execute(
+                    text("SELECT gin_clean_pending_list('ix_transcript_search_vector'::regclass)")
+                )
+                await session.execute(text("ANALYZE transcript"))
 
     async def bulk_append(self, items: Sequence[TranscriptDraft]) -> int:
         """Append many items in one transaction with batched statements (imports and benchmarks)."""

@@ -8,6 +8,7 @@ import pytest
 
 from mcphost.errors import InvalidArgumentError
 from mcphost.stores import Stores
+from mcphost.stores import knowledge as knowledge_store
 from mcphost.stores.knowledge import BulkDocument, ChunkDraft, KnowledgeStore, glob_to_regex
 
 
@@ -199,5 +200,28 @@ async def test_bulk_load_indexes_every_chunk(stores: Stores) -> None:
         for i in range(20)
     ]
     assert await store.bulk_load("bulk", docs) == 60
+    await store.optimize()
     assert len(await store.search("bulk", "common", limit=50)) == 50
     assert [h.path for h in await store.search("bulk", "word7")] == ["doc-7.txt"] * 3
+
+
+async def test_past_the_candidate_budget_common_words_rank_but_do_not_select(
+    stores: Stores, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(knowledge_store, "CANDIDATE_BUDGET", 3)
+    store = _store(stores)
+    for i in range(8):
+        await _put(store, f"common-{i}.md", [_chunk(f"the gadget manual page {i} with filler words")])
+    await _put(store, "both.md", [_chunk("the gadget has a zeppelin mode")])
+    await _put(store, "rare.md", [_chunk("a zeppelin and nothing else")])
+    await store.optimize()  # PostgreSQL judges words by the planner's statistics
+
+    top = await store.search("docs", "gadget zeppelin", limit=2)
+    assert {h.path for h in top} == {"both.md", "rare.md"}
+    more = await store.search("docs", "gadget zeppelin", limit=5)
+    assert {h.path for h in more[:2]} == {"both.md", "rare.md"}
+    assert len(more) == 5
+    assert all(h.path.startswith("common-") for h in more[2:])
+    only_common = await store.search("docs", "gadget manual", limit=10)
+    assert {h.path for h in only_common} == {f"common-{i}.md" for i in range(8)}
+    assert await store.search("docs", "zzzmissing gadget", limit=3) != []

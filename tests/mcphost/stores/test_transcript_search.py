@@ -112,6 +112,7 @@ async def test_bulk_appended_items_are_searchable(stores: Stores) -> None:
         for i in range(30)
     ]
     assert await stores.transcript.bulk_append(drafts) == 30
+    await stores.transcript.optimize_search()
     assert len(await stores.transcript.search("c1", query="bulk", limit=50)) == 10
 
 

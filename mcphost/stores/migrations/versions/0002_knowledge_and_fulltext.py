@@ -93,6 +93,9 @@ _POSTGRES_UP = [
         || setweight(to_tsvector('english'::regconfig, heading), 'A')
         || to_tsvector('english'::regconfig, text)) STORED""",
     "CREATE INDEX ix_kb_chunks_search_vector ON kb_chunks USING gin (search_vector)",
+    # More most-common lexemes in the planner's statistics: the knowledge store reads them to tell common
+    # words from selective ones (stores/knowledge.py, CANDIDATE_BUDGET).
+    "ALTER TABLE kb_chunks ALTER COLUMN search_vector SET STATISTICS 1000",
     f"""ALTER TABLE transcript ADD COLUMN search_vector tsvector GENERATED ALWAYS AS (
         array_to_tsvector(ARRAY['s' || md5(conversation_id || ' ' || thread_id)])
         || to_tsvector('english'::regconfig, left(content, {INDEXED_CHARS}))) STORED""",
