@@ -12,18 +12,35 @@ import argparse
 import getpass
 import json
 import logging
+import os
+import re
 import sys
+import time
 from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
 import anyio
+import httpx2
 
 from mcphost import __version__
-from mcphost.app import open_database, open_host
+from mcphost.api import DEFAULT_MAX_UPLOAD_BYTES, ApiLimits
+from mcphost.app import (
+    DEFAULT_GRACE_S,
+    advertised_url,
+    create_inspection_grant,
+    end_inspection_grant,
+    open_database,
+    open_host,
+    serve,
+    serve_locally,
+)
 from mcphost.config import Settings, load_settings
+from mcphost.context import TOKEN_ENV, mcp_url
 from mcphost.errors import ConfigError, HostError
-from mcphost.models import AgentEventEnvelope, Run, RunStatus
+from mcphost.gateway import Gateway, UpstreamState
+from mcphost.knowledge import IngestProgress, KnowledgeBases
+from mcphost.models import ID_PATTERN, AgentEventEnvelope, Run, RunStatus, new_id
 from mcphost.protocol import json_schemas
 
 EXIT_OK = 0
@@ -80,7 +97,8 @@ def _run_line(run: Run) -> str:
 
 async def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
     event = _event_from_args(args)
-    async with open_host(settings) as host:
+    # The run's MCP endpoint is served on an ephemeral loopback port for the command's duration.
+    async with open_host(settings) as host, serve_locally(host):
         admission = await host.orchestrator.submit(event)
         run_id = admission.run.run_id
         streamed = False
@@ -264,6 +282,481 @@ def cmd_schema(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+# -- serving and clients of a running server -------------------------------------------------------------
+
+
+async def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
+    def ready(url: str) -> None:
+        print(
+            f"mcphost: serving on {url} (API at {url}/v1, per-run MCP at {url}/runs/<run_id>/mcp)",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    limits = ApiLimits(max_upload_bytes=args.max_upload_bytes)
+    await serve(settings, listen=args.listen, grace_s=args.grace, limits=limits, on_ready=ready)
+    print("mcphost: stopped", file=sys.stderr)
+    return EXIT_OK
+
+
+def _server_url(args: argparse.Namespace, settings: Settings) -> str:
+    return (args.url or os.environ.get("MCPHOST_URL") or advertised_url(settings)).rstrip("/")
+
+
+def _api_error(response: httpx2.Response, body: bytes) -> str:
+    try:
+        error = json.loads(body)["error"]
+        return f"{error['code']}: {error['message']}"
+    except (ValueError, KeyError, TypeError):
+        return f"HTTP {response.status_code}: {body[:200].decode(errors='replace')}"
+
+
+class _ReplyPrinter:
+    """Shows a result stream the way `mcphost run` does: deltas live, else the final message."""
+
+    def __init__(self, *, as_json: bool) -> None:
+        self.as_json = as_json
+        self.streamed = False
+        self.final_text: str | None = None
+        self.last_seq = 0
+
+    def result(self, item: dict[str, Any]) -> None:
+        seq = item.get("seq")
+        if not isinstance(seq, int) or seq <= self.last_seq:
+            return  # a replayed stream repeats what was shown already
+        self.last_seq = seq
+        if self.as_json:
+            print(json.dumps(item), flush=True)
+            return
+        data = item.get("data") or {}
+        if item.get("type") == "message.delta":
+            chunk = (data.get("chunk") or {}).get("content")
+            if chunk:
+                sys.stdout.write(chunk)
+                sys.stdout.flush()
+                self.streamed = True
+        elif item.get("type") == "message.completed" or (
+            item.get("type") == "run.completed" and data.get("message")
+        ):
+            self.final_text = (data.get("message") or {}).get("content")
+
+    def finish(self) -> None:
+        if self.as_json:
+            return
+        if not self.streamed and self.final_text:
+            sys.stdout.write(self.final_text)
+        if self.streamed or self.final_text:
+            sys.stdout.write("\n")
+        sys.stdout.flush()
+
+
+SEND_RECONNECTS = 5
+
+
+async def cmd_send(args: argparse.Namespace, settings: Settings) -> int:
+    if not args.event_id:
+        args.event_id = new_id("evt")  # makes a retried POST idempotent: it returns the same run
+    event = _event_from_args(args)
+    url = _server_url(args, settings)
+    key = os.environ.get(args.api_key_env)
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    printer = _ReplyPrinter(as_json=args.json)
+    run_id: str | None = None
+    end: dict[str, Any] | None = None
+    async with httpx2.AsyncClient(
+        base_url=url, headers=headers, timeout=httpx2.Timeout(30, read=None)
+    ) as client:
+        for attempt in range(SEND_RECONNECTS + 1):
+            if run_id is None:
+                request = client.stream(
+                    "POST",
+                    "/v1/events",
+                    params={"stream": "true"},
+                    content=event.model_dump_json(),
+                    headers={"Content-Type": "application/json", "Accept": "text/event-stream"},
+                )
+            else:
+                request = client.stream(
+                    "GET",
+                    f"/v1/runs/{run_id}/results",
+                    headers={"Accept": "text/event-stream", "Last-Event-ID": str(printer.last_seq)},
+                )
+            try:
+                async with request as response:
+                    if response.status_code >= 400:
+                        return _fail(_api_error(response, await response.aread()))
+                    async for sse in httpx2.EventSource(response):
+                        payload = json.loads(sse.data) if sse.data else {}
+                        if sse.event == "run":
+                            run_id = payload["run_id"]
+                        elif sse.event == "end":
+                            end = payload
+                        elif sse.event == "error":
+                            return _fail(f"{payload['error']['code']}: {payload['error']['message']}")
+                        else:
+                            printer.result(payload)
+                if end is not None:
+                    break
+            except httpx2.TransportError as exc:
+                if attempt == SEND_RECONNECTS or (run_id is None and isinstance(exc, httpx2.ConnectError)):
+                    return _fail(f"cannot reach mcphost at {url}: {exc}. Is `mcphost serve` running there?")
+            await anyio.sleep(min(0.2 * 2**attempt, 3))
+    printer.finish()
+    if end is None or run_id is None:
+        return _fail(
+            f"the stream of run {run_id or '?'} ended without its result; see `mcphost show {run_id}`"
+        )
+    status = end.get("status")
+    error = end.get("error") or {}
+    line = f"{run_id}  {status}" + (f"  {error.get('code')}: {error.get('message')}" if error else "")
+    if args.json:
+        _dump({"run_id": run_id, "status": status, "error": error or None})
+    else:
+        print(line, file=sys.stderr)
+    return EXIT_OK if status == RunStatus.COMPLETED.value else EXIT_FAILED
+
+
+_TTL = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
+_TTL_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def _ttl(value: str) -> float:
+    match = _TTL.match(value.lower())
+    if match is None:
+        raise argparse.ArgumentTypeError(f"expected a duration such as 90s, 30m, 1h or 2d; got {value!r}")
+    return float(match.group(1)) * _TTL_UNITS[match.group(2)]
+
+
+def _conversation_id(value: str) -> str:
+    if not re.match(ID_PATTERN, value):
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not a valid id (letters, digits and ._:@/+=- up to 200)"
+        )
+    return value
+
+
+_TOKEN_REF = "@@MCPHOST_RUN_TOKEN@@"
+
+
+def _double_quoted(text: str) -> str:
+    """`text` inside double quotes for a POSIX shell, with the token placeholder left to expand."""
+    escaped = text.replace("\\", "\\\\").replace('"', '\\"').replace("`", "\\`").replace("$", "\\$")
+    return '"' + escaped.replace(_TOKEN_REF, f"${TOKEN_ENV}") + '"'
+
+
+def _toml_str(text: str) -> str:
+    return json.dumps(text)
+
+
+def mcp_client_configs(url: str) -> dict[str, dict[str, Any]]:
+    """Ready-to-paste MCP client configs for `url`, reading the token from $MCPHOST_RUN_TOKEN."""
+    bridge_args = ["--url", url]
+    env_ref = "${" + TOKEN_ENV + "}"
+    claude_http = {"type": "http", "url": url, "headers": {"Authorization": f"Bearer {env_ref}"}}
+    claude_bridge = {
+        "type": "stdio",
+        "command": "mcphost-bridge",
+        "args": bridge_args,
+        "env": {TOKEN_ENV: env_ref},
+    }
+    shell_http = json.dumps({**claude_http, "headers": {"Authorization": f"Bearer {_TOKEN_REF}"}})
+    vscode_input = [
+        {"type": "promptString", "id": "mcphost-token", "description": "mcphost run token", "password": True}
+    ]
+    toml_args = "[" + ", ".join(_toml_str(a) for a in bridge_args) + "]"
+    return {
+        "claude_code": {
+            "http": {
+                "command": f"claude mcp add-json mcphost {_double_quoted(shell_http)}",
+                "mcp_config": {"mcpServers": {"mcphost": claude_http}},
+            },
+            "bridge": {
+                "command": "claude mcp add-json mcphost " + "'" + json.dumps(claude_bridge) + "'",
+                "mcp_config": {"mcpServers": {"mcphost": claude_bridge}},
+            },
+        },
+        "codex": {
+            "http": {
+                "overrides": [
+                    f"mcp_servers.mcphost.url={_toml_str(url)}",
+                    f'mcp_servers.mcphost.bearer_token_env_var="{TOKEN_ENV}"',
+                ],
+                "config_toml": f'[mcp_servers.mcphost]\nurl = {_toml_str(url)}\nbearer_token_env_var = "{TOKEN_ENV}"\n',
+            },
+            "bridge": {
+                "overrides": [
+                    'mcp_servers.mcphost.command="mcphost-bridge"',
+                    f"mcp_servers.mcphost.args={toml_args}",
+                    f'mcp_servers.mcphost.env_vars=["{TOKEN_ENV}"]',
+                ],
+                "config_toml": f'[mcp_servers.mcphost]\ncommand = "mcphost-bridge"\nargs = {toml_args}\nenv_vars = ["{TOKEN_ENV}"]\n',
+            },
+        },
+        "vscode": {
+            "http": {
+                "servers": {
+                    "mcphost": {
+                        "type": "http",
+                        "url": url,
+                        "headers": {"Authorization": "Bearer ${input:mcphost-token}"},
+                    }
+                },
+                "inputs": vscode_input,
+            },
+            "bridge": {
+                "servers": {
+                    "mcphost": {
+                        "type": "stdio",
+                        "command": "mcphost-bridge",
+                        "args": bridge_args,
+                        "env": {TOKEN_ENV: "${input:mcphost-token}"},
+                    }
+                },
+                "inputs": vscode_input,
+            },
+        },
+        "cursor": {
+            "http": {
+                "mcpServers": {
+                    "mcphost": {"url": url, "headers": {"Authorization": "Bearer ${env:" + TOKEN_ENV + "}"}}
+                }
+            },
+            "bridge": {
+                "mcpServers": {
+                    "mcphost": {
+                        "command": "mcphost-bridge",
+                        "args": bridge_args,
+                        "env": {TOKEN_ENV: "${env:" + TOKEN_ENV + "}"},
+                    }
+                }
+            },
+        },
+    }
+
+
+def _print_grant_guide(
+    run_id: str, url: str, token: str, configs: dict[str, dict[str, Any]], summary: str
+) -> None:
+    def block(obj: Any) -> str:
+        return json.dumps(obj, indent=2)
+
+    cc, codex, vscode, cursor = configs["claude_code"], configs["codex"], configs["vscode"], configs["cursor"]
+    rule = "-" * 78
+    print(f"{summary}\nMCP endpoint: {url}\n")
+    print(
+        f"{rule}\nSECRET - the run token, shown only this once. Anyone holding it can read what the grant allows."
+    )
+    print(f"export {TOKEN_ENV}='{token}'\n{rule}")
+    print(
+        f"The configs below read the token from ${TOKEN_ENV}: export it in the shell that starts the client.\n"
+    )
+    print("## Claude Code\n# direct HTTP:")
+    print(cc["http"]["command"])
+    print("# through the stdio bridge:")
+    print(cc["bridge"]["command"])
+    print("# or save as mcphost.json and start `claude --mcp-config mcphost.json` (direct HTTP):")
+    print(block(cc["http"]["mcp_config"]))
+    print("# (through the bridge):")
+    print(block(cc["bridge"]["mcp_config"]))
+    print("\n## Codex\n# direct HTTP:")
+    print("codex " + " ".join(f"-c '{o}'" for o in codex["http"]["overrides"]))
+    print("# through the stdio bridge:")
+    print("codex " + " ".join(f"-c '{o}'" for o in codex["bridge"]["overrides"]))
+    print("# or in ~/.codex/config.toml (direct HTTP):")
+    print(codex["http"]["config_toml"], end="")
+    print("# (through the bridge):")
+    print(codex["bridge"]["config_toml"], end="")
+    print("\n## VS Code (.vscode/mcp.json; it asks for the token) - direct HTTP:")
+    print(block(vscode["http"]))
+    print("# through the stdio bridge:")
+    print(block(vscode["bridge"]))
+    print("\n## Cursor (.cursor/mcp.json) - direct HTTP:")
+    print(block(cursor["http"]))
+    print("# through the stdio bridge:")
+    print(block(cursor["bridge"]))
+    print(f"\nEnd it early with: mcphost revoke {run_id}")
+
+
+async def cmd_grant(args: argparse.Namespace, settings: Settings) -> int:
+    async with open_database(settings) as stores:
+        made = await create_inspection_grant(
+            stores,
+            conversation_id=args.conversation,
+            thread_id=args.thread,
+            ttl_s=args.ttl,
+            tools=args.tools or (),
+            write=args.write,
+        )
+    run_id = made.run.run_id
+    url = mcp_url(advertised_url(settings), run_id)
+    configs = mcp_client_configs(url)
+    expires = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(made.grant.deadline_at))
+    if args.json:
+        _dump(
+            {
+                "run_id": run_id,
+                "url": url,
+                "token": made.token,
+                "token_env": TOKEN_ENV,
+                "expires_at": made.grant.deadline_at,
+                "conversation_id": args.conversation,
+                "thread_id": args.thread,
+                "tools": sorted(made.grant.tools),
+                "host_tool_globs": list(made.grant.host_tool_globs),
+                "write": args.write,
+                "configs": configs,
+            }
+        )
+        return EXIT_OK
+    access = "read and create artifacts" if args.write else "read-only"
+    summary = (
+        f"Inspection grant {run_id} on conversation {args.conversation!r}"
+        + (f" thread {args.thread!r}" if args.thread else "")
+        + f" ({access}; tools: {', '.join(sorted(made.grant.tools))}), valid until {expires}."
+    )
+    _print_grant_guide(run_id, url, made.token, configs, summary)
+    return EXIT_OK
+
+
+async def cmd_revoke(args: argparse.Namespace, settings: Settings) -> int:
+    async with open_database(settings) as stores:
+        run = await stores.runs.get(args.run_id)
+        if run.status.is_terminal:
+            print(
+                f"{run.run_id} has already ended ({run.status}); its token no longer works", file=sys.stderr
+            )
+            return EXIT_OK
+        if run.runner_id is None:
+            run = await end_inspection_grant(stores, run.run_id, "revoked with mcphost revoke")
+            print(
+                f"{run.run_id} revoked: its token stops working within seconds on every host", file=sys.stderr
+            )
+        else:
+            await stores.runs.request_cancel(run.run_id)
+            print(
+                f"{run.run_id} is a run of {run.runner_id}: cancel requested (its host ends it)",
+                file=sys.stderr,
+            )
+    return EXIT_OK
+
+
+# -- knowledge bases and tools -----------------------------------------------------------------------------
+
+
+class _IngestBar:
+    """Ingest progress on stderr: a bar redrawn in place on a terminal, one line per document otherwise."""
+
+    WIDTH = 24
+
+    def __init__(self, kb_id: str, out: TextIO | None = None) -> None:
+        self._kb = kb_id
+        self._out = out or sys.stderr
+        self._tty = self._out.isatty()
+
+    def __call__(self, p: IngestProgress) -> None:
+        detail = f" ({p.detail})" if p.detail else ""
+        if not self._tty:
+            if p.outcome != "unchanged":
+                print(f"{p.done}/{p.total} {p.outcome:<9} {p.path}{detail}", file=self._out, flush=True)
+            return
+        filled = self.WIDTH * p.done // max(p.total, 1)
+        bar = "#" * filled + "-" * (self.WIDTH - filled)
+        line = f"\r{self._kb} [{bar}] {p.done}/{p.total} {p.outcome:<9} {p.path}"[:160]
+        self._out.write(line.ljust(160) + ("\n" if p.done == p.total else ""))
+        self._out.flush()
+
+
+def _kb_filters(args: argparse.Namespace) -> dict[str, Any]:
+    filters: dict[str, Any] = {}
+    if args.path:
+        filters["path"] = args.path
+    if args.prefix:
+        filters["path_prefix"] = args.prefix
+    meta: dict[str, Any] = {}
+    for pair in args.meta or []:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"--meta takes KEY=VALUE; got {pair!r}")
+        meta[key] = value
+    if meta:
+        filters["metadata"] = meta
+    return filters
+
+
+async def cmd_kb(args: argparse.Namespace, settings: Settings) -> int:
+    async with open_database(settings) as stores:
+        kb = KnowledgeBases.from_settings(stores.db, settings)
+        if args.kb_command == "list":
+            bases = await kb.describe()
+            if args.json:
+                _dump({"knowledge_bases": [b.model_dump(mode="json") for b in bases]})
+                return EXIT_OK
+            if not bases:
+                print(
+                    f"no knowledge bases in {settings.source}; add a [knowledge.<kb_id>] table",
+                    file=sys.stderr,
+                )
+            for b in bases:
+                when = (
+                    time.strftime("%Y-%m-%d %H:%M", time.localtime(b.last_ingested_at))
+                    if b.last_ingested_at
+                    else "never ingested"
+                )
+                print(f"{b.kb_id:<20} {b.documents:>6} docs {b.chunks:>7} chunks  {when}  {b.name}")
+                print(f"{'':<20} paths: {', '.join(b.paths) or '-'}")
+            return EXIT_OK
+        if args.kb_command == "ingest":
+            report = await kb.ingest(
+                args.kb_id, args.paths or None, on_progress=None if args.json else _IngestBar(args.kb_id)
+            )
+            if args.json:
+                _dump(report.model_dump(mode="json"))
+                return EXIT_OK
+            print(
+                f"{args.kb_id}: {len(report.added)} added, {len(report.updated)} updated, "
+                f"{len(report.unchanged)} unchanged, {len(report.deleted)} deleted, {len(report.skipped)} skipped; "
+                f"{report.chunks} chunks written in {report.elapsed_s:.1f} s",
+                file=sys.stderr,
+            )
+            for skipped in report.skipped:
+                print(f"  skipped {skipped.path}: {skipped.reason}", file=sys.stderr)
+            return EXIT_OK
+        chunks = await kb.retrieve(
+            args.kb_id, args.query, top_k=args.top_k, filters=_kb_filters(args) or None
+        )
+    if args.json:
+        _dump({"chunks": [c.model_dump(mode="json") for c in chunks]})
+        return EXIT_OK
+    if not chunks:
+        print("no matching chunks", file=sys.stderr)
+    for rank, chunk in enumerate(chunks, 1):
+        meta = chunk.metadata
+        lines = f"lines {meta.get('start_line')}-{meta.get('end_line')}" if "start_line" in meta else ""
+        print(f"{rank}. {chunk.document}  {meta.get('heading', '')}  {lines}  (score {chunk.score:.4g})")
+        print("   " + _short(" ".join(chunk.text.split()), 300))
+    return EXIT_OK
+
+
+async def cmd_tools(args: argparse.Namespace, settings: Settings) -> int:
+    if not settings.tools:
+        print(f"no tool servers in {settings.source}; add a [tools.<server>] table", file=sys.stderr)
+        if args.json:
+            _dump({"servers": []})
+        return EXIT_OK
+    gateway = Gateway.from_settings(settings)
+    async with gateway.running():
+        servers = await gateway.catalog(timeout=args.timeout)
+    if args.json:
+        _dump({"servers": [s.model_dump(mode="json") for s in servers]})
+    else:
+        for s in servers:
+            state = s.state.value if s.state is UpstreamState.READY else f"{s.state.value}: {s.last_error}"
+            print(f"{s.server:<16} {s.transport:<5} {_short(s.target, 50):<50} {state}")
+            for tool in s.tools:
+                print(f"  {tool.name:<36} {_short(tool.description or '', 80)}")
+    return EXIT_OK if all(s.state is UpstreamState.READY for s in servers) else EXIT_FAILED
+
+
 # -- parser ----------------------------------------------------------------------------------------------
 
 
@@ -334,11 +827,154 @@ def build_parser() -> argparse.ArgumentParser:
     _add_common(p)
 
     p = sub.add_parser(
+        "kb",
+        help="knowledge bases: ingest files, list, search",
+        description="Knowledge bases from [knowledge.<kb_id>] in mcphost.toml: ingest their files (Markdown, text, HTML), list them, search them.",
+    )
+    kb_sub = p.add_subparsers(dest="kb_command", metavar="ACTION", required=True)
+    k = kb_sub.add_parser(
+        "ingest",
+        help="ingest a knowledge base's files (incremental)",
+        description="Bring a knowledge base in line with its files: new and changed files are (re)chunked, unchanged ones skipped, removed ones deleted. PATHS (files, folders or globs) replace the configured paths; then only documents under them are deleted when gone. Safe to interrupt and re-run.",
+    )
+    k.add_argument("kb_id", metavar="KB")
+    k.add_argument(
+        "paths", nargs="*", metavar="PATH", help="files, folders or globs (default: the configured paths)"
+    )
+    _add_common(k)
+    k = kb_sub.add_parser(
+        "list",
+        help="configured knowledge bases and what is stored",
+        description="List the configured knowledge bases with their document and chunk counts.",
+    )
+    _add_common(k)
+    k = kb_sub.add_parser(
+        "search",
+        help="search a knowledge base",
+        description="The chunks of a knowledge base most relevant to QUERY (full-text: BM25 on SQLite, ts_rank_cd on PostgreSQL).",
+    )
+    k.add_argument("kb_id", metavar="KB")
+    k.add_argument("query", metavar="QUERY")
+    k.add_argument("--top-k", type=_top_k, default=5, metavar="N", help="how many chunks (1-50, default 5)")
+    k.add_argument("--path", metavar="GLOB", help="only documents whose path matches this glob")
+    k.add_argument("--prefix", metavar="P", help="only documents whose path starts with P")
+    k.add_argument(
+        "--meta", action="append", metavar="KEY=VALUE", help="only documents with this metadata (repeatable)"
+    )
+    _add_common(k)
+
+    p = sub.add_parser(
+        "tools",
+        help="upstream tool servers: status and tools",
+        description="Connect every [tools.<server>] upstream MCP server and list its status and its tools as runs see them (<server>__<tool>). Exits 1 when a server is unavailable.",
+    )
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=15.0,
+        metavar="S",
+        help="how long to wait for each server (default 15)",
+    )
+    _add_common(p)
+
+    p = sub.add_parser(
         "schema",
         help="write the protocol's JSON Schemas to DIR",
         description="Write every Protocol v1 model as JSON Schema into DIR, for runners in other languages.",
     )
     p.add_argument("dir", metavar="DIR")
+
+    p = sub.add_parser(
+        "serve",
+        help="serve the HTTP API and the per-run MCP endpoints",
+        description="Serve /v1 (events, runs, result streams, artifacts), /healthz, /metrics and the per-run MCP endpoints. SIGTERM/SIGINT: stop taking events, let running runs finish for --grace seconds, cancel the rest, stop the plugins.",
+    )
+    p.add_argument(
+        "--listen", metavar="HOST:PORT", help="address to bind (default: [host] listen, 127.0.0.1:8787)"
+    )
+    p.add_argument(
+        "--grace",
+        type=_seconds,
+        default=DEFAULT_GRACE_S,
+        metavar="S",
+        help=f"shutdown grace period for running runs (default {DEFAULT_GRACE_S:g} s)",
+    )
+    p.add_argument(
+        "--max-upload-bytes",
+        type=_positive_int,
+        default=DEFAULT_MAX_UPLOAD_BYTES,
+        metavar="N",
+        help=f"largest artifact upload (default {DEFAULT_MAX_UPLOAD_BYTES})",
+    )
+    _add_common(p, json_flag=False)
+
+    p = sub.add_parser(
+        "send",
+        help="send an event to a running server and stream the reply",
+        description="Post a message event to a running `mcphost serve` and stream the reply (SSE), reconnecting with Last-Event-ID if the connection drops. Exits 0 when the run completed.",
+    )
+    p.add_argument("text", metavar="TEXT", help="the message text")
+    p.add_argument(
+        "--url",
+        metavar="URL",
+        help="server base URL (default: $MCPHOST_URL, else [host] public_url / listen)",
+    )
+    p.add_argument("--conversation", default="cli", metavar="ID", help="conversation id (default: cli)")
+    p.add_argument(
+        "--actor", default=_default_actor(), metavar="ID", help="actor id (default: your user name)"
+    )
+    p.add_argument("--agent", metavar="ID", help="send to this agent (it must be bound to the event type)")
+    p.add_argument(
+        "--event-type", default="message.received", metavar="T", help="event type (default: message.received)"
+    )
+    p.add_argument(
+        "--event-id",
+        metavar="ID",
+        help="event id (default: a new one; a repeated id returns the existing run)",
+    )
+    p.add_argument("--data", metavar="JSON", help="event data object as JSON")
+    p.add_argument(
+        "--api-key-env",
+        default="MCPHOST_API_KEY",
+        metavar="NAME",
+        help="environment variable holding the API key (default: MCPHOST_API_KEY)",
+    )
+    _add_common(p)
+
+    p = sub.add_parser(
+        "grant",
+        help="create an inspection grant: an MCP endpoint onto one conversation for an IDE or harness",
+        description="Create an inspection grant (a run without a runner) bound to one conversation, read-only unless --write, and print ready-to-paste MCP configs for Claude Code, Codex, VS Code and Cursor, direct over HTTP and through mcphost-bridge. The token is printed once.",
+    )
+    p.add_argument(
+        "--conversation", required=True, type=_conversation_id, metavar="ID", help="the conversation to read"
+    )
+    p.add_argument(
+        "--thread", type=_conversation_id, metavar="ID", help="one thread of it (default: the main line)"
+    )
+    p.add_argument(
+        "--ttl",
+        type=_ttl,
+        default=3600.0,
+        metavar="DURATION",
+        help="how long the grant lives: 90s, 30m, 1h (default), 2d",
+    )
+    p.add_argument(
+        "--tools",
+        nargs="+",
+        metavar="GLOB",
+        help="only facts tools matching these globs; globs naming <server>__<tool> grant host tools",
+    )
+    p.add_argument("--write", action="store_true", help="also allow creating artifacts in the conversation")
+    _add_common(p)
+
+    p = sub.add_parser(
+        "revoke",
+        help="revoke an inspection grant (or request a run's cancel)",
+        description="End an inspection grant now: its token stops working. For a run with a runner, request its cancel.",
+    )
+    p.add_argument("run_id", metavar="RUN_ID")
+    _add_common(p, json_flag=False)
 
     p = sub.add_parser("db", help="database maintenance", description="Database maintenance.")
     db_sub = p.add_subparsers(dest="db_command", metavar="ACTION", required=True)
@@ -361,6 +997,28 @@ def _limit(value: str) -> int:
     return n
 
 
+def _seconds(value: str) -> float:
+    try:
+        n = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds (a number >= 0), got {value!r}") from None
+    if not 0 <= n <= 3600:
+        raise argparse.ArgumentTypeError(f"expected seconds from 0 to 3600, got {n:g}")
+    return n
+
+
+def _positive_int(value: str) -> int:
+    if not value.isdigit() or int(value) < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {value!r}")
+    return int(value)
+
+
+def _top_k(value: str) -> int:
+    if not value.isdigit() or not 1 <= int(value) <= 50:
+        raise argparse.ArgumentTypeError(f"expected a whole number from 1 to 50, got {value!r}")
+    return int(value)
+
+
 def _default_actor() -> str:
     try:
         name = getpass.getuser()
@@ -374,6 +1032,12 @@ _ASYNC_COMMANDS: dict[str, Callable[[argparse.Namespace, Settings], Coroutine[An
     "runs": cmd_runs,
     "show": cmd_show,
     "runners": cmd_runners,
+    "kb": cmd_kb,
+    "tools": cmd_tools,
+    "serve": cmd_serve,
+    "send": cmd_send,
+    "grant": cmd_grant,
+    "revoke": cmd_revoke,
 }
 
 

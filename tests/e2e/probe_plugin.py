@@ -1,0 +1,82 @@
+"""`plugin:test/probe/default`: a stdio plugin runner that answers from the host's per-run MCP endpoint.
+
+A test peer (not a mock): it reaches host facts exactly as any runner does, through `ctx.context.mcp`
+over Streamable HTTP with the `mcp` SDK client. Each run's behaviour is chosen by `ctx.input.text`:
+
+    probe            lists tools, calls run_context and history_page; replies with JSON
+                     {tools, prompt, history, url}
+    hold:SECONDS     calls run_context every 0.1 s for SECONDS (a run that needs its MCP endpoint
+                     while the host drains), then replies "held N"
+    leak:PATH        writes the run token to PATH (so a test can try it after the run), then probes
+    anything else    replies with the text
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import anyio
+import httpx2
+import mcp_types as types
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+
+from runners.sdk import AgentRunContext, AgentRunner, Permissions, RunOutput, serve
+
+
+def _structured(result: types.CallToolResult) -> dict[str, Any]:
+    data = result.structured_content
+    assert isinstance(data, dict), result
+    return data  # pyright: ignore[reportUnknownVariableType]
+
+
+class ProbeRunner(AgentRunner):
+    name = "default"
+    permissions = Permissions(history=["page"], events=["get", "page"], artifacts=["metadata", "read"])
+
+    async def run(self, ctx: AgentRunContext, out: RunOutput) -> None:
+        text = ctx.input.text or ""
+        mcp = ctx.context.mcp
+        if mcp is None:
+            await out.failed("runner.mcp_unavailable", "no MCP access in the context")
+            return
+        if text.startswith("leak:"):
+            token = mcp.headers["Authorization"].removeprefix("Bearer ")
+            await anyio.Path(text.removeprefix("leak:")).write_text(token, encoding="utf-8")
+            text = "probe"
+        if text != "probe" and not text.startswith("hold:"):
+            await out.message(text)
+            return
+        async with (
+            httpx2.AsyncClient(headers=mcp.headers, timeout=httpx2.Timeout(30, read=60)) as http,
+            Client(streamable_http_client(mcp.url, http_client=http)) as client,  # pyright: ignore[reportArgumentType]
+        ):
+            if text.startswith("hold:"):
+                until, calls = time.monotonic() + float(text.removeprefix("hold:")), 0
+                while time.monotonic() < until:
+                    result = await client.call_tool("run_context", {})
+                    if result.is_error:
+                        await out.failed(
+                            "runner.error", f"run_context failed after {calls} calls: {result.content}"
+                        )
+                        return
+                    calls += 1
+                    await anyio.sleep(0.1)
+                await out.message(f"held {calls}")
+                return
+            tools = sorted(t.name for t in (await client.list_tools()).tools)
+            context = _structured(await client.call_tool("run_context", {}))
+            history = _structured(await client.call_tool("history_page", {"limit": 10}))
+        reply = {
+            "tools": tools,
+            "prompt": (context.get("config") or {}).get("prompt"),
+            "history": [item["content"] for item in history["items"]],
+            "url": mcp.url,
+        }
+        await out.message(json.dumps(reply))
+
+
+if __name__ == "__main__":
+    serve(ProbeRunner(), author="test", plugin="probe", version="0.1.0")

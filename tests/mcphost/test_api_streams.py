@@ -1,0 +1,127 @@
+"""Result streams over real HTTP (uvicorn on a free port): disconnects, resumption with `Last-Event-ID`
+exactly once, keep-alives, and the ingest stream.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncGenerator
+from pathlib import Path
+
+import anyio
+import httpx2
+import pytest
+
+import mcphost.api
+from mcphost.app import Host, open_host
+from mcphost.models import RunStatus
+from tests.e2e.httpkit import api_settings, event_body, served
+
+
+@pytest.fixture
+async def host(database_url: str, tmp_path: Path) -> AsyncGenerator[Host, None]:
+    async with open_host(api_settings(database_url, tmp_path / "data")) as opened:
+        yield opened
+
+
+@pytest.fixture
+async def http(host: Host) -> AsyncGenerator[httpx2.AsyncClient, None]:
+    async with served(host) as url, httpx2.AsyncClient(base_url=url, timeout=httpx2.Timeout(30)) as client:
+        yield client
+
+
+async def read_results(
+    http: httpx2.AsyncClient, run_id: str, *, last_event_id: int | None, stop_after: int | None
+) -> tuple[list[int], bool]:
+    """Result sequences received on one connection, and whether the `end` event came; closes the
+    connection (a client disconnect) after `stop_after` results."""
+    headers = {} if last_event_id is None else {"Last-Event-ID": str(last_event_id)}
+    seqs: list[int] = []
+    async with http.sse(f"/v1/runs/{run_id}/results", headers=headers) as source:
+        async for event in source:
+            if event.event == "end":
+                return seqs, True
+            if event.event == "message":
+                payload = event.json()
+                assert isinstance(payload, dict)
+                assert event.id == str(payload["seq"])  # pyright: ignore[reportUnknownArgumentType]
+                seqs.append(int(event.id))
+                if stop_after is not None and len(seqs) >= stop_after:
+                    return seqs, False
+    return seqs, False
+
+
+async def test_a_client_that_disconnects_mid_stream_resumes_with_last_event_id_exactly_once(
+    host: Host, http: httpx2.AsyncClient
+) -> None:
+    run_id = (await http.post("/v1/events", json=event_body("flood:3000", bot="bad"))).json()["run_id"]
+    received: list[int] = []
+    ended = False
+    for stop_after in (40, 700, 1):  # three disconnects at different points, then read to the end
+        seqs, ended = await read_results(
+            http, run_id, last_event_id=received[-1] if received else None, stop_after=stop_after
+        )
+        received += seqs
+        assert not ended
+    while not ended:
+        seqs, ended = await read_results(http, run_id, last_event_id=received[-1], stop_after=None)
+        received += seqs
+    stored = await host.stores.results.last_seq(run_id)
+    assert stored == 3001  # 3000 deltas, then run.completed with the message
+    assert received == list(range(1, stored + 1))  # every result, in order, none twice
+    assert (await host.stores.runs.get(run_id)).status is RunStatus.COMPLETED
+
+
+async def test_a_stream_that_starts_while_the_run_waits_delivers_everything_live(
+    host: Host, http: httpx2.AsyncClient
+) -> None:
+    run_id = (await http.post("/v1/events", json=event_body("slow:1", bot="bad"))).json()["run_id"]
+    seqs, ended = await read_results(http, run_id, last_event_id=None, stop_after=None)
+    assert ended
+    assert seqs == [1, 2]
+    results = await host.stores.results.list(run_id)
+    assert [r.type for r in results] == ["message.completed", "run.completed"]
+
+
+async def test_a_quiet_stream_sends_keepalive_comments(
+    host: Host, http: httpx2.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(mcphost.api, "KEEPALIVE_S", 0.1)
+    run_id = (await http.post("/v1/events", json=event_body("slow:1", bot="bad"))).json()["run_id"]
+    lines: list[str] = []
+    async with http.stream("GET", f"/v1/runs/{run_id}/results") as response:
+        assert response.headers["cache-control"] == "no-store"
+        async for line in response.aiter_lines():
+            lines.append(line)
+    first_result = next(i for i, line in enumerate(lines) if line.startswith("id: "))
+    assert lines[0] == ": stream open"
+    assert lines[:first_result].count(": keepalive") >= 3
+    assert lines[-3] == "event: end"
+    assert '"status":"completed"' in lines[-2]
+
+
+async def test_the_ingest_stream_delivers_deltas_as_they_are_persisted(
+    host: Host, http: httpx2.AsyncClient
+) -> None:
+    types: list[str] = []
+    async with http.sse(
+        "/v1/events", method="POST", params={"stream": "true"}, json=event_body("flood:200", bot="bad")
+    ) as source:
+        async for event in source:
+            types.append(event.event if event.event != "message" else json.loads(event.data)["type"])
+    assert types[0] == "run"
+    assert types[1:201] == ["message.delta"] * 200
+    assert types[201:] == ["run.completed", "end"]
+
+
+async def test_a_dropped_client_does_not_disturb_the_run_or_the_server(
+    host: Host, http: httpx2.AsyncClient
+) -> None:
+    run_id = (await http.post("/v1/events", json=event_body("slow:1.5", bot="bad"))).json()["run_id"]
+    for _ in range(5):
+        with anyio.move_on_after(0.1):
+            await read_results(http, run_id, last_event_id=None, stop_after=None)
+    run = await host.orchestrator.wait(run_id)
+    assert run.status is RunStatus.COMPLETED
+    health = await http.get("/healthz")
+    assert health.json()["active_runs"] == 0

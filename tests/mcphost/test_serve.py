@@ -1,0 +1,364 @@
+"""`mcphost serve`, `send`, `run`, `grant` and `revoke` as a user runs them: real subprocesses, a real
+SQLite file, real plugin processes, real HTTP, the real MCP client and the real bridge.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Generator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx2
+import pytest
+from mcp import Client, StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
+
+from mcphost.models import RunStatus
+from mcphost.stores import open_stores
+from tests.e2e.httpkit import PROBE, PROBE_PROMPT
+from tests.mcphost.hostkit import MISBEHAVE, REPO
+
+ENV_DROP = ("MCPHOST_CONFIG", "MCPHOST_DATABASE_URL", "MCPHOST_DATA_DIR", "MCPHOST_API_KEY", "MCPHOST_URL")
+BIN = Path(sys.executable).parent
+
+
+def cli_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ENV_DROP}
+    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
+    return env | extra
+
+
+def mcphost(*args: str, cwd: Path, timeout: float = 60, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "mcphost.cli", *args],
+        cwd=cwd,
+        env=cli_env(**env),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+        check=False,
+    )
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def write_config(tmp_path: Path, *, listen: str = "127.0.0.1:8787", extra: str = "") -> Path:
+    text = (
+        f'[host]\ndata_dir = "{tmp_path / "data"}"\nlisten = "{listen}"\n{extra}'
+        f'[[plugins]]\nname = "misbehave"\ncommand = {json.dumps(MISBEHAVE)}\n'
+        f'[[plugins]]\nname = "probe"\ncommand = {json.dumps(PROBE)}\n'
+        '[[agents]]\nid = "echo"\nrunner = "plugin:mcphost/echo/default"\nmatch = { conversation_id = "cli" }\n'
+        '[[agents]]\nid = "bad"\nrunner = "plugin:test/misbehave/default"\nmatch = { conversation_id = ["m1", "m2"] }\n'
+        f'[[agents]]\nid = "probe"\nrunner = "plugin:test/probe/default"\nprompt = "{PROBE_PROMPT}"\n'
+        'match = { conversation_id = "p1" }\n'
+    )
+    path = tmp_path / "mcphost.toml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+@dataclass
+class Server:
+    process: subprocess.Popen[str]
+    url: str
+    stderr: Path
+
+    def log(self) -> str:
+        return self.stderr.read_text(encoding="utf-8", errors="replace")
+
+    def stop(self, timeout: float = 30) -> tuple[int, float]:
+        started = time.monotonic()
+        self.process.send_signal(signal.SIGTERM)
+        code = self.process.wait(timeout=timeout)
+        return code, time.monotonic() - started
+
+
+@pytest.fixture
+def start_server(tmp_path: Path) -> Generator[Any, None, None]:
+    started: list[Server] = []
+
+    def start(*args: str, **env: str) -> Server:
+        stderr = tmp_path / f"serve-{len(started)}.log"
+        with stderr.open("w") as err:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "mcphost.cli", "serve", *args],
+                cwd=tmp_path,
+                env=cli_env(**env),
+                stdout=subprocess.DEVNULL,
+                stderr=err,
+                stdin=subprocess.DEVNULL,
+                text=True,
+            )
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            text = stderr.read_text(encoding="utf-8", errors="replace")
+            if "serving on " in text:
+                url = text.split("serving on ", 1)[1].split()[0]
+                server = Server(process, url, stderr)
+                started.append(server)
+                return server
+            if process.poll() is not None:
+                raise AssertionError(f"mcphost serve exited with {process.returncode}:\n{text}")
+            time.sleep(0.05)
+        process.kill()
+        raise AssertionError("mcphost serve did not start within 60 s")
+
+    yield start
+    for server in started:
+        if server.process.poll() is None:
+            server.process.kill()
+            server.process.wait(timeout=30)
+
+
+def plugin_pids(url: str, **headers: str) -> list[int]:
+    view = httpx2.get(f"{url}/v1/runners", headers=headers, timeout=10).json()
+    pids = [p["pid"] for p in view["plugins"]]
+    assert all(isinstance(pid, int) for pid in pids), view
+    return pids
+
+
+def group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def test_serve_and_send_stream_a_reply_and_sigterm_stops_cleanly(tmp_path: Path, start_server: Any) -> None:
+    config = write_config(tmp_path)
+    server: Server = start_server("--config", str(config), "--listen", "127.0.0.1:0", "--grace", "2")
+    sent = mcphost("send", "hello over http", "--url", server.url, "--config", str(config), cwd=tmp_path)
+    assert sent.returncode == 0, sent.stderr
+    assert sent.stdout == "hello over http\n"
+    run_id, status = sent.stderr.split()[:2]
+    assert status == "completed"
+    failed = mcphost("send", "fail", "--conversation", "m1", "--url", server.url, cwd=tmp_path)
+    assert failed.returncode == 1
+    assert "failed  runner.error" in failed.stderr
+    as_json = mcphost("send", "ok", "--conversation", "m2", "--url", server.url, "--json", cwd=tmp_path)
+    assert as_json.returncode == 0, as_json.stderr
+    lines = [
+        json.loads(line)
+        for line in as_json.stdout.splitlines()
+        if line.startswith("{") and line.endswith("}")
+    ]
+    assert [r["type"] for r in lines if "seq" in r] == ["message.completed", "run.completed"]
+    refused = mcphost("send", "x", "--agent", "ghost", "--url", server.url, cwd=tmp_path)
+    assert refused.returncode == 1
+    assert "not_found" in refused.stderr
+
+    pids = plugin_pids(server.url)
+    code, took = server.stop()
+    assert code == 0, server.log()
+    assert took < 15, server.log()
+    assert "mcphost: stopped" in server.log()
+    assert not [pid for pid in pids if group_alive(pid)]
+    shown = mcphost("show", run_id, "--config", str(config), "--json", cwd=tmp_path)
+    assert json.loads(shown.stdout)["run"]["status"] == "completed"
+
+
+def test_sigterm_lets_runs_finish_within_the_grace_period_then_cancels_them_and_leaves_no_plugin(
+    tmp_path: Path, start_server: Any
+) -> None:
+    config = write_config(tmp_path)
+    grace = 1.5
+    server: Server = start_server("--config", str(config), "--listen", "127.0.0.1:0", "--grace", str(grace))
+    quick = httpx2.post(f"{server.url}/v1/events", json=_event("slow:0.5", "m1"), timeout=10).json()["run_id"]
+    slow = httpx2.post(f"{server.url}/v1/events", json=_event("slow:60", "m2"), timeout=10).json()["run_id"]
+    _wait_running(server.url, slow)
+    pids = plugin_pids(server.url)
+    assert len(pids) >= 3
+
+    code, took = server.stop()
+    assert code == 0, server.log()
+    assert took < grace + 10, server.log()
+    assert not [pid for pid in pids if group_alive(pid)], "plugin processes survived the shutdown"
+
+    async def runs() -> tuple[Any, Any]:
+        url = f"sqlite+aiosqlite:///{tmp_path / 'data' / 'mcphost.db'}"
+        async with open_stores(url, tmp_path / "data") as stores:
+            return await stores.runs.get(quick), await stores.runs.get(slow)
+
+    finished, cancelled = anyio.run(runs)
+    assert finished.status is RunStatus.COMPLETED  # it finished within the grace period
+    assert cancelled.status is RunStatus.CANCELLED
+    assert cancelled.error.details["reason"] == "the host is shutting down"
+
+
+def test_serve_refuses_a_public_address_without_an_api_key_and_requires_the_key_with_one(
+    tmp_path: Path, start_server: Any
+) -> None:
+    config = write_config(tmp_path)
+    refused = mcphost("serve", "--config", str(config), "--listen", "0.0.0.0:0", cwd=tmp_path, timeout=30)
+    assert refused.returncode == 2
+    assert "Refusing to listen on '0.0.0.0' without an API key" in refused.stderr
+    assert "Traceback" not in refused.stderr
+
+    key = "k-" + "x" * 30
+    server: Server = start_server("--config", str(config), "--listen", "0.0.0.0:0", MCPHOST_API_KEY=key)
+    assert httpx2.get(f"{server.url}/v1/runs", timeout=10).status_code == 401
+    without = mcphost("send", "hi", "--url", server.url, cwd=tmp_path)
+    assert without.returncode == 1
+    assert "unauthorized" in without.stderr
+    with_key = mcphost("send", "hi", "--url", server.url, "--api-key-env", "MY_KEY", cwd=tmp_path, MY_KEY=key)
+    assert with_key.returncode == 0, with_key.stderr
+    assert with_key.stdout == "hi\n"
+    assert server.stop()[0] == 0
+
+
+def test_send_to_nothing_fails_clearly(tmp_path: Path) -> None:
+    done = mcphost("send", "hi", "--url", f"http://127.0.0.1:{free_port()}", cwd=tmp_path)
+    assert done.returncode == 1
+    assert "cannot reach mcphost at" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_mcphost_run_serves_the_runs_mcp_endpoint_for_the_command(tmp_path: Path) -> None:
+    config = write_config(tmp_path)
+    done = mcphost("run", "probe", "--conversation", "p1", "--config", str(config), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    reply = json.loads(done.stdout)
+    assert reply["url"].startswith("http://127.0.0.1:")
+    assert not reply["url"].startswith("http://127.0.0.1:8787/")  # an ephemeral port, not the configured one
+    assert reply["prompt"] == PROBE_PROMPT
+    assert reply["history"] == ["probe"]
+
+
+def test_grant_prints_working_configs_and_revoke_ends_the_grant(tmp_path: Path, start_server: Any) -> None:
+    port = free_port()
+    config = write_config(tmp_path, listen=f"127.0.0.1:{port}")
+    server: Server = start_server("--config", str(config))
+    assert mcphost("send", "first words", "--config", str(config), cwd=tmp_path).returncode == 0
+
+    text = mcphost("grant", "--conversation", "cli", "--ttl", "10m", "--config", str(config), cwd=tmp_path)
+    assert text.returncode == 0, text.stderr
+    token_line = next(
+        line for line in text.stdout.splitlines() if line.startswith("export MCPHOST_RUN_TOKEN=")
+    )
+    token = token_line.split("=", 1)[1].strip("'")
+    assert text.stdout.count(token) == 1  # printed once, marked secret
+    assert "SECRET" in text.stdout
+    for marker in (
+        "claude mcp add-json mcphost",
+        "codex -c",
+        "[mcp_servers.mcphost]",
+        '"servers"',
+        '"mcpServers"',
+        "mcphost-bridge",
+    ):
+        assert marker in text.stdout
+
+    made = mcphost("grant", "--conversation", "cli", "--config", str(config), "--json", cwd=tmp_path)
+    grant = json.loads(made.stdout)
+    assert grant["url"] == f"http://127.0.0.1:{port}/runs/{grant['run_id']}/mcp"
+    http_config = grant["configs"]["claude_code"]["http"]["mcp_config"]["mcpServers"]["mcphost"]
+    bridge_config = grant["configs"]["claude_code"]["bridge"]["mcp_config"]["mcpServers"]["mcphost"]
+    assert (
+        grant["configs"]["codex"]["http"]["overrides"][1]
+        == 'mcp_servers.mcphost.bearer_token_env_var="MCPHOST_RUN_TOKEN"'
+    )
+
+    async def use_grant() -> tuple[list[str], list[str], list[str]]:
+        headers = {
+            k: v.replace("${MCPHOST_RUN_TOKEN}", grant["token"]) for k, v in http_config["headers"].items()
+        }
+        async with (
+            httpx2.AsyncClient(headers=headers, timeout=30) as http,
+            Client(streamable_http_client(http_config["url"], http_client=http)) as client,  # pyright: ignore[reportArgumentType]
+        ):
+            tools = sorted(t.name for t in (await client.list_tools()).tools)
+            page = await client.call_tool("history_page", {"limit": 10})
+            assert isinstance(page.structured_content, dict)
+            history = [item["content"] for item in page.structured_content["items"]]
+        bridge = StdioServerParameters(
+            command=str(BIN / bridge_config["command"]),
+            args=bridge_config["args"],
+            env={"MCPHOST_RUN_TOKEN": grant["token"], "PATH": os.environ.get("PATH", "")},
+        )
+        async with Client(bridge) as client:
+            bridged = sorted(t.name for t in (await client.list_tools()).tools)
+        return tools, history, bridged
+
+    tools, history, bridged = anyio.run(use_grant)
+    assert tools == sorted(grant["tools"])
+    assert "artifacts_create" not in tools  # read-only without --write
+    assert history == ["first words", "first words"]
+    assert bridged == tools
+
+    narrow = mcphost(
+        "grant",
+        "--conversation",
+        "cli",
+        "--tools",
+        "history_*",
+        "--write",
+        "--config",
+        str(config),
+        "--json",
+        cwd=tmp_path,
+    )
+    assert json.loads(narrow.stdout)["tools"] == ["history_page", "history_search", "run_context"]
+    bad = mcphost("grant", "--conversation", "cli", "--ttl", "soon", "--config", str(config), cwd=tmp_path)
+    assert bad.returncode == 2
+    assert "expected a duration" in bad.stderr
+
+    revoked = mcphost("revoke", grant["run_id"], "--config", str(config), cwd=tmp_path)
+    assert revoked.returncode == 0, revoked.stderr
+    assert "revoked" in revoked.stderr
+
+    async def refused() -> int:
+        # The server's grant cache trusts a lookup for 2 s; the revocation is seen after that.
+        status = 0
+        async with httpx2.AsyncClient(timeout=10) as http:
+            for _ in range(60):
+                response = await http.post(
+                    grant["url"],
+                    headers={
+                        "Authorization": f"Bearer {grant['token']}",
+                        "Accept": "application/json, text/event-stream",
+                    },
+                    json={"jsonrpc": "2.0", "id": 1, "method": "ping"},
+                )
+                status = response.status_code
+                if status == 401:
+                    break
+                await anyio.sleep(0.1)
+        return status
+
+    assert anyio.run(refused) == 401
+    again = mcphost("revoke", grant["run_id"], "--config", str(config), cwd=tmp_path)
+    assert "already ended" in again.stderr
+    assert server.stop()[0] == 0
+
+
+def _event(text: str, conversation: str) -> dict[str, Any]:
+    return {
+        "event_type": "message.received",
+        "conversation": {"conversation_id": conversation},
+        "input": {"text": text},
+    }
+
+
+def _wait_running(url: str, run_id: str) -> None:
+    for _ in range(300):
+        if httpx2.get(f"{url}/v1/runs/{run_id}", timeout=10).json()["run"]["status"] == "running":
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"run {run_id} never started")
