@@ -612,8 +612,14 @@ def check_listen(host: str, api_key: str | None) -> None:
 
 
 def bind_socket(host: str, port: int) -> socket.socket:
+    """A bound TCP socket for `serve_http`.
+
+    Created with `IPPROTO_TCP` explicitly: asyncio sets TCP_NODELAY on accepted connections only when the
+    listening socket says so, and without it small writes (SSE events, MCP answers) wait on Nagle's
+    algorithm and delayed ACKs (tens of milliseconds each).
+    """
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host, port))

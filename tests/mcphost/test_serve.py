@@ -22,6 +22,7 @@ import pytest
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
+from mcphost.app import bind_socket, serve_http
 from mcphost.models import RunStatus
 from mcphost.stores import open_stores
 from tests.e2e.httpkit import PROBE, PROBE_PROMPT
@@ -362,3 +363,22 @@ def _wait_running(url: str, run_id: str) -> None:
             return
         time.sleep(0.05)
     raise AssertionError(f"run {run_id} never started")
+
+
+async def test_small_answers_are_not_held_back_by_nagle(tmp_path: Path) -> None:
+    # asyncio sets TCP_NODELAY on accepted sockets only when the listening socket is IPPROTO_TCP. Without
+    # it, each answer written in two pieces (headers, then body) waits for a delayed ACK: ~40 ms a request.
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    sock = bind_socket("127.0.0.1", 0)
+    assert sock.proto == socket.IPPROTO_TCP
+    with sock:
+        async with serve_http(app, sock) as url, httpx2.AsyncClient() as http:
+            assert (await http.get(url)).text == "ok"  # the keep-alive connection is open
+            started = time.monotonic()
+            for _ in range(30):
+                assert (await http.get(url)).text == "ok"
+            took = time.monotonic() - started
+    assert took < 0.6, f"30 small requests took {took:.2f} s"
