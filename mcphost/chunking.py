@@ -27,7 +27,7 @@ from typing import Literal
 from mcphost.protocol import JSONObject
 from mcphost.stores.knowledge import ChunkDraft
 
-CHUNKER_VERSION = "v1"
+CHUNKER_VERSION = "v2"
 """Bump when chunking changes: every document is re-chunked at its next ingest."""
 TARGET_CHARS = 1200
 MAX_CHARS = 1800
@@ -132,7 +132,11 @@ def parse_markdown(text: str, fallback_title: str) -> ParsedDocument:
 
 
 def _plain(heading: str) -> str:
-    return re.sub(r"[*_`]+", "", heading).strip()
+    """Heading text without code and emphasis marks; what is inside `code` stays as written."""
+    parts = heading.split("`")
+    for i in range(0, len(parts), 2):  # outside code spans
+        parts[i] = re.sub(r"(?<!\w)(\*{1,2}|_{1,2})(\S(?:.*?\S)?)\1(?!\w)", r"\2", parts[i])
+    return "".join(parts).strip()
 
 
 def parse_text(text: str, fallback_title: str) -> ParsedDocument:

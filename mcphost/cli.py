@@ -38,6 +38,8 @@ from mcphost.app import (
 from mcphost.config import Settings, load_settings
 from mcphost.context import TOKEN_ENV, mcp_url
 from mcphost.errors import ConfigError, HostError
+from mcphost.gateway import Gateway, UpstreamState
+from mcphost.knowledge import IngestProgress, KnowledgeBases
 from mcphost.models import ID_PATTERN, AgentEventEnvelope, Run, RunStatus, new_id
 from mcphost.protocol import json_schemas
 
@@ -638,6 +640,123 @@ async def cmd_revoke(args: argparse.Namespace, settings: Settings) -> int:
     return EXIT_OK
 
 
+# -- knowledge bases and tools -----------------------------------------------------------------------------
+
+
+class _IngestBar:
+    """Ingest progress on stderr: a bar redrawn in place on a terminal, one line per document otherwise."""
+
+    WIDTH = 24
+
+    def __init__(self, kb_id: str, out: TextIO | None = None) -> None:
+        self._kb = kb_id
+        self._out = out or sys.stderr
+        self._tty = self._out.isatty()
+
+    def __call__(self, p: IngestProgress) -> None:
+        detail = f" ({p.detail})" if p.detail else ""
+        if not self._tty:
+            if p.outcome != "unchanged":
+                print(f"{p.done}/{p.total} {p.outcome:<9} {p.path}{detail}", file=self._out, flush=True)
+            return
+        filled = self.WIDTH * p.done // max(p.total, 1)
+        bar = "#" * filled + "-" * (self.WIDTH - filled)
+        line = f"\r{self._kb} [{bar}] {p.done}/{p.total} {p.outcome:<9} {p.path}"[:160]
+        self._out.write(line.ljust(160) + ("\n" if p.done == p.total else ""))
+        self._out.flush()
+
+
+def _kb_filters(args: argparse.Namespace) -> dict[str, Any]:
+    filters: dict[str, Any] = {}
+    if args.path:
+        filters["path"] = args.path
+    if args.prefix:
+        filters["path_prefix"] = args.prefix
+    meta: dict[str, Any] = {}
+    for pair in args.meta or []:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"--meta takes KEY=VALUE; got {pair!r}")
+        meta[key] = value
+    if meta:
+        filters["metadata"] = meta
+    return filters
+
+
+async def cmd_kb(args: argparse.Namespace, settings: Settings) -> int:
+    async with open_database(settings) as stores:
+        kb = KnowledgeBases.from_settings(stores.db, settings)
+        if args.kb_command == "list":
+            bases = await kb.describe()
+            if args.json:
+                _dump({"knowledge_bases": [b.model_dump(mode="json") for b in bases]})
+                return EXIT_OK
+            if not bases:
+                print(
+                    f"no knowledge bases in {settings.source}; add a [knowledge.<kb_id>] table",
+                    file=sys.stderr,
+                )
+            for b in bases:
+                when = (
+                    time.strftime("%Y-%m-%d %H:%M", time.localtime(b.last_ingested_at))
+                    if b.last_ingested_at
+                    else "never ingested"
+                )
+                print(f"{b.kb_id:<20} {b.documents:>6} docs {b.chunks:>7} chunks  {when}  {b.name}")
+                print(f"{'':<20} paths: {', '.join(b.paths) or '-'}")
+            return EXIT_OK
+        if args.kb_command == "ingest":
+            report = await kb.ingest(
+                args.kb_id, args.paths or None, on_progress=None if args.json else _IngestBar(args.kb_id)
+            )
+            if args.json:
+                _dump(report.model_dump(mode="json"))
+                return EXIT_OK
+            print(
+                f"{args.kb_id}: {len(report.added)} added, {len(report.updated)} updated, "
+                f"{len(report.unchanged)} unchanged, {len(report.deleted)} deleted, {len(report.skipped)} skipped; "
+                f"{report.chunks} chunks written in {report.elapsed_s:.1f} s",
+                file=sys.stderr,
+            )
+            for skipped in report.skipped:
+                print(f"  skipped {skipped.path}: {skipped.reason}", file=sys.stderr)
+            return EXIT_OK
+        chunks = await kb.retrieve(
+            args.kb_id, args.query, top_k=args.top_k, filters=_kb_filters(args) or None
+        )
+    if args.json:
+        _dump({"chunks": [c.model_dump(mode="json") for c in chunks]})
+        return EXIT_OK
+    if not chunks:
+        print("no matching chunks", file=sys.stderr)
+    for rank, chunk in enumerate(chunks, 1):
+        meta = chunk.metadata
+        lines = f"lines {meta.get('start_line')}-{meta.get('end_line')}" if "start_line" in meta else ""
+        print(f"{rank}. {chunk.document}  {meta.get('heading', '')}  {lines}  (score {chunk.score:.4g})")
+        print("   " + _short(" ".join(chunk.text.split()), 300))
+    return EXIT_OK
+
+
+async def cmd_tools(args: argparse.Namespace, settings: Settings) -> int:
+    if not settings.tools:
+        print(f"no tool servers in {settings.source}; add a [tools.<server>] table", file=sys.stderr)
+        if args.json:
+            _dump({"servers": []})
+        return EXIT_OK
+    gateway = Gateway.from_settings(settings)
+    async with gateway.running():
+        servers = await gateway.catalog(timeout=args.timeout)
+    if args.json:
+        _dump({"servers": [s.model_dump(mode="json") for s in servers]})
+    else:
+        for s in servers:
+            state = s.state.value if s.state is UpstreamState.READY else f"{s.state.value}: {s.last_error}"
+            print(f"{s.server:<16} {s.transport:<5} {_short(s.target, 50):<50} {state}")
+            for tool in s.tools:
+                print(f"  {tool.name:<36} {_short(tool.description or '', 80)}")
+    return EXIT_OK if all(s.state is UpstreamState.READY for s in servers) else EXIT_FAILED
+
+
 # -- parser ----------------------------------------------------------------------------------------------
 
 
@@ -704,6 +823,57 @@ def build_parser() -> argparse.ArgumentParser:
         "runners",
         help="list registered runners and rejected manifests",
         description="Start the configured plugins and list the runners they registered, and any rejected manifests with the reason.",
+    )
+    _add_common(p)
+
+    p = sub.add_parser(
+        "kb",
+        help="knowledge bases: ingest files, list, search",
+        description="Knowledge bases from [knowledge.<kb_id>] in mcphost.toml: ingest their files (Markdown, text, HTML), list them, search them.",
+    )
+    kb_sub = p.add_subparsers(dest="kb_command", metavar="ACTION", required=True)
+    k = kb_sub.add_parser(
+        "ingest",
+        help="ingest a knowledge base's files (incremental)",
+        description="Bring a knowledge base in line with its files: new and changed files are (re)chunked, unchanged ones skipped, removed ones deleted. PATHS (files, folders or globs) replace the configured paths; then only documents under them are deleted when gone. Safe to interrupt and re-run.",
+    )
+    k.add_argument("kb_id", metavar="KB")
+    k.add_argument(
+        "paths", nargs="*", metavar="PATH", help="files, folders or globs (default: the configured paths)"
+    )
+    _add_common(k)
+    k = kb_sub.add_parser(
+        "list",
+        help="configured knowledge bases and what is stored",
+        description="List the configured knowledge bases with their document and chunk counts.",
+    )
+    _add_common(k)
+    k = kb_sub.add_parser(
+        "search",
+        help="search a knowledge base",
+        description="The chunks of a knowledge base most relevant to QUERY (full-text: BM25 on SQLite, ts_rank_cd on PostgreSQL).",
+    )
+    k.add_argument("kb_id", metavar="KB")
+    k.add_argument("query", metavar="QUERY")
+    k.add_argument("--top-k", type=_top_k, default=5, metavar="N", help="how many chunks (1-50, default 5)")
+    k.add_argument("--path", metavar="GLOB", help="only documents whose path matches this glob")
+    k.add_argument("--prefix", metavar="P", help="only documents whose path starts with P")
+    k.add_argument(
+        "--meta", action="append", metavar="KEY=VALUE", help="only documents with this metadata (repeatable)"
+    )
+    _add_common(k)
+
+    p = sub.add_parser(
+        "tools",
+        help="upstream tool servers: status and tools",
+        description="Connect every [tools.<server>] upstream MCP server and list its status and its tools as runs see them (<server>__<tool>). Exits 1 when a server is unavailable.",
+    )
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=15.0,
+        metavar="S",
+        help="how long to wait for each server (default 15)",
     )
     _add_common(p)
 
@@ -843,6 +1013,12 @@ def _positive_int(value: str) -> int:
     return int(value)
 
 
+def _top_k(value: str) -> int:
+    if not value.isdigit() or not 1 <= int(value) <= 50:
+        raise argparse.ArgumentTypeError(f"expected a whole number from 1 to 50, got {value!r}")
+    return int(value)
+
+
 def _default_actor() -> str:
     try:
         name = getpass.getuser()
@@ -856,6 +1032,8 @@ _ASYNC_COMMANDS: dict[str, Callable[[argparse.Namespace, Settings], Coroutine[An
     "runs": cmd_runs,
     "show": cmd_show,
     "runners": cmd_runners,
+    "kb": cmd_kb,
+    "tools": cmd_tools,
     "serve": cmd_serve,
     "send": cmd_send,
     "grant": cmd_grant,

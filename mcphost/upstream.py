@@ -30,6 +30,7 @@ from __future__ import annotations
 import logging
 import math
 import re
+import sys
 import time
 from collections.abc import Mapping
 from contextlib import AsyncExitStack
@@ -203,6 +204,16 @@ class _Transport:
         return await self._stack.__aexit__(exc_type, exc, tb)
 
 
+def _with_fileno(stream: TextIO) -> TextIO:
+    """`stream` when a subprocess can write to it, else the process's original stderr (a replaced
+    `sys.stderr`, such as a test's capture buffer, has no file descriptor)."""
+    try:
+        stream.fileno()
+    except (OSError, ValueError, AttributeError):
+        return sys.__stderr__ or stream
+    return stream
+
+
 def describe_failure(exc: BaseException) -> str:
     """A one-line reason for a failure, from the innermost exception of a group."""
     while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
@@ -293,7 +304,7 @@ class Upstream:
             params = StdioServerParameters(
                 command=cfg.command[0], args=list(cfg.command[1:]), env=env, cwd=self._cwd
             )
-            return _Transport(stdio_client(params, errlog=self._errlog), lost, None)
+            return _Transport(stdio_client(params, errlog=_with_fileno(self._errlog)), lost, None)
         headers = {
             k: expand_env(v, self._environ, where=f"[tools.{self.name}].headers.{k}")
             for k, v in cfg.headers.items()

@@ -181,3 +181,8 @@ def test_html_text_is_extracted_with_headings_and_lines() -> None:
 def test_chunking_is_deterministic() -> None:
     doc = parse_markdown(MARKDOWN + _paragraphs(10), "f")
     assert chunk_document(doc) == chunk_document(parse_markdown(MARKDOWN + _paragraphs(10), "f"))
+
+
+def test_headings_lose_emphasis_but_keep_code() -> None:
+    doc = parse_markdown("# The `run_id` of **every** _run_\n\ntext\n", "f")
+    assert doc.title == "The run_id of every run"
