@@ -6,9 +6,9 @@ Two databases of one dialect are prepared side by side and queried alternately, 
 
 - `knowledge, one big KB`: a single knowledge base made of the 110-document corpus
   (`examples/knowledge/mcphost/`) plus filler documents up to the size. Filler is text-like: 40 % stop
-  words, 30 % the corpus's own words at their corpus frequencies (so the query words are common in the
-  filler too, as in a big knowledge base about one subject), 30 % words of a Zipf-distributed synthetic
-  vocabulary. The hardest case for an index: the query words match a share of the whole base.
+  words, 10 % (`REAL_SHARE`) the corpus's own words at their corpus frequencies, so every query word
+  also occurs in the filler, the commoner ones in tens of thousands of chunks at 1M, and 50 % words of a
+  Zipf-distributed synthetic vocabulary of 100k words (a big knowledge base has a big vocabulary).
 - `knowledge, other KBs grow`: the queried base stays the corpus plus filler up to `small` chunks; the rest
   of the big database is other knowledge bases. What a host with many tenants sees.
 - `history_search`: the run's conversation holds 2,000 messages (sentences of the corpus); the rest of
@@ -60,6 +60,8 @@ OTHER_CONVERSATION_ROWS = 500
 BATCH_DOCS = 2_000
 BATCH_ROWS = 20_000
 SYNTHETIC_WORDS = 100_000
+REAL_SHARE = 0.1
+"""Share of a filler chunk's words drawn from the corpus vocabulary (by corpus frequency)."""
 SIZES: dict[str, tuple[int, int]] = {
     "full": (10_000, 1_000_000),
     "quick": (10_000, 100_000),
@@ -94,7 +96,7 @@ class TextModel:
         self.stop = sorted(STOP_WORDS)
 
     def filler(self, words: int = WORDS_PER_CHUNK) -> str:
-        n_stop, n_real = int(words * 0.4), int(words * 0.3)
+        n_stop, n_real = int(words * 0.4), int(words * REAL_SHARE)
         picked = (
             self.rng.choices(self.stop, k=n_stop)
             + self.rng.choices(self.real, cum_weights=self.real_cum, k=n_real)

@@ -190,25 +190,29 @@ def thread_scope_sqlite(conversation_id: str, thread_id: str | None) -> str:
 
 
 def fts5_match(
-    scope: str,
+    scope: str | None,
     terms: Sequence[str],
-    columns: Sequence[str],
     *,
     all_terms: bool = False,
     scored: Sequence[str] = (),
 ) -> str:
-    """`scope : "<token>" AND {columns} : ("t1" OR "t2" …)`: the scope token ANDed with any (or, with
-    `all_terms`, every) one of `terms`. Words in `scored` count in the rank (`bm25()` ranks every phrase
-    of the expression) without widening the match: they sit in a branch the scope token always satisfies."""
+    """`"<scope token>" AND ("t1" OR "t2" …)`: the scope token ANDed with any (or, with `all_terms`,
+    every) one of `terms`; without a scope, just the words. Words in `scored` count in the rank (`bm25()`
+    ranks every phrase of the expression) without widening the match: they sit in a branch the scope
+    token always satisfies.
+
+    No column filters: with `detail=full` FTS5 checks a filter position by position, which made a probe
+    ten times slower; a scope token (`k`/`s` and hex) never equals a query word in practice, and its
+    column has weight 0 in the rank."""
     words = [*terms, *scored]
     assert terms, terms
     assert all(_WORD.fullmatch(t) for t in words), words
-    joined = (" AND " if all_terms else " OR ").join(f'"{t}"' for t in terms)
-    cols = " ".join(columns)
-    expression = f'scope : "{scope}" AND {{{cols}}} : ({joined})'
+    expression = "(" + (" AND " if all_terms else " OR ").join(f'"{t}"' for t in terms) + ")"
+    if scope is None:
+        return expression
+    expression = f'"{scope}" AND {expression}'
     if scored:
-        extra = " OR ".join(f'"{t}"' for t in scored)
-        expression += f' AND (scope : "{scope}" OR {{{cols}}} : ({extra}))'
+        expression += ' AND ("' + scope + '" OR ' + " OR ".join(f'"{t}"' for t in scored) + ")"
     return expression
 
 

@@ -16,12 +16,17 @@ Invariants:
   document length. Scores are "higher is better" on both; ties go to the lower chunk id.
 - Candidates are bounded so a search stays fast as a knowledge base grows (the idea of Elasticsearch's
   `cutoff_frequency`). Once a knowledge base holds more than `CANDIDATE_BUDGET` chunks, a word found in
-  more than that many chunks is *common*: it still counts in every score, but only chunks holding at
-  least one *selective* word are ranked; when that gives fewer than `limit` hits, chunks holding all
-  the common words are ranked too. Word counts come from bounded FTS5 probes (SQLite) or from the
-  planner's most-common-lexeme statistics of the tsvector column (PostgreSQL, refreshed by ANALYZE;
-  without statistics every word is selective; it judges by the whole table). Small knowledge bases are
-  ranked exhaustively.
+  more than that many chunks is *common*: only chunks holding at least one *selective* word are ranked;
+  when that gives fewer than `limit` hits, chunks holding all the common words are ranked too. Word
+  counts come from bounded FTS5 probes (SQLite) or from the planner's most-common-lexeme statistics of
+  the tsvector column (PostgreSQL, refreshed by ANALYZE; without statistics every word is selective; it
+  judges by the whole table). Small knowledge bases are ranked exhaustively, every word counting.
+- SQLite specifics, because FTS5's `bm25()` reads the full document list of every phrase of the
+  expression on each query (for its IDF): past the budget, common words are left out of the rank (on
+  PostgreSQL they still count), and when one knowledge base is most of the index its scope token is left
+  out of the expression too and `kb_id` is checked on the joined row instead. The FTS5 table is ranked
+  alone in a subquery and only its best rows are joined (`WINDOW_FACTOR` times `limit` when filters
+  follow, all of them again when those leave too few).
 - Filters are applied inside the same query: a path glob (`*`, `?`, `[...]`, `[!...]`; `*` also matches `/`), a
   path prefix (an index range on byte order), and metadata equality on the document's metadata, where a
   list value matches when it contains the wanted value.
@@ -78,6 +83,7 @@ HEADING_WEIGHT = 2.0
 CANDIDATE_BUDGET = 2_000
 """Past this many chunks a word is "common" and no longer picks candidates on its own (it still ranks)."""
 STATS_TTL_S = 60.0
+WINDOW_FACTOR = 10
 MAX_SEARCH_LIMIT = 50
 MetadataValue = str | int | float | bool
 _PG_WEIGHTS = "'{0.5, 0.5, 0.5, 1.0}'::float4[]"
@@ -88,10 +94,28 @@ _PG_NORMALIZATION = 1
 
 @dataclass(frozen=True)
 class _Plan:
-    """The words a chunk must hold (any of them, or all) to be ranked; every query word counts in the rank."""
+    """The words a chunk must hold (any of them, or all) to be ranked, and how the statement is built."""
 
     required: list[str]
     all_terms: bool
+    scope_in_index: bool = True
+    """SQLite: AND the scope token in the MATCH (else filter on kb_id after it: see `_sqlite_plans`)."""
+    rank_all: bool = True
+    """Whether every query word counts in the rank, or only the required ones (SQLite, past the budget)."""
+
+
+def _split(
+    terms: list[str], frequencies: Mapping[str, int], *, scope_in_index: bool, rank_all: bool
+) -> list[_Plan]:
+    """Selective words first (any of them), then, when those find too few, all the common words."""
+    selective = [t for t in terms if 0 < frequencies[t] <= CANDIDATE_BUDGET]
+    common = [t for t in terms if frequencies[t] > CANDIDATE_BUDGET]
+    plans: list[_Plan] = []
+    if selective:
+        plans.append(_Plan(selective, all_terms=False, scope_in_index=scope_in_index, rank_all=rank_all))
+    if common:
+        plans.append(_Plan(common, all_terms=True, scope_in_index=scope_in_index, rank_all=rank_all))
+    return plans
 
 
 class KnowledgeDocument(BaseModel):
@@ -232,6 +256,7 @@ class KnowledgeStore:
     def __init__(self, db: Database) -> None:
         self._db = db
         self._lexeme_stats: tuple[float, tuple[float, dict[str, float]] | None] | None = None
+        self._sizes_cache: dict[str, tuple[float, tuple[int, int]]] = {}
 
     # -- documents -------------------------------------------------------------------------------------
 
@@ -465,8 +490,16 @@ class KnowledgeStore:
         found: dict[int, KnowledgeHit] = {}
         async with self._db.read() as session:
             for plan in await self._plans(session, kb_id, terms):
-                stmt = self._statement(kb_id, terms, plan, conditions, limit)
-                for chunk, path, title, doc_meta, score in (await session.execute(stmt)).all():
+                rows = (await session.execute(self._statement(kb_id, terms, plan, conditions, limit))).all()
+                if (
+                    len(rows) < limit
+                    and self._db.dialect == "sqlite"
+                    and (conditions or not plan.scope_in_index)
+                ):
+                    # The pre-ranked window may have held too few chunks passing the filters: rank them all.
+                    unbounded = self._statement(kb_id, terms, plan, conditions, limit, bounded=False)
+                    rows = (await session.execute(unbounded)).all()
+                for chunk, path, title, doc_meta, score in rows:
                     found.setdefault(
                         chunk.chunk_id,
                         KnowledgeHit(
@@ -488,36 +521,50 @@ class KnowledgeStore:
 
     async def _plans(self, session: AsyncSession, kb_id: str, terms: list[str]) -> list[_Plan]:
         """Which words a chunk must hold to be ranked at all (see the module docstring)."""
-        frequencies = await (
-            self._sqlite_frequencies if self._db.dialect == "sqlite" else self._pg_frequencies
-        )(session, kb_id, terms)
+        if self._db.dialect == "sqlite":
+            return await self._sqlite_plans(session, kb_id, terms)
+        frequencies = await self._pg_frequencies(session, kb_id, terms)
         if frequencies is None:
             return [_Plan(required=terms, all_terms=False)]
-        selective = [t for t in terms if 0 < frequencies[t] <= CANDIDATE_BUDGET]
-        common = [t for t in terms if frequencies[t] > CANDIDATE_BUDGET]
-        plans: list[_Plan] = []
-        if selective:
-            plans.append(_Plan(required=selective, all_terms=False))
-        if common:
-            plans.append(_Plan(required=common, all_terms=True))
-        return plans
+        return _split(terms, frequencies, scope_in_index=True, rank_all=True)
 
-    async def _sqlite_frequencies(
-        self, session: AsyncSession, kb_id: str, terms: list[str]
-    ) -> dict[str, int] | None:
-        """Chunks of the knowledge base holding each word, counted up to `CANDIDATE_BUDGET` + 1, or None
-        when the whole knowledge base is within the budget."""
+    async def _sqlite_plans(self, session: AsyncSession, kb_id: str, terms: list[str]) -> list[_Plan]:
+        """SQLite's plans. FTS5's `bm25()` counts, for every phrase of the expression, the rows holding it
+        (its IDF) on each query: a phrase in a million rows costs a scan of a million entries. So past the
+        budget the expression holds neither common words (they are left out of the rank) nor, when the
+        knowledge base is most of the index, its scope token (kb_id is then checked on the joined row)."""
+        kb_chunks, all_chunks = await self._sizes(session, kb_id)
+        if kb_chunks <= CANDIDATE_BUDGET:
+            return [_Plan(required=terms, all_terms=False)]
+        scope_in_index = kb_chunks * 2 <= all_chunks
         scope = kb_scope_sqlite(kb_id)
+        probe = text(
+            "SELECT count(*) FROM (SELECT 1 FROM kb_chunks_fts WHERE kb_chunks_fts MATCH :m LIMIT :n)"
+        )
+        frequencies: dict[str, int] = {}
+        for term in terms:
+            match = fts5_match(scope if scope_in_index else None, [term])
+            found = await session.execute(probe, {"m": match, "n": CANDIDATE_BUDGET + 1})
+            frequencies[term] = int(found.scalar_one())
+        return _split(terms, frequencies, scope_in_index=scope_in_index, rank_all=False)
 
-        async def count(match: str) -> int:
-            probe = text(
-                "SELECT count(*) FROM (SELECT 1 FROM kb_chunks_fts WHERE kb_chunks_fts MATCH :m LIMIT :n)"
+    async def _sizes(self, session: AsyncSession, kb_id: str) -> tuple[int, int]:
+        """(chunks of the knowledge base, chunks of every knowledge base), cached for `STATS_TTL_S`."""
+        now = time.monotonic()
+        cached = self._sizes_cache.get(kb_id)
+        if cached is not None and now - cached[0] < STATS_TTL_S:
+            return cached[1]
+        rows = (
+            await session.execute(
+                select(
+                    KbDocumentRow.kb_id == kb_id, func.coalesce(func.sum(KbDocumentRow.chunk_count), 0)
+                ).group_by(KbDocumentRow.kb_id == kb_id)
             )
-            return int((await session.execute(probe, {"m": match, "n": CANDIDATE_BUDGET + 1})).scalar_one())
-
-        if await count(f'scope : "{scope}"') <= CANDIDATE_BUDGET:
-            return None
-        return {t: await count(fts5_match(scope, [t], ("heading", "text"))) for t in terms}
+        ).all()
+        mine = sum(int(total) for is_mine, total in rows if is_mine)
+        sizes = (mine, sum(int(total) for _, total in rows))
+        self._sizes_cache[kb_id] = (now, sizes)
+        return sizes
 
     async def _pg_frequencies(
         self, session: AsyncSession, kb_id: str, terms: list[str]
@@ -567,33 +614,49 @@ class KnowledgeStore:
         return stats
 
     def _statement(
-        self, kb_id: str, terms: list[str], plan: _Plan, conditions: list[ColumnElement[bool]], limit: int
+        self,
+        kb_id: str,
+        terms: list[str],
+        plan: _Plan,
+        conditions: list[ColumnElement[bool]],
+        limit: int,
+        *,
+        bounded: bool = True,
     ) -> Select[KbChunkRow, str, str, dict[str, Any], float]:
-        scored = [t for t in terms if t not in plan.required]
+        """The ranking statement of one plan. On SQLite the FTS5 table is ranked alone first, in a
+        subquery keeping its best rows (`limit` of them when nothing filters them, `WINDOW_FACTOR` times
+        that when filters or the kb_id check follow; all of them when not `bounded`), so only those rows
+        are joined and read, not every candidate."""
+        scored = [t for t in terms if t not in plan.required] if plan.rank_all else []
         score: ColumnElement[float]
         if self._db.dialect == "sqlite":
             fts = literal_column("kb_chunks_fts")
             source = table("kb_chunks_fts", column("rowid", Integer))
             score = -func.bm25(fts, 0.0, HEADING_WEIGHT, 1.0, type_=Float)
             expression = fts5_match(
-                kb_scope_sqlite(kb_id),
+                kb_scope_sqlite(kb_id) if plan.scope_in_index else None,
                 plan.required,
-                ("heading", "text"),
                 all_terms=plan.all_terms,
-                scored=scored,
+                scored=scored if plan.scope_in_index else [],
             )
-            stmt = (
-                select(
-                    KbChunkRow,
-                    KbDocumentRow.path,
-                    KbDocumentRow.title,
-                    KbDocumentRow.meta,
-                    score.label("score"),
-                )
+            match = fts.op("MATCH", is_comparison=True)(expression)
+            filtered = bool(conditions) or not plan.scope_in_index
+            size = None if not bounded else (limit * WINDOW_FACTOR if filtered else limit)
+            ranked = (
+                select(source.c.rowid.label("chunk_id"), score.label("score"))
                 .select_from(source)
-                .join(KbChunkRow, KbChunkRow.chunk_id == source.c.rowid)
-                .where(fts.op("MATCH", is_comparison=True)(expression))
+                .where(match)
             )
+            if size is not None:
+                ranked = ranked.order_by(score.desc(), source.c.rowid).limit(size)
+            best = ranked.subquery("best")
+            stmt = (
+                select(KbChunkRow, KbDocumentRow.path, KbDocumentRow.title, KbDocumentRow.meta, best.c.score)
+                .select_from(best)
+                .join(KbChunkRow, KbChunkRow.chunk_id == best.c.chunk_id)
+            )
+            if not plan.scope_in_index:
+                stmt = stmt.where(KbChunkRow.kb_id == kb_id)
         else:
             vector = literal_column("kb_chunks.search_vector", type_=TSVECTOR)
             required = pg_words_query(plan.required, all_terms=plan.all_terms)

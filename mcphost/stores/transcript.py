@@ -280,7 +280,7 @@ class TranscriptStore:
             source = table("transcript_fts", column("rowid", Integer))
             score = -func.bm25(fts, 0.0, 1.0, type_=Float)
             match = fts.op("MATCH", is_comparison=True)(
-                fts5_match(thread_scope_sqlite(conversation_id, thread_id), terms, ("content",))
+                fts5_match(thread_scope_sqlite(conversation_id, thread_id), terms)
             )
             stmt = (
                 select(TranscriptRow, score.label("score"))

@@ -214,6 +214,7 @@ async def test_past_the_candidate_budget_common_words_rank_but_do_not_select(
         await _put(store, f"common-{i}.md", [_chunk(f"the gadget manual page {i} with filler words")])
     await _put(store, "both.md", [_chunk("the gadget has a zeppelin mode")])
     await _put(store, "rare.md", [_chunk("a zeppelin and nothing else")])
+    await _put(store, "elsewhere.md", [_chunk("zeppelin gadget zeppelin")], kb_id="other")
     await store.optimize()  # PostgreSQL judges words by the planner's statistics
 
     top = await store.search("docs", "gadget zeppelin", limit=2)
@@ -225,3 +226,8 @@ async def test_past_the_candidate_budget_common_words_rank_but_do_not_select(
     only_common = await store.search("docs", "gadget manual", limit=10)
     assert {h.path for h in only_common} == {f"common-{i}.md" for i in range(8)}
     assert await store.search("docs", "zzzmissing gadget", limit=3) != []
+    # "docs" is most of the index, so SQLite checks kb_id after matching: nothing of "other" leaks in,
+    # and filters that leave fewer hits than the window rank everything again.
+    assert all(h.kb_id == "docs" for h in await store.search("docs", "zeppelin gadget", limit=20))
+    assert [h.path for h in await store.search("other", "zeppelin")] == ["elsewhere.md"]
+    assert [h.path for h in await store.search("docs", "gadget", path_glob="common-7.md")] == ["common-7.md"]
