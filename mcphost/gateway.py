@@ -131,7 +131,6 @@ class Gateway:
             )
             for name, cfg in sorted(servers.items())
         }
-        self._running = False
 
     @classmethod
     def from_settings(cls, settings: Settings, stores: Stores | None = None) -> Gateway:
@@ -146,11 +145,9 @@ class Gateway:
         async with anyio.create_task_group() as tg:
             for upstream in self.upstreams.values():
                 await tg.start(upstream.supervise)
-            self._running = True
             try:
                 yield self
             finally:
-                self._running = False
                 tg.cancel_scope.cancel()
 
     # -- HostToolProvider ----------------------------------------------------------------------------------
@@ -204,13 +201,13 @@ class Gateway:
                 )
             remaining = timeout - (time.perf_counter() - started)
             result = await upstream.call(tool, arguments, timeout=max(remaining, 0.001))
+            size = len(result.model_dump_json(by_alias=True, exclude_none=True).encode())
+            artifact_id: str | None = None
+            if size > self._max_inline:
+                result, artifact_id = await self._as_artifact(grant, name, result, size)
         except HostError as error:
             await self._telemetry(grant, name, server, tool, started, error.code, None, None)
             raise
-        size = len(result.model_dump_json(by_alias=True, exclude_none=True).encode())
-        artifact_id: str | None = None
-        if size > self._max_inline:
-            result, artifact_id = await self._as_artifact(grant, name, result, size)
         outcome = "error" if result.is_error else "ok"
         await self._telemetry(grant, name, server, tool, started, outcome, size, artifact_id)
         return result
