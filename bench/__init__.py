@@ -3,13 +3,16 @@
 Run with `uv run python -m bench [NAME...] [--quick]`. Each benchmark module exposes
 `async def run(cfg: BenchConfig) -> list[Row]`, measures its baseline and its subject alternately
 (`_alternate.py`) and reports p50, the tail and the ratio (`_stats.py`). A part that cannot run here
-(a piece of the host it measures is missing) is not an error: it is noted in `cfg.skipped` with why. Nothing here asserts on time:
-targets are reported as met or missed, never enforced (tests only prove the benchmarks run).
+(a piece of the host it measures is missing) is not an error: it is noted in `cfg.skipped` with why.
+Nothing here asserts on time: targets are reported as met or missed, never enforced (tests only prove
+the benchmarks run). Results and findings: `bench/README.md`.
 
-Module map: `run_overhead`, `throughput`, `mcp_call`, `scale`, `startup` (the benchmarks); `_config`
-(sizes), `_databases` (a fresh SQLite file or PostgreSQL database per use), `_host` (the host under
-benchmark), `_stdio` (the baseline stdio driver), `_hold_plugin` (a runner that holds runs open),
-`_bulk` (fast bulk loading), `_report` (table and results.json).
+Module map: `run_overhead`, `throughput`, `mcp_call`, `scale`, `startup` (the benchmarks of
+`python -m bench`); `knowledge_quality`, `knowledge_scale` (retrieval benchmarks, run on their own);
+`_config` (sizes), `_databases` (a fresh SQLite file or PostgreSQL database per use), `_host` (the host
+under benchmark), `_stdio` (the baseline stdio driver), `_hold_plugin` (a runner that holds runs open),
+`_memory` (RSS per active run, in a child process), `_bulk` (fast bulk loading), `_report` (table and
+results.json).
 """
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ class Sizes:
     memory_active_runs: int
     memory_all_dialects: bool
     """Measure memory per active run on every database (else on the first only: it barely differs)."""
-    # mcp-call: calls per side per round (at most 48: a run may make bursts of 100 calls), rounds
+    # mcp-call: calls per side per block (at most 45: a run may make bursts of 100 calls), blocks
     mcp_calls: int
     mcp_rounds: int
     # scale

@@ -14,8 +14,8 @@ directly.
 
 Calls alternate one by one between baseline and subject (ABBA), in blocks: each block opens fresh
 clients (untimed) on a fresh run, because a run may make 50 calls/s (bursts of 100), a policy the
-benchmark stays under rather than measures. The first block warms up and is not kept. Targets: host ≤ 1.3x the bare SDK; bridge
-≤ 1.5x direct HTTP.
+benchmark stays under rather than measures. Each block starts with `WARMUP_CALLS` untimed calls per
+side. Targets: host ≤ 1.3x the bare SDK; bridge ≤ 1.5x direct HTTP.
 """
 
 from __future__ import annotations
@@ -51,6 +51,7 @@ LEGACY = "legacy"
 MODERN = "2026-07-28"
 ERA_NAMES = {LEGACY: "2025-11-25 (session)", MODERN: "2026-07-28 (stateless)"}
 HISTORY_ROWS = 1000
+WARMUP_CALLS = 3
 PAGE = 50
 TARGET_SDK = 1.3
 TARGET_BRIDGE = 1.5
@@ -225,7 +226,7 @@ async def run(cfg: BenchConfig) -> list[Row]:
 
     sizes = cfg.sizes
     rounds, calls = sizes.mcp_rounds, sizes.mcp_calls
-    per_case = rounds + 1  # + the warm-up round
+    per_case = rounds
     cases = 5  # (facts, bridge) x (two eras), and the TCP_NODELAY diagnostic
     rows: list[Row] = []
     async with workspace("sqlite", cfg.tmp_root) as ws:
@@ -249,7 +250,7 @@ async def run(cfg: BenchConfig) -> list[Row]:
 
 async def _versus_sdk(runs: _Runs, bare_url: str, mode: str, rounds: int, calls: int) -> Row:
     samples = Samples([], [], 0)
-    for block in range(rounds + 1):  # the first block warms up and is not kept
+    for _ in range(rounds):
         ctx = await runs.start()
         mcp = ctx.context.mcp
         assert mcp is not None
@@ -258,13 +259,14 @@ async def _versus_sdk(runs: _Runs, bare_url: str, mode: str, rounds: int, calls:
                 http_client(f"{bare_url}/mcp", mode) as bare,
                 http_client(mcp.url, mode, dict(mcp.headers)) as hosted,
             ):
-                await call_page(bare)  # connections are open before timing starts
-                await call_page(hosted)
+                for _ in range(WARMUP_CALLS):  # connections open and caches warm before timing starts
+                    await call_page(bare)
+                    await call_page(hosted)
                 await interleave(
                     lambda: call_page(bare),
                     lambda: call_page(hosted),
                     calls,
-                    samples if block else Samples([], [], 0),
+                    samples,
                 )
         finally:
             await runs.end(ctx)
@@ -308,7 +310,7 @@ async def _nodelay_row(host: Host, runs: _Runs, bare_url: str, rounds: int, call
 
 async def _bridge_versus_direct(runs: _Runs, mode: str, rounds: int, calls: int) -> Row:
     samples = Samples([], [], 0)
-    for block in range(rounds + 1):  # the first block warms up and is not kept
+    for _ in range(rounds):
         ctx = await runs.start()
         mcp = ctx.context.mcp
         assert mcp is not None
@@ -317,13 +319,14 @@ async def _bridge_versus_direct(runs: _Runs, mode: str, rounds: int, calls: int)
                 http_client(mcp.url, mode, dict(mcp.headers)) as direct,
                 bridge_client(ctx, mode) as bridged,
             ):
-                await call_page(direct)
-                await call_page(bridged)
+                for _ in range(WARMUP_CALLS):
+                    await call_page(direct)
+                    await call_page(bridged)
                 await interleave(
                     lambda: call_page(direct),
                     lambda: call_page(bridged),
                     calls,
-                    samples if block else Samples([], [], 0),
+                    samples,
                 )
         finally:
             await runs.end(ctx)

@@ -167,7 +167,7 @@ async def run(cfg: BenchConfig) -> list[Row]:
         async def import_cli() -> list[float]:
             return [await _python_ms("import mcphost.cli")]
 
-        samples = await alternate(bare_python, import_cli, rounds=rounds, warmup=1, min_rounds=1)
+        samples = await alternate(bare_python, import_cli, rounds=rounds, warmup=0, min_rounds=1)
         rows.append(
             Row(
                 benchmark=NAME,
