@@ -347,7 +347,7 @@ class KnowledgeBases:
             path_prefix=wanted.path_prefix,
             metadata=wanted.metadata,
         )
-        if not hits and not await self.store.stats([kb_id]):
+        if not hits and not await self.store.has_documents(kb_id):
             raise NotFoundError(
                 f"Knowledge base {kb_id!r} has not been ingested yet; run `mcphost kb ingest {kb_id}`.",
                 details={"kb_id": kb_id},

@@ -100,21 +100,28 @@ class _Plan:
     all_terms: bool
     scope_in_index: bool = True
     """SQLite: AND the scope token in the MATCH (else filter on kb_id after it: see `_sqlite_plans`)."""
+    alone: bool = False
+    """SQLite: the knowledge base is the whole index, so neither the scope token nor kb_id is checked."""
     rank_all: bool = True
     """Whether every query word counts in the rank, or only the required ones (SQLite, past the budget)."""
 
 
 def _split(
-    terms: list[str], frequencies: Mapping[str, int], *, scope_in_index: bool, rank_all: bool
+    terms: list[str],
+    frequencies: Mapping[str, int],
+    *,
+    scope_in_index: bool,
+    rank_all: bool,
+    alone: bool = False,
 ) -> list[_Plan]:
     """Selective words first (any of them), then, when those find too few, all the common words."""
     selective = [t for t in terms if 0 < frequencies[t] <= CANDIDATE_BUDGET]
     common = [t for t in terms if frequencies[t] > CANDIDATE_BUDGET]
     plans: list[_Plan] = []
     if selective:
-        plans.append(_Plan(selective, all_terms=False, scope_in_index=scope_in_index, rank_all=rank_all))
+        plans.append(_Plan(selective, False, scope_in_index=scope_in_index, rank_all=rank_all, alone=alone))
     if common:
-        plans.append(_Plan(common, all_terms=True, scope_in_index=scope_in_index, rank_all=rank_all))
+        plans.append(_Plan(common, True, scope_in_index=scope_in_index, rank_all=rank_all, alone=alone))
     return plans
 
 
@@ -354,6 +361,12 @@ class KnowledgeStore:
             await session.execute(delete(KbDocumentRow).where(KbDocumentRow.doc_id == doc_id))
             return True
 
+    async def has_documents(self, kb_id: str) -> bool:
+        """Whether the knowledge base holds any document (one probe of the (kb_id, path) index)."""
+        query = select(KbDocumentRow.doc_id).where(KbDocumentRow.kb_id == kb_id).limit(1)
+        async with self._db.read() as session:
+            return (await session.execute(query)).first() is not None
+
     async def document(self, kb_id: str, path: str) -> KnowledgeDocument | None:
         query = select(KbDocumentRow).where(KbDocumentRow.kb_id == kb_id, KbDocumentRow.path == path)
         async with self._db.read() as session:
@@ -494,7 +507,7 @@ class KnowledgeStore:
                 if (
                     len(rows) < limit
                     and self._db.dialect == "sqlite"
-                    and (conditions or not plan.scope_in_index)
+                    and (conditions or not (plan.scope_in_index or plan.alone))
                 ):
                     # The pre-ranked window may have held too few chunks passing the filters: rank them all.
                     unbounded = self._statement(kb_id, terms, plan, conditions, limit, bounded=False)
@@ -546,7 +559,8 @@ class KnowledgeStore:
             match = fts5_match(scope if scope_in_index else None, [term])
             found = await session.execute(probe, {"m": match, "n": CANDIDATE_BUDGET + 1})
             frequencies[term] = int(found.scalar_one())
-        return _split(terms, frequencies, scope_in_index=scope_in_index, rank_all=False)
+        alone = kb_chunks == all_chunks
+        return _split(terms, frequencies, scope_in_index=scope_in_index, rank_all=False, alone=alone)
 
     async def _sizes(self, session: AsyncSession, kb_id: str) -> tuple[int, int]:
         """(chunks of the knowledge base, chunks of every knowledge base), cached for `STATS_TTL_S`."""
@@ -640,7 +654,7 @@ class KnowledgeStore:
                 scored=scored if plan.scope_in_index else [],
             )
             match = fts.op("MATCH", is_comparison=True)(expression)
-            filtered = bool(conditions) or not plan.scope_in_index
+            filtered = bool(conditions) or not (plan.scope_in_index or plan.alone)
             size = None if not bounded else (limit * WINDOW_FACTOR if filtered else limit)
             ranked = (
                 select(source.c.rowid.label("chunk_id"), score.label("score"))
@@ -655,7 +669,7 @@ class KnowledgeStore:
                 .select_from(best)
                 .join(KbChunkRow, KbChunkRow.chunk_id == best.c.chunk_id)
             )
-            if not plan.scope_in_index:
+            if not (plan.scope_in_index or plan.alone):
                 stmt = stmt.where(KbChunkRow.kb_id == kb_id)
         else:
             vector = literal_column("kb_chunks.search_vector", type_=TSVECTOR)

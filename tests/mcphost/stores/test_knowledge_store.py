@@ -231,3 +231,19 @@ async def test_past_the_candidate_budget_common_words_rank_but_do_not_select(
     assert all(h.kb_id == "docs" for h in await store.search("docs", "zeppelin gadget", limit=20))
     assert [h.path for h in await store.search("other", "zeppelin")] == ["elsewhere.md"]
     assert [h.path for h in await store.search("docs", "gadget", path_glob="common-7.md")] == ["common-7.md"]
+
+
+async def test_a_knowledge_base_alone_in_the_index_is_searched_without_its_scope(
+    stores: Stores, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(knowledge_store, "CANDIDATE_BUDGET", 3)
+    store = _store(stores)
+    assert await store.has_documents("solo") is False
+    for i in range(6):
+        await _put(store, f"page-{i}.md", [_chunk(f"widget notes {i}")], kb_id="solo")
+    await _put(store, "special.md", [_chunk("the widget quasar")], kb_id="solo")
+    await store.optimize()
+    assert await store.has_documents("solo") is True
+    assert [h.path for h in await store.search("solo", "quasar widget", limit=1)] == ["special.md"]
+    assert len(await store.search("solo", "widget", limit=10)) == 7
+    assert [h.path for h in await store.search("solo", "widget", path_prefix="special")] == ["special.md"]
