@@ -48,6 +48,11 @@ async def host(
         yield served, gateway
 
 
+UPSTREAM_TIMEOUT_S = 5.0
+"""Per-call upstream timeout: long enough for a stdio upstream's lazy start on a loaded 2-core machine, short
+enough that the hanging-upstream test stays quick."""
+
+
 async def _run(served: Served, tools: list[str], knowledge_bases: list[str] | None = None) -> RunHandle:
     resources = {
         "tools": tools,
@@ -59,12 +64,14 @@ async def _run(served: Served, tools: list[str], knowledge_bases: list[str] | No
 @pytest.fixture(params=["stdio", "http"])
 async def upstream(request: pytest.FixtureRequest) -> AsyncGenerator[ToolServerConfig]:
     if request.param == "stdio":
-        yield ToolServerConfig(command=[sys.executable, UPSTREAM, "stdio"], timeout_s=2.0)
+        yield ToolServerConfig(command=[sys.executable, UPSTREAM, "stdio"], timeout_s=UPSTREAM_TIMEOUT_S)
         return
     server = HttpUpstream(_free_port(), TOKEN)
     await server.start()
     try:
-        yield ToolServerConfig(url=server.url, headers={"x-token": "${FAKE_TOKEN}"}, timeout_s=2.0)
+        yield ToolServerConfig(
+            url=server.url, headers={"x-token": "${FAKE_TOKEN}"}, timeout_s=UPSTREAM_TIMEOUT_S
+        )
     finally:
         await server.stop()
 
