@@ -706,8 +706,10 @@ async def cmd_kb(args: argparse.Namespace, settings: Settings) -> int:
                 print(f"{'':<20} paths: {', '.join(b.paths) or '-'}")
             return EXIT_OK
         if args.kb_command == "ingest":
+            # PATHs on the command line are relative to the working folder (configured ones to the config).
+            paths = [os.path.join(os.getcwd(), p) for p in args.paths]
             report = await kb.ingest(
-                args.kb_id, args.paths or None, on_progress=None if args.json else _IngestBar(args.kb_id)
+                args.kb_id, paths or None, on_progress=None if args.json else _IngestBar(args.kb_id)
             )
             if args.json:
                 _dump(report.model_dump(mode="json"))

@@ -23,6 +23,7 @@ from __future__ import annotations
 import fnmatch
 import glob
 import hashlib
+import os
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -151,7 +152,7 @@ class KnowledgeBases:
     ) -> None:
         self.store = KnowledgeStore(db)
         self._configs = dict(configs)
-        self._base = base_dir.resolve()
+        self._base = _normalized(base_dir)
         self._source = source or "the config"
 
     @classmethod
@@ -196,7 +197,7 @@ class KnowledgeBases:
     # -- scanning ----------------------------------------------------------------------------------------
 
     def _key(self, file: Path) -> str:
-        absolute = Path(file).absolute()
+        absolute = _normalized(file)
         try:
             return absolute.relative_to(self._base).as_posix()
         except ValueError:
@@ -204,7 +205,7 @@ class KnowledgeBases:
 
     def _resolve(self, spec: str) -> Path:
         path = Path(spec).expanduser()
-        return path if path.is_absolute() else self._base / path
+        return _normalized(path if path.is_absolute() else self._base / path)
 
     def _scan(self, specs: Sequence[str]) -> tuple[list[_Source], list[SkippedFile]]:
         found: dict[str, _Source] = {}
@@ -395,6 +396,12 @@ class _Tally:
             chunks=self.chunks,
             elapsed_s=round(elapsed_s, 3),
         )
+
+
+def _normalized(path: Path) -> Path:
+    """`path` made absolute with `.` and `..` folded lexically (symlinks are left as they are, so a
+    document's key does not depend on where a link points)."""
+    return Path(os.path.normpath(path.absolute()))
 
 
 async def _notify(on_progress: ProgressFn | None, progress: IngestProgress) -> None:

@@ -62,6 +62,13 @@ def test_ingest_reports_progress_and_a_summary_then_is_incremental(config: Path)
     assert "0 added, 0 updated, 2 unchanged" in err
     code, out, _ = _run(config, "kb", "ingest", "kitchen", "--json")
     assert json.loads(out)["unchanged"] == ["docs/coffee.txt", "docs/tea.md"]
+    # PATHs given on the command line are relative to the working folder, keys to the config's folder.
+    elsewhere = config.parent / "cwd"
+    elsewhere.mkdir()
+    done = mcphost(
+        "kb", "ingest", "kitchen", "../docs/tea.md", "--json", "--config", str(config), cwd=elsewhere
+    )
+    assert json.loads(done.stdout)["unchanged"] == ["docs/tea.md"]
 
 
 def test_list_and_search(config: Path) -> None:
