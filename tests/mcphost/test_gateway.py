@@ -7,6 +7,7 @@ hanging one, garbage, a huge result that becomes an artifact, reconnecting after
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import sys
@@ -113,7 +114,8 @@ class HttpUpstream:
 
     async def stop(self) -> None:
         if self.process is not None:
-            self.process.kill()
+            with contextlib.suppress(ProcessLookupError):  # it may have exited by itself (the crash tool)
+                self.process.kill()
             with anyio.CancelScope(shield=True), anyio.move_on_after(5):
                 await self.process.wait()
             for stream in (self.process.stdout, self.process.stderr, self.process.stdin):
