@@ -16,6 +16,12 @@ Invariants:
   later; a plain deferred `BEGIN` for reads, which WAL never blocks. Writers of one process also queue on
   an `anyio.Lock` first, so they take turns without polling the busy handler; other processes are kept
   out by `BEGIN IMMEDIATE`.
+- Transactions are shielded from cancellation: a cancelled caller's transaction commits or rolls back
+  first and the cancellation lands right after, so transactions must stay short. Unshielded, a statement
+  cancelled half way makes SQLAlchemy invalidate the connection with a close that is itself cancelled:
+  on SQLite the connection lives on in its worker thread with the transaction open and every later
+  writer fails with "database is locked" once the busy timeout runs out; on PostgreSQL asyncpg's
+  connection is torn down under a pending query ("unexpected connection_lost() call").
 - PostgreSQL (asyncpg): read committed; stores that need cross-process serialization take transaction
   advisory locks (`_sql.py`).
 - Migrations run inside one write transaction; on PostgreSQL under an advisory lock, so replicas that
@@ -30,6 +36,7 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 
 import anyio
+import anyio.lowlevel
 from alembic import command
 from alembic.config import Config
 from sqlalchemy import Connection, event
@@ -118,17 +125,29 @@ class Database:
 
     def read(self) -> AbstractAsyncContextManager[AsyncSession]:
         """A session inside a read transaction, committed on exit."""
-        return self.sessions.begin()
+        return self._shielded(self.sessions)
 
     @asynccontextmanager
     async def write(self) -> AsyncGenerator[AsyncSession, None]:
         """A session inside a write transaction: committed on exit, rolled back on an exception."""
         if self._write_lock is None:
-            async with self.write_sessions.begin() as session:
+            async with self._shielded(self.write_sessions) as session:
                 yield session
             return
-        async with self._write_lock, self.write_sessions.begin() as session:
+        async with self._write_lock, self._shielded(self.write_sessions) as session:
             yield session
+
+    @staticmethod
+    @asynccontextmanager
+    async def _shielded(
+        factory: async_sessionmaker[AsyncSession],
+    ) -> AsyncGenerator[AsyncSession, None]:
+        # See the module docstring: a transaction is never abandoned half way. A cancelled caller is
+        # stopped here, before it starts one: a loop of transactions must stay cancellable.
+        await anyio.lowlevel.checkpoint_if_cancelled()
+        with anyio.CancelScope(shield=True):
+            async with factory.begin() as session:
+                yield session
 
     async def dispose(self) -> None:
         """Close every pooled connection."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+import random
 import sys
 from pathlib import Path
 
@@ -9,7 +11,7 @@ import anyio
 import pytest
 from sqlalchemy import func, select, text
 
-from mcphost.stores import AuditEntry, Database, Stores, open_stores
+from mcphost.stores import AuditEntry, Database, Stores, engine, open_stores
 from mcphost.stores.engine import normalize_url, sqlite_path
 from mcphost.stores.tables import EventRow
 from tests.mcphost.stores.factories import admitted
@@ -127,6 +129,35 @@ async def test_writers_in_two_engines_and_another_process_all_succeed(
         )
     assert await _count_events(stores) == 150
     assert [a.seq for a in await stores.audit.list(run.run_id, limit=1000)] == list(range(1, 101))
+
+
+async def test_writers_cancelled_mid_transaction_leave_no_lock_behind(
+    stores: Stores, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Cancelling a task inside a statement used to leak its connection with the transaction open
+    # (SQLite): the next writer then failed with "database is locked" after the busy timeout.
+    monkeypatch.setattr(engine, "SQLITE_BUSY_TIMEOUT_S", 1.0)
+    await stores.db.dispose()  # new connections pick up the short busy timeout
+    delays = random.Random(7)
+
+    async def write_forever(prefix: str) -> None:
+        for i in itertools.count():
+            await stores.events.append(
+                event_id=f"{prefix}-{i}", event_type="a.b", kind="system", source="system", payload={}
+            )
+
+    for attempt in range(60):
+        with anyio.move_on_after(delays.random() * 0.01):
+            async with anyio.create_task_group() as tg:
+                for k in range(4):
+                    tg.start_soon(write_forever, f"c{attempt}-{k}")
+        with anyio.fail_after(10):
+            await stores.events.append(
+                event_id=f"after-{attempt}", event_type="a.b", kind="system", source="system", payload={}
+            )
+    async with stores.db.read() as session:
+        after = select(func.count()).select_from(EventRow).where(EventRow.event_id.like("after-%"))
+        assert (await session.execute(after)).scalar_one() == 60
 
 
 async def test_open_stores_creates_the_data_dir_and_the_sqlite_folder(tmp_path: Path) -> None:
