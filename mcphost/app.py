@@ -178,10 +178,13 @@ async def open_host(settings: Settings) -> AsyncGenerator[Host, None]:
             allowed_hosts=allowed_hosts(settings),
         )
 
-        async def count_run(run_id: str) -> None:
-            metrics.run_ended(await stores.runs.get(run_id))
+        async def end_run(run_id: str, _run: Run | None) -> None:
+            await facts.end_run(run_id)
 
-        orchestrator.on_run_end.extend([facts.end_run, count_run])
+        async def count_run(run_id: str, run: Run | None) -> None:
+            metrics.run_ended(run if run is not None else await stores.runs.get(run_id))
+
+        orchestrator.on_run_end.extend([end_run, count_run])
         host = Host(
             settings, stores, supervisor, registry, bindings, orchestrator, facts, gateway, knowledge, metrics
         )

@@ -5,9 +5,9 @@ with `async with orchestrator.running():`, which owns the task group of all runs
 host liveness; nothing of a run outlives it.
 
 Invariants:
-- Admission is all-or-nothing up to the runs row: binding, runner and runner config are resolved before
-  anything is stored, so an event that cannot run changes nothing. A repeated `event_id` returns the
-  existing run.
+- Admission is all-or-nothing: binding, runner and runner config are resolved before anything is
+  stored, so an event that cannot run changes nothing; the runs row and the event's inbound event-log
+  row are written in one transaction. A repeated `event_id` returns the existing run.
 - Everything after the grant is built sits inside one try/finally: whatever fails, the run gets a
   terminal status with a reason and its grant is revoked, under a shielded, bounded scope.
 - Conversation concurrency is decided by the database (`runs.admit` / `runs.try_start`), so the
@@ -38,14 +38,14 @@ from anyio.streams.memory import MemoryObjectReceiveStream
 
 from mcphost.bindings import Bindings
 from mcphost.context import build_context, runner_config
-from mcphost.errors import IllegalTransitionError, InvalidArgumentError, PluginError
+from mcphost.errors import HostError, IllegalTransitionError, InvalidArgumentError, PluginError
 from mcphost.grants import build_grant, mint_token
 from mcphost.journal import Outcome, RunJournal
 from mcphost.models import AgentBinding, AgentEventEnvelope, Run, RunError, RunGrant, RunStatus, new_id
 from mcphost.plugins import PluginProcess, RawResult
 from mcphost.protocol import AgentRunContext
 from mcphost.registry import RegisteredRunner, RunnerRegistry
-from mcphost.stores import Stores
+from mcphost.stores import Stores, event_values
 from mcphost.stores.results import StoredResult
 
 logger = logging.getLogger(__name__)
@@ -58,21 +58,31 @@ QUEUE_POLL_S = 0.25
 """Poll interval for runs waiting on another host's run of the same conversation."""
 CANCEL_POLL_S = 0.5
 MAX_BATCH = 512
+RESULTS_PAGE = 1000
+"""How many results `results()` reads from the store at a time."""
 
 
 class _Signal:
-    """A level-triggered wake-up: `notify()` wakes every current waiter; waits are bounded."""
+    """A wake-up that is never lost: `notify()` wakes every waiter holding a ticket taken before it.
+
+    Take `ticket()` *before* reading the state the signal guards, then `wait(ticket)`: a notify that
+    lands between the read and the wait has already set the ticket, so the wait returns at once.
+    """
 
     def __init__(self) -> None:
         self._event = anyio.Event()
+
+    def ticket(self) -> anyio.Event:
+        return self._event
 
     def notify(self) -> None:
         self._event.set()
         self._event = anyio.Event()
 
-    async def wait(self, timeout: float) -> None:
+    @staticmethod
+    async def wait(ticket: anyio.Event, timeout: float) -> None:
         with anyio.move_on_after(timeout):
-            await self._event.wait()
+            await ticket.wait()
 
 
 @dataclass(eq=False)  # identity: also the borrower token of the capacity limiter
@@ -120,8 +130,9 @@ class Orchestrator:
         self._run_signals: dict[str, _Signal] = {}
         self._conversation_signal = _Signal()
         self._contexts: dict[str, AgentRunContext] = {}
-        self.on_run_end: list[Callable[[str], Awaitable[None]]] = []
-        """Called with the run id once each run of this process has ended (e.g. `FactsServer.end_run`)."""
+        self.on_run_end: list[Callable[[str, Run | None], Awaitable[None]]] = []
+        """Called once each run of this process has ended (e.g. `FactsServer.end_run`), with its id and
+        the run as recorded at its end (None when that record could not be written or read)."""
 
     @property
     def public_url(self) -> str:
@@ -165,7 +176,7 @@ class Orchestrator:
         """Let active runs finish for up to `grace_s`, then cancel the rest."""
         with anyio.move_on_after(grace_s):
             while self._active:
-                await self._conversation_signal.wait(0.5)
+                await _Signal.wait(self._conversation_signal.ticket(), 0.5)
         for run_id in list(self._active):
             await self.cancel(run_id, reason="the host is shutting down")
 
@@ -180,13 +191,17 @@ class Orchestrator:
 
     async def submit(self, event: AgentEventEnvelope) -> Admission:
         """Admit `event` and start its run in the background. Idempotent on `event_id`."""
-        existing = await self._stores.runs.get_by_event(event.event_id)
-        if existing is not None:
-            return Admission(existing, created=False)
-        binding, runner = self.resolve(event)
-        self._check_inputs(event)
-        for ref in event.input.attachments:
-            await self._stores.artifacts.get(ref.artifact_id)  # NotFoundError: nothing stored yet
+        try:
+            binding, runner = self.resolve(event)
+            self._check_inputs(event)
+            for ref in event.input.attachments:
+                await self._stores.artifacts.get(ref.artifact_id)  # NotFoundError: nothing stored yet
+        except HostError:
+            # A replay still gets its run when its agent or attachments have gone since.
+            existing = await self._stores.runs.get_by_event(event.event_id)
+            if existing is not None:
+                return Admission(existing, created=False)
+            raise
 
         run_id = new_id("run")
         now = time.time()
@@ -213,10 +228,11 @@ class Orchestrator:
             deadline_at=grant.deadline_at,
             host_id=self.host_id,
         )
-        run, created = await self._stores.runs.admit(run, grant=grant, concurrency=binding.agent.concurrency)
+        run, created = await self._stores.runs.admit(
+            run, grant=grant, concurrency=binding.agent.concurrency, inbound=self._inbound(event, run_id)
+        )
         if not created:
             return Admission(run, created=False)
-        await self._log_inbound(event, run_id)
         if binding.agent.concurrency == "interrupt" and event.conversation_id is not None:
             await self._interrupt_others(event.conversation_id, keep=run_id)
         tg = self._tg
@@ -238,8 +254,10 @@ class Orchestrator:
                     "upload it first and list it in attachments"
                 )
 
-    async def _log_inbound(self, event: AgentEventEnvelope, run_id: str) -> None:
-        await self._stores.events.append(
+    @staticmethod
+    def _inbound(event: AgentEventEnvelope, run_id: str) -> dict[str, Any]:
+        """The event-log row of a run's event, written together with the run."""
+        return event_values(
             event_id=event.event_id,
             event_type=event.event_type,
             kind="inbound",
@@ -332,6 +350,7 @@ class Orchestrator:
                 active.cancel_reason = "deadline"
                 return False
             await self._limiter.acquire_on_behalf_of(active)
+            ticket = self._conversation_signal.ticket()
             try:
                 run = await self._stores.runs.try_start(active.run_id, host_id=self.host_id)
             except BaseException:
@@ -341,7 +360,7 @@ class Orchestrator:
                 return True
             self._limiter.release_on_behalf_of(active)
             # Woken when any run of this process ends or is cancelled; polled for other hosts' runs.
-            await self._conversation_signal.wait(QUEUE_POLL_S)
+            await _Signal.wait(ticket, QUEUE_POLL_S)
 
     async def _execute(
         self,
@@ -355,10 +374,10 @@ class Orchestrator:
         stores, run_id = self._stores, active.run_id
         await journal.record_user_input()
         conv = event.conversation
-        latest = has_before = None
+        latest: str | None = None
+        has_before = False
         if conv is not None:
-            latest = await stores.transcript.latest_cursor(conv.conversation_id, conv.thread_id)
-            has_before = await stores.transcript.has_before(latest) if latest else False
+            latest, has_before = await stores.transcript.head(conv.conversation_id, conv.thread_id)
         state = await self._state_snapshot(grant)
         ctx = build_context(
             run_id=run_id,
@@ -369,7 +388,7 @@ class Orchestrator:
             token=token,
             public_url=self._public_url,
             latest_cursor=latest,
-            has_history_before=bool(has_before),
+            has_history_before=has_before,
             state=state,
             knowledge_bases=self._knowledge_bases,
         )
@@ -464,6 +483,7 @@ class Orchestrator:
         self, active: _ActiveRun, journal: RunJournal, outcome: Outcome | None, *, started: bool
     ) -> None:
         run_id = active.run_id
+        ended: Run | None = None
         try:
             if outcome is None:
                 if active.cancel_reason == "deadline":
@@ -483,7 +503,8 @@ class Orchestrator:
                 details = {**outcome.error.details, "reason": active.cancel_reason}
                 outcome = replace(outcome, error=outcome.error.model_copy(update={"details": details}))
             try:
-                await self._stores.runs.transition(
+                # A terminal move also revokes the grant, in the same statement.
+                ended = await self._stores.runs.transition(
                     run_id, outcome.status, error=outcome.error, usage=outcome.usage or None
                 )
             except IllegalTransitionError as exc:
@@ -491,15 +512,13 @@ class Orchestrator:
         except Exception:
             logger.exception("run %s: could not record its end", run_id)
         finally:
-            try:
-                await self._stores.runs.revoke(run_id)
-            except Exception:
-                logger.exception("run %s: could not revoke its grant", run_id)
+            if ended is None:
+                ended = await self._revoke_after_failed_close(run_id)
             self._active.pop(run_id, None)
             self._contexts.pop(run_id, None)
             for callback in list(self.on_run_end):
                 try:
-                    await callback(run_id)
+                    await callback(run_id, ended)
                 except Exception:
                     logger.exception("run %s: an on_run_end callback failed", run_id)
             signal = self._run_signals.pop(run_id, None)
@@ -513,38 +532,56 @@ class Orchestrator:
                 f" ({outcome.error.code})" if outcome and outcome.error else "",
             )
 
+    async def _revoke_after_failed_close(self, run_id: str) -> Run | None:
+        """The end was not recorded by this close: make sure the grant is revoked anyway."""
+        try:
+            await self._stores.runs.revoke(run_id)
+            return await self._stores.runs.get(run_id)
+        except Exception:
+            logger.exception("run %s: could not revoke its grant", run_id)
+            return None
+
     # -- reading ---------------------------------------------------------------------------------------
 
     async def wait(self, run_id: str) -> Run:
         """Wait until the run is terminal."""
         while True:
+            signal = self._run_signals.get(run_id)
+            if signal is not None:
+                # Active here: its signal goes away, with a last notify, once its end is written.
+                await _Signal.wait(signal.ticket(), QUEUE_POLL_S)
+                continue
             run = await self._stores.runs.get(run_id)
             if run.status.is_terminal:
                 return run
-            signal = self._run_signals.get(run_id)
-            if signal is not None:
-                await signal.wait(QUEUE_POLL_S)
-            else:
-                await anyio.sleep(QUEUE_POLL_S)
+            await anyio.sleep(QUEUE_POLL_S)  # another host's run (or one whose end was not recorded)
 
     async def results(self, run_id: str, *, after: int = 0) -> AsyncIterator[StoredResult]:
-        """Every persisted result of the run after host sequence `after`, live, until the run ends."""
-        await self._stores.runs.get(run_id)  # RunNotFoundError for unknown ids
+        """Every persisted result of the run after host sequence `after`, live, until the run ends.
+
+        A run active on this process is followed by its signal (persist, then notify), with no status
+        reads; any other run by polling the store.
+        """
+        if run_id not in self._run_signals:
+            await self._stores.runs.get(run_id)  # RunNotFoundError for unknown ids
         while True:
-            batch = await self._stores.results.list(run_id, after=after, limit=1000)
+            signal = self._run_signals.get(run_id)
+            ticket = None if signal is None else signal.ticket()
+            batch = await self._stores.results.list(run_id, after=after, limit=RESULTS_PAGE)
             for item in batch:
                 after = item.seq
                 yield item
+            if ticket is not None and len(batch) < RESULTS_PAGE:
+                # Whatever was persisted before the ticket was taken is in `batch`: anything newer
+                # comes with a notify, which sets the ticket.
+                await _Signal.wait(ticket, QUEUE_POLL_S)
+                continue
             if batch:
                 continue
             run = await self._stores.runs.get(run_id)
             if run.status.is_terminal:
-                for item in await self._stores.results.list(run_id, after=after, limit=1000):
+                for item in await self._stores.results.list(run_id, after=after, limit=RESULTS_PAGE):
                     after = item.seq
                     yield item
                 return
-            signal = self._run_signals.get(run_id)
-            if signal is not None:
-                await signal.wait(QUEUE_POLL_S)
-            else:
-                await anyio.sleep(QUEUE_POLL_S)
+            await anyio.sleep(QUEUE_POLL_S)

@@ -103,8 +103,7 @@ async def rebuild(stores: Stores, grant: RunGrant) -> AgentRunContext:
     latest: str | None = None
     has_before = False
     if grant.conversation_id is not None:
-        latest = await stores.transcript.latest_cursor(grant.conversation_id, grant.thread_id)
-        has_before = await stores.transcript.has_before(latest) if latest else False
+        latest, has_before = await stores.transcript.head(grant.conversation_id, grant.thread_id)
     state: dict[str, dict[str, Any]] = {}
     for scope in SNAPSHOT_SCOPES:
         owner = grant.state_scope_id(scope)

@@ -25,7 +25,7 @@ from mcphost.stores.artifacts import ArtifactRecord, ArtifactStore
 from mcphost.stores.audit import AuditEntry, AuditRecord, AuditStore
 from mcphost.stores.blobs import BlobBackend, DatabaseBlobs, DiskBlobs
 from mcphost.stores.engine import Database, migrate, sqlite_path, upgrade_database
-from mcphost.stores.events import EventKind, EventStore, StoredEvent
+from mcphost.stores.events import EventKind, EventStore, StoredEvent, event_values
 from mcphost.stores.hosts import HostRecord, HostStore
 from mcphost.stores.results import ResultStore, StoredResult
 from mcphost.stores.runs import GrantRecord, RunStore
@@ -136,6 +136,7 @@ __all__ = [
     "Stores",
     "TranscriptRecord",
     "TranscriptStore",
+    "event_values",
     "migrate",
     "open_stores",
     "upgrade_database",

@@ -18,15 +18,16 @@ Invariants:
 from __future__ import annotations
 
 import time
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 from sqlalchemy import select, union_all
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from mcphost.errors import InvalidArgumentError, NotFoundError
 from mcphost.protocol import JSONObject
 from mcphost.stores._cursor import Page, Window, check_limit, decode_seq, encode_cursor
-from mcphost.stores._sql import insert_ignoring
+from mcphost.stores._sql import Dialect, insert_ignoring
 from mcphost.stores.engine import Database
 from mcphost.stores.tables import EventRow
 
@@ -71,6 +72,43 @@ def _stored(row: EventRow) -> StoredEvent:
     )
 
 
+def event_values(
+    *,
+    event_id: str,
+    event_type: str,
+    kind: EventKind,
+    source: str,
+    payload: JSONObject,
+    conversation_id: str | None = None,
+    thread_id: str | None = None,
+    run_id: str | None = None,
+    actor_id: str | None = None,
+    created_at: float | None = None,
+) -> dict[str, Any]:
+    """The column values of one event-log row (for `EventStore.append`, or a store writing it atomically
+    with its own row, as `RunStore.admit` does with a run's inbound event)."""
+    if kind not in EVENT_KINDS:
+        raise ValueError(f"unknown event kind {kind!r}; known: {', '.join(sorted(EVENT_KINDS))}")
+    return {
+        "event_id": event_id,
+        "event_type": event_type,
+        "kind": kind,
+        "conversation_id": conversation_id or "",
+        "thread_id": thread_id or "",
+        "run_id": run_id,
+        "actor_id": actor_id,
+        "source": source,
+        "payload": payload,
+        "created_at": time.time() if created_at is None else created_at,
+    }
+
+
+async def insert_event(session: AsyncSession, dialect: Dialect, values: dict[str, Any]) -> int | None:
+    """Insert one event-log row unless its `event_id` is stored already; its seq, or None if it was."""
+    stmt = insert_ignoring(dialect, EventRow, values, ["event_id"]).returning(EventRow.seq)
+    return (await session.execute(stmt)).scalar_one_or_none()
+
+
 class EventStore:
     """Append and page the event log."""
 
@@ -92,23 +130,20 @@ class EventStore:
         created_at: float | None = None,
     ) -> tuple[StoredEvent, bool]:
         """Store an event unless its `event_id` is stored already; returns (row, created)."""
-        if kind not in EVENT_KINDS:
-            raise ValueError(f"unknown event kind {kind!r}; known: {', '.join(sorted(EVENT_KINDS))}")
-        values = {
-            "event_id": event_id,
-            "event_type": event_type,
-            "kind": kind,
-            "conversation_id": conversation_id or "",
-            "thread_id": thread_id or "",
-            "run_id": run_id,
-            "actor_id": actor_id,
-            "source": source,
-            "payload": payload,
-            "created_at": time.time() if created_at is None else created_at,
-        }
+        values = event_values(
+            event_id=event_id,
+            event_type=event_type,
+            kind=kind,
+            source=source,
+            payload=payload,
+            conversation_id=conversation_id,
+            thread_id=thread_id,
+            run_id=run_id,
+            actor_id=actor_id,
+            created_at=created_at,
+        )
         async with self._db.write() as session:
-            stmt = insert_ignoring(self._db.dialect, EventRow, values, ["event_id"]).returning(EventRow.seq)
-            seq = (await session.execute(stmt)).scalar_one_or_none()
+            seq = await insert_event(session, self._db.dialect, values)
             row = (await session.execute(select(EventRow).where(EventRow.event_id == event_id))).scalar_one()
             return _stored(row), seq is not None
 

@@ -35,6 +35,7 @@ from mcphost.protocol import JSONObject
 from mcphost.stores._cursor import Page, check_limit, decode_seq, encode_cursor
 from mcphost.stores._sql import lock_in_transaction
 from mcphost.stores.engine import Database
+from mcphost.stores.events import insert_event
 from mcphost.stores.tables import RunRow
 
 ACTIVE_STATUSES: tuple[str, ...] = (RunStatus.QUEUED.value, RunStatus.RUNNING.value)
@@ -111,12 +112,20 @@ class RunStore:
     def __init__(self, db: Database) -> None:
         self._db = db
 
-    async def admit(self, run: Run, *, grant: RunGrant, concurrency: ConcurrencyPolicy) -> tuple[Run, bool]:
+    async def admit(
+        self,
+        run: Run,
+        *,
+        grant: RunGrant,
+        concurrency: ConcurrencyPolicy,
+        inbound: dict[str, Any] | None = None,
+    ) -> tuple[Run, bool]:
         """Record a new `queued` run for its event; (run, created).
 
         An event that already has a run returns that run with `created=False`. With `reject`, an active
         run in the conversation raises; with `interrupt`, active runs of the conversation get a cancel
-        request and the new run queues behind them.
+        request and the new run queues behind them. `inbound` (`events.event_values`) is the event-log
+        row of the run's event, written in the same transaction as a created run (unless the log has it).
 
         Raises:
             ConcurrencyRejectedError: `reject` while the conversation has a queued or running run.
@@ -142,6 +151,8 @@ class RunStore:
                 if conversation and concurrency != "enqueue":
                     await self._apply_policy(session, conversation, concurrency)
                 row = (await session.execute(insert(RunRow).values(values).returning(RunRow))).scalar_one()
+                if inbound is not None:
+                    await insert_event(session, self._db.dialect, inbound)
                 return _run(row), True
         except IntegrityError:
             # Another admit of the same event (without a conversation lock to order them) won the race.

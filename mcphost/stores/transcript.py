@@ -213,6 +213,14 @@ class TranscriptStore:
 
     async def latest_cursor(self, conversation_id: str, thread_id: str | None = None) -> str | None:
         """The cursor of the newest item of the thread, or None when it is empty."""
+        latest, _ = await self.head(conversation_id, thread_id)
+        return latest
+
+    async def head(self, conversation_id: str, thread_id: str | None = None) -> tuple[str | None, bool]:
+        """The thread's newest cursor (None when empty) and whether it has older items, in one read.
+
+        What a run context needs (`latest_cursor`, `has_history_before`): the two newest rows by index.
+        """
         query = (
             select(TranscriptRow.seq)
             .where(
@@ -220,11 +228,13 @@ class TranscriptStore:
                 TranscriptRow.thread_id == (thread_id or ""),
             )
             .order_by(TranscriptRow.seq.desc())
-            .limit(1)
+            .limit(2)
         )
         async with self._db.read() as session:
-            seq = (await session.execute(query)).scalar_one_or_none()
-        return None if seq is None else encode_cursor("transcript", seq)
+            seqs = (await session.execute(query)).scalars().all()
+        if not seqs:
+            return None, False
+        return encode_cursor("transcript", seqs[0]), len(seqs) > 1
 
     async def has_before(self, cursor: str) -> bool:
         """Whether the thread of the item at `cursor` has items older than it."""

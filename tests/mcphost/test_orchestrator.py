@@ -13,6 +13,7 @@ from pathlib import Path
 import anyio
 import pytest
 
+from mcphost import orchestrator as orchestrator_module
 from mcphost.app import Host, open_host
 from mcphost.errors import ConcurrencyRejectedError, NoBindingError, RunnerNotFoundError
 from mcphost.models import AgentEventEnvelope, Run, RunStatus
@@ -96,6 +97,54 @@ async def test_a_repeated_event_id_returns_the_existing_run(host: Host) -> None:
     page = await host.stores.runs.list(limit=10)
     assert [r.run_id for r in page.items] == [first.run_id]
     assert len((await host.stores.transcript.page("c1", None, limit=10)).items) == 2
+
+
+async def test_a_replay_gets_its_run_even_when_its_agent_is_gone(
+    host: Host, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    event = message("ok", event_id="evt-fixed-2")
+    first = await run_event(host, event)
+
+    def no_agent(_event: AgentEventEnvelope) -> None:
+        raise NoBindingError("the agent was removed from the config")
+
+    monkeypatch.setattr(host.orchestrator, "resolve", no_agent)
+    again = await host.orchestrator.submit(event)
+    assert (again.created, again.run.run_id) == (False, first.run_id)
+    with pytest.raises(NoBindingError, match="removed"):
+        await host.orchestrator.submit(message("new", event_id="evt-fresh"))
+
+
+async def test_a_run_and_its_inbound_event_are_admitted_together(host: Host) -> None:
+    admission = await host.orchestrator.submit(message("slow:30", event_id="evt-together"))
+    # Before the run has even started, its event is in the log, tied to the run.
+    stored = await host.stores.events.get("evt-together")
+    assert (stored.kind, stored.run_id, stored.conversation_id) == ("inbound", admission.run.run_id, "c1")
+    assert stored.payload["input"]["text"] == "slow:30"
+    await host.orchestrator.cancel(admission.run.run_id)
+    with anyio.fail_after(60):
+        await host.orchestrator.wait(admission.run.run_id)
+
+
+async def test_no_wake_up_is_lost_when_polling_is_switched_off(
+    host: Host, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # With an hour between polls, only the signals can move `results`, `wait` and the conversation
+    # queue along: a notify lost between a read and the wait that follows it would hang here.
+    monkeypatch.setattr(orchestrator_module, "QUEUE_POLL_S", 3600.0)
+    with anyio.fail_after(90):
+        for i in range(15):
+            admission = await host.orchestrator.submit(message(f"m{i}", bot="echo", conversation=f"s{i}"))
+            types = [r.type async for r in host.orchestrator.results(admission.run.run_id)]
+            assert types[-1] == "run.completed"
+            assert (await host.orchestrator.wait(admission.run.run_id)).status is RunStatus.COMPLETED
+        queued = [
+            await host.orchestrator.submit(message(f"q{i}", bot="echo", conversation="one-queue"))
+            for i in range(8)
+        ]
+        ended = [await host.orchestrator.wait(a.run.run_id) for a in queued]
+    assert [r.status for r in ended] == [RunStatus.COMPLETED] * 8
+    assert [r.started_at for r in ended] == sorted(r.started_at or 0 for r in ended)
 
 
 async def test_an_event_no_agent_takes_changes_nothing(host: Host) -> None:

@@ -100,6 +100,20 @@ async def test_has_before_says_whether_the_thread_has_older_items(stores: Stores
     assert not await stores.transcript.has_before(encode_cursor("transcript", 10_000))
 
 
+async def test_head_is_the_newest_cursor_and_whether_the_thread_has_older_items(stores: Stores) -> None:
+    assert await stores.transcript.head("c1") == (None, False)
+    first = await stores.transcript.append(conversation_id="c1", role="user", content="1")
+    await stores.transcript.append(conversation_id="c1", thread_id="t", role="user", content="t")
+    await stores.transcript.append(conversation_id="c2", role="user", content="x")
+    assert await stores.transcript.head("c1") == (first.cursor, False)
+    second = await stores.transcript.append(conversation_id="c1", role="assistant", content="2")
+    assert await stores.transcript.head("c1") == (second.cursor, True)
+    assert await stores.transcript.head("c1", "t") == (
+        (await stores.transcript.latest_cursor("c1", "t")),
+        False,
+    )
+
+
 async def test_an_events_cursor_is_refused_by_transcript_paging(stores: Stores) -> None:
     event, _ = await stores.events.append(
         event_id="e", event_type="a.b", kind="system", source="system", payload={}
