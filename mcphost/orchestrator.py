@@ -55,7 +55,11 @@ CANCEL_GRACE_S = 5.0
 TERMINAL_DRAIN_S = 5.0
 """How long after a terminal result the host waits for the plugin's `runner/run` response."""
 QUEUE_POLL_S = 0.25
-"""Poll interval for runs waiting on another host's run of the same conversation."""
+"""Poll interval for runs waiting on another host's run of the same conversation, and for following
+another host's run."""
+LOCAL_RECHECK_S = 5.0
+"""How long a reader of a run active on this process waits for its signal before looking again (a
+safety net only: signals are not lost, and with many readers a short poll would cost real CPU)."""
 CANCEL_POLL_S = 0.5
 MAX_BATCH = 512
 RESULTS_PAGE = 1000
@@ -549,7 +553,7 @@ class Orchestrator:
             signal = self._run_signals.get(run_id)
             if signal is not None:
                 # Active here: its signal goes away, with a last notify, once its end is written.
-                await _Signal.wait(signal.ticket(), QUEUE_POLL_S)
+                await _Signal.wait(signal.ticket(), LOCAL_RECHECK_S)
                 continue
             run = await self._stores.runs.get(run_id)
             if run.status.is_terminal:
@@ -574,7 +578,7 @@ class Orchestrator:
             if ticket is not None and len(batch) < RESULTS_PAGE:
                 # Whatever was persisted before the ticket was taken is in `batch`: anything newer
                 # comes with a notify, which sets the ticket.
-                await _Signal.wait(ticket, QUEUE_POLL_S)
+                await _Signal.wait(ticket, LOCAL_RECHECK_S)
                 continue
             if batch:
                 continue

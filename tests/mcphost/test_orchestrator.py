@@ -132,6 +132,7 @@ async def test_no_wake_up_is_lost_when_polling_is_switched_off(
     # With an hour between polls, only the signals can move `results`, `wait` and the conversation
     # queue along: a notify lost between a read and the wait that follows it would hang here.
     monkeypatch.setattr(orchestrator_module, "QUEUE_POLL_S", 3600.0)
+    monkeypatch.setattr(orchestrator_module, "LOCAL_RECHECK_S", 3600.0)
     with anyio.fail_after(90):
         for i in range(15):
             admission = await host.orchestrator.submit(message(f"m{i}", bot="echo", conversation=f"s{i}"))
