@@ -124,13 +124,15 @@ class PluginAnsweredError(Exception):
 
 
 class Pending:
-    __slots__ = ("broken", "done", "error", "result")
+    __slots__ = ("broken", "done", "error", "quiet", "result")
 
-    def __init__(self) -> None:
+    def __init__(self, *, quiet: bool = False) -> None:
         self.done = anyio.Event()
         self.result: JSONObject | None = None
         self.error: JSONObject | None = None
         self.broken: str | None = None
+        self.quiet = quiet
+        """An error answer is expected (a liveness probe): not a diagnostic."""
 
 
 class RunRoute:
@@ -215,13 +217,16 @@ class Connection:
     async def notify(self, method: str, params: JSONObject) -> None:
         await self.send({"jsonrpc": "2.0", "method": method, "params": params})
 
-    async def request(self, method: str, params: JSONObject) -> JSONObject:
-        """Send a request and wait for its answer; `BrokenConnectionError` or `PluginAnsweredError` otherwise."""
+    async def request(self, method: str, params: JSONObject, *, quiet: bool = False) -> JSONObject:
+        """Send a request and wait for its answer; `BrokenConnectionError` or `PluginAnsweredError` otherwise.
+
+        `quiet`: an error answer is expected and not logged as a diagnostic.
+        """
         if self.broken is not None:
             raise BrokenConnectionError(self.broken)
         self._next_id += 1
         request_id = self._next_id
-        pending = Pending()
+        pending = Pending(quiet=quiet)
         self._pending[request_id] = pending
         try:
             await self.send({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params})
@@ -340,7 +345,8 @@ class Connection:
         if "error" in obj:
             error = obj["error"]
             pending.error = error if isinstance(error, dict) else {"code": None, "message": repr(error)}
-            self._diagnostic("answered request %d with a JSON-RPC error: %r", request_id, pending.error)
+            if not pending.quiet:
+                self._diagnostic("answered request %d with a JSON-RPC error: %r", request_id, pending.error)
         elif isinstance(obj["result"], dict):
             pending.result = obj["result"]
         else:

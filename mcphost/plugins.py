@@ -30,7 +30,8 @@ Invariants:
   every cap, so the orchestrator fails that run with `payload_too_large`; other runs are untouched. Without a
   recognisable active run id the line is only a diagnostic (it cannot be attributed safely).
 - `run()` always ends: with the plugin's status, or with `PluginError` (`runner.crashed`) naming the plugin
-  and what happened when the process carrying the run exits, stops reading or answers with an error.
+  and what happened when the process carrying the run exits, stops reading, answers with an error, or
+  leaves a liveness probe unanswered for `probe_timeout` (then it is stopped and restarted like a crash).
 - Every result of a run reaches its stream before `run()` returns; `run()` closes the stream when it ends.
   The pump waits while a caller's stream is full (backpressure to the plugin), so callers must keep
   draining or close their receiving end — a closed end detaches the run, it never blocks the pump.
@@ -142,6 +143,13 @@ class PluginSpec:
             raise ValueError(f"Plugin {self.name!r} needs a non-empty command.")
 
 
+LIVENESS_PROBE = "ping"
+"""The request that asks a running plugin whether it still answers (PROTOCOL §8: a plugin that "stops
+answering" fails its runs and is restarted). Not a protocol method a plugin must implement: JSON-RPC 2.0
+obliges a peer to answer every request, so a plugin that is still reading answers it — with a result, or
+with -32601 "method not found" — and either counts as alive. Only silence counts as stopped."""
+
+
 @dataclass(frozen=True, slots=True)
 class PluginTimings:
     """Bounds of every wait of the plugin lifecycle, in seconds."""
@@ -159,6 +167,10 @@ class PluginTimings:
     backoff_max: float = 30.0
     healthy_after: float = 60.0
     """A process that ran this long resets the backoff when it ends."""
+    probe_interval: float = 10.0
+    """How often a running plugin is asked whether it still answers (`LIVENESS_PROBE`)."""
+    probe_timeout: float = 30.0
+    """How long a probe may go unanswered before the plugin counts as having stopped answering."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -436,6 +448,7 @@ class PluginProcess:
                             extra={"plugin": self.name},
                         )
                         announce()
+                        tg.start_soon(self._probe, conn)
                         await conn.closed.wait()
                 finally:
                     with anyio.CancelScope(shield=True):
@@ -459,6 +472,50 @@ class PluginProcess:
             with anyio.CancelScope(shield=True):
                 await release_process(process)
         return ready_at, reason
+
+    async def _probe(self, conn: Connection) -> None:
+        """Ask the plugin every `probe_interval` whether it still answers; silence breaks the connection.
+
+        A plugin that is alive but stuck (a deadlock, a blocked event loop) would otherwise hold its
+        runs until their deadlines and take new ones it will never serve. The first probe goes out right
+        after `initialize`, while the plugin is known to answer: one that leaves it unanswered does not
+        answer requests it does not know (against JSON-RPC), so its liveness cannot be checked; it is
+        logged once and left alone rather than restarted while healthy.
+        """
+        timings = self._timings
+        answered = False
+        while True:
+            try:
+                with anyio.fail_after(timings.probe_timeout):
+                    await conn.request(LIVENESS_PROBE, {}, quiet=True)
+            except PluginAnsweredError:
+                pass  # an error answer is an answer
+            except BrokenConnectionError:
+                return
+            except TimeoutError:
+                if not answered:
+                    logger.warning(
+                        "Plugin %r does not answer JSON-RPC requests it does not know (%r); its liveness "
+                        "cannot be checked, so a hung process will only be noticed through run deadlines.",
+                        self.name,
+                        LIVENESS_PROBE,
+                        extra={"plugin": self.name},
+                    )
+                    return
+                logger.warning(
+                    "Plugin %r did not answer a liveness probe within %g s; restarting it.",
+                    self.name,
+                    timings.probe_timeout,
+                    extra={"plugin": self.name},
+                )
+                conn.fail_pending(
+                    f"stopped answering (no answer to a probe within {timings.probe_timeout:g} s)"
+                )
+                return
+            answered = True
+            with anyio.move_on_after(timings.probe_interval):
+                await conn.closed.wait()
+                return
 
     async def _initialize(self, conn: Connection) -> str | None:
         """Send `initialize` and register the manifests; the reason the start failed, or None."""

@@ -17,6 +17,8 @@ by `ctx.input.text`:
     fail             run.failed runner.error, answers failed
     crash            three deltas, then the process exits with code 7
     hang             never answers, ignores runner/cancel
+    freeze           the whole process stops answering anything (a deadlock): it reads its next line, then
+                     blocks for good
     flood:N          N deltas (sequence 1..N), then run.completed with a message
     slow:SECONDS     sleeps (honouring runner/cancel → run.failed cancelled), then ok
     state:SCOPE      state.updated on SCOPE, then ok
@@ -51,6 +53,7 @@ RUNNER_ID = f"plugin:{AUTHOR}/{PLUGIN}/default"
 
 _write_lock = threading.Lock()
 _cancelled: dict[str, threading.Event] = {}
+_frozen = threading.Event()
 
 
 def write_line(data: bytes) -> None:
@@ -152,6 +155,9 @@ def behave(run_id: str, text: str, cancelled: threading.Event) -> str | None:
         os._exit(7)
     if name == "hang":
         return None
+    if name == "freeze":
+        _frozen.set()
+        return None
     if name == "flood":
         count = int(arg)
         for sequence in range(1, count + 1):
@@ -231,6 +237,8 @@ def main(argv: list[str]) -> None:
     for line in sys.stdin.buffer:
         if silent:
             continue
+        while _frozen.is_set():
+            time.sleep(3600)
         msg = json.loads(line)
         method, request_id, params = msg.get("method"), msg.get("id"), msg.get("params") or {}
         if method == "initialize":
