@@ -270,7 +270,7 @@ async def test_garbage_from_an_upstream_is_a_tool_error() -> None:
 
 
 async def test_a_server_that_is_down_is_left_out_and_calls_fail_fast() -> None:
-    dead = ToolServerConfig(url=f"http://127.0.0.1:{_free_port()}/mcp", timeout_s=2.0)
+    dead = ToolServerConfig(url=f"http://127.0.0.1:{_free_port()}/mcp", timeout_s=60.0)
     servers = {"dead": dead, "fake": stdio(), "nocmd": ToolServerConfig(command=["/nonexistent/binary"])}
     async with gateway(servers, backoff_initial_s=30.0) as gw:
         names = {t.name for t in await gw.list_tools(grant("*"))}
@@ -280,7 +280,7 @@ async def test_a_server_that_is_down_is_left_out_and_calls_fail_fast() -> None:
             started = time.monotonic()
             with pytest.raises(UpstreamError, match="unavailable") as down:
                 await gw.call_tool(grant("*"), f"{server}__echo", {"text": "x"})
-            assert time.monotonic() - started < 0.5
+            assert time.monotonic() - started < 20  # not the 60 s call timeout: it does not wait
             assert down.value.code == "runtime_error"
             assert gw.upstreams[server].state is UpstreamState.BACKOFF
         statuses = {s.server: s for s in gw.status()}

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import anyio
 import pytest
 
@@ -37,15 +35,12 @@ async def test_a_hundred_concurrent_runs_of_twenty_calls_all_succeed_with_comple
                         assert (await ok(client, "run_context"))["run_id"] == run.run_id
                 answered[run.run_id] = answered.get(run.run_id, 0) + 1
 
-    started = time.monotonic()
     async with anyio.create_task_group() as tg:
         for index, run in enumerate(runs):
             tg.start_soon(work, index, run)
-    elapsed = time.monotonic() - started
 
     assert answered == {run.run_id: CALLS for run in runs}
     for run in runs:
         rows = await served.audit(run)
         assert [r.seq for r in rows] == list(range(1, CALLS + 1))
         assert {r.outcome for r in rows} == {"ok"}
-    assert elapsed < 60, f"{RUNS} runs x {CALLS} calls took {elapsed:.1f} s"
