@@ -9,7 +9,8 @@ of 1/r (0 when not found in the top 10).
 
     uv run python -m bench.knowledge_quality [--sqlite-only] [--verbose]
 
-also runs as the `knowledge-quality` benchmark of `python -m bench` (its `run(cfg)`).
+Not one of `python -m bench`'s benchmarks (those compare a subject with a baseline in time); its
+`run(cfg)` returns rows of the same table shape, which `main` prints.
 """
 
 from __future__ import annotations
