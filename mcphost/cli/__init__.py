@@ -1,0 +1,381 @@
+"""The `mcphost` command line.
+
+The package owns argument parsing, logging set-up (the only place that configures logging), and how
+results are shown to a person or a script (`--json`). Every command loads the config first, so a bad
+config fails before anything starts. Failures exit non-zero with a one-line reason on stderr:
+1 for a run that did not complete or an operational error, 2 for bad usage or bad config.
+
+This module owns the parser, its argument types and `main`, the entry point of both the console script
+(`mcphost = "mcphost.cli:main"`) and `python -m mcphost.cli` (`__main__`). It does not own what the
+commands do: `_runs` (run, runs, show, runners, schema, db), `_server` (serve, send), `_grants` (grant,
+revoke and the MCP client configs), `_knowledge` (kb, tools); `_common` holds exit codes, logging
+set-up and output helpers.
+
+Invariants: every subcommand, flag and help text is declared here, in the order `--help` lists them;
+every command but `schema` loads the config before it does anything; a `HostError` (also one wrapped in
+an exception group) becomes a one-line error and exit code 1, or 2 for a `ConfigError`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import re
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any
+
+import anyio
+
+from mcphost import __version__
+from mcphost.api import DEFAULT_MAX_UPLOAD_BYTES
+from mcphost.app import DEFAULT_GRACE_S
+from mcphost.cli._common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, configure_logging, fail
+from mcphost.cli._grants import cmd_grant, cmd_revoke, mcp_client_configs
+from mcphost.cli._knowledge import cmd_kb, cmd_tools
+from mcphost.cli._runs import cmd_db_upgrade, cmd_run, cmd_runners, cmd_runs, cmd_schema, cmd_show
+from mcphost.cli._server import cmd_send, cmd_serve
+from mcphost.config import Settings, load_settings
+from mcphost.errors import ConfigError, HostError
+from mcphost.models import ID_PATTERN, RunStatus
+
+__all__ = [
+    "EXIT_FAILED",
+    "EXIT_OK",
+    "EXIT_USAGE",
+    "build_parser",
+    "configure_logging",
+    "main",
+    "mcp_client_configs",
+]
+
+
+def _add_common(parser: argparse.ArgumentParser, *, json_flag: bool = True) -> None:
+    parser.add_argument(
+        "--config",
+        metavar="FILE",
+        help="mcphost.toml to use (default: $MCPHOST_CONFIG, ./mcphost.toml, else the embedded default)",
+    )
+    if json_flag:
+        parser.add_argument("--json", action="store_true", help="machine-readable JSON output")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="mcphost",
+        description="mcphost: an MCP-native agent host. Events in, one agent run per event, facts served over MCP.",
+        epilog='Quickstart: mcphost run "hello"   ·   Docs: README.md',
+    )
+    parser.add_argument("--version", action="version", version=f"mcphost {__version__}")
+    parser.add_argument(
+        "--log-level",
+        default="warning",
+        choices=["debug", "info", "warning", "error"],
+        help="log verbosity on stderr (default: warning)",
+    )
+    parser.add_argument("--log-json", action="store_true", help="structured JSON log lines on stderr")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    p = sub.add_parser(
+        "run",
+        help="run one event end to end and stream the reply",
+        description="Send one event through its bound agent and stream the reply as it arrives; then print the run id and status on stderr. Exits 0 when the run completed.",
+    )
+    p.add_argument("text", metavar="TEXT", help="the message text")
+    p.add_argument("--conversation", default="cli", metavar="ID", help="conversation id (default: cli)")
+    p.add_argument(
+        "--actor", default=_default_actor(), metavar="ID", help="actor id (default: your user name)"
+    )
+    p.add_argument("--agent", metavar="ID", help="send to this agent (it must be bound to the event type)")
+    p.add_argument(
+        "--event-type", default="message.received", metavar="T", help="event type (default: message.received)"
+    )
+    p.add_argument("--event-id", metavar="ID", help="event id (a repeated id returns the existing run)")
+    p.add_argument("--data", metavar="JSON", help="event data object as JSON")
+    _add_common(p)
+
+    p = sub.add_parser("runs", help="list runs, newest first", description="List runs, newest first.")
+    p.add_argument("--conversation", metavar="ID", help="only this conversation")
+    p.add_argument("--status", choices=[s.value for s in RunStatus], help="only runs in this status")
+    p.add_argument("--limit", type=_limit, default=20, metavar="N", help="how many (1-100, default 20)")
+    p.add_argument("--cursor", metavar="C", help="continue from a previous listing")
+    _add_common(p)
+
+    p = sub.add_parser(
+        "show",
+        help="show a run: results, event log, transcript rows and audit",
+        description="Show one run with its results, event log entries, transcript rows and audit.",
+    )
+    p.add_argument("run_id", metavar="RUN_ID")
+    _add_common(p)
+
+    p = sub.add_parser(
+        "runners",
+        help="list registered runners and rejected manifests",
+        description="Start the configured plugins and list the runners they registered, and any rejected manifests with the reason.",
+    )
+    _add_common(p)
+
+    p = sub.add_parser(
+        "kb",
+        help="knowledge bases: ingest files, list, search",
+        description="Knowledge bases from [knowledge.<kb_id>] in mcphost.toml: ingest their files (Markdown, text, HTML), list them, search them.",
+    )
+    kb_sub = p.add_subparsers(dest="kb_command", metavar="ACTION", required=True)
+    k = kb_sub.add_parser(
+        "ingest",
+        help="ingest a knowledge base's files (incremental)",
+        description="Bring a knowledge base in line with its files: new and changed files are (re)chunked, unchanged ones skipped, removed ones deleted. PATHS (files, folders or globs) replace the configured paths; then only documents under them are deleted when gone. Safe to interrupt and re-run.",
+    )
+    k.add_argument("kb_id", metavar="KB")
+    k.add_argument(
+        "paths", nargs="*", metavar="PATH", help="files, folders or globs (default: the configured paths)"
+    )
+    _add_common(k)
+    k = kb_sub.add_parser(
+        "list",
+        help="configured knowledge bases and what is stored",
+        description="List the configured knowledge bases with their document and chunk counts.",
+    )
+    _add_common(k)
+    k = kb_sub.add_parser(
+        "search",
+        help="search a knowledge base",
+        description="The chunks of a knowledge base most relevant to QUERY (full-text: BM25 on SQLite, ts_rank_cd on PostgreSQL).",
+    )
+    k.add_argument("kb_id", metavar="KB")
+    k.add_argument("query", metavar="QUERY")
+    k.add_argument("--top-k", type=_top_k, default=5, metavar="N", help="how many chunks (1-50, default 5)")
+    k.add_argument("--path", metavar="GLOB", help="only documents whose path matches this glob")
+    k.add_argument("--prefix", metavar="P", help="only documents whose path starts with P")
+    k.add_argument(
+        "--meta", action="append", metavar="KEY=VALUE", help="only documents with this metadata (repeatable)"
+    )
+    _add_common(k)
+
+    p = sub.add_parser(
+        "tools",
+        help="upstream tool servers: status and tools",
+        description="Connect every [tools.<server>] upstream MCP server and list its status and its tools as runs see them (<server>__<tool>). Exits 1 when a server is unavailable.",
+    )
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=15.0,
+        metavar="S",
+        help="how long to wait for each server (default 15)",
+    )
+    _add_common(p)
+
+    p = sub.add_parser(
+        "schema",
+        help="write the protocol's JSON Schemas to DIR",
+        description="Write every Protocol v1 model as JSON Schema into DIR, for runners in other languages.",
+    )
+    p.add_argument("dir", metavar="DIR")
+
+    p = sub.add_parser(
+        "serve",
+        help="serve the HTTP API and the per-run MCP endpoints",
+        description="Serve /v1 (events, runs, result streams, artifacts), /healthz, /metrics and the per-run MCP endpoints. SIGTERM/SIGINT: stop taking events, let running runs finish for --grace seconds, cancel the rest, stop the plugins.",
+    )
+    p.add_argument(
+        "--listen", metavar="HOST:PORT", help="address to bind (default: [host] listen, 127.0.0.1:8787)"
+    )
+    p.add_argument(
+        "--grace",
+        type=_seconds,
+        default=DEFAULT_GRACE_S,
+        metavar="S",
+        help=f"shutdown grace period for running runs (default {DEFAULT_GRACE_S:g} s)",
+    )
+    p.add_argument(
+        "--max-upload-bytes",
+        type=_positive_int,
+        default=DEFAULT_MAX_UPLOAD_BYTES,
+        metavar="N",
+        help=f"largest artifact upload (default {DEFAULT_MAX_UPLOAD_BYTES})",
+    )
+    _add_common(p, json_flag=False)
+
+    p = sub.add_parser(
+        "send",
+        help="send an event to a running server and stream the reply",
+        description="Post a message event to a running `mcphost serve` and stream the reply (SSE), reconnecting with Last-Event-ID if the connection drops. Exits 0 when the run completed.",
+    )
+    p.add_argument("text", metavar="TEXT", help="the message text")
+    p.add_argument(
+        "--url",
+        metavar="URL",
+        help="server base URL (default: $MCPHOST_URL, else [host] public_url / listen)",
+    )
+    p.add_argument("--conversation", default="cli", metavar="ID", help="conversation id (default: cli)")
+    p.add_argument(
+        "--actor", default=_default_actor(), metavar="ID", help="actor id (default: your user name)"
+    )
+    p.add_argument("--agent", metavar="ID", help="send to this agent (it must be bound to the event type)")
+    p.add_argument(
+        "--event-type", default="message.received", metavar="T", help="event type (default: message.received)"
+    )
+    p.add_argument(
+        "--event-id",
+        metavar="ID",
+        help="event id (default: a new one; a repeated id returns the existing run)",
+    )
+    p.add_argument("--data", metavar="JSON", help="event data object as JSON")
+    p.add_argument(
+        "--api-key-env",
+        default="MCPHOST_API_KEY",
+        metavar="NAME",
+        help="environment variable holding the API key (default: MCPHOST_API_KEY)",
+    )
+    _add_common(p)
+
+    p = sub.add_parser(
+        "grant",
+        help="create an inspection grant: an MCP endpoint onto one conversation for an IDE or harness",
+        description="Create an inspection grant (a run without a runner) bound to one conversation, read-only unless --write, and print ready-to-paste MCP configs for Claude Code, Codex, VS Code and Cursor, direct over HTTP and through mcphost-bridge. The token is printed once.",
+    )
+    p.add_argument(
+        "--conversation", required=True, type=_conversation_id, metavar="ID", help="the conversation to read"
+    )
+    p.add_argument(
+        "--thread", type=_conversation_id, metavar="ID", help="one thread of it (default: the main line)"
+    )
+    p.add_argument(
+        "--ttl",
+        type=_ttl,
+        default=3600.0,
+        metavar="DURATION",
+        help="how long the grant lives: 90s, 30m, 1h (default), 2d",
+    )
+    p.add_argument(
+        "--tools",
+        nargs="+",
+        metavar="GLOB",
+        help="only facts tools matching these globs; globs naming <server>__<tool> grant host tools",
+    )
+    p.add_argument("--write", action="store_true", help="also allow creating artifacts in the conversation")
+    _add_common(p)
+
+    p = sub.add_parser(
+        "revoke",
+        help="revoke an inspection grant (or request a run's cancel)",
+        description="End an inspection grant now: its token stops working. For a run with a runner, request its cancel.",
+    )
+    p.add_argument("run_id", metavar="RUN_ID")
+    _add_common(p, json_flag=False)
+
+    p = sub.add_parser("db", help="database maintenance", description="Database maintenance.")
+    db_sub = p.add_subparsers(dest="db_command", metavar="ACTION", required=True)
+    u = db_sub.add_parser(
+        "upgrade",
+        help="apply pending migrations",
+        description="Apply pending schema migrations (the host also does this at start).",
+    )
+    _add_common(u, json_flag=False)
+    return parser
+
+
+def _limit(value: str) -> int:
+    try:
+        n = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number from 1 to 100, got {value!r}") from None
+    if not 1 <= n <= 100:
+        raise argparse.ArgumentTypeError(f"expected a whole number from 1 to 100, got {n}")
+    return n
+
+
+def _seconds(value: str) -> float:
+    try:
+        n = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds (a number >= 0), got {value!r}") from None
+    if not 0 <= n <= 3600:
+        raise argparse.ArgumentTypeError(f"expected seconds from 0 to 3600, got {n:g}")
+    return n
+
+
+def _positive_int(value: str) -> int:
+    if not value.isdigit() or int(value) < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {value!r}")
+    return int(value)
+
+
+def _top_k(value: str) -> int:
+    if not value.isdigit() or not 1 <= int(value) <= 50:
+        raise argparse.ArgumentTypeError(f"expected a whole number from 1 to 50, got {value!r}")
+    return int(value)
+
+
+def _default_actor() -> str:
+    try:
+        name = getpass.getuser()
+    except (OSError, KeyError):
+        return "local"
+    return "".join(c for c in name if c.isalnum() or c in "._-") or "local"
+
+
+_TTL = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
+_TTL_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def _ttl(value: str) -> float:
+    match = _TTL.match(value.lower())
+    if match is None:
+        raise argparse.ArgumentTypeError(f"expected a duration such as 90s, 30m, 1h or 2d; got {value!r}")
+    return float(match.group(1)) * _TTL_UNITS[match.group(2)]
+
+
+def _conversation_id(value: str) -> str:
+    if not re.match(ID_PATTERN, value):
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not a valid id (letters, digits and ._:@/+=- up to 200)"
+        )
+    return value
+
+
+_ASYNC_COMMANDS: dict[str, Callable[[argparse.Namespace, Settings], Coroutine[Any, Any, int]]] = {
+    "run": cmd_run,
+    "runs": cmd_runs,
+    "show": cmd_show,
+    "runners": cmd_runners,
+    "kb": cmd_kb,
+    "tools": cmd_tools,
+    "serve": cmd_serve,
+    "send": cmd_send,
+    "grant": cmd_grant,
+    "revoke": cmd_revoke,
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    configure_logging(args.log_level, json_logs=args.log_json)
+    if args.command == "schema":
+        return cmd_schema(args)
+    try:
+        settings = load_settings(getattr(args, "config", None))
+        if args.command == "db":
+            return anyio.run(cmd_db_upgrade, args, settings)
+        return anyio.run(_ASYNC_COMMANDS[args.command], args, settings)
+    except KeyboardInterrupt:
+        return fail("interrupted", 130)
+    except Exception as exc:
+        # Errors raised inside task groups arrive wrapped in exception groups.
+        error = _host_error(exc)
+        if error is None:
+            raise
+        return fail(error.message, EXIT_USAGE if isinstance(error, ConfigError) else EXIT_FAILED)
+
+
+def _host_error(exc: BaseException) -> HostError | None:
+    if isinstance(exc, HostError):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:  # pyright: ignore[reportUnknownVariableType]
+            found = _host_error(inner)  # pyright: ignore[reportUnknownArgumentType]
+            if found is not None:
+                return found
+    return None

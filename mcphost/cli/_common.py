@@ -1,0 +1,102 @@
+"""What every `mcphost` command shares: exit codes, logging set-up and how output is written.
+
+Owns the exit codes, the logging configuration (the only place in mcphost that configures logging),
+the one-line error report on stderr, JSON output, the one-line summary of a run, and turning command
+line flags into the event that `run` and `send` submit. Does not own argument parsing (`mcphost.cli`)
+nor any command.
+
+Invariants: stdout carries only what a command was asked for (replies, listings, `--json` documents);
+diagnostics, progress and logs go to stderr. An error is reported as one line,
+`mcphost: error: <reason>`, and turns into the exit code the caller returns.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from typing import Any, TextIO
+
+from mcphost.errors import ConfigError
+from mcphost.models import AgentEventEnvelope, Run
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+
+
+class _JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        out: dict[str, Any] = {
+            "ts": round(record.created, 3),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        for key in ("plugin", "run_id"):
+            if hasattr(record, key):
+                out[key] = getattr(record, key)
+        if record.exc_info:
+            out["exc"] = self.formatException(record.exc_info)
+        return json.dumps(out)
+
+
+def configure_logging(level: str, *, json_logs: bool) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(
+        _JsonFormatter()
+        if json_logs
+        else logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+    )
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+    for noisy in ("sqlalchemy", "alembic", "httpx", "httpcore", "aiosqlite", "asyncio"):
+        logging.getLogger(noisy).setLevel(max(logging.WARNING, root.level))
+
+
+def fail(message: str, code: int = EXIT_FAILED) -> int:
+    print(f"mcphost: error: {message}", file=sys.stderr)
+    return code
+
+
+def dump(obj: Any, out: TextIO = sys.stdout) -> None:
+    out.write(json.dumps(obj, indent=2, default=str) + "\n")
+
+
+def run_line(run: Run) -> str:
+    err = f"  {run.error.code}: {run.error.message}" if run.error else ""
+    return f"{run.run_id}  {run.status.value:<9}  agent={run.agent_id}  conversation={run.conversation_id or '-'}{err}"
+
+
+def short(value: Any, width: int = 100) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, default=str)
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def event_from_args(args: argparse.Namespace) -> AgentEventEnvelope:
+    payload: dict[str, Any] = {
+        "event_type": args.event_type,
+        "source": "cli",
+        "conversation": {"conversation_id": args.conversation},
+        "actor": {"actor_id": args.actor, "actor_type": "user"},
+        "input": {"text": args.text},
+    }
+    if args.event_id:
+        payload["event_id"] = args.event_id
+    if args.agent:
+        payload["agent_id"] = args.agent
+    if args.data:
+        try:
+            payload["data"] = json.loads(args.data)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"--data is not valid JSON: {exc}") from None
+    from pydantic import ValidationError
+
+    try:
+        return AgentEventEnvelope.model_validate(payload)
+    except ValidationError as exc:
+        err = exc.errors(include_url=False)[0]
+        where = ".".join(str(p) for p in err["loc"])
+        raise ConfigError(f"the event is not valid: {where}: {err['msg']}") from None

@@ -1,0 +1,178 @@
+"""Commands that work in this process: `run`, `runs`, `show`, `runners`, `schema` and `db upgrade`.
+
+Owns running one event end to end in-process (`run`), listing and showing stored runs, listing the
+runners the configured plugins register, writing the protocol's JSON Schemas and upgrading the database.
+Does not own talking to a running server (`_server`) nor inspection grants (`_grants`).
+
+Invariants: `run` streams the reply to stdout and the run's summary line to stderr, and exits 0 only
+for a completed run; database URLs are shown with their password masked.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from mcphost.app import open_database, open_host, serve_locally
+from mcphost.cli._common import EXIT_FAILED, EXIT_OK, dump, event_from_args, fail, run_line, short
+from mcphost.config import Settings
+from mcphost.models import RunStatus
+from mcphost.protocol import json_schemas
+
+
+async def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
+    event = event_from_args(args)
+    # The run's MCP endpoint is served on an ephemeral loopback port for the command's duration.
+    async with open_host(settings) as host, serve_locally(host):
+        admission = await host.orchestrator.submit(event)
+        run_id = admission.run.run_id
+        streamed = False
+        final_text: str | None = None
+        async for item in host.orchestrator.results(run_id):
+            if args.json:
+                print(json.dumps({"seq": item.seq, **item.payload}), flush=True)
+                continue
+            data = item.payload.get("data", {})
+            if item.type == "message.delta":
+                chunk = data.get("chunk", {}).get("content")
+                if chunk:
+                    sys.stdout.write(chunk)
+                    sys.stdout.flush()
+                    streamed = True
+            elif item.type == "message.completed" or (item.type == "run.completed" and data.get("message")):
+                final_text = (data.get("message") or {}).get("content")
+        run = await host.orchestrator.wait(run_id)
+    if args.json:
+        dump({"run": run.model_dump(mode="json")})
+    else:
+        if not streamed and final_text:
+            sys.stdout.write(final_text)
+        if streamed or final_text:
+            sys.stdout.write("\n")
+        sys.stdout.flush()
+        print(run_line(run), file=sys.stderr)
+    return EXIT_OK if run.status is RunStatus.COMPLETED else EXIT_FAILED
+
+
+async def cmd_runs(args: argparse.Namespace, settings: Settings) -> int:
+    status = RunStatus(args.status) if args.status else None
+    async with open_database(settings) as stores:
+        page = await stores.runs.list(
+            conversation_id=args.conversation, status=status, limit=args.limit, cursor=args.cursor
+        )
+    if args.json:
+        dump({"runs": [r.model_dump(mode="json") for r in page.items], "next_cursor": page.next_cursor})
+        return EXIT_OK
+    if not page.items:
+        print("no runs", file=sys.stderr)
+    for run in page.items:
+        print(run_line(run))
+    if page.has_more and page.next_cursor:
+        print(f"more: mcphost runs --cursor {page.next_cursor}", file=sys.stderr)
+    return EXIT_OK
+
+
+async def cmd_show(args: argparse.Namespace, settings: Settings) -> int:
+    async with open_database(settings) as stores:
+        run = await stores.runs.get(args.run_id)
+        results = await stores.results.list(run.run_id, after=0, limit=10_000)
+        events = await stores.events.for_run(run.run_id, limit=1000)
+        transcript = await stores.transcript.for_run(run.run_id, limit=1000)
+        audit = await stores.audit.list(run.run_id, after=0, limit=1000)
+        grant = await stores.runs.grant(run.run_id)
+    report: dict[str, Any] = {
+        "run": run.model_dump(mode="json"),
+        "grant": {"revoked": grant.revoked, **grant.grant.model_dump(mode="json", exclude={"token_hash"})},
+        "results": [{"seq": r.seq, **r.payload} for r in results],
+        "events": [e.model_dump(mode="json") for e in events],
+        "transcript": [t.model_dump(mode="json") for t in transcript],
+        "audit": [a.model_dump(mode="json") for a in audit],
+    }
+    if args.json:
+        dump(report)
+        return EXIT_OK
+    print(run_line(run))
+    print(f"  runner {run.runner_id}  grant {'revoked' if grant.revoked else 'ACTIVE'}")
+    print(f"results ({len(results)}):")
+    for r in results:
+        print(f"  {r.seq:>5} {r.type}  {short(r.payload.get('data'))}")
+    print(f"events ({len(events)}):")
+    for e in events:
+        print(f"  {e.event_type:<24} {e.kind:<10} {short(e.payload)}")
+    print(f"transcript ({len(transcript)}):")
+    for t in transcript:
+        print(f"  {t.role:<9} {short(t.content)}")
+    print(f"audit ({len(audit)}):")
+    for a in audit:
+        print(f"  {a.tool:<20} {a.outcome:<8} {a.code or ''} {a.duration_ms:.1f} ms")
+    return EXIT_OK
+
+
+async def cmd_runners(args: argparse.Namespace, settings: Settings) -> int:
+    async with open_host(settings) as host:
+        registry = host.registry
+        accepted = [
+            {"id": r.manifest.id, "name": r.manifest.name, "plugin": r.plugin.spec.name}
+            for r in registry.runners()
+        ]
+        rejected = [{"id": r.runner_id, "plugin": r.plugin, "reason": r.reason} for r in registry.rejected()]
+        plugins = [
+            {
+                "name": p.name,
+                "command": list(p.command),
+                "state": p.state,
+                "pid": p.pid,
+                "restarts": p.restarts,
+                "last_error": p.last_error,
+                "runners": list(p.runners),
+            }
+            for p in registry.plugins()
+        ]
+    if args.json:
+        dump({"runners": accepted, "rejected": rejected, "plugins": plugins})
+        return EXIT_OK
+    print("plugins:")
+    for p in plugins:
+        err = f"  last error: {p['last_error']}" if p["last_error"] else ""
+        print(f"  {p['name']:<20} {p['state']:<10} pid={p['pid']} restarts={p['restarts']}{err}")
+    print("runners:")
+    for r in accepted:
+        print(f"  {r['id']:<44} {r['name']}  (plugin {r['plugin']})")
+    if rejected:
+        print("rejected:")
+        for r in rejected:
+            print(f"  {r['id'] or '?':<44} plugin {r['plugin']}: {r['reason']}")
+    return EXIT_OK
+
+
+async def cmd_db_upgrade(args: argparse.Namespace, settings: Settings) -> int:
+    async with open_database(settings):
+        pass
+    print(f"database at {_redact(settings.database_url)} is up to date", file=sys.stderr)
+    return EXIT_OK
+
+
+def _redact(url: str) -> str:
+    if "@" in url and "://" in url:
+        scheme, rest = url.split("://", 1)
+        creds, host = rest.rsplit("@", 1)
+        user = creds.split(":", 1)[0]
+        return f"{scheme}://{user}:***@{host}" if ":" in creds else url
+    return url
+
+
+def cmd_schema(args: argparse.Namespace) -> int:
+    out_dir = Path(args.dir)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        for name, schema in sorted(json_schemas().items()):
+            (out_dir / f"{name}.schema.json").write_text(
+                json.dumps(schema, indent=2) + "\n", encoding="utf-8"
+            )
+    except OSError as exc:
+        return fail(f"cannot write schemas to {str(out_dir)!r}: {exc.strerror or exc}")
+    print(f"wrote {len(json_schemas())} JSON Schemas to {out_dir}", file=sys.stderr)
+    return EXIT_OK

@@ -1,0 +1,158 @@
+"""Serving and the clients of a running server: `serve` and `send`.
+
+Owns starting the HTTP server from the command line and `send`, which posts one event to a running
+`mcphost serve` and follows its result stream (SSE). Does not own the server itself (`mcphost.app`)
+nor in-process runs (`_runs`).
+
+Invariants: `send` gives every event an id before the first POST, so a retried POST returns the same
+run; it reconnects at most `SEND_RECONNECTS` times with `Last-Event-ID`, and a replayed result is never
+shown twice.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Any
+
+import anyio
+import httpx2
+
+from mcphost.api import ApiLimits
+from mcphost.app import advertised_url, serve
+from mcphost.cli._common import EXIT_FAILED, EXIT_OK, dump, event_from_args, fail
+from mcphost.config import Settings
+from mcphost.models import RunStatus, new_id
+
+
+async def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
+    def ready(url: str) -> None:
+        print(
+            f"mcphost: serving on {url} (API at {url}/v1, per-run MCP at {url}/runs/<run_id>/mcp)",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    limits = ApiLimits(max_upload_bytes=args.max_upload_bytes)
+    await serve(settings, listen=args.listen, grace_s=args.grace, limits=limits, on_ready=ready)
+    print("mcphost: stopped", file=sys.stderr)
+    return EXIT_OK
+
+
+def _server_url(args: argparse.Namespace, settings: Settings) -> str:
+    return (args.url or os.environ.get("MCPHOST_URL") or advertised_url(settings)).rstrip("/")
+
+
+def _api_error(response: httpx2.Response, body: bytes) -> str:
+    try:
+        error = json.loads(body)["error"]
+        return f"{error['code']}: {error['message']}"
+    except (ValueError, KeyError, TypeError):
+        return f"HTTP {response.status_code}: {body[:200].decode(errors='replace')}"
+
+
+class _ReplyPrinter:
+    """Shows a result stream the way `mcphost run` does: deltas live, else the final message."""
+
+    def __init__(self, *, as_json: bool) -> None:
+        self.as_json = as_json
+        self.streamed = False
+        self.final_text: str | None = None
+        self.last_seq = 0
+
+    def result(self, item: dict[str, Any]) -> None:
+        seq = item.get("seq")
+        if not isinstance(seq, int) or seq <= self.last_seq:
+            return  # a replayed stream repeats what was shown already
+        self.last_seq = seq
+        if self.as_json:
+            print(json.dumps(item), flush=True)
+            return
+        data = item.get("data") or {}
+        if item.get("type") == "message.delta":
+            chunk = (data.get("chunk") or {}).get("content")
+            if chunk:
+                sys.stdout.write(chunk)
+                sys.stdout.flush()
+                self.streamed = True
+        elif item.get("type") == "message.completed" or (
+            item.get("type") == "run.completed" and data.get("message")
+        ):
+            self.final_text = (data.get("message") or {}).get("content")
+
+    def finish(self) -> None:
+        if self.as_json:
+            return
+        if not self.streamed and self.final_text:
+            sys.stdout.write(self.final_text)
+        if self.streamed or self.final_text:
+            sys.stdout.write("\n")
+        sys.stdout.flush()
+
+
+SEND_RECONNECTS = 5
+
+
+async def cmd_send(args: argparse.Namespace, settings: Settings) -> int:
+    if not args.event_id:
+        args.event_id = new_id("evt")  # makes a retried POST idempotent: it returns the same run
+    event = event_from_args(args)
+    url = _server_url(args, settings)
+    key = os.environ.get(args.api_key_env)
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    printer = _ReplyPrinter(as_json=args.json)
+    run_id: str | None = None
+    end: dict[str, Any] | None = None
+    async with httpx2.AsyncClient(
+        base_url=url, headers=headers, timeout=httpx2.Timeout(30, read=None)
+    ) as client:
+        for attempt in range(SEND_RECONNECTS + 1):
+            if run_id is None:
+                request = client.stream(
+                    "POST",
+                    "/v1/events",
+                    params={"stream": "true"},
+                    content=event.model_dump_json(),
+                    headers={"Content-Type": "application/json", "Accept": "text/event-stream"},
+                )
+            else:
+                request = client.stream(
+                    "GET",
+                    f"/v1/runs/{run_id}/results",
+                    headers={"Accept": "text/event-stream", "Last-Event-ID": str(printer.last_seq)},
+                )
+            try:
+                async with request as response:
+                    if response.status_code >= 400:
+                        return fail(_api_error(response, await response.aread()))
+                    async for sse in httpx2.EventSource(response):
+                        payload = json.loads(sse.data) if sse.data else {}
+                        if sse.event == "run":
+                            run_id = payload["run_id"]
+                        elif sse.event == "end":
+                            end = payload
+                        elif sse.event == "error":
+                            return fail(f"{payload['error']['code']}: {payload['error']['message']}")
+                        else:
+                            printer.result(payload)
+                if end is not None:
+                    break
+            except httpx2.TransportError as exc:
+                if attempt == SEND_RECONNECTS or (run_id is None and isinstance(exc, httpx2.ConnectError)):
+                    return fail(f"cannot reach mcphost at {url}: {exc}. Is `mcphost serve` running there?")
+            await anyio.sleep(min(0.2 * 2**attempt, 3))
+    printer.finish()
+    if end is None or run_id is None:
+        return fail(
+            f"the stream of run {run_id or '?'} ended without its result; see `mcphost show {run_id}`"
+        )
+    status = end.get("status")
+    error = end.get("error") or {}
+    line = f"{run_id}  {status}" + (f"  {error.get('code')}: {error.get('message')}" if error else "")
+    if args.json:
+        dump({"run_id": run_id, "status": status, "error": error or None})
+    else:
+        print(line, file=sys.stderr)
+    return EXIT_OK if status == RunStatus.COMPLETED.value else EXIT_FAILED
