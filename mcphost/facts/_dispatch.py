@@ -7,7 +7,7 @@ sessions (`server.py` does and puts the authenticated `RunAccess` into the reque
 
 Why the low-level `Server` and not `MCPServer`: `tools/list` must be cut per run from tools built once,
 every failure must be a PROTOCOL §5 `is_error` result with structured content, and `MCPServer`
-configures process-wide logging, which only `cli.py` may do.
+configures process-wide logging, which only the CLI (`mcphost/cli/`) may do.
 
 Invariants:
 - Every `tools/call`, `resources/read` and `prompts/get` — allowed, refused, failed or cancelled —
