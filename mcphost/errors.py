@@ -4,7 +4,8 @@
 HostError                          code            HTTP
 ├── ConfigError                    invalid_argument  (config file/key/expectation; the host does not start)
 ├── InvalidArgumentError           invalid_argument  400
-│   └── PayloadTooLargeError       payload_too_large 413
+│   ├── PayloadTooLargeError       payload_too_large 413
+│   └── RangeNotSatisfiableError   invalid_argument  416 (a `Range` an artifact cannot satisfy)
 ├── NotFoundError                  not_found       404
 │   ├── RunNotFoundError
 │   ├── NoBindingError             (no agent bound to the event)
@@ -16,6 +17,7 @@ HostError                          code            HTTP
 ├── UnauthorizedError              unauthorized    401
 ├── RateLimitedError               rate_limited    429
 ├── DeadlineExceededError          deadline_exceeded 504
+├── UnavailableError               runtime_error   503 (the host is draining and takes no new work)
 ├── StorageIntegrityError          runtime_error   500 (a blob that does not match its SHA-256)
 └── PluginError                    runner.crashed  502 (a plugin process that died or broke protocol)
 ```
@@ -57,6 +59,12 @@ class InvalidArgumentError(HostError):
 class PayloadTooLargeError(InvalidArgumentError):
     code = "payload_too_large"
     status = 413
+
+
+class RangeNotSatisfiableError(InvalidArgumentError):
+    """A `Range` the artifact cannot satisfy (raised by the HTTP API's artifact downloads)."""
+
+    status = 416
 
 
 class NotFoundError(HostError):
@@ -106,6 +114,13 @@ class RateLimitedError(HostError):
 class DeadlineExceededError(HostError):
     code = "deadline_exceeded"
     status = 504
+
+
+class UnavailableError(HostError):
+    """The host is draining for shutdown and takes no new work (raised by the HTTP API)."""
+
+    code = "runtime_error"
+    status = 503
 
 
 class StorageIntegrityError(HostError):

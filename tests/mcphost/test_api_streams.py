@@ -12,7 +12,7 @@ import anyio
 import httpx2
 import pytest
 
-import mcphost.api
+import mcphost.api._http
 from mcphost.app import Host, open_host
 from mcphost.models import RunStatus
 from tests.e2e.httpkit import api_settings, event_body, served
@@ -86,7 +86,7 @@ async def test_a_stream_that_starts_while_the_run_waits_delivers_everything_live
 async def test_a_quiet_stream_sends_keepalive_comments(
     host: Host, http: httpx2.AsyncClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(mcphost.api, "KEEPALIVE_S", 0.1)
+    monkeypatch.setattr(mcphost.api._http, "KEEPALIVE_S", 0.1)
     run_id = (await http.post("/v1/events", json=event_body("slow:1", bot="bad"))).json()["run_id"]
     lines: list[str] = []
     async with http.stream("GET", f"/v1/runs/{run_id}/results") as response:

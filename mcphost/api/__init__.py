@@ -1,0 +1,50 @@
+"""The HTTP API under `/v1` (DESIGN §7): event ingest, runs, resumable result streams, facts reads,
+artifacts, runners, `/healthz`, `/metrics` and `/openapi.json`.
+
+Owns the routes, what each accepts (pydantic query and body models with `extra="forbid"`) and the shape of
+each answer (the response models, which `/openapi.json` publishes). Does not own authentication, error
+responses or the composition of the host: `app.py` checks the API key, maps every `HostError` to its JSON
+error response in one place, and builds the `ApiState` the routes read. Endpoints raise; they never build
+an error response.
+
+Module map: `_routes` (the route table, `routes()` and the OpenAPI document), `_endpoints` (events, runs,
+conversations, runners, health and metrics endpoints), `_artifacts` (multipart upload, range downloads),
+`_models` (request and response models), `_http` (query and body parsing, capped body reads, SSE and
+`EventStream`), `_state` (`ApiState`, `ApiLimits`), `_metrics` (`HostMetrics`). The two HTTP-only errors,
+`RangeNotSatisfiableError` (416) and `UnavailableError` (503), live in `mcphost.errors` with the rest of
+the tree and are re-exported here.
+
+Invariants:
+- Input is validated before anything is stored: a refused request changes nothing. Bodies are read
+  with a size cap enforced while streaming (`Content-Length` is checked first, the byte count always),
+  so an oversized body is refused with 413 without being buffered; uploads stream to disk, capped.
+- Result streams read the results store, never a live queue: a stream that resumes after host sequence
+  N (`Last-Event-ID`, else `?after=N`) gets every later result exactly once, in order. Each result is one
+  SSE event whose `id` is its sequence; admission (`event: run`) and the end marker (`event: end`) carry no
+  id, so they never move a client's resume point. A stream ends after the run's terminal result.
+- A stream's producer, its keep-alive and its disconnect watch live in one task group owned by the
+  response (`EventStream`); a client that goes away cancels all three.
+- Metrics are this process's counters (Prometheus text, rendered in `_metrics`): runs that ended here by
+  status and their durations, MCP calls by tool and outcome, active runs, plugin restarts.
+"""
+
+from __future__ import annotations
+
+from mcphost.api._artifacts import parse_range
+from mcphost.api._metrics import HostMetrics
+from mcphost.api._routes import openapi, routes
+from mcphost.api._state import DEFAULT_MAX_UPLOAD_BYTES, MAX_EVENT_BODY_BYTES, ApiLimits, ApiState
+from mcphost.errors import RangeNotSatisfiableError, UnavailableError
+
+__all__ = [
+    "DEFAULT_MAX_UPLOAD_BYTES",
+    "MAX_EVENT_BODY_BYTES",
+    "ApiLimits",
+    "ApiState",
+    "HostMetrics",
+    "RangeNotSatisfiableError",
+    "UnavailableError",
+    "openapi",
+    "parse_range",
+    "routes",
+]

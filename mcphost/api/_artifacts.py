@@ -1,0 +1,312 @@
+"""The artifact endpoints: upload (a raw body, or `multipart/form-data` with a `file` part), metadata, and
+downloads with single byte ranges.
+
+Owns the streaming multipart reader, the upload's form and query handling, `Range` parsing (`parse_range`)
+and the download headers. Does not own blobs, integrity or ids (`stores/artifacts.py`) or error responses
+(`app.py`).
+
+Invariants:
+- Uploads stream into the artifact store under a cap (the upload limit, plus `MULTIPART_OVERHEAD_BYTES`
+  around a multipart body); nothing is buffered whole, and the query and form are validated before the
+  file's bytes are read.
+- A form field is given once (in the query or the form); the file part is the last part read.
+- Downloads are served as stored (`Content-Type` unchanged, `nosniff`, `sandbox`, an attachment); one
+  `bytes=` range answers 206, anything else the whole content, an unsatisfiable range 416. The byte
+  stream behind a download is closed (shielded) however the response ends.
+"""
+
+from __future__ import annotations
+
+import email.message
+import email.utils
+import logging
+import re
+import urllib.parse
+from collections.abc import AsyncGenerator, AsyncIterator
+from dataclasses import dataclass
+
+import anyio
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+
+from mcphost.api._http import _capped, parse_model, parse_query
+from mcphost.api._models import _MIME, UploadQuery, _Query
+from mcphost.api._state import api_state
+from mcphost.errors import InvalidArgumentError, RangeNotSatisfiableError
+from mcphost.stores import ArtifactRecord
+
+logger = logging.getLogger("mcphost.api")
+
+MULTIPART_OVERHEAD_BYTES = 1024 * 1024
+"""Room for part headers and small form fields around an uploaded file."""
+_ASCII_NAME = re.compile(r"^[\x20-\x7e]*$")
+
+
+# -- endpoints: artifacts ----------------------------------------------------------------------------
+
+
+def _header_params(name: str, value: str) -> email.message.Message:
+    message = email.message.Message()
+    message[name] = value
+    return message
+
+
+def _param(message: email.message.Message, header: str, key: str) -> str | None:
+    value = message.get_param(key, header=header)
+    if value is None or isinstance(value, str):
+        return value
+    return email.utils.collapse_rfc2231_value(value)
+
+
+def _malformed(why: str) -> InvalidArgumentError:
+    return InvalidArgumentError(f"body: malformed multipart/form-data: {why}.")
+
+
+class _Multipart:
+    """A streaming `multipart/form-data` reader: each part's headers, then its bytes as a stream."""
+
+    HEADER_LIMIT = 16 * 1024
+    FIELD_LIMIT = 4 * 1024
+
+    def __init__(self, chunks: AsyncIterator[bytes], boundary: str) -> None:
+        self._chunks = chunks
+        self._delimiter = b"\r\n--" + boundary.encode("latin-1")
+        self._buf = bytearray(b"\r\n")  # so the first boundary matches the delimiter as well
+        self._done = False
+
+    async def _fill(self) -> None:
+        try:
+            self._buf += await anext(self._chunks)
+        except StopAsyncIteration:
+            raise _malformed("the body ended before the closing boundary") from None
+
+    async def _until(self, marker: bytes, limit: int) -> bytes:
+        start = 0
+        while (index := self._buf.find(marker, start)) < 0:
+            if len(self._buf) > limit:
+                raise _malformed("a preamble or part header block is too long")
+            start = max(len(self._buf) - len(marker) + 1, 0)
+            await self._fill()
+        taken = bytes(self._buf[:index])
+        del self._buf[: index + len(marker)]
+        return taken
+
+    async def _after_delimiter(self) -> None:
+        while len(self._buf) < 2:
+            await self._fill()
+        mark = bytes(self._buf[:2])
+        del self._buf[:2]
+        if mark == b"--":
+            self._done = True
+        elif mark != b"\r\n":
+            raise _malformed("a boundary is not followed by a line break")
+
+    async def start(self) -> None:
+        await self._until(self._delimiter, 64 * 1024)
+        await self._after_delimiter()
+
+    async def next_part(self) -> email.message.Message | None:
+        """The next part's headers, or None after the closing boundary."""
+        if self._done:
+            return None
+        while len(self._buf) < 2:
+            await self._fill()
+        if self._buf.startswith(b"\r\n"):
+            del self._buf[:2]
+            raw = b""
+        else:
+            raw = await self._until(b"\r\n\r\n", self.HEADER_LIMIT)
+        headers = email.message.Message()
+        for line in raw.decode("utf-8", errors="replace").split("\r\n"):
+            name, sep, value = line.partition(":")
+            if not sep:
+                raise _malformed(f"part header line {line[:60]!r} has no colon")
+            headers[name.strip()] = value.strip()
+        return headers
+
+    async def body(self) -> AsyncGenerator[bytes, None]:
+        """The current part's bytes, up to the next boundary."""
+        keep = len(self._delimiter) - 1
+        while (index := self._buf.find(self._delimiter)) < 0:
+            if len(self._buf) > keep:
+                piece = bytes(self._buf[: len(self._buf) - keep])
+                del self._buf[: len(piece)]
+                yield piece
+            await self._fill()
+        if index:
+            yield bytes(self._buf[:index])
+        del self._buf[: index + len(self._delimiter)]
+        await self._after_delimiter()
+
+    async def field(self) -> str:
+        data = bytearray()
+        async for piece in self.body():
+            data += piece
+            if len(data) > self.FIELD_LIMIT:
+                raise _malformed(f"a form field is longer than {self.FIELD_LIMIT} bytes")
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError:
+            raise _malformed("a form field is not UTF-8") from None
+
+
+@dataclass
+class _Upload:
+    chunks: AsyncIterator[bytes]
+    query: UploadQuery
+    filename: str | None
+    content_type: str | None
+
+
+async def _multipart_upload(
+    request: Request, query_data: dict[str, str], limit: int, boundary: str
+) -> _Upload:
+    reader = _Multipart(_capped(request, limit), boundary)
+    await reader.start()
+    fields: dict[str, str] = dict(query_data)
+    while (headers := await reader.next_part()) is not None:
+        disposition = headers.get("content-disposition")
+        if disposition is None:
+            raise _malformed("a part has no Content-Disposition")
+        params = _header_params("content-disposition", disposition)
+        name = _param(params, "content-disposition", "name")
+        filename = params.get_filename()
+        if filename is not None or name == "file":
+            query = parse_model(UploadQuery, fields, "form")
+            return _Upload(reader.body(), query, filename, headers.get("content-type"))
+        if name is None:
+            raise _malformed("a part has no name")
+        if name not in UploadQuery.model_fields:
+            known = ", ".join(["file", *UploadQuery.model_fields])
+            raise InvalidArgumentError(f"form.{name[:50]}: unknown form field; known: {known}.")
+        if name in fields:
+            raise InvalidArgumentError(
+                f"form.{name}: given more than once (in the query or the form); pass it once."
+            )
+        fields[name] = await reader.field()
+    raise InvalidArgumentError(
+        "form.file: the multipart body has no file part; send the file as a part named 'file'."
+    )
+
+
+async def upload_artifact(request: Request) -> Response:
+    state = api_state(request)
+    cap = state.limits.max_upload_bytes
+    query_data: dict[str, str] = {}
+    for key, value in request.query_params.multi_items():
+        if key in query_data:
+            raise InvalidArgumentError(f"query.{key}: given more than once; pass it once.")
+        query_data[key] = value
+    content_type = request.headers.get("content-type", "")
+    if content_type.lower().startswith("multipart/form-data"):
+        boundary = _param(_header_params("content-type", content_type), "content-type", "boundary")
+        if not boundary or len(boundary) > 70:
+            raise InvalidArgumentError(
+                "header Content-Type: multipart/form-data needs a boundary of 1 to 70 characters."
+            )
+        parse_model(UploadQuery, query_data, "query")
+        upload = await _multipart_upload(request, query_data, cap + MULTIPART_OVERHEAD_BYTES, boundary)
+    else:
+        upload = _Upload(
+            _capped(request, cap), parse_model(UploadQuery, query_data, "query"), None, content_type or None
+        )
+    mime = upload.query.mime_type or (upload.content_type or "").strip() or "application/octet-stream"
+    if not _MIME.match(mime):
+        raise InvalidArgumentError(
+            f"Content-Type {mime[:100]!r} is not a media type such as 'text/plain'; pass mime_type."
+        )
+    name = upload.query.name or upload.filename
+    if name is not None and len(name) > 255:
+        raise InvalidArgumentError("The file name is longer than 255 characters; pass a shorter name.")
+    record = await state.stores.artifacts.put_stream(
+        upload.chunks, name=name, mime_type=mime, max_bytes=cap, conversation_id=upload.query.conversation_id
+    )
+    logger.info("artifact %s stored: %d bytes", record.artifact_id, record.size)
+    return JSONResponse(
+        record.to_ref().model_dump(mode="json"),
+        status_code=201,
+        headers={"Location": f"/v1/artifacts/{record.artifact_id}"},
+    )
+
+
+async def artifact_metadata(request: Request) -> Response:
+    state = api_state(request)
+    parse_query(request, _Query)
+    record = await state.stores.artifacts.get(str(request.path_params["artifact_id"]))
+    return JSONResponse(record.model_dump(mode="json"))
+
+
+def parse_range(header: str | None, size: int) -> tuple[int, int] | None:
+    """(start, stop) of a single `bytes=` range, None to send everything.
+
+    Another unit, or several ranges, are answered with the whole content (RFC 9110 lets a server ignore
+    Range); a `bytes=` range that is malformed or starts past the end is `RangeNotSatisfiableError`.
+    """
+    if header is None:
+        return None
+    unit, sep, spec = header.strip().partition("=")
+    if not sep or unit.strip().lower() != "bytes":
+        return None
+    if "," in spec:
+        return None
+    first, dash, last = spec.strip().partition("-")
+    first, last = first.strip(), last.strip()
+    unsatisfiable = RangeNotSatisfiableError(
+        f"Range {header[:100]!r} cannot be satisfied: the artifact has {size} bytes.",
+        details={"size": size},
+    )
+    if not dash or not (first or last) or not (first or "0").isdigit() or not (last or "0").isdigit():
+        raise unsatisfiable
+    if not first:  # suffix: the last N bytes
+        count = int(last)
+        if count == 0 or size == 0:
+            raise unsatisfiable
+        return max(size - count, 0), size
+    start = int(first)
+    stop = size if not last else min(int(last) + 1, size)
+    if start >= size or (last and int(last) < start):
+        raise unsatisfiable
+    return start, stop
+
+
+async def _closing(chunks: AsyncIterator[bytes]) -> AsyncGenerator[bytes, None]:
+    """`chunks`, closed (shielded) however iteration ends, so a file or connection behind it is released."""
+    try:
+        async for chunk in chunks:
+            yield chunk
+    finally:
+        aclose = getattr(chunks, "aclose", None)
+        if aclose is not None:
+            with anyio.CancelScope(shield=True):
+                await aclose()
+
+
+def _disposition(name: str | None) -> str:
+    if not name:
+        return "attachment"
+    fallback = name if _ASCII_NAME.match(name) and '"' not in name and "\\" not in name else "download"
+    return f"attachment; filename=\"{fallback}\"; filename*=UTF-8''{urllib.parse.quote(name, safe='')}"
+
+
+async def artifact_content(request: Request) -> Response:
+    state = api_state(request)
+    parse_query(request, _Query)
+    artifact_id = str(request.path_params["artifact_id"])
+    record: ArtifactRecord = await state.stores.artifacts.get(artifact_id)
+    span = parse_range(request.headers.get("range"), record.size)
+    start, stop = span if span is not None else (0, record.size)
+    record, chunks = await state.stores.artifacts.open_range(artifact_id, start, stop - start)
+    headers = {
+        "Accept-Ranges": "bytes",
+        "Content-Length": str(stop - start),
+        "ETag": f'"{record.sha256}"',
+        "Content-Disposition": _disposition(record.name),
+        "X-Content-Type-Options": "nosniff",
+        "Content-Security-Policy": "sandbox",
+        "Cache-Control": "private, no-cache",
+        "Content-Type": record.mime_type,  # as stored: no charset is guessed for text types
+    }
+    if span is not None:
+        headers["Content-Range"] = f"bytes {start}-{stop - 1}/{record.size}"
+
+    return StreamingResponse(_closing(chunks), status_code=206 if span is not None else 200, headers=headers)

@@ -1,0 +1,311 @@
+"""The endpoints for events, runs, conversations, runners, `/healthz` and `/metrics`.
+
+Owns what each of these routes does: admission of an event (202, or its results as SSE with
+`?stream=true`), run reads, result pages and resumable result streams, cancellation, audit pages,
+conversation transcript and event pages, the runner registry view, liveness and metrics. Does not own
+artifacts (`_artifacts`), the route table or OpenAPI (`_routes`), authentication or error responses
+(`app.py`). Endpoints raise; they never build an error response.
+
+Invariants:
+- Input is validated before anything is stored: a refused request changes nothing.
+- Result streams read the results store, never a live queue: a stream that resumes after host sequence
+  N (`Last-Event-ID`, else `?after=N`) gets every later result exactly once, in order. Each result is one
+  SSE event whose `id` is its sequence; admission (`event: run`) and the end marker (`event: end`) carry no
+  id, so they never move a client's resume point. A stream ends after the run's terminal result.
+- While the host drains, ingest and `/healthz` answer 503.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import AsyncGenerator
+from contextlib import aclosing
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response
+
+from mcphost import __version__
+from mcphost.api._http import EventStream, parse_json, parse_model, parse_query, read_body, sse
+from mcphost.api._models import (
+    Admitted,
+    AuditPage,
+    AuditQuery,
+    CancelAnswer,
+    CancelBody,
+    ConversationPath,
+    EventsPage,
+    EventsPageQuery,
+    GrantSummary,
+    Health,
+    IngestQuery,
+    PageQuery,
+    PluginInfo,
+    RejectedInfo,
+    ResultsPage,
+    ResultsQuery,
+    RunnerInfo,
+    RunnersView,
+    RunsPage,
+    RunsQuery,
+    RunView,
+    TranscriptPage,
+    _Query,
+)
+from mcphost.api._state import ApiState, api_state
+from mcphost.context import mcp_url
+from mcphost.errors import ConflictError, HostError, InvalidArgumentError, UnavailableError
+from mcphost.models import AgentEventEnvelope, Run
+from mcphost.protocol import JSONObject
+
+logger = logging.getLogger("mcphost.api")
+
+MAX_SMALL_BODY_BYTES = 64 * 1024
+
+
+def _compact(obj: object) -> str:
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
+
+
+async def _result_events(state: ApiState, run_id: str, after: int) -> AsyncGenerator[bytes, None]:
+    """The run's results after `after` as SSE events, then `event: end` with the final status."""
+    try:
+        async for item in state.orchestrator.results(run_id, after=after):
+            yield sse(_compact({"seq": item.seq, **item.payload}), event_id=str(item.seq))
+        run = await state.stores.runs.get(run_id)
+        end: JSONObject = {"run_id": run_id, "status": run.status.value}
+        if run.error is not None:
+            end["error"] = run.error.model_dump(mode="json")
+        yield sse(_compact(end), event="end")
+    except HostError as exc:
+        # The response has started: the failure can only be told inside the stream.
+        logger.warning("result stream of run %s stopped: %s", run_id, exc.message)
+        yield sse(_compact({"error": exc.to_dict()}), event="error")
+
+
+def _wants_json(request: Request) -> bool:
+    accept = request.headers.get("accept", "").lower()
+    return "application/json" in accept and "text/event-stream" not in accept
+
+
+def _resume_point(request: Request, query: ResultsQuery) -> int:
+    last = request.headers.get("last-event-id")
+    if last is None or not last.strip():
+        return query.after
+    value = last.strip()
+    if not value.isdigit() or len(value) > 18:
+        raise InvalidArgumentError(
+            f"header Last-Event-ID: expected a result sequence number (a whole number >= 0), got {value[:40]!r}."
+        )
+    return int(value)
+
+
+# -- endpoints: events and runs ----------------------------------------------------------------------
+
+
+async def ingest_event(request: Request) -> Response:
+    state = api_state(request)
+    query = parse_query(request, IngestQuery)
+    event = parse_json(AgentEventEnvelope, await read_body(request, state.limits.max_event_bytes))
+    if state.draining:
+        raise UnavailableError(
+            "The host is shutting down and takes no new events; retry on another replica or after it restarts."
+        )
+    admission = await state.orchestrator.submit(event)
+    state.metrics.events_admitted["created" if admission.created else "replayed"] += 1
+    run = admission.run
+    answer = Admitted(run_id=run.run_id, event_id=run.event_id, status=run.status, created=admission.created)
+    location = {"Location": f"/v1/runs/{run.run_id}"}
+    if not query.stream:
+        return JSONResponse(answer.model_dump(mode="json"), status_code=202, headers=location)
+
+    async def events() -> AsyncGenerator[bytes, None]:
+        yield sse(_compact(answer.model_dump(mode="json")), event="run")
+        async with aclosing(_result_events(state, run.run_id, 0)) as results:
+            async for chunk in results:
+                yield chunk
+
+    return EventStream(events(), headers={**location, "X-Run-Id": run.run_id})
+
+
+async def list_runs(request: Request) -> Response:
+    state = api_state(request)
+    query = parse_query(request, RunsQuery)
+    page = await state.stores.runs.list(
+        conversation_id=query.conversation_id, status=query.status, limit=query.limit, cursor=query.cursor
+    )
+    answer = RunsPage(items=page.items, next_cursor=page.next_cursor, has_more=page.has_more)
+    return JSONResponse(answer.model_dump(mode="json"))
+
+
+async def show_run(request: Request) -> Response:
+    state = api_state(request)
+    parse_query(request, _Query)
+    run_id = str(request.path_params["run_id"])
+    run = await state.stores.runs.get(run_id)
+    record = await state.stores.runs.grant(run_id)
+    grant = record.grant
+    summary = GrantSummary(
+        runner_id=grant.runner_id,
+        binding_id=grant.binding_id,
+        conversation_id=grant.conversation_id,
+        thread_id=grant.thread_id,
+        actor_id=grant.actor_id,
+        tools=sorted(grant.tools),
+        host_tool_globs=list(grant.host_tool_globs),
+        knowledge_bases=sorted(grant.knowledge_bases),
+        state_read=sorted(grant.state_read),
+        state_write=sorted(grant.state_write),
+        storage_areas=sorted(grant.storage_areas),
+        artifact_create=grant.artifact_create,
+        deadline_at=grant.deadline_at,
+        revoked=record.revoked,
+        active=record.active and time.time() < grant.deadline_at,
+    )
+    answer = RunView(run=run, grant=summary, mcp_url=mcp_url(state.orchestrator.public_url, run_id))
+    return JSONResponse(answer.model_dump(mode="json"))
+
+
+async def run_results(request: Request) -> Response:
+    state = api_state(request)
+    query = parse_query(request, ResultsQuery)
+    after = _resume_point(request, query)
+    run_id = str(request.path_params["run_id"])
+    run = await state.stores.runs.get(run_id)  # 404 before any stream starts
+    if _wants_json(request):
+        items = await state.stores.results.list(run_id, after=after, limit=query.limit)
+        # Read the status after the page: a terminal run read here has every result already stored.
+        run = await state.stores.runs.get(run_id)
+        next_after = items[-1].seq if items else after
+        answer = ResultsPage(
+            run_id=run_id,
+            status=run.status,
+            results=[{"seq": item.seq, **item.payload} for item in items],
+            next_after=next_after,
+            complete=run.status.is_terminal and len(items) < query.limit,
+        )
+        return JSONResponse(answer.model_dump(mode="json"))
+    return EventStream(_result_events(state, run.run_id, after), headers={"X-Run-Id": run.run_id})
+
+
+async def cancel_run(request: Request) -> Response:
+    state = api_state(request)
+    parse_query(request, _Query)
+    raw = await read_body(request, MAX_SMALL_BODY_BYTES)
+    body = parse_json(CancelBody, raw) if raw.strip() else CancelBody()
+    run_id = str(request.path_params["run_id"])
+    run = await state.stores.runs.get(run_id)
+    if run.status.is_terminal:
+        raise _conflict_terminal(run)
+    reason = body.reason or "cancelled through the API"
+    if run.runner_id is None:
+        run = await state.end_grant(run_id, reason)
+    else:
+        run = await state.orchestrator.cancel(run_id, reason=reason)
+    answer = CancelAnswer(run_id=run_id, status=run.status, cancel_requested=not run.status.is_terminal)
+    return JSONResponse(answer.model_dump(mode="json"), status_code=202)
+
+
+def _conflict_terminal(run: Run) -> HostError:
+    return ConflictError(
+        f"Run {run.run_id!r} is already {run.status}; there is nothing to cancel.",
+        details={"run_id": run.run_id, "status": run.status.value},
+    )
+
+
+async def run_audit(request: Request) -> Response:
+    state = api_state(request)
+    query = parse_query(request, AuditQuery)
+    run_id = str(request.path_params["run_id"])
+    await state.stores.runs.get(run_id)
+    items = await state.stores.audit.list(run_id, after=query.after, limit=min(query.limit + 1, 1000))
+    has_more = len(items) > query.limit
+    kept = items[: query.limit]
+    answer = AuditPage(items=kept, next_after=kept[-1].seq if kept else query.after, has_more=has_more)
+    return JSONResponse(answer.model_dump(mode="json"))
+
+
+# -- endpoints: conversations ------------------------------------------------------------------------
+
+
+async def conversation_transcript(request: Request) -> Response:
+    state = api_state(request)
+    path = parse_model(ConversationPath, dict(request.path_params), "path")
+    query = parse_query(request, PageQuery)
+    page = await state.stores.transcript.page(
+        path.conversation_id, query.thread_id, before=query.before, after=query.after, limit=query.limit
+    )
+    answer = TranscriptPage(
+        items=page.items, next_cursor=page.next_cursor, prev_cursor=page.prev_cursor, has_more=page.has_more
+    )
+    return JSONResponse(answer.model_dump(mode="json"))
+
+
+async def conversation_events(request: Request) -> Response:
+    state = api_state(request)
+    path = parse_model(ConversationPath, dict(request.path_params), "path")
+    query = parse_query(request, EventsPageQuery)
+    page = await state.stores.events.page(
+        path.conversation_id,
+        query.thread_id,
+        before=query.before,
+        after=query.after,
+        limit=query.limit,
+        event_types=query.event_type,
+    )
+    answer = EventsPage(
+        items=page.items, next_cursor=page.next_cursor, prev_cursor=page.prev_cursor, has_more=page.has_more
+    )
+    return JSONResponse(answer.model_dump(mode="json"))
+
+
+# -- endpoints: runners, health, metrics -------------------------------------------------------------
+
+
+async def list_runners(request: Request) -> Response:
+    state = api_state(request)
+    parse_query(request, _Query)
+    registry = state.registry
+    answer = RunnersView(
+        runners=[
+            RunnerInfo(id=r.manifest.id, name=r.manifest.name, plugin=r.plugin.spec.name)
+            for r in registry.runners()
+        ],
+        rejected=[
+            RejectedInfo(id=r.runner_id, plugin=r.plugin, reason=r.reason) for r in registry.rejected()
+        ],
+        plugins=[
+            PluginInfo(
+                name=p.name,
+                command=list(p.command),
+                state=p.state,
+                pid=p.pid,
+                restarts=p.restarts,
+                last_error=p.last_error,
+                runners=list(p.runners),
+            )
+            for p in registry.plugins()
+        ],
+    )
+    return JSONResponse(answer.model_dump(mode="json"))
+
+
+async def healthz(request: Request) -> Response:
+    state = api_state(request)
+    if state.draining:
+        raise UnavailableError("The host is shutting down.")
+    answer = Health(
+        status="ok",
+        version=__version__,
+        host_id=state.orchestrator.host_id,
+        active_runs=len(state.orchestrator.active_run_ids()),
+    )
+    return JSONResponse(answer.model_dump(mode="json"))
+
+
+async def metrics(request: Request) -> Response:
+    state = api_state(request)
+    plugins = [(p.name, p.restarts, p.state == "running") for p in state.registry.plugins()]
+    text = state.metrics.render(active_runs=len(state.orchestrator.active_run_ids()), plugins=plugins)
+    return PlainTextResponse(text, media_type="text/plain; version=0.0.4; charset=utf-8")

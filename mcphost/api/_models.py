@@ -1,0 +1,214 @@
+"""The API's request and response models: what each route accepts and the shape of each answer.
+
+Owns the query, path and body models (`extra="forbid"`, so an unknown parameter is a 400) and the answer
+models that `/openapi.json` publishes as component schemas. Does not own parsing (`_http.parse_query`,
+`parse_json`) or the routes that use them (`_endpoints`, `_artifacts`, `_routes`).
+
+Invariants:
+- Query and path models are frozen; field docstrings become the parameter descriptions in OpenAPI.
+- Answers never carry secrets: `GrantSummary` is a grant without its token hash.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from mcphost.models import ID_PATTERN, Run, RunStatus
+from mcphost.protocol import JSONObject
+from mcphost.stores import AuditRecord, StoredEvent, TranscriptRecord
+
+RESULTS_PAGE_LIMIT = 1000
+_MIME = re.compile(r"^[A-Za-z0-9][\w.+-]{0,99}/[A-Za-z0-9][\w.+-]{0,99}(\s*;.{0,95})?$")
+
+
+# -- request and response models ---------------------------------------------------------------------
+
+
+class _Query(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+
+class IngestQuery(_Query):
+    stream: bool = False
+    """Answer with an SSE stream of the run's results instead of 202."""
+
+
+class RunsQuery(_Query):
+    conversation_id: str | None = Field(default=None, pattern=ID_PATTERN)
+    status: RunStatus | None = None
+    limit: int = Field(default=50, ge=1, le=100)
+    cursor: str | None = Field(default=None, max_length=500)
+
+
+class ResultsQuery(_Query):
+    after: int = Field(default=0, ge=0)
+    """Resume after this host sequence (`Last-Event-ID` wins when both are given)."""
+    limit: int = Field(default=RESULTS_PAGE_LIMIT, ge=1, le=10_000)
+    """Page size of the JSON answer (SSE streams everything)."""
+
+
+class PageQuery(_Query):
+    before: str | None = Field(default=None, max_length=500)
+    after: str | None = Field(default=None, max_length=500)
+    limit: int = Field(default=50, ge=1, le=100)
+    thread_id: str | None = Field(default=None, pattern=ID_PATTERN)
+
+
+class EventsPageQuery(PageQuery):
+    event_type: list[str] | None = Field(default=None, max_length=20)
+    """Only these event types (repeat the parameter for several)."""
+
+
+class AuditQuery(_Query):
+    after: int = Field(default=0, ge=0)
+    limit: int = Field(default=100, ge=1, le=1000)
+
+
+class UploadQuery(_Query):
+    name: str | None = Field(default=None, max_length=255)
+    """File name (default: the multipart part's filename)."""
+    mime_type: str | None = Field(default=None, max_length=200, pattern=_MIME.pattern)
+    """Media type (default: the part's or the request's Content-Type)."""
+    conversation_id: str | None = Field(default=None, pattern=ID_PATTERN)
+    """The conversation the artifact belongs to: that conversation's runs may read it."""
+
+
+class ConversationPath(_Query):
+    conversation_id: str = Field(pattern=ID_PATTERN)
+
+
+class CancelBody(BaseModel):
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+    reason: str | None = Field(default=None, max_length=500)
+    """Why; recorded in the run's error details."""
+
+
+class _Answer(BaseModel):
+    model_config = ConfigDict(use_attribute_docstrings=True)
+
+
+class Admitted(_Answer):
+    run_id: str
+    event_id: str
+    status: RunStatus
+    created: bool
+    """False when the event_id was seen before: this is the existing run."""
+
+
+class GrantSummary(_Answer):
+    """What a run may touch (PROTOCOL §6), without its token hash."""
+
+    runner_id: str | None
+    binding_id: str | None
+    conversation_id: str | None
+    thread_id: str | None
+    actor_id: str | None
+    tools: list[str]
+    host_tool_globs: list[str]
+    knowledge_bases: list[str]
+    state_read: list[str]
+    state_write: list[str]
+    storage_areas: list[str]
+    artifact_create: bool
+    deadline_at: float
+    revoked: bool
+    active: bool
+
+
+class RunView(_Answer):
+    run: Run
+    grant: GrantSummary
+    mcp_url: str
+    """The run's MCP endpoint (it answers only while the grant is active, with the run token)."""
+
+
+class RunsPage(_Answer):
+    items: list[Run]
+    next_cursor: str | None
+    has_more: bool
+
+
+class ResultsPage(_Answer):
+    run_id: str
+    status: RunStatus
+    results: list[JSONObject]
+    """Each result as persisted, with its host sequence as `seq`."""
+    next_after: int
+    """Pass as `after` to continue."""
+    complete: bool
+    """The run has ended and nothing follows."""
+
+
+class CancelAnswer(_Answer):
+    run_id: str
+    status: RunStatus
+    cancel_requested: bool
+
+
+class TranscriptPage(_Answer):
+    items: list[TranscriptRecord]
+    next_cursor: str | None
+    prev_cursor: str | None
+    has_more: bool
+
+
+class EventsPage(_Answer):
+    items: list[StoredEvent]
+    next_cursor: str | None
+    prev_cursor: str | None
+    has_more: bool
+
+
+class AuditPage(_Answer):
+    items: list[AuditRecord]
+    next_after: int
+    has_more: bool
+
+
+class RunnerInfo(_Answer):
+    id: str
+    name: str
+    plugin: str
+
+
+class RejectedInfo(_Answer):
+    id: str | None
+    plugin: str
+    reason: str
+
+
+class PluginInfo(_Answer):
+    name: str
+    command: list[str]
+    state: str
+    pid: int | None
+    restarts: int
+    last_error: str | None
+    runners: list[str]
+
+
+class RunnersView(_Answer):
+    runners: list[RunnerInfo]
+    rejected: list[RejectedInfo]
+    plugins: list[PluginInfo]
+
+
+class Health(_Answer):
+    status: Literal["ok"]
+    version: str
+    host_id: str
+    active_runs: int
+
+
+class ErrorDetail(_Answer):
+    code: str
+    message: str
+    details: JSONObject
+
+
+class ErrorBody(_Answer):
+    error: ErrorDetail

@@ -1,0 +1,235 @@
+"""The route table and the OpenAPI document: `routes()` and `openapi()` read the same `_ENDPOINTS`.
+
+Owns which handler serves which method and path, which routes are public (outside `/v1`, no API key), and
+the OpenAPI 3.1 document built from that table and the pydantic models. Does not own what a handler does
+(`_endpoints`, `_artifacts`), authentication (`app.py` checks the key) or the MCP endpoint (`app.py` mounts
+it).
+
+Invariants:
+- `routes()` and `openapi()` both read `_ENDPOINTS`, so the document cannot drift from the routes served.
+- The document is built once per process, on the first request to `/openapi.json`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from pydantic import BaseModel
+from pydantic.json_schema import JsonSchemaMode, models_json_schema
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import BaseRoute, Route
+
+from mcphost import __version__
+from mcphost.api._artifacts import artifact_content, artifact_metadata, upload_artifact
+from mcphost.api._endpoints import (
+    cancel_run,
+    conversation_events,
+    conversation_transcript,
+    healthz,
+    ingest_event,
+    list_runners,
+    list_runs,
+    metrics,
+    run_audit,
+    run_results,
+    show_run,
+)
+from mcphost.api._http import parse_query
+from mcphost.api._models import (
+    Admitted,
+    AuditPage,
+    AuditQuery,
+    CancelAnswer,
+    CancelBody,
+    ErrorBody,
+    EventsPage,
+    EventsPageQuery,
+    Health,
+    IngestQuery,
+    PageQuery,
+    ResultsPage,
+    ResultsQuery,
+    RunnersView,
+    RunsPage,
+    RunsQuery,
+    RunView,
+    TranscriptPage,
+    UploadQuery,
+    _Query,
+)
+from mcphost.models import AgentEventEnvelope
+from mcphost.protocol import ArtifactRef, JSONObject
+from mcphost.stores import ArtifactRecord
+
+# -- routes and OpenAPI ------------------------------------------------------------------------------
+
+_BINARY: JSONObject = {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}
+_SSE: JSONObject = {
+    "text/event-stream": {
+        "schema": {"type": "string"},
+        "description": "One event per result (`id: <seq>`, `data: {seq, type, run_id, data, ...}`), then "
+        "`event: end` with `{run_id, status, error?}`. Resume with `Last-Event-ID`.",
+    }
+}
+_TEXT: JSONObject = {"text/plain": {"schema": {"type": "string"}}}
+
+
+_OPENAPI_CACHE: list[JSONObject] = []
+
+
+async def openapi_endpoint(request: Request) -> Response:
+    parse_query(request, _Query)
+    if not _OPENAPI_CACHE:
+        _OPENAPI_CACHE.append(openapi())
+    return JSONResponse(_OPENAPI_CACHE[0])
+
+
+@dataclass(frozen=True)
+class _Endpoint:
+    """One route and its OpenAPI operation: `routes()` and `openapi()` read the same table."""
+
+    method: str
+    path: str
+    handler: Callable[[Request], Awaitable[Response]]
+    summary: str
+    ok: int
+    answer: str | JSONObject
+    """A component schema name (JSON), or the content map itself."""
+    errors: tuple[int, ...] = ()
+    query: type[BaseModel] | None = None
+    body: str | JSONObject | None = None
+    headers: tuple[str, ...] = ()
+    public: bool = False
+    """Outside `/v1`: no API key."""
+
+
+_ENDPOINTS: tuple[_Endpoint, ...] = (
+    _Endpoint("POST", "/v1/events", ingest_event, "Ingest an event; with stream=true, the run's results as SSE",
+              202, "Admitted", (400, 404, 409, 413, 503), IngestQuery, "AgentEventEnvelope"),
+    _Endpoint("GET", "/v1/runs", list_runs, "Runs, newest first", 200, "RunsPage", (400,), RunsQuery),
+    _Endpoint("GET", "/v1/runs/{run_id}", show_run, "A run and its grant (never its token)", 200, "RunView", (404,)),
+    _Endpoint("GET", "/v1/runs/{run_id}/results", run_results,
+              "The run's results: SSE (resumable), or JSON with Accept: application/json",
+              200, "ResultsPage", (400, 404), ResultsQuery, headers=("Last-Event-ID",)),
+    _Endpoint("POST", "/v1/runs/{run_id}/cancel", cancel_run, "Cancel a run (an inspection grant is revoked)",
+              202, "CancelAnswer", (400, 404, 409, 413), body="CancelBody"),
+    _Endpoint("GET", "/v1/runs/{run_id}/audit", run_audit, "The run's MCP call audit", 200, "AuditPage",
+              (400, 404), AuditQuery),
+    _Endpoint("GET", "/v1/conversations/{conversation_id}/transcript", conversation_transcript,
+              "A page of a conversation's transcript", 200, "TranscriptPage", (400,), PageQuery),
+    _Endpoint("GET", "/v1/conversations/{conversation_id}/events", conversation_events,
+              "A page of a conversation's event log", 200, "EventsPage", (400,), EventsPageQuery),
+    _Endpoint("GET", "/v1/runners", list_runners, "Runners, rejected manifests and plugin processes", 200,
+              "RunnersView"),
+    _Endpoint("POST", "/v1/artifacts", upload_artifact,
+              "Upload an artifact (raw body, or multipart/form-data with a 'file' part) for input.attachments",
+              201, "ArtifactRef", (400, 413), UploadQuery,
+              {**_BINARY, "multipart/form-data": {"schema": {"type": "object", "properties": {"file": {"type": "string", "format": "binary"}}}}}),
+    _Endpoint("GET", "/v1/artifacts/{artifact_id}", artifact_metadata, "An artifact's metadata", 200,
+              "ArtifactRecord", (404,)),
+    _Endpoint("GET", "/v1/artifacts/{artifact_id}/content", artifact_content,
+              "An artifact's bytes; a single byte range answers 206", 200, _BINARY, (404, 416), headers=("Range",)),
+    _Endpoint("GET", "/healthz", healthz, "Liveness (503 while draining)", 200, "Health", (503,), public=True),
+    _Endpoint("GET", "/metrics", metrics, "Prometheus text metrics", 200, _TEXT, public=True),
+    _Endpoint("GET", "/openapi.json", openapi_endpoint, "This document", 200, {"application/json": {}}, public=True),
+)  # fmt: skip
+
+
+def routes() -> list[BaseRoute]:
+    """Every route of the API (the MCP endpoint is mounted by `app.py`)."""
+    return [Route(e.path, e.handler, methods=[e.method]) for e in _ENDPOINTS]
+
+
+def _content(what: str | JSONObject) -> JSONObject:
+    return (
+        {"application/json": {"schema": {"$ref": f"#/components/schemas/{what}"}}}
+        if isinstance(what, str)
+        else what
+    )
+
+
+def _parameters(endpoint: _Endpoint) -> list[JSONObject]:
+    out: list[JSONObject] = [
+        {"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
+        for name in re.findall(r"{(\w+)}", endpoint.path)
+    ]
+    if endpoint.query is not None:
+        # Referenced types (RunStatus) are among the component schemas `openapi()` publishes.
+        schema = endpoint.query.model_json_schema(ref_template="#/components/schemas/{model}")
+        for name, prop in schema.get("properties", {}).items():
+            param: JSONObject = {
+                "name": name,
+                "in": "query",
+                "required": name in schema.get("required", []),
+                "schema": {k: v for k, v in prop.items() if k not in ("title", "description")},
+            }
+            if "description" in prop:
+                param["description"] = prop["description"]
+            out.append(param)
+    out += [
+        {"name": h, "in": "header", "required": False, "schema": {"type": "string"}} for h in endpoint.headers
+    ]
+    return out
+
+
+def _operation(endpoint: _Endpoint) -> JSONObject:
+    ok = _content(endpoint.answer)
+    if endpoint.handler is run_results or endpoint.handler is ingest_event:
+        ok = {**_SSE, **ok}
+    responses: JSONObject = {str(endpoint.ok): {"description": "success", "content": ok}}
+    for status in sorted({*endpoint.errors, *(() if endpoint.public else (401,))}):
+        responses[str(status)] = {"description": "error", "content": _content("ErrorBody")}
+    op: JSONObject = {"summary": endpoint.summary, "responses": responses}
+    if params := _parameters(endpoint):
+        op["parameters"] = params
+    if endpoint.body is not None:
+        op["requestBody"] = {"required": endpoint.body != "CancelBody", "content": _content(endpoint.body)}
+    if endpoint.public:
+        op["security"] = []
+    return op
+
+
+_SCHEMA_MODELS: tuple[type[BaseModel], ...] = (
+    ArtifactRef,
+    ArtifactRecord,
+    Admitted,
+    RunView,
+    RunsPage,
+    ResultsPage,
+    CancelAnswer,
+    TranscriptPage,
+    EventsPage,
+    AuditPage,
+    RunnersView,
+    Health,
+    ErrorBody,
+)
+
+
+def openapi() -> JSONObject:
+    """The OpenAPI 3.1 document of the API; component schemas come from the pydantic models."""
+    modes: list[tuple[type[BaseModel], JsonSchemaMode]] = [(m, "serialization") for m in _SCHEMA_MODELS]
+    modes.append((AgentEventEnvelope, "validation"))
+    modes.append((CancelBody, "validation"))
+    _, top = models_json_schema(modes, ref_template="#/components/schemas/{model}")
+    paths: dict[str, JSONObject] = {}
+    for endpoint in _ENDPOINTS:
+        paths.setdefault(endpoint.path, {})[endpoint.method.lower()] = _operation(endpoint)
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "mcphost",
+            "version": __version__,
+            "description": "Events in, one agent run per event. Each run's MCP endpoint, /runs/{run_id}/mcp, "
+            "takes the run token and is not part of this API. Errors are {error: {code, message, details}}.",
+        },
+        "components": {
+            "schemas": top.get("$defs", {}),
+            "securitySchemes": {"apiKey": {"type": "http", "scheme": "bearer"}},
+        },
+        "security": [{"apiKey": []}],
+        "paths": paths,
+    }

@@ -1,0 +1,61 @@
+"""What the routes read of the host: `ApiState` (built by `app.py`, kept in `app.state.api`) and the body
+size limits, `ApiLimits`.
+
+Owns the shape of that state and the default limits. Does not own the host's composition (`app.py` builds
+the state and sets `draining` on shutdown) or how limits are enforced (`_http.read_body`, `_artifacts`).
+
+Invariants:
+- `api_state(request)` is the one way a route gets the state; it asserts `app.py` set it before serving.
+- Limits are bytes; the defaults here are `ApiLimits()`'s (the CLI's `--max-upload-bytes` defaults to
+  `DEFAULT_MAX_UPLOAD_BYTES`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+from starlette.requests import Request
+
+from mcphost.api._metrics import HostMetrics
+from mcphost.models import Run
+from mcphost.orchestrator import Orchestrator
+from mcphost.plugins import PluginProcess
+from mcphost.registry import RunnerRegistry
+from mcphost.stores import Stores
+
+MAX_EVENT_BODY_BYTES = 4 * 1024 * 1024
+"""An event's `input.text` may be 256 KiB of characters, up to six JSON bytes each when escaped."""
+DEFAULT_MAX_UPLOAD_BYTES = 100 * 1024 * 1024
+
+
+# -- state the routes read ---------------------------------------------------------------------------
+
+
+@dataclass
+class ApiLimits:
+    """Body size limits (bytes)."""
+
+    max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYTES
+    max_event_bytes: int = MAX_EVENT_BODY_BYTES
+
+
+@dataclass
+class ApiState:
+    """What the routes need of the host; `app.py` builds it and puts it in `app.state.api`."""
+
+    stores: Stores
+    orchestrator: Orchestrator
+    registry: RunnerRegistry[PluginProcess]
+    metrics: HostMetrics
+    end_grant: Callable[[str, str], Awaitable[Run]]
+    """Ends a runner-less run (an inspection grant): (run_id, reason) → the cancelled run."""
+    limits: ApiLimits = field(default_factory=ApiLimits)
+    draining: bool = False
+    """Set when the server stops taking new events (graceful shutdown)."""
+
+
+def api_state(request: Request) -> ApiState:
+    state = request.app.state.api
+    assert isinstance(state, ApiState), "app.state.api is set by app.py before requests are served"
+    return state
