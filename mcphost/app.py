@@ -176,6 +176,7 @@ async def open_host(settings: Settings) -> AsyncGenerator[Host, None]:
             host_tools=gateway,
             knowledge=knowledge,
             allowed_hosts=allowed_hosts(settings),
+            allowed_origins=settings.host.allowed_origins,
         )
 
         async def end_run(run_id: str, _run: Run | None) -> None:

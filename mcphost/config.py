@@ -67,6 +67,9 @@ class HostSettings(_Section):
     """Start the bundled runners (echo, ...) besides the `[[plugins]]` listed."""
     allowed_hosts: list[str] = Field(default_factory=list[str])
     """Extra Host header values accepted by the MCP endpoint (DNS-rebinding protection)."""
+    allowed_origins: list[str] = Field(default_factory=list[str])
+    """Extra browser Origin values (`https://app.example.com`) accepted by the MCP endpoint; loopback
+    origins and those of `public_url` are always accepted."""
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 
     @field_validator("listen")

@@ -118,6 +118,8 @@ def build_grant(
         artifact_create="create" in granted["artifacts"],
         deadline_at=deadline_at,
         token_hash=token_hash,
+        call_budget=agent.budget.calls,
+        byte_budget=agent.budget.bytes,
     )
 
 

@@ -175,6 +175,15 @@ class DeliveryPolicy(InboundModel):
     streaming: bool = True
 
 
+class RunBudget(InboundModel):
+    """Caps on what one run may do through its MCP endpoint, besides the rate limit (unset: no cap)."""
+
+    calls: int | None = Field(default=None, ge=1, le=1_000_000)
+    """Facts and host-tool calls a run may make; later calls answer `rate_limited`."""
+    bytes: int | None = Field(default=None, ge=1, le=2**40)
+    """Bytes a run may read back (answers' sizes); later calls answer `rate_limited`."""
+
+
 class AgentConfig(InboundModel):
     """One `[[agents]]` entry: which events it takes, its runner, and what its runs may touch."""
 
@@ -191,6 +200,7 @@ class AgentConfig(InboundModel):
     concurrency: ConcurrencyPolicy = "enqueue"
     timeout_s: float | None = Field(default=None, gt=0, le=24 * 3600)
     """Run deadline in seconds; the host's `run_timeout_s` (300 s) when unset."""
+    budget: RunBudget = Field(default_factory=RunBudget)
 
     @field_validator("runner")
     @classmethod

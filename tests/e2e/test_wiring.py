@@ -30,7 +30,7 @@ from tests.e2e.httpkit import (
     serve_app,
     wait_status,
 )
-from tests.mcphost.hostkit import REPO
+from tests.mcphost.hostkit import MISBEHAVE_RUNNER, REPO, agent, message
 
 
 @pytest.fixture
@@ -207,3 +207,39 @@ async def test_the_host_gives_the_facts_server_its_upstream_tools(database_url: 
             echoed = await client.call_tool("up__echo", {"text": "through the gateway"})
             assert not echoed.is_error
             assert "through the gateway" in str(echoed.content)
+
+
+async def test_budgets_and_browser_origins_come_from_the_config(database_url: str, tmp_path: Path) -> None:
+    budgeted = agent("budgeted", MISBEHAVE_RUNNER, budget={"calls": 2})
+    base = api_settings(database_url, tmp_path / "data", allowed_origins=["https://app.example.com"])
+    settings = base.model_copy(update={"agents": [*base.agents, budgeted]})
+    async with open_host(settings) as host, serve_app(host) as app:
+        admission = await host.orchestrator.submit(message("slow:30", bot="budgeted"))
+        run_id = admission.run.run_id
+        ctx = None
+        with anyio.fail_after(30):
+            while ctx is None:
+                ctx = await host.orchestrator.context(run_id)
+                await anyio.sleep(0.05)
+        assert ctx.context.mcp is not None
+        headers = dict(ctx.context.mcp.headers)
+        url = f"{app.url}/runs/{run_id}/mcp"
+        async with httpx2.AsyncClient(headers=headers, timeout=30) as mcp_http:
+            listing = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+            accept = {"Accept": "application/json, text/event-stream", "MCP-Protocol-Version": "2025-11-25"}
+            allowed = await mcp_http.post(
+                url, json=listing, headers={**accept, "Origin": "https://app.example.com"}
+            )
+            assert allowed.status_code != 403, allowed.text
+            foreign = await mcp_http.post(
+                url, json=listing, headers={**accept, "Origin": "https://evil.example"}
+            )
+            assert foreign.status_code == 403
+            async with Client(streamable_http_client(url, http_client=mcp_http)) as client:  # pyright: ignore[reportArgumentType]
+                for _ in range(2):
+                    assert not (await client.call_tool("run_context", {})).is_error
+                third = await client.call_tool("run_context", {})
+                assert third.is_error
+                assert "budget of 2 calls" in str(third.content)
+        await host.orchestrator.cancel(run_id)
+        await host.orchestrator.wait(run_id)

@@ -28,6 +28,7 @@ def test_the_grant_is_the_intersection_of_manifest_agent_and_event() -> None:
             "state": {"scopes": ["conversation", "actor"], "write": False},
             "storage": {"areas": ["plugin", "workspace"]},
             "resources": {"tools": ["search__*"]},
+            "budget": {"calls": 50, "bytes": 1_000_000},
         }
     )
     event = AgentEventEnvelope.model_validate(
@@ -52,6 +53,7 @@ def test_the_grant_is_the_intersection_of_manifest_agent_and_event() -> None:
     assert grant.storage_areas == {"plugin"}  # workspace is not in the manifest
     assert grant.knowledge_bases == frozenset()  # the agent has none
     assert grant.host_tool_globs == ("search__*",)
+    assert (grant.call_budget, grant.byte_budget) == (50, 1_000_000)
     assert grant.state_scope_id("conversation") == ("plugin:acme/bot/default", "a", "c1", "")
     assert grant.state_scope_id("subject") is None
     assert token_matches(token, grant.token_hash)
