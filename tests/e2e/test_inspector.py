@@ -100,6 +100,24 @@ def test_the_inspector_lists_and_calls_tools_directly_and_through_the_bridge(
         grant["url"],
     )
     assert {tool["name"] for tool in bridged["tools"]} == names
+    bridged_call = inspector(
+        "-e",
+        f"MCPHOST_RUN_TOKEN={grant['token']}",
+        "--method",
+        "tools/call",
+        "--tool-name",
+        "history_search",
+        "--tool-arg",
+        "query=lighthouse",
+        "--",
+        sys.executable,
+        "-m",
+        "bridge",
+        "--url",
+        grant["url"],
+    )
+    assert bridged_call.get("isError") in (None, False)
+    assert "remember the lighthouse" in json.dumps(bridged_call["structuredContent"])
 
     refused = subprocess.run(
         [str(NODE), str(INSPECTOR), "--cli", grant["url"], "--transport", "http", "--method", "tools/list"],
