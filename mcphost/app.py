@@ -167,6 +167,7 @@ async def open_host(settings: Settings) -> AsyncGenerator[Host, None]:
             default_timeout_s=settings.host.run_timeout_s,
             max_concurrent_runs=settings.host.max_concurrent_runs,
             knowledge_bases={kb: (cfg.name, cfg.description) for kb, cfg in settings.knowledge.items()},
+            skills={name: (cfg.display_name, cfg.description) for name, cfg in settings.skills.items()},
         )
         gateway = Gateway.from_settings(settings, stores)
         knowledge = KnowledgeBases.from_settings(stores.db, settings)

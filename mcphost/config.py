@@ -12,6 +12,7 @@ Every key is optional. With no file at all the host runs on the embedded default
 from __future__ import annotations
 
 import os
+import re
 import sys
 import tomllib
 from collections.abc import Mapping
@@ -38,6 +39,7 @@ BUNDLED_PLUGINS: dict[str, str] = {
 bundled: it needs its API key in its own environment, so it is configured as a `[[plugins]]` entry."""
 
 DEFAULT_AGENT_RUNNER = "plugin:mcphost/memo/default"
+SKILL_NAME_PATTERN = r"[a-z0-9][a-z0-9_-]{0,63}"
 """The embedded default agent's runner: memo answers from host facts it reads over the run's MCP server."""
 
 
@@ -125,6 +127,17 @@ class KnowledgeBaseConfig(_Section):
     paths: list[str] = Field(default_factory=list[str])
 
 
+class SkillConfig(_Section):
+    """One `[skills.<name>]` skill: what an agent granted it is told, and what a harness writes into
+    its skill file (`.claude/skills/<name>/SKILL.md`, PROTOCOL §9). Agents are granted skills by name in
+    `resources.skills`."""
+
+    display_name: str = Field(default="", max_length=200)
+    """A title for people; the skill's name when empty."""
+    description: str = Field(min_length=1, max_length=4000)
+    """When and how to use the skill: the runner reads it in its context and `instructions` prompt."""
+
+
 class Settings(_Section):
     """The whole validated configuration."""
 
@@ -135,6 +148,18 @@ class Settings(_Section):
     agents: list[AgentConfig] = Field(default_factory=list[AgentConfig])
     tools: dict[str, ToolServerConfig] = Field(default_factory=dict[str, ToolServerConfig])
     knowledge: dict[str, KnowledgeBaseConfig] = Field(default_factory=dict[str, KnowledgeBaseConfig])
+    skills: dict[str, SkillConfig] = Field(default_factory=dict[str, SkillConfig])
+
+    @field_validator("skills")
+    @classmethod
+    def _skill_names(cls, value: dict[str, SkillConfig]) -> dict[str, SkillConfig]:
+        for name in value:
+            if not re.fullmatch(SKILL_NAME_PATTERN, name):
+                raise ValueError(
+                    f"skill name {name!r} must be 1-64 lowercase letters, digits, '-' or '_', starting with "
+                    "a letter or digit (it becomes a folder name)"
+                )
+        return value
 
     @property
     def database_url(self) -> str:
@@ -230,6 +255,13 @@ def _check_agents(settings: Settings) -> None:
                 raise ConfigError(
                     f"{settings.source}: agents[{index}] (id {agent.id!r}).resources.knowledge_bases: "
                     f"knowledge base {kb!r} is not declared; declared: {known}. Add a [knowledge.{kb}] table."
+                )
+        for skill in agent.resources.skills:
+            if skill not in settings.skills:
+                known = ", ".join(sorted(settings.skills)) or "none"
+                raise ConfigError(
+                    f"{settings.source}: agents[{index}] (id {agent.id!r}).resources.skills: "
+                    f"skill {skill!r} is not declared; declared: {known}. Add a [skills.{skill}] table."
                 )
 
 

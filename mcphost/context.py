@@ -4,7 +4,8 @@ The one place where host models are converted into protocol models (STYLE 3). Ow
 check against the manifest's `config_schema`. Does not read stores: the caller passes in the few facts
 the context needs (latest cursor, state snapshot), so building a context is pure and cheap.
 Invariant: the context is a projection of the grant — `resources` and `available_apis` never show
-more than the grant allows — and it carries no history window, only handles.
+more than the grant allows — and it carries no history window, only handles. Skills are not
+permissions: `resources.skills` lists the configured skills the agent names in `resources.skills`.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from mcphost.protocol import (
     Resources,
     RunInput,
     Runtime,
+    SkillInfo,
     StateSnapshot,
     StorageInfo,
     SubjectInfo,
@@ -112,8 +114,10 @@ def build_context(
     has_history_before: bool,
     state: Mapping[str, dict[str, Any]],
     knowledge_bases: Mapping[str, tuple[str, str]] | None = None,
+    skills: Mapping[str, tuple[str, str]] | None = None,
 ) -> AgentRunContext:
-    """Assemble the run context. `knowledge_bases` maps kb_id → (name, description)."""
+    """Assemble the run context. `knowledge_bases` maps kb_id → (name, description), `skills` a skill's
+    name → (display name, description); the agent's `resources.skills` picks the skills it is told of."""
     conv, actor, subject = event.conversation, event.actor, event.subject
     tools = grant.tools
     kbs = knowledge_bases or {}
@@ -151,6 +155,11 @@ def build_context(
                     kb_id=kb, name=kbs.get(kb, (kb, ""))[0], description=kbs.get(kb, (kb, ""))[1]
                 )
                 for kb in sorted(grant.knowledge_bases)
+            ],
+            skills=[
+                SkillInfo(skill_name=name, display_name=skills[name][0] or name, description=skills[name][1])
+                for name in binding.agent.resources.skills
+                if skills and name in skills
             ],
             storage=StorageInfo(areas=sorted(grant.storage_areas)),
         ),

@@ -120,6 +120,7 @@ class Orchestrator:
         default_timeout_s: float = 300.0,
         max_concurrent_runs: int = 64,
         knowledge_bases: Mapping[str, tuple[str, str]] | None = None,
+        skills: Mapping[str, tuple[str, str]] | None = None,
     ) -> None:
         self._stores = stores
         self._registry = registry
@@ -128,6 +129,7 @@ class Orchestrator:
         self._default_timeout_s = default_timeout_s
         self._limiter = anyio.CapacityLimiter(max_concurrent_runs)
         self._knowledge_bases = dict(knowledge_bases or {})
+        self._skills = dict(skills or {})
         self.host_id = new_id("host")
         self._tg: TaskGroup | None = None
         self._active: dict[str, _ActiveRun] = {}
@@ -395,6 +397,7 @@ class Orchestrator:
             has_history_before=has_before,
             state=state,
             knowledge_bases=self._knowledge_bases,
+            skills=self._skills,
         )
         self._contexts[run_id] = ctx
         runner_name = active.runner.manifest.id.rsplit("/", 1)[1]

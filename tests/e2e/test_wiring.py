@@ -18,7 +18,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from mcphost.app import Host, create_inspection_grant, drain, open_host, sweep_expired_grants
-from mcphost.config import ToolServerConfig
+from mcphost.config import SkillConfig, ToolServerConfig
 from mcphost.models import RunStatus
 from tests.e2e.httpkit import (
     PROBE_PROMPT,
@@ -241,5 +241,39 @@ async def test_budgets_and_browser_origins_come_from_the_config(database_url: st
                 third = await client.call_tool("run_context", {})
                 assert third.is_error
                 assert "budget of 2 calls" in str(third.content)
+        await host.orchestrator.cancel(run_id)
+        await host.orchestrator.wait(run_id)
+
+
+async def test_a_granted_skill_is_in_the_context_and_the_instructions_prompt(
+    database_url: str, tmp_path: Path
+) -> None:
+    skilled = agent("skilled", MISBEHAVE_RUNNER, prompt="Be brief.", resources={"skills": ["triage"]})
+    base = api_settings(database_url, tmp_path / "data")
+    triage = {"display_name": "Ticket triage", "description": "Sort new tickets by urgency first."}
+    settings = base.model_copy(
+        update={"agents": [*base.agents, skilled], "skills": {"triage": SkillConfig.model_validate(triage)}}
+    )
+    async with open_host(settings) as host, serve_app(host) as app:
+        admission = await host.orchestrator.submit(message("slow:30", bot="skilled"))
+        run_id = admission.run.run_id
+        ctx = None
+        with anyio.fail_after(30):
+            while ctx is None:
+                ctx = await host.orchestrator.context(run_id)
+                await anyio.sleep(0.05)
+        assert [(s.skill_name, s.display_name, s.description) for s in ctx.resources.skills] == [
+            ("triage", "Ticket triage", "Sort new tickets by urgency first.")
+        ]
+        assert ctx.context.mcp is not None
+        url = f"{app.url}/runs/{run_id}/mcp"
+        async with (
+            httpx2.AsyncClient(headers=dict(ctx.context.mcp.headers), timeout=30) as mcp_http,
+            Client(streamable_http_client(url, http_client=mcp_http)) as client,  # pyright: ignore[reportArgumentType]
+        ):
+            prompt = await client.get_prompt("instructions")
+            text = str(prompt.messages[0].content)
+            assert "Be brief." in text
+            assert "triage (Ticket triage): Sort new tickets by urgency first." in text
         await host.orchestrator.cancel(run_id)
         await host.orchestrator.wait(run_id)

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import tomllib
 from pathlib import Path
 
 import pytest
 
-from mcphost.config import DEFAULT_AGENT_RUNNER, load_settings
+from mcphost.config import DEFAULT_AGENT_RUNNER, load_settings, settings_from_mapping
 from mcphost.errors import ConfigError
 
 
@@ -65,6 +66,12 @@ def test_a_config_file_without_agents_keeps_the_default_agent(tmp_path: Path) ->
             '[[agents]]\nid = "a"\nrunner = "plugin:a/b/c"\nresources = {knowledge_bases = ["docs"]}\n',
             "knowledge base 'docs' is not declared",
         ),
+        (
+            '[[agents]]\nid = "a"\nrunner = "plugin:a/b/c"\nresources = {skills = ["triage"]}\n',
+            "skill 'triage' is not declared; declared: none. Add a [skills.triage] table.",
+        ),
+        ('[skills."Bad Name"]\ndescription = "x"\n', "skill name 'Bad Name' must be 1-64 lowercase"),
+        ('[skills.triage]\ndisplay_name = "Triage"\n', "skills.triage.description: required key is missing"),
         ('[tools.x]\ncommand = ["a"]\nurl = "http://x"\n', "tools.x: set exactly one of 'command'"),
         ("[host\n", "not valid TOML"),
     ],
@@ -88,3 +95,14 @@ def test_mcphost_config_env_names_the_file(tmp_path: Path) -> None:
     path = write(tmp_path, '[[agents]]\nid = "x"\nrunner = "plugin:a/b/c"\n')
     settings = load_settings(environ={"MCPHOST_CONFIG": str(path)})
     assert [a.id for a in settings.agents] == ["x"]
+
+
+def test_the_readme_config_sample_is_a_valid_config() -> None:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    start = readme.index("```toml\n[host]") + len("```toml\n")
+    sample = tomllib.loads(readme[start : readme.index("```", start)])
+    settings = settings_from_mapping(sample, source="README.md", environ={})
+    assert {"host", "plugins", "agents", "knowledge", "skills"} <= set(sample)
+    [support] = settings.agents
+    assert support.resources.skills == ["triage"]
+    assert support.budget.calls == 200

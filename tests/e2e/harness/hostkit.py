@@ -72,6 +72,7 @@ async def harness_host(
     *,
     bundled: bool = False,
     knowledge: dict[str, Any] | None = None,
+    skills: dict[str, Any] | None = None,
 ) -> AsyncGenerator[Host]:
     """A host with the two harness plugins (as `[[plugins]]`, or as the bundled ones) and `agents`."""
     plugins = [
@@ -85,6 +86,8 @@ async def harness_host(
     }
     if knowledge:
         data["knowledge"] = knowledge
+    if skills:
+        data["skills"] = skills
     settings = settings_from_mapping(data, source="<harness e2e>", environ={})
     async with open_host(settings) as host, serve_locally(host):
         yield host

@@ -1,6 +1,6 @@
-"""The real Claude Code and Codex CLIs retrieve from a knowledge base the host granted their agent: the
-fake model lists the knowledge bases, calls `knowledge_retrieve` through the run's MCP server, and
-answers with the chunk it got back."""
+"""The real Claude Code and Codex CLIs use what the host granted their agent: the fake model lists the
+knowledge bases, calls `knowledge_retrieve` through the run's MCP server and answers with the chunk it
+got back; a configured skill reaches the harness's skill folder and the run context."""
 
 from __future__ import annotations
 
@@ -66,3 +66,33 @@ async def test_a_harness_answers_from_the_knowledge_base_its_agent_is_granted(
             ]
             assert "rotates every 17 days" in run.answer
             assert "operations.md" in run.answer  # the chunk names its document
+
+
+SKILLS = {
+    "key-rotation": {
+        "display_name": "Key rotation",
+        "description": "Use when someone asks when or how signing keys rotate; check the operations docs.",
+    }
+}
+
+
+@pytest.mark.parametrize(("harness", "folder"), [("claude", ".claude/skills"), ("codex", ".agents/skills")])
+async def test_a_granted_skill_reaches_the_harness_and_the_instructions_prompt(
+    tmp_path: Path, harness: str, folder: str
+) -> None:
+    fake_model, make_agent = _harness(harness)
+    script = calls_then_answers([ToolCall("mcp__mcphost__run_context", {})], "Context: {result}")
+    async with fake_model(script) as fake:
+        agent = make_agent(harness, fake.base_url, tmp_path / "harness")
+        agent["resources"] = {"skills": ["key-rotation"]}
+        async with harness_host(tmp_path, [agent], skills=SKILLS) as host:
+            run = await run_event(host, message(harness, unique("conv"), "When do keys rotate?"))
+            assert run.run.status.value == "completed", run.terminal
+            assert run.working_directory is not None
+            skill_file = Path(run.working_directory) / folder / "key-rotation" / "SKILL.md"
+            text = skill_file.read_text()
+            assert 'name: "key-rotation"' in text
+            assert "# Key rotation" in text
+            assert SKILLS["key-rotation"]["description"] in text
+            # run_context answered with the same context: the skill is among its resources.
+            assert '"skill_name":"key-rotation"' in run.answer.replace(" ", "")
