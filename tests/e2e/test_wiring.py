@@ -20,6 +20,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcphost.app import Host, create_inspection_grant, drain, open_host, sweep_expired_grants
 from mcphost.config import SkillConfig, ToolServerConfig
 from mcphost.models import RunStatus
+from mcphost.protocol import AgentRunContext
 from tests.e2e.httpkit import (
     PROBE_PROMPT,
     Served,
@@ -209,18 +210,23 @@ async def test_the_host_gives_the_facts_server_its_upstream_tools(database_url: 
             assert "through the gateway" in str(echoed.content)
 
 
+async def started_slow_run(host: Host, bot: str) -> tuple[str, AgentRunContext]:
+    """A misbehave run that sleeps for 30 s, once it has started: its id and live context."""
+    run_id = (await host.orchestrator.submit(message("slow:30", bot=bot))).run.run_id
+    for _ in range(600):
+        ctx = await host.orchestrator.context(run_id)
+        if ctx is not None:
+            return run_id, ctx
+        await anyio.sleep(0.05)
+    raise AssertionError(f"run {run_id} never started")
+
+
 async def test_budgets_and_browser_origins_come_from_the_config(database_url: str, tmp_path: Path) -> None:
     budgeted = agent("budgeted", MISBEHAVE_RUNNER, budget={"calls": 2})
     base = api_settings(database_url, tmp_path / "data", allowed_origins=["https://app.example.com"])
     settings = base.model_copy(update={"agents": [*base.agents, budgeted]})
     async with open_host(settings) as host, serve_app(host) as app:
-        admission = await host.orchestrator.submit(message("slow:30", bot="budgeted"))
-        run_id = admission.run.run_id
-        ctx = None
-        with anyio.fail_after(30):
-            while ctx is None:
-                ctx = await host.orchestrator.context(run_id)
-                await anyio.sleep(0.05)
+        run_id, ctx = await started_slow_run(host, "budgeted")
         assert ctx.context.mcp is not None
         headers = dict(ctx.context.mcp.headers)
         url = f"{app.url}/runs/{run_id}/mcp"
@@ -255,13 +261,7 @@ async def test_a_granted_skill_is_in_the_context_and_the_instructions_prompt(
         update={"agents": [*base.agents, skilled], "skills": {"triage": SkillConfig.model_validate(triage)}}
     )
     async with open_host(settings) as host, serve_app(host) as app:
-        admission = await host.orchestrator.submit(message("slow:30", bot="skilled"))
-        run_id = admission.run.run_id
-        ctx = None
-        with anyio.fail_after(30):
-            while ctx is None:
-                ctx = await host.orchestrator.context(run_id)
-                await anyio.sleep(0.05)
+        run_id, ctx = await started_slow_run(host, "skilled")
         assert [(s.skill_name, s.display_name, s.description) for s in ctx.resources.skills] == [
             ("triage", "Ticket triage", "Sort new tickets by urgency first.")
         ]
