@@ -183,8 +183,9 @@ async def open_host(settings: Settings) -> AsyncGenerator[Host, None]:
         async def end_run(run_id: str, _run: Run | None) -> None:
             await facts.end_run(run_id)
 
-        async def count_run(run_id: str, run: Run | None) -> None:
-            metrics.run_ended(run if run is not None else await stores.runs.get(run_id))
+        async def count_run(_run_id: str, run: Run | None) -> None:
+            if run is not None:  # None: the orchestrator could neither record nor read the run's end
+                metrics.run_ended(run)
 
         orchestrator.on_run_end.extend([end_run, count_run])
         host = Host(

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncGenerator
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
 from pathlib import Path
 
 import anyio
@@ -130,11 +130,7 @@ class Database:
     @asynccontextmanager
     async def write(self) -> AsyncGenerator[AsyncSession, None]:
         """A session inside a write transaction: committed on exit, rolled back on an exception."""
-        if self._write_lock is None:
-            async with self._shielded(self.write_sessions) as session:
-                yield session
-            return
-        async with self._write_lock, self._shielded(self.write_sessions) as session:
+        async with self._write_lock or nullcontext(), self._shielded(self.write_sessions) as session:
             yield session
 
     @staticmethod

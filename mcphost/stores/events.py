@@ -18,7 +18,7 @@ Invariants:
 from __future__ import annotations
 
 import time
-from typing import Any, Literal
+from typing import Any, Literal, NotRequired, TypedDict, Unpack
 
 from pydantic import BaseModel, ConfigDict
 from sqlalchemy import select, union_all
@@ -72,33 +72,38 @@ def _stored(row: EventRow) -> StoredEvent:
     )
 
 
-def event_values(
-    *,
-    event_id: str,
-    event_type: str,
-    kind: EventKind,
-    source: str,
-    payload: JSONObject,
-    conversation_id: str | None = None,
-    thread_id: str | None = None,
-    run_id: str | None = None,
-    actor_id: str | None = None,
-    created_at: float | None = None,
-) -> dict[str, Any]:
+class EventFields(TypedDict):
+    """What a caller gives for one event-log row (`EventStore.append`, `event_values`)."""
+
+    event_id: str
+    event_type: str
+    kind: EventKind
+    source: str
+    payload: JSONObject
+    conversation_id: NotRequired[str | None]
+    thread_id: NotRequired[str | None]
+    run_id: NotRequired[str | None]
+    actor_id: NotRequired[str | None]
+    created_at: NotRequired[float | None]
+
+
+def event_values(**fields: Unpack[EventFields]) -> dict[str, Any]:
     """The column values of one event-log row (for `EventStore.append`, or a store writing it atomically
     with its own row, as `RunStore.admit` does with a run's inbound event)."""
+    kind = fields["kind"]
     if kind not in EVENT_KINDS:
         raise ValueError(f"unknown event kind {kind!r}; known: {', '.join(sorted(EVENT_KINDS))}")
+    created_at = fields.get("created_at")
     return {
-        "event_id": event_id,
-        "event_type": event_type,
+        "event_id": fields["event_id"],
+        "event_type": fields["event_type"],
         "kind": kind,
-        "conversation_id": conversation_id or "",
-        "thread_id": thread_id or "",
-        "run_id": run_id,
-        "actor_id": actor_id,
-        "source": source,
-        "payload": payload,
+        "conversation_id": fields.get("conversation_id") or "",
+        "thread_id": fields.get("thread_id") or "",
+        "run_id": fields.get("run_id"),
+        "actor_id": fields.get("actor_id"),
+        "source": fields["source"],
+        "payload": fields["payload"],
         "created_at": time.time() if created_at is None else created_at,
     }
 
@@ -115,36 +120,14 @@ class EventStore:
     def __init__(self, db: Database) -> None:
         self._db = db
 
-    async def append(
-        self,
-        *,
-        event_id: str,
-        event_type: str,
-        kind: EventKind,
-        source: str,
-        payload: JSONObject,
-        conversation_id: str | None = None,
-        thread_id: str | None = None,
-        run_id: str | None = None,
-        actor_id: str | None = None,
-        created_at: float | None = None,
-    ) -> tuple[StoredEvent, bool]:
+    async def append(self, **fields: Unpack[EventFields]) -> tuple[StoredEvent, bool]:
         """Store an event unless its `event_id` is stored already; returns (row, created)."""
-        values = event_values(
-            event_id=event_id,
-            event_type=event_type,
-            kind=kind,
-            source=source,
-            payload=payload,
-            conversation_id=conversation_id,
-            thread_id=thread_id,
-            run_id=run_id,
-            actor_id=actor_id,
-            created_at=created_at,
-        )
+        values = event_values(**fields)
         async with self._db.write() as session:
             seq = await insert_event(session, self._db.dialect, values)
-            row = (await session.execute(select(EventRow).where(EventRow.event_id == event_id))).scalar_one()
+            row = (
+                await session.execute(select(EventRow).where(EventRow.event_id == values["event_id"]))
+            ).scalar_one()
             return _stored(row), seq is not None
 
     async def get(self, event_id: str) -> StoredEvent:

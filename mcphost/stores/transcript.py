@@ -7,8 +7,8 @@ Invariants:
 - Append-only, idempotent on `item_id` (a repeated id returns the stored row), race-safe through the
   unique constraint.
 - Reads are keyset on `seq` within one (conversation_id, thread_id) through the index of that name;
-  no thread is "", and a thread's history is exactly its own rows. `latest_cursor` and `has_before` are
-  single index probes; `for_run` reads the (run_id, seq) index.
+  no thread is "", and a thread's history is exactly its own rows. `head` (newest cursor, older items?) is
+  one index probe; `for_run` reads the (run_id, seq) index.
 - `thread_at` is a primary-key probe.
 - `search` is full-text search over one conversation thread (migration 0002: FTS5 on SQLite, a GIN-indexed
   tsvector on PostgreSQL). The thread's scope token is ANDed with the query's words inside the index, so
@@ -211,11 +211,6 @@ class TranscriptStore:
             rows = (await session.execute(query)).scalars().all()
         return [_record(row) for row in rows]
 
-    async def latest_cursor(self, conversation_id: str, thread_id: str | None = None) -> str | None:
-        """The cursor of the newest item of the thread, or None when it is empty."""
-        latest, _ = await self.head(conversation_id, thread_id)
-        return latest
-
     async def head(self, conversation_id: str, thread_id: str | None = None) -> tuple[str | None, bool]:
         """The thread's newest cursor (None when empty) and whether it has older items, in one read.
 
@@ -235,30 +230,6 @@ class TranscriptStore:
         if not seqs:
             return None, False
         return encode_cursor("transcript", seqs[0]), len(seqs) > 1
-
-    async def has_before(self, cursor: str) -> bool:
-        """Whether the thread of the item at `cursor` has items older than it."""
-        seq = decode_seq(cursor, "transcript")
-        async with self._db.read() as session:
-            anchor = (
-                await session.execute(
-                    select(TranscriptRow.conversation_id, TranscriptRow.thread_id).where(
-                        TranscriptRow.seq == seq
-                    )
-                )
-            ).one_or_none()
-            if anchor is None:
-                return False
-            older = await session.execute(
-                select(TranscriptRow.seq)
-                .where(
-                    TranscriptRow.conversation_id == anchor.conversation_id,
-                    TranscriptRow.thread_id == anchor.thread_id,
-                    TranscriptRow.seq < seq,
-                )
-                .limit(1)
-            )
-            return older.first() is not None
 
     async def thread_at(self, cursor: str) -> tuple[str, str | None] | None:
         """The (conversation_id, thread_id) of the item a cursor points at, or None when there is none."""

@@ -155,6 +155,7 @@ async def admit_run(
         payload=event.model_dump(mode="json"),
     )
     latest: str | None = None
+    has_before = False
     if conversation_id is not None:
         await stores.transcript.append(
             conversation_id=conversation_id,
@@ -166,7 +167,7 @@ async def admit_run(
             run_id=run_id,
             actor_id=actor_id,
         )
-        latest = await stores.transcript.latest_cursor(conversation_id, thread_id)
+        latest, has_before = await stores.transcript.head(conversation_id, thread_id)
     await stores.runs.try_start(run_id, host_id="host-test")
     context = build_context(
         run_id=run_id,
@@ -177,7 +178,7 @@ async def admit_run(
         token=token,
         public_url=base_url,
         latest_cursor=latest,
-        has_history_before=bool(latest) and await stores.transcript.has_before(latest or ""),
+        has_history_before=has_before,
         state={},
         knowledge_bases={"kb-docs": ("Docs", "Product documentation")},
     )

@@ -64,7 +64,7 @@ async def test_pages_go_newest_first_before_a_cursor_and_oldest_first_after_it(s
         await stores.transcript.append(
             conversation_id="c1", role="user" if i % 2 else "assistant", content=f"m{i}"
         )
-    latest = await stores.transcript.latest_cursor("c1")
+    latest, _ = await stores.transcript.head("c1")
     assert latest is not None
     older = await stores.transcript.page("c1", before=latest, limit=2)
     assert _contents(older.items) == ["m4", "m3"]
@@ -80,38 +80,19 @@ async def test_pages_go_newest_first_before_a_cursor_and_oldest_first_after_it(s
     assert not forward.has_more
 
 
-async def test_latest_cursor_points_at_the_newest_item_of_the_thread(stores: Stores) -> None:
-    assert await stores.transcript.latest_cursor("c1") is None
-    await stores.transcript.append(conversation_id="c1", role="user", content="main")
-    in_thread = await stores.transcript.append(conversation_id="c1", thread_id="t", role="user", content="t")
-    newest = await stores.transcript.append(conversation_id="c1", role="assistant", content="reply")
-    assert await stores.transcript.latest_cursor("c1") == newest.cursor
-    assert await stores.transcript.latest_cursor("c1", "t") == in_thread.cursor
-    assert await stores.transcript.latest_cursor("c2") is None
-
-
-async def test_has_before_says_whether_the_thread_has_older_items(stores: Stores) -> None:
-    first = await stores.transcript.append(conversation_id="c1", role="user", content="1")
-    other = await stores.transcript.append(conversation_id="c2", role="user", content="x")
-    second = await stores.transcript.append(conversation_id="c1", role="user", content="2")
-    assert not await stores.transcript.has_before(first.cursor)
-    assert not await stores.transcript.has_before(other.cursor)
-    assert await stores.transcript.has_before(second.cursor)
-    assert not await stores.transcript.has_before(encode_cursor("transcript", 10_000))
-
-
-async def test_head_is_the_newest_cursor_and_whether_the_thread_has_older_items(stores: Stores) -> None:
+async def test_head_is_the_newest_cursor_of_the_thread_and_whether_it_has_older_items(
+    stores: Stores,
+) -> None:
     assert await stores.transcript.head("c1") == (None, False)
-    first = await stores.transcript.append(conversation_id="c1", role="user", content="1")
-    await stores.transcript.append(conversation_id="c1", thread_id="t", role="user", content="t")
-    await stores.transcript.append(conversation_id="c2", role="user", content="x")
+    first = await stores.transcript.append(conversation_id="c1", role="user", content="main")
+    in_thread = await stores.transcript.append(conversation_id="c1", thread_id="t", role="user", content="t")
+    other = await stores.transcript.append(conversation_id="c2", role="user", content="x")
     assert await stores.transcript.head("c1") == (first.cursor, False)
-    second = await stores.transcript.append(conversation_id="c1", role="assistant", content="2")
-    assert await stores.transcript.head("c1") == (second.cursor, True)
-    assert await stores.transcript.head("c1", "t") == (
-        (await stores.transcript.latest_cursor("c1", "t")),
-        False,
-    )
+    newest = await stores.transcript.append(conversation_id="c1", role="assistant", content="reply")
+    assert await stores.transcript.head("c1") == (newest.cursor, True)
+    assert await stores.transcript.head("c1", "t") == (in_thread.cursor, False)
+    assert await stores.transcript.head("c2") == (other.cursor, False)
+    assert await stores.transcript.head("c3") == (None, False)
 
 
 async def test_an_events_cursor_is_refused_by_transcript_paging(stores: Stores) -> None:
@@ -121,7 +102,7 @@ async def test_an_events_cursor_is_refused_by_transcript_paging(stores: Stores) 
     with pytest.raises(InvalidArgumentError, match="belongs to 'events' paging"):
         await stores.transcript.page("c1", before=event.cursor)
     with pytest.raises(InvalidArgumentError, match="belongs to 'events' paging"):
-        await stores.transcript.has_before(event.cursor)
+        await stores.transcript.page("c1", after=event.cursor)
 
 
 async def test_for_run_lists_the_items_of_one_run_oldest_first(stores: Stores) -> None:
