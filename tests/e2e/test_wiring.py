@@ -231,14 +231,24 @@ async def test_budgets_and_browser_origins_come_from_the_config(database_url: st
         headers = dict(ctx.context.mcp.headers)
         url = f"{app.url}/runs/{run_id}/mcp"
         async with httpx2.AsyncClient(headers=headers, timeout=30) as mcp_http:
-            listing = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
-            accept = {"Accept": "application/json, text/event-stream", "MCP-Protocol-Version": "2025-11-25"}
+            hello = {
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "initialize",
+                "params": {
+                    "protocolVersion": "2025-11-25",
+                    "capabilities": {},
+                    "clientInfo": {"name": "browser", "version": "1"},
+                },
+            }
+            accept = {"Accept": "application/json, text/event-stream"}
             allowed = await mcp_http.post(
-                url, json=listing, headers={**accept, "Origin": "https://app.example.com"}
+                url, json=hello, headers={**accept, "Origin": "https://app.example.com"}
             )
-            assert allowed.status_code != 403, allowed.text
+            assert allowed.status_code == 200, allowed.text
+            assert "serverInfo" in allowed.text
             foreign = await mcp_http.post(
-                url, json=listing, headers={**accept, "Origin": "https://evil.example"}
+                url, json=hello, headers={**accept, "Origin": "https://evil.example"}
             )
             assert foreign.status_code == 403
             async with Client(streamable_http_client(url, http_client=mcp_http)) as client:  # pyright: ignore[reportArgumentType]

@@ -17,6 +17,7 @@ from mcphost import orchestrator as orchestrator_module
 from mcphost.app import Host, open_host
 from mcphost.errors import ConcurrencyRejectedError, NoBindingError, RunnerNotFoundError
 from mcphost.models import AgentEventEnvelope, Run, RunStatus
+from mcphost.stores import runs as runs_store_module
 from mcphost.stores.results import StoredResult
 from tests.mcphost.hostkit import ECHO_RUNNER, host_settings, message
 
@@ -124,6 +125,20 @@ async def test_a_run_and_its_inbound_event_are_admitted_together(host: Host) -> 
     await host.orchestrator.cancel(admission.run.run_id)
     with anyio.fail_after(60):
         await host.orchestrator.wait(admission.run.run_id)
+
+
+async def test_a_run_whose_inbound_event_cannot_be_written_is_not_admitted(
+    host: Host, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # One transaction: when the event row fails, the run row it would have joined is rolled back too.
+    async def broken_insert(*_args: object) -> int | None:
+        raise RuntimeError("the event log refused the row")
+
+    monkeypatch.setattr(runs_store_module, "insert_event", broken_insert)
+    with pytest.raises(RuntimeError, match="refused the row"):
+        await host.orchestrator.submit(message("ok", event_id="evt-half"))
+    assert (await host.stores.runs.list(limit=10)).items == []
+    assert await host.stores.runs.get_by_event("evt-half") is None
 
 
 async def test_no_wake_up_is_lost_when_polling_is_switched_off(
