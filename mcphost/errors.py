@@ -18,6 +18,8 @@ HostError                          code            HTTP
 ├── RateLimitedError               rate_limited    429
 ├── DeadlineExceededError          deadline_exceeded 504
 ├── UnavailableError               runtime_error   503 (the host is draining and takes no new work)
+├── StorageUnavailableError        storage_unavailable 503 (the database or data_dir cannot be read or written)
+├── StorageFullError               storage_full    507 (the disk under data_dir or the database is full)
 ├── StorageIntegrityError          runtime_error   500 (a blob that does not match its SHA-256)
 └── PluginError                    runner.crashed  502 (a plugin process that died or broke protocol)
 ```
@@ -121,6 +123,24 @@ class UnavailableError(HostError):
 
     code = "runtime_error"
     status = 503
+
+
+class StorageUnavailableError(HostError):
+    """The database or `data_dir` cannot be used right now (gone, unreachable, read-only).
+
+    The message says what failed and what an operator can do; it never carries a driver's text with
+    credentials or SQL in it. Clients may retry (`Retry-After`); `/healthz` reports the same reason.
+    """
+
+    code = "storage_unavailable"
+    status = 503
+
+
+class StorageFullError(HostError):
+    """The disk under `data_dir` (or the database's) has no room left: nothing was stored."""
+
+    code = "storage_full"
+    status = 507
 
 
 class StorageIntegrityError(HostError):
