@@ -1,0 +1,112 @@
+"""docs/protocol.md and docs/architecture.md name everything the code defines that they are the reference for.
+
+A tool, result type, error code, stdio method, tool argument, limit, table, layer or `[host]` key added
+to the code without its documentation fails here, so the docs change in the same commit as the code.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from mcphost.config import HostSettings
+from mcphost.facts._args import MAX_READ_BYTES
+from mcphost.facts._tools import FACTS_TOOLS
+from mcphost.plugins import LIVENESS_PROBE
+from mcphost.protocol import ERROR_CODES, MAX_INLINE_ARTIFACT_BYTES, MAX_RESULT_BYTES, RESULT_TYPES
+from mcphost.protocol.stdio import (
+    MAX_LINE_BYTES,
+    METHOD_CANCEL,
+    METHOD_INITIALIZE,
+    METHOD_RESULT,
+    METHOD_RUN,
+    METHOD_SHUTDOWN,
+)
+from mcphost.stores.state import MAX_VALUE_BYTES as MAX_STATE_BYTES
+from mcphost.stores.state import SNAPSHOT_MAX_BYTES
+from mcphost.stores.storage import MAX_VALUE_BYTES as MAX_STORAGE_BYTES
+from mcphost.stores.tables import metadata
+
+ROOT = Path(__file__).resolve().parents[1]
+PROTOCOL = (ROOT / "docs" / "protocol.md").read_text(encoding="utf-8")
+ARCHITECTURE = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+
+
+def _missing(names: object, text: str) -> list[str]:
+    assert isinstance(names, (set, frozenset, list, tuple, dict))
+    """The names that appear in `text` neither as `name` nor, for optional arguments, as `name?`."""
+    return sorted(str(n) for n in names if f"`{n}`" not in text and f"`{n}?`" not in text)  # pyright: ignore[reportUnknownVariableType]
+
+
+def _size(value: int) -> str:
+    for unit, factor in (("MiB", 1024 * 1024), ("KiB", 1024)):
+        if value % factor == 0:
+            return f"{value // factor} {unit}"
+    return str(value)
+
+
+def test_every_facts_tool_is_documented_in_the_protocol() -> None:
+    assert _missing(list(FACTS_TOOLS), PROTOCOL) == []
+    for name in FACTS_TOOLS:
+        assert re.search(rf"^#### .*`{name}`", PROTOCOL, re.MULTILINE), f"no section for tool {name!r}"
+
+
+def test_every_argument_of_every_facts_tool_is_documented() -> None:
+    missing = {
+        name: _missing(list(spec.args.model_fields), PROTOCOL)
+        for name, spec in FACTS_TOOLS.items()
+        if _missing(list(spec.args.model_fields), PROTOCOL)
+    }
+    assert missing == {}
+
+
+def test_every_result_type_and_error_code_is_documented() -> None:
+    assert _missing(RESULT_TYPES, PROTOCOL) == []
+    assert _missing(ERROR_CODES, PROTOCOL) == []
+
+
+def test_every_stdio_method_is_documented() -> None:
+    methods = [METHOD_INITIALIZE, METHOD_RUN, METHOD_RESULT, METHOD_CANCEL, METHOD_SHUTDOWN, LIVENESS_PROBE]
+    assert _missing(methods, PROTOCOL) == []
+
+
+@pytest.mark.parametrize(
+    ("what", "value"),
+    [
+        ("stdio line", MAX_LINE_BYTES),
+        ("result", MAX_RESULT_BYTES),
+        ("inline artifact", MAX_INLINE_ARTIFACT_BYTES),
+        ("artifacts_read", MAX_READ_BYTES),
+        ("state value", MAX_STATE_BYTES),
+        ("state snapshot", SNAPSHOT_MAX_BYTES),
+        ("storage value", MAX_STORAGE_BYTES),
+    ],
+)
+def test_the_protocol_states_each_size_limit_as_the_code_has_it(what: str, value: int) -> None:
+    assert _size(value) in PROTOCOL, f"the {what} limit ({_size(value)}) is not in docs/protocol.md"
+
+
+def test_every_table_is_in_the_architectures_data_model() -> None:
+    assert _missing(list(metadata.tables), ARCHITECTURE) == []
+
+
+def test_every_import_layer_is_in_the_architecture() -> None:
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    contracts: list[dict[str, object]] = config["tool"]["importlinter"]["contracts"]
+    layers = next(c["layers"] for c in contracts if c.get("type") == "layers")
+    assert isinstance(layers, list)
+    modules = {m.strip("() ") for layer in layers for m in re.split(r"\|", str(layer))}  # pyright: ignore[reportUnknownVariableType, reportUnknownArgumentType]
+    assert sorted(m for m in modules if m not in ARCHITECTURE) == []
+
+
+def test_every_host_setting_is_in_the_architecture() -> None:
+    assert sorted(k for k in HostSettings.model_fields if k not in ARCHITECTURE) == []
+
+
+def test_the_readme_links_both_documents() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert "docs/architecture.md" in readme
+    assert "docs/protocol.md" in readme
