@@ -6,17 +6,27 @@ to the code without its documentation fails here, so the docs change in the same
 
 from __future__ import annotations
 
+import json
 import re
 import tomllib
 from pathlib import Path
 
 import pytest
+from pydantic import BaseModel
 
 from mcphost.config import HostSettings
 from mcphost.facts._args import MAX_READ_BYTES
 from mcphost.facts._tools import FACTS_TOOLS
 from mcphost.plugins import LIVENESS_PROBE
-from mcphost.protocol import ERROR_CODES, MAX_INLINE_ARTIFACT_BYTES, MAX_RESULT_BYTES, RESULT_TYPES
+from mcphost.protocol import (
+    ERROR_CODES,
+    MAX_INLINE_ARTIFACT_BYTES,
+    MAX_RESULT_BYTES,
+    RESULT_ADAPTER,
+    RESULT_TYPES,
+    AgentRunContext,
+    AgentRunnerManifest,
+)
 from mcphost.protocol.stdio import (
     MAX_LINE_BYTES,
     METHOD_CANCEL,
@@ -24,11 +34,13 @@ from mcphost.protocol.stdio import (
     METHOD_RESULT,
     METHOD_RUN,
     METHOD_SHUTDOWN,
+    InitializeResult,
 )
 from mcphost.stores.state import MAX_VALUE_BYTES as MAX_STATE_BYTES
 from mcphost.stores.state import SNAPSHOT_MAX_BYTES
 from mcphost.stores.storage import MAX_VALUE_BYTES as MAX_STORAGE_BYTES
 from mcphost.stores.tables import metadata
+from runners._facts import ArtifactChunk, EventRecord, HistoryPage, KnowledgeHits
 
 ROOT = Path(__file__).resolve().parents[1]
 PROTOCOL = (ROOT / "docs" / "protocol.md").read_text(encoding="utf-8")
@@ -110,3 +122,89 @@ def test_the_readme_links_both_documents() -> None:
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     assert "docs/architecture.md" in readme
     assert "docs/protocol.md" in readme
+
+
+# -- the examples are true -------------------------------------------------------------------------
+
+
+def _json_blocks(text: str) -> list[object]:
+    return [json.loads(block) for block in re.findall(r"```json\n(.*?)```", text, re.DOTALL)]
+
+
+def _unknown_keys(example: object, actual: object, path: str = "") -> list[str]:
+    """Keys of `example` (recursively) that the model's own dump of it does not have."""
+    if isinstance(example, dict) and isinstance(actual, dict):
+        found: list[str] = []
+        for key, value in example.items():  # pyright: ignore[reportUnknownVariableType]
+            if key not in actual:
+                found.append(f"{path}{key}")
+            else:
+                found += _unknown_keys(value, actual[key], f"{path}{key}.")
+        return found
+    if isinstance(example, list) and isinstance(actual, list):
+        return [k for e, a in zip(example, actual, strict=False) for k in _unknown_keys(e, a, path)]  # pyright: ignore[reportUnknownVariableType, reportUnknownArgumentType]
+    return []
+
+
+def _check(model: type[BaseModel], example: object) -> None:
+    dumped = model.model_validate(example).model_dump(mode="json")
+    assert _unknown_keys(example, dumped) == [], f"{model.__name__} example has fields the model lacks"
+
+
+def test_every_json_example_of_the_protocol_parses_and_fits_its_model() -> None:
+    checked: set[str] = set()
+    for block in _json_blocks(PROTOCOL):
+        assert isinstance(block, dict)
+        example: dict[str, object] = block  # pyright: ignore[reportUnknownVariableType]
+        if str(example.get("id", "")).startswith("plugin:"):
+            _check(AgentRunnerManifest, example)
+            checked.add("manifest")
+        elif "trigger" in example:
+            _check(AgentRunContext, example)
+            checked.add("context")
+        elif "isError" in example:
+            assert set(example["structuredContent"]) == {"code", "message", "retryable", "details"}  # pyright: ignore[reportArgumentType]
+            checked.add("tool error")
+        elif "items" in example and "prev_cursor" in example:
+            _check(HistoryPage, example)
+            checked.add("history_page")
+        elif "data_truncated" in example:
+            _check(EventRecord, example)
+            checked.add("events_get")
+        elif "encoding" in example:
+            _check(ArtifactChunk, example)
+            checked.add("artifacts_read")
+        elif "chunks" in example:
+            _check(KnowledgeHits, example)
+            checked.add("knowledge_retrieve")
+    assert checked == {
+        "manifest",
+        "context",
+        "tool error",
+        "history_page",
+        "events_get",
+        "artifacts_read",
+        "knowledge_retrieve",
+    }
+
+
+def test_the_stdio_exchange_of_the_protocol_is_valid() -> None:
+    section = PROTOCOL.split("## 11.", 1)[1]
+    exchange = re.search(r"```\n(.*?)```", section, re.DOTALL)
+    assert exchange is not None
+    results = 0
+    for line in exchange.group(1).splitlines():
+        try:
+            message = json.loads(line[2:])
+        except ValueError:
+            continue  # lines shortened with … outside strings
+        assert message["jsonrpc"] == "2.0"
+        if message.get("method") == METHOD_RESULT:
+            result = RESULT_ADAPTER.validate_python(message["params"]["result"])
+            assert result.run_id == message["params"]["run_id"]
+            results += 1
+        elif isinstance(message.get("result"), dict) and "plugin" in message["result"]:
+            answer = InitializeResult.model_validate(message["result"])
+            for manifest in answer.runners:
+                AgentRunnerManifest.model_validate(manifest)
+    assert results >= 2
