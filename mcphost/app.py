@@ -236,21 +236,30 @@ async def create_inspection_grant(
     thread_id: str | None = None,
     ttl_s: float = 3600.0,
     tools: Sequence[str] = (),
+    host_tools: Sequence[str] = (),
     write: bool = False,
     source: str = "cli",
 ) -> InspectionGrant:
     """A run with no runner whose MCP endpoint reads one conversation until `ttl_s` from now.
 
-    Read-only (history, events, artifacts) unless `write` (artifacts_create). `tools` are globs: they keep
-    only the matching facts tools and grant matching host tools (`<server>__<tool>`).
+    Read-only (history, events, artifacts) unless `write` (artifacts_create). `tools` are globs that keep
+    only the matching facts tools. Host tools (`<server>__<tool>`) are granted only when named: by the
+    `host_tools` globs, or by a `tools` glob that itself contains `__`; a glob such as `*` never reaches
+    them, so narrowing the facts tools can never widen the grant to every upstream tool.
     """
     if not 0 < ttl_s <= MAX_GRANT_TTL_S:
         raise InvalidArgumentError(f"ttl must be more than 0 s and at most 30 days; got {ttl_s:g} s.")
+    for glob in host_tools:
+        if "__" not in glob:
+            raise InvalidArgumentError(
+                f"--host-tools {glob!r} does not name a host tool: write '<server>__<tool>' (globs allowed, "
+                "such as 'search__*'), so that every host tool a grant reaches is named on purpose."
+            )
+    host_globs = tuple(dict.fromkeys([*(g for g in tools if "__" in g), *host_tools]))
+    facts_globs = [g for g in tools if "__" not in g]
     available = INSPECTION_READ_TOOLS + INSPECTION_WRITE_TOOLS
     names = INSPECTION_READ_TOOLS + (INSPECTION_WRITE_TOOLS if write else ())
-    for glob in tools:
-        if "__" in glob:
-            continue  # a host tool glob (`<server>__<tool>`)
+    for glob in facts_globs:
         if not any(fnmatch.fnmatchcase(n, glob) for n in available):
             raise InvalidArgumentError(
                 f"--tools {glob!r} matches no tool an inspection grant can have ({', '.join(available)}) and "
@@ -258,8 +267,8 @@ async def create_inspection_grant(
             )
         if not any(fnmatch.fnmatchcase(n, glob) for n in names):
             raise InvalidArgumentError(f"--tools {glob!r} only matches tools that need --write.")
-    if tools:
-        names = tuple(n for n in names if any(fnmatch.fnmatchcase(n, g) for g in tools))
+    if tools:  # `--tools` given (even only host tool globs): only the facts tools it matches
+        names = tuple(n for n in names if any(fnmatch.fnmatchcase(n, g) for g in facts_globs))
     names = tuple(dict.fromkeys(("run_context", *names)))
     run_id = new_id("run")
     token, token_hash = mint_token()
@@ -277,7 +286,7 @@ async def create_inspection_grant(
         bot_id=None,
         workspace_id=None,
         tools=frozenset(names),
-        host_tool_globs=tuple(tools),
+        host_tool_globs=host_globs,
         artifact_create=write,
         deadline_at=now + ttl_s,
         token_hash=token_hash,

@@ -12,6 +12,10 @@ Invariants:
   results are recorded in the event log as `result.ignored` and dropped.
 - A violation found while checking a batch ends the run: the accepted prefix is persisted and applied,
   the rest is not.
+- A message (`message.completed`, `run.completed`'s message) names only artifacts this run owns, the rule
+  `artifact.created` applies; checked before it is persisted, so a message naming another run's or
+  conversation's artifact is never stored, streamed nor written to the transcript. The runner's own id
+  of an inline `artifact.created` becomes the host's id in the transcript.
 """
 
 from __future__ import annotations
@@ -35,7 +39,10 @@ from mcphost.protocol import (
     ActionRequested,
     AgentRunResult,
     ArtifactCreated,
+    ArtifactRef,
+    ContentElement,
     InvalidResult,
+    MediaContent,
     Message,
     MessageCompleted,
     MessageDelta,
@@ -96,6 +103,8 @@ class RunJournal:
         self._last_runner_seq = 0
         self._saw_message = False
         self._terminal_written = False
+        self._inline_refs: dict[str, ArtifactRef] = {}
+        """The host's ref of each inline `artifact.created` of this run, by the runner's artifact id."""
         self.outcome: Outcome | None = None
 
     @property
@@ -129,6 +138,7 @@ class RunJournal:
         notes: list[tuple[str, dict[str, Any]]] = []
         violation: _ViolationError | None = None
         terminal: AgentRunResult | None = None
+        inline_ids = set(self._inline_refs)
         for raw in batch:
             if terminal is not None or self.ended:
                 notes.append(
@@ -137,11 +147,15 @@ class RunJournal:
                 continue
             try:
                 result = self._check(raw, notes)
+                if result is not None:
+                    await self._check_message_artifacts(result, inline_ids)
             except _ViolationError as exc:
                 violation = exc
                 break
             if result is None:
                 continue
+            if isinstance(result, ArtifactCreated) and result.data.content_base64 is not None:
+                inline_ids.add(result.data.artifact.artifact_id)
             accepted.append(result)
             if isinstance(result, RunCompleted | RunFailed):
                 terminal = result
@@ -196,6 +210,36 @@ class RunJournal:
             self._last_runner_seq = seq
         return checked
 
+    async def _check_message_artifacts(self, result: AgentRunResult, inline_ids: set[str]) -> None:
+        """A message may only carry artifacts this run owns: the rule `artifact.created` applies.
+
+        Checked before the result is persisted, so a message naming another run's or conversation's
+        artifact is neither stored, streamed nor written to the transcript; the run fails. The runner's
+        own id of an inline `artifact.created` of this run (earlier in it, or earlier in the batch) is
+        accepted and becomes the host's artifact id in the transcript.
+        """
+        message = result.data.message if isinstance(result, MessageCompleted | RunCompleted) else None
+        if message is None:
+            return
+        ids = [ref.artifact_id for ref in message.artifacts]
+        ids += [c.artifact_id for c in message.contents or [] if isinstance(c, MediaContent)]
+        for artifact_id in dict.fromkeys(ids):
+            if artifact_id in inline_ids:
+                continue
+            try:
+                record = await self._stores.artifacts.get(artifact_id)
+            except NotFoundError:
+                raise _ViolationError(
+                    "invalid_argument",
+                    f"{result.type} names artifact {artifact_id!r}, which does not exist; "
+                    "create it with artifacts_create or artifact.created first",
+                ) from None
+            if record.owner_run_id != self._run_id:
+                raise _ViolationError(
+                    "unauthorized",
+                    f"{result.type}: artifact {artifact_id!r} is not owned by run {self._run_id!r}",
+                )
+
     async def _persist(self, results: Sequence[AgentRunResult]) -> None:
         items = [(r.type, r.model_dump(mode="json", exclude_none=True)) for r in results]
         await self._stores.results.append_many(self._run_id, items, first_seq=self._next_seq)
@@ -231,12 +275,21 @@ class RunJournal:
             thread_id=conv.thread_id,
             role=message.role,
             content=message.content or "",
-            contents=[c.model_dump(mode="json") for c in message.contents or []],
-            artifacts=[a.model_dump(mode="json") for a in message.artifacts],
+            contents=[self._host_content(c).model_dump(mode="json") for c in message.contents or []],
+            artifacts=[
+                self._inline_refs.get(a.artifact_id, a).model_dump(mode="json") for a in message.artifacts
+            ],
             event_id=None,
             run_id=self._run_id,
             actor_id=None,
         )
+
+    def _host_content(self, content: ContentElement) -> ContentElement:
+        if isinstance(content, MediaContent) and content.artifact_id in self._inline_refs:
+            return content.model_copy(
+                update={"artifact_id": self._inline_refs[content.artifact_id].artifact_id}
+            )
+        return content
 
     async def _telemetry(self, result: ToolCallStarted | ToolCallCompleted | ActionRequested) -> None:
         kind: EventKind = "action" if isinstance(result, ActionRequested) else "telemetry"
@@ -289,6 +342,7 @@ class RunJournal:
             conversation_id=self._grant.conversation_id,
             max_bytes=MAX_INLINE_ARTIFACT_BYTES,
         )
+        self._inline_refs[ref.artifact_id] = record.to_ref()
         await self._log_event(
             "artifact.created",
             "telemetry",

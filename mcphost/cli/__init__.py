@@ -252,7 +252,15 @@ def build_parser() -> argparse.ArgumentParser:
         "--tools",
         nargs="+",
         metavar="GLOB",
-        help="only facts tools matching these globs; globs naming <server>__<tool> grant host tools",
+        help="only the facts tools matching these globs (default: every read tool); '*' never grants host "
+        "tools, only a glob that contains '__' does (see --host-tools)",
+    )
+    p.add_argument(
+        "--host-tools",
+        nargs="+",
+        metavar="SERVER__TOOL",
+        help="grant these host (upstream) tools, each named <server>__<tool> (globs allowed: 'search__*'); "
+        "a grant has no host tool unless it is named here or in --tools",
     )
     p.add_argument("--write", action="store_true", help="also allow creating artifacts in the conversation")
     _add_common(p)

@@ -172,6 +172,7 @@ async def cmd_grant(args: argparse.Namespace, settings: Settings) -> int:
             thread_id=args.thread,
             ttl_s=args.ttl,
             tools=args.tools or (),
+            host_tools=args.host_tools or (),
             write=args.write,
         )
     run_id = made.run.run_id
@@ -199,7 +200,9 @@ async def cmd_grant(args: argparse.Namespace, settings: Settings) -> int:
     summary = (
         f"Inspection grant {run_id} on conversation {args.conversation!r}"
         + (f" thread {args.thread!r}" if args.thread else "")
-        + f" ({access}; tools: {', '.join(sorted(made.grant.tools))}), valid until {expires}."
+        + f" ({access}; tools: {', '.join(sorted(made.grant.tools))}; host tools: "
+        + (", ".join(made.grant.host_tool_globs) or "none")
+        + f"), valid until {expires}."
     )
     _print_grant_guide(run_id, url, made.token, configs, summary)
     return EXIT_OK

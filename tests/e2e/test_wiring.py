@@ -210,6 +210,26 @@ async def test_the_host_gives_the_facts_server_its_upstream_tools(database_url: 
             assert "through the gateway" in str(echoed.content)
 
 
+async def test_a_star_tools_grant_reaches_no_host_tool(database_url: str, tmp_path: Path) -> None:
+    upstream = ToolServerConfig(
+        command=[sys.executable, str(REPO / "tests" / "fakes" / "upstream_tools.py"), "stdio"]
+    )
+    settings = api_settings(database_url, tmp_path / "data").model_copy(update={"tools": {"up": upstream}})
+    async with open_host(settings) as host, serve_app(host) as app:
+        made = await create_inspection_grant(host.stores, conversation_id="c1", tools=["*"])
+        url = f"{app.url}/runs/{made.run.run_id}/mcp"
+        async with (
+            httpx2.AsyncClient(headers={"Authorization": f"Bearer {made.token}"}, timeout=30) as mcp_http,
+            Client(streamable_http_client(url, http_client=mcp_http)) as client,  # pyright: ignore[reportArgumentType]
+        ):
+            tools = sorted(t.name for t in (await client.list_tools()).tools)
+            assert not [t for t in tools if "__" in t]
+            assert "history_page" in tools
+            refused = await client.call_tool("up__echo", {"text": "not granted"})
+            assert refused.is_error
+            assert "not granted" not in str(refused.content)
+
+
 async def started_slow_run(host: Host, bot: str) -> tuple[str, AgentRunContext]:
     """A misbehave run that sleeps for 30 s, once it has started: its id and live context."""
     run_id = (await host.orchestrator.submit(message("slow:30", bot=bot))).run.run_id

@@ -17,7 +17,7 @@ import httpx2
 import pytest
 
 from mcphost.api import ApiLimits, parse_range
-from mcphost.app import Host, create_app, create_inspection_grant, open_host
+from mcphost.app import INSPECTION_READ_TOOLS, Host, create_app, create_inspection_grant, open_host
 from mcphost.errors import InvalidArgumentError
 from mcphost.models import RunStatus
 from tests.e2e.httpkit import (
@@ -687,13 +687,31 @@ async def test_inspection_grant_tools_are_checked_before_anything_is_stored(host
         host.stores, conversation_id="c1", tools=["artifacts_*", "search__*"], write=True
     )
     assert made.grant.tools == {"run_context", "artifacts_metadata", "artifacts_read", "artifacts_create"}
-    assert made.grant.host_tool_globs == ("artifacts_*", "search__*")
+    assert made.grant.host_tool_globs == ("search__*",)  # a facts glob never reaches host tools
     assert made.grant.artifact_create is True
     assert made.run.status is RunStatus.RUNNING
     assert (
         made.run.conversation_id is None
     )  # the grant never queues behind or ahead of the conversation's runs
     assert made.run.host_id is None  # so host recovery never fails it
+
+
+async def test_an_inspection_grant_gets_host_tools_only_by_name(host: Host) -> None:
+    everything = await create_inspection_grant(host.stores, conversation_id="c1", tools=["*"])
+    assert everything.grant.host_tool_globs == ()
+    assert everything.grant.tools == set(INSPECTION_READ_TOOLS)
+    stored = await host.stores.runs.grant(everything.run.run_id)
+    assert stored.grant.host_tool_globs == ()
+    named = await create_inspection_grant(
+        host.stores, conversation_id="c1", tools=["history_*"], host_tools=["search__query", "up__*"]
+    )
+    assert named.grant.host_tool_globs == ("search__query", "up__*")
+    assert named.grant.tools == {"run_context", "history_page", "history_search"}
+    before = await row_counts(host.stores)
+    for glob in ["*", "search_query", "*_*"]:
+        with pytest.raises(InvalidArgumentError, match="does not name a host tool"):
+            await create_inspection_grant(host.stores, conversation_id="c1", host_tools=[glob])
+    assert await row_counts(host.stores) == before
 
 
 async def test_create_app_opens_the_host_in_its_lifespan(database_url: str, tmp_path: Path) -> None:

@@ -24,6 +24,9 @@ by `ctx.input.text`:
     state:SCOPE      state.updated on SCOPE, then ok
     artifact-inline  artifact.created with content_base64 and its correct sha256, then ok
     artifact-bad-sha the same with a wrong sha256
+    artifact-inline-msg  artifact-inline, then a message.completed naming it by the runner's id (in
+                     artifacts and as a file content), then run.completed
+    msg-artifact:ID  a message.completed whose artifacts name ID, then run.completed
     bad-line         prints a non-JSON line to stdout, then ok
     env:NAME         replies with the value of the environment variable NAME, or "<unset>"
     stderr:TEXT      writes TEXT to stderr, then ok
@@ -174,9 +177,14 @@ def behave(run_id: str, text: str, cancelled: threading.Event) -> str | None:
     if name == "state":
         result(run_id, "state.updated", {"scope": arg, "key": "misbehave", "value": 1})
         return ok(run_id)
-    if name in ("artifact-inline", "artifact-bad-sha"):
+    if name == "msg-artifact":
+        msg = {"role": "assistant", "content": "see attached", "artifacts": [{"artifact_id": arg}]}
+        result(run_id, "message.completed", {"message": msg})
+        completed(run_id)
+        return "completed"
+    if name in ("artifact-inline", "artifact-bad-sha", "artifact-inline-msg"):
         content = b"hello artifact"
-        digest = hashlib.sha256(content).hexdigest() if name == "artifact-inline" else "0" * 64
+        digest = "0" * 64 if name == "artifact-bad-sha" else hashlib.sha256(content).hexdigest()
         ref = {
             "artifact_id": "art_inline",
             "name": "a.txt",
@@ -189,6 +197,12 @@ def behave(run_id: str, text: str, cancelled: threading.Event) -> str | None:
             "artifact.created",
             {"artifact": ref, "content_base64": base64.b64encode(content).decode()},
         )
+        if name == "artifact-inline-msg":
+            file = {"type": "file", "artifact_id": "art_inline", "mime_type": "text/plain"}
+            msg = {"role": "assistant", "contents": [file], "artifacts": [{"artifact_id": "art_inline"}]}
+            result(run_id, "message.completed", {"message": msg})
+            completed(run_id)
+            return "completed"
         return ok(run_id)
     if name == "bad-line":
         write_line(b"this is not json")
