@@ -416,8 +416,9 @@ class Orchestrator:
 
         async def watch_cancel(scope: anyio.CancelScope) -> None:
             await active.cancel_requested.wait()
-            await plugin.cancel(run_id, active.cancel_reason or "cancelled")
-            await anyio.sleep(CANCEL_GRACE_S)
+            if await plugin.cancel(run_id, active.cancel_reason or "cancelled"):
+                await anyio.sleep(CANCEL_GRACE_S)
+            # Else the plugin is not running it (e.g. the run waits for a restart): nothing to let finish.
             scope.cancel()
 
         remaining = grant.deadline_at - time.time()

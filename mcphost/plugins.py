@@ -32,6 +32,11 @@ Invariants:
 - `run()` always ends: with the plugin's status, or with `PluginError` (`runner.crashed`) naming the plugin
   and what happened when the process carrying the run exits, stops reading, answers with an error, or
   leaves a liveness probe unanswered for `probe_timeout` (then it is stopped and restarted like a crash).
+- A crash fails only the runs in flight on the process that died. `run()` called while the plugin is
+  `starting` or `restarting` waits for the next process, for as long as the caller lets it (its deadline
+  and cancel scope); while the plugin is `failed` (never initialized, or crash-looping:
+  `PluginTimings.crash_loop_limit` ends within `crash_loop_window`) or `stopped` it raises at once with the
+  reason, so one poison event cannot stall every conversation behind a plugin that keeps dying.
 - Every result of a run reaches its stream before `run()` returns; `run()` closes the stream when it ends.
   The pump waits while a caller's stream is full (backpressure to the plugin), so callers must keep
   draining or close their receiving end — a closed end detaches the run, it never blocks the pump.
@@ -99,8 +104,11 @@ from mcphost.protocol import (
 logger = logging.getLogger("mcphost.plugins")
 
 PluginState = Literal["starting", "running", "restarting", "failed", "stopped"]
-"""`failed`: the last start never got through `initialize`; `restarting`: a running process ended. Both
-retry after a backoff; `stopped` only once the supervisor has shut the plugin down."""
+"""`restarting`: a process that served runs ended (or a start after it failed) and a new one is due after
+a backoff; new runs wait for it. `failed`: no process is coming soon, so new runs fail at once with
+`last_error`: the plugin never got through `initialize`, or it crash-looped (`crash_loop_limit` ends
+within `crash_loop_window`); it is still retried (backoff, or `crash_loop_retry` after a crash loop).
+`stopped` only once the supervisor has shut the plugin down."""
 
 RunStatus = Literal["completed", "failed"]
 
@@ -171,6 +179,15 @@ class PluginTimings:
     """How often a running plugin is asked whether it still answers (`LIVENESS_PROBE`)."""
     probe_timeout: float = 30.0
     """How long a probe may go unanswered before the plugin counts as having stopped answering."""
+    crash_loop_limit: int = 5
+    """This many ends (crashes or failed restarts) within `crash_loop_window` mark the plugin `failed`.
+    Only a plugin that initialized once is counted: one that never did has no runs to protect."""
+    crash_loop_window: float = 60.0
+    """The sliding window of `crash_loop_limit`, in seconds; equal to `healthy_after` by default, so a
+    process that ran long enough to count as healthy also clears the count."""
+    crash_loop_retry: float = 300.0
+    """How long a crash-looping plugin stays `failed` before one more start is tried. A start that gets
+    through `initialize` makes it `running` again with a fresh count; one that fails keeps it `failed`."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -258,6 +275,9 @@ class PluginProcess:
         self._manifests: dict[str, AgentRunnerManifest] = {}
         self._rejected: tuple[RejectedManifest, ...] = ()
         self._conn: Connection | None = None
+        self._changed: anyio.Event | None = None
+        """Set (and replaced) whenever a process becomes ready or the plugin stops being worth waiting
+        for; created lazily because a plugin may be built outside an event loop."""
 
     def __repr__(self) -> str:
         return f"<PluginProcess {self.name!r} {self.state} pid={self.pid}>"
@@ -303,13 +323,7 @@ class PluginProcess:
                 raise RunnerNotFoundError(
                     f"Plugin {self.name!r} has no accepted runner {runner_name!r}; its runners: {known}."
                 )
-            conn = self._conn
-            if conn is None:
-                why = f": {self.last_error}" if self.last_error else ""
-                raise PluginError(
-                    f"Plugin {self.name!r} is not running ({self.state}{why}); run {run_id!r} was not started.",
-                    details={"plugin": self.name, "run_id": run_id},
-                )
+            conn = self._conn or await self._wait_ready(run_id)
             if run_id in conn.runs:
                 raise ValueError(f"Run {run_id!r} is already active on plugin {self.name!r}.")
             route = RunRoute(results)
@@ -357,6 +371,33 @@ class PluginProcess:
                     details={"plugin": self.name, "run_id": run_id},
                 ) from None
 
+    async def _wait_ready(self, run_id: str) -> Connection:
+        """The next live process, waited for while the plugin is `starting` or `restarting`.
+
+        The wait has no bound of its own: the caller's deadline or cancellation ends it (the orchestrator
+        runs it inside the run's deadline and cancel scope). A plugin that is `failed` or `stopped` raises
+        at once, so runs do not queue behind a plugin that is not coming back soon.
+        """
+        while True:
+            conn = self._conn
+            if conn is not None:
+                return conn
+            if self.state in ("failed", "stopped"):
+                why = f": {self.last_error}" if self.last_error else ""
+                raise PluginError(
+                    f"Plugin {self.name!r} is not running ({self.state}{why}); run {run_id!r} was not started.",
+                    details={"plugin": self.name, "run_id": run_id, "state": self.state},
+                )
+            if self._changed is None:
+                self._changed = anyio.Event()
+            await self._changed.wait()
+
+    def _set_state(self, state: PluginState) -> None:
+        self.state = state
+        changed, self._changed = self._changed, None
+        if changed is not None:
+            changed.set()
+
     async def cancel(self, run_id: str, reason: str = "cancelled") -> bool:
         """Send `runner/cancel`; False when the run is not active here (the notice could not matter)."""
         conn = self._conn
@@ -379,6 +420,8 @@ class PluginProcess:
         timings = self._timings
         delay = timings.backoff_initial
         announced = False
+        ends: list[float] = []
+        """When recent processes ended or failed to start, for the crash-loop count."""
 
         def announce() -> None:
             nonlocal announced
@@ -390,25 +433,49 @@ class PluginProcess:
             while True:
                 ready_at, reason = await self._run_once(announce)
                 announce()
-                self.last_error = reason
-                if ready_at is None:
-                    self.state = "failed"
+                now = anyio.current_time()
+                if ready_at is not None and now - ready_at >= timings.healthy_after:
+                    delay = timings.backoff_initial
+                    ends.clear()
+                ends[:] = [t for t in ends if now - t < timings.crash_loop_window]
+                if self._manifests:  # one that never initialized has no runs to protect: backoff only
+                    ends.append(now)
+                if len(ends) >= timings.crash_loop_limit:
+                    self.last_error = (
+                        f"crash loop: ended {len(ends)} times within {timings.crash_loop_window:g} s "
+                        f"(last: {reason}); runs of its runners fail until a start succeeds, tried again "
+                        f"every {timings.crash_loop_retry:g} s or when the host restarts"
+                    )
+                    self._set_state("failed")
+                    logger.error(
+                        "Plugin %r %s; marked failed, next start in %g s.",
+                        self.name,
+                        self.last_error,
+                        timings.crash_loop_retry,
+                        extra={"plugin": self.name},
+                    )
+                    ends.clear()
+                    delay = timings.backoff_initial
+                    await anyio.sleep(timings.crash_loop_retry)
                 else:
-                    self.state = "restarting"
-                    if anyio.current_time() - ready_at >= timings.healthy_after:
-                        delay = timings.backoff_initial
-                logger.warning(
-                    "Plugin %r %s; starting it again in %.1f s.",
-                    self.name,
-                    reason,
-                    delay,
-                    extra={"plugin": self.name},
-                )
-                await anyio.sleep(delay)
-                delay = min(delay * 2, timings.backoff_max)
+                    self.last_error = reason
+                    if ready_at is None and (self.state == "failed" or not self._manifests):
+                        # Never initialized, or still crash-looping: nothing worth waiting for.
+                        self._set_state("failed")
+                    else:
+                        self._set_state("restarting")  # it served runs: new ones wait for it
+                    logger.warning(
+                        "Plugin %r %s; starting it again in %.1f s.",
+                        self.name,
+                        reason,
+                        delay,
+                        extra={"plugin": self.name},
+                    )
+                    await anyio.sleep(delay)
+                    delay = min(delay * 2, timings.backoff_max)
                 self.restarts += 1
         finally:
-            self.state = "stopped"
+            self._set_state("stopped")
 
     async def _run_once(self, announce: Callable[[], None]) -> tuple[float | None, str]:
         """One process from spawn to stop: (when it became ready or None, why it ended)."""
@@ -439,7 +506,7 @@ class PluginProcess:
                     if failure is None:
                         ready_at = anyio.current_time()
                         self._conn = conn
-                        self.state = "running"
+                        self._set_state("running")
                         logger.info(
                             "Plugin %r is running (pid %d) with runners: %s",
                             self.name,
@@ -456,7 +523,7 @@ class PluginProcess:
                         host_stopped = failure is None and broken is None  # only a cancellation gets here
                         if self._conn is conn:
                             self._conn = None  # no new run may start on a process that is going away
-                            self.state = "stopped" if host_stopped else "restarting"
+                            self.state = "stopped" if host_stopped else "restarting"  # runs wait
                         exited = await self._stop(conn, graceful=host_stopped)
                         conn.final_reason = describe_end(failure, broken, exited)
                         if not host_stopped and conn.stderr_tail:

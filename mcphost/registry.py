@@ -9,8 +9,9 @@ Invariants:
   plugin's re-registered manifests (or its new pid, state and error) show at once.
 - One runner id has one plugin. When two plugins offer the same id, the first in configuration order
   keeps it and the other's manifest is listed among the rejected with the reason.
-- A plugin that is restarting keeps its last accepted runners registered: a run then fails with the
-  plugin's `runner.crashed` error, which is the truth, rather than `runner.not_found`.
+- A plugin that is restarting or failed keeps its last accepted runners registered: a run then waits
+  for the restart, or fails with the plugin's `runner.crashed` error and reason (a crash loop), which is
+  the truth, rather than `runner.not_found`.
 
 `mcphost.registry` and `mcphost.plugins` are independent siblings (import-linter), so this module states
 what it needs from a plugin as a `Protocol` and stays generic in the plugin type: `get()` hands the

@@ -16,6 +16,7 @@ from mcphost._plugin_wire import LineReader, TooLong
 from mcphost.errors import PluginError, RunnerNotFoundError
 from mcphost.plugins import PluginSpec, PluginSupervisor, RawResult, plugin_environment
 from mcphost.protocol import MAX_LINE_BYTES, MAX_RESULT_BYTES
+from mcphost.registry import RunnerRegistry
 from tests.plugins.support import (
     FAST,
     REPO,
@@ -256,17 +257,71 @@ async def test_a_plugin_that_ignores_unknown_requests_is_not_probed_to_death(
         assert status == "completed"
 
 
-async def test_a_run_on_a_plugin_waiting_to_restart_fails_at_once() -> None:
+async def test_a_run_asked_for_while_its_plugin_restarts_waits_for_the_new_process_and_completes() -> None:
+    # Regression: such a run failed `runner.crashed` at once, so one poison event failed every
+    # conversation served by the plugin until the restart.
+    slow_restart = replace(FAST, backoff_initial=1.0)
+    async with PluginSupervisor([misbehave()], timings=slow_restart) as supervisor:
+        plugin = supervisor.plugins[0]
+        old_pid = plugin.pid
+        with pytest.raises(PluginError):
+            await collect(plugin, make_context("crash"))
+        assert plugin.state == "restarting"
+        status, results = await collect(plugin, make_context("ok"))
+        assert (status, contents(results)) == ("completed", ["ok"])
+        assert plugin.pid not in (None, old_pid)
+        assert plugin.restarts == 1
+
+
+async def test_a_run_waiting_for_a_restart_ends_with_its_callers_deadline() -> None:
     slow_restart = replace(FAST, backoff_initial=30.0)
     async with PluginSupervisor([misbehave()], timings=slow_restart) as supervisor:
         plugin = supervisor.plugins[0]
         with pytest.raises(PluginError):
             await collect(plugin, make_context("crash"))
         assert plugin.state == "restarting"
-        with pytest.raises(
-            PluginError, match=r"Plugin 'misbehave' is not running \(restarting: exited with code 7"
-        ):
+        with pytest.raises(TimeoutError), anyio.fail_after(0.5):
             await collect(plugin, make_context("ok"))
+        assert plugin.state == "restarting"  # still waiting to restart: the run gave up on its own
+
+
+async def test_a_crash_looping_plugin_is_failed_with_the_reason_and_its_runs_fail_at_once() -> None:
+    looping = replace(FAST, crash_loop_limit=3, crash_loop_window=60.0, crash_loop_retry=60.0)
+    async with PluginSupervisor([misbehave(), echo_spec()], timings=looping) as supervisor:
+        plugin, echo = supervisor.plugins
+        for _ in range(3):  # each run waits for the restart the previous crash caused, then crashes it
+            with pytest.raises(PluginError, match="exited with code 7"):
+                await collect(plugin, make_context("crash"))
+        await eventually(lambda: plugin.state == "failed", what="the crash loop verdict")
+        assert plugin.last_error is not None
+        assert plugin.last_error.startswith("crash loop: ended 3 times within 60 s (last: exited with code 7")
+        assert "tried again every 60 s or when the host restarts" in plugin.last_error
+        [status] = [s for s in RunnerRegistry(supervisor.plugins).plugins() if s.name == "misbehave"]
+        assert (status.state, status.last_error) == ("failed", plugin.last_error)
+        with pytest.raises(
+            PluginError, match=r"is not running \(failed: crash loop: ended 3 times"
+        ) as caught:
+            with anyio.fail_after(5):  # at once, not after a wait for a restart that is not coming
+                await collect(plugin, make_context("ok"))
+        assert caught.value.details["state"] == "failed"
+        assert (await collect(echo, make_context("unrelated")))[0] == "completed"
+
+
+async def test_a_crash_looping_plugin_is_started_again_after_crash_loop_retry_and_serves_runs() -> None:
+    looping = replace(FAST, crash_loop_limit=2, crash_loop_window=60.0, crash_loop_retry=1.0)
+    async with PluginSupervisor([misbehave()], timings=looping) as supervisor:
+        plugin = supervisor.plugins[0]
+        for _ in range(2):
+            with pytest.raises(PluginError, match="exited with code 7"):
+                await collect(plugin, make_context("crash"))
+        await eventually(lambda: plugin.state == "failed", what="the crash loop verdict")
+        await eventually(lambda: plugin.state == "running", what="the retry after crash_loop_retry")
+        status, results = await collect(plugin, make_context("ok"))
+        assert (status, contents(results)) == ("completed", ["ok"])
+        # The count starts afresh: one more crash restarts it and does not mark it failed again.
+        with pytest.raises(PluginError, match="exited with code 7"):
+            await collect(plugin, make_context("crash"))
+        assert (await collect(plugin, make_context("ok")))[0] == "completed"
 
 
 async def test_a_plugin_that_never_answers_initialize_fails_without_hurting_the_host() -> None:
