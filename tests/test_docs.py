@@ -15,6 +15,7 @@ import pytest
 from pydantic import BaseModel
 
 from mcphost.config import HostSettings
+from mcphost.errors import HostError
 from mcphost.facts._args import MAX_READ_BYTES
 from mcphost.facts._tools import FACTS_TOOLS
 from mcphost.plugins import LIVENESS_PROBE
@@ -208,3 +209,15 @@ def test_the_stdio_exchange_of_the_protocol_is_valid() -> None:
             for manifest in answer.runners:
                 AgentRunnerManifest.model_validate(manifest)
     assert results >= 2
+
+
+def test_every_host_error_is_in_the_architectures_error_table() -> None:
+    def tree(cls: type[HostError]) -> list[type[HostError]]:
+        return [cls, *(sub for child in cls.__subclasses__() for sub in tree(child))]
+
+    # Only the tree of errors.py: subclasses elsewhere exist only once their module is imported.
+    errors = {cls.__name__: cls for cls in tree(HostError) if cls.__module__ == "mcphost.errors"}
+    del errors["HostError"]
+    assert _missing(list(errors), ARCHITECTURE) == []
+    codes = {cls.code for cls in errors.values()}
+    assert _missing(codes, ARCHITECTURE) == []
