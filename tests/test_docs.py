@@ -27,6 +27,7 @@ from mcphost.protocol import (
     RESULT_TYPES,
     AgentRunContext,
     AgentRunnerManifest,
+    json_schemas,
 )
 from mcphost.protocol.stdio import (
     MAX_LINE_BYTES,
@@ -221,3 +222,7 @@ def test_every_host_error_is_in_the_architectures_error_table() -> None:
     assert _missing(list(errors), ARCHITECTURE) == []
     codes = {cls.code for cls in errors.values()}
     assert _missing(codes, ARCHITECTURE) == []
+
+
+def test_every_exported_json_schema_is_named_in_the_protocol() -> None:
+    assert _missing(list(json_schemas()), PROTOCOL) == []
