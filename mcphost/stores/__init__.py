@@ -26,6 +26,7 @@ from mcphost.stores.audit import AuditEntry, AuditRecord, AuditStore
 from mcphost.stores.blobs import BlobBackend, DatabaseBlobs, DiskBlobs
 from mcphost.stores.engine import Database, migrate, sqlite_path, upgrade_database
 from mcphost.stores.events import EventKind, EventStore, StoredEvent, event_values
+from mcphost.stores.faults import open_failure
 from mcphost.stores.hosts import HostRecord, HostStore
 from mcphost.stores.results import ResultStore, StoredResult
 from mcphost.stores.runs import GrantRecord, RunStore
@@ -64,6 +65,11 @@ async def _sweep_staging(staging_dir: Path) -> None:
             await entry.unlink(missing_ok=True)
 
 
+def _unopenable(exc: Exception, database_url: str, data_dir: Path, stage: str) -> Exception:
+    failure = open_failure(exc, database_url=database_url, data_dir=data_dir, stage=stage)
+    return exc if failure is None else failure
+
+
 @asynccontextmanager
 async def open_stores(
     database_url: str,
@@ -76,19 +82,32 @@ async def open_stores(
 
     Creates `data_dir` (and a SQLite file's folder) when missing and, unless `migrate=False`, brings the
     schema to the newest migration first. The engine is disposed on exit.
+
+    Raises:
+        ConfigError: when the storage cannot be opened, created or written (a missing PostgreSQL database,
+            a refused port, a read-only file, `data_dir` under a regular file): one line naming the URL
+            (password hidden) and what to do (`faults.open_failure`). The CLI exits 2 on it.
     """
-    await anyio.Path(data_dir).mkdir(parents=True, exist_ok=True)
+    try:
+        await anyio.Path(data_dir).mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise _unopenable(exc, database_url, data_dir, "data_dir") from exc
     path = sqlite_path(database_url)
-    if path is not None:
-        await anyio.Path(path.parent).mkdir(parents=True, exist_ok=True)
     db = Database(database_url)
     try:
-        if migrate:
-            await engine.migrate(db)
-        blobs: BlobBackend = (
-            DiskBlobs(data_dir / "blobs") if blob_backend == "disk" else DatabaseBlobs(db, data_dir / "tmp")
-        )
-        await _sweep_staging(blobs.staging_dir)
+        try:
+            if path is not None:
+                await anyio.Path(path.parent).mkdir(parents=True, exist_ok=True)
+            if migrate:
+                await engine.migrate(db)
+            blobs: BlobBackend = (
+                DiskBlobs(data_dir / "blobs")
+                if blob_backend == "disk"
+                else DatabaseBlobs(db, data_dir / "tmp")
+            )
+            await _sweep_staging(blobs.staging_dir)
+        except Exception as exc:
+            raise _unopenable(exc, database_url, data_dir, "database") from exc
         runs = RunStore(db)
         yield Stores(
             db=db,
