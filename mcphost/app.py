@@ -668,6 +668,38 @@ def advertised_url(settings: Settings) -> str:
     return local_url(*parse_listen(settings.host.listen))
 
 
+REDACTED_QUERY_PARAMS: frozenset[str] = frozenset({"access_token", "token", "api_key"})
+"""Query parameters whose values the access log never records (compared case-insensitively)."""
+
+
+def redact_query(target: str) -> str:
+    """`target` (a path with its query) with the values of `REDACTED_QUERY_PARAMS` replaced by `***`."""
+    path, sep, query = target.partition("?")
+    if not sep:
+        return target
+    parts: list[str] = []
+    for part in query.split("&"):
+        name, eq, _ = part.partition("=")
+        if urllib.parse.unquote_plus(name).strip().lower() in REDACTED_QUERY_PARAMS:
+            part = f"{name}{eq or '='}***"
+        parts.append(part)
+    return f"{path}?{'&'.join(parts)}"
+
+
+class _RedactAccessLog(logging.Filter):
+    """Rewrites uvicorn access log records so secrets in query strings never reach the log."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args
+        # uvicorn's access record: (client_addr, method, full_path, http_version, status_code)
+        if isinstance(args, tuple) and len(args) == 5 and isinstance(args[2], str):
+            record.args = (args[0], args[1], redact_query(args[2]), args[3], args[4])
+        return True
+
+
+_ACCESS_LOG_FILTER = _RedactAccessLog()
+
+
 class _Server(uvicorn.Server):
     """uvicorn without its own signal handlers: whoever runs it decides when it stops."""
 
@@ -680,7 +712,15 @@ class _Server(uvicorn.Server):
 async def serve_http(
     app: ASGIApp, sock: socket.socket, *, access_log: bool = False
 ) -> AsyncGenerator[str, None]:
-    """Serve `app` on the bound `sock` until the block ends; yields the base URL."""
+    """Serve `app` on the bound `sock` until the block ends; yields the base URL.
+
+    With `access_log`, uvicorn logs one line per request, with the values of `REDACTED_QUERY_PARAMS`
+    replaced by `***`.
+    """
+    if access_log:
+        access = logging.getLogger("uvicorn.access")
+        if _ACCESS_LOG_FILTER not in access.filters:
+            access.addFilter(_ACCESS_LOG_FILTER)
     config = uvicorn.Config(
         app,
         lifespan="off",
