@@ -6,8 +6,11 @@ backends. Does not own artifact metadata, ids or integrity policy (`artifacts.py
 Invariants:
 - A blob is addressed by the SHA-256 of its bytes; storing bytes that are already stored is a no-op,
   so duplicates share one copy.
-- `stage` leaves nothing behind when it fails (too large, the source raises, cancelled): the temporary
-  file is removed under a shield. A staged file is fsynced before a backend takes it.
+- `stage` leaves nothing behind when it fails (too large, the source raises, cancelled, the disk is
+  full): the temporary file is removed under a shield. A staged file is fsynced before a backend takes it.
+- A failed disk write is an operator's error, not a bug: a full disk (ENOSPC, EDQUOT) raises
+  `StorageFullError` (HTTP 507), anything else (data_dir gone, read-only, not permitted)
+  `StorageUnavailableError` (503); both name the folder and say that nothing was stored.
 - `DiskBlobs` keeps `root/<aa>/<bb>/<sha256>`. The staged file lives in `root/.tmp` (the final
   directory depends on the hash, known only at the end, so "the same directory" is the same
   filesystem) and is moved into place with an atomic rename followed by a directory fsync: a reader
@@ -21,20 +24,28 @@ Invariants:
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import tempfile
-from collections.abc import AsyncIterable, AsyncIterator
+from collections.abc import AsyncIterable, AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Protocol
+from typing import BinaryIO, Protocol, TypeVar
 
 import anyio
 from sqlalchemy import func, select
 
-from mcphost.errors import PayloadTooLargeError, StorageIntegrityError
+from mcphost.errors import (
+    HostError,
+    PayloadTooLargeError,
+    StorageFullError,
+    StorageIntegrityError,
+    StorageUnavailableError,
+)
 from mcphost.stores._sql import insert_ignoring
 from mcphost.stores.engine import Database
+from mcphost.stores.faults import is_disk_full
 from mcphost.stores.tables import BlobChunkRow
 
 CHUNK_SIZE = 256 * 1024
@@ -42,6 +53,7 @@ CHUNK_SIZE = 256 * 1024
 READ_SIZE = 256 * 1024
 """The largest piece a backend yields at once when streaming."""
 _DB_BATCH_CHUNKS = 8
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -59,6 +71,11 @@ async def remove_file(path: Path) -> None:
         await anyio.Path(path).unlink(missing_ok=True)
 
 
+def _make_staging_file(staging_dir: Path) -> tuple[int, str]:
+    staging_dir.mkdir(parents=True, exist_ok=True)
+    return tempfile.mkstemp(dir=staging_dir, prefix="stage-", suffix=".part")
+
+
 def _write_all(f: BinaryIO, data: bytes) -> None:
     f.write(data)
 
@@ -69,16 +86,39 @@ def _sync_close(f: BinaryIO) -> None:
     f.close()
 
 
+def write_failure(exc: OSError, where: Path, received: int | None = None) -> HostError:
+    """The error an operator can act on for a failed write under `where`: a full disk (507) or storage
+    that is gone, read-only or not permitted (503)."""
+    got = f" ({received} bytes received)" if received is not None else ""
+    if is_disk_full(exc):
+        return StorageFullError(
+            f"The disk holding {where} is full, so nothing was stored{got}. Free space on it (or raise "
+            "the quota) and retry.",
+            details={"path": str(where)},
+        )
+    return StorageUnavailableError(
+        f"Cannot write under {where}: {exc.strerror or exc}, so nothing was stored{got}. Check that "
+        "data_dir exists and is writable by mcphost.",
+        details={"path": str(where)},
+    )
+
+
+async def _on_disk(where: Path, received: int | None, fn: Callable[..., T], *args: object) -> T:
+    try:
+        return await anyio.to_thread.run_sync(fn, *args)
+    except OSError as exc:
+        raise write_failure(exc, where, received) from exc
+
+
 async def stage(chunks: AsyncIterable[bytes], staging_dir: Path, *, max_bytes: int) -> StagedBlob:
     """Stream `chunks` to a new file in `staging_dir`, hashing as it goes.
 
     Raises:
         PayloadTooLargeError: past `max_bytes` (nothing is left behind).
+        StorageFullError: the disk has no room left (nothing is left behind).
+        StorageUnavailableError: the staging folder cannot be created or written.
     """
-    await anyio.Path(staging_dir).mkdir(parents=True, exist_ok=True)
-    fd, name = await anyio.to_thread.run_sync(
-        lambda: tempfile.mkstemp(dir=staging_dir, prefix="stage-", suffix=".part")
-    )
+    fd, name = await _on_disk(staging_dir, None, _make_staging_file, staging_dir)
     path = Path(name)
     f = os.fdopen(fd, "wb")
     digest = hashlib.sha256()
@@ -97,12 +137,13 @@ async def stage(chunks: AsyncIterable[bytes], staging_dir: Path, *, max_bytes: i
                 data = bytes(buffer)
                 buffer.clear()
                 digest.update(data)
-                await anyio.to_thread.run_sync(_write_all, f, data)
+                await _on_disk(staging_dir, size, _write_all, f, data)
         digest.update(buffer)
-        await anyio.to_thread.run_sync(_write_all, f, bytes(buffer))
-        await anyio.to_thread.run_sync(_sync_close, f)
+        await _on_disk(staging_dir, size, _write_all, f, bytes(buffer))
+        await _on_disk(staging_dir, size, _sync_close, f)
     except BaseException:
-        f.close()
+        with contextlib.suppress(OSError):  # closing flushes: on a full disk that fails again
+            f.close()
         await remove_file(path)
         raise
     return StagedBlob(path=path, sha256=digest.hexdigest(), size=size)
@@ -156,7 +197,7 @@ class DiskBlobs:
             finally:
                 os.close(dir_fd)
 
-        await anyio.to_thread.run_sync(_move)
+        await _on_disk(target.parent, staged.size, _move)
 
     async def stored_size(self, sha256: str) -> int | None:
         try:

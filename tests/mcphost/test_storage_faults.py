@@ -9,6 +9,7 @@ is not permitted, the test that needs it is skipped with the reason.
 from __future__ import annotations
 
 import contextlib
+import os
 import socket
 import subprocess
 import sys
@@ -18,7 +19,10 @@ from pathlib import Path
 import pytest
 from sqlalchemy.engine import make_url
 
+from mcphost.api import ApiLimits
+from mcphost.app import open_host
 from tests.conftest import NO_POSTGRES, POSTGRES_URL
+from tests.e2e.httpkit import api_settings, asgi_client, row_counts
 from tests.mcphost.test_cli import cli_env
 
 STARTUP_TIMEOUT_S = 120
@@ -147,3 +151,29 @@ def test_a_refused_postgres_port_exits_2_and_hides_the_password(tmp_path: Path) 
     line = assert_refused_to_start(done, f"127.0.0.1:{port}", "Start the server", "database_url")
     assert "s3cret-pw" not in done.stderr
     assert "mcphost:***@" in line
+
+
+# -- a full disk -------------------------------------------------------------------------------------
+
+
+async def test_an_upload_to_a_full_disk_is_507_and_stores_nothing(database_url: str, tmp_path: Path) -> None:
+    with tmpfs(tmp_path / "small", "1m") as mount:
+        data_dir = mount / "data"
+        async with (
+            open_host(api_settings(database_url, data_dir)) as host,
+            asgi_client(host, limits=ApiLimits(max_upload_bytes=8 * 1024 * 1024)) as client,
+        ):
+            before = await row_counts(host.stores)
+            response = await client.post(
+                "/v1/artifacts", params={"name": "big.bin"}, content=os.urandom(2 * 1024 * 1024)
+            )
+            assert response.status_code == 507, response.text
+            error = response.json()["error"]
+            assert error["code"] == "storage_full"
+            assert "is full, so nothing was stored" in error["message"]
+            assert str(data_dir) in error["message"]
+            assert "Traceback" not in response.text
+            assert await row_counts(host.stores) == before
+            assert [p for p in data_dir.rglob("*") if p.is_file()] == []  # the staged part is gone
+            small = await client.post("/v1/artifacts", params={"name": "small.bin"}, content=b"fits")
+            assert small.status_code == 201, small.text

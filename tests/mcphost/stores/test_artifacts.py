@@ -2,17 +2,26 @@
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import time
 from collections.abc import AsyncGenerator, AsyncIterator
 from pathlib import Path
+from typing import BinaryIO
 
 import pytest
 from sqlalchemy import delete, func, select, update
 
-from mcphost.errors import InvalidArgumentError, NotFoundError, PayloadTooLargeError, StorageIntegrityError
+from mcphost.errors import (
+    InvalidArgumentError,
+    NotFoundError,
+    PayloadTooLargeError,
+    StorageFullError,
+    StorageIntegrityError,
+)
 from mcphost.stores import ArtifactStore, DatabaseBlobs, DiskBlobs, Stores, open_stores
+from mcphost.stores import blobs as blobs_module
 from mcphost.stores.blobs import CHUNK_SIZE
 from mcphost.stores.tables import ArtifactRow, BlobChunkRow
 
@@ -147,6 +156,31 @@ async def test_a_failing_source_leaves_nothing_behind(stores: Stores, tmp_path: 
         await stores.artifacts.put_stream(broken(), name="x", mime_type="a/b", max_bytes=10**7)
     assert _files(tmp_path / "data") == []
     assert await _count(stores, ArtifactRow) == 0
+
+
+async def test_a_full_disk_is_storage_full_and_leaves_nothing_behind(
+    stores: Stores, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The real fault (a full tmpfs under the HTTP API) is in tests/mcphost/test_storage_faults.py; this
+    # injected one runs where mounting is not permitted, and covers both blob backends' staging.
+    real_write = blobs_module._write_all
+    written = 0
+
+    def write_until_full(f: BinaryIO, data: bytes) -> None:
+        nonlocal written
+        if written + len(data) > CHUNK_SIZE:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        written += len(data)
+        real_write(f, data)
+
+    monkeypatch.setattr(blobs_module, "_write_all", write_until_full)
+    with pytest.raises(StorageFullError, match="is full, so nothing was stored") as caught:
+        await stores.artifacts.put_stream(_chunks(DATA, 4096), name="x", mime_type="a/b", max_bytes=10**7)
+    assert caught.value.status == 507
+    assert caught.value.code == "storage_full"
+    assert _files(tmp_path / "data") == []
+    assert await _count(stores, ArtifactRow) == 0
+    assert await _count(stores, BlobChunkRow) == 0
 
 
 async def test_unknown_and_expired_artifacts_are_not_found(stores: Stores) -> None:
