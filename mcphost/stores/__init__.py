@@ -20,7 +20,7 @@ from typing import Literal
 import anyio
 
 from mcphost.stores import engine
-from mcphost.stores._cursor import Page
+from mcphost.stores._cursor import MAX_RUN_SEQ, Page
 from mcphost.stores.artifacts import ArtifactRecord, ArtifactStore
 from mcphost.stores.audit import AuditEntry, AuditRecord, AuditStore
 from mcphost.stores.blobs import BlobBackend, DatabaseBlobs, DiskBlobs
@@ -127,6 +127,7 @@ async def open_stores(
 
 
 __all__ = [
+    "MAX_RUN_SEQ",
     "ArtifactRecord",
     "ArtifactStore",
     "AuditEntry",
