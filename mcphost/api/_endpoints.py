@@ -12,7 +12,9 @@ Invariants:
   N (`Last-Event-ID`, else `?after=N`) gets every later result exactly once, in order. Each result is one
   SSE event whose `id` is its sequence; admission (`event: run`) and the end marker (`event: end`) carry no
   id, so they never move a client's resume point. A stream ends after the run's terminal result.
-- While the host drains, ingest and `/healthz` answer 503.
+- While the host drains, ingest and `/healthz` answer 503. While the storage probe (`Stores.health`,
+  cached for a second) finds `data_dir` or the database gone or unwritable, `/healthz` answers 503
+  `storage_unavailable` with the reason (and `app.py` refuses `/v1` and MCP requests the same way).
 """
 
 from __future__ import annotations
@@ -55,7 +57,13 @@ from mcphost.api._models import (
 )
 from mcphost.api._state import ApiState, api_state
 from mcphost.context import mcp_url
-from mcphost.errors import ConflictError, HostError, InvalidArgumentError, UnavailableError
+from mcphost.errors import (
+    ConflictError,
+    HostError,
+    InvalidArgumentError,
+    StorageUnavailableError,
+    UnavailableError,
+)
 from mcphost.models import AgentEventEnvelope, Run
 from mcphost.protocol import JSONObject
 from mcphost.stores import MAX_RUN_SEQ
@@ -297,6 +305,11 @@ async def healthz(request: Request) -> Response:
     state = api_state(request)
     if state.draining:
         raise UnavailableError("The host is shutting down.")
+    health = await state.stores.health.check()  # cached for a second: polling stays cheap
+    if health.reason is not None:
+        raise StorageUnavailableError(
+            f"The host's storage is unavailable: {health.reason}", details={"reason": health.reason}
+        )
     answer = Health(
         status="ok",
         version=__version__,
