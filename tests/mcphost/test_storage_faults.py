@@ -292,3 +292,24 @@ async def test_a_postgres_database_turned_read_only_is_503_and_unhealthy(tmp_pat
             if (await client.get("/healthz")).status_code == 200:
                 break
         assert (await client.get("/healthz")).status_code == 200  # healthy again once writable
+
+
+async def test_a_data_dir_whose_file_system_turns_read_only_is_503_and_unhealthy(
+    database_url: str, tmp_path: Path
+) -> None:
+    # The database stays off the tmpfs: a file system with SQLite's files open for writing (its shared
+    # memory is mapped) cannot be remounted read-only ("mount point is busy").
+    with tmpfs(tmp_path / "fs", "16m") as mount:
+        _remount_read_only(mount)  # skips here, outside the host, where remounting is not permitted
+        await anyio.run_process(["mount", "-o", "remount,rw", str(mount)])
+        async with open_host(api_settings(database_url, mount / "data")) as host, asgi_client(host) as client:
+            assert (await client.get("/healthz")).status_code == 200
+            await anyio.run_process(["mount", "-o", "remount,ro", str(mount)])
+            try:
+                host.stores.health.expire()
+                _storage_error(await client.get("/healthz"), str(mount / "data"), "not writable")
+                _storage_error(await client.post("/v1/events", json=event_body("x")), "not writable")
+            finally:
+                await anyio.run_process(["mount", "-o", "remount,rw", str(mount)])
+            host.stores.health.expire()
+            assert (await client.get("/healthz")).status_code == 200  # healthy again once writable
