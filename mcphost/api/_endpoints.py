@@ -32,6 +32,7 @@ from mcphost import __version__
 from mcphost.api._http import EventStream, parse_json, parse_model, parse_query, path_id, read_body, sse
 from mcphost.api._models import (
     Admitted,
+    Attempt,
     AuditPage,
     AuditQuery,
     CancelAnswer,
@@ -173,7 +174,20 @@ async def show_run(request: Request) -> Response:
         revoked=record.revoked,
         active=record.active and time.time() < grant.deadline_at,
     )
-    answer = RunView(run=run, grant=summary, mcp_url=mcp_url(state.orchestrator.public_url, run_id))
+    attempts = [
+        Attempt(
+            run_id=a.run_id,
+            attempt=a.attempt,
+            status=a.status,
+            error=a.error,
+            created_at=a.created_at,
+            ended_at=a.ended_at,
+        )
+        for a in await state.stores.runs.attempts(run.event_id)
+    ]
+    answer = RunView(
+        run=run, grant=summary, mcp_url=mcp_url(state.orchestrator.public_url, run_id), attempts=attempts
+    )
     return JSONResponse(answer.model_dump(mode="json"))
 
 

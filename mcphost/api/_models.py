@@ -16,7 +16,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from mcphost.models import ID_PATTERN, Run, RunStatus
+from mcphost.models import ID_PATTERN, Run, RunError, RunStatus
 from mcphost.protocol import JSONObject
 from mcphost.stores import MAX_RUN_SEQ, AuditRecord, StoredEvent, TranscriptRecord
 
@@ -120,11 +120,25 @@ class GrantSummary(_Answer):
     active: bool
 
 
+class Attempt(_Answer):
+    """One run of the event, in the event's attempt chain."""
+
+    run_id: str
+    attempt: int
+    status: RunStatus
+    error: RunError | None
+    created_at: float
+    ended_at: float | None
+
+
 class RunView(_Answer):
     run: Run
     grant: GrantSummary
     mcp_url: str
     """The run's MCP endpoint (it answers only while the grant is active, with the run token)."""
+    attempts: list[Attempt]
+    """Every run of this run's event, first attempt first: one, unless a host restart failed an
+    attempt (`host.restarted`) and the event was submitted again."""
 
 
 class RunsPage(_Answer):
