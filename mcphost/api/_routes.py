@@ -69,7 +69,17 @@ from mcphost.stores import ArtifactRecord
 _BINARY: JSONObject = {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}
 _SSE: JSONObject = {
     "text/event-stream": {
-        "schema": {"type": "string"},
+        # OpenAPI 3.1 reads an event stream's `schema` as the schema of one event (3.2's `itemSchema`).
+        "schema": {
+            "type": "object",
+            "properties": {
+                "event": {"type": "string"},
+                "data": {"type": "string"},
+                "id": {"type": "string"},
+                "retry": {"type": "integer", "minimum": 0},
+            },
+            "required": ["data"],
+        },
         "description": "One event per result (`id: <seq>`, `data: {seq, type, run_id, data, ...}`), then "
         "`event: end` with `{run_id, status, error?}`. Resume with `Last-Event-ID`.",
     }
@@ -104,6 +114,8 @@ class _Endpoint:
     headers: tuple[str, ...] = ()
     public: bool = False
     """Outside `/v1`: no API key."""
+    partial: bool = False
+    """Also answers 206 (a byte range) with the same content."""
 
 
 _ENDPOINTS: tuple[_Endpoint, ...] = (
@@ -131,7 +143,8 @@ _ENDPOINTS: tuple[_Endpoint, ...] = (
     _Endpoint("GET", "/v1/artifacts/{artifact_id}", artifact_metadata, "An artifact's metadata", 200,
               "ArtifactRecord", (404,)),
     _Endpoint("GET", "/v1/artifacts/{artifact_id}/content", artifact_content,
-              "An artifact's bytes; a single byte range answers 206", 200, _BINARY, (404, 416), headers=("Range",)),
+              "An artifact's bytes; a single byte range answers 206", 200, _BINARY, (404, 416), headers=("Range",),
+              partial=True),
     _Endpoint("GET", "/healthz", healthz, "Liveness (503 while draining)", 200, "Health", (503,), public=True),
     _Endpoint("GET", "/metrics", metrics, "Prometheus text metrics", 200, _TEXT, public=True),
     _Endpoint("GET", "/openapi.json", openapi_endpoint, "This document", 200, {"application/json": {}}, public=True),
@@ -180,6 +193,8 @@ def _operation(endpoint: _Endpoint) -> JSONObject:
     if endpoint.handler is run_results or endpoint.handler is ingest_event:
         ok = {**_SSE, **ok}
     responses: JSONObject = {str(endpoint.ok): {"description": "success", "content": ok}}
+    if endpoint.partial:
+        responses["206"] = {"description": "the requested byte range", "content": ok}
     for status in sorted({*endpoint.errors, *(() if endpoint.public else (401,))}):
         responses[str(status)] = {"description": "error", "content": _content("ErrorBody")}
     op: JSONObject = {"summary": endpoint.summary, "responses": responses}

@@ -20,14 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from mcphost.errors import InvalidArgumentError, PayloadTooLargeError
 from mcphost.models import EVENT_TYPE_PATTERN
-from mcphost.protocol import (
-    INT64_MAX,
-    MAX_INLINE_ARTIFACT_BYTES,
-    STATE_KEY_PATTERN,
-    JSONObject,
-    JSONValue,
-    StateScope,
-)
+from mcphost.protocol import MAX_INLINE_ARTIFACT_BYTES, STATE_KEY_PATTERN, JSONObject, JSONValue, StateScope
 from mcphost.stores.storage import MAX_VALUE_BYTES as MAX_STORAGE_BYTES
 
 MAX_READ_BYTES = 1024 * 1024
@@ -46,7 +39,7 @@ TranscriptRole = Literal["user", "assistant", "system", "event"]
 class ToolArgs(BaseModel):
     """Base of every tool's arguments: unknown fields are refused, field docs become descriptions."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True, allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
 
 class NoArgs(ToolArgs):
@@ -106,7 +99,7 @@ class ArtifactArgs(ToolArgs):
 
 
 class ArtifactsReadArgs(ArtifactArgs):
-    offset: int = Field(default=0, ge=0, le=INT64_MAX)
+    offset: int = Field(default=0, ge=0)
     """The first byte to read."""
     length: int = Field(default=65536, ge=1, le=MAX_READ_BYTES)
     """How many bytes to read at most (1 to 1048576)."""

@@ -54,7 +54,6 @@ from mcphost.facts._tools import FACTS_TOOLS, input_schema
 from mcphost.facts.providers import ContextProvider, HostToolProvider, KnowledgeRetriever
 from mcphost.grants import allows_host_tool
 from mcphost.models import RunGrant
-from mcphost.protocol import unstorable
 from mcphost.stores import AuditEntry, Stores
 from mcphost.stores.audit import Outcome
 
@@ -339,14 +338,6 @@ class FactsDispatch:
         if name not in call.grant.tools:
             raise ToolCallError(
                 "unauthorized", f"This run may not call {name!r}; tools/list shows what it may call."
-            )
-        problem = unstorable(arguments)
-        if problem is not None:
-            field = problem.path or "(arguments)"
-            raise ToolCallError(
-                "invalid_argument",
-                f"Invalid arguments: {problem.message()}.",
-                details={"errors": [{"field": field, "message": problem.reason}]},
             )
         try:
             args = spec.args.model_validate(arguments)
