@@ -64,7 +64,13 @@ from starlette.types import ASGIApp, Lifespan, Message, Receive, Scope, Send
 from mcphost.api import ApiLimits, ApiState, HostMetrics, routes
 from mcphost.bindings import Bindings
 from mcphost.config import Settings
-from mcphost.errors import ConfigError, HostError, InvalidArgumentError, UnauthorizedError
+from mcphost.errors import (
+    ConfigError,
+    HostError,
+    InvalidArgumentError,
+    StorageUnavailableError,
+    UnauthorizedError,
+)
 from mcphost.facts import MCP_PATH, FactsServer
 from mcphost.gateway import Gateway
 from mcphost.grants import mint_token
@@ -546,6 +552,32 @@ class _ApiGuard:
         await self.app(scope, receive, send)
 
 
+def storage_unavailable(reason: str) -> StorageUnavailableError:
+    return StorageUnavailableError(f"The host's storage is unavailable: {reason}", details={"reason": reason})
+
+
+class _StorageGuard:
+    """`/v1` and the MCP endpoints answer 503 `storage_unavailable` while the storage probe says so.
+
+    The probe (`Stores.health`) is cached for a second, so this costs one probe a second at most. Public
+    routes (`/healthz`, which reports the same reason, `/metrics`, `/openapi.json`) are not guarded.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path = scope.get("path", "") if scope["type"] == "http" else ""
+        if path == "/v1" or path.startswith(("/v1/", "/runs/")):
+            host = getattr(scope["app"].state, "host", None)
+            if isinstance(host, Host):
+                health = await host.stores.health.check()
+                if health.reason is not None:
+                    await host_error_response(storage_unavailable(health.reason))(scope, receive, send)
+                    return
+        await self.app(scope, receive, send)
+
+
 class _FactsEndpoint:
     """`/runs/{run_id}/mcp`: the open host's facts server (the app may open the host in its lifespan)."""
 
@@ -561,6 +593,7 @@ def _starlette(settings: Settings, lifespan: Lifespan[Starlette] | None = None) 
         middleware=[
             Middleware(_CatchAll),
             Middleware(_ApiGuard, api_key=settings.host.api_key, allowed_hosts=allowed_hosts(settings)),
+            Middleware(_StorageGuard),
         ],
         exception_handlers={
             HostError: _on_host_error,

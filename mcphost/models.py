@@ -291,6 +291,11 @@ class Run(_Frozen):
     usage: JSONObject = Field(default_factory=dict)
     host_id: str | None = None
     """Which host process owns the run (for restart recovery)."""
+    attempt: int = 1
+    """1 for the first run of its event; n + 1 for a run created when the event was submitted again
+    after attempt n failed `host.restarted` (the one case in which an `event_id` gets a second run)."""
+    previous_run_id: str | None = None
+    """The attempt before this one (None for attempt 1)."""
 
 
 class RunGrant(_Frozen):

@@ -7,7 +7,10 @@ host liveness; nothing of a run outlives it.
 Invariants:
 - Admission is all-or-nothing: binding, runner and runner config are resolved before anything is
   stored, so an event that cannot run changes nothing; the runs row and the event's inbound event-log
-  row are written in one transaction. A repeated `event_id` returns the existing run.
+  row are written in one transaction. A repeated `event_id` returns its latest run, unless that run
+  failed `host.restarted`: then it is admitted again as the next attempt (`runs.admit`).
+- At start-up, runs a stopped host left `running` fail `host.restarted`; the ones it left `queued` are
+  adopted and run here (`_resume`) in their original queue order, with their original deadline.
 - Everything after the grant is built sits inside one try/finally: whatever fails, the run gets a
   terminal status with a reason and its grant is revoked, under a shielded, bounded scope.
 - Conversation concurrency is decided by the database (`runs.admit` / `runs.try_start`), so the
@@ -28,13 +31,14 @@ import logging
 import math
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import anyio
 from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectReceiveStream
+from pydantic import ValidationError
 
 from mcphost.bindings import Bindings
 from mcphost.context import build_context, runner_config
@@ -46,6 +50,7 @@ from mcphost.plugins import PluginProcess, RawResult
 from mcphost.protocol import AgentRunContext
 from mcphost.registry import RegisteredRunner, RunnerRegistry
 from mcphost.stores import Stores, event_values
+from mcphost.stores.hosts import HOST_RESTARTED
 from mcphost.stores.results import StoredResult
 
 logger = logging.getLogger(__name__)
@@ -163,12 +168,14 @@ class Orchestrator:
     async def running(self) -> AsyncGenerator[Orchestrator, None]:
         """Own every run of this process. On exit, active runs are cancelled and closed properly."""
         async with self._stores.hosts.alive(self.host_id):
-            recovered = await self._stores.hosts.recover_abandoned(self.host_id)
-            for run_id in recovered:
-                logger.warning("run %s was left unfinished by a stopped host; marked failed", run_id)
+            recovery = await self._stores.hosts.recover_abandoned(self.host_id)
+            for run_id in recovery.failed:
+                logger.warning("run %s was running on a stopped host; marked failed", run_id)
             async with anyio.create_task_group() as tg:
                 self._tg = tg
                 tg.start_soon(self._poll_cancels)
+                for run_id in recovery.requeued:
+                    await self._resume(run_id)
                 try:
                     yield self
                 finally:
@@ -241,6 +248,18 @@ class Orchestrator:
             return Admission(run, created=False)
         if binding.agent.concurrency == "interrupt" and event.conversation_id is not None:
             await self._interrupt_others(event.conversation_id, keep=run_id)
+        self._start(run_id, event, binding, runner, grant, token)
+        return Admission(run, created=True)
+
+    def _start(
+        self,
+        run_id: str,
+        event: AgentEventEnvelope,
+        binding: AgentBinding,
+        runner: RegisteredRunner[PluginProcess],
+        grant: RunGrant,
+        token: str,
+    ) -> None:
         tg = self._tg
         if tg is None:
             raise RuntimeError("Orchestrator.submit() needs `async with orchestrator.running()`")
@@ -248,7 +267,45 @@ class Orchestrator:
         active = _ActiveRun(run_id=run_id, conversation_id=event.conversation_id, runner=runner)
         self._active[run_id] = active
         tg.start_soon(self._run, active, event, binding, grant, token)
-        return Admission(run, created=True)
+
+    async def _resume(self, run_id: str) -> None:
+        """Run a queued run this host adopted from a stopped one (`hosts.recover_abandoned`).
+
+        It keeps its place in its conversation's queue and its deadline; it gets a new token (the old
+        one died with its host). Its event is read back from the event log and bound again: when the
+        event no longer binds to the same agent and runner, the run fails `host.restarted` with why.
+        """
+        try:
+            run = await self._stores.runs.get(run_id)
+            try:
+                event = AgentEventEnvelope.model_validate(
+                    (await self._stores.events.get(run.event_id)).payload
+                )
+                binding, runner = self.resolve(event)
+                if (binding.agent.id, runner.manifest.id) != (run.agent_id, run.runner_id):
+                    raise InvalidArgumentError(
+                        f"its event now binds to agent {binding.agent.id!r} (runner {runner.manifest.id!r}) "
+                        f"instead of {run.agent_id!r} ({run.runner_id!r})"
+                    )
+            except (HostError, ValidationError) as exc:
+                message = exc.message if isinstance(exc, HostError) else str(exc)
+                error = HOST_RESTARTED.model_copy(
+                    update={"message": f"{HOST_RESTARTED.message} It could not be re-queued: {message}"}
+                )
+                await self._stores.runs.transition(run_id, RunStatus.FAILED, error=error)
+                logger.warning("run %s could not be re-queued after a host restart: %s", run_id, message)
+                return
+            token, token_hash = mint_token()
+            grant = (await self._stores.runs.grant(run_id)).grant.model_copy(
+                update={"token_hash": token_hash}
+            )
+            if await self._stores.runs.replace_grant(run_id, grant, host_id=self.host_id):
+                self._start(run_id, event, binding, runner, grant, token)
+                logger.info("run %s re-queued after a host restart", run_id)
+        except Exception:
+            logger.exception("run %s: could not re-queue it after a host restart", run_id)
+            with suppress(Exception):  # never leave it queued with nobody to run it
+                await self._stores.runs.transition(run_id, RunStatus.FAILED, error=HOST_RESTARTED)
 
     def _check_inputs(self, event: AgentEventEnvelope) -> None:
         for content in event.input.contents:

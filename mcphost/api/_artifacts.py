@@ -29,7 +29,7 @@ import anyio
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from mcphost.api._http import _capped, parse_model, parse_query
+from mcphost.api._http import _capped, parse_model, parse_query, path_id
 from mcphost.api._models import _MIME, UploadQuery, _Query
 from mcphost.api._state import api_state
 from mcphost.errors import InvalidArgumentError, RangeNotSatisfiableError
@@ -232,7 +232,7 @@ async def upload_artifact(request: Request) -> Response:
 async def artifact_metadata(request: Request) -> Response:
     state = api_state(request)
     parse_query(request, _Query)
-    record = await state.stores.artifacts.get(str(request.path_params["artifact_id"]))
+    record = await state.stores.artifacts.get(path_id(request, "artifact_id"))
     return JSONResponse(record.model_dump(mode="json"))
 
 
@@ -291,7 +291,7 @@ def _disposition(name: str | None) -> str:
 async def artifact_content(request: Request) -> Response:
     state = api_state(request)
     parse_query(request, _Query)
-    artifact_id = str(request.path_params["artifact_id"])
+    artifact_id = path_id(request, "artifact_id")
     record: ArtifactRecord = await state.stores.artifacts.get(artifact_id)
     span = parse_range(request.headers.get("range"), record.size)
     start, stop = span if span is not None else (0, record.size)

@@ -12,7 +12,9 @@ Invariants:
   N (`Last-Event-ID`, else `?after=N`) gets every later result exactly once, in order. Each result is one
   SSE event whose `id` is its sequence; admission (`event: run`) and the end marker (`event: end`) carry no
   id, so they never move a client's resume point. A stream ends after the run's terminal result.
-- While the host drains, ingest and `/healthz` answer 503.
+- While the host drains, ingest and `/healthz` answer 503. While the storage probe (`Stores.health`,
+  cached for a second) finds `data_dir` or the database gone or unwritable, `/healthz` answers 503
+  `storage_unavailable` with the reason (and `app.py` refuses `/v1` and MCP requests the same way).
 """
 
 from __future__ import annotations
@@ -27,9 +29,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 
 from mcphost import __version__
-from mcphost.api._http import EventStream, parse_json, parse_model, parse_query, read_body, sse
+from mcphost.api._http import EventStream, parse_json, parse_model, parse_query, path_id, read_body, sse
 from mcphost.api._models import (
     Admitted,
+    Attempt,
     AuditPage,
     AuditQuery,
     CancelAnswer,
@@ -55,9 +58,16 @@ from mcphost.api._models import (
 )
 from mcphost.api._state import ApiState, api_state
 from mcphost.context import mcp_url
-from mcphost.errors import ConflictError, HostError, InvalidArgumentError, UnavailableError
+from mcphost.errors import (
+    ConflictError,
+    HostError,
+    InvalidArgumentError,
+    StorageUnavailableError,
+    UnavailableError,
+)
 from mcphost.models import AgentEventEnvelope, Run
 from mcphost.protocol import JSONObject
+from mcphost.stores import MAX_RUN_SEQ
 
 logger = logging.getLogger("mcphost.api")
 
@@ -94,9 +104,10 @@ def _resume_point(request: Request, query: ResultsQuery) -> int:
     if last is None or not last.strip():
         return query.after
     value = last.strip()
-    if not value.isdigit() or len(value) > 18:
+    if not (value.isascii() and value.isdigit() and len(value) <= 10 and int(value) <= MAX_RUN_SEQ):
         raise InvalidArgumentError(
-            f"header Last-Event-ID: expected a result sequence number (a whole number >= 0), got {value[:40]!r}."
+            "header Last-Event-ID: expected a result sequence number "
+            f"(a whole number from 0 to {MAX_RUN_SEQ}), got {value[:40]!r}."
         )
     return int(value)
 
@@ -142,7 +153,7 @@ async def list_runs(request: Request) -> Response:
 async def show_run(request: Request) -> Response:
     state = api_state(request)
     parse_query(request, _Query)
-    run_id = str(request.path_params["run_id"])
+    run_id = path_id(request, "run_id")
     run = await state.stores.runs.get(run_id)
     record = await state.stores.runs.grant(run_id)
     grant = record.grant
@@ -163,7 +174,20 @@ async def show_run(request: Request) -> Response:
         revoked=record.revoked,
         active=record.active and time.time() < grant.deadline_at,
     )
-    answer = RunView(run=run, grant=summary, mcp_url=mcp_url(state.orchestrator.public_url, run_id))
+    attempts = [
+        Attempt(
+            run_id=a.run_id,
+            attempt=a.attempt,
+            status=a.status,
+            error=a.error,
+            created_at=a.created_at,
+            ended_at=a.ended_at,
+        )
+        for a in await state.stores.runs.attempts(run.event_id)
+    ]
+    answer = RunView(
+        run=run, grant=summary, mcp_url=mcp_url(state.orchestrator.public_url, run_id), attempts=attempts
+    )
     return JSONResponse(answer.model_dump(mode="json"))
 
 
@@ -171,7 +195,7 @@ async def run_results(request: Request) -> Response:
     state = api_state(request)
     query = parse_query(request, ResultsQuery)
     after = _resume_point(request, query)
-    run_id = str(request.path_params["run_id"])
+    run_id = path_id(request, "run_id")
     run = await state.stores.runs.get(run_id)  # 404 before any stream starts
     if _wants_json(request):
         items = await state.stores.results.list(run_id, after=after, limit=query.limit)
@@ -194,7 +218,7 @@ async def cancel_run(request: Request) -> Response:
     parse_query(request, _Query)
     raw = await read_body(request, MAX_SMALL_BODY_BYTES)
     body = parse_json(CancelBody, raw) if raw.strip() else CancelBody()
-    run_id = str(request.path_params["run_id"])
+    run_id = path_id(request, "run_id")
     run = await state.stores.runs.get(run_id)
     if run.status.is_terminal:
         raise _conflict_terminal(run)
@@ -217,7 +241,7 @@ def _conflict_terminal(run: Run) -> HostError:
 async def run_audit(request: Request) -> Response:
     state = api_state(request)
     query = parse_query(request, AuditQuery)
-    run_id = str(request.path_params["run_id"])
+    run_id = path_id(request, "run_id")
     await state.stores.runs.get(run_id)
     items = await state.stores.audit.list(run_id, after=query.after, limit=min(query.limit + 1, 1000))
     has_more = len(items) > query.limit
@@ -295,6 +319,11 @@ async def healthz(request: Request) -> Response:
     state = api_state(request)
     if state.draining:
         raise UnavailableError("The host is shutting down.")
+    health = await state.stores.health.check()  # cached for a second: polling stays cheap
+    if health.reason is not None:
+        raise StorageUnavailableError(
+            f"The host's storage is unavailable: {health.reason}", details={"reason": health.reason}
+        )
     answer = Health(
         status="ok",
         version=__version__,

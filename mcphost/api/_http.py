@@ -1,19 +1,22 @@
 """HTTP plumbing the routes share: query and body parsing into models, capped body reads, and SSE.
 
-Owns turning a `ValidationError` into a 400 naming the field, reading bodies under a byte cap, the SSE
-encoding (`sse`) and the SSE response (`EventStream`). Does not own which model a route parses (the routes)
-or error responses (`app.py`).
+Owns turning a `ValidationError` or an unstorable value (NaN, NUL, an integer past 64 bits) into a 400
+naming the field, reading bodies under a byte cap, the SSE encoding (`sse`) and the SSE response
+(`EventStream`). Does not own which model a route parses (the routes) or error responses (`app.py`).
 
 Invariants:
 - A body is refused with 413 as soon as it passes its cap: `Content-Length` is checked first, the byte
   count always, so an oversized body is never buffered.
 - A repeated query parameter is a 400 unless its field is a list; invalid input is never echoed back.
+- Every query and JSON body is checked whole for unstorable values before its model sees it, so the
+  answer is the same 400 on SQLite and PostgreSQL.
 - `EventStream` owns its producer, its keep-alive (a comment every `KEEPALIVE_S` of quiet) and its
   disconnect watch in one task group; a client that goes away cancels all three.
 """
 
 from __future__ import annotations
 
+import json
 import types
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing
@@ -26,7 +29,7 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from mcphost.errors import InvalidArgumentError, PayloadTooLargeError
-from mcphost.protocol import JSONObject
+from mcphost.protocol import JSONObject, unstorable
 
 KEEPALIVE_S = 15.0
 """An SSE comment is sent when a stream has been quiet this long (proxies close idle connections)."""
@@ -49,13 +52,36 @@ def _invalid(exc: ValidationError, where: str) -> InvalidArgumentError:
 
 
 def parse_model(model: type[ModelT], data: object, where: str) -> ModelT:
+    check_storable(data, where)
     try:
         return model.model_validate(data)
     except ValidationError as exc:
         raise _invalid(exc, where) from None
 
 
+def check_storable(value: object, where: str) -> None:
+    """Refuse `value` with a 400 naming the field when a store could not keep it exactly.
+
+    NaN/Infinity, integers outside 64 bits, NUL and lone surrogates (`mcphost.protocol.unstorable`)
+    are refused the same way on SQLite and PostgreSQL, before anything is stored.
+    """
+    problem = unstorable(value)
+    if problem is not None:
+        loc = ".".join(p for p in (where, problem.path) if p)
+        raise InvalidArgumentError(
+            problem.message(where),
+            details={"errors": [{"loc": loc, "msg": problem.reason, "type": "unstorable"}]},
+        )
+
+
 def parse_json(model: type[ModelT], raw: bytes, where: str = "body") -> ModelT:
+    try:
+        # Python's parser, not pydantic's: it reads NaN and lone surrogates, so they are named by field.
+        data = json.loads(raw)
+    except (ValueError, RecursionError):
+        pass  # not JSON (or too deep): model_validate_json says where
+    else:
+        check_storable(data, where)
     try:
         return model.model_validate_json(raw)
     except ValidationError as exc:
@@ -84,6 +110,13 @@ def parse_query(request: Request, model: type[ModelT]) -> ModelT:
         else:
             data[key] = value
     return parse_model(model, data, "query")
+
+
+def path_id(request: Request, name: str) -> str:
+    """The path parameter `name`, refused with a 400 when no store could look it up (NUL, surrogates)."""
+    value = str(request.path_params[name])
+    check_storable(value, f"path.{name}")
+    return value
 
 
 async def _capped(request: Request, limit: int) -> AsyncIterator[bytes]:

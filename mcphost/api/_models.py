@@ -16,9 +16,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from mcphost.models import ID_PATTERN, Run, RunStatus
+from mcphost.models import ID_PATTERN, Run, RunError, RunStatus
 from mcphost.protocol import JSONObject
-from mcphost.stores import AuditRecord, StoredEvent, TranscriptRecord
+from mcphost.stores import MAX_RUN_SEQ, AuditRecord, StoredEvent, TranscriptRecord
 
 RESULTS_PAGE_LIMIT = 1000
 _MIME = re.compile(r"^[A-Za-z0-9][\w.+-]{0,99}/[A-Za-z0-9][\w.+-]{0,99}(\s*;.{0,95})?$")
@@ -28,7 +28,7 @@ _MIME = re.compile(r"^[A-Za-z0-9][\w.+-]{0,99}/[A-Za-z0-9][\w.+-]{0,99}(\s*;.{0,
 
 
 class _Query(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True, allow_inf_nan=False)
 
 
 class IngestQuery(_Query):
@@ -44,7 +44,7 @@ class RunsQuery(_Query):
 
 
 class ResultsQuery(_Query):
-    after: int = Field(default=0, ge=0)
+    after: int = Field(default=0, ge=0, le=MAX_RUN_SEQ)
     """Resume after this host sequence (`Last-Event-ID` wins when both are given)."""
     limit: int = Field(default=RESULTS_PAGE_LIMIT, ge=1, le=10_000)
     """Page size of the JSON answer (SSE streams everything)."""
@@ -63,7 +63,8 @@ class EventsPageQuery(PageQuery):
 
 
 class AuditQuery(_Query):
-    after: int = Field(default=0, ge=0)
+    after: int = Field(default=0, ge=0, le=MAX_RUN_SEQ)
+    """Resume after this audit sequence."""
     limit: int = Field(default=100, ge=1, le=1000)
 
 
@@ -81,7 +82,7 @@ class ConversationPath(_Query):
 
 
 class CancelBody(BaseModel):
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, allow_inf_nan=False)
 
     reason: str | None = Field(default=None, max_length=500)
     """Why; recorded in the run's error details."""
@@ -119,11 +120,25 @@ class GrantSummary(_Answer):
     active: bool
 
 
+class Attempt(_Answer):
+    """One run of the event, in the event's attempt chain."""
+
+    run_id: str
+    attempt: int
+    status: RunStatus
+    error: RunError | None
+    created_at: float
+    ended_at: float | None
+
+
 class RunView(_Answer):
     run: Run
     grant: GrantSummary
     mcp_url: str
     """The run's MCP endpoint (it answers only while the grant is active, with the run token)."""
+    attempts: list[Attempt]
+    """Every run of this run's event, first attempt first: one, unless a host restart failed an
+    attempt (`host.restarted`) and the event was submitted again."""
 
 
 class RunsPage(_Answer):

@@ -83,8 +83,13 @@ async def cmd_show(args: argparse.Namespace, settings: Settings) -> int:
         transcript = await stores.transcript.for_run(run.run_id, limit=1000)
         audit = await stores.audit.list(run.run_id, after=0, limit=1000)
         grant = await stores.runs.grant(run.run_id)
+        attempts = await stores.runs.attempts(run.event_id)
     report: dict[str, Any] = {
         "run": run.model_dump(mode="json"),
+        "attempts": [
+            {"run_id": a.run_id, "attempt": a.attempt, "status": a.status, "error": a.error and a.error.code}
+            for a in attempts
+        ],
         "grant": {"revoked": grant.revoked, **grant.grant.model_dump(mode="json", exclude={"token_hash"})},
         "results": [{"seq": r.seq, **r.payload} for r in results],
         "events": [e.model_dump(mode="json") for e in events],
@@ -96,6 +101,11 @@ async def cmd_show(args: argparse.Namespace, settings: Settings) -> int:
         return EXIT_OK
     print(run_line(run))
     print(f"  runner {run.runner_id}  grant {'revoked' if grant.revoked else 'ACTIVE'}")
+    if len(attempts) > 1:
+        print(f"attempts of event {run.event_id} ({len(attempts)}):")
+        for a in attempts:
+            mark = "  <- this run" if a.run_id == run.run_id else ""
+            print(f"  {a.attempt:>3} {a.run_id} {a.status}{f' ({a.error.code})' if a.error else ''}{mark}")
     print(f"results ({len(results)}):")
     for r in results:
         print(f"  {r.seq:>5} {r.type}  {short(r.payload.get('data'))}")

@@ -20,7 +20,14 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from mcphost.errors import InvalidArgumentError, PayloadTooLargeError
 from mcphost.models import EVENT_TYPE_PATTERN
-from mcphost.protocol import MAX_INLINE_ARTIFACT_BYTES, STATE_KEY_PATTERN, JSONObject, JSONValue, StateScope
+from mcphost.protocol import (
+    INT64_MAX,
+    MAX_INLINE_ARTIFACT_BYTES,
+    STATE_KEY_PATTERN,
+    JSONObject,
+    JSONValue,
+    StateScope,
+)
 from mcphost.stores.storage import MAX_VALUE_BYTES as MAX_STORAGE_BYTES
 
 MAX_READ_BYTES = 1024 * 1024
@@ -39,7 +46,7 @@ TranscriptRole = Literal["user", "assistant", "system", "event"]
 class ToolArgs(BaseModel):
     """Base of every tool's arguments: unknown fields are refused, field docs become descriptions."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True, allow_inf_nan=False)
 
 
 class NoArgs(ToolArgs):
@@ -99,7 +106,7 @@ class ArtifactArgs(ToolArgs):
 
 
 class ArtifactsReadArgs(ArtifactArgs):
-    offset: int = Field(default=0, ge=0)
+    offset: int = Field(default=0, ge=0, le=INT64_MAX)
     """The first byte to read."""
     length: int = Field(default=65536, ge=1, le=MAX_READ_BYTES)
     """How many bytes to read at most (1 to 1048576)."""

@@ -54,6 +54,7 @@ from mcphost.facts._tools import FACTS_TOOLS, input_schema
 from mcphost.facts.providers import ContextProvider, HostToolProvider, KnowledgeRetriever
 from mcphost.grants import allows_host_tool
 from mcphost.models import RunGrant
+from mcphost.protocol import unstorable
 from mcphost.stores import AuditEntry, Stores
 from mcphost.stores.audit import Outcome
 
@@ -338,6 +339,14 @@ class FactsDispatch:
         if name not in call.grant.tools:
             raise ToolCallError(
                 "unauthorized", f"This run may not call {name!r}; tools/list shows what it may call."
+            )
+        problem = unstorable(arguments)
+        if problem is not None:
+            field = problem.path or "(arguments)"
+            raise ToolCallError(
+                "invalid_argument",
+                f"Invalid arguments: {problem.message()}.",
+                details={"errors": [{"field": field, "message": problem.reason}]},
             )
         try:
             args = spec.args.model_validate(arguments)

@@ -11,6 +11,16 @@ from typing import Any
 from pydantic import TypeAdapter
 
 from mcphost.protocol._base import PROTOCOL_VERSION, InboundModel, JSONObject, JSONValue, ProtocolModel
+from mcphost.protocol._jsonsafe import (
+    INT64_MAX,
+    INT64_MIN,
+    StorableJSON,
+    StorableObject,
+    StorableText,
+    Unstorable,
+    text_problem,
+    unstorable,
+)
 from mcphost.protocol.codes import ERROR_CODES, ErrorCode, is_error_code
 from mcphost.protocol.context import (
     ActorInfo,
@@ -125,6 +135,8 @@ def json_schemas() -> dict[str, dict[str, Any]]:
 
 __all__ = [
     "ERROR_CODES",
+    "INT64_MAX",
+    "INT64_MIN",
     "MAX_INLINE_ARTIFACT_BYTES",
     "MAX_LINE_BYTES",
     "MAX_RESULT_BYTES",
@@ -196,6 +208,9 @@ __all__ = [
     "StateSnapshot",
     "StateUpdated",
     "StateUpdatedData",
+    "StorableJSON",
+    "StorableObject",
+    "StorableText",
     "StorageInfo",
     "SubjectInfo",
     "TextContent",
@@ -207,10 +222,13 @@ __all__ = [
     "Trigger",
     "TriggerSource",
     "UnknownResult",
+    "Unstorable",
     "Usage",
     "classify_result",
     "is_error_code",
     "json_schemas",
     "parse_runner_id",
     "runner_id_of",
+    "text_problem",
+    "unstorable",
 ]

@@ -20,9 +20,11 @@ PROTOCOL_VERSION = "1"
 
 
 class InboundModel(BaseModel):
-    """A model for data crossing a trust boundary into the host: unknown fields are refused."""
+    """A model for data crossing a trust boundary into the host: unknown fields and NaN/Infinity are refused."""
 
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, populate_by_name=True)
+    model_config = ConfigDict(
+        extra="forbid", use_attribute_docstrings=True, populate_by_name=True, allow_inf_nan=False
+    )
 
 
 class ProtocolModel(BaseModel):

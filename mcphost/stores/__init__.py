@@ -20,13 +20,14 @@ from typing import Literal
 import anyio
 
 from mcphost.stores import engine
-from mcphost.stores._cursor import Page
+from mcphost.stores._cursor import MAX_RUN_SEQ, Page
 from mcphost.stores.artifacts import ArtifactRecord, ArtifactStore
 from mcphost.stores.audit import AuditEntry, AuditRecord, AuditStore
 from mcphost.stores.blobs import BlobBackend, DatabaseBlobs, DiskBlobs
 from mcphost.stores.engine import Database, migrate, sqlite_path, upgrade_database
 from mcphost.stores.events import EventKind, EventStore, StoredEvent, event_values
 from mcphost.stores.faults import open_failure
+from mcphost.stores.health import StorageHealth, StorageProbe
 from mcphost.stores.hosts import HostRecord, HostStore
 from mcphost.stores.results import ResultStore, StoredResult
 from mcphost.stores.runs import GrantRecord, RunStore
@@ -52,6 +53,8 @@ class Stores:
     results: ResultStore
     audit: AuditStore
     hosts: HostStore
+    health: StorageProbe
+    """Whether `data_dir` and the database are still usable (cached for a second)."""
 
 
 async def _sweep_staging(staging_dir: Path) -> None:
@@ -120,6 +123,7 @@ async def open_stores(
             results=ResultStore(db),
             audit=AuditStore(db),
             hosts=HostStore(db, runs),
+            health=StorageProbe(db, data_dir),
         )
     finally:
         with anyio.CancelScope(shield=True):
@@ -127,6 +131,7 @@ async def open_stores(
 
 
 __all__ = [
+    "MAX_RUN_SEQ",
     "ArtifactRecord",
     "ArtifactStore",
     "AuditEntry",
@@ -147,7 +152,9 @@ __all__ = [
     "RunStore",
     "StateEntry",
     "StateStore",
+    "StorageHealth",
     "StorageItem",
+    "StorageProbe",
     "StorageStore",
     "StorageValue",
     "StoredEvent",

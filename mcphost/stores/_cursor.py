@@ -30,6 +30,7 @@ from sqlalchemy import Select
 from sqlalchemy.orm import QueryableAttribute
 
 from mcphost.errors import InvalidArgumentError
+from mcphost.protocol import INT64_MAX, text_problem
 
 T = TypeVar("T")
 RowT = TypeVar("RowT")
@@ -40,6 +41,8 @@ CursorKind = Literal["events", "transcript", "runs", "state", "storage"]
 _CHECK_KEY = b"mcphost.cursor.v1"
 _CHECK_LEN = 6
 MAX_PAGE_LIMIT = 100
+MAX_RUN_SEQ = 2**31 - 1
+"""The largest per-run sequence (results, audit): those columns are 32-bit integers on PostgreSQL."""
 
 
 class Page(BaseModel, Generic[T]):
@@ -92,7 +95,7 @@ def _decode(cursor: str, kind: CursorKind) -> object:
 def decode_seq(cursor: str, kind: CursorKind) -> int:
     """The sequence number a cursor of `kind` points at."""
     value = _decode(cursor, kind)
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= INT64_MAX:
         raise InvalidArgumentError(f"Malformed {kind} cursor {cursor[:80]!r}: it carries no position.")
     return value
 
@@ -100,9 +103,16 @@ def decode_seq(cursor: str, kind: CursorKind) -> int:
 def decode_key(cursor: str, kind: CursorKind) -> str:
     """The key a key-ordered cursor of `kind` points at."""
     value = _decode(cursor, kind)
-    if not isinstance(value, str):
+    if not isinstance(value, str) or text_problem(value) is not None:
         raise InvalidArgumentError(f"Malformed {kind} cursor {cursor[:80]!r}: it carries no key.")
     return value
+
+
+def check_after(after: int, maximum: int = INT64_MAX) -> int:
+    """`after` when it is within 0..maximum (the range of the sequence column it is compared with)."""
+    if isinstance(after, bool) or not 0 <= after <= maximum:
+        raise InvalidArgumentError(f"after must be between 0 and {maximum}; got {after!r}.")
+    return after
 
 
 def check_limit(limit: int, maximum: int = MAX_PAGE_LIMIT) -> int:

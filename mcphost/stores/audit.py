@@ -21,7 +21,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import case, func, insert, select
 
-from mcphost.stores._cursor import check_limit
+from mcphost.stores._cursor import MAX_RUN_SEQ, check_after, check_limit
 from mcphost.stores._sql import lock_in_transaction
 from mcphost.stores.engine import Database
 from mcphost.stores.tables import AuditRow
@@ -111,6 +111,7 @@ class AuditStore:
     async def list(self, run_id: str, *, after: int = 0, limit: int = 100) -> list[AuditRecord]:
         """The run's audit rows with seq > `after`, oldest first, at most `limit` (1..1000)."""
         check_limit(limit, 1000)
+        check_after(after, MAX_RUN_SEQ)
         stmt = (
             select(AuditRow)
             .where(AuditRow.run_id == run_id, AuditRow.seq > after)

@@ -52,6 +52,7 @@ log = logging.getLogger(__name__)
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 SQLITE_BUSY_TIMEOUT_S = 30.0
 _WRITE_OPTION = "mcphost_write"
+_NO_FOREIGN_KEYS_OPTION = "mcphost_no_foreign_keys"
 
 
 def normalize_url(url: str) -> str:
@@ -97,8 +98,10 @@ def _sqlite_on_connect(dbapi_connection: DBAPIConnection, _record: ConnectionPoo
 
 
 def _sqlite_on_begin(conn: Connection) -> None:
-    write = conn.get_execution_options().get(_WRITE_OPTION, False)
-    conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
+    options = conn.get_execution_options()
+    if options.get(_NO_FOREIGN_KEYS_OPTION, False):
+        conn.exec_driver_sql("PRAGMA foreign_keys=OFF")  # before BEGIN: inside a transaction it is a no-op
+    conn.exec_driver_sql("BEGIN IMMEDIATE" if options.get(_WRITE_OPTION, False) else "BEGIN")
 
 
 class Database:
@@ -172,13 +175,42 @@ def _upgrade_on(connection: Connection, cfg: Config) -> None:
 
 
 async def migrate(db: Database) -> None:
-    """Apply every pending migration in one write transaction (a no-op at head)."""
+    """Apply every pending migration in one write transaction (a no-op at head).
+
+    On SQLite the transaction runs with foreign key enforcement off, as SQLite's table-rebuild procedure
+    requires (dropping a parent table would otherwise cascade-delete its children's rows); it fails and
+    rolls back when `PRAGMA foreign_key_check` finds a dangling reference, and its connection is
+    discarded afterwards so no store ever gets one without enforcement.
+    """
     cfg = alembic_config(db.url)
+    if db.dialect == "sqlite":
+        await _migrate_sqlite(db, cfg)
+        log.info("database schema is at head (%s)", db.dialect)
+        return
     async with db.write() as session:
         await lock_in_transaction(session, db.dialect, "migrate", "schema")
         connection = await session.connection()
         await connection.run_sync(_upgrade_on, cfg)
     log.info("database schema is at head (%s)", db.dialect)
+
+
+async def _migrate_sqlite(db: Database, cfg: Config) -> None:
+    assert db._write_lock is not None  # pyright: ignore[reportPrivateUsage]  # the same module's writer queue
+    async with db._write_lock, db.engine.connect() as conn:  # pyright: ignore[reportPrivateUsage]
+        await conn.execution_options(**{_WRITE_OPTION: True, _NO_FOREIGN_KEYS_OPTION: True})
+        try:
+            with anyio.CancelScope(shield=True):
+                async with conn.begin():
+                    await conn.run_sync(_upgrade_on, cfg)
+                    dangling = (await conn.exec_driver_sql("PRAGMA foreign_key_check")).all()
+                    if dangling:
+                        raise RuntimeError(
+                            f"A migration left {len(dangling)} row(s) with a dangling foreign key "
+                            f"(first: {tuple(dangling[0])!r}); nothing was changed."
+                        )
+        finally:
+            with anyio.CancelScope(shield=True):
+                await conn.invalidate()
 
 
 def upgrade_database(url: str) -> None:

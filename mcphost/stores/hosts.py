@@ -16,8 +16,14 @@ How a host proves it is alive:
 
 Invariants:
 - Recovery only ever touches runs of hosts proven dead, plus queued runs that no host owns and that
-  were admitted before the recovering host started. Each is moved to `failed` (`host.restarted`)
-  through `RunStore.transition`, which also revokes its grant; a run that finished meanwhile is skipped.
+  were admitted before the recovering host started. Of those:
+  - a `running` run (its executor is gone, its results may be partial) is moved to `failed`
+    (`host.restarted`) through `RunStore.transition`, which also revokes its grant;
+  - a `queued` run that was asked to cancel (or interrupted by a newer event) is moved to `cancelled`;
+  - any other `queued` run never started: it is *re-queued*, adopted by the recovering host (a
+    conditional update of `host_id`, so of two recovering hosts only one adopts it) with its status,
+    `created_seq` (its place in its conversation's FIFO) and deadline unchanged. The caller runs it.
+  A run that finished (or was adopted) meanwhile is skipped.
 - The recovering host never judges itself.
 """
 
@@ -38,15 +44,36 @@ from mcphost.errors import ConflictError, IllegalTransitionError
 from mcphost.models import RunError, RunStatus
 from mcphost.stores._sql import advisory_key, upsert
 from mcphost.stores.engine import Database
-from mcphost.stores.runs import ACTIVE_STATUSES, RunStore
+from mcphost.stores.runs import ACTIVE_STATUSES, RESTARTABLE_CODE, RunStore
 from mcphost.stores.tables import HostRow, RunRow
 
 log = logging.getLogger(__name__)
 
 HOST_RESTARTED = RunError(
-    code="host.restarted", message="The host that ran this run stopped before it finished."
+    code=RESTARTABLE_CODE,
+    message="The host that ran this run stopped before it finished. Submit its event again (same "
+    "event_id) to run it as a new attempt.",
 )
 _LOCK_NAMESPACE = "host"
+
+
+class Recovery(BaseModel):
+    """What `recover_abandoned` did, by run id (each list in admission order)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    failed: list[str] = []
+    """Were running: failed `host.restarted`."""
+    cancelled: list[str] = []
+    """Were queued with a cancel request: cancelled."""
+    requeued: list[str] = []
+    """Were queued: now owned by the recovering host, still queued, for it to run."""
+
+
+CANCELLED_BEFORE_RESTART = RunError(
+    code="cancelled",
+    message="Run cancelled: its cancel was requested before the host that queued it stopped.",
+)
 
 
 class HostRecord(BaseModel):
@@ -163,11 +190,11 @@ class HostStore:
             return False
         return host.hostname != socket.gethostname() or pid_alive(host.pid)
 
-    async def recover_abandoned(self, host_id: str) -> list[str]:
-        """Fail the unfinished runs of dead hosts; the ids of the runs failed.
+    async def recover_abandoned(self, host_id: str) -> Recovery:
+        """Fail, cancel or re-queue the unfinished runs of dead hosts (see the module docstring).
 
         `host_id` is the recovering host (normally inside `alive(host_id)`); its own runs are never
-        touched. Queued runs without a host that were admitted before it started are failed too.
+        touched. Queued runs without a host that were admitted before it started are recovered too.
         """
         me = await self.get(host_id)
         started_at = me.started_at if me is not None else time.time()
@@ -183,33 +210,48 @@ class HostStore:
             others = {h for h in [*active_hosts, *registered] if h is not None and h != host_id}
         dead = [other for other in sorted(others) if not await self.is_alive(other)]
         async with self._db.read() as session:
-            run_ids = list(
-                (
-                    await session.execute(
-                        select(RunRow.run_id)
-                        .where(
-                            RunRow.status.in_(ACTIVE_STATUSES),
-                            RunRow.host_id.in_(dead)
-                            | (
-                                RunRow.host_id.is_(None)
-                                & (RunRow.status == RunStatus.QUEUED.value)
-                                & (RunRow.created_at < started_at)
-                            ),
-                        )
-                        .order_by(RunRow.created_seq)
+            rows = (
+                await session.execute(
+                    select(RunRow.run_id, RunRow.status, RunRow.host_id, RunRow.cancel_requested_at)
+                    .where(
+                        RunRow.status.in_(ACTIVE_STATUSES),
+                        RunRow.host_id.in_(dead)
+                        | (
+                            RunRow.host_id.is_(None)
+                            & (RunRow.status == RunStatus.QUEUED.value)
+                            & (RunRow.created_at < started_at)
+                        ),
                     )
-                ).scalars()
-            )
+                    .order_by(RunRow.created_seq)
+                )
+            ).all()
         failed: list[str] = []
-        for run_id in run_ids:
+        cancelled: list[str] = []
+        requeued: list[str] = []
+        for row in rows:
+            if row.status == RunStatus.QUEUED.value and row.cancel_requested_at is None:
+                if await self._runs.adopt(row.run_id, host_id=host_id, from_host=row.host_id):
+                    requeued.append(row.run_id)
+                continue
+            status, error, into = (
+                (RunStatus.FAILED, HOST_RESTARTED, failed)
+                if row.status == RunStatus.RUNNING.value
+                else (RunStatus.CANCELLED, CANCELLED_BEFORE_RESTART, cancelled)
+            )
             try:
-                await self._runs.transition(run_id, RunStatus.FAILED, error=HOST_RESTARTED)
+                await self._runs.transition(row.run_id, status, error=error)
             except IllegalTransitionError:
                 continue  # it finished on its own meanwhile
-            failed.append(run_id)
+            into.append(row.run_id)
         if dead:
             async with self._db.write() as session:
                 await session.execute(delete(HostRow).where(HostRow.host_id.in_(dead)))
-        if failed:
-            log.warning("failed %d run(s) abandoned by stopped host(s) %s", len(failed), ", ".join(dead))
-        return failed
+        if failed or cancelled or requeued:
+            log.warning(
+                "runs abandoned by stopped host(s) %s: %d failed (were running), %d cancelled, %d re-queued",
+                ", ".join(dead) or "(none registered)",
+                len(failed),
+                len(cancelled),
+                len(requeued),
+            )
+        return Recovery(failed=failed, cancelled=cancelled, requeued=requeued)

@@ -20,7 +20,7 @@ from sqlalchemy.exc import IntegrityError
 
 from mcphost.errors import ConflictError
 from mcphost.protocol import JSONObject
-from mcphost.stores._cursor import check_limit
+from mcphost.stores._cursor import MAX_RUN_SEQ, check_after, check_limit
 from mcphost.stores.engine import Database
 from mcphost.stores.tables import RunResultRow
 
@@ -76,6 +76,7 @@ class ResultStore:
     async def list(self, run_id: str, *, after: int = 0, limit: int = 1000) -> list[StoredResult]:
         """Results with seq > `after`, oldest first, at most `limit` (1..10,000)."""
         check_limit(limit, MAX_LIST_LIMIT)
+        check_after(after, MAX_RUN_SEQ)
         stmt = (
             select(RunResultRow)
             .where(RunResultRow.run_id == run_id, RunResultRow.seq > after)

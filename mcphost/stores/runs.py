@@ -12,7 +12,11 @@ Invariants:
 - Per conversation, admission and start are serialized across processes: inside the write transaction,
   PostgreSQL takes `pg_advisory_xact_lock` on the conversation (`_sql.lock_in_transaction`); SQLite's
   `BEGIN IMMEDIATE` already serializes all writers. Under that lock:
-  - `admit` is idempotent on `event_id`, applies the concurrency policy and inserts the run `queued`;
+  - `admit` is idempotent on `event_id` — the event's latest run is returned — except when that run
+    failed `host.restarted` (`RESTARTABLE_CODE`): then it inserts the next attempt, linked to it by
+    `previous_run_id`. (event_id, attempt) is unique, so of two admissions racing to create the same
+    attempt (PostgreSQL without a conversation lock) one inserts and the other returns its run. It
+    applies the concurrency policy and inserts the run `queued`;
   - `try_start` moves a run to `running` only when no other run of its conversation is running and no
     older (`created_seq`) run of it is still queued: one at a time, first in first out. Runs without a
     conversation always start.
@@ -39,6 +43,8 @@ from mcphost.stores.events import insert_event
 from mcphost.stores.tables import RunRow
 
 ACTIVE_STATUSES: tuple[str, ...] = (RunStatus.QUEUED.value, RunStatus.RUNNING.value)
+RESTARTABLE_CODE = "host.restarted"
+"""The error of a run its host stopped before it finished: submitting its event again makes a new attempt."""
 _LOCK_NAMESPACE = "conversation"
 
 
@@ -74,7 +80,13 @@ def _run(row: RunRow) -> Run:
         error=None if row.error is None else RunError.model_validate(row.error),
         usage=row.usage,
         host_id=row.host_id,
+        attempt=row.attempt,
+        previous_run_id=row.previous_run_id,
     )
+
+
+def _restartable(row: RunRow) -> bool:
+    return row.status == RunStatus.FAILED.value and (row.error or {}).get("code") == RESTARTABLE_CODE
 
 
 def _not_found(run_id: str) -> RunNotFoundError:
@@ -122,7 +134,9 @@ class RunStore:
     ) -> tuple[Run, bool]:
         """Record a new `queued` run for its event; (run, created).
 
-        An event that already has a run returns that run with `created=False`. With `reject`, an active
+        An event that already has a run returns its latest run with `created=False`, unless that run
+        failed `host.restarted`: then the run is stored as the next attempt (`attempt`,
+        `previous_run_id` are set here; the caller's values are ignored). With `reject`, an active
         run in the conversation raises; with `interrupt`, active runs of the conversation get a cancel
         request and the new run queues behind them. `inbound` (`events.event_values`) is the event-log
         row of the run's event, written in the same transaction as a created run (unless the log has it).
@@ -146,18 +160,27 @@ class RunStore:
                 if conversation:
                     await lock_in_transaction(session, self._db.dialect, _LOCK_NAMESPACE, conversation)
                 existing = await self._by_event(session, run.event_id)
-                if existing is not None:
+                if existing is not None and not _restartable(existing):
                     return _run(existing), False
+                if existing is not None:
+                    values |= {"attempt": existing.attempt + 1, "previous_run_id": existing.run_id}
+                else:
+                    values |= {"attempt": 1, "previous_run_id": None}
                 if conversation and concurrency != "enqueue":
                     await self._apply_policy(session, conversation, concurrency)
                 row = (await session.execute(insert(RunRow).values(values).returning(RunRow))).scalar_one()
-                if inbound is not None:
+                if inbound is not None:  # a no-op for a later attempt: the log has its event already
                     await insert_event(session, self._db.dialect, inbound)
                 return _run(row), True
         except IntegrityError:
-            # Another admit of the same event (without a conversation lock to order them) won the race.
+            # Another admit of the same event (attempt) won the race, without a conversation lock to
+            # order them: its run is the answer.
             existing_run = await self.get_by_event(run.event_id)
-            if existing_run is None:
+            if existing_run is None or (
+                existing_run.status is RunStatus.FAILED
+                and existing_run.error is not None
+                and existing_run.error.code == RESTARTABLE_CODE
+            ):
                 raise
             return existing_run, False
 
@@ -253,13 +276,53 @@ class RunStore:
             return _run(await _row(session, run_id))
 
     async def _by_event(self, session: AsyncSession, event_id: str) -> RunRow | None:
-        return (await session.execute(select(RunRow).where(RunRow.event_id == event_id))).scalar_one_or_none()
+        stmt = select(RunRow).where(RunRow.event_id == event_id).order_by(RunRow.attempt.desc()).limit(1)
+        return (await session.execute(stmt)).scalar_one_or_none()
 
     async def get_by_event(self, event_id: str) -> Run | None:
-        """The run an event started, or None."""
+        """The latest run (attempt) of an event, or None."""
         async with self._db.read() as session:
             row = await self._by_event(session, event_id)
         return None if row is None else _run(row)
+
+    async def attempts(self, event_id: str) -> list[Run]:
+        """Every run of an event, first attempt first (usually one)."""
+        stmt = select(RunRow).where(RunRow.event_id == event_id).order_by(RunRow.attempt)
+        async with self._db.read() as session:
+            return [_run(row) for row in (await session.execute(stmt)).scalars().all()]
+
+    async def adopt(self, run_id: str, *, host_id: str, from_host: str | None) -> bool:
+        """Make `host_id` the owner of a queued run of `from_host`; False if it is not that any more."""
+        owner = RunRow.host_id.is_(None) if from_host is None else RunRow.host_id == from_host
+        stmt = (
+            update(RunRow)
+            .where(RunRow.run_id == run_id, RunRow.status == RunStatus.QUEUED.value, owner)
+            .values(host_id=host_id)
+            .returning(RunRow.run_id)
+        )
+        async with self._db.write() as session:
+            return (await session.execute(stmt)).first() is not None
+
+    async def replace_grant(self, run_id: str, grant: RunGrant, *, host_id: str) -> bool:
+        """Store a new grant (a new token hash) for a queued run owned by `host_id`; False if it is not.
+
+        A run re-queued after a host restart gets a new token: the old one lived only in the memory of
+        the host that stopped.
+        """
+        if grant.run_id != run_id:
+            raise ValueError(f"replace_grant takes the run's own grant; got {grant.run_id!r}")
+        stmt = (
+            update(RunRow)
+            .where(
+                RunRow.run_id == run_id,
+                RunRow.status == RunStatus.QUEUED.value,
+                RunRow.host_id == host_id,
+            )
+            .values(grant=grant.model_dump(mode="json"), token_hash=grant.token_hash)
+            .returning(RunRow.run_id)
+        )
+        async with self._db.write() as session:
+            return (await session.execute(stmt)).first() is not None
 
     async def grant(self, run_id: str) -> GrantRecord:
         """The run's grant, its status and whether the grant was revoked."""

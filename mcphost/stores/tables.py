@@ -37,6 +37,7 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    text,
 )
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
@@ -201,12 +202,17 @@ class RunRow(Base):
         Index(None, "status", "created_seq"),
         Index(None, "conversation_id", "status", "created_seq"),
         Index(None, "conversation_id", "created_seq"),
+        UniqueConstraint("event_id", "attempt"),
         {"sqlite_autoincrement": True},
     )
 
     created_seq: Mapped[int] = mapped_column(SeqType, primary_key=True, autoincrement=True)
     run_id: Mapped[str] = mapped_column(String(100), unique=True)
-    event_id: Mapped[str] = mapped_column(Id, unique=True)
+    event_id: Mapped[str] = mapped_column(Id)
+    attempt: Mapped[int] = mapped_column(Integer, server_default=text("1"))
+    """Runs of one event are numbered 1, 2, …; (event_id, attempt) is unique, so two admissions racing
+    to create the same next attempt cannot both win."""
+    previous_run_id: Mapped[str | None] = mapped_column(String(100))
     event_type: Mapped[str] = mapped_column(String(100))
     agent_id: Mapped[str | None] = mapped_column(String(100))
     runner_id: Mapped[str | None] = mapped_column(String(200))

@@ -16,7 +16,9 @@ import pytest
 from mcphost import orchestrator as orchestrator_module
 from mcphost.app import Host, open_host
 from mcphost.errors import ConcurrencyRejectedError, NoBindingError, RunnerNotFoundError
-from mcphost.models import AgentEventEnvelope, Run, RunStatus
+from mcphost.grants import build_grant, mint_token
+from mcphost.models import AgentEventEnvelope, Run, RunStatus, new_id
+from mcphost.stores import event_values
 from mcphost.stores import runs as runs_store_module
 from mcphost.stores.results import StoredResult
 from tests.mcphost.hostkit import ECHO_RUNNER, host_settings, message
@@ -460,3 +462,83 @@ async def test_max_concurrent_runs_bounds_the_running_runs(database_url: str, tm
                 await anyio.sleep(0.02)
         assert all(r.status is RunStatus.COMPLETED for r in done)
         assert peak == 2
+
+
+async def _left_by_a_dead_host(host: Host, text: str, conversation: str, *, running: bool = False) -> Run:
+    """A run admitted (and started) by a host that was then killed: stored exactly as `submit` stores one."""
+    event = message(text, conversation=conversation)
+    binding, runner = host.orchestrator.resolve(event)
+    run_id, now = new_id("run"), time.time()
+    grant = build_grant(
+        run_id=run_id,
+        event=event,
+        binding=binding,
+        manifest=runner.manifest,
+        token_hash=mint_token()[1],
+        deadline_at=now + 60,
+    )
+    run = Run(
+        run_id=run_id,
+        event_id=event.event_id,
+        event_type=event.event_type,
+        agent_id=binding.agent.id,
+        runner_id=runner.manifest.id,
+        conversation_id=conversation,
+        thread_id=None,
+        status=RunStatus.QUEUED,
+        created_at=now,
+        deadline_at=grant.deadline_at,
+        host_id="host-killed",
+    )
+    inbound = event_values(
+        event_id=event.event_id,
+        event_type=event.event_type,
+        kind="inbound",
+        conversation_id=conversation,
+        thread_id=None,
+        run_id=run_id,
+        actor_id="u1",
+        source=event.source,
+        payload=event.model_dump(mode="json"),
+    )
+    stored, _ = await host.stores.runs.admit(run, grant=grant, concurrency="enqueue", inbound=inbound)
+    if running:
+        started = await host.stores.runs.try_start(run_id, host_id="host-killed")
+        assert started is not None
+        return started
+    return stored
+
+
+async def test_after_a_host_dies_its_queued_runs_run_in_order_and_a_resubmitted_run_is_a_new_attempt(
+    database_url: str, tmp_path: Path
+) -> None:
+    settings = host_settings(database_url, tmp_path / "data")
+    async with open_host(settings) as first:
+        cut_off = await _left_by_a_dead_host(first, "slow:30", "c1", running=True)
+        behind = [await _left_by_a_dead_host(first, "ok", "c1") for _ in range(3)]
+        elsewhere = await _left_by_a_dead_host(first, "ok", "c2")
+    async with open_host(settings) as second:
+        with anyio.fail_after(60):
+            done = [await second.orchestrator.wait(r.run_id) for r in [*behind, elsewhere]]
+        # Never started: re-queued and run here, one at a time in their conversation's order.
+        assert [(r.status, r.error) for r in done] == [(RunStatus.COMPLETED, None)] * 4
+        assert {r.host_id for r in done} == {second.orchestrator.host_id}
+        starts = [r.started_at or 0 for r in done[:3]]
+        ends = [r.ended_at or 0 for r in done[:3]]
+        assert starts == sorted(starts)
+        assert all(ends[i] <= starts[i + 1] for i in range(2))
+        # Was running: its results may be partial, so it is failed, and a retry with the same event_id
+        # is a new attempt linked to it rather than the failed run again.
+        failed = await second.stores.runs.get(cut_off.run_id)
+        assert failed.status is RunStatus.FAILED
+        assert error_code(failed) == "host.restarted"
+        event = AgentEventEnvelope.model_validate((await second.stores.events.get(cut_off.event_id)).payload)
+        retry = await second.orchestrator.submit(event.model_copy(update={"input": message("ok").input}))
+        assert retry.created
+        assert (retry.run.attempt, retry.run.previous_run_id) == (2, cut_off.run_id)
+        with anyio.fail_after(60):
+            assert (await second.orchestrator.wait(retry.run.run_id)).status is RunStatus.COMPLETED
+        again = await second.orchestrator.submit(event)
+        assert (again.created, again.run.run_id) == (False, retry.run.run_id)
+        chain = await second.stores.runs.attempts(cut_off.event_id)
+        assert [(r.run_id, r.attempt) for r in chain] == [(cut_off.run_id, 1), (retry.run.run_id, 2)]

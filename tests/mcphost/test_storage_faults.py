@@ -10,19 +10,26 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import socket
 import subprocess
 import sys
 from collections.abc import Generator
 from pathlib import Path
 
+import anyio
+import httpx2
 import pytest
 from sqlalchemy.engine import make_url
+from sqlalchemy.ext.asyncio import create_async_engine
+from sqlalchemy.pool import NullPool
 
 from mcphost.api import ApiLimits
 from mcphost.app import open_host
-from tests.conftest import NO_POSTGRES, POSTGRES_URL
-from tests.e2e.httpkit import api_settings, asgi_client, row_counts
+from mcphost.stores.engine import normalize_url
+from mcphost.stores.health import DATA_DIR_MARKER, StorageProbe
+from tests.conftest import NO_POSTGRES, POSTGRES_URL, fresh_postgres_database
+from tests.e2e.httpkit import api_settings, asgi_client, event_body, row_counts
 from tests.mcphost.test_cli import cli_env
 
 STARTUP_TIMEOUT_S = 120
@@ -174,6 +181,135 @@ async def test_an_upload_to_a_full_disk_is_507_and_stores_nothing(database_url: 
             assert str(data_dir) in error["message"]
             assert "Traceback" not in response.text
             assert await row_counts(host.stores) == before
-            assert [p for p in data_dir.rglob("*") if p.is_file()] == []  # the staged part is gone
+            left = [p.name for p in data_dir.rglob("*") if p.is_file()]
+            assert left == [DATA_DIR_MARKER]  # the staged part is gone
             small = await client.post("/v1/artifacts", params={"name": "small.bin"}, content=b"fits")
             assert small.status_code == 201, small.text
+
+
+# -- storage that goes away under a running host -----------------------------------------------------
+
+
+def _storage_error(response: httpx2.Response, *words: str) -> str:
+    assert response.status_code == 503, response.text
+    error = response.json()["error"]
+    assert error["code"] == "storage_unavailable", error
+    assert response.headers["retry-after"] == "5"
+    for word in words:
+        assert word in error["message"], error["message"]
+    assert "Traceback" not in response.text
+    return str(error["message"])
+
+
+async def test_a_data_dir_removed_under_a_running_host_is_503_and_unhealthy(
+    database_url: str, tmp_path: Path
+) -> None:
+    data_dir = tmp_path / "data"
+    async with open_host(api_settings(database_url, data_dir)) as host, asgi_client(host) as client:
+        assert (await client.get("/healthz")).status_code == 200
+        assert (await client.get("/v1/runs")).status_code == 200
+        shutil.rmtree(data_dir)
+        host.stores.health.expire()  # the cached answer is at most a second old; do not wait for it
+        _storage_error(await client.get("/healthz"), str(data_dir), "removed")
+        _storage_error(await client.get("/v1/runs"), str(data_dir))
+        _storage_error(await client.post("/v1/events", json=event_body("lost?")), str(data_dir))
+        _storage_error(await client.post("/runs/run_x/mcp", json={}), str(data_dir))
+        assert (await client.get("/metrics")).status_code == 200  # monitoring keeps working
+        data_dir.mkdir()  # a new, empty folder is not the one the host opened
+        host.stores.health.expire()
+        _storage_error(await client.get("/healthz"), "replaced")
+
+
+async def test_a_removed_sqlite_file_is_503_and_unhealthy(tmp_path: Path) -> None:
+    db_file = tmp_path / "db" / "mcphost.db"
+    settings = api_settings(f"sqlite+aiosqlite:///{db_file}", tmp_path / "data")
+    async with open_host(settings) as host, asgi_client(host) as client:
+        assert (await client.get("/healthz")).status_code == 200
+        db_file.unlink()  # SQLite would go on writing to the unlinked file: everything written is lost
+        host.stores.health.expire()
+        _storage_error(await client.get("/healthz"), str(db_file), "removed")
+        _storage_error(await client.get("/v1/runs"), str(db_file))
+
+
+async def test_the_storage_probe_is_cached_and_shared(database_url: str, tmp_path: Path) -> None:
+    async with open_host(api_settings(database_url, tmp_path / "data")) as host, asgi_client(host) as client:
+        probe = StorageProbe(host.stores.db, tmp_path / "data", ttl_s=3600)
+        answers = [await probe.check() for _ in range(20)]
+        assert probe.probes == 1
+        assert all(a is answers[0] for a in answers)
+        assert answers[0].ok
+        probe.expire()
+        async with anyio.create_task_group() as tg:
+            for _ in range(20):
+                tg.start_soon(probe.check)
+        assert probe.probes == 2  # twenty concurrent callers shared one probe
+        assert (await client.get("/healthz")).status_code == 200
+
+
+async def _set_read_only(database_url: str, on: bool) -> None:
+    """`default_transaction_read_only` for the database of `database_url`, and its sessions dropped so
+    the host's next connections get it."""
+    assert POSTGRES_URL is not None
+    name = make_url(database_url).database
+    admin = create_async_engine(normalize_url(POSTGRES_URL), isolation_level="AUTOCOMMIT", poolclass=NullPool)
+    try:
+        async with admin.connect() as conn:
+            value = "on" if on else "off"
+            await conn.exec_driver_sql(f'ALTER DATABASE "{name}" SET default_transaction_read_only = {value}')
+            await conn.exec_driver_sql(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                f"WHERE datname = '{name}' AND pid <> pg_backend_pid()"
+            )
+    finally:
+        await admin.dispose()
+
+
+@pytest.mark.postgres
+async def test_a_postgres_database_turned_read_only_is_503_and_unhealthy(tmp_path: Path) -> None:
+    if not POSTGRES_URL:
+        pytest.skip(NO_POSTGRES)
+    async with (
+        fresh_postgres_database(POSTGRES_URL) as url,
+        open_host(api_settings(url, tmp_path / "data")) as host,
+        asgi_client(host) as client,
+    ):
+        assert (await client.get("/healthz")).status_code == 200
+        await _set_read_only(url, True)
+        try:
+            messages: list[str] = []
+            for _ in range(5):  # the first probe may meet a connection the server just dropped
+                host.stores.health.expire()
+                messages.append(_storage_error(await client.get("/healthz"), "database"))
+                if "read-only" in messages[-1]:
+                    break
+            assert "read-only" in messages[-1], messages
+            assert make_url(url).render_as_string(hide_password=True) in messages[-1]
+            _storage_error(await client.post("/v1/events", json=event_body("x")), "read-only")
+        finally:
+            await _set_read_only(url, False)
+        for _ in range(5):
+            host.stores.health.expire()
+            if (await client.get("/healthz")).status_code == 200:
+                break
+        assert (await client.get("/healthz")).status_code == 200  # healthy again once writable
+
+
+async def test_a_data_dir_whose_file_system_turns_read_only_is_503_and_unhealthy(
+    database_url: str, tmp_path: Path
+) -> None:
+    # The database stays off the tmpfs: a file system with SQLite's files open for writing (its shared
+    # memory is mapped) cannot be remounted read-only ("mount point is busy").
+    with tmpfs(tmp_path / "fs", "16m") as mount:
+        _remount_read_only(mount)  # skips here, outside the host, where remounting is not permitted
+        await anyio.run_process(["mount", "-o", "remount,rw", str(mount)])
+        async with open_host(api_settings(database_url, mount / "data")) as host, asgi_client(host) as client:
+            assert (await client.get("/healthz")).status_code == 200
+            await anyio.run_process(["mount", "-o", "remount,ro", str(mount)])
+            try:
+                host.stores.health.expire()
+                _storage_error(await client.get("/healthz"), str(mount / "data"), "not writable")
+                _storage_error(await client.post("/v1/events", json=event_body("x")), "not writable")
+            finally:
+                await anyio.run_process(["mount", "-o", "remount,rw", str(mount)])
+            host.stores.health.expire()
+            assert (await client.get("/healthz")).status_code == 200  # healthy again once writable

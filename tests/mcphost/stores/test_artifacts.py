@@ -23,6 +23,7 @@ from mcphost.errors import (
 from mcphost.stores import ArtifactStore, DatabaseBlobs, DiskBlobs, Stores, open_stores
 from mcphost.stores import blobs as blobs_module
 from mcphost.stores.blobs import CHUNK_SIZE
+from mcphost.stores.health import DATA_DIR_MARKER
 from mcphost.stores.tables import ArtifactRow, BlobChunkRow
 
 DATA = os.urandom(2 * CHUNK_SIZE + 12345)  # three database chunks, the last one partial
@@ -50,7 +51,9 @@ async def _put(stores: Stores, data: bytes = DATA) -> str:
 
 
 def _files(root: Path) -> list[Path]:
-    return sorted(p for p in root.rglob("*") if p.is_file()) if root.exists() else []
+    """Files under `root` but the empty marker every data_dir holds (`stores/health.py`)."""
+    found = root.rglob("*") if root.exists() else []
+    return sorted(p for p in found if p.is_file() and p.name != DATA_DIR_MARKER)
 
 
 async def _count(stores: Stores, table: type[ArtifactRow] | type[BlobChunkRow]) -> int:

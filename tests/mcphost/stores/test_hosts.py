@@ -1,4 +1,5 @@
-"""Host liveness and restart recovery: a dead host's runs fail, a live host's runs are left alone."""
+"""Host liveness and restart recovery: a dead host's running runs fail and its queued runs are re-queued
+on the recovering host; a live host's runs are left alone."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from mcphost.errors import ConflictError
 from mcphost.models import Run, RunStatus, new_id
 from mcphost.stores import HostRecord, Stores
 from mcphost.stores._sql import advisory_key
+from mcphost.stores.hosts import Recovery
 from tests.mcphost.stores.factories import admitted
 
 REPO = Path(__file__).resolve().parents[3]
@@ -79,35 +81,57 @@ async def test_alive_registers_the_host_and_unregisters_it_on_exit(stores: Store
     assert not await stores.hosts.is_alive("host-me")
 
 
-async def test_a_dead_hosts_runs_fail_and_a_live_hosts_runs_do_not(stores: Stores) -> None:
+async def test_a_dead_hosts_running_runs_fail_its_queued_runs_are_requeued_and_a_live_hosts_are_left(
+    stores: Stores,
+) -> None:
     dead = await _running_on(stores, "host-dead", "c1")
     dead_queued = await admitted(stores, "c1", host_id="host-dead")
+    dead_interrupted = await admitted(stores, "c4", host_id="host-dead")
+    await stores.runs.request_cancel(dead_interrupted.run_id)
     async with _held_elsewhere(stores, "host-live"):
         live = await _running_on(stores, "host-live", "c2")
+        live_queued = await admitted(stores, "c2", host_id="host-live")
         if stores.db.dialect == "sqlite":
             await _register_other(stores, "host-dead", pid=_dead_pid())
         async with stores.hosts.alive("host-me"):
             mine = await _running_on(stores, "host-me", "c3")
             recovered = await stores.hosts.recover_abandoned("host-me")
-        assert sorted(recovered) == sorted([dead.run_id, dead_queued.run_id])
-        for run_id in recovered:
-            failed = await stores.runs.get(run_id)
-            assert failed.status is RunStatus.FAILED
-            assert failed.ended_at is not None
-            assert failed.error is not None
-            assert failed.error.code == "host.restarted"
-            assert failed.error.message == "The host that ran this run stopped before it finished."
-            assert (await stores.runs.grant(run_id)).revoked
+        assert recovered == Recovery(
+            failed=[dead.run_id], cancelled=[dead_interrupted.run_id], requeued=[dead_queued.run_id]
+        )
+        failed = await stores.runs.get(dead.run_id)
+        assert failed.status is RunStatus.FAILED
+        assert failed.ended_at is not None
+        assert failed.error is not None
+        assert failed.error.code == "host.restarted"
+        assert failed.error.message.startswith("The host that ran this run stopped before it finished.")
+        assert "Submit its event again (same event_id)" in failed.error.message
+        assert (await stores.runs.grant(dead.run_id)).revoked
+        cancelled = await stores.runs.get(dead_interrupted.run_id)
+        assert cancelled.status is RunStatus.CANCELLED
+        assert (await stores.runs.grant(dead_interrupted.run_id)).revoked
+        # Never started: still queued, in its place, now owned by the recovering host, grant intact.
+        requeued = await stores.runs.get(dead_queued.run_id)
+        assert requeued == dead_queued.model_copy(update={"host_id": "host-me"})
+        assert not (await stores.runs.grant(dead_queued.run_id)).revoked
         assert (await stores.runs.get(live.run_id)).status is RunStatus.RUNNING
         assert not (await stores.runs.grant(live.run_id)).revoked
+        assert (await stores.runs.get(live_queued.run_id)).host_id == "host-live"
         assert (await stores.runs.get(mine.run_id)).status is RunStatus.RUNNING
         assert await stores.hosts.get("host-dead") is None
+
+
+async def test_a_requeued_run_is_adopted_by_one_recovering_host_only(stores: Stores) -> None:
+    queued = await admitted(stores, "c1", host_id="host-dead")
+    assert await stores.runs.adopt(queued.run_id, host_id="host-a", from_host="host-dead")
+    assert not await stores.runs.adopt(queued.run_id, host_id="host-b", from_host="host-dead")
+    assert (await stores.runs.get(queued.run_id)).host_id == "host-a"
 
 
 async def test_a_host_without_a_registration_is_dead(stores: Stores) -> None:
     orphan = await _running_on(stores, "host-gone", "c1")
     async with stores.hosts.alive("host-me"):
-        assert await stores.hosts.recover_abandoned("host-me") == [orphan.run_id]
+        assert (await stores.hosts.recover_abandoned("host-me")).failed == [orphan.run_id]
 
 
 @pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)  # PostgreSQL: locks, not machines
@@ -115,25 +139,28 @@ async def test_on_sqlite_a_host_on_another_machine_counts_as_alive(stores: Store
     remote = await _running_on(stores, "host-remote", "c1")
     await _register_other(stores, "host-remote", pid=_dead_pid(), hostname="some-other-machine")
     async with stores.hosts.alive("host-me"):
-        assert await stores.hosts.recover_abandoned("host-me") == []
+        assert await stores.hosts.recover_abandoned("host-me") == Recovery()
     assert (await stores.runs.get(remote.run_id)).status is RunStatus.RUNNING
 
 
-async def test_unowned_queued_runs_older_than_this_host_fail_and_newer_ones_stay(stores: Stores) -> None:
+async def test_unowned_queued_runs_older_than_this_host_are_requeued_and_newer_ones_left(
+    stores: Stores,
+) -> None:
     old = await admitted(stores, "c1")
     await anyio.sleep(0.01)
     async with stores.hosts.alive("host-me"):
         await anyio.sleep(0.01)
         new = await admitted(stores, "c2")
-        assert await stores.hosts.recover_abandoned("host-me") == [old.run_id]
-    assert (await stores.runs.get(new.run_id)).status is RunStatus.QUEUED
+        assert await stores.hosts.recover_abandoned("host-me") == Recovery(requeued=[old.run_id])
+    assert (await stores.runs.get(old.run_id)).host_id == "host-me"
+    assert (await stores.runs.get(new.run_id)).host_id is None
 
 
 async def test_a_finished_run_of_a_dead_host_is_left_alone(stores: Stores) -> None:
     done = await _running_on(stores, "host-gone", "c1")
     await stores.runs.transition(done.run_id, RunStatus.COMPLETED)
     async with stores.hosts.alive("host-me"):
-        assert await stores.hosts.recover_abandoned("host-me") == []
+        assert await stores.hosts.recover_abandoned("host-me") == Recovery()
     assert (await stores.runs.get(done.run_id)).status is RunStatus.COMPLETED
 
 
@@ -175,7 +202,7 @@ async def test_a_killed_host_process_is_recovered_and_a_running_one_is_not(
     try:
         async with stores.hosts.alive(f"host-{new_id('me')}") as me:
             assert await stores.hosts.is_alive("host-victim")
-            assert await stores.hosts.recover_abandoned(me.host_id) == []
+            assert await stores.hosts.recover_abandoned(me.host_id) == Recovery()
             victim.send_signal(signal.SIGKILL)
             await victim.wait()
             for _ in range(200):  # PostgreSQL notices the dropped connection within moments
@@ -184,7 +211,7 @@ async def test_a_killed_host_process_is_recovered_and_a_running_one_is_not(
                 await anyio.sleep(0.05)
             else:
                 pytest.fail("the killed host still looks alive after 10 s")
-            assert await stores.hosts.recover_abandoned(me.host_id) == [victim_run]
+            assert await stores.hosts.recover_abandoned(me.host_id) == Recovery(failed=[victim_run])
         assert (await stores.runs.get(victim_run)).status is RunStatus.FAILED
         assert (await stores.runs.get(survivor_run)).status is RunStatus.RUNNING
     finally:

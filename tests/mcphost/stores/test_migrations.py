@@ -13,7 +13,7 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, inspect, text
 
 from mcphost.stores import Database, migrate, open_stores, upgrade_database
-from mcphost.stores.engine import alembic_config
+from mcphost.stores.engine import alembic_config, sqlite_path
 from mcphost.stores.tables import described_by_metadata, metadata
 
 
@@ -84,5 +84,51 @@ async def test_downgrade_to_base_and_upgrade_again(database_url: str) -> None:
         assert left == ["alembic_version"]
         async with db.engine.connect() as conn:
             assert await conn.run_sync(_diffs) == []
+    finally:
+        await db.dispose()
+
+
+async def test_upgrading_to_run_attempts_keeps_every_run_with_its_results_and_audit(
+    empty_database_url: str,
+) -> None:
+    # 0003 rebuilds `runs` on SQLite; with foreign keys enforced that would cascade-delete the results
+    # and audit rows of every run.
+    path = sqlite_path(empty_database_url)
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    db = Database(empty_database_url)
+    try:
+        async with db.write() as session:
+            connection = await session.connection()
+
+            def _to_0002(sync: Connection) -> None:
+                cfg = alembic_config(empty_database_url)
+                cfg.attributes["connection"] = sync
+                command.upgrade(cfg, "0002")
+
+            await connection.run_sync(_to_0002)
+            await session.execute(
+                text(
+                    "INSERT INTO runs (run_id, event_id, event_type, conversation_id, thread_id, status, "
+                    "created_at, deadline_at, usage, \"grant\", token_hash) VALUES ('run_a', 'evt_a', "
+                    "'message.received', 'c1', '', 'completed', 1, 2, '{}', '{}', 'h')"
+                )
+            )
+            await session.execute(
+                text(
+                    "INSERT INTO run_results (run_id, seq, type, payload, created_at) "
+                    "VALUES ('run_a', 1, 'run.completed', '{}', 1)"
+                )
+            )
+        await migrate(db)
+        async with db.read() as session:
+            runs = (await session.execute(text("SELECT run_id, attempt, previous_run_id FROM runs"))).all()
+            results = (await session.execute(text("SELECT run_id, seq FROM run_results"))).all()
+            fk = (
+                (await session.execute(text("PRAGMA foreign_keys"))).scalar() if db.dialect == "sqlite" else 1
+            )
+        assert [tuple(r) for r in runs] == [("run_a", 1, None)]
+        assert [tuple(r) for r in results] == [("run_a", 1)]
+        assert fk == 1  # the migration's connection without enforcement was not handed on
     finally:
         await db.dispose()

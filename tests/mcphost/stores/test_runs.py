@@ -59,6 +59,55 @@ async def test_twenty_concurrent_admits_of_one_event_create_one_run(
     assert len((await stores.runs.list()).items) == 1
 
 
+async def _failed(stores: Stores, event_id: str, code: str, conversation_id: str | None = "c1") -> Run:
+    run = await admitted(stores, conversation_id, event_id=event_id)
+    return await stores.runs.transition(run.run_id, RunStatus.FAILED, error=RunError(code=code, message="x"))
+
+
+async def test_an_event_whose_run_failed_host_restarted_is_admitted_again_as_a_linked_attempt(
+    stores: Stores,
+) -> None:
+    first = await _failed(stores, "evt-1", "host.restarted")
+    again, grant = new_run("c1", event_id="evt-1")
+    second, created = await stores.runs.admit(again, grant=grant, concurrency="enqueue")
+    assert created
+    assert (second.run_id, second.attempt, second.previous_run_id) == (again.run_id, 2, first.run_id)
+    assert second.status is RunStatus.QUEUED
+    assert await stores.runs.get_by_event("evt-1") == second
+    assert [r.run_id for r in await stores.runs.attempts("evt-1")] == [first.run_id, second.run_id]
+    # The second attempt is the event's run now: a third submission returns it.
+    third, grant3 = new_run("c1", event_id="evt-1")
+    assert await stores.runs.admit(third, grant=grant3, concurrency="enqueue") == (second, False)
+
+
+async def test_an_event_whose_run_failed_any_other_way_gets_that_run_back(stores: Stores) -> None:
+    failed = await _failed(stores, "evt-1", "runner.crashed")
+    again, grant = new_run("c1", event_id="evt-1")
+    assert await stores.runs.admit(again, grant=grant, concurrency="enqueue") == (failed, False)
+    assert await stores.runs.attempts("evt-1") == [failed]
+
+
+@pytest.mark.parametrize("conversation_id", ["c1", None])
+async def test_twenty_concurrent_resubmissions_after_a_host_restart_create_one_new_attempt(
+    stores: Stores, conversation_id: str | None
+) -> None:
+    first = await _failed(stores, "evt-race", "host.restarted", conversation_id)
+    results: list[tuple[Run, bool]] = []
+
+    async def admit() -> None:
+        run, grant = new_run(conversation_id, event_id="evt-race")
+        results.append(await stores.runs.admit(run, grant=grant, concurrency="enqueue"))
+
+    async with anyio.create_task_group() as tg:
+        for _ in range(20):
+            tg.start_soon(admit)
+    assert sum(created for _, created in results) == 1
+    assert len({run.run_id for run, _ in results}) == 1
+    [(second, _), *_] = results
+    assert (second.attempt, second.previous_run_id) == (2, first.run_id)
+    assert [r.attempt for r in await stores.runs.attempts("evt-race")] == [1, 2]
+
+
 async def test_unknown_runs_raise_a_message_that_says_what_to_do(stores: Stores) -> None:
     with pytest.raises(RunNotFoundError, match=r"Run 'run_nope' does not exist; list runs with GET /v1/runs"):
         await stores.runs.get("run_nope")
