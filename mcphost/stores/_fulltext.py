@@ -1,18 +1,25 @@
-"""Full-text queries shared by the knowledge and transcript stores: words, scope tokens, snippets.
+"""Full-text queries shared by the knowledge and transcript stores: words, scope filters, snippets.
 
 Owns how a free-text query becomes search terms, the FTS5 MATCH expression and the PostgreSQL tsquery
-built from them, the scope tokens that confine a search to one knowledge base or one conversation
-thread, and the snippet shown around a hit. Does not own the indexes (migration 0002) or ranking
-(`bm25()` on SQLite, `ts_rank_cd()` on PostgreSQL, in the stores).
+built from them, the SQLite scope tokens that confine a search to one knowledge base or one conversation
+thread, and the snippet shown around a hit. Does not own the indexes (migrations 0002 and 0003) or
+ranking (`bm25()` on SQLite, `ts_rank_cd()` on PostgreSQL, in the stores).
 
 Invariants:
 - A query is a bag of words: `\\w+` runs, lower-cased, de-duplicated, English stop words dropped unless
   nothing else is left, at most `MAX_TERMS`. Words are matched with OR and ranked by relevance; nothing
   of the query's text reaches SQL except as a bound parameter or a double-quoted FTS5 string made only
-  of word characters, so no query can inject operators.
-- Scope tokens here must equal the ones migration 0002 indexes: `k` + hex(kb_id) and
-  `s` + hex(conversation_id + " " + thread_id) on SQLite (FTS5 folds case); on PostgreSQL the migration's
-  md5 expressions, which the stores repeat in SQL rather than in Python.
+  of word characters, so no query can inject operators or column filters (a word spelling another
+  scope's token is only a word).
+- The scope is never text of the searched document. On SQLite each FTS5 row holds its scope token in a
+  column of its own (`scope`) and the expression matches it only through a column filter
+  (`{scope} : "<token>"`), so a document that contains another scope's token in its text matches nothing
+  more; the stores also check the scope's columns on the joined row. On PostgreSQL there is no token: the
+  scope is a WHERE on the row's own columns (`kb_id`; `conversation_id`, `thread_id`), which lead the
+  multi-column GIN index (btree_gin) in front of the words' tsvector.
+- SQLite scope tokens here must equal the ones the migrations index: `k` + hex(kb_id) and
+  `s` + hex(conversation_id) + `x` + hex(thread_id) (0003; `x` is not a hex digit, so the token is
+  injective, and FTS5 folds case).
 """
 
 from __future__ import annotations
@@ -186,7 +193,11 @@ def kb_scope_sqlite(kb_id: str) -> str:
 
 
 def thread_scope_sqlite(conversation_id: str, thread_id: str | None) -> str:
-    return "s" + f"{conversation_id} {thread_id or ''}".encode().hex()
+    return "s" + conversation_id.encode().hex() + "x" + (thread_id or "").encode().hex()
+
+
+def _in_scope_column(scope: str) -> str:
+    return '{scope} : "' + scope + '"'
 
 
 def fts5_match(
@@ -196,23 +207,26 @@ def fts5_match(
     all_terms: bool = False,
     scored: Sequence[str] = (),
 ) -> str:
-    """`"<scope token>" AND ("t1" OR "t2" …)`: the scope token ANDed with any (or, with `all_terms`,
-    every) one of `terms`; without a scope, just the words. Words in `scored` count in the rank (`bm25()`
-    ranks every phrase of the expression) without widening the match: they sit in a branch the scope
-    token always satisfies.
+    """`{scope} : "<token>" AND ("t1" OR "t2" …)`: the scope token, in the scope column only, ANDed with
+    any (or, with `all_terms`, every) one of `terms`; without a scope, just the words. Words in `scored`
+    count in the rank (`bm25()` ranks every phrase of the expression) without widening the match: they
+    sit in a branch the scope phrase always satisfies.
 
-    No column filters: with `detail=full` FTS5 checks a filter position by position, which made a probe
-    ten times slower; a scope token (`k`/`s` and hex) never equals a query word in practice, and its
-    column has weight 0 in the rank."""
+    Only the scope phrase has a column filter. It is what confines the match: a token written into
+    searched text is in another column and matches nothing. Its doclist holds one position per row, so
+    the filter costs little; the words have none (with `detail=full` FTS5 checks a filter position by
+    position, which made a probe ten times slower when the words carried one), and a word that happens
+    to equal the row's own token only meets the scope column, whose rank weight is 0."""
     words = [*terms, *scored]
     assert terms, terms
     assert all(_WORD.fullmatch(t) for t in words), words
     expression = "(" + (" AND " if all_terms else " OR ").join(f'"{t}"' for t in terms) + ")"
     if scope is None:
         return expression
-    expression = f'"{scope}" AND {expression}'
+    assert _WORD.fullmatch(scope), scope
+    expression = f"{_in_scope_column(scope)} AND {expression}"
     if scored:
-        expression += ' AND ("' + scope + '" OR ' + " OR ".join(f'"{t}"' for t in scored) + ")"
+        expression += f" AND ({_in_scope_column(scope)} OR " + " OR ".join(f'"{t}"' for t in scored) + ")"
     return expression
 
 
@@ -227,11 +241,9 @@ def pg_words_query(terms: Sequence[str], *, all_terms: bool = False) -> ColumnEl
     return query
 
 
-def pg_scope_match(
-    vector: ColumnElement[str], scope_key: ColumnElement[str], words: ColumnElement[str]
-) -> ColumnElement[bool]:
-    """`vector @@ (CAST(prefix || md5(key) AS tsquery) && words)`; `scope_key` is the prefixed md5 text."""
-    return vector.op("@@", is_comparison=True)(cast(scope_key, TSQUERY).op("&&", return_type=TSQUERY)(words))
+def pg_matches(vector: ColumnElement[str], words: ColumnElement[str]) -> ColumnElement[bool]:
+    """`vector @@ words`; the caller ANDs it with the scope's column equalities."""
+    return vector.op("@@", is_comparison=True)(words)
 
 
 def _stem(term: str) -> str:

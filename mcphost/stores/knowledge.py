@@ -9,8 +9,13 @@ Invariants:
   its new content hash in one transaction, and `delete_document` removes both in one transaction. An
   ingest interrupted at any point leaves every document either at its old version or its new one,
   never half-chunked; its stored hash always describes the chunks stored.
-- A search reads the full-text index only: the query's words are ANDed with the knowledge base's scope
-  token, so its cost follows how many chunks of that knowledge base match, not the table's size.
+- A search never returns a chunk of another knowledge base, whatever the chunks' text says: the scope is
+  a filter on columns, never words of the searched text. SQLite: the base's token is matched only in
+  the FTS5 `scope` column (`_fulltext.fts5_match`) and `kb_id` is checked on every joined row (a base
+  believed alone in the index is checked hit by hit instead, and searched again with fresh sizes when a
+  hit belongs to a base added since they were cached). PostgreSQL: `kb_id = :kb` ANDed with the words'
+  `@@`, both served by the GIN index on (kb_id, search_vector). Either way the index narrows the search
+  to the base, so its cost follows how many chunks of that knowledge base match, not the table's size.
   Ranking: SQLite `bm25()` with the heading weighted `HEADING_WEIGHT` times the text and the scope column
   0; PostgreSQL `ts_rank_cd()` with the heading (weight A) at twice the text (weight D), normalized by
   document length. Scores are "higher is better" on both; ties go to the lower chunk id.
@@ -24,7 +29,7 @@ Invariants:
 - SQLite specifics, because FTS5's `bm25()` reads the full document list of every phrase of the
   expression on each query (for its IDF): past the budget, common words are left out of the rank (on
   PostgreSQL they still count), and when one knowledge base is most of the index its scope token is left
-  out of the expression too and `kb_id` is checked on the joined row instead. The FTS5 table is ranked
+  out of the expression too (`kb_id` on the joined row is then the only scope check). The FTS5 table is ranked
   alone in a subquery and only its best rows are joined (`WINDOW_FACTOR` times `limit` when filters
   follow, all of them again when those leave too few).
 - Filters are applied inside the same query: a path glob (`*`, `?`, `[...]`, `[!...]`; `*` also matches `/`), a
@@ -47,7 +52,6 @@ from sqlalchemy import (
     Float,
     Integer,
     Select,
-    Text,
     cast,
     column,
     delete,
@@ -71,7 +75,7 @@ from mcphost.stores._fulltext import (
     TS_CONFIG,
     fts5_match,
     kb_scope_sqlite,
-    pg_scope_match,
+    pg_matches,
     pg_words_query,
     query_terms,
 )
@@ -99,11 +103,18 @@ class _Plan:
     required: list[str]
     all_terms: bool
     scope_in_index: bool = True
-    """SQLite: AND the scope token in the MATCH (else filter on kb_id after it: see `_sqlite_plans`)."""
+    """SQLite: AND the scope token (scope column only) in the MATCH, or leave it out (see `_sqlite_plans`);
+    kb_id is checked on the joined row either way."""
     alone: bool = False
-    """SQLite: the knowledge base is the whole index, so neither the scope token nor kb_id is checked."""
+    """SQLite: the knowledge base was the whole index when its size was cached: no scope token and no kb_id
+    in the statement; `KnowledgeStore.search` checks each hit's kb_id."""
     rank_all: bool = True
     """Whether every query word counts in the rank, or only the required ones (SQLite, past the budget)."""
+
+    @property
+    def in_scope(self) -> bool:
+        """SQLite: whether the match alone yields only the base's chunks (so its best rows are the hits)."""
+        return self.scope_in_index or self.alone
 
 
 def _split(
@@ -500,24 +511,35 @@ class KnowledgeStore:
         check_limit(limit, MAX_SEARCH_LIMIT)
         terms = query_terms(query)
         conditions = self._filters(path_glob, path_prefix, metadata or {})
+        found = await self._search(kb_id, terms, conditions, limit)
+        if found is None:
+            # The cached sizes called this base the whole index, and another base has been added since.
+            self._sizes_cache.pop(kb_id, None)
+            found = await self._search(kb_id, terms, conditions, limit)
+            assert found is not None, "fresh sizes cannot be stale"
+        return sorted(found.values(), key=lambda h: (-h.score, h.chunk_id))[:limit]
+
+    async def _search(
+        self, kb_id: str, terms: list[str], conditions: list[ColumnElement[bool]], limit: int
+    ) -> dict[int, KnowledgeHit] | None:
+        """The hits of every plan until `limit` are found; None when a row of another base came back (only
+        possible in a plan that believed the base alone in the index: see `_statement`)."""
         found: dict[int, KnowledgeHit] = {}
         async with self._db.read() as session:
             for plan in await self._plans(session, kb_id, terms):
                 rows = (await session.execute(self._statement(kb_id, terms, plan, conditions, limit))).all()
-                if (
-                    len(rows) < limit
-                    and self._db.dialect == "sqlite"
-                    and (conditions or not (plan.scope_in_index or plan.alone))
-                ):
+                if len(rows) < limit and self._db.dialect == "sqlite" and (conditions or not plan.in_scope):
                     # The pre-ranked window may have held too few chunks passing the filters: rank them all.
                     unbounded = self._statement(kb_id, terms, plan, conditions, limit, bounded=False)
                     rows = (await session.execute(unbounded)).all()
                 for chunk, path, title, doc_meta, score in rows:
+                    if chunk.kb_id != kb_id:
+                        return None
                     found.setdefault(
                         chunk.chunk_id,
                         KnowledgeHit(
                             chunk_id=chunk.chunk_id,
-                            kb_id=kb_id,
+                            kb_id=chunk.kb_id,
                             path=path,
                             title=title,
                             ordinal=chunk.ordinal,
@@ -530,7 +552,7 @@ class KnowledgeStore:
                     )
                 if len(found) >= limit:
                     break
-        return sorted(found.values(), key=lambda h: (-h.score, h.chunk_id))[:limit]
+        return found
 
     async def _plans(self, session: AsyncSession, kb_id: str, terms: list[str]) -> list[_Plan]:
         """Which words a chunk must hold to be ranked at all (see the module docstring)."""
@@ -654,7 +676,7 @@ class KnowledgeStore:
                 scored=scored if plan.scope_in_index else [],
             )
             match = fts.op("MATCH", is_comparison=True)(expression)
-            filtered = bool(conditions) or not (plan.scope_in_index or plan.alone)
+            filtered = bool(conditions) or not plan.in_scope
             size = None if not bounded else (limit * WINDOW_FACTOR if filtered else limit)
             ranked = (
                 select(source.c.rowid.label("chunk_id"), score.label("score"))
@@ -669,12 +691,15 @@ class KnowledgeStore:
                 .select_from(best)
                 .join(KbChunkRow, KbChunkRow.chunk_id == best.c.chunk_id)
             )
-            if not (plan.scope_in_index or plan.alone):
+            # With the scope in the match this repeats it on the row; without, it is the scope. A base
+            # alone in the index is not checked here: `search` checks each hit's kb_id instead and starts
+            # again with fresh sizes when one belongs to a base added since they were cached, so its
+            # window stays `limit` and needs no second ranking.
+            if not plan.alone:
                 stmt = stmt.where(KbChunkRow.kb_id == kb_id)
         else:
             vector = literal_column("kb_chunks.search_vector", type_=TSVECTOR)
             required = pg_words_query(plan.required, all_terms=plan.all_terms)
-            match = pg_scope_match(vector, literal("k") + func.md5(cast(literal(kb_id), Text)), required)
             score = func.ts_rank_cd(
                 literal_column(_PG_WEIGHTS), vector, pg_words_query(terms), _PG_NORMALIZATION, type_=Float
             )
@@ -687,7 +712,7 @@ class KnowledgeStore:
                     score.label("score"),
                 )
                 .select_from(KbChunkRow)
-                .where(match)
+                .where(KbChunkRow.kb_id == kb_id, pg_matches(vector, required))
             )
         stmt = stmt.join(KbDocumentRow, KbDocumentRow.doc_id == KbChunkRow.doc_id)
         for condition in conditions:

@@ -15,9 +15,10 @@ Conventions:
 - Constraint and index names come from one naming convention, so migrations name them the same way.
 - Full-text search objects are the one part of the schema these classes cannot describe, because they
   differ per dialect: SQLite FTS5 virtual tables (with their shadow tables and the triggers that keep
-  them in step) and PostgreSQL generated `tsvector` columns with GIN indexes. Migrations create them;
-  `described_by_metadata` tells autogenerate (and the migration test) to leave them out of the
-  comparison. Their names are listed here so both places agree.
+  them in step) and PostgreSQL generated `tsvector` columns with GIN indexes that lead with the scope's
+  columns (btree_gin: (kb_id, search_vector), (conversation_id, thread_id, search_vector)). Migrations
+  create them; `described_by_metadata` tells autogenerate (and the migration test) to leave them out of
+  the comparison. Their names are listed here so both places agree.
 """
 
 from __future__ import annotations
@@ -69,7 +70,7 @@ FULLTEXT_COLUMNS: frozenset[tuple[str, str]] = frozenset(
 )
 """PostgreSQL generated tsvector columns."""
 FULLTEXT_INDEXES: frozenset[str] = frozenset({"ix_kb_chunks_search_vector", "ix_transcript_search_vector"})
-"""PostgreSQL GIN indexes on those columns."""
+"""PostgreSQL GIN indexes on those columns (with the scope's columns in front, migration 0003)."""
 
 
 def described_by_metadata(name: str | None, type_: str, parent_names: Mapping[str, str | None]) -> bool:

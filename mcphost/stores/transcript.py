@@ -10,9 +10,13 @@ Invariants:
   no thread is "", and a thread's history is exactly its own rows. `head` (newest cursor, older items?) is
   one index probe; `for_run` reads the (run_id, seq) index.
 - `thread_at` is a primary-key probe.
-- `search` is full-text search over one conversation thread (migration 0002: FTS5 on SQLite, a GIN-indexed
-  tsvector on PostgreSQL). The thread's scope token is ANDed with the query's words inside the index, so
-  a search costs what the thread's matching items cost, whatever the size of the table. Ranked by
+- `search` is full-text search over one conversation thread (migrations 0002 and 0003: FTS5 on SQLite, a
+  GIN-indexed tsvector on PostgreSQL) and never returns another thread's rows, whatever their text says:
+  the scope is a filter on columns, never words of the searched text. SQLite ANDs the thread's token,
+  matched only in the FTS5 `scope` column, with the query's words, and checks (conversation_id,
+  thread_id) on each joined row; PostgreSQL ANDs those column equalities with the words' `@@`, served by
+  the GIN index on (conversation_id, thread_id, search_vector). So a search costs what the thread's
+  matching items cost, whatever the size of the table. Ranked by
   `bm25()` / `ts_rank_cd()`, then newest first; each hit carries a snippet around its first match and
   its item's cursor, so a runner can page around it. Only the first 100,000 characters of an item are
   indexed.
@@ -29,12 +33,11 @@ from sqlalchemy import (
     ColumnElement,
     Float,
     Integer,
-    Text,
-    cast,
+    String,
+    and_,
     column,
     func,
     insert,
-    literal,
     literal_column,
     select,
     table,
@@ -47,7 +50,7 @@ from mcphost.protocol import ArtifactRef, ContentElement, JSONObject
 from mcphost.stores._cursor import Page, Window, check_limit, decode_seq, encode_cursor
 from mcphost.stores._fulltext import (
     fts5_match,
-    pg_scope_match,
+    pg_matches,
     pg_words_query,
     query_terms,
     snippet,
@@ -256,6 +259,7 @@ class TranscriptStore:
         check_limit(limit, MAX_SEARCH_HITS)
         terms = query_terms(query)
         score: ColumnElement[float]
+        thread = thread_id or ""
         if self._db.dialect == "sqlite":
             fts = literal_column("transcript_fts")
             source = table("transcript_fts", column("rowid", Integer))
@@ -268,14 +272,23 @@ class TranscriptStore:
                 .select_from(source)
                 .join(TranscriptRow, TranscriptRow.seq == source.c.rowid)
             )
+            # The match already holds only the thread's rows; the row check repeats it on the columns.
+            # Unary `+` keeps SQLite from using the thread's index for it, so the match stays the outer
+            # loop (one primary-key probe per hit) rather than being re-run for each row of the thread.
+            in_thread = and_(
+                literal_column("+transcript.conversation_id", String) == conversation_id,
+                literal_column("+transcript.thread_id", String) == thread,
+            )
         else:
             vector = literal_column("transcript.search_vector", type_=TSVECTOR)
             words = pg_words_query(terms)
-            key = cast(literal(f"{conversation_id} {thread_id or ''}"), Text)
-            match = pg_scope_match(vector, literal("s") + func.md5(key), words)
+            match = pg_matches(vector, words)
             score = func.ts_rank_cd(vector, words, 1, type_=Float)
             stmt = select(TranscriptRow, score.label("score")).select_from(TranscriptRow)
-        stmt = stmt.where(match)
+            in_thread = and_(
+                TranscriptRow.conversation_id == conversation_id, TranscriptRow.thread_id == thread
+            )
+        stmt = stmt.where(match, in_thread)
         if roles is not None:
             stmt = stmt.where(TranscriptRow.role.in_(list(roles)))
         stmt = stmt.order_by(literal_column("score").desc(), TranscriptRow.seq.desc()).limit(limit)

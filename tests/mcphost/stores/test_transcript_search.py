@@ -116,7 +116,7 @@ async def test_bulk_appended_items_are_searchable(stores: Stores) -> None:
     assert len(await stores.transcript.search("c1", query="bulk", limit=50)) == 10
 
 
-async def _migrate_to(database_url: str, revision: str) -> None:
+async def migrate_to(database_url: str, revision: str) -> None:
     db = Database(database_url)
     try:
         async with db.write() as session:
@@ -140,10 +140,10 @@ async def test_items_stored_before_the_index_existed_are_indexed_by_the_migratio
 ) -> None:
     async with open_stores(database_url, tmp_path):
         pass
-    await _migrate_to(database_url, "0001")
+    await migrate_to(database_url, "0001")
     async with open_stores(database_url, tmp_path, migrate=False) as stores:
         await stores.transcript.append(conversation_id="c", role="user", content="an old quokka sighting")
-    await _migrate_to(database_url, "head")
+    await migrate_to(database_url, "head")
     async with open_stores(database_url, tmp_path, migrate=False) as stores:
         hits = await stores.transcript.search("c", query="quokka")
     assert [h.record.content for h in hits] == ["an old quokka sighting"]
