@@ -2,7 +2,7 @@
 
 Owns how a free-text query becomes search terms, the FTS5 MATCH expression and the PostgreSQL tsquery
 built from them, the SQLite scope tokens that confine a search to one knowledge base or one conversation
-thread, and the snippet shown around a hit. Does not own the indexes (migrations 0002 and 0003) or
+thread, and the snippet shown around a hit. Does not own the indexes (migrations 0002 and 0004) or
 ranking (`bm25()` on SQLite, `ts_rank_cd()` on PostgreSQL, in the stores).
 
 Invariants:
@@ -18,7 +18,7 @@ Invariants:
   scope is a WHERE on the row's own columns (`kb_id`; `conversation_id`, `thread_id`), which lead the
   multi-column GIN index (btree_gin) in front of the words' tsvector.
 - SQLite scope tokens here must equal the ones the migrations index: `k` + hex(kb_id) and
-  `s` + hex(conversation_id) + `x` + hex(thread_id) (0003; `x` is not a hex digit, so the token is
+  `s` + hex(conversation_id) + `x` + hex(thread_id) (0004; `x` is not a hex digit, so the token is
   injective, and FTS5 folds case).
 """
 

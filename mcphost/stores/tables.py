@@ -70,7 +70,7 @@ FULLTEXT_COLUMNS: frozenset[tuple[str, str]] = frozenset(
 )
 """PostgreSQL generated tsvector columns."""
 FULLTEXT_INDEXES: frozenset[str] = frozenset({"ix_kb_chunks_search_vector", "ix_transcript_search_vector"})
-"""PostgreSQL GIN indexes on those columns (with the scope's columns in front, migration 0003)."""
+"""PostgreSQL GIN indexes on those columns (with the scope's columns in front, migration 0004)."""
 
 
 def described_by_metadata(name: str | None, type_: str, parent_names: Mapping[str, str | None]) -> bool:

@@ -10,7 +10,7 @@ Invariants:
   no thread is "", and a thread's history is exactly its own rows. `head` (newest cursor, older items?) is
   one index probe; `for_run` reads the (run_id, seq) index.
 - `thread_at` is a primary-key probe.
-- `search` is full-text search over one conversation thread (migrations 0002 and 0003: FTS5 on SQLite, a
+- `search` is full-text search over one conversation thread (migrations 0002 and 0004: FTS5 on SQLite, a
   GIN-indexed tsvector on PostgreSQL) and never returns another thread's rows, whatever their text says:
   the scope is a filter on columns, never words of the searched text. SQLite ANDs the thread's token,
   matched only in the FTS5 `scope` column, with the query's words, and checks (conversation_id,

@@ -192,12 +192,12 @@ async def test_a_base_that_was_alone_in_the_index_does_not_see_a_base_added_sinc
 # -- the migration ---------------------------------------------------------------------------------------
 
 
-async def test_rows_indexed_before_0003_are_rebuilt_into_column_scoped_indexes(
+async def test_rows_indexed_before_0004_are_rebuilt_into_column_scoped_indexes(
     database_url: str, tmp_path: Path
 ) -> None:
     async with open_stores(database_url, tmp_path):
         pass
-    await migrate_to(database_url, "0002")
+    await migrate_to(database_url, "0003")
     async with open_stores(database_url, tmp_path, migrate=False) as old:
         await old.transcript.append(conversation_id="conv-a", role="user", content="an old lighthouse")
         planted = " ".join(thread_tokens("conv-a"))

@@ -1,7 +1,7 @@
 """Full-text search is scoped by columns, never by words of the searched text.
 
-Revision ID: 0003
-Revises: 0002
+Revision ID: 0004
+Revises: 0003
 Create Date: 2026-12-03
 
 0002 put a *scope token* (`k<kb>`, `s<conversation,thread>`) into each indexed row, and searches ANDed
@@ -33,8 +33,8 @@ from sqlalchemy.exc import DBAPIError
 
 from mcphost.errors import ConfigError
 
-revision: str = "0003"
-down_revision: str | None = "0002"
+revision: str = "0004"
+down_revision: str | None = "0003"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
@@ -112,7 +112,7 @@ _POSTGRES_DOWN = _postgres(
 )
 
 BTREE_GIN_MISSING = (
-    "Migration 0003 needs the PostgreSQL extension btree_gin (shipped with PostgreSQL's contrib "
+    "Migration 0004 needs the PostgreSQL extension btree_gin (shipped with PostgreSQL's contrib "
     "package; a trusted extension since PostgreSQL 13) and could not create it: {error}. Install the "
     "contrib package if it is missing, or have the database owner or a superuser run "
     "`CREATE EXTENSION btree_gin;` in this database, then start mcphost again."
