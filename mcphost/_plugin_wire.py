@@ -334,7 +334,14 @@ class Connection:
                 "sent a result for run %r, which is not active on this process; dropped", parsed.run_id
             )
             return
-        await route.push(RawResult(parsed.result, len(dumps_line(parsed.result))))
+        # Measured with surrogatepass: a lone surrogate must reach `classify_result` (which refuses the
+        # result by field) instead of failing the line here and vanishing.
+        size = len(
+            json.dumps(parsed.result, separators=(",", ":"), ensure_ascii=False).encode(
+                "utf-8", "surrogatepass"
+            )
+        )
+        await route.push(RawResult(parsed.result, size))
 
     def _on_response(self, obj: JSONObject) -> None:
         request_id = obj.get("id")

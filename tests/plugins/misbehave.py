@@ -9,6 +9,9 @@ by `ctx.input.text`:
     garbage-too-long a 5 MiB line naming no run, then ok
     invalid-data     message.delta whose chunk.content is a number (known type, bad field)
     unknown-type     a result of type "telemetry.custom", then ok
+    unstorable:WHAT  a result a store cannot keep: WHAT is nul (a NUL in message content), surrogate (a lone
+                     surrogate there), nan (a NaN usage count), bigint (a sequence of 2**64) or unknown-nul
+                     (an unknown result type whose name holds a NUL); then ok
     dup-seq          deltas with sequences 1, 2, 2, then a message (3) and run.completed (4)
     gap-seq          deltas with sequences 1, 2, 5, then a message (6) and run.completed (7)
     wrong-run-id     one result routed to an unknown run, one whose result.run_id is another run's, then ok
@@ -123,6 +126,20 @@ def behave(run_id: str, text: str, cancelled: threading.Event) -> str | None:
         return "completed"
     if name == "unknown-type":
         result(run_id, "telemetry.custom", {"anything": True})
+        return ok(run_id)
+    if name == "unstorable":
+        if arg == "nul":
+            message(run_id, "a\x00b")
+        elif arg == "surrogate":
+            message(run_id, "half \ud83d pair")
+        elif arg == "nan":
+            result(
+                run_id, "run.completed", {"finish_reason": "stop", "usage": {"input_tokens": float("nan")}}
+            )
+        elif arg == "bigint":
+            message(run_id, "big", sequence=2**64)
+        else:
+            result(run_id, "telemetry.\x00custom", {"anything": True})
         return ok(run_id)
     if name == "dup-seq":
         for sequence in (1, 2, 2):
