@@ -115,7 +115,11 @@ def plugin_specs(settings: Settings) -> list[PluginSpec]:
 async def open_database(settings: Settings) -> AsyncGenerator[Stores, None]:
     """Only the stores (with pending migrations applied): for read-only commands."""
     async with open_stores(
-        settings.database_url, settings.host.data_dir, blob_backend=settings.host.blob_backend, migrate=True
+        settings.database_url,
+        settings.host.data_dir,
+        blob_backend=settings.host.blob_backend,
+        migrate=True,
+        cursor_secret=settings.host.cursor_secret,
     ) as stores:
         yield stores
 

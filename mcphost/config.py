@@ -60,6 +60,9 @@ class HostSettings(_Section):
     """Base URL runners use to reach the host (default `http://<listen>`)."""
     api_key: str | None = None
     """Bearer key required on `/v1`. Without one the server only listens on loopback."""
+    cursor_secret: str | None = Field(default=None, min_length=16, max_length=1000)
+    """Signs paging cursors (at least 16 characters). Default: a random secret generated into the database
+    on first start and shared by every host on it. Changing it makes outstanding cursors a 400."""
     run_timeout_s: float = Field(default=300.0, gt=0, le=24 * 3600)
     """Default run deadline when an agent sets none."""
     max_concurrent_runs: int = Field(default=64, ge=1, le=10_000)

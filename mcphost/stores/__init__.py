@@ -20,7 +20,7 @@ from typing import Literal
 import anyio
 
 from mcphost.stores import engine
-from mcphost.stores._cursor import MAX_RUN_SEQ, Page
+from mcphost.stores._cursor import MAX_RUN_SEQ, CursorCodec, Page
 from mcphost.stores.artifacts import ArtifactRecord, ArtifactStore
 from mcphost.stores.audit import AuditEntry, AuditRecord, AuditStore
 from mcphost.stores.blobs import BlobBackend, DatabaseBlobs, DiskBlobs
@@ -31,6 +31,7 @@ from mcphost.stores.health import StorageHealth, StorageProbe
 from mcphost.stores.hosts import HostRecord, HostStore
 from mcphost.stores.results import ResultStore, StoredResult
 from mcphost.stores.runs import GrantRecord, RunStore
+from mcphost.stores.secrets import cursor_codec
 from mcphost.stores.state import StateEntry, StateStore
 from mcphost.stores.storage import StorageItem, StorageStore, StorageValue
 from mcphost.stores.transcript import TranscriptRecord, TranscriptStore
@@ -44,6 +45,8 @@ class Stores:
     """Every store over one database."""
 
     db: Database
+    cursors: CursorCodec
+    """Signs and verifies this installation's cursors (tests mint cursors with it)."""
     events: EventStore
     transcript: TranscriptStore
     artifacts: ArtifactStore
@@ -80,6 +83,7 @@ async def open_stores(
     *,
     blob_backend: BlobBackendName = "disk",
     migrate: bool = True,
+    cursor_secret: str | None = None,
 ) -> AsyncGenerator[Stores, None]:
     """Open every store over `database_url`, with blobs under `data_dir/blobs` or in the database.
 
@@ -109,16 +113,18 @@ async def open_stores(
                 else DatabaseBlobs(db, data_dir / "tmp")
             )
             await _sweep_staging(blobs.staging_dir)
+            cursors = await cursor_codec(db, cursor_secret)
         except Exception as exc:
             raise _unopenable(exc, database_url, data_dir, "database") from exc
-        runs = RunStore(db)
+        runs = RunStore(db, cursors)
         yield Stores(
             db=db,
-            events=EventStore(db),
-            transcript=TranscriptStore(db),
+            cursors=cursors,
+            events=EventStore(db, cursors),
+            transcript=TranscriptStore(db, cursors),
             artifacts=ArtifactStore(db, blobs),
-            state=StateStore(db),
-            storage=StorageStore(db),
+            state=StateStore(db, cursors),
+            storage=StorageStore(db, cursors),
             runs=runs,
             results=ResultStore(db),
             audit=AuditStore(db),
@@ -139,6 +145,7 @@ __all__ = [
     "AuditStore",
     "BlobBackend",
     "BlobBackendName",
+    "CursorCodec",
     "Database",
     "DatabaseBlobs",
     "DiskBlobs",

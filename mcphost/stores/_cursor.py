@@ -1,13 +1,16 @@
 """Opaque cursors and keyset pages.
 
-Owns the cursor format, `Page[T]`, limit validation, and the keyset window every paged read uses. Does
-not own what is paged (the stores do).
+Owns the cursor format and its key (`CursorCodec`), `Page[T]`, limit and `after` validation, and the
+keyset window every paged read uses. Does not own what is paged (the stores do) or where the secret comes
+from (`open_stores`: `[host] cursor_secret`, else one generated into the database on first start).
 
-A cursor is the URL-safe base64 (no padding) of a 6-byte BLAKE2b checksum followed by compact JSON
-`{"k": kind, "v": value}`. The kind tag keeps a transcript cursor out of events paging; the checksum
-makes an edited or truncated cursor fail loudly instead of silently paging from somewhere else. It is
-not a security boundary (the key is not secret): every paged query is scoped by the caller's
-conversation or owner anyway, so a forged cursor can only move within data the caller may read.
+A cursor is the URL-safe base64 (no padding) of an 8-byte keyed BLAKE2b MAC followed by compact JSON
+`{"k": kind, "v": value}`. The MAC's key is derived from a per-installation secret, so a cursor cannot be
+forged or edited: anything but a cursor this installation issued is a 400. The kind tag keeps a
+transcript cursor out of events paging. A verified cursor is still only a position: every paged query
+is scoped by the caller's conversation or owner after the MAC check, and the facts tools check that a
+cursor points into the run's own thread, so even a leaked cursor moves only within data the caller may
+read. Positions past the 64-bit range and keys with NUL or lone surrogates are malformed.
 
 Paging (`Window`): `before=c` → newest-first, strictly older than c; `after=c` → oldest-first, strictly
 newer than c; neither → newest-first from the end. A page fetches `limit + 1` rows to learn `has_more`.
@@ -20,6 +23,7 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
+import hmac
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -38,8 +42,9 @@ SelectT = TypeVar("SelectT", bound=Select[*tuple[Any, ...]])
 
 CursorKind = Literal["events", "transcript", "runs", "state", "storage"]
 
-_CHECK_KEY = b"mcphost.cursor.v1"
-_CHECK_LEN = 6
+_MAC_LEN = 8
+_KEY_CONTEXT = b"mcphost.cursor.v2\x00"
+MIN_SECRET_LENGTH = 16
 MAX_PAGE_LIMIT = 100
 MAX_RUN_SEQ = 2**31 - 1
 """The largest per-run sequence (results, audit): those columns are 32-bit integers on PostgreSQL."""
@@ -58,54 +63,80 @@ class Page(BaseModel, Generic[T]):
     has_more: bool
 
 
-def _checksum(raw: bytes) -> bytes:
-    return hashlib.blake2b(raw, key=_CHECK_KEY, digest_size=_CHECK_LEN).digest()
+@dataclass(frozen=True)
+class CursorCodec:
+    """Issues and verifies this installation's cursors with a key derived from its secret."""
 
+    key: bytes
 
-def encode_cursor(kind: CursorKind, value: int | str) -> str:
-    """An opaque cursor for position `value` of `kind`."""
-    raw = json.dumps({"k": kind, "v": value}, separators=(",", ":")).encode()
-    return base64.urlsafe_b64encode(_checksum(raw) + raw).decode().rstrip("=")
+    @classmethod
+    def of(cls, secret: str) -> CursorCodec:
+        """The codec for `secret` (at least MIN_SECRET_LENGTH characters)."""
+        if len(secret) < MIN_SECRET_LENGTH:
+            raise ValueError(f"a cursor secret needs at least {MIN_SECRET_LENGTH} characters")
+        return cls(key=hashlib.sha256(_KEY_CONTEXT + secret.encode("utf-8", "surrogatepass")).digest())
 
+    def _mac(self, raw: bytes) -> bytes:
+        return hashlib.blake2b(raw, key=self.key, digest_size=_MAC_LEN).digest()
 
-def _decode(cursor: str, kind: CursorKind) -> object:
-    what = f"{kind} cursor"
-    try:
-        blob = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
-    except (binascii.Error, ValueError):
-        blob = b""
-    check, raw = blob[:_CHECK_LEN], blob[_CHECK_LEN:]
-    if not raw or check != _checksum(raw):
-        raise InvalidArgumentError(
-            f"Malformed {what} {cursor[:80]!r}: pass a cursor exactly as a previous page returned it."
+    def encode(self, kind: CursorKind, value: int | str) -> str:
+        """An opaque cursor for position `value` of `kind`."""
+        raw = json.dumps({"k": kind, "v": value}, separators=(",", ":")).encode()
+        return base64.urlsafe_b64encode(self._mac(raw) + raw).decode().rstrip("=")
+
+    def _decode(self, cursor: str, kind: CursorKind) -> object:
+        what = f"{kind} cursor"
+        try:
+            blob = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        except (binascii.Error, ValueError):
+            blob = b""
+        mac, raw = blob[:_MAC_LEN], blob[_MAC_LEN:]
+        if not raw or not hmac.compare_digest(mac, self._mac(raw)):
+            raise InvalidArgumentError(
+                f"Malformed {what} {_shown(cursor)}: pass a cursor exactly as a previous page of this host "
+                "returned it."
+            )
+        try:
+            data: object = json.loads(raw)
+        except ValueError:
+            data = None
+        if not isinstance(data, dict) or data.get("k") != kind:
+            found = data.get("k") if isinstance(data, dict) else None
+            raise InvalidArgumentError(
+                f"Cursor {_shown(cursor)} belongs to {found!r} paging, not {kind!r}; "
+                "use a cursor returned by the same kind of page."
+            )
+        return data.get("v")
+
+    def decode_seq(self, cursor: str, kind: CursorKind) -> int:
+        """The sequence number a cursor of `kind` points at."""
+        value = self._decode(cursor, kind)
+        if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= INT64_MAX:
+            raise InvalidArgumentError(f"Malformed {kind} cursor {_shown(cursor)}: it carries no position.")
+        return value
+
+    def decode_key(self, cursor: str, kind: CursorKind) -> str:
+        """The key a key-ordered cursor of `kind` points at."""
+        value = self._decode(cursor, kind)
+        if not isinstance(value, str) or text_problem(value) is not None:
+            raise InvalidArgumentError(f"Malformed {kind} cursor {_shown(cursor)}: it carries no key.")
+        return value
+
+    def window(self, kind: CursorKind, before: str | None, after: str | None, limit: int) -> Window:
+        """The keyset window of a page read (`before` and `after` are cursors; at most one of them)."""
+        if before is not None and after is not None:
+            raise InvalidArgumentError("Pass before or after, not both.")
+        return Window(
+            codec=self,
+            kind=kind,
+            before=None if before is None else self.decode_seq(before, kind),
+            after=None if after is None else self.decode_seq(after, kind),
+            limit=check_limit(limit),
         )
-    try:
-        data: object = json.loads(raw)
-    except ValueError:
-        data = None
-    if not isinstance(data, dict) or data.get("k") != kind:
-        found = data.get("k") if isinstance(data, dict) else None
-        raise InvalidArgumentError(
-            f"Cursor {cursor[:80]!r} belongs to {found!r} paging, not {kind!r}; "
-            "use a cursor returned by the same kind of page."
-        )
-    return data.get("v")
 
 
-def decode_seq(cursor: str, kind: CursorKind) -> int:
-    """The sequence number a cursor of `kind` points at."""
-    value = _decode(cursor, kind)
-    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= INT64_MAX:
-        raise InvalidArgumentError(f"Malformed {kind} cursor {cursor[:80]!r}: it carries no position.")
-    return value
-
-
-def decode_key(cursor: str, kind: CursorKind) -> str:
-    """The key a key-ordered cursor of `kind` points at."""
-    value = _decode(cursor, kind)
-    if not isinstance(value, str) or text_problem(value) is not None:
-        raise InvalidArgumentError(f"Malformed {kind} cursor {cursor[:80]!r}: it carries no key.")
-    return value
+def _shown(cursor: str) -> str:
+    return repr(cursor[:80]).encode("ascii", "backslashreplace").decode()
 
 
 def check_after(after: int, maximum: int = INT64_MAX) -> int:
@@ -124,23 +155,13 @@ def check_limit(limit: int, maximum: int = MAX_PAGE_LIMIT) -> int:
 
 @dataclass(frozen=True)
 class Window:
-    """A decoded keyset window over an integer sequence column."""
+    """A decoded keyset window over an integer sequence column (`CursorCodec.window` makes one)."""
 
+    codec: CursorCodec
     kind: CursorKind
     before: int | None
     after: int | None
     limit: int
-
-    @classmethod
-    def of(cls, kind: CursorKind, before: str | None, after: str | None, limit: int) -> Window:
-        if before is not None and after is not None:
-            raise InvalidArgumentError("Pass before or after, not both.")
-        return cls(
-            kind=kind,
-            before=None if before is None else decode_seq(before, kind),
-            after=None if after is None else decode_seq(after, kind),
-            limit=check_limit(limit),
-        )
 
     @property
     def newest_first(self) -> bool:
@@ -162,7 +183,7 @@ class Window:
         anchored = self.before is not None or self.after is not None
         return Page[T](
             items=[item(row) for row in kept],
-            next_cursor=encode_cursor(self.kind, seq_of(kept[-1])) if has_more else None,
-            prev_cursor=encode_cursor(self.kind, seq_of(kept[0])) if anchored and kept else None,
+            next_cursor=self.codec.encode(self.kind, seq_of(kept[-1])) if has_more else None,
+            prev_cursor=self.codec.encode(self.kind, seq_of(kept[0])) if anchored and kept else None,
             has_more=has_more,
         )

@@ -22,7 +22,7 @@ from sqlalchemy.orm import QueryableAttribute
 
 from mcphost.errors import InvalidArgumentError
 from mcphost.protocol import STATE_KEY_PATTERN
-from mcphost.stores._cursor import CursorKind, Page, SelectT, check_limit, decode_key, encode_cursor
+from mcphost.stores._cursor import CursorCodec, CursorKind, Page, SelectT, check_limit
 
 T = TypeVar("T")
 RowT = TypeVar("RowT")
@@ -52,6 +52,7 @@ def key_page_query(
     stmt: SelectT,
     key_col: QueryableAttribute[str],
     *,
+    codec: CursorCodec,
     kind: CursorKind,
     prefix: str | None,
     cursor: str | None,
@@ -67,13 +68,14 @@ def key_page_query(
             )
         stmt = stmt.where(key_col >= prefix, key_col < prefix[:-1] + chr(ord(prefix[-1]) + 1))
     if cursor is not None:
-        stmt = stmt.where(key_col > decode_key(cursor, kind))
+        stmt = stmt.where(key_col > codec.decode_key(cursor, kind))
     return stmt.order_by(key_col.asc()).limit(limit + 1)
 
 
 def key_page(
     rows: Sequence[RowT],
     *,
+    codec: CursorCodec,
     kind: CursorKind,
     limit: int,
     key_of: Callable[[RowT], str],
@@ -84,7 +86,7 @@ def key_page(
     kept = rows[:limit]
     return Page[T](
         items=[item(row) for row in kept],
-        next_cursor=encode_cursor(kind, key_of(kept[-1])) if has_more else None,
+        next_cursor=codec.encode(kind, key_of(kept[-1])) if has_more else None,
         prev_cursor=None,
         has_more=has_more,
     )

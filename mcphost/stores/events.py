@@ -26,7 +26,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from mcphost.errors import InvalidArgumentError, NotFoundError
 from mcphost.protocol import JSONObject
-from mcphost.stores._cursor import Page, Window, check_limit, decode_seq, encode_cursor
+from mcphost.stores._cursor import CursorCodec, Page, check_limit
 from mcphost.stores._sql import Dialect, insert_ignoring
 from mcphost.stores.engine import Database
 from mcphost.stores.tables import EventRow
@@ -55,10 +55,10 @@ class StoredEvent(BaseModel):
     created_at: float
 
 
-def _stored(row: EventRow) -> StoredEvent:
+def _stored(row: EventRow, cursors: CursorCodec) -> StoredEvent:
     return StoredEvent(
         seq=row.seq,
-        cursor=encode_cursor("events", row.seq),
+        cursor=cursors.encode("events", row.seq),
         event_id=row.event_id,
         event_type=row.event_type,
         kind=row.kind,  # pyright: ignore[reportArgumentType]  # written only through EventKind
@@ -117,8 +117,9 @@ async def insert_event(session: AsyncSession, dialect: Dialect, values: dict[str
 class EventStore:
     """Append and page the event log."""
 
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Database, cursors: CursorCodec) -> None:
         self._db = db
+        self._cursors = cursors
 
     async def append(self, **fields: Unpack[EventFields]) -> tuple[StoredEvent, bool]:
         """Store an event unless its `event_id` is stored already; returns (row, created)."""
@@ -128,7 +129,7 @@ class EventStore:
             row = (
                 await session.execute(select(EventRow).where(EventRow.event_id == values["event_id"]))
             ).scalar_one()
-            return _stored(row), seq is not None
+            return _stored(row, self._cursors), seq is not None
 
     async def get(self, event_id: str) -> StoredEvent:
         """The event with `event_id`."""
@@ -138,7 +139,7 @@ class EventStore:
             ).scalar_one_or_none()
         if row is None:
             raise NotFoundError(f"Event {event_id!r} is not in the event log; check the id.")
-        return _stored(row)
+        return _stored(row, self._cursors)
 
     async def for_run(self, run_id: str, *, limit: int = 1000) -> list[StoredEvent]:
         """The first `limit` (1..1000) events a run logged, oldest first (for inspection)."""
@@ -150,7 +151,7 @@ class EventStore:
         )
         async with self._db.read() as session:
             rows = (await session.execute(query)).scalars().all()
-        return [_stored(row) for row in rows]
+        return [_stored(row, self._cursors) for row in rows]
 
     async def page(
         self,
@@ -163,7 +164,7 @@ class EventStore:
         event_types: list[str] | None = None,
     ) -> Page[StoredEvent]:
         """A page of one conversation thread's events (see `_cursor` for the direction rules)."""
-        window = Window.of("events", before, after, limit)
+        window = self._cursors.window("events", before, after, limit)
         where = (
             EventRow.conversation_id == (conversation_id or ""),
             EventRow.thread_id == (thread_id or ""),
@@ -188,11 +189,11 @@ class EventStore:
             query = window.apply(select(EventRow).join(merged, EventRow.seq == merged.c.seq), EventRow.seq)
         async with self._db.read() as session:
             rows = (await session.execute(query)).scalars().all()
-        return window.page(rows, lambda r: r.seq, _stored)
+        return window.page(rows, lambda r: r.seq, lambda r: _stored(r, self._cursors))
 
     async def thread_at(self, cursor: str) -> tuple[str | None, str | None] | None:
         """The (conversation_id, thread_id) of the event a cursor points at, or None when there is none."""
-        seq = decode_seq(cursor, "events")
+        seq = self._cursors.decode_seq(cursor, "events")
         query = select(EventRow.conversation_id, EventRow.thread_id).where(EventRow.seq == seq)
         async with self._db.read() as session:
             row = (await session.execute(query)).one_or_none()

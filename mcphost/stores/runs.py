@@ -36,7 +36,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from mcphost.errors import ConcurrencyRejectedError, IllegalTransitionError, RunNotFoundError
 from mcphost.models import ALLOWED_TRANSITIONS, ConcurrencyPolicy, Run, RunError, RunGrant, RunStatus
 from mcphost.protocol import JSONObject
-from mcphost.stores._cursor import Page, check_limit, decode_seq, encode_cursor
+from mcphost.stores._cursor import CursorCodec, Page, check_limit
 from mcphost.stores._sql import lock_in_transaction
 from mcphost.stores.engine import Database
 from mcphost.stores.events import insert_event
@@ -121,8 +121,9 @@ async def _move(
 class RunStore:
     """Admit, start, move, read and cancel runs."""
 
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Database, cursors: CursorCodec) -> None:
         self._db = db
+        self._cursors = cursors
 
     async def admit(
         self,
@@ -383,7 +384,7 @@ class RunStore:
         if status is not None:
             stmt = stmt.where(RunRow.status == status.value)
         if cursor is not None:
-            stmt = stmt.where(RunRow.created_seq < decode_seq(cursor, "runs"))
+            stmt = stmt.where(RunRow.created_seq < self._cursors.decode_seq(cursor, "runs"))
         stmt = stmt.order_by(RunRow.created_seq.desc()).limit(limit + 1)
         async with self._db.read() as session:
             rows = (await session.execute(stmt)).scalars().all()
@@ -391,7 +392,7 @@ class RunStore:
         kept = rows[:limit]
         return Page[Run](
             items=[_run(row) for row in kept],
-            next_cursor=encode_cursor("runs", kept[-1].created_seq) if has_more else None,
+            next_cursor=self._cursors.encode("runs", kept[-1].created_seq) if has_more else None,
             prev_cursor=None,
             has_more=has_more,
         )

@@ -24,7 +24,7 @@ from sqlalchemy import ColumnElement, delete, select
 
 from mcphost.errors import InvalidArgumentError, PayloadTooLargeError
 from mcphost.protocol import STATE_SCOPES, JSONValue
-from mcphost.stores._cursor import Page
+from mcphost.stores._cursor import CursorCodec, Page
 from mcphost.stores._keys import check_key, encode_owner, key_page, key_page_query
 from mcphost.stores._sql import upsert
 from mcphost.stores.engine import Database
@@ -77,8 +77,9 @@ def _entry_cost(key: str, size: int) -> int:
 class StateStore:
     """Get, set, delete, list and snapshot state values."""
 
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Database, cursors: CursorCodec) -> None:
         self._db = db
+        self._cursors = cursors
 
     def _where(self, scope: str, owner: Sequence[str]) -> tuple[ColumnElement[bool], ColumnElement[bool]]:
         return (StateRow.scope == _check_scope(scope), StateRow.owner == encode_owner(owner))
@@ -186,6 +187,7 @@ class StateStore:
         query = key_page_query(
             select(StateRow).where(*self._where(scope, owner)),
             StateRow.key,
+            codec=self._cursors,
             kind="state",
             prefix=prefix,
             cursor=cursor,
@@ -193,4 +195,6 @@ class StateStore:
         )
         async with self._db.read() as session:
             rows = (await session.execute(query)).scalars().all()
-        return key_page(rows, kind="state", limit=limit, key_of=lambda r: r.key, item=_entry)
+        return key_page(
+            rows, codec=self._cursors, kind="state", limit=limit, key_of=lambda r: r.key, item=_entry
+        )

@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict
 from sqlalchemy import ColumnElement, delete, select
 
 from mcphost.errors import InvalidArgumentError, PayloadTooLargeError
-from mcphost.stores._cursor import Page
+from mcphost.stores._cursor import CursorCodec, Page
 from mcphost.stores._keys import check_key, encode_owner, key_page, key_page_query
 from mcphost.stores._sql import upsert
 from mcphost.stores.engine import Database
@@ -57,8 +57,9 @@ def _check_area(area: str) -> str:
 class StorageStore:
     """Get, set, delete and list storage values."""
 
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Database, cursors: CursorCodec) -> None:
         self._db = db
+        self._cursors = cursors
 
     def _where(self, area: str, owner: Sequence[str]) -> tuple[ColumnElement[bool], ColumnElement[bool]]:
         return (StorageRow.area == _check_area(area), StorageRow.owner == encode_owner(owner))
@@ -122,6 +123,7 @@ class StorageStore:
         query = key_page_query(
             select(StorageRow.key, StorageRow.size, StorageRow.updated_at).where(*self._where(area, owner)),
             StorageRow.key,
+            codec=self._cursors,
             kind="storage",
             prefix=prefix,
             cursor=cursor,
@@ -131,6 +133,7 @@ class StorageStore:
             rows = (await session.execute(query)).all()
         return key_page(
             rows,
+            codec=self._cursors,
             kind="storage",
             limit=limit,
             key_of=lambda r: r.key,

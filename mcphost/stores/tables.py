@@ -278,6 +278,16 @@ class HostRow(Base):
     heartbeat_at: Mapped[float] = mapped_column(Double)
 
 
+class SecretRow(Base):
+    """A secret of this installation, created once and shared by every host on the database."""
+
+    __tablename__ = "secrets"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    value: Mapped[str] = mapped_column(String(200))
+    created_at: Mapped[float] = mapped_column(Double)
+
+
 class KbDocumentRow(Base):
     """One ingested document of a knowledge base: where it came from and the hash it was ingested at."""
 

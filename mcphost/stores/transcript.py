@@ -47,7 +47,7 @@ from sqlalchemy.dialects.postgresql import TSVECTOR
 
 from mcphost.models import new_id
 from mcphost.protocol import ArtifactRef, ContentElement, JSONObject
-from mcphost.stores._cursor import Page, Window, check_limit, decode_seq, encode_cursor
+from mcphost.stores._cursor import CursorCodec, Page, check_limit
 from mcphost.stores._fulltext import (
     fts5_match,
     pg_matches,
@@ -110,10 +110,10 @@ class TranscriptDraft(BaseModel):
     created_at: float
 
 
-def _record(row: TranscriptRow) -> TranscriptRecord:
+def _record(row: TranscriptRow, cursors: CursorCodec) -> TranscriptRecord:
     return TranscriptRecord(
         seq=row.seq,
-        cursor=encode_cursor("transcript", row.seq),
+        cursor=cursors.encode("transcript", row.seq),
         item_id=row.item_id,
         conversation_id=row.conversation_id,
         thread_id=row.thread_id or None,
@@ -131,8 +131,9 @@ def _record(row: TranscriptRow) -> TranscriptRecord:
 class TranscriptStore:
     """Append and page conversation transcripts."""
 
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Database, cursors: CursorCodec) -> None:
         self._db = db
+        self._cursors = cursors
 
     async def append(
         self,
@@ -178,7 +179,7 @@ class TranscriptStore:
             row = (
                 await session.execute(select(TranscriptRow).where(TranscriptRow.item_id == item_id))
             ).scalar_one()
-            return _record(row)
+            return _record(row, self._cursors)
 
     async def page(
         self,
@@ -190,7 +191,7 @@ class TranscriptStore:
         limit: int = 50,
     ) -> Page[TranscriptRecord]:
         """A page of one conversation thread (see `_cursor` for the direction rules)."""
-        window = Window.of("transcript", before, after, limit)
+        window = self._cursors.window("transcript", before, after, limit)
         query = window.apply(
             select(TranscriptRow).where(
                 TranscriptRow.conversation_id == conversation_id,
@@ -200,7 +201,7 @@ class TranscriptStore:
         )
         async with self._db.read() as session:
             rows = (await session.execute(query)).scalars().all()
-        return window.page(rows, lambda r: r.seq, _record)
+        return window.page(rows, lambda r: r.seq, lambda r: _record(r, self._cursors))
 
     async def for_run(self, run_id: str, *, limit: int = 1000) -> list[TranscriptRecord]:
         """The first `limit` (1..1000) items a run wrote or answered, oldest first (for inspection)."""
@@ -212,7 +213,7 @@ class TranscriptStore:
         )
         async with self._db.read() as session:
             rows = (await session.execute(query)).scalars().all()
-        return [_record(row) for row in rows]
+        return [_record(row, self._cursors) for row in rows]
 
     async def head(self, conversation_id: str, thread_id: str | None = None) -> tuple[str | None, bool]:
         """The thread's newest cursor (None when empty) and whether it has older items, in one read.
@@ -232,11 +233,11 @@ class TranscriptStore:
             seqs = (await session.execute(query)).scalars().all()
         if not seqs:
             return None, False
-        return encode_cursor("transcript", seqs[0]), len(seqs) > 1
+        return self._cursors.encode("transcript", seqs[0]), len(seqs) > 1
 
     async def thread_at(self, cursor: str) -> tuple[str, str | None] | None:
         """The (conversation_id, thread_id) of the item a cursor points at, or None when there is none."""
-        seq = decode_seq(cursor, "transcript")
+        seq = self._cursors.decode_seq(cursor, "transcript")
         query = select(TranscriptRow.conversation_id, TranscriptRow.thread_id).where(TranscriptRow.seq == seq)
         async with self._db.read() as session:
             row = (await session.execute(query)).one_or_none()
@@ -296,7 +297,7 @@ class TranscriptStore:
             rows = (await session.execute(stmt)).all()
         return [
             TranscriptHit(
-                record=_record(row),
+                record=_record(row, self._cursors),
                 score=float(f"{float(found):.6g}"),
                 snippet=snippet(row.content, terms, SNIPPET_CHARS),
             )

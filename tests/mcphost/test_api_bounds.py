@@ -14,7 +14,7 @@ import pytest
 
 from mcphost.app import Host, open_host
 from mcphost.stores import MAX_RUN_SEQ
-from mcphost.stores._cursor import CursorKind, encode_cursor
+from mcphost.stores._cursor import CursorKind
 from tests.e2e.httpkit import api_settings, asgi_client, event_body, row_counts
 from tests.mcphost.test_api import error_of
 
@@ -37,8 +37,7 @@ async def client(host: Host) -> AsyncGenerator[httpx2.AsyncClient, None]:
 
 def cursor(host: Host, kind: CursorKind, value: int | str) -> str:
     """A cursor this host signed (so only its content can be wrong)."""
-    del host
-    return encode_cursor(kind, value)
+    return host.stores.cursors.encode(kind, value)
 
 
 async def a_finished_run(host: Host, client: httpx2.AsyncClient) -> str:

@@ -6,13 +6,16 @@ is stored.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
+import httpx2
 import mcp_types as types
 from mcp import Client
 
-from mcphost.stores._cursor import CursorKind, encode_cursor
-from tests.mcphost.facts.conftest import MODERN, Served, connect, ok, table_fingerprint
+from mcphost.stores._cursor import CursorKind
+from tests.mcphost.facts.conftest import MODERN, Served, connect, fails, ok, table_fingerprint
+from tests.mcphost.stores.test_cursor import signed_with_the_old_source_key
 
 HUGE: list[Any] = [2**63, 2**64, 10**100, -(2**63) - 1]
 NOT_INTEGERS: list[Any] = ["abc", "1e3", 1.5, None, [], {}]
@@ -20,8 +23,7 @@ NOT_INTEGERS: list[Any] = ["abc", "1e3", 1.5, None, [], {}]
 
 def cursor(served: Served, kind: CursorKind, value: Any) -> str:
     """A cursor the server's own key signed (so only its content can be wrong)."""
-    del served
-    return encode_cursor(kind, value)
+    return served.stores.cursors.encode(kind, value)
 
 
 async def refused(client: Client, tool: str, arguments: dict[str, Any], field: str) -> str:
@@ -86,6 +88,20 @@ async def test_cursors_past_64_bits_are_invalid_argument_not_runtime_error(serve
                 await refused(client, tool, {**extra, "cursor": cursor(served, kind, value)}, "cursor")
 
 
+async def test_a_cursor_forged_with_the_source_code_key_is_refused_before_the_scope_check(
+    served: Served,
+) -> None:
+    await served.stores.transcript.append(conversation_id="other", role="user", content="not yours")
+    run = await served.start_run()
+    forged = signed_with_the_old_source_key("transcript", 0)
+    foreign = served.stores.cursors.encode("transcript", 1)  # genuine, but another conversation's item
+    async with connect(served, run, mode=MODERN) as client:
+        message = await refused(client, "history_page", {"after_cursor": forged}, "Malformed")
+        assert "returned it" in message
+        other = await fails(client, "history_page", {"after_cursor": foreign})
+        assert other["code"] == "unauthorized", other
+
+
 UNSTORABLE: list[tuple[str, dict[str, Any], str]] = [
     ("state_set", {"scope": "conversation", "key": "k", "value": "a\x00b"}, "value"),
     ("state_set", {"scope": "conversation", "key": "k", "value": {"x": ["\x00"]}}, "value.x.0"),
@@ -109,4 +125,71 @@ async def test_unstorable_strings_and_values_in_arguments_are_refused_naming_the
     async with connect(served, run, mode=MODERN) as client:
         for tool, arguments, field in UNSTORABLE:
             await refused(client, tool, arguments, field)
+    assert await table_fingerprint(served.stores) == before
+
+
+async def test_nan_and_infinity_sent_as_raw_json_are_invalid_argument(served: Served) -> None:
+    """The SDK client cannot send these (it writes NaN as null): raw JSON-RPC, as Python's json writes it."""
+    run = await served.start_run()
+    before = await table_fingerprint(served.stores)
+    headers = {
+        "accept": "application/json, text/event-stream",
+        "content-type": "application/json",
+        "authorization": f"Bearer {run.token}",
+    }
+    initialize = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-11-25",
+            "capabilities": {},
+            "clientInfo": {"name": "raw", "version": "0"},
+        },
+    }
+    async with httpx2.AsyncClient(timeout=30) as http:
+        opened = await http.post(served.url(run.run_id), json=initialize, headers=headers)
+        session = {
+            **headers,
+            "mcp-session-id": opened.headers["mcp-session-id"],
+            "mcp-protocol-version": "2025-11-25",
+        }
+        await http.post(
+            served.url(run.run_id),
+            json={"jsonrpc": "2.0", "method": "notifications/initialized"},
+            headers=session,
+        )
+        for call_id, (tool, arguments, field) in enumerate(
+            [
+                ("state_set", '{"scope": "conversation", "key": "k", "value": NaN}', "value"),
+                ("state_set", '{"scope": "conversation", "key": "k", "value": [1, -Infinity]}', "value.1"),
+                ("history_page", '{"limit": Infinity}', "limit"),
+                ("artifacts_read", '{"artifact_id": "a", "offset": NaN}', "offset"),
+            ],
+            start=2,
+        ):
+            raw = (
+                f'{{"jsonrpc": "2.0", "id": {call_id}, "method": "tools/call", '
+                f'"params": {{"name": "{tool}", "arguments": {arguments}}}}}'
+            )
+            response = await http.post(served.url(run.run_id), content=raw, headers=session)
+            assert response.status_code == 200, response.text
+            text = response.text
+            payload = text.split("data: ", 1)[1].split("\n", 1)[0] if "data: " in text else text
+            answer = json.loads(payload)
+            assert "error" not in answer, answer  # never a JSON-RPC error such as -32603
+            result = answer["result"]
+            assert result["isError"] is True, result
+            assert result["structuredContent"]["code"] == "invalid_argument", result
+            assert field in result["structuredContent"]["message"], (field, result)
+        # A lone surrogate never reaches a tool: the SDK's JSON reader refuses the whole message
+        # (HTTP 400, JSON-RPC -32700 parse error), so it is not an internal error either.
+        for call_id, arguments in enumerate(['"\\ud800"', '{"\\udfff": 1}'], start=20):
+            raw = (
+                f'{{"jsonrpc": "2.0", "id": {call_id}, "method": "tools/call", "params": {{"name": "state_set", '
+                f'"arguments": {{"scope": "conversation", "key": "k", "value": {arguments}}}}}}}'
+            )
+            response = await http.post(served.url(run.run_id), content=raw, headers=session)
+            assert response.status_code == 400, response.text
+            assert response.json()["error"]["code"] == -32700, response.text
     assert await table_fingerprint(served.stores) == before

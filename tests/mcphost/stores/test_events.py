@@ -8,7 +8,6 @@ from sqlalchemy import func, select
 
 from mcphost.errors import InvalidArgumentError, NotFoundError
 from mcphost.stores import StoredEvent, Stores
-from mcphost.stores._cursor import encode_cursor
 from mcphost.stores.events import EventKind
 from mcphost.stores.tables import EventRow
 
@@ -179,7 +178,7 @@ async def test_type_filters_page_through_the_matching_events_only(stores: Stores
     assert mixed.next_cursor is not None
     after = await stores.events.page(
         "c1",
-        after=encode_cursor("events", 0),
+        after=stores.cursors.encode("events", 0),
         limit=5,
         event_types=["tool.call.started", "schedule.triggered"],
     )
@@ -227,6 +226,6 @@ async def test_thread_at_names_the_conversation_thread_a_cursor_points_into(stor
     assert await stores.events.thread_at(main.cursor) == ("c1", None)
     assert await stores.events.thread_at(threaded.cursor) == ("c1", "t1")
     assert await stores.events.thread_at(loose.cursor) == (None, None)
-    assert await stores.events.thread_at(encode_cursor("events", loose.seq + 100)) is None
+    assert await stores.events.thread_at(stores.cursors.encode("events", loose.seq + 100)) is None
     with pytest.raises(InvalidArgumentError):
-        await stores.events.thread_at(encode_cursor("transcript", main.seq))
+        await stores.events.thread_at(stores.cursors.encode("transcript", main.seq))

@@ -7,7 +7,6 @@ import pytest
 from mcphost.errors import InvalidArgumentError
 from mcphost.protocol import ArtifactRef, MediaContent, TextContent
 from mcphost.stores import Stores, TranscriptRecord
-from mcphost.stores._cursor import encode_cursor
 
 
 def _contents(records: list[TranscriptRecord]) -> list[str]:
@@ -119,6 +118,6 @@ async def test_thread_at_names_the_thread_a_cursor_points_into(stores: Stores) -
     threaded = await stores.transcript.append(conversation_id="c1", thread_id="t1", role="user", content="b")
     assert await stores.transcript.thread_at(main.cursor) == ("c1", None)
     assert await stores.transcript.thread_at(threaded.cursor) == ("c1", "t1")
-    assert await stores.transcript.thread_at(encode_cursor("transcript", threaded.seq + 100)) is None
+    assert await stores.transcript.thread_at(stores.cursors.encode("transcript", threaded.seq + 100)) is None
     with pytest.raises(InvalidArgumentError):
-        await stores.transcript.thread_at(encode_cursor("events", main.seq))
+        await stores.transcript.thread_at(stores.cursors.encode("events", main.seq))
