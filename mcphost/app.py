@@ -435,7 +435,8 @@ def host_error_response(exc: HostError) -> JSONResponse:
 async def _on_host_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HostError)
     if exc.status >= 500:
-        logger.warning("%s %s failed: %s", request.method, request.url.path, exc.message)
+        # A storage error's message is fixed; its cause (driver text, SQL) goes to the log only.
+        logger.warning("%s %s failed: %s", request.method, request.url.path, exc.__cause__ or exc.message)
     return host_error_response(exc)
 
 

@@ -26,7 +26,9 @@ from mcphost.protocol import JSONObject, is_error_code
 REFUSAL_CODES: frozenset[str] = frozenset({"unauthorized", "rate_limited", "deadline_exceeded"})
 """Codes recorded as outcome `refused` in the audit: the grant or a limit stopped the call."""
 
-RETRYABLE_CODES: frozenset[str] = frozenset({"rate_limited", "runtime_error"})
+RETRYABLE_CODES: frozenset[str] = frozenset(
+    {"rate_limited", "runtime_error", "storage_unavailable", "storage_full"}
+)
 
 
 class ToolCallError(Exception):

@@ -13,6 +13,8 @@ ErrorCode = Literal[
     "invalid_argument",
     "conflict",
     "runtime_error",
+    "storage_unavailable",
+    "storage_full",
     "cancelled",
     "runner.error",
     "runner.empty_output",
@@ -21,8 +23,12 @@ ErrorCode = Literal[
     "runner.mcp_unavailable",
     "runner.timeout",
     "host.restarted",
+    "host.run_lost",
 ]
-"""Every code a host or runner may report. `host.restarted` marks runs a dead host left behind."""
+"""Every code a host or runner may report. `host.restarted` marks runs a dead host left behind;
+`host.run_lost` runs a live host stopped executing without recording their end (closed by its sweeper);
+`storage_unavailable` a database that failed or refused the operation, `storage_full` one whose disk is
+full (both: retry later)."""
 
 ERROR_CODES: frozenset[str] = frozenset(get_args(ErrorCode))
 

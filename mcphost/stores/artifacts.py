@@ -28,6 +28,7 @@ from sqlalchemy import insert, select
 from mcphost.errors import InvalidArgumentError, NotFoundError, PayloadTooLargeError, StorageIntegrityError
 from mcphost.models import new_id
 from mcphost.protocol import ArtifactRef
+from mcphost.stores._retry import idempotent
 from mcphost.stores.blobs import BlobBackend, remove_file, stage
 from mcphost.stores.engine import Database
 from mcphost.stores.tables import ArtifactRow
@@ -155,6 +156,7 @@ class ArtifactStore:
             await session.execute(insert(ArtifactRow).values(record.model_dump()))
         return record
 
+    @idempotent
     async def get(self, artifact_id: str) -> ArtifactRecord:
         """The metadata of an artifact that exists and has not expired."""
         async with self._db.read() as session:

@@ -22,6 +22,11 @@ Invariants:
   on SQLite the connection lives on in its worker thread with the transaction open and every later
   writer fails with "database is locked" once the busy timeout runs out; on PostgreSQL asyncpg's
   connection is torn down under a pending query ("unexpected connection_lost() call").
+- Database failures leave here as `StorageUnavailableError` with a fixed message, the driver error as
+  its cause (`_retry.storage_error`; integrity errors pass through for the stores that expect them).
+  PostgreSQL connections are pinged at checkout (`pool_pre_ping`), so one the server dropped while
+  pooled is replaced instead of failing a transaction; a transaction that loses its connection half
+  way is retried only by store methods marked `@idempotent` (`_retry.py`).
 - PostgreSQL (asyncpg): read committed; stores that need cross-process serialization take transaction
   advisory locks (`_sql.py`).
 - Migrations run inside one write transaction; on PostgreSQL under an advisory lock, so replicas that
@@ -45,6 +50,7 @@ from sqlalchemy.engine.interfaces import DBAPIConnection
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
 from sqlalchemy.pool import ConnectionPoolEntry
 
+from mcphost.stores._retry import storage_error
 from mcphost.stores._sql import Dialect, lock_in_transaction
 
 log = logging.getLogger(__name__)
@@ -114,7 +120,9 @@ class Database:
         self.url = normalize_url(url)
         backend = make_url(self.url).get_backend_name()
         self.dialect: Dialect = "sqlite" if backend == "sqlite" else "postgresql"
-        self.engine: AsyncEngine = create_async_engine(self.url)
+        # PostgreSQL: a pooled connection the server dropped (restart, failover, pg_terminate_backend)
+        # is found by a ping at checkout and replaced, instead of failing the next transaction.
+        self.engine: AsyncEngine = create_async_engine(self.url, pool_pre_ping=self.dialect == "postgresql")
         if self.dialect == "sqlite":
             event.listen(self.engine.sync_engine, "connect", _sqlite_on_connect)
             event.listen(self.engine.sync_engine, "begin", _sqlite_on_begin)
@@ -144,9 +152,15 @@ class Database:
         # See the module docstring: a transaction is never abandoned half way. A cancelled caller is
         # stopped here, before it starts one: a loop of transactions must stay cancellable.
         await anyio.lowlevel.checkpoint_if_cancelled()
-        with anyio.CancelScope(shield=True):
-            async with factory.begin() as session:
-                yield session
+        try:
+            with anyio.CancelScope(shield=True):
+                async with factory.begin() as session:
+                    yield session
+        except Exception as exc:
+            translated = storage_error(exc)
+            if translated is None:
+                raise
+            raise translated from exc
 
     async def dispose(self) -> None:
         """Close every pooled connection."""

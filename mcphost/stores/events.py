@@ -13,6 +13,8 @@ Invariants:
   through the (conversation_id, thread_id, event_type, seq) index separately (at most
   `MAX_EVENT_TYPES` of them) and merges by seq, so a rare type never scans the conversation.
 - `thread_at` (where a cursor points) is a primary-key probe.
+- Every method is retried when its connection drops (`@idempotent`): `append` is idempotent on
+  `event_id` (a repeat after a commit whose acknowledgement was lost answers `created=False`).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from mcphost.errors import InvalidArgumentError, NotFoundError
 from mcphost.protocol import JSONObject
 from mcphost.stores._cursor import CursorCodec, Page, check_limit
+from mcphost.stores._retry import idempotent
 from mcphost.stores._sql import Dialect, insert_ignoring
 from mcphost.stores.engine import Database
 from mcphost.stores.tables import EventRow
@@ -121,6 +124,7 @@ class EventStore:
         self._db = db
         self._cursors = cursors
 
+    @idempotent
     async def append(self, **fields: Unpack[EventFields]) -> tuple[StoredEvent, bool]:
         """Store an event unless its `event_id` is stored already; returns (row, created)."""
         values = event_values(**fields)
@@ -131,6 +135,7 @@ class EventStore:
             ).scalar_one()
             return _stored(row, self._cursors), seq is not None
 
+    @idempotent
     async def get(self, event_id: str) -> StoredEvent:
         """The event with `event_id`."""
         async with self._db.read() as session:
@@ -141,6 +146,7 @@ class EventStore:
             raise NotFoundError(f"Event {event_id!r} is not in the event log; check the id.")
         return _stored(row, self._cursors)
 
+    @idempotent
     async def for_run(self, run_id: str, *, limit: int = 1000) -> list[StoredEvent]:
         """The first `limit` (1..1000) events a run logged, oldest first (for inspection)."""
         query = (
@@ -153,6 +159,7 @@ class EventStore:
             rows = (await session.execute(query)).scalars().all()
         return [_stored(row, self._cursors) for row in rows]
 
+    @idempotent
     async def page(
         self,
         conversation_id: str | None,
@@ -191,6 +198,7 @@ class EventStore:
             rows = (await session.execute(query)).scalars().all()
         return window.page(rows, lambda r: r.seq, lambda r: _stored(r, self._cursors))
 
+    @idempotent
     async def thread_at(self, cursor: str) -> tuple[str | None, str | None] | None:
         """The (conversation_id, thread_id) of the event a cursor points at, or None when there is none."""
         seq = self._cursors.decode_seq(cursor, "events")

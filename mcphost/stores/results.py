@@ -8,6 +8,9 @@ Invariants:
   of deltas costs one round trip per batch, not per result. A batch that repeats a stored sequence
   writes nothing and raises `ConflictError`.
 - `list(run_id, after=N)` reads the primary key range (run_id, seq > N) in order: O(limit).
+- Every method is retried when its connection drops (`@idempotent`): reads trivially, and `append_many`
+  because a batch whose sequences are already stored with the same types and payloads (an earlier
+  attempt committed before its connection dropped) counts as written.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from sqlalchemy.exc import IntegrityError
 from mcphost.errors import ConflictError
 from mcphost.protocol import JSONObject
 from mcphost.stores._cursor import MAX_RUN_SEQ, check_after, check_limit
+from mcphost.stores._retry import idempotent
 from mcphost.stores.engine import Database
 from mcphost.stores.tables import RunResultRow
 
@@ -45,13 +49,16 @@ class ResultStore:
     def __init__(self, db: Database) -> None:
         self._db = db
 
+    @idempotent
     async def append_many(
         self, run_id: str, items: list[tuple[str, JSONObject]], *, first_seq: int
     ) -> list[StoredResult]:
         """Store `items` as (type, payload) at sequences first_seq, first_seq + 1, …
 
+        Storing the same batch again is a no-op that returns the stored results.
+
         Raises:
-            ConflictError: one of the sequences is already stored for the run.
+            ConflictError: one of the sequences is already stored for the run with other content.
         """
         if first_seq < 1:
             raise ValueError(f"result sequences start at 1; got first_seq={first_seq}")
@@ -66,6 +73,9 @@ class ResultStore:
             async with self._db.write() as session:
                 await session.execute(insert(RunResultRow), [r.model_dump() for r in stored])
         except IntegrityError as exc:
+            already = await self.list(run_id, after=first_seq - 1, limit=len(stored))
+            if [(r.seq, r.type, r.payload) for r in already] == [(r.seq, r.type, r.payload) for r in stored]:
+                return already
             raise ConflictError(
                 f"Run {run_id!r} already has results in sequences {first_seq}..{stored[-1].seq}, or the run "
                 "does not exist; append after last_seq().",
@@ -73,6 +83,7 @@ class ResultStore:
             ) from exc
         return stored
 
+    @idempotent
     async def list(self, run_id: str, *, after: int = 0, limit: int = 1000) -> list[StoredResult]:
         """Results with seq > `after`, oldest first, at most `limit` (1..10,000)."""
         check_limit(limit, MAX_LIST_LIMIT)
@@ -90,6 +101,7 @@ class ResultStore:
             for r in rows
         ]
 
+    @idempotent
     async def last_seq(self, run_id: str) -> int:
         """The highest stored sequence of the run, 0 when none."""
         async with self._db.read() as session:

@@ -21,6 +21,12 @@ Invariants:
     older (`created_seq`) run of it is still queued: one at a time, first in first out. Runs without a
     conversation always start.
 - `created_seq` only grows (AUTOINCREMENT / a sequence), so it orders runs by admission.
+- Retried when their connection drops (`@idempotent`, `_retry.py`), because repeating them is safe: every
+  read; `admit` (a retry finds the row the first attempt may have committed, and recognizes it as its
+  own by run id); `try_start` (a run already running on the same host counts as started); `finish`
+  (first terminal status wins, a repeat returns it); `revoke` and `request_cancel` (they keep the first
+  timestamp). `transition` is not: a repeat after a commit that was not acknowledged would raise
+  `IllegalTransitionError` for a move that happened.
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ from mcphost.errors import ConcurrencyRejectedError, IllegalTransitionError, Run
 from mcphost.models import ALLOWED_TRANSITIONS, ConcurrencyPolicy, Run, RunError, RunGrant, RunStatus
 from mcphost.protocol import JSONObject
 from mcphost.stores._cursor import CursorCodec, Page, check_limit
+from mcphost.stores._retry import idempotent
 from mcphost.stores._sql import lock_in_transaction
 from mcphost.stores.engine import Database
 from mcphost.stores.events import insert_event
@@ -125,6 +132,7 @@ class RunStore:
         self._db = db
         self._cursors = cursors
 
+    @idempotent
     async def admit(
         self,
         run: Run,
@@ -161,6 +169,9 @@ class RunStore:
                 if conversation:
                     await lock_in_transaction(session, self._db.dialect, _LOCK_NAMESPACE, conversation)
                 existing = await self._by_event(session, run.event_id)
+                if existing is not None and existing.run_id == run.run_id:
+                    # Our own row when an earlier attempt committed before its connection dropped.
+                    return _run(existing), True
                 if existing is not None and not _restartable(existing):
                     return _run(existing), False
                 if existing is not None:
@@ -183,7 +194,7 @@ class RunStore:
                 and existing_run.error.code == RESTARTABLE_CODE
             ):
                 raise
-            return existing_run, False
+            return existing_run, existing_run.run_id == run.run_id
 
     async def _apply_policy(
         self, session: AsyncSession, conversation: str, concurrency: ConcurrencyPolicy
@@ -214,14 +225,20 @@ class RunStore:
             .values(cancel_requested_at=time.time())
         )
 
+    @idempotent
     async def try_start(self, run_id: str, *, host_id: str) -> Run | None:
-        """Move a queued run to `running` on `host_id` if it is its conversation's turn, else None."""
+        """Move a queued run to `running` on `host_id` if it is its conversation's turn, else None.
+
+        A run already running on `host_id` is returned as it is (so a repeat is harmless).
+        """
         async with self._db.write() as session:
             row = await _row(session, run_id)
             if row.conversation_id:
                 await lock_in_transaction(session, self._db.dialect, _LOCK_NAMESPACE, row.conversation_id)
                 # Read again under the lock: another process may have moved it meanwhile.
                 await session.refresh(row)
+            if row.status == RunStatus.RUNNING and row.host_id == host_id:
+                return _run(row)  # started by an attempt whose commit was not acknowledged
             if row.status != RunStatus.QUEUED:
                 return None
             if row.conversation_id and await self._blocked(session, row):
@@ -271,6 +288,54 @@ class RunStore:
                     return _run(moved)
         raise AssertionError(f"run {run_id!r} kept changing status under transition()")
 
+    @idempotent
+    async def finish(
+        self,
+        run_id: str,
+        status: RunStatus,
+        *,
+        error: RunError | None = None,
+        usage: JSONObject | None = None,
+    ) -> Run:
+        """Move an unfinished run to the terminal `status`; a run that has already ended stays as it is.
+
+        The one idempotent terminal write: the first terminal status wins, and a repeat (after a commit
+        whose acknowledgement was lost, or by a sweeper after the run's own close failed) returns the
+        run as it ended. The caller compares `status` when it cares who won.
+
+        Raises:
+            RunNotFoundError: no such run.
+        """
+        if not status.is_terminal:
+            raise ValueError(f"finish takes a terminal status; got {status}")
+        values: dict[str, Any] = {}
+        if error is not None:
+            values["error"] = error.model_dump(mode="json")
+        if usage is not None:
+            values["usage"] = usage
+        for _ in range(3):  # queued → running → terminal: a lost race repeats at most twice
+            async with self._db.write() as session:
+                row = await _row(session, run_id)
+                current = RunStatus(row.status)
+                if current.is_terminal:
+                    return _run(row)
+                moved = await _move(session, run_id, current, status, **values)
+                if moved is not None:
+                    return _run(moved)
+        raise AssertionError(f"run {run_id!r} kept changing status under finish()")
+
+    @idempotent
+    async def active_on(self, host_id: str) -> list[str]:
+        """Ids of queued or running runs that `host_id` owns, oldest first."""
+        stmt = (
+            select(RunRow.run_id)
+            .where(RunRow.status.in_(ACTIVE_STATUSES), RunRow.host_id == host_id)
+            .order_by(RunRow.created_seq)
+        )
+        async with self._db.read() as session:
+            return list((await session.execute(stmt)).scalars().all())
+
+    @idempotent
     async def get(self, run_id: str) -> Run:
         """The run with `run_id`."""
         async with self._db.read() as session:
@@ -280,6 +345,7 @@ class RunStore:
         stmt = select(RunRow).where(RunRow.event_id == event_id).order_by(RunRow.attempt.desc()).limit(1)
         return (await session.execute(stmt)).scalar_one_or_none()
 
+    @idempotent
     async def get_by_event(self, event_id: str) -> Run | None:
         """The latest run (attempt) of an event, or None."""
         async with self._db.read() as session:
@@ -325,6 +391,7 @@ class RunStore:
         async with self._db.write() as session:
             return (await session.execute(stmt)).first() is not None
 
+    @idempotent
     async def grant(self, run_id: str) -> GrantRecord:
         """The run's grant, its status and whether the grant was revoked."""
         async with self._db.read() as session:
@@ -335,6 +402,7 @@ class RunStore:
             revoked=row.revoked_at is not None,
         )
 
+    @idempotent
     async def revoke(self, run_id: str) -> None:
         """Revoke the run's grant (again is a no-op)."""
         stmt = (
@@ -347,6 +415,7 @@ class RunStore:
             if (await session.execute(stmt)).first() is None:
                 raise _not_found(run_id)
 
+    @idempotent
     async def request_cancel(self, run_id: str) -> Run:
         """Ask the host running `run_id` to cancel it (no-op once the run has ended or was asked)."""
         stmt = (
@@ -358,6 +427,7 @@ class RunStore:
             await session.execute(stmt)
             return _run(await _row(session, run_id))
 
+    @idempotent
     async def cancel_requested(self, host_id: str) -> list[str]:
         """Ids of runs running on `host_id` that were asked to cancel."""
         stmt = select(RunRow.run_id).where(
@@ -368,6 +438,7 @@ class RunStore:
         async with self._db.read() as session:
             return list((await session.execute(stmt)).scalars().all())
 
+    @idempotent
     async def list(
         self,
         *,

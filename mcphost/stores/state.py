@@ -11,6 +11,9 @@ Invariants:
 - `set` is an upsert on the primary key (scope, owner, key): race-safe, last writer wins.
 - `snapshot` reads (key, size) in key order and stops at the first key that no longer fits, then reads
   only the chosen values: its cost follows `max_bytes`, not the number of stored keys.
+- Retried when their connection drops (`@idempotent`): the reads, and `set` (writing the same value
+  again; a repeat lands as a later write, which last-writer-wins allows). `delete` is not (its answer,
+  whether the key existed, would change).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from mcphost.errors import InvalidArgumentError, PayloadTooLargeError
 from mcphost.protocol import STATE_SCOPES, JSONValue
 from mcphost.stores._cursor import CursorCodec, Page
 from mcphost.stores._keys import check_key, encode_owner, key_page, key_page_query
+from mcphost.stores._retry import idempotent
 from mcphost.stores._sql import upsert
 from mcphost.stores.engine import Database
 from mcphost.stores.tables import StateRow
@@ -84,6 +88,7 @@ class StateStore:
     def _where(self, scope: str, owner: Sequence[str]) -> tuple[ColumnElement[bool], ColumnElement[bool]]:
         return (StateRow.scope == _check_scope(scope), StateRow.owner == encode_owner(owner))
 
+    @idempotent
     async def get(self, scope: str, owner: Sequence[str], key: str) -> StateEntry | None:
         """The value at `key`, or None."""
         query = select(StateRow).where(*self._where(scope, owner), StateRow.key == check_key(key))
@@ -91,6 +96,7 @@ class StateStore:
             row = (await session.execute(query)).scalar_one_or_none()
         return None if row is None else _entry(row)
 
+    @idempotent
     async def set(self, scope: str, owner: Sequence[str], key: str, value: JSONValue) -> StateEntry:
         """Store `value` at `key`, replacing what was there.
 
@@ -125,6 +131,7 @@ class StateStore:
         async with self._db.write() as session:
             return (await session.execute(stmt)).first() is not None
 
+    @idempotent
     async def snapshot(
         self, scope: str, owner: Sequence[str], *, max_bytes: int = SNAPSHOT_MAX_BYTES
     ) -> dict[str, JSONValue]:
@@ -174,6 +181,7 @@ class StateStore:
             total += cost
         return snapshot
 
+    @idempotent
     async def list(
         self,
         scope: str,

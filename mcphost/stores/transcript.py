@@ -10,6 +10,8 @@ Invariants:
   no thread is "", and a thread's history is exactly its own rows. `head` (newest cursor, older items?) is
   one index probe; `for_run` reads the (run_id, seq) index.
 - `thread_at` is a primary-key probe.
+- Retried when their connection drops (`@idempotent`): every read, and `append` (its `item_id` is chosen
+  before the first attempt, so a repeat finds the row an unacknowledged commit stored).
 - `search` is full-text search over one conversation thread (migrations 0002 and 0004: FTS5 on SQLite, a
   GIN-indexed tsvector on PostgreSQL) and never returns another thread's rows, whatever their text says:
   the scope is a filter on columns, never words of the searched text. SQLite ANDs the thread's token,
@@ -26,7 +28,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, TypeAdapter
 from sqlalchemy import (
@@ -56,6 +58,7 @@ from mcphost.stores._fulltext import (
     snippet,
     thread_scope_sqlite,
 )
+from mcphost.stores._retry import idempotent
 from mcphost.stores._sql import insert_ignoring
 from mcphost.stores.engine import Database
 from mcphost.stores.tables import TranscriptRow
@@ -174,6 +177,11 @@ class TranscriptStore:
             "actor_id": actor_id,
             "created_at": time.time() if created_at is None else created_at,
         }
+        return await self._insert(values)
+
+    @idempotent
+    async def _insert(self, values: dict[str, Any]) -> TranscriptRecord:
+        item_id = values["item_id"]
         async with self._db.write() as session:
             await session.execute(insert_ignoring(self._db.dialect, TranscriptRow, values, ["item_id"]))
             row = (
@@ -181,6 +189,7 @@ class TranscriptStore:
             ).scalar_one()
             return _record(row, self._cursors)
 
+    @idempotent
     async def page(
         self,
         conversation_id: str,
@@ -203,6 +212,7 @@ class TranscriptStore:
             rows = (await session.execute(query)).scalars().all()
         return window.page(rows, lambda r: r.seq, lambda r: _record(r, self._cursors))
 
+    @idempotent
     async def for_run(self, run_id: str, *, limit: int = 1000) -> list[TranscriptRecord]:
         """The first `limit` (1..1000) items a run wrote or answered, oldest first (for inspection)."""
         query = (
@@ -215,6 +225,7 @@ class TranscriptStore:
             rows = (await session.execute(query)).scalars().all()
         return [_record(row, self._cursors) for row in rows]
 
+    @idempotent
     async def head(self, conversation_id: str, thread_id: str | None = None) -> tuple[str | None, bool]:
         """The thread's newest cursor (None when empty) and whether it has older items, in one read.
 
@@ -235,6 +246,7 @@ class TranscriptStore:
             return None, False
         return self._cursors.encode("transcript", seqs[0]), len(seqs) > 1
 
+    @idempotent
     async def thread_at(self, cursor: str) -> tuple[str, str | None] | None:
         """The (conversation_id, thread_id) of the item a cursor points at, or None when there is none."""
         seq = self._cursors.decode_seq(cursor, "transcript")
@@ -243,6 +255,7 @@ class TranscriptStore:
             row = (await session.execute(query)).one_or_none()
         return None if row is None else (row.conversation_id, row.thread_id or None)
 
+    @idempotent
     async def search(
         self,
         conversation_id: str,

@@ -8,6 +8,7 @@ import pytest
 from sqlalchemy import event
 
 from mcphost.errors import ConflictError, InvalidArgumentError
+from mcphost.protocol import JSONObject
 from mcphost.stores import Stores
 from tests.mcphost.stores.factories import admitted
 
@@ -67,3 +68,13 @@ async def test_list_limits_are_validated(stores: Stores) -> None:
         await stores.results.list("run_x", limit=10_001)
     with pytest.raises(InvalidArgumentError, match="between 1 and 10000"):
         await stores.results.list("run_x", limit=0)
+
+
+async def test_the_same_batch_stored_again_is_a_no_op(stores: Stores) -> None:
+    # What a retry after a commit whose acknowledgement was lost does.
+    run = await admitted(stores)
+    items: list[tuple[str, JSONObject]] = [("a.b", {"n": 1, "t": 1796282518.5033848}), ("c.d", {"n": 2})]
+    first = await stores.results.append_many(run.run_id, items, first_seq=1)
+    again = await stores.results.append_many(run.run_id, items, first_seq=1)
+    assert [(r.seq, r.type, r.payload) for r in again] == [(r.seq, r.type, r.payload) for r in first]
+    assert len(await stores.results.list(run.run_id)) == 2

@@ -150,6 +150,26 @@ async def test_an_illegal_transition_raises_the_exact_message(stores: Stores) ->
     assert stored.error == RunError(code="runner.crashed", message="boom")
 
 
+async def test_finish_ends_a_run_once_and_a_repeat_returns_it_as_it_ended(stores: Stores) -> None:
+    run = await admitted(stores)
+    await stores.runs.try_start(run.run_id, host_id="h")
+    assert await stores.runs.active_on("h") == [run.run_id]
+    ended = await stores.runs.finish(run.run_id, RunStatus.COMPLETED, usage={"tokens": 3})
+    assert ended.status is RunStatus.COMPLETED
+    assert ended.usage == {"tokens": 3}
+    again = await stores.runs.finish(run.run_id, RunStatus.FAILED, error=RunError(code="x", message="late"))
+    assert again == ended  # the first terminal status wins; nothing is rewritten
+    assert (await stores.runs.grant(run.run_id)).revoked
+    assert await stores.runs.active_on("h") == []
+
+
+async def test_an_admit_repeated_after_its_commit_reports_the_run_as_created(stores: Stores) -> None:
+    run = await admitted(stores)  # the first attempt's commit landed, its answer was lost
+    grant = (await stores.runs.grant(run.run_id)).grant
+    again, created = await stores.runs.admit(run, grant=grant, concurrency="enqueue")
+    assert (again.run_id, created) == (run.run_id, True)
+
+
 async def test_queued_cannot_complete_without_running(stores: Stores) -> None:
     run = await admitted(stores)
     with pytest.raises(IllegalTransitionError, match="is queued; cannot move to completed"):
@@ -180,7 +200,10 @@ async def test_runs_of_a_conversation_start_one_at_a_time_in_admission_order(sto
     first, second, third = [await admitted(stores, "c1") for _ in range(3)]
     assert await stores.runs.try_start(second.run_id, host_id="h") is None  # an older run is queued
     assert await stores.runs.try_start(first.run_id, host_id="h") is not None
-    assert await stores.runs.try_start(first.run_id, host_id="h") is None  # already running
+    assert await stores.runs.try_start(first.run_id, host_id="other") is None  # running elsewhere
+    again = await stores.runs.try_start(first.run_id, host_id="h")  # a repeat by its own host
+    assert again is not None
+    assert again.status is RunStatus.RUNNING
     assert await stores.runs.try_start(second.run_id, host_id="h") is None  # first is running
     await stores.runs.transition(first.run_id, RunStatus.COMPLETED)
     assert await stores.runs.try_start(third.run_id, host_id="h") is None  # second is older
@@ -204,17 +227,18 @@ async def test_concurrent_starts_in_one_conversation_start_exactly_one_run(
     late = [await admitted(stores, "c1") for _ in range(3)]
     # Two independent engines stand in for two host processes.
     async with open_stores(database_url, tmp_path / "other", migrate=False) as other:
-        started: list[str] = []
+        started: set[tuple[str, str]] = set()
 
-        async def start(which: Stores, run_id: str) -> None:
-            if await which.runs.try_start(run_id, host_id="h") is not None:
-                started.append(run_id)
+        async def start(which: Stores, host_id: str, run_id: str) -> None:
+            if await which.runs.try_start(run_id, host_id=host_id) is not None:
+                started.add((host_id, run_id))  # a repeat by the winning host answers it again
 
         async with anyio.create_task_group() as tg:
             for run in [runs[1], *late] * 3:
-                tg.start_soon(start, stores, run.run_id)
-                tg.start_soon(start, other, run.run_id)
-    assert started == [runs[1].run_id]
+                tg.start_soon(start, stores, "h1", run.run_id)
+                tg.start_soon(start, other, "h2", run.run_id)
+    assert len(started) == 1
+    assert {run_id for _, run_id in started} == {runs[1].run_id}
     running = await stores.runs.list(conversation_id="c1", status=RunStatus.RUNNING)
     assert [r.run_id for r in running.items] == [runs[1].run_id]
 
