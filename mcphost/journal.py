@@ -105,6 +105,7 @@ class RunJournal:
         self._terminal_written = False
         self._inline_refs: dict[str, ArtifactRef] = {}
         """The host's ref of each inline `artifact.created` of this run, by the runner's artifact id."""
+        self._terminal: tuple[int, tuple[str, dict[str, Any]]] | None = None
         self.outcome: Outcome | None = None
 
     @property
@@ -394,6 +395,7 @@ class RunJournal:
     async def end(self, outcome: Outcome) -> Outcome:
         """Settle the run's outcome and make sure the stream ends in a terminal result that says it.
 
+        Safe to repeat after a failure: the terminal result is built once and stored idempotently.
         The first outcome wins: once the runner's own terminal result was accepted, a later host
         decision (deadline, cancel) does not overwrite it. A runner's `run.completed` that became
         `runner.empty_output` is followed by the host's `run.failed`, so stream readers see why.
@@ -405,6 +407,16 @@ class RunJournal:
         return self.outcome
 
     async def _write_terminal(self, outcome: Outcome) -> None:
+        if self._terminal is None:
+            # Built once: a repeat after a failed write stores the very same result (idempotent).
+            self._terminal = (self._next_seq, self._terminal_result(outcome))
+        seq, (terminal_type, payload) = self._terminal
+        await self._stores.results.append_many(self._run_id, [(terminal_type, payload)], first_seq=seq)
+        self._next_seq = seq + 1
+        self._terminal_written = True
+        self._publish()
+
+    def _terminal_result(self, outcome: Outcome) -> tuple[str, dict[str, Any]]:
         if outcome.status is RunStatus.COMPLETED:
             terminal_type = "run.completed"
             data: dict[str, Any] = {"finish_reason": "stop", "usage": outcome.usage}
@@ -419,12 +431,7 @@ class RunJournal:
             "metadata": {"origin": "host"},
             "data": data,
         }
-        await self._stores.results.append_many(
-            self._run_id, [(terminal_type, payload)], first_seq=self._next_seq
-        )
-        self._next_seq += 1
-        self._terminal_written = True
-        self._publish()
+        return terminal_type, payload
 
     async def end_of_stream(self, plugin_status: str | None) -> Outcome:
         """The runner's stream ended: decide the outcome when no terminal result came."""

@@ -19,6 +19,15 @@ Invariants:
   agent's timeout is stale and fails with `deadline_exceeded` without starting.
 - Results are persisted before they are published; subscribers read from the store, so a reader that
   resumes after sequence N gets every later result exactly once.
+- No run stays `queued`/`running` without an executor on its live host. The terminal write (the
+  journal's terminal result, then `RunStore.finish`) is idempotent and retried with jittered
+  exponential back-off for up to `TERMINAL_RETRY_S` when storage fails; a run whose end still could not
+  be written is remembered with its outcome, and the sweeper (every `SWEEP_S`) writes it later. The
+  sweeper also fails (`host.run_lost`) any other active run this host owns that no task of this
+  process holds (admitted, then the admission's caller failed), so a conversation's queue never wedges
+  until a restart. Readers of such a run poll the store and end when the sweeper ends it.
+- What a client sees of a host failure is a code and a short message (`HOST_FAILED`, or a storage
+  error's fixed message); the exception itself is logged with the run id, never stored in the run.
 - The context of a run (token included) lives in memory only while the run is active on this process
   (`context(run_id)`, the facts server's context provider); it is never stored. `on_run_end` callbacks
   run once per run, after its terminal status is written and its grant revoked, inside the shielded,
@@ -39,10 +48,23 @@ import anyio
 from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectReceiveStream
 from pydantic import ValidationError
+from tenacity import (
+    AsyncRetrying,
+    RetryCallState,
+    retry_if_exception,
+    stop_after_delay,
+    wait_random_exponential,
+)
 
 from mcphost.bindings import Bindings
 from mcphost.context import build_context, runner_config
-from mcphost.errors import HostError, IllegalTransitionError, InvalidArgumentError, PluginError
+from mcphost.errors import (
+    HostError,
+    InvalidArgumentError,
+    PluginError,
+    StorageFullError,
+    StorageUnavailableError,
+)
 from mcphost.grants import build_grant, mint_token
 from mcphost.journal import Outcome, RunJournal
 from mcphost.models import AgentBinding, AgentEventEnvelope, Run, RunError, RunGrant, RunStatus, new_id
@@ -69,6 +91,19 @@ CANCEL_POLL_S = 0.5
 MAX_BATCH = 512
 RESULTS_PAGE = 1000
 """How many results `results()` reads from the store at a time."""
+TERMINAL_RETRY_S = 6.0
+"""How long a run's close keeps retrying its terminal write (result and status) before it leaves the
+run to the sweeper."""
+SWEEP_S = 5.0
+"""How often the sweeper looks for runs this host owns but no longer executes (one indexed query)."""
+CLOSE_BOUND_S = TERMINAL_RETRY_S + 10.0
+"""The bound on a run's whole close: its terminal write, then the `on_run_end` callbacks."""
+LOST = RunError(
+    code="host.run_lost",
+    message="The host stopped executing this run without recording its end; it was closed by the sweeper.",
+)
+HOST_FAILED = "The host failed while running this run; the cause is in the host's log under this run id."
+STORAGE_ERRORS = (StorageUnavailableError, StorageFullError)
 
 
 class _Signal:
@@ -141,6 +176,10 @@ class Orchestrator:
         self._run_signals: dict[str, _Signal] = {}
         self._conversation_signal = _Signal()
         self._contexts: dict[str, AgentRunContext] = {}
+        self._admitting: set[str] = set()
+        """Runs whose admission is under way (the sweeper leaves them alone)."""
+        self._unfinished: dict[str, tuple[RunJournal, Outcome]] = {}
+        """Runs whose close could not write their end, with the outcome the sweeper is to write."""
         self.on_run_end: list[Callable[[str, Run | None], Awaitable[None]]] = []
         """Called once each run of this process has ended (e.g. `FactsServer.end_run`), with its id and
         the run as recorded at its end (None when that record could not be written or read)."""
@@ -171,19 +210,30 @@ class Orchestrator:
             recovery = await self._stores.hosts.recover_abandoned(self.host_id)
             for run_id in recovery.failed:
                 logger.warning("run %s was running on a stopped host; marked failed", run_id)
-            async with anyio.create_task_group() as tg:
-                self._tg = tg
-                tg.start_soon(self._poll_cancels)
-                for run_id in recovery.requeued:
-                    await self._resume(run_id)
-                try:
-                    yield self
-                finally:
-                    for active in list(self._active.values()):
-                        active.cancel_reason = active.cancel_reason or "the host is shutting down"
-                        active.scope.cancel()
-                    tg.cancel_scope.cancel()
-                    self._tg = None
+            try:
+                async with anyio.create_task_group() as tg:
+                    self._tg = tg
+                    tg.start_soon(self._poll_cancels)
+                    for run_id in recovery.requeued:
+                        await self._resume(run_id)
+                    # After the resumes: an adopted run is ours and held by a task from here on.
+                    tg.start_soon(self._sweep_forever)
+                    try:
+                        yield self
+                    finally:
+                        for active in list(self._active.values()):
+                            active.cancel_reason = active.cancel_reason or "the host is shutting down"
+                            active.scope.cancel()
+                        tg.cancel_scope.cancel()
+                        self._tg = None
+            finally:
+                # A last chance for ends that could not be written; what remains is failed
+                # (`host.restarted`) by the next host that starts on this database.
+                with anyio.CancelScope(shield=True), anyio.move_on_after(TERMINAL_RETRY_S):
+                    try:
+                        await self.sweep()
+                    except Exception:
+                        logger.exception("the last sweep before shutdown failed")
 
     async def drain(self, grace_s: float) -> None:
         """Let active runs finish for up to `grace_s`, then cancel the rest."""
@@ -241,14 +291,18 @@ class Orchestrator:
             deadline_at=grant.deadline_at,
             host_id=self.host_id,
         )
-        run, created = await self._stores.runs.admit(
-            run, grant=grant, concurrency=binding.agent.concurrency, inbound=self._inbound(event, run_id)
-        )
-        if not created:
-            return Admission(run, created=False)
+        self._admitting.add(run_id)
+        try:
+            run, created = await self._stores.runs.admit(
+                run, grant=grant, concurrency=binding.agent.concurrency, inbound=self._inbound(event, run_id)
+            )
+            if not created:
+                return Admission(run, created=False)
+            self._start(run_id, event, binding, runner, grant, token)
+        finally:
+            self._admitting.discard(run_id)
         if binding.agent.concurrency == "interrupt" and event.conversation_id is not None:
             await self._interrupt_others(event.conversation_id, keep=run_id)
-        self._start(run_id, event, binding, runner, grant, token)
         return Admission(run, created=True)
 
     def _start(
@@ -392,10 +446,9 @@ class Orchestrator:
                     finally:
                         self._limiter.release_on_behalf_of(active)
         except Exception as exc:
-            logger.exception("run %s failed inside the host", run_id)
-            outcome = Outcome.failed("runtime_error", f"The host failed while running this run: {exc}")
+            outcome = _host_failure(run_id, exc)
         finally:
-            with anyio.CancelScope(shield=True), anyio.move_on_after(10):
+            with anyio.CancelScope(shield=True), anyio.move_on_after(CLOSE_BOUND_S):
                 await self._close(active, journal, outcome, started=started)
 
     async def _wait_turn(self, active: _ActiveRun, grant: RunGrant) -> bool:
@@ -548,36 +601,16 @@ class Orchestrator:
         self, active: _ActiveRun, journal: RunJournal, outcome: Outcome | None, *, started: bool
     ) -> None:
         run_id = active.run_id
+        outcome = self._settle(active, outcome)
         ended: Run | None = None
         try:
-            if outcome is None:
-                if active.cancel_reason == "deadline":
-                    outcome = Outcome.failed(
-                        "deadline_exceeded", "The run's deadline passed while it waited in its queue."
-                    )
-                elif active.cancel_reason is not None:
-                    outcome = Outcome(
-                        RunStatus.CANCELLED,
-                        RunError(code="cancelled", message=f"Run cancelled: {active.cancel_reason}."),
-                    )
-                else:
-                    outcome = Outcome.failed("runtime_error", "The run ended without an outcome.")
-                outcome = await journal.end(outcome)
-            if outcome.status is RunStatus.CANCELLED and active.cancel_reason and outcome.error is not None:
-                # Keep why the host cancelled, whatever the runner said when it stopped.
-                details = {**outcome.error.details, "reason": active.cancel_reason}
-                outcome = replace(outcome, error=outcome.error.model_copy(update={"details": details}))
-            try:
-                # A terminal move also revokes the grant, in the same statement.
-                ended = await self._stores.runs.transition(
-                    run_id, outcome.status, error=outcome.error, usage=outcome.usage or None
-                )
-            except IllegalTransitionError as exc:
-                logger.warning("run %s: %s", run_id, exc)
+            with anyio.move_on_after(TERMINAL_RETRY_S):
+                outcome, ended = await self._record_end(run_id, journal, outcome, active.cancel_reason)
         except Exception:
-            logger.exception("run %s: could not record its end", run_id)
+            logger.exception("run %s: could not record its end; the sweeper will retry", run_id)
         finally:
             if ended is None:
+                self._unfinished[run_id] = (journal, outcome)
                 ended = await self._revoke_after_failed_close(run_id)
             self._active.pop(run_id, None)
             self._contexts.pop(run_id, None)
@@ -591,11 +624,73 @@ class Orchestrator:
                 signal.notify()
             self._conversation_signal.notify()
             logger.info(
-                "run %s ended %s%s",
+                "run %s ended %s%s%s",
                 run_id,
-                outcome.status if outcome else "?",
-                f" ({outcome.error.code})" if outcome and outcome.error else "",
+                outcome.status,
+                f" ({outcome.error.code})" if outcome.error else "",
+                "" if run_id not in self._unfinished else "; its end is not recorded yet",
             )
+
+    @staticmethod
+    def _settle(active: _ActiveRun, outcome: Outcome | None) -> Outcome:
+        """The outcome to record: the one given, else what the cancel reason says."""
+        if outcome is None:
+            if active.cancel_reason == "deadline":
+                outcome = Outcome.failed(
+                    "deadline_exceeded", "The run's deadline passed while it waited in its queue."
+                )
+            elif active.cancel_reason is not None:
+                outcome = Outcome(
+                    RunStatus.CANCELLED,
+                    RunError(code="cancelled", message=f"Run cancelled: {active.cancel_reason}."),
+                )
+            else:
+                outcome = Outcome.failed("runtime_error", "The run ended without an outcome.")
+        return outcome
+
+    async def _record_end(
+        self, run_id: str, journal: RunJournal, outcome: Outcome, cancel_reason: str | None
+    ) -> tuple[Outcome, Run]:
+        """Write the terminal result and the terminal status, retrying storage failures with back-off.
+
+        Both writes are idempotent, so a retry after a write that did land changes nothing. The first
+        outcome the journal settled wins; a cancel keeps why the host cancelled in the run's error.
+        """
+        async for attempt in AsyncRetrying(
+            stop=stop_after_delay(TERMINAL_RETRY_S),
+            wait=wait_random_exponential(multiplier=0.1, max=2.0),
+            retry=retry_if_exception(lambda exc: isinstance(exc, STORAGE_ERRORS)),
+            sleep=anyio.sleep,
+            before_sleep=lambda state: _log_terminal_retry(run_id, state),
+            reraise=True,
+        ):
+            with attempt:
+                final = await self._end_journal(run_id, journal, outcome)
+                if final.status is RunStatus.CANCELLED and cancel_reason and final.error is not None:
+                    # Keep why the host cancelled, whatever the runner said when it stopped.
+                    details = {**final.error.details, "reason": cancel_reason}
+                    final = replace(final, error=final.error.model_copy(update={"details": details}))
+                ended = await self._stores.runs.finish(
+                    run_id, final.status, error=final.error, usage=final.usage or None
+                )
+                if ended.status is not final.status:
+                    logger.warning(
+                        "run %s had already ended %s; not moved to %s", run_id, ended.status, final.status
+                    )
+                return final, ended
+        raise AssertionError("unreachable: tenacity re-raises the last failure")
+
+    @staticmethod
+    async def _end_journal(run_id: str, journal: RunJournal, outcome: Outcome) -> Outcome:
+        """The journal's terminal result; a storage failure is raised (to retry), any other logged."""
+        try:
+            return await journal.end(outcome)
+        except STORAGE_ERRORS:
+            raise
+        except Exception:
+            # The status must still end (the stream's `event: end` carries it).
+            logger.exception("run %s: its terminal result could not be stored", run_id)
+            return journal.outcome or outcome
 
     async def _revoke_after_failed_close(self, run_id: str) -> Run | None:
         """The end was not recorded by this close: make sure the grant is revoked anyway."""
@@ -605,6 +700,52 @@ class Orchestrator:
         except Exception:
             logger.exception("run %s: could not revoke its grant", run_id)
             return None
+
+    # -- the sweeper -----------------------------------------------------------------------------------
+
+    async def _sweep_forever(self) -> None:
+        while True:
+            await anyio.sleep(SWEEP_S)
+            try:
+                await self.sweep()
+            except Exception as exc:
+                logger.warning("the run sweep failed; retrying in %g s: %s", SWEEP_S, exc.__cause__ or exc)
+
+    async def sweep(self) -> list[str]:
+        """End the runs this host owns that none of its tasks holds; their ids.
+
+        A run whose close could not write its end gets the outcome it was closing with; any other is
+        failed with `host.run_lost`. Runs that are executing, or being admitted, are never touched.
+        """
+        remembered = set(self._unfinished)  # before the read: a close may fail while this sweep waits
+        owned = await self._stores.runs.active_on(self.host_id)
+        ended: list[str] = []
+        for run_id in owned:
+            if run_id in self._active or run_id in self._admitting:
+                continue
+            journal, outcome = self._unfinished.get(run_id, (None, Outcome(RunStatus.FAILED, LOST)))
+            try:
+                if journal is not None:
+                    outcome = await self._end_journal(run_id, journal, outcome)
+                run = await self._stores.runs.finish(
+                    run_id, outcome.status, error=outcome.error, usage=outcome.usage or None
+                )
+            except Exception as exc:
+                logger.warning("run %s: the sweeper could not end it yet: %s", run_id, exc.__cause__ or exc)
+                continue
+            self._unfinished.pop(run_id, None)
+            ended.append(run_id)
+            logger.warning(
+                "run %s had no executor on this host; the sweeper ended it %s%s",
+                run_id,
+                run.status,
+                f" ({run.error.code})" if run.error else "",
+            )
+        for run_id in remembered - set(owned):
+            self._unfinished.pop(run_id, None)  # no longer active: ended by someone else meanwhile
+        if ended:
+            self._conversation_signal.notify()  # queued runs of their conversations may start now
+        return ended
 
     # -- reading ---------------------------------------------------------------------------------------
 
@@ -650,3 +791,35 @@ class Orchestrator:
                     yield item
                 return
             await anyio.sleep(QUEUE_POLL_S)
+
+
+def _host_failure(run_id: str, exc: Exception) -> Outcome:
+    """The outcome of a run the host itself failed: a code and a short message, the detail logged."""
+    storage = _storage_error_in(exc)
+    if storage is not None:
+        logger.warning("run %s failed on storage: %s", run_id, storage.__cause__ or storage.message)
+        return Outcome.failed(storage.code, storage.message)
+    logger.exception("run %s failed inside the host", run_id)
+    return Outcome.failed("runtime_error", HOST_FAILED)
+
+
+def _storage_error_in(exc: BaseException) -> StorageUnavailableError | StorageFullError | None:
+    """`exc` when it is a storage error, or the first one inside it when it is an exception group."""
+    if isinstance(exc, STORAGE_ERRORS):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:  # pyright: ignore[reportUnknownVariableType]
+            found = _storage_error_in(inner)  # pyright: ignore[reportUnknownArgumentType]
+            if found is not None:
+                return found
+    return None
+
+
+def _log_terminal_retry(run_id: str, state: RetryCallState) -> None:
+    failure = state.outcome.exception() if state.outcome is not None else None
+    logger.warning(
+        "run %s: could not record its end (attempt %d); retrying: %s",
+        run_id,
+        state.attempt_number,
+        getattr(failure, "__cause__", None) or failure,
+    )

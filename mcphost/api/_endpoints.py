@@ -12,6 +12,9 @@ Invariants:
   N (`Last-Event-ID`, else `?after=N`) gets every later result exactly once, in order. Each result is one
   SSE event whose `id` is its sequence; admission (`event: run`) and the end marker (`event: end`) carry no
   id, so they never move a client's resume point. A stream ends after the run's terminal result.
+- A result stream never ends in silence: after its results it sends `event: end` (the run's final status
+  and error), or, when the stream cannot go on (the store keeps failing), `event: error` with a code and
+  a short message (`storage_unavailable`, `runtime_error`); the client resumes from its last id.
 - While the host drains, ingest and `/healthz` answer 503. While the storage probe (`Stores.health`,
   cached for a second) finds `data_dir` or the database gone or unwritable, `/healthz` answers 503
   `storage_unavailable` with the reason (and `app.py` refuses `/v1` and MCP requests the same way).
@@ -72,6 +75,12 @@ from mcphost.stores import MAX_RUN_SEQ
 logger = logging.getLogger("mcphost.api")
 
 MAX_SMALL_BODY_BYTES = 64 * 1024
+STREAM_FAILED: JSONObject = {
+    "code": "runtime_error",
+    "message": "The host failed while streaming this run's results (it was logged); resume with "
+    "Last-Event-ID.",
+    "details": {},
+}
 
 
 def _compact(obj: object) -> str:
@@ -90,8 +99,11 @@ async def _result_events(state: ApiState, run_id: str, after: int) -> AsyncGener
         yield sse(_compact(end), event="end")
     except HostError as exc:
         # The response has started: the failure can only be told inside the stream.
-        logger.warning("result stream of run %s stopped: %s", run_id, exc.message)
+        logger.warning("result stream of run %s stopped: %s", run_id, exc.__cause__ or exc.message)
         yield sse(_compact({"error": exc.to_dict()}), event="error")
+    except Exception:
+        logger.exception("result stream of run %s failed", run_id)
+        yield sse(_compact({"error": STREAM_FAILED}), event="error")
 
 
 def _wants_json(request: Request) -> bool:
