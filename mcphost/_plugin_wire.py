@@ -20,7 +20,7 @@ import anyio.abc
 from anyio.streams.memory import MemoryObjectSendStream
 from pydantic import ValidationError
 
-from mcphost.protocol import MAX_LINE_BYTES, METHOD_RESULT, JSONObject, ResultParams
+from mcphost.protocol import MAX_JSON_DEPTH, MAX_LINE_BYTES, METHOD_RESULT, JSONObject, ResultParams
 
 if TYPE_CHECKING:
     from mcphost.plugins import PluginProcess
@@ -301,6 +301,13 @@ class Connection:
             return
         try:
             message: object = json.loads(line)
+        except RecursionError:
+            self._diagnostic(
+                "wrote a line nested too deep to parse (results may nest at most %d levels); dropped: %r",
+                MAX_JSON_DEPTH,
+                line[:200],
+            )
+            return
         except ValueError:
             self._diagnostic(
                 "wrote a line that is not JSON to stdout (stdout is the protocol channel; logs go to stderr): %r",
@@ -336,11 +343,14 @@ class Connection:
             return
         # Measured with surrogatepass: a lone surrogate must reach `classify_result` (which refuses the
         # result by field) instead of failing the line here and vanishing.
-        size = len(
-            json.dumps(parsed.result, separators=(",", ":"), ensure_ascii=False).encode(
-                "utf-8", "surrogatepass"
+        try:
+            size = len(
+                json.dumps(parsed.result, separators=(",", ":"), ensure_ascii=False).encode(
+                    "utf-8", "surrogatepass"
+                )
             )
-        )
+        except RecursionError:  # the journal refuses it as nested too deep; its size does not matter
+            size = 0
         await route.push(RawResult(parsed.result, size))
 
     def _on_response(self, obj: JSONObject) -> None:

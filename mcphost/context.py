@@ -33,15 +33,31 @@ from mcphost.protocol import (
     RunInput,
     Runtime,
     SkillInfo,
+    StateErrorEntry,
     StateSnapshot,
     StorageInfo,
     SubjectInfo,
     ToolInfo,
     Trigger,
 )
+from mcphost.stores import ScopeSnapshot
+from mcphost.stores.state import unservable_message
 
 MCP_PROTOCOL_VERSIONS = ["2025-11-25", "2026-07-28"]
+SNAPSHOT_SCOPES = ("conversation", "actor", "subject", "runner")
+"""The state scopes a run context carries a snapshot of (when the grant may read them)."""
 TOKEN_ENV = "MCPHOST_RUN_TOKEN"
+
+
+def state_snapshot(parts: Mapping[str, ScopeSnapshot]) -> StateSnapshot:
+    """The context's state: each scope's values, and one error entry per key left out as unservable."""
+    errors = [
+        StateErrorEntry(scope=scope, key=key, message=unservable_message(scope, key))
+        for scope, part in parts.items()
+        for key in part.unservable
+    ]
+    values = {scope: dict(part.values) for scope, part in parts.items() if scope in SNAPSHOT_SCOPES}
+    return StateSnapshot(**values, errors=errors)
 
 
 def mcp_url(public_url: str, run_id: str) -> str:
@@ -112,7 +128,7 @@ def build_context(
     public_url: str,
     latest_cursor: str | None,
     has_history_before: bool,
-    state: Mapping[str, dict[str, Any]],
+    state: Mapping[str, ScopeSnapshot],
     knowledge_bases: Mapping[str, tuple[str, str]] | None = None,
     skills: Mapping[str, tuple[str, str]] | None = None,
 ) -> AgentRunContext:
@@ -183,12 +199,7 @@ def build_context(
             ),
             mcp=mcp_access(public_url, run_id, token),
         ),
-        state=StateSnapshot(
-            conversation=dict(state.get("conversation", {})),
-            actor=dict(state.get("actor", {})),
-            subject=dict(state.get("subject", {})),
-            runner=dict(state.get("runner", {})),
-        ),
+        state=state_snapshot(state),
         runtime=Runtime(host_version=__version__, trace_id=run_id, deadline_at=grant.deadline_at),
         config=runner_config(binding, manifest),
     )

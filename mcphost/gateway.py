@@ -18,6 +18,8 @@ Invariants:
 - A result whose JSON is over `MAX_INLINE_RESULT_BYTES` becomes an artifact owned by the run (the one
   text or binary block as is, else the whole result as JSON); the run gets a short preview, the
   `ArtifactRef` and a `mcphost://artifacts/<id>` resource link instead.
+- A result whose structured content or `_meta` nests deeper than `MAX_JSON_DEPTH` is refused
+  (`invalid_argument`) before it is measured, stored or passed on.
 - Every call, refused or not, leaves one `host_tool.called` telemetry event (tool, server, outcome,
   upstream time, result size, artifact) in the run's event log; header values never do.
 - Every background task (one supervisor per server) is owned by `running()`.
@@ -42,10 +44,16 @@ import anyio
 import mcp_types as types
 
 from mcphost.config import Settings, ToolServerConfig
-from mcphost.errors import DeadlineExceededError, HostError, NotFoundError, UnauthorizedError
+from mcphost.errors import (
+    DeadlineExceededError,
+    HostError,
+    InvalidArgumentError,
+    NotFoundError,
+    UnauthorizedError,
+)
 from mcphost.grants import allows_host_tool
 from mcphost.models import RunGrant, new_id
-from mcphost.protocol import JSONObject
+from mcphost.protocol import MAX_JSON_DEPTH, JSONObject, json_depth, nesting_message
 from mcphost.stores import Stores
 from mcphost.upstream import (
     BACKOFF_INITIAL_S,
@@ -95,6 +103,19 @@ def _could_match(globs: Sequence[str], server: str) -> bool:
         if prefix.startswith(literal) or literal.startswith(prefix):
             return True
     return False
+
+
+def _check_nesting(result: types.CallToolResult, server: str, name: str) -> None:
+    """Refuse a result whose free-form JSON (structured content, `_meta`) nests deeper than
+    `MAX_JSON_DEPTH`: passed on, it would fail the run's response and the event log."""
+    parts: list[object] = [result.structured_content, result.meta]
+    parts.extend(getattr(block, "meta", None) for block in result.content)
+    if json_depth(parts) > MAX_JSON_DEPTH:  # the list adds a level: a fair margin for the envelope
+        raise InvalidArgumentError(
+            nesting_message(f"The result of {name!r} from tool server {server!r}")
+            + "; the host does not pass it on. Ask for less, or fix the tool server.",
+            details={"max_depth": MAX_JSON_DEPTH},
+        )
 
 
 class Gateway:
@@ -201,6 +222,7 @@ class Gateway:
                 )
             remaining = timeout - (time.perf_counter() - started)
             result = await upstream.call(tool, arguments, timeout=max(remaining, 0.001))
+            _check_nesting(result, server, name)
             size = len(result.model_dump_json(by_alias=True, exclude_none=True).encode())
             artifact_id: str | None = None
             if size > self._max_inline:

@@ -57,7 +57,7 @@ from tenacity import (
 )
 
 from mcphost.bindings import Bindings
-from mcphost.context import build_context, runner_config
+from mcphost.context import SNAPSHOT_SCOPES, build_context, runner_config
 from mcphost.errors import (
     HostError,
     InvalidArgumentError,
@@ -71,7 +71,7 @@ from mcphost.models import AgentBinding, AgentEventEnvelope, Run, RunError, RunG
 from mcphost.plugins import PluginProcess, RawResult
 from mcphost.protocol import AgentRunContext
 from mcphost.registry import RegisteredRunner, RunnerRegistry
-from mcphost.stores import Stores, event_values
+from mcphost.stores import ScopeSnapshot, Stores, event_values
 from mcphost.stores.hosts import HOST_RESTARTED
 from mcphost.stores.results import StoredResult
 
@@ -589,9 +589,9 @@ class Orchestrator:
         async for first in receive:
             await journal.accept([first])
 
-    async def _state_snapshot(self, grant: RunGrant) -> dict[str, dict[str, Any]]:
-        snapshot: dict[str, dict[str, Any]] = {}
-        for scope in ("conversation", "actor", "subject", "runner"):
+    async def _state_snapshot(self, grant: RunGrant) -> dict[str, ScopeSnapshot]:
+        snapshot: dict[str, ScopeSnapshot] = {}
+        for scope in SNAPSHOT_SCOPES:
             owner = grant.state_scope_id(scope)
             if scope in grant.state_read and owner is not None:
                 snapshot[scope] = await self._stores.state.snapshot(scope, owner)

@@ -1,8 +1,9 @@
-"""The endpoints for events, runs, conversations, runners, `/healthz` and `/metrics`.
+"""The endpoints for events, runs, conversations, state, runners, `/healthz` and `/metrics`.
 
 Owns what each of these routes does: admission of an event (202, or its results as SSE with
 `?stream=true`), run reads, result pages and resumable result streams, cancellation, audit pages,
-conversation transcript and event pages, the runner registry view, liveness and metrics. Does not own
+conversation transcript and event pages, deleting a state value (an operator's way out of a value no
+run can use), the runner registry view, liveness and metrics. Does not own
 artifacts (`_artifacts`), the route table or OpenAPI (`_routes`), authentication or error responses
 (`app.py`). Endpoints raise; they never build an error response.
 
@@ -56,6 +57,9 @@ from mcphost.api._models import (
     RunsPage,
     RunsQuery,
     RunView,
+    StateDeleted,
+    StateOwnerQuery,
+    StatePath,
     TranscriptPage,
     _Query,
 )
@@ -65,12 +69,14 @@ from mcphost.errors import (
     ConflictError,
     HostError,
     InvalidArgumentError,
+    NotFoundError,
     StorageUnavailableError,
     UnavailableError,
 )
 from mcphost.models import AgentEventEnvelope, Run
 from mcphost.protocol import JSONObject
 from mcphost.stores import MAX_RUN_SEQ
+from mcphost.stores.state import owner_from_ids
 
 logger = logging.getLogger("mcphost.api")
 
@@ -293,6 +299,26 @@ async def conversation_events(request: Request) -> Response:
     answer = EventsPage(
         items=page.items, next_cursor=page.next_cursor, prev_cursor=page.prev_cursor, has_more=page.has_more
     )
+    return JSONResponse(answer.model_dump(mode="json"))
+
+
+# -- endpoints: state --------------------------------------------------------------------------------
+
+
+async def delete_state(request: Request) -> Response:
+    """Delete one state value, whatever it holds (also one too deep to be served)."""
+    state = api_state(request)
+    path = parse_model(StatePath, dict(request.path_params), "path")
+    query = parse_query(request, StateOwnerQuery)
+    owner = owner_from_ids(path.scope, query.model_dump())
+    if not await state.stores.state.delete(path.scope, owner, path.key):
+        raise NotFoundError(
+            f"No {path.scope!r} state value {path.key!r} for owner {list(owner)!r}; check the ids "
+            "(`mcphost state list` shows what an owner holds).",
+            details={"scope": path.scope, "key": path.key, "owner": list(owner)},
+        )
+    logger.info("state value %r of scope %r owner %r deleted over the API", path.key, path.scope, owner)
+    answer = StateDeleted(scope=path.scope, key=path.key, owner=list(owner), deleted=True)
     return JSONResponse(answer.model_dump(mode="json"))
 
 

@@ -10,6 +10,7 @@ Invariants:
 - A repeated query parameter is a 400 unless its field is a list; invalid input is never echoed back.
 - Every query and JSON body is checked whole for unstorable values before its model sees it, so the
   answer is the same 400 on SQLite and PostgreSQL.
+- A JSON body nested deeper than `MAX_JSON_DEPTH` is a 400 before any model sees it.
 - `EventStream` owns its producer, its keep-alive (a comment every `KEEPALIVE_S` of quiet) and its
   disconnect watch in one task group; a client that goes away cancels all three.
 """
@@ -29,7 +30,7 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from mcphost.errors import InvalidArgumentError, PayloadTooLargeError
-from mcphost.protocol import JSONObject, unstorable
+from mcphost.protocol import MAX_JSON_DEPTH, JSONObject, json_depth, nesting_message, unstorable
 
 KEEPALIVE_S = 15.0
 """An SSE comment is sent when a stream has been quiet this long (proxies close idle connections)."""
@@ -74,13 +75,23 @@ def check_storable(value: object, where: str) -> None:
         )
 
 
+def _too_deep(where: str) -> InvalidArgumentError:
+    return InvalidArgumentError(
+        nesting_message(where) + ".", details={"field": where, "max_depth": MAX_JSON_DEPTH}
+    )
+
+
 def parse_json(model: type[ModelT], raw: bytes, where: str = "body") -> ModelT:
     try:
         # Python's parser, not pydantic's: it reads NaN and lone surrogates, so they are named by field.
         data = json.loads(raw)
-    except (ValueError, RecursionError):
-        pass  # not JSON (or too deep): model_validate_json says where
+    except RecursionError:
+        raise _too_deep(where) from None
+    except ValueError:
+        pass  # not JSON: model_validate_json says where
     else:
+        if json_depth(data) > MAX_JSON_DEPTH:  # first: the checks after it walk the value
+            raise _too_deep(where)
         check_storable(data, where)
     try:
         return model.model_validate_json(raw)

@@ -171,6 +171,40 @@ class TranscriptPage(_Answer):
     has_more: bool
 
 
+class StatePath(_Query):
+    scope: str
+    key: str
+
+
+class StateOwnerQuery(_Query):
+    """The ids that make up a state scope's owner; each scope uses its own (`STATE_OWNER_IDS`)."""
+
+    runner_id: str | None = Field(default=None, max_length=200)
+    """conversation, actor, subject, runner, workspace: the runner, e.g. `plugin:mcphost/echo/default`."""
+    binding_id: str | None = Field(default=None, max_length=200)
+    """conversation, actor, subject, binding: the agent (binding) id."""
+    conversation_id: str | None = Field(default=None, max_length=200)
+    """conversation."""
+    thread_id: str | None = Field(default=None, max_length=200)
+    """conversation (optional: none is the conversation's main line)."""
+    actor_id: str | None = Field(default=None, max_length=200)
+    """actor."""
+    subject_type: str | None = Field(default=None, max_length=200)
+    """subject."""
+    subject_id: str | None = Field(default=None, max_length=200)
+    """subject."""
+    workspace_id: str | None = Field(default=None, max_length=200)
+    """workspace."""
+
+
+class StateDeleted(_Answer):
+    scope: str
+    key: str
+    owner: list[str]
+    """The owner tuple the ids made, as stored."""
+    deleted: bool
+
+
 class EventsPage(_Answer):
     items: list[StoredEvent]
     next_cursor: str | None

@@ -8,7 +8,7 @@ config fails before anything starts. Failures exit non-zero with a one-line reas
 This module owns the parser, its argument types and `main`, the entry point of both the console script
 (`mcphost = "mcphost.cli:main"`) and `python -m mcphost.cli` (`__main__`). It does not own what the
 commands do: `_runs` (run, runs, show, runners, schema, db), `_server` (serve, send), `_grants` (grant,
-revoke and the MCP client configs), `_knowledge` (kb, tools); `_common` holds exit codes, logging
+revoke and the MCP client configs), `_knowledge` (kb, tools), `_state` (state get/list/delete); `_common` holds exit codes, logging
 set-up and output helpers.
 
 Invariants: every subcommand, flag and help text is declared here, in the order `--help` lists them;
@@ -34,9 +34,11 @@ from mcphost.cli._grants import cmd_grant, cmd_revoke, mcp_client_configs
 from mcphost.cli._knowledge import cmd_kb, cmd_tools
 from mcphost.cli._runs import cmd_db_upgrade, cmd_run, cmd_runners, cmd_runs, cmd_schema, cmd_show
 from mcphost.cli._server import cmd_send, cmd_serve
+from mcphost.cli._state import OWNER_FLAGS, cmd_state
 from mcphost.config import Settings, load_settings
 from mcphost.errors import ConfigError, HostError
 from mcphost.models import ID_PATTERN, RunStatus
+from mcphost.protocol import STATE_SCOPES
 
 __all__ = [
     "EXIT_FAILED",
@@ -273,6 +275,31 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run_id", metavar="RUN_ID")
     _add_common(p, json_flag=False)
 
+    p = sub.add_parser(
+        "state",
+        help="run-visible state: get, list, delete",
+        description="Read or delete run-visible state values straight in the database (no server needed). A scope's owner is named by ids: conversation = --runner-id --binding-id --conversation-id [--thread-id]; actor = --runner-id --binding-id --actor-id; subject = --runner-id --binding-id --subject-type --subject-id; runner = --runner-id; binding = --binding-id; workspace = --workspace-id --runner-id.",
+    )
+    state_sub = p.add_subparsers(dest="state_command", metavar="ACTION", required=True)
+    for action, help_text in (
+        ("get", "print one value"),
+        ("list", "list an owner's values in key order"),
+        ("delete", "delete one value (also one too deep to be served)"),
+    ):
+        s = state_sub.add_parser(
+            action, help=help_text, description=help_text[0].upper() + help_text[1:] + "."
+        )
+        s.add_argument("scope", choices=STATE_SCOPES, metavar="SCOPE", help=", ".join(STATE_SCOPES))
+        if action != "list":
+            s.add_argument("key", metavar="KEY")
+        else:
+            s.add_argument("--prefix", metavar="P", help="only keys starting with P")
+            s.add_argument("--limit", type=int, default=50, metavar="N", help="page size (1-100, default 50)")
+            s.add_argument("--cursor", metavar="C", help="continue after a previous page")
+        for name in OWNER_FLAGS:
+            s.add_argument(f"--{name.replace('_', '-')}", dest=name, metavar="ID")
+        _add_common(s)
+
     p = sub.add_parser("db", help="database maintenance", description="Database maintenance.")
     db_sub = p.add_subparsers(dest="db_command", metavar="ACTION", required=True)
     u = db_sub.add_parser(
@@ -354,6 +381,7 @@ _ASYNC_COMMANDS: dict[str, Callable[[argparse.Namespace, Settings], Coroutine[An
     "send": cmd_send,
     "grant": cmd_grant,
     "revoke": cmd_revoke,
+    "state": cmd_state,
 }
 
 

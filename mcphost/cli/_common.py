@@ -61,8 +61,9 @@ def fail(message: str, code: int = EXIT_FAILED) -> int:
     return code
 
 
-def dump(obj: Any, out: TextIO = sys.stdout) -> None:
-    out.write(json.dumps(obj, indent=2, default=str) + "\n")
+def dump(obj: Any, out: TextIO | None = None) -> None:
+    # sys.stdout is looked up per call, not bound at import, so a redirected stdout is honoured.
+    (out or sys.stdout).write(json.dumps(obj, indent=2, default=str) + "\n")
 
 
 def run_line(run: Run) -> str:

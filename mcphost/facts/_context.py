@@ -15,12 +15,10 @@ Invariants:
 
 from __future__ import annotations
 
-from typing import Any
-
 from pydantic import ValidationError
 
 from mcphost import __version__
-from mcphost.context import TOKEN_ENV
+from mcphost.context import SNAPSHOT_SCOPES, TOKEN_ENV, state_snapshot
 from mcphost.errors import NotFoundError
 from mcphost.facts.providers import ContextProvider
 from mcphost.grants import token_matches
@@ -38,15 +36,12 @@ from mcphost.protocol import (
     Resources,
     RunInput,
     Runtime,
-    StateSnapshot,
     StorageInfo,
     SubjectInfo,
     ToolInfo,
     Trigger,
 )
-from mcphost.stores import Stores
-
-SNAPSHOT_SCOPES = ("conversation", "actor", "subject", "runner")
+from mcphost.stores import ScopeSnapshot, Stores
 
 
 def _is_token(value: str, token_hash: str) -> bool:
@@ -104,7 +99,7 @@ async def rebuild(stores: Stores, grant: RunGrant) -> AgentRunContext:
     has_before = False
     if grant.conversation_id is not None:
         latest, has_before = await stores.transcript.head(grant.conversation_id, grant.thread_id)
-    state: dict[str, dict[str, Any]] = {}
+    state: dict[str, ScopeSnapshot] = {}
     for scope in SNAPSHOT_SCOPES:
         owner = grant.state_scope_id(scope)
         if scope in grant.state_read and owner is not None:
@@ -167,6 +162,6 @@ async def rebuild(stores: Stores, grant: RunGrant) -> AgentRunContext:
                 tools=bool(grant.host_tool_globs),
             ),
         ),
-        state=StateSnapshot(**state),
+        state=state_snapshot(state),
         runtime=Runtime(host_version=__version__, trace_id=grant.run_id, deadline_at=grant.deadline_at),
     )

@@ -18,7 +18,8 @@ Invariants:
 - Checks run in a fixed order before any handler: the grant is active (`unauthorized`), the deadline has
   not passed (`deadline_exceeded`), the run is within its rate and budgets (`rate_limited`), the tool is
   in the grant (`unauthorized`; an unknown name is `not_found`), the arguments validate
-  (`invalid_argument`). Handlers then check scope. Nothing is written before all of these pass.
+  (`invalid_argument`, which includes arguments nested deeper than `MAX_JSON_DEPTH`, for facts and
+  host tools alike). Handlers then check scope. Nothing is written before all of these pass.
 - A handler never leaks internals: `HostError`s become their code and message; any other exception is
   logged with its traceback and answered as `runtime_error` with a fixed message.
 - `cancel_run(run_id)` cancels the cancel scope of each of the run's in-flight calls; the call answers
@@ -54,7 +55,7 @@ from mcphost.facts._tools import FACTS_TOOLS, input_schema
 from mcphost.facts.providers import ContextProvider, HostToolProvider, KnowledgeRetriever
 from mcphost.grants import allows_host_tool
 from mcphost.models import RunGrant
-from mcphost.protocol import unstorable
+from mcphost.protocol import MAX_JSON_DEPTH, json_depth, nesting_message, unstorable
 from mcphost.stores import AuditEntry, Stores
 from mcphost.stores.audit import Outcome
 
@@ -333,6 +334,12 @@ class FactsDispatch:
     async def _invoke(
         self, call: Call, name: str, arguments: dict[str, Any]
     ) -> tuple[types.CallToolResult, int]:
+        if json_depth(arguments) > MAX_JSON_DEPTH:
+            raise ToolCallError(
+                "invalid_argument",
+                nesting_message("arguments") + ".",
+                details={"field": "arguments", "max_depth": MAX_JSON_DEPTH},
+            )
         spec = FACTS_TOOLS.get(name)
         if spec is None:
             return await self._invoke_host_tool(call, name, arguments)

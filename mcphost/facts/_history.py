@@ -13,6 +13,7 @@ Invariants:
 - Content is capped for the model: a transcript item's `content` (and each text element) at
   `MAX_CONTENT_CHARS` with `truncated` set; an event's `data` at `MAX_EVENT_DATA_BYTES` (`events_get`) or
   `MAX_PAGE_DATA_BYTES` (each event of a page) of JSON, else `data` is null with `data_truncated` set.
+  Stored data nested deeper than `MAX_JSON_DEPTH` is null with `data_error` set: the page is served.
 - `history_search` goes through the transcript's full-text index (`TranscriptStore.search`: FTS5/BM25
   on SQLite, tsvector on PostgreSQL), confined to the run's thread by the index itself, so its cost
   follows the hits, not the conversation.
@@ -47,6 +48,9 @@ class TranscriptItem(BaseModel):
     truncated: bool
     """True when `content` (or a text element of `contents`) was cut at 4000 characters."""
     contents: list[JSONObject]
+    contents_error: str | None = None
+    """Set (and `contents` empty) when the stored contents nest deeper than `MAX_JSON_DEPTH` and
+    cannot be served; `content` and the other fields are intact."""
     artifacts: list[ArtifactRef]
     artifact_count: int
     """How many artifacts the item has (also when `include_artifacts` left them out)."""
@@ -77,6 +81,7 @@ def transcript_item(record: TranscriptRecord, *, include_artifacts: bool) -> Tra
         content=content,
         truncated=truncated,
         contents=contents,
+        contents_error=record.contents_error,
         artifacts=list(record.artifacts) if include_artifacts else [],
         artifact_count=len(record.artifacts),
         event_id=record.event_id,
@@ -181,10 +186,12 @@ async def history_search(call: Call, args: HistorySearchArgs) -> JSONObject:
 
 
 def event_json(event: StoredEvent, *, max_data_bytes: int) -> JSONObject:
-    """The envelope of a stored event with its data capped at `max_data_bytes` of JSON."""
-    size = len(dumps(event.payload).encode())
-    fits = size <= max_data_bytes
-    return {
+    """The envelope of a stored event with its data capped at `max_data_bytes` of JSON. Data that
+    cannot be served (nested deeper than `MAX_JSON_DEPTH`) is null with `data_error` saying so."""
+    unservable = event.payload_error is not None
+    size = 0 if unservable else len(dumps(event.payload).encode())
+    fits = not unservable and size <= max_data_bytes
+    envelope: JSONObject = {
         "cursor": event.cursor,
         "event_id": event.event_id,
         "event_type": event.event_type,
@@ -196,9 +203,12 @@ def event_json(event: StoredEvent, *, max_data_bytes: int) -> JSONObject:
         "actor_id": event.actor_id,
         "created_at": event.created_at,
         "data": event.payload if fits else None,
-        "data_truncated": not fits,
+        "data_truncated": not fits and not unservable,
         "data_size": size,
     }
+    if unservable:
+        envelope["data_error"] = {"code": "runtime_error", "message": event.payload_error}
+    return envelope
 
 
 def _sees_event(call: Call, event: StoredEvent) -> bool:

@@ -15,6 +15,9 @@ Invariants:
   refused call changes nothing.
 - `state_list` returns values inline until `LIST_VALUE_BYTES` of them are in the page; later entries
   carry `value_omitted: true` (read them with `state_get`). `storage_list` returns sizes only.
+- A stored state value that cannot be served (nested deeper than `MAX_JSON_DEPTH`) is a tool error
+  for `state_get` (`runtime_error`, not retryable, saying how to delete it) and an entry with `error`
+  instead of `value` in `state_list`; it never fails the call as a JSON-RPC error.
 """
 
 from __future__ import annotations
@@ -32,7 +35,8 @@ from mcphost.facts._args import (
 from mcphost.facts._call import Call
 from mcphost.facts._results import ToolCallError
 from mcphost.models import RunGrant
-from mcphost.protocol import JSONObject
+from mcphost.protocol import MAX_JSON_DEPTH, JSONObject
+from mcphost.stores.state import unservable_message
 
 LIST_VALUE_BYTES = 64 * 1024
 
@@ -60,6 +64,13 @@ async def state_get(call: Call, args: StateKeyArgs) -> JSONObject:
     entry = await call.stores.state.get(args.scope, _state_owner(call, args.scope, write=False), args.key)
     if entry is None:
         return {"scope": args.scope, "key": args.key, "found": False, "value": None}
+    if entry.unservable:
+        raise ToolCallError(
+            "runtime_error",
+            unservable_message(args.scope, args.key),
+            retryable=False,
+            details={"scope": args.scope, "key": args.key, "max_depth": MAX_JSON_DEPTH},
+        )
     return {
         "scope": args.scope,
         "key": args.key,
@@ -91,7 +102,9 @@ async def state_list(call: Call, args: StateListArgs) -> JSONObject:
     inline = 0
     for entry in page.items:
         item: JSONObject = {"key": entry.key, "size": entry.size, "updated_at": entry.updated_at}
-        if inline + entry.size <= LIST_VALUE_BYTES:
+        if entry.unservable:
+            item["error"] = {"code": "runtime_error", "message": unservable_message(args.scope, entry.key)}
+        elif inline + entry.size <= LIST_VALUE_BYTES:
             inline += entry.size
             item["value"] = entry.value
         else:

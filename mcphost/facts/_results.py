@@ -110,5 +110,7 @@ def digest_arguments(arguments: Any) -> tuple[str, int]:
         )
     except (TypeError, ValueError):
         canonical = repr(arguments)  # unreachable for arguments parsed from JSON, kept total anyway
+    except RecursionError:  # refused as nested too deep right after; the digest only has to exist
+        canonical = "<nested too deep>"
     data = canonical.encode("utf-8", "surrogatepass")
     return hashlib.sha256(data).hexdigest(), len(data)

@@ -10,7 +10,16 @@ from typing import Any
 
 from pydantic import TypeAdapter
 
-from mcphost.protocol._base import PROTOCOL_VERSION, InboundModel, JSONObject, JSONValue, ProtocolModel
+from mcphost.protocol._base import (
+    MAX_JSON_DEPTH,
+    PROTOCOL_VERSION,
+    InboundModel,
+    JSONObject,
+    JSONValue,
+    ProtocolModel,
+    json_depth,
+    nesting_message,
+)
 from mcphost.protocol._jsonsafe import (
     INT64_MAX,
     INT64_MIN,
@@ -40,6 +49,7 @@ from mcphost.protocol.context import (
     RunInput,
     Runtime,
     SkillInfo,
+    StateErrorEntry,
     StateSnapshot,
     StorageInfo,
     SubjectInfo,
@@ -138,6 +148,7 @@ __all__ = [
     "INT64_MAX",
     "INT64_MIN",
     "MAX_INLINE_ARTIFACT_BYTES",
+    "MAX_JSON_DEPTH",
     "MAX_LINE_BYTES",
     "MAX_RESULT_BYTES",
     "METHOD_CANCEL",
@@ -204,6 +215,7 @@ __all__ = [
     "RunnerIdError",
     "Runtime",
     "SkillInfo",
+    "StateErrorEntry",
     "StateScope",
     "StateSnapshot",
     "StateUpdated",
@@ -226,7 +238,9 @@ __all__ = [
     "Usage",
     "classify_result",
     "is_error_code",
+    "json_depth",
     "json_schemas",
+    "nesting_message",
     "parse_runner_id",
     "runner_id_of",
     "text_problem",

@@ -18,6 +18,38 @@ JSONObject: TypeAlias = dict[str, Any]
 
 PROTOCOL_VERSION = "1"
 
+MAX_JSON_DEPTH = 64
+"""How deep arrays and objects may nest in any JSON the host accepts and stores: runner results, event
+bodies, MCP tool arguments, state values (the outermost array or object counts as 1; `{"a": [1]}` is 2).
+Deeper values are refused with `invalid_argument` before anything is stored, so no stored value can
+reach the recursion limits of the JSON libraries that later serve it (pydantic stops near 250 levels)."""
+
+
+def json_depth(value: object, *, limit: int = MAX_JSON_DEPTH) -> int:
+    """How deeply arrays and objects nest in `value` (a scalar is 0), counted level by level without
+    recursion, so the check itself cannot overflow the stack; counting stops past `limit`, so any value
+    deeper than `limit` answers `limit + 1`."""
+    depth = 0
+    level: list[object] = [value]
+    while True:
+        containers = [item for item in level if isinstance(item, (dict, list, tuple))]
+        if not containers:
+            return depth
+        depth += 1
+        if depth > limit:
+            return depth
+        level = []
+        for item in containers:
+            level.extend(item.values() if isinstance(item, dict) else item)  # pyright: ignore[reportUnknownMemberType, reportUnknownArgumentType]
+
+
+def nesting_message(what: str) -> str:
+    """The refusal message for `what` (a field or value name) nested deeper than `MAX_JSON_DEPTH`."""
+    return (
+        f"{what}: arrays/objects nest more than {MAX_JSON_DEPTH} levels deep, over the limit; "
+        "send a flatter value"
+    )
+
 
 class InboundModel(BaseModel):
     """A model for data crossing a trust boundary into the host: unknown fields and NaN/Infinity are refused."""

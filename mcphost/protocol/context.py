@@ -162,11 +162,24 @@ class ContextAccess(ProtocolModel):
     mcp: MCPAccess | None = None
 
 
+class StateErrorEntry(ProtocolModel):
+    """A state key the snapshot leaves out because its stored value cannot be served."""
+
+    scope: str
+    key: str
+    code: str = "runtime_error"
+    message: str
+
+
 class StateSnapshot(ProtocolModel):
     conversation: JSONObject = Field(default_factory=dict)
     actor: JSONObject = Field(default_factory=dict)
     subject: JSONObject = Field(default_factory=dict)
     runner: JSONObject = Field(default_factory=dict)
+    errors: list[StateErrorEntry] = Field(default_factory=list[StateErrorEntry])
+    """Keys whose stored value cannot be served (nested deeper than `MAX_JSON_DEPTH`, stored by an older
+    host or straight into the database): absent from their scope's map, listed here, and the run goes
+    on. Overwriting or deleting the key clears the entry."""
 
 
 class StaticRef(ProtocolModel):

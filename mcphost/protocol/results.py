@@ -4,7 +4,8 @@ Every result is `{type, run_id, sequence?, timestamp?, metadata, data}`. All kno
 through the one module-level `RESULT_ADAPTER`. `classify_result` separates the three cases the host
 must treat differently: a known, valid result; a result of a type this protocol version does not know
 (ignored and recorded, never an error); and a known type with invalid data (the run fails with
-`invalid_argument` naming the field).
+`invalid_argument` naming the field). A result of any type nested deeper than `MAX_JSON_DEPTH` is
+invalid.
 """
 
 from __future__ import annotations
@@ -14,7 +15,14 @@ from typing import Annotated, Literal, get_args
 
 from pydantic import Field, TypeAdapter, ValidationError, field_validator
 
-from mcphost.protocol._base import InboundModel, JSONObject, JSONValue
+from mcphost.protocol._base import (
+    MAX_JSON_DEPTH,
+    InboundModel,
+    JSONObject,
+    JSONValue,
+    json_depth,
+    nesting_message,
+)
 from mcphost.protocol._jsonsafe import INT64_MAX, INT64_MIN, text_problem, unstorable
 from mcphost.protocol.codes import is_error_code
 from mcphost.protocol.context import ArtifactRef, ContentElement
@@ -240,12 +248,14 @@ def classify_result(raw: object) -> AgentRunResult | UnknownResult | InvalidResu
     run_id = obj.get("run_id") if isinstance(obj.get("run_id"), str) else None
     seq_raw = obj.get("sequence")
     sequence = seq_raw if isinstance(seq_raw, int) and not isinstance(seq_raw, bool) else None
+    safe_type = rtype if isinstance(rtype, str) and text_problem(rtype) is None else None
+    safe_run = run_id if run_id is not None and text_problem(run_id) is None else None
+    safe_seq = sequence if sequence is not None and INT64_MIN <= sequence <= INT64_MAX else None
+    if json_depth(obj) > MAX_JSON_DEPTH:  # before anything else walks the value
+        return InvalidResult(safe_type, safe_run, safe_seq, nesting_message("(result)"))
     problem = unstorable(obj)
     if problem is not None:
         # Checked first: even an unknown result type is stored, and NUL or NaN must not reach a store.
-        safe_type = rtype if isinstance(rtype, str) and text_problem(rtype) is None else None
-        safe_run = run_id if run_id is not None and text_problem(run_id) is None else None
-        safe_seq = sequence if sequence is not None and INT64_MIN <= sequence <= INT64_MAX else None
         return InvalidResult(safe_type, safe_run, safe_seq, problem.message())
     if not isinstance(rtype, str):
         return InvalidResult(None, run_id, sequence, "type: a result needs a string 'type'")

@@ -32,7 +32,7 @@ from mcphost.stores.hosts import HostRecord, HostStore
 from mcphost.stores.results import ResultStore, StoredResult
 from mcphost.stores.runs import GrantRecord, RunStore
 from mcphost.stores.secrets import cursor_codec
-from mcphost.stores.state import StateEntry, StateStore
+from mcphost.stores.state import ScopeSnapshot, StateEntry, StateStore
 from mcphost.stores.storage import StorageItem, StorageStore, StorageValue
 from mcphost.stores.transcript import TranscriptRecord, TranscriptStore
 
@@ -157,6 +157,7 @@ __all__ = [
     "Page",
     "ResultStore",
     "RunStore",
+    "ScopeSnapshot",
     "StateEntry",
     "StateStore",
     "StorageHealth",

@@ -29,16 +29,20 @@ Invariants:
   way is retried only by store methods marked `@idempotent` (`_retry.py`).
 - PostgreSQL (asyncpg): read committed; stores that need cross-process serialization take transaction
   advisory locks (`_sql.py`).
+- JSON columns decode through `load_stored_json`: a stored text too deep for the parser never fails a
+  whole query; it reads as a value past `MAX_JSON_DEPTH`, which readers refuse one value at a time.
 - Migrations run inside one write transaction; on PostgreSQL under an advisory lock, so replicas that
   start together apply them once.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import AsyncGenerator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
 from pathlib import Path
+from typing import Any
 
 import anyio
 import anyio.lowlevel
@@ -50,6 +54,7 @@ from sqlalchemy.engine.interfaces import DBAPIConnection
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
 from sqlalchemy.pool import ConnectionPoolEntry
 
+from mcphost.protocol import MAX_JSON_DEPTH
 from mcphost.stores._retry import storage_error
 from mcphost.stores._sql import Dialect, lock_in_transaction
 
@@ -59,6 +64,20 @@ MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 SQLITE_BUSY_TIMEOUT_S = 30.0
 _WRITE_OPTION = "mcphost_write"
 _NO_FOREIGN_KEYS_OPTION = "mcphost_no_foreign_keys"
+
+
+def load_stored_json(text: str) -> Any:
+    """Decode a stored JSON column. Text nested too deep for the parser (written before nesting was
+    bounded, or straight into the database) decodes as a value one level deeper than `MAX_JSON_DEPTH`,
+    so every reader's depth check refuses that one value, as it does any other too-deep value, instead
+    of the whole query failing with a `RecursionError`."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        marker: Any = "nested too deep to parse"
+        for _ in range(MAX_JSON_DEPTH + 1):
+            marker = [marker]
+        return marker
 
 
 def normalize_url(url: str) -> str:
@@ -122,7 +141,9 @@ class Database:
         self.dialect: Dialect = "sqlite" if backend == "sqlite" else "postgresql"
         # PostgreSQL: a pooled connection the server dropped (restart, failover, pg_terminate_backend)
         # is found by a ping at checkout and replaced, instead of failing the next transaction.
-        self.engine: AsyncEngine = create_async_engine(self.url, pool_pre_ping=self.dialect == "postgresql")
+        self.engine: AsyncEngine = create_async_engine(
+            self.url, pool_pre_ping=self.dialect == "postgresql", json_deserializer=load_stored_json
+        )
         if self.dialect == "sqlite":
             event.listen(self.engine.sync_engine, "connect", _sqlite_on_connect)
             event.listen(self.engine.sync_engine, "begin", _sqlite_on_begin)

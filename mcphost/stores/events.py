@@ -15,6 +15,8 @@ Invariants:
 - `thread_at` (where a cursor points) is a primary-key probe.
 - Every method is retried when its connection drops (`@idempotent`): `append` is idempotent on
   `event_id` (a repeat after a commit whose acknowledgement was lost answers `created=False`).
+- A stored payload nested deeper than `MAX_JSON_DEPTH` is served as `{}` with `payload_error` set, so
+  one bad row never fails a page.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from sqlalchemy import select, union_all
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from mcphost.errors import InvalidArgumentError, NotFoundError
-from mcphost.protocol import JSONObject
+from mcphost.protocol import MAX_JSON_DEPTH, JSONObject, json_depth
 from mcphost.stores._cursor import CursorCodec, Page, check_limit
 from mcphost.stores._retry import idempotent
 from mcphost.stores._sql import Dialect, insert_ignoring
@@ -56,9 +58,19 @@ class StoredEvent(BaseModel):
     source: str
     payload: JSONObject
     created_at: float
+    payload_error: str | None = None
+    """Set (and `payload` empty) when the stored payload nests deeper than `MAX_JSON_DEPTH` (stored
+    before nesting was bounded, or straight into the database) and cannot be served."""
 
 
 def _stored(row: EventRow, cursors: CursorCodec) -> StoredEvent:
+    payload, error = row.payload, None
+    if json_depth(payload) > MAX_JSON_DEPTH:
+        payload = {}
+        error = (
+            f"The stored payload of event {row.event_id!r} nests arrays/objects more than {MAX_JSON_DEPTH} "
+            "levels deep and cannot be served; the row's other fields are intact."
+        )
     return StoredEvent(
         seq=row.seq,
         cursor=cursors.encode("events", row.seq),
@@ -70,8 +82,9 @@ def _stored(row: EventRow, cursors: CursorCodec) -> StoredEvent:
         run_id=row.run_id,
         actor_id=row.actor_id,
         source=row.source,
-        payload=row.payload,
+        payload=payload,
         created_at=row.created_at,
+        payload_error=error,
     )
 
 

@@ -14,19 +14,22 @@ Invariants:
 - Retried when their connection drops (`@idempotent`): the reads, and `set` (writing the same value
   again; a repeat lands as a later write, which last-writer-wins allows). `delete` is not (its answer,
   whether the key existed, would change).
+- `set` refuses values nested deeper than `MAX_JSON_DEPTH`. A value stored deeper anyway (by an older
+  version, or straight into the database) is never served and never fails a read of other keys: `get`
+  and `list` mark its entry `unservable`, `snapshot` leaves it out and names it; `delete` removes it.
 """
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from pydantic import BaseModel, ConfigDict
 from sqlalchemy import ColumnElement, delete, select
 
 from mcphost.errors import InvalidArgumentError, PayloadTooLargeError
-from mcphost.protocol import STATE_SCOPES, JSONValue
+from mcphost.protocol import MAX_JSON_DEPTH, STATE_SCOPES, JSONValue, json_depth, nesting_message
 from mcphost.stores._cursor import CursorCodec, Page
 from mcphost.stores._keys import check_key, encode_owner, key_page, key_page_query
 from mcphost.stores._retry import idempotent
@@ -49,10 +52,39 @@ class StateEntry(BaseModel):
     size: int
     """Bytes of the value's compact JSON."""
     updated_at: float
+    unservable: bool = False
+    """The stored value nests deeper than `MAX_JSON_DEPTH` (written before nesting was bounded, or
+    straight into the database): `value` is None and serving it is refused; delete or overwrite it."""
+
+
+class ScopeSnapshot(BaseModel):
+    """The values of one owner's scope a run context carries, and the keys left out because their
+    stored value cannot be served."""
+
+    model_config = ConfigDict(frozen=True)
+
+    values: dict[str, JSONValue]
+    unservable: tuple[str, ...] = ()
+
+
+def servable(value: JSONValue) -> bool:
+    """Whether a stored value can be served (it nests at most `MAX_JSON_DEPTH` deep)."""
+    return json_depth(value) <= MAX_JSON_DEPTH
+
+
+def unservable_message(scope: str, key: str) -> str:
+    """What to say about a stored value that cannot be served, and how to get rid of it."""
+    return (
+        f"The stored {scope!r} state value {key!r} nests arrays/objects more than {MAX_JSON_DEPTH} levels "
+        "deep and cannot be served. Overwrite it (state_set) or delete it (state_delete; an operator: "
+        f"`mcphost state delete {scope} {key} ...` or DELETE /v1/state/{scope}/{key})."
+    )
 
 
 def _entry(row: StateRow) -> StateEntry:
-    return StateEntry(key=row.key, value=row.value, size=row.size, updated_at=row.updated_at)
+    if servable(row.value):
+        return StateEntry(key=row.key, value=row.value, size=row.size, updated_at=row.updated_at)
+    return StateEntry(key=row.key, value=None, size=row.size, updated_at=row.updated_at, unservable=True)
 
 
 def _check_scope(scope: str) -> str:
@@ -74,6 +106,39 @@ def serialized_size(value: JSONValue) -> int:
     return len(text.encode())
 
 
+STATE_OWNER_IDS: dict[str, tuple[str, ...]] = {
+    "conversation": ("runner_id", "binding_id", "conversation_id", "thread_id"),
+    "actor": ("runner_id", "binding_id", "actor_id"),
+    "subject": ("runner_id", "binding_id", "subject_type", "subject_id"),
+    "runner": ("runner_id",),
+    "binding": ("binding_id",),
+    "workspace": ("workspace_id", "runner_id"),
+}
+"""The ids that make up each scope's owner, in owner order (the tuple `RunGrant.state_scope_id` builds;
+a test pins that the two agree). `thread_id` may be left out: no thread is ""."""
+OPTIONAL_OWNER_IDS = frozenset({"thread_id"})
+
+
+def owner_from_ids(scope: str, ids: Mapping[str, str | None]) -> tuple[str, ...]:
+    """The owner tuple of `scope` from the ids an operator names (`runner_id`, `conversation_id`, …).
+
+    Raises:
+        InvalidArgumentError: an unknown scope, a missing id the scope needs, or an id it does not use.
+    """
+    needed = STATE_OWNER_IDS[_check_scope(scope)]
+    given = {name for name, value in ids.items() if value is not None}
+    missing = [name for name in needed if name not in given and name not in OPTIONAL_OWNER_IDS]
+    extra = sorted(given - set(needed))
+    if missing or extra:
+        wanted = ", ".join(n + (" (optional)" if n in OPTIONAL_OWNER_IDS else "") for n in needed)
+        problem = f"missing {', '.join(missing)}" if missing else f"{', '.join(extra)} is not part of it"
+        raise InvalidArgumentError(
+            f"A {scope!r} state owner is made of {wanted}; {problem}.",
+            details={"field": missing[0] if missing else extra[0], "owner_ids": list(needed)},
+        )
+    return tuple(ids.get(name) or "" for name in needed)
+
+
 def _entry_cost(key: str, size: int) -> int:
     return len(json.dumps(key)) + 1 + size  # "key":value
 
@@ -90,7 +155,7 @@ class StateStore:
 
     @idempotent
     async def get(self, scope: str, owner: Sequence[str], key: str) -> StateEntry | None:
-        """The value at `key`, or None."""
+        """The value at `key`, or None; an unservable value comes back with `unservable` set."""
         query = select(StateRow).where(*self._where(scope, owner), StateRow.key == check_key(key))
         async with self._db.read() as session:
             row = (await session.execute(query)).scalar_one_or_none()
@@ -101,9 +166,15 @@ class StateStore:
         """Store `value` at `key`, replacing what was there.
 
         Raises:
-            InvalidArgumentError: bad scope or key, or a value that is not JSON.
+            InvalidArgumentError: bad scope or key, a value that is not JSON or that nests deeper
+                than `MAX_JSON_DEPTH`.
             PayloadTooLargeError: the value is over `MAX_VALUE_BYTES` serialized.
         """
+        if json_depth(value) > MAX_JSON_DEPTH:
+            raise InvalidArgumentError(
+                nesting_message(f"State value for {key!r}") + ".",
+                details={"field": "value", "max_depth": MAX_JSON_DEPTH},
+            )
         entry = StateEntry(
             key=check_key(key), value=value, size=serialized_size(value), updated_at=time.time()
         )
@@ -113,7 +184,11 @@ class StateStore:
                 "Keep state small and put larger data in storage or an artifact.",
                 details={"field": "value", "max_bytes": MAX_VALUE_BYTES},
             )
-        values = {"scope": _check_scope(scope), "owner": encode_owner(owner), **entry.model_dump()}
+        values = {
+            "scope": _check_scope(scope),
+            "owner": encode_owner(owner),
+            **entry.model_dump(exclude={"unservable"}),
+        }
         stmt = upsert(
             self._db.dialect, StateRow, values, ["scope", "owner", "key"], ["value", "size", "updated_at"]
         )
@@ -134,9 +209,10 @@ class StateStore:
     @idempotent
     async def snapshot(
         self, scope: str, owner: Sequence[str], *, max_bytes: int = SNAPSHOT_MAX_BYTES
-    ) -> dict[str, JSONValue]:
+    ) -> ScopeSnapshot:
         """The owner's values in key order, stopping before the first that would push the compact
-        JSON of the result past `max_bytes`."""
+        JSON of the result past `max_bytes`. A value that cannot be served is left out and its key
+        listed in `unservable`: one bad value never fails the snapshot."""
         where = self._where(scope, owner)
         chosen: set[str] = set()
         total = 2  # {}
@@ -159,7 +235,7 @@ class StateStore:
                     break
                 after = rows[-1][0]
             if not chosen:
-                return {}
+                return ScopeSnapshot(values={})
             last = max(chosen)
             rows = (
                 await session.execute(
@@ -170,16 +246,20 @@ class StateStore:
             ).all()
         # PostgreSQL reads each statement afresh: count again, skipping keys written in between.
         snapshot: dict[str, JSONValue] = {}
+        unservable: list[str] = []
         total = 2
         for key, value, size in rows:
             if key not in chosen:
+                continue
+            if not servable(value):
+                unservable.append(key)
                 continue
             cost = _entry_cost(key, size) + (1 if snapshot else 0)
             if total + cost > max_bytes:
                 break
             snapshot[key] = value
             total += cost
-        return snapshot
+        return ScopeSnapshot(values=snapshot, unservable=tuple(unservable))
 
     @idempotent
     async def list(

@@ -12,6 +12,8 @@ Invariants:
 - `thread_at` is a primary-key probe.
 - Retried when their connection drops (`@idempotent`): every read, and `append` (its `item_id` is chosen
   before the first attempt, so a repeat finds the row an unacknowledged commit stored).
+- Stored `contents` nested deeper than `MAX_JSON_DEPTH` read as `[]` with `contents_error` set, so one
+  bad row never fails a page.
 - `search` is full-text search over one conversation thread (migrations 0002 and 0004: FTS5 on SQLite, a
   GIN-indexed tsvector on PostgreSQL) and never returns another thread's rows, whatever their text says:
   the scope is a filter on columns, never words of the searched text. SQLite ANDs the thread's token,
@@ -48,7 +50,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import TSVECTOR
 
 from mcphost.models import new_id
-from mcphost.protocol import ArtifactRef, ContentElement, JSONObject
+from mcphost.protocol import MAX_JSON_DEPTH, ArtifactRef, ContentElement, JSONObject, json_depth
 from mcphost.stores._cursor import CursorCodec, Page, check_limit
 from mcphost.stores._fulltext import (
     fts5_match,
@@ -84,6 +86,9 @@ class TranscriptRecord(BaseModel):
     content: str
     contents: list[JSONObject]
     """`ContentElement`s as JSON."""
+    contents_error: str | None = None
+    """Set (and `contents` empty) when the stored contents nest deeper than `MAX_JSON_DEPTH` (stored
+    before nesting was bounded, or straight into the database) and cannot be served."""
     artifacts: list[ArtifactRef]
     event_id: str | None
     run_id: str | None
@@ -114,6 +119,13 @@ class TranscriptDraft(BaseModel):
 
 
 def _record(row: TranscriptRow, cursors: CursorCodec) -> TranscriptRecord:
+    contents, error = row.contents, None
+    if json_depth(contents) > MAX_JSON_DEPTH:
+        contents = []
+        error = (
+            f"The stored contents of item {row.item_id!r} nest arrays/objects more than {MAX_JSON_DEPTH} "
+            "levels deep and cannot be served; `content` and the other fields are intact."
+        )
     return TranscriptRecord(
         seq=row.seq,
         cursor=cursors.encode("transcript", row.seq),
@@ -122,7 +134,8 @@ def _record(row: TranscriptRow, cursors: CursorCodec) -> TranscriptRecord:
         thread_id=row.thread_id or None,
         role=row.role,  # pyright: ignore[reportArgumentType]  # written only through Role
         content=row.content,
-        contents=row.contents,
+        contents=contents,
+        contents_error=error,
         artifacts=[ArtifactRef.model_validate(a) for a in row.artifacts],
         event_id=row.event_id,
         run_id=row.run_id,

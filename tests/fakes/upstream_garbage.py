@@ -1,8 +1,10 @@
 """A stdio "MCP server" that handshakes correctly and then answers tool calls with garbage.
 
 `python tests/fakes/upstream_garbage.py`: `initialize` and `tools/list` get valid answers (tools `noise`,
-`wrong_shape` and `silence`); `tools/call` of `noise` prints a line that is not JSON, of `wrong_shape` a
-JSON-RPC response whose result is not a `CallToolResult`, and of `silence` nothing at all.
+`wrong_shape`, `silence`, `deep` and `abyss`); `tools/call` of `noise` prints a line that is not JSON, of
+`wrong_shape` a JSON-RPC response whose result is not a `CallToolResult`, of `silence` nothing at all, of
+`deep` a valid result whose structured content nests 100 arrays deep, and of `abyss` one nested 5000
+deep (past any JSON parser's recursion limit).
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import sys
 
 TOOLS = [
     {"name": name, "description": f"{name} tool", "inputSchema": {"type": "object", "properties": {}}}
-    for name in ("noise", "wrong_shape", "silence")
+    for name in ("noise", "wrong_shape", "silence", "deep", "abyss")
 ]
 
 
@@ -46,6 +48,17 @@ def main() -> None:
                 sys.stdout.flush()
             elif name == "wrong_shape":
                 reply(message_id, {"content": "should be a list", "isError": "maybe"})
+            elif name in ("deep", "abyss"):
+                depth = 100 if name == "deep" else 5000
+                head = json.dumps({"jsonrpc": "2.0", "id": message_id})[:-1]
+                body = (
+                    '"result": {"content": [], "structuredContent": {"v": '
+                    + "[" * depth
+                    + "]" * depth
+                    + "}}}"
+                )
+                sys.stdout.write(f"{head}, {body}\n")
+                sys.stdout.flush()
         elif method == "ping":
             reply(message_id, {})
 

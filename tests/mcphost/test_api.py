@@ -6,6 +6,7 @@ requests store nothing.
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import time
 from collections.abc import AsyncGenerator
@@ -31,7 +32,7 @@ from tests.e2e.httpkit import (
     state_of,
     wait_status,
 )
-from tests.mcphost.stores.factories import new_run
+from tests.mcphost.stores.factories import nested_json, new_run, overwrite_json
 
 
 @pytest.fixture
@@ -128,6 +129,65 @@ async def test_a_bad_event_is_400_naming_the_field_and_stores_nothing(
     assert error["message"].startswith(f"{field}:"), error
     assert error["details"]["errors"][0]["loc"].startswith(field)
     assert await row_counts(host.stores) == before
+
+
+@pytest.mark.parametrize("depth", [100, 240, 100_000])
+async def test_an_event_nested_too_deep_is_400_and_stores_nothing(
+    host: Host, client: httpx2.AsyncClient, depth: int
+) -> None:
+    body = (
+        json.dumps(event_body("x")).encode()[:-1] + b', "data": {"d": ' + b"[" * depth + b"]" * depth + b"}}"
+    )
+    before = await row_counts(host.stores)
+    response = await client.post("/v1/events", content=body, headers={"content-type": "application/json"})
+    error = error_of(response, 400, "invalid_argument")
+    assert "nest more than 64 levels deep" in error["message"], error
+    assert error["details"] == {"field": "body", "max_depth": 64}
+    assert await row_counts(host.stores) == before
+    # 64 levels in all is accepted: the envelope's own object and `data` are two of them.
+    flat = json.dumps(event_body("x", data={"d": json.loads("[" * 62 + "]" * 62)}))
+    response = await client.post("/v1/events", content=flat, headers={"content-type": "application/json"})
+    assert response.status_code == 202, response.text
+
+
+async def test_delete_state_removes_a_value_too_deep_to_serve_and_refuses_precisely(
+    host: Host, client: httpx2.AsyncClient
+) -> None:
+    runner = "plugin:mcphost/echo/default"
+    await host.stores.state.set("runner", (runner,), "bad", 0)
+    await host.stores.state.set("runner", (runner,), "good", 1)
+    owner = json.dumps([runner], separators=(",", ":"))
+    await overwrite_json(
+        host.stores, "state", "value", nested_json(300), scope="runner", owner=owner, key="bad"
+    )
+    ids = {"runner_id": runner}
+
+    missing = error_of(await client.delete("/v1/state/runner/bad"), 400, "invalid_argument")
+    assert missing["message"] == "A 'runner' state owner is made of runner_id; missing runner_id."
+    extra = error_of(
+        await client.delete("/v1/state/runner/bad", params={**ids, "actor_id": "u1"}), 400, "invalid_argument"
+    )
+    assert "actor_id is not part of it" in extra["message"]
+    unknown = error_of(await client.delete("/v1/state/galaxy/bad", params=ids), 400, "invalid_argument")
+    assert "Unknown state scope 'galaxy'" in unknown["message"]
+    error_of(await client.delete("/v1/state/runner/bad%20key", params=ids), 400, "invalid_argument")
+    error_of(
+        await client.delete("/v1/state/runner/bad", params={**ids, "colour": "red"}), 400, "invalid_argument"
+    )
+    assert (await host.stores.state.get("runner", (runner,), "bad")) is not None
+
+    response = await client.delete("/v1/state/runner/bad", params=ids)
+    assert response.status_code == 200, response.text
+    assert response.json() == {"scope": "runner", "key": "bad", "owner": [runner], "deleted": True}
+    assert await host.stores.state.get("runner", (runner,), "bad") is None
+    gone = error_of(await client.delete("/v1/state/runner/bad", params=ids), 404, "not_found")
+    assert "No 'runner' state value 'bad'" in gone["message"]
+    kept = await host.stores.state.get("runner", (runner,), "good")
+    assert kept is not None
+    assert kept.value == 1
+    operation = (await client.get("/openapi.json")).json()["paths"]["/v1/state/{scope}/{key}"]["delete"]
+    assert {"runner_id", "conversation_id", "thread_id"} <= {p["name"] for p in operation["parameters"]}
+    assert set(operation["responses"]) == {"200", "400", "401", "404"}
 
 
 async def test_an_event_no_agent_takes_is_404_and_ambiguous_query_is_400(

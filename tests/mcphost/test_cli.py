@@ -18,10 +18,12 @@ from pathlib import Path
 import anyio
 import pytest
 
+from mcphost.cli import main
 from mcphost.models import RunStatus
 from mcphost.stores import Stores, open_stores
 from tests.conftest import NO_POSTGRES, POSTGRES_URL, fresh_postgres_database
 from tests.mcphost.hostkit import MISBEHAVE, REPO
+from tests.mcphost.stores.factories import nested_json, overwrite_json
 
 ENV_DROP = ("MCPHOST_CONFIG", "MCPHOST_DATABASE_URL", "MCPHOST_DATA_DIR")
 
@@ -277,3 +279,58 @@ def test_grant_star_tools_grants_no_host_tool_and_host_tools_must_be_named(tmp_p
         "such as 'search__*'), so that every host tool a grant reaches is named on purpose."
     ]
     assert "--host-tools" in mcphost("grant", "--help", cwd=tmp_path).stdout
+
+
+async def test_state_get_list_and_delete_reach_a_value_too_deep_to_serve(
+    stores: Stores, database_url: str, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    owner = ("plugin:test/misbehave/default", "bad", "m1", "")
+    await stores.state.set("conversation", owner, "good", {"n": 1})
+    await stores.state.set("conversation", owner, "deep", 0)
+    await overwrite_json(
+        stores,
+        "state",
+        "value",
+        nested_json(5000),
+        scope="conversation",
+        owner=json.dumps(list(owner), separators=(",", ":")),
+        key="deep",
+    )
+    config = write_config(tmp_path, database_url)
+    ids = ["--runner-id", owner[0], "--binding-id", owner[1], "--conversation-id", owner[2]]
+
+    async def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        # In this process (a subprocess spends seconds importing); `main` runs its own event loop.
+        code = await anyio.to_thread.run_sync(lambda: main([*args, "--config", str(config)]))
+        out, err = capfd.readouterr()
+        return subprocess.CompletedProcess(args, code, out, err)
+
+    good = await cli("state", "get", "conversation", "good", *ids)
+    assert (good.returncode, json.loads(good.stdout)) == (0, {"n": 1}), good.stderr
+    deep = await cli("state", "get", "conversation", "deep", *ids)
+    assert deep.returncode == 1
+    assert "nests arrays/objects more than 64 levels deep" in deep.stderr
+    assert "mcphost state delete conversation deep" in deep.stderr
+    listed = await cli("state", "list", "conversation", "--json", *ids)
+    assert listed.returncode == 0, listed.stderr
+    items = json.loads(listed.stdout)["items"]
+    assert [(i["key"], i["value"], i["unservable"]) for i in items] == [
+        ("deep", None, True),
+        ("good", {"n": 1}, False),
+    ]
+
+    missing = await cli("state", "delete", "conversation", "deep", "--runner-id", owner[0])
+    assert missing.returncode == 1
+    assert "missing binding_id, conversation_id" in missing.stderr
+    extra = await cli("state", "delete", "runner", "deep", "--runner-id", owner[0], "--actor-id", "u1")
+    assert extra.returncode == 1
+    assert "actor_id is not part of it" in extra.stderr
+    deleted = await cli("state", "delete", "conversation", "deep", *ids)
+    assert deleted.returncode == 0, deleted.stderr
+    assert await stores.state.get("conversation", owner, "deep") is None
+    again = await cli("state", "delete", "conversation", "deep", *ids)
+    assert again.returncode == 1
+    assert "No 'conversation' state value 'deep'" in again.stderr
+    entry = await stores.state.get("conversation", owner, "good")
+    assert entry is not None
+    assert entry.value == {"n": 1}

@@ -23,7 +23,14 @@ import pytest
 from anyio.abc import Process
 
 from mcphost.config import ToolServerConfig
-from mcphost.errors import ConfigError, DeadlineExceededError, HostError, NotFoundError, UnauthorizedError
+from mcphost.errors import (
+    ConfigError,
+    DeadlineExceededError,
+    HostError,
+    InvalidArgumentError,
+    NotFoundError,
+    UnauthorizedError,
+)
 from mcphost.gateway import TELEMETRY_EVENT, Gateway, UpstreamError, UpstreamState, expand_env, host_name
 from mcphost.models import RunGrant, new_id
 from mcphost.stores import Stores
@@ -259,6 +266,8 @@ async def test_garbage_from_an_upstream_is_a_tool_error() -> None:
     g = grant("junk__*")
     async with gateway(servers) as gw:
         assert sorted(t.name for t in await gw.list_tools(g)) == [
+            "junk__abyss",
+            "junk__deep",
             "junk__noise",
             "junk__silence",
             "junk__wrong_shape",
@@ -267,6 +276,23 @@ async def test_garbage_from_an_upstream_is_a_tool_error() -> None:
             with pytest.raises(HostError) as failed:
                 await gw.call_tool(g, tool, {})
             assert failed.value.code in ("runtime_error", "deadline_exceeded"), tool
+
+
+async def test_a_result_nested_too_deep_is_refused_and_the_server_still_answers(stores: Stores) -> None:
+    servers = {"junk": ToolServerConfig(command=[sys.executable, GARBAGE], timeout_s=2.0)}
+    g = grant("junk__*")
+    async with gateway(servers, stores=stores) as gw:
+        with pytest.raises(InvalidArgumentError, match="nest more than 64 levels deep") as deep:
+            await gw.call_tool(g, "junk__deep", {})
+        assert deep.value.details == {"max_depth": 64}
+        with pytest.raises(HostError) as abyss:
+            await gw.call_tool(g, "junk__abyss", {})
+        assert abyss.value.code in ("runtime_error", "deadline_exceeded", "invalid_argument")
+        events = await stores.events.for_run(g.run_id, limit=10)
+        assert [e.payload["outcome"] for e in events] == ["invalid_argument", abyss.value.code]
+        # The server is still usable: a later call gets its (refused) answer again, not a hang.
+        with pytest.raises(InvalidArgumentError):
+            await gw.call_tool(g, "junk__deep", {})
 
 
 async def test_a_server_that_is_down_is_left_out_and_calls_fail_fast() -> None:

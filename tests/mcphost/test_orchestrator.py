@@ -6,6 +6,7 @@ Each rule of PROTOCOL §4 is driven by the misbehaving test plugin; the echo plu
 from __future__ import annotations
 
 import itertools
+import json
 import time
 from collections.abc import AsyncGenerator
 from pathlib import Path
@@ -22,6 +23,7 @@ from mcphost.stores import event_values
 from mcphost.stores import runs as runs_store_module
 from mcphost.stores.results import StoredResult
 from tests.mcphost.hostkit import ECHO_RUNNER, host_settings, message
+from tests.mcphost.stores.factories import nested_json, overwrite_json
 
 
 @pytest.fixture
@@ -201,6 +203,9 @@ async def test_an_unregistered_runner_refuses_the_event_before_storing(
         ("crash", "runner.crashed", "exited with code 7"),
         ("fail", "runner.error", ""),
         ("artifact-bad-sha", "invalid_argument", "does not match the content"),
+        ("deep-metadata:900", "invalid_argument", "nest more than 64 levels deep"),
+        ("deep-tool-call:252", "invalid_argument", "nest more than 64 levels deep"),
+        ("deep-state:300", "invalid_argument", "nest more than 64 levels deep"),
     ],
 )
 async def test_a_misbehaving_runner_fails_its_run_with_the_protocol_code(
@@ -294,6 +299,53 @@ async def test_state_updates_are_checked_against_the_grant(host: Host) -> None:
     assert error_code(refused) == "unauthorized"
     assert refused.error is not None
     assert "may not write 'runner' state" in refused.error.message
+
+
+async def test_a_result_nested_too_deep_is_refused_before_anything_is_stored(host: Host) -> None:
+    deep_state = await run_event(host, message("deep-state:300", bot="wide"))
+    deep_call = await run_event(host, message("deep-tool-call:252", bot="wide"))
+    for run in (deep_state, deep_call):
+        assert (run.status, error_code(run)) == (RunStatus.FAILED, "invalid_argument")
+        types = [r.type for r in await results_of(host, run)]
+        assert "state.updated" not in types
+        assert "tool.call.started" not in types
+        assert "tool.call.started" not in await event_types_of(host, run)
+    grant = (await host.stores.runs.grant(deep_state.run_id)).grant
+    owner = grant.state_scope_id("conversation")
+    assert owner is not None
+    assert await host.stores.state.get("conversation", owner, "deep") is None
+    # The conversation's event log still pages, and the next run of the same scope starts.
+    assert (await host.stores.events.page("c1", None, limit=100)).items
+    assert (await run_event(host, message("ok", bot="wide"))).status is RunStatus.COMPLETED
+
+
+@pytest.mark.parametrize("depth", [300, 5000])
+async def test_a_stored_state_value_too_deep_to_serve_is_an_error_entry_and_runs_go_on(
+    host: Host, depth: int
+) -> None:
+    first = await run_event(host, message("state:conversation", bot="wide"))
+    grant = (await host.stores.runs.grant(first.run_id)).grant
+    owner = grant.state_scope_id("conversation")
+    assert owner is not None
+    await host.stores.state.set("conversation", owner, "good", {"kept": True})
+    await host.stores.state.set("conversation", owner, "bad", 1)
+    await overwrite_json(
+        host.stores,
+        "state",
+        "value",
+        nested_json(depth),
+        scope="conversation",
+        owner=json.dumps(list(owner), separators=(",", ":")),
+        key="bad",
+    )
+    run = await run_event(host, message("show-state", bot="wide"))
+    assert run.status is RunStatus.COMPLETED, run.error
+    final = (await results_of(host, run))[-2]
+    state = json.loads(final.payload["data"]["message"]["content"])
+    assert state["conversation"] == {"good": {"kept": True}, "misbehave": 1}
+    [error] = state["errors"]
+    assert (error["scope"], error["key"], error["code"]) == ("conversation", "bad", "runtime_error")
+    assert "mcphost state delete conversation bad" in error["message"]
 
 
 async def test_an_inline_artifact_is_registered_and_owned_by_the_run(host: Host) -> None:

@@ -508,6 +508,19 @@ async def test_a_non_json_line_is_a_diagnostic_and_the_reader_goes_on(
         assert status == "completed"
 
 
+async def test_a_line_nested_past_the_parsers_recursion_limit_is_a_diagnostic(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async with PluginSupervisor([misbehave()], timings=FAST) as supervisor:
+        plugin = supervisor.plugins[0]
+        status, results = await collect(plugin, make_context("deep-line:100000"))
+        assert (status, contents(results)) == ("completed", ["ok"])
+        assert plugin.diagnostics == 1
+        assert any("nested too deep to parse" in r.getMessage() for r in caplog.records)
+        status, _ = await collect(plugin, make_context("ok"))
+        assert status == "completed"
+
+
 async def test_a_line_over_the_limit_fails_only_its_own_run() -> None:
     async with PluginSupervisor([misbehave()], timings=FAST) as supervisor:
         plugin = supervisor.plugins[0]

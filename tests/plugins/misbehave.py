@@ -34,6 +34,12 @@ by `ctx.input.text`:
     env:NAME         replies with the value of the environment variable NAME, or "<unset>"
     stderr:TEXT      writes TEXT to stderr, then ok
     rpc-error        answers runner/run with a JSON-RPC error instead of a status
+    show-state       replies with the run context's `state` as JSON
+    deep-metadata:N  run.completed with a message and `metadata` nested N arrays deep
+    deep-tool-call:N tool.call.started whose `parameters` nest N arrays deep, then ok
+    deep-state:N     state.updated (conversation scope) whose value nests N arrays deep, then ok
+    deep-line:N      a runner/result line nested N arrays deep (past the JSON parser's recursion limit
+                     when N is in the thousands), then ok
 
 Process-level flags: `--exit-immediately` (exits with code 3 before reading anything), `--silent` (reads
 but never answers anything, so `initialize` times out), `--stubborn` (ignores SIGTERM, `shutdown` and stdin
@@ -60,6 +66,7 @@ RUNNER_ID = f"plugin:{AUTHOR}/{PLUGIN}/default"
 _write_lock = threading.Lock()
 _cancelled: dict[str, threading.Event] = {}
 _frozen = threading.Event()
+_states: dict[str, Any] = {}
 
 
 def write_line(data: bytes) -> None:
@@ -101,6 +108,13 @@ def ok(run_id: str) -> str:
     message(run_id, "ok")
     completed(run_id)
     return "completed"
+
+
+def nested(depth: int) -> Any:
+    value: Any = "bottom"
+    for _ in range(depth):
+        value = [value]
+    return value
 
 
 def behave(run_id: str, text: str, cancelled: threading.Event) -> str | None:
@@ -224,6 +238,34 @@ def behave(run_id: str, text: str, cancelled: threading.Event) -> str | None:
     if name == "bad-line":
         write_line(b"this is not json")
         return ok(run_id)
+    if name == "show-state":
+        message(run_id, json.dumps(_states.get(run_id)))
+        completed(run_id)
+        return "completed"
+    if name == "deep-metadata":
+        obj = {
+            "type": "run.completed",
+            "run_id": run_id,
+            "metadata": {"deep": nested(int(arg))},
+            "data": {"message": {"role": "assistant", "content": "deep"}},
+        }
+        send({"jsonrpc": "2.0", "method": "runner/result", "params": {"run_id": run_id, "result": obj}})
+        return "completed"
+    if name == "deep-tool-call":
+        result(
+            run_id,
+            "tool.call.started",
+            {"tool_call_id": "t1", "tool_name": "x", "parameters": {"p": nested(int(arg))}},
+        )
+        return ok(run_id)
+    if name == "deep-state":
+        result(run_id, "state.updated", {"scope": "conversation", "key": "deep", "value": nested(int(arg))})
+        return ok(run_id)
+    if name == "deep-line":
+        depth = int(arg)
+        head = json.dumps({"jsonrpc": "2.0", "method": "runner/result", "params": {"run_id": run_id}})
+        write_line(head[:-2].encode() + b', "result": ' + b"[" * depth + b"]" * depth + b"}}")
+        return ok(run_id)
     if name == "env":
         message(run_id, os.environ.get(arg, "<unset>"))
         completed(run_id)
@@ -296,6 +338,7 @@ def main(argv: list[str]) -> None:
                 continue
             ctx = params["context"]
             text = (ctx.get("input") or {}).get("text") or ""
+            _states[ctx["run_id"]] = ctx.get("state")
             threading.Thread(target=run, args=(request_id, ctx["run_id"], text), daemon=True).start()
         elif method == "runner/cancel":
             run_id = params.get("run_id", "")

@@ -5,6 +5,8 @@ from __future__ import annotations
 import hashlib
 import time
 
+import sqlalchemy as sa
+
 from mcphost.models import Run, RunGrant, RunStatus, new_id
 from mcphost.stores import Stores
 
@@ -59,3 +61,19 @@ async def admitted(stores: Stores, conversation_id: str | None = "conv-1", **kwa
     stored, created = await stores.runs.admit(run, grant=grant, concurrency="enqueue")
     assert created
     return stored
+
+
+def nested_json(depth: int) -> str:
+    """The JSON text of `depth` arrays nested in one another."""
+    return "[" * depth + "]" * depth
+
+
+async def overwrite_json(stores: Stores, table: str, column: str, text: str, **where: str) -> None:
+    """Write `text` into a JSON column straight through SQL, past every check of the stores: what an
+    older version or a hand edit may have left behind."""
+    value = "CAST(:value AS json)" if stores.db.dialect == "postgresql" else ":value"
+    condition = " AND ".join(f"{name} = :{name}" for name in where)
+    statement = sa.text(f"UPDATE {table} SET {column} = {value} WHERE {condition}")  # test-only names
+    async with stores.db.write() as session:
+        updated = await session.execute(statement, {"value": text, **where})
+    assert updated.rowcount == 1, (table, where)  # pyright: ignore[reportAttributeAccessIssue]

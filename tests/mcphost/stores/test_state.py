@@ -7,8 +7,11 @@ import json
 import pytest
 
 from mcphost.errors import InvalidArgumentError, PayloadTooLargeError
-from mcphost.stores import Stores
-from mcphost.stores.state import MAX_VALUE_BYTES
+from mcphost.models import RunGrant
+from mcphost.protocol import MAX_JSON_DEPTH, STATE_SCOPES
+from mcphost.stores import ScopeSnapshot, Stores
+from mcphost.stores.state import MAX_VALUE_BYTES, STATE_OWNER_IDS, owner_from_ids
+from tests.mcphost.stores.factories import nested_json, overwrite_json
 
 OWNER = ("plugin:mcphost/echo/default", "default", "conv-1", "")
 
@@ -131,18 +134,18 @@ async def test_a_snapshot_stops_at_the_first_key_that_would_pass_the_cap(stores:
     for i in range(10):
         await stores.state.set("conversation", OWNER, f"k{i}", "v" * 100)
     await stores.state.set("conversation", OWNER, "k5", "v" * 5000)  # does not fit after k0..k4
-    snapshot = await stores.state.snapshot("conversation", OWNER, max_bytes=2000)
+    snapshot = (await stores.state.snapshot("conversation", OWNER, max_bytes=2000)).values
     assert list(snapshot) == ["k0", "k1", "k2", "k3", "k4"]
     assert len(json.dumps(snapshot, separators=(",", ":")).encode()) <= 2000
     everything = await stores.state.snapshot("conversation", OWNER)
-    assert len(everything) == 10
+    assert len(everything.values) == 10
 
 
 async def test_a_snapshot_is_exactly_at_most_the_cap(stores: Stores) -> None:
     for i in range(200):
         await stores.state.set("runner", ("r",), f"key.{i:04d}", {"i": i, "pad": "p" * (i % 17)})
     for cap in (2, 10, 100, 1000, 4321):
-        snapshot = await stores.state.snapshot("runner", ("r",), max_bytes=cap)
+        snapshot = (await stores.state.snapshot("runner", ("r",), max_bytes=cap)).values
         size = len(json.dumps(snapshot, separators=(",", ":"), ensure_ascii=False).encode())
         assert size <= cap
         next_key = f"key.{len(snapshot):04d}"
@@ -150,4 +153,68 @@ async def test_a_snapshot_is_exactly_at_most_the_cap(stores: Stores) -> None:
         assert entry is not None
         one_more = {**snapshot, next_key: entry.value}
         assert len(json.dumps(one_more, separators=(",", ":"), ensure_ascii=False).encode()) > cap
-    assert await stores.state.snapshot("runner", ("nobody",)) == {}
+    assert await stores.state.snapshot("runner", ("nobody",)) == ScopeSnapshot(values={})
+
+
+async def test_a_value_nested_past_the_limit_is_refused_and_nothing_is_written(stores: Stores) -> None:
+    await stores.state.set("runner", ("r",), "k", "kept")
+    with pytest.raises(InvalidArgumentError, match="nest more than 64 levels deep") as refused:
+        await stores.state.set("runner", ("r",), "k", json.loads(nested_json(MAX_JSON_DEPTH + 1)))
+    assert refused.value.details == {"field": "value", "max_depth": MAX_JSON_DEPTH}
+    with pytest.raises(InvalidArgumentError, match="nest more than 64 levels deep"):
+        await stores.state.set("runner", ("r",), "k", {"a": json.loads(nested_json(MAX_JSON_DEPTH))})
+    entry = await stores.state.get("runner", ("r",), "k")
+    assert entry is not None
+    assert entry.value == "kept"
+    await stores.state.set("runner", ("r",), "k", json.loads(nested_json(MAX_JSON_DEPTH)))
+
+
+@pytest.mark.parametrize("depth", [300, 5000])
+async def test_a_stored_value_too_deep_to_serve_never_fails_reads_of_other_keys(
+    stores: Stores, depth: int
+) -> None:
+    for key in ("a", "bad", "c"):
+        await stores.state.set("runner", ("r",), key, {"key": key})
+    await overwrite_json(
+        stores, "state", "value", nested_json(depth), scope="runner", owner='["r"]', key="bad"
+    )
+    bad = await stores.state.get("runner", ("r",), "bad")
+    assert bad is not None
+    assert (bad.unservable, bad.value) == (True, None)
+    page = await stores.state.list("runner", ("r",))
+    assert [(e.key, e.value, e.unservable) for e in page.items] == [
+        ("a", {"key": "a"}, False),
+        ("bad", None, True),
+        ("c", {"key": "c"}, False),
+    ]
+    snapshot = await stores.state.snapshot("runner", ("r",))
+    assert snapshot == ScopeSnapshot(values={"a": {"key": "a"}, "c": {"key": "c"}}, unservable=("bad",))
+    assert await stores.state.delete("runner", ("r",), "bad")
+    assert (await stores.state.snapshot("runner", ("r",))).unservable == ()
+
+
+def test_the_owner_an_operator_names_is_the_one_a_run_uses_for_every_scope() -> None:
+    grant = RunGrant(
+        run_id="run_1",
+        runner_id="plugin:acme/bot/default",
+        plugin="acme/bot",
+        binding_id="agent-a",
+        conversation_id="c1",
+        thread_id="t1",
+        actor_id="u1",
+        subject_type="ticket",
+        subject_id="T-9",
+        bot_id="b1",
+        workspace_id="w1",
+        tools=frozenset(),
+        deadline_at=0.0,
+        token_hash="0" * 64,
+    )
+    for scope in STATE_SCOPES:
+        ids = {name: getattr(grant, name) for name in STATE_OWNER_IDS[scope]}
+        assert owner_from_ids(scope, ids) == grant.state_scope_id(scope), scope
+    assert owner_from_ids("conversation", {**ids_of(grant, "conversation"), "thread_id": None})[-1] == ""
+
+
+def ids_of(grant: RunGrant, scope: str) -> dict[str, str | None]:
+    return {name: getattr(grant, name) for name in STATE_OWNER_IDS[scope]}

@@ -1,0 +1,117 @@
+"""JSON nesting over the real MCP endpoint: arguments nested past `MAX_JSON_DEPTH` are a tool error and
+store nothing; a value stored that deep anyway (by an older host, or straight into the database) is an
+error for that one value, never a failed call, page or context."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from mcphost.protocol import MAX_JSON_DEPTH
+from tests.mcphost.facts.conftest import MODERN, Served, connect, fails, ok, table_fingerprint
+from tests.mcphost.facts.test_scope import last_audit
+from tests.mcphost.stores.factories import nested_json, overwrite_json
+
+
+@pytest.mark.parametrize(
+    ("tool", "arguments"),
+    [
+        ("state_set", {"scope": "conversation", "key": "deep", "value": json.loads(nested_json(200))}),
+        ("state_set", {"scope": "runner", "key": "deep", "value": json.loads(nested_json(MAX_JSON_DEPTH))}),
+        (
+            "knowledge_retrieve",
+            {"kb_id": "kb-docs", "query": "q", "filters": {"f": json.loads(nested_json(70))}},
+        ),
+    ],
+)
+async def test_arguments_nested_past_the_limit_are_an_invalid_argument_tool_error(
+    served: Served, tool: str, arguments: dict[str, object]
+) -> None:
+    run = await served.start_run()
+    async with connect(served, run, mode=MODERN) as client:
+        before = await table_fingerprint(served.stores)
+        data = await fails(client, tool, arguments)
+        assert data["code"] == "invalid_argument", data
+        assert "arguments: arrays/objects nest more than 64 levels deep" in data["message"]
+        assert data["details"] == {"field": "arguments", "max_depth": MAX_JSON_DEPTH}
+        row = await last_audit(served, run)
+        assert (row.tool, row.outcome, row.code) == (tool, "error", "invalid_argument")
+        assert await table_fingerprint(served.stores) == before
+        # Exactly at the limit (the arguments object counts as one level) is accepted.
+        flat = {"scope": "runner", "key": "deep", "value": json.loads(nested_json(MAX_JSON_DEPTH - 1))}
+        await ok(client, "state_set", flat)
+        assert (await ok(client, "state_get", {"scope": "runner", "key": "deep"}))["value"] == flat["value"]
+
+
+@pytest.mark.parametrize("depth", [300, 5000])
+async def test_a_stored_state_value_too_deep_to_serve_is_an_error_for_that_key_only(
+    served: Served, depth: int
+) -> None:
+    run = await served.start_run()
+    owner = run.grant.state_scope_id("runner")
+    assert owner is not None
+    async with connect(served, run, mode=MODERN) as client:
+        for key in ("a", "bad", "c"):
+            await ok(client, "state_set", {"scope": "runner", "key": key, "value": {"key": key}})
+        await overwrite_json(
+            served.stores,
+            "state",
+            "value",
+            nested_json(depth),
+            scope="runner",
+            owner=json.dumps(list(owner), separators=(",", ":")),
+            key="bad",
+        )
+
+        got = await fails(client, "state_get", {"scope": "runner", "key": "bad"})
+        assert (got["code"], got["retryable"]) == ("runtime_error", False)
+        assert "'bad' nests arrays/objects more than 64 levels deep" in got["message"]
+        assert "mcphost state delete runner bad" in got["message"]
+        assert "DELETE /v1/state/runner/bad" in got["message"]
+
+        listed = (await ok(client, "state_list", {"scope": "runner"}))["items"]
+        assert [(i["key"], i.get("value"), "error" in i) for i in listed] == [
+            ("a", {"key": "a"}, False),
+            ("bad", None, True),
+            ("c", {"key": "c"}, False),
+        ]
+        assert listed[1]["error"]["code"] == "runtime_error"
+
+        served.contexts.pop(run.run_id)  # run_context rebuilds the context from the stores
+        state = (await ok(client, "run_context"))["state"]
+        assert state["runner"] == {"a": {"key": "a"}, "c": {"key": "c"}}
+        [error] = state["errors"]
+        assert (error["scope"], error["key"], error["code"]) == ("runner", "bad", "runtime_error")
+        assert "mcphost state delete" in error["message"]
+
+        # The run itself can clear it, as an operator can.
+        assert (await ok(client, "state_delete", {"scope": "runner", "key": "bad"}))["deleted"] is True
+        assert (await ok(client, "run_context"))["state"]["errors"] == []
+
+
+@pytest.mark.parametrize("depth", [300, 5000])
+async def test_an_event_or_transcript_row_too_deep_to_serve_leaves_its_page_served(
+    served: Served, depth: int
+) -> None:
+    run = await served.start_run()
+    async with connect(served, run, mode=MODERN) as client:
+        await overwrite_json(
+            served.stores, "events", "payload", nested_json(depth), event_id=run.event.event_id
+        )
+        deep_element = '[{"type": "text", "text": "x", "extra": ' + nested_json(depth) + "}]"
+        await overwrite_json(
+            served.stores, "transcript", "contents", deep_element, event_id=run.event.event_id
+        )
+
+        [item] = (await ok(client, "events_page", {}))["items"]
+        assert item["event_id"] == run.event.event_id
+        assert (item["data"], item["data_truncated"]) == (None, False)
+        assert item["data_error"]["code"] == "runtime_error"
+        assert "more than 64 levels deep" in item["data_error"]["message"]
+        single = await ok(client, "events_get", {"event_id": run.event.event_id})
+        assert single["data_error"] == item["data_error"]
+
+        [entry] = (await ok(client, "history_page", {}))["items"]
+        assert (entry["content"], entry["contents"]) == ("hello there", [])
+        assert "more than 64 levels deep" in entry["contents_error"]
