@@ -44,6 +44,8 @@ class TranscriptItem(FactsModel):
     """At most 4000 characters; `truncated` says when it was cut."""
     truncated: bool = False
     contents: list[JSONObject] = Field(default_factory=list[JSONObject])
+    contents_error: str | None = None
+    """Set (and `contents` empty) when the stored contents nest too deep to be served."""
     artifacts: list[ArtifactRef] = Field(default_factory=list[ArtifactRef])
     """Only filled when the page was asked for with `include_artifacts=True`."""
     artifact_count: int = 0
@@ -91,6 +93,8 @@ class EventRecord(FactsModel):
     data: JSONValue = None
     data_truncated: bool = False
     data_size: int = 0
+    data_error: JSONObject | None = None
+    """`{code, message}` when the stored data nests too deep to be served (`data` is None)."""
 
 
 class EventPage(FactsModel):
@@ -180,6 +184,8 @@ class StateListItem(FactsModel):
     value: JSONValue = None
     value_omitted: bool = False
     """True when the page had no room left for the value: read it with `state_get`."""
+    error: JSONObject | None = None
+    """`{code, message}` when the stored value nests too deep to be served (`value` is None)."""
 
 
 class StateList(FactsModel):

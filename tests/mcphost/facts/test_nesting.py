@@ -9,6 +9,7 @@ import json
 import pytest
 
 from mcphost.protocol import MAX_JSON_DEPTH
+from runners.sdk import EventRecord, HistoryPage, StateList
 from tests.mcphost.facts.conftest import MODERN, Served, connect, fails, ok, table_fingerprint
 from tests.mcphost.facts.test_scope import last_audit
 from tests.mcphost.stores.factories import nested_json, overwrite_json
@@ -77,6 +78,8 @@ async def test_a_stored_state_value_too_deep_to_serve_is_an_error_for_that_key_o
             ("c", {"key": "c"}, False),
         ]
         assert listed[1]["error"]["code"] == "runtime_error"
+        typed = StateList.model_validate(await ok(client, "state_list", {"scope": "runner"}))
+        assert [i.error is not None for i in typed.items] == [False, True, False]
 
         served.contexts.pop(run.run_id)  # run_context rebuilds the context from the stores
         state = (await ok(client, "run_context"))["state"]
@@ -111,7 +114,9 @@ async def test_an_event_or_transcript_row_too_deep_to_serve_leaves_its_page_serv
         assert "more than 64 levels deep" in item["data_error"]["message"]
         single = await ok(client, "events_get", {"event_id": run.event.event_id})
         assert single["data_error"] == item["data_error"]
+        assert EventRecord.model_validate(single).data_error == item["data_error"]  # the SDK's typed view
 
         [entry] = (await ok(client, "history_page", {}))["items"]
         assert (entry["content"], entry["contents"]) == ("hello there", [])
         assert "more than 64 levels deep" in entry["contents_error"]
+        assert HistoryPage.model_validate(await ok(client, "history_page", {})).items[0].contents_error
