@@ -254,6 +254,8 @@ def case_strategies(seeded: Seeded) -> list[tuple[str, st.SearchStrategy[Any]]]:
         "run_id": seeded.run_id,
         "artifact_id": seeded.artifact_id,
         "conversation_id": seeded.conversation_id,
+        "scope": "conversation",
+        "key": "turns",  # the echo run's state value
     }
     out: list[tuple[str, st.SearchStrategy[Any]]] = []
     for operation in OPERATIONS:
