@@ -8,7 +8,11 @@ How a host proves it is alive:
   host id, on a dedicated connection kept for the host's lifetime. The server drops that lock when
   the connection goes away, so a killed host (or one whose machine vanished) stops holding it; another
   host proves it dead when `pg_try_advisory_xact_lock` on the same key succeeds (a transaction-level
-  lock, gone when that check's transaction ends).
+  lock, gone when that check's transaction ends). The host checks that connection every
+  `LIVENESS_CHECK_S`; when the server dropped it (a restart, `pg_terminate_backend`, a network cut)
+  the lock went with it, so the host reconnects and takes the lock again. In the gap (at most about
+  `LIVENESS_CHECK_S` plus a reconnect) a recovering peer could judge it dead and fail its running runs
+  `host.restarted`; their own ends then find them failed (the first terminal status wins).
 - SQLite (one machine): the `hosts` row records pid and hostname. A host is dead when its row is
   missing, or it is on this machine and no process has its pid. A row from another machine counts as
   alive (nothing here can prove otherwise). A recycled pid makes a dead host look alive: recovery is
@@ -39,6 +43,8 @@ from contextlib import asynccontextmanager
 import anyio
 from pydantic import BaseModel, ConfigDict
 from sqlalchemy import delete, func, select, update
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from mcphost.errors import ConflictError, IllegalTransitionError
 from mcphost.models import RunError, RunStatus
@@ -55,6 +61,8 @@ HOST_RESTARTED = RunError(
     "event_id) to run it as a new attempt.",
 )
 _LOCK_NAMESPACE = "host"
+LIVENESS_CHECK_S = 1.0
+"""How often a PostgreSQL host checks the connection that holds its liveness lock."""
 
 
 class Recovery(BaseModel):
@@ -86,6 +94,17 @@ class HostRecord(BaseModel):
     hostname: str
     started_at: float
     heartbeat_at: float
+
+
+async def _discard(conn: AsyncConnection) -> None:
+    """Close `conn` without returning it to the pool: closing the server session is what releases the
+    lock, whatever state the connection is in."""
+    with anyio.CancelScope(shield=True):
+        try:
+            await conn.invalidate()
+            await conn.close()
+        except (SQLAlchemyError, OSError):
+            log.debug("closing a dropped liveness connection failed", exc_info=True)
 
 
 def pid_alive(pid: int) -> bool:
@@ -127,24 +146,60 @@ class HostStore:
                 await self._unregister(host_id)
             return
         key = advisory_key(_LOCK_NAMESPACE, host_id)
+        holder = await self._lock(key)
+        if holder is None:
+            raise ConflictError(f"Host {host_id!r} is already alive in another process; use a new host id.")
+        held = [holder]
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self._keep_lock, host_id, key, held)
+                try:
+                    await self._register(record)
+                    yield record
+                finally:
+                    tg.cancel_scope.cancel()
+                    await self._unregister(host_id)
+        finally:
+            await _discard(held[0])
+
+    async def _lock(self, key: int) -> AsyncConnection | None:
+        """A dedicated connection holding the session lock `key`, or None when another session holds it."""
         conn = await self._db.engine.connect()
         try:
             conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
-            if not (await conn.execute(select(func.pg_try_advisory_lock(key)))).scalar_one():
-                raise ConflictError(
-                    f"Host {host_id!r} is already alive in another process; use a new host id."
-                )
+            if (await conn.execute(select(func.pg_try_advisory_lock(key)))).scalar_one():
+                return conn
+        except BaseException:
+            await _discard(conn)
+            raise
+        await _discard(conn)
+        return None
+
+    async def _keep_lock(self, host_id: str, key: int, held: list[AsyncConnection]) -> None:
+        """Check the lock's connection every `LIVENESS_CHECK_S`; retake the lock when it was dropped."""
+        while True:
+            await anyio.sleep(LIVENESS_CHECK_S)
             try:
-                await self._register(record)
-                yield record
-            finally:
-                await self._unregister(host_id)
-        finally:
-            # Discard the connection rather than pool it: closing the server session is what releases
-            # the lock, whatever state the connection is in.
-            with anyio.CancelScope(shield=True):
-                await conn.invalidate()
-                await conn.close()
+                await held[0].execute(select(1))
+                continue
+            except (SQLAlchemyError, OSError):
+                log.warning("host %s lost the connection that proves it alive; reconnecting", host_id)
+            await _discard(held[0])
+            while True:
+                try:
+                    holder = await self._lock(key)
+                except (SQLAlchemyError, OSError) as exc:
+                    log.warning(
+                        "host %s cannot reconnect its liveness lock yet: %s", host_id, type(exc).__name__
+                    )
+                    holder = None
+                if holder is not None:
+                    held[0] = holder
+                    log.info("host %s holds its liveness lock again", host_id)
+                    break
+                # A peer's check holds the key for the length of its transaction, or the server is
+                # still away: try again shortly.
+                await anyio.sleep(LIVENESS_CHECK_S / 4)
 
     async def _register(self, record: HostRecord) -> None:
         stmt = upsert(

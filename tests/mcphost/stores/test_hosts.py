@@ -231,3 +231,29 @@ async def test_the_hosts_table_records_pid_and_hostname(stores: Stores) -> None:
     async with stores.hosts.alive("host-me"), stores.db.read() as session:
         row = (await session.execute(text("SELECT pid, hostname FROM hosts WHERE host_id = 'host-me'"))).one()
     assert (row.pid, row.hostname) == (os.getpid(), socket.gethostname())
+
+
+@pytest.mark.parametrize("database_url", ["postgres"], indirect=True)  # SQLite: the pid is the proof
+async def test_a_host_whose_liveness_connection_is_dropped_takes_its_lock_again(stores: Stores) -> None:
+    key = advisory_key("host", "host-me")
+    lock_holder = text(
+        "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted "
+        "AND ((classid::bigint << 32) | objid::bigint) = :key"
+    )
+    async with stores.hosts.alive("host-me"):
+        async with stores.db.read() as session:
+            pid = (await session.execute(lock_holder, {"key": key})).scalar_one()
+            assert (await session.execute(select(func.pg_terminate_backend(pid)))).scalar_one()
+        for _ in range(100):  # the server drops the lock with the session...
+            if not await stores.hosts.is_alive("host-me"):
+                break
+            await anyio.sleep(0.05)
+        else:
+            pytest.fail("the lock was not released when its session was terminated")
+        for _ in range(200):  # ...and the host takes it again on a new connection
+            if await stores.hosts.is_alive("host-me"):
+                break
+            await anyio.sleep(0.05)
+        else:
+            pytest.fail("the host did not take its liveness lock again within 10 s")
+    assert not await stores.hosts.is_alive("host-me")
