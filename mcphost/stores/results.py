@@ -8,6 +8,9 @@ Invariants:
   of deltas costs one round trip per batch, not per result. A batch that repeats a stored sequence
   writes nothing and raises `ConflictError`.
 - `list(run_id, after=N)` reads the primary key range (run_id, seq > N) in order: O(limit).
+- A stored payload nested deeper than `MAX_JSON_DEPTH` (stored before nesting was bounded, or straight
+  into the database) is served as `{"type": …, "data": null, "data_error": {code, message}}`, so one
+  row never fails a page, a result stream or `mcphost show`.
 - Every method is retried when its connection drops (`@idempotent`): reads trivially, and `append_many`
   because a batch whose sequences are already stored with the same types and payloads (an earlier
   attempt committed before its connection dropped) counts as written.
@@ -22,7 +25,7 @@ from sqlalchemy import func, insert, select
 from sqlalchemy.exc import IntegrityError
 
 from mcphost.errors import ConflictError
-from mcphost.protocol import JSONObject
+from mcphost.protocol import MAX_JSON_DEPTH, JSONObject, json_depth
 from mcphost.stores._cursor import MAX_RUN_SEQ, check_after, check_limit
 from mcphost.stores._retry import idempotent
 from mcphost.stores.engine import Database
@@ -41,6 +44,23 @@ class StoredResult(BaseModel):
     type: str
     payload: JSONObject
     created_at: float
+
+
+def _served(row: RunResultRow) -> StoredResult:
+    payload = row.payload
+    if json_depth(payload) > MAX_JSON_DEPTH:
+        message = (
+            f"The stored result {row.seq} of run {row.run_id!r} nests arrays/objects more than "
+            f"{MAX_JSON_DEPTH} levels deep and cannot be served; the run's other results are intact."
+        )
+        payload = {
+            "type": row.type,
+            "data": None,
+            "data_error": {"code": "runtime_error", "message": message},
+        }
+    return StoredResult(
+        run_id=row.run_id, seq=row.seq, type=row.type, payload=payload, created_at=row.created_at
+    )
 
 
 class ResultStore:
@@ -96,10 +116,7 @@ class ResultStore:
         )
         async with self._db.read() as session:
             rows = (await session.execute(stmt)).scalars().all()
-        return [
-            StoredResult(run_id=r.run_id, seq=r.seq, type=r.type, payload=r.payload, created_at=r.created_at)
-            for r in rows
-        ]
+        return [_served(r) for r in rows]
 
     @idempotent
     async def last_seq(self, run_id: str) -> int:

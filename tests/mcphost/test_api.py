@@ -814,3 +814,34 @@ async def test_create_app_opens_the_host_in_its_lifespan(database_url: str, tmp_
         assert parse_sse(answer)[-1].data["status"] == "completed"
         missing = await client.post("/runs/run_nope/mcp", headers={"authorization": "Bearer x"}, json={})
         assert missing.status_code == 404  # the MCP endpoint is routed to the lifespan's facts server
+
+
+@pytest.mark.parametrize("depth", [300, 5000])
+async def test_a_stored_result_too_deep_to_serve_is_an_error_for_that_result_only(
+    host: Host, client: httpx2.AsyncClient, depth: int
+) -> None:
+    admitted = (await client.post("/v1/events", json=event_body("deep result"))).json()
+    run = await host.orchestrator.wait(admitted["run_id"])
+    assert run.status is RunStatus.COMPLETED
+    deep = '{"type": "message.completed", "data": ' + nested_json(depth) + "}"
+    await overwrite_json(host.stores, "run_results", "payload", deep, run_id=run.run_id, seq=2)
+
+    page = await client.get(f"/v1/runs/{run.run_id}/results", headers={"accept": "application/json"})
+    assert page.status_code == 200, page.text
+    items = page.json()["results"]
+    assert [r["seq"] for r in items] == [1, 2, 3, 4]
+    bad = items[1]
+    assert (bad["type"], bad["data"]) == ("message.completed", None)
+    assert bad["data_error"]["code"] == "runtime_error"
+    assert "more than 64 levels deep" in bad["data_error"]["message"]
+    assert [r["type"] for r in items] == [
+        "message.delta",
+        "message.completed",
+        "state.updated",
+        "run.completed",
+    ]
+
+    streamed = await client.get(f"/v1/runs/{run.run_id}/results", headers={"accept": "text/event-stream"})
+    events = parse_sse(streamed.text)
+    assert [e.event for e in events] == ["message", "message", "message", "message", "end"]
+    assert results_of(events)[1] == bad

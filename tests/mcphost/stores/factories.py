@@ -68,7 +68,7 @@ def nested_json(depth: int) -> str:
     return "[" * depth + "]" * depth
 
 
-async def overwrite_json(stores: Stores, table: str, column: str, text: str, **where: str) -> None:
+async def overwrite_json(stores: Stores, table: str, column: str, text: str, **where: str | int) -> None:
     """Write `text` into a JSON column straight through SQL, past every check of the stores: what an
     older version or a hand edit may have left behind."""
     value = "CAST(:value AS json)" if stores.db.dialect == "postgresql" else ":value"
