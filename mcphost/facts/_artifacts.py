@@ -7,7 +7,8 @@ ids (`stores/artifacts.py`).
 Invariants:
 - A run reads an artifact only when it owns it, its conversation owns it, or it was handed to the run as
   input (the context's attachments and media contents); anything else is `unauthorized`. The check runs
-  before any byte is read.
+  before any byte is read. An id that does not exist (or has expired) gets the same code and message as
+  another conversation's artifact, so a run cannot probe which ids exist outside its grant.
 - `artifacts_read` returns at most `MAX_READ_BYTES`; `data` is text when the type is textual (`text/*`,
   JSON, XML) and the bytes read are valid UTF-8, otherwise base64. `eof` says whether the read reached
   the end. The resource returns the whole artifact only up to `MAX_READ_BYTES` (`payload_too_large`
@@ -22,6 +23,7 @@ import re
 
 import mcp_types as types
 
+from mcphost.errors import NotFoundError
 from mcphost.facts._args import MAX_READ_BYTES, ArtifactArgs, ArtifactsCreateArgs, ArtifactsReadArgs
 from mcphost.facts._call import Call
 from mcphost.facts._results import ToolCallError
@@ -48,13 +50,16 @@ def _as_text(mime_type: str, data: bytes) -> str | None:
 
 
 async def readable(call: Call, artifact_id: str) -> ArtifactRecord:
-    """The artifact's record when this run may read it."""
-    record = await call.stores.artifacts.get(artifact_id)
-    if not await call.may_read_artifact(record):
+    """The artifact's record when this run may read it; a missing id is refused like a foreign one."""
+    try:
+        record = await call.stores.artifacts.get(artifact_id)
+    except NotFoundError:
+        record = None
+    if record is None or not await call.may_read_artifact(record):
         raise ToolCallError(
             "unauthorized",
-            f"Artifact {artifact_id!r} belongs to another run or conversation; this run may read its own "
-            "artifacts, its conversation's and its input attachments.",
+            f"Artifact {artifact_id!r} does not exist or is not readable by this run; a run may read its "
+            "own artifacts, its conversation's and its input attachments.",
         )
     return record
 

@@ -9,6 +9,8 @@ Invariants:
 - A cursor is checked before paging: it must point at an item of the run's own thread (another thread's
   cursor is `unauthorized`, a cursor pointing at nothing is `invalid_argument`), so a foreign cursor
   cannot even be used to probe positions.
+- `events_get` of an event the run may not see and of an id that does not exist answer alike
+  (`unauthorized`, the same message), so a run cannot probe which event ids exist elsewhere.
 - A run without a conversation has no history and no conversation events: its pages are empty.
 - Content is capped for the model: a transcript item's `content` (and each text element) at
   `MAX_CONTENT_CHARS` with `truncated` set; an event's `data` at `MAX_EVENT_DATA_BYTES` (`events_get`) or
@@ -25,6 +27,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from mcphost.errors import NotFoundError
 from mcphost.facts._args import EventsGetArgs, EventsPageArgs, HistoryPageArgs, HistorySearchArgs
 from mcphost.facts._call import Call
 from mcphost.facts._results import ToolCallError, dumps
@@ -217,11 +220,15 @@ def _sees_event(call: Call, event: StoredEvent) -> bool:
 
 async def events_get(call: Call, args: EventsGetArgs) -> JSONObject:
     """One event of the run's conversation (or logged by the run)."""
-    event = await call.stores.events.get(args.event_id)
-    if not _sees_event(call, event):
+    try:
+        event = await call.stores.events.get(args.event_id)
+    except NotFoundError:
+        event = None
+    if event is None or not _sees_event(call, event):
         raise ToolCallError(
             "unauthorized",
-            f"Event {args.event_id!r} belongs to another conversation; this run may read only {_where(call)}.",
+            f"Event {args.event_id!r} does not exist or is not readable by this run; it may read only "
+            f"{_where(call)} and the events it logged.",
         )
     return event_json(event, max_data_bytes=MAX_EVENT_DATA_BYTES)
 

@@ -153,9 +153,9 @@ async def test_big_and_expired_artifacts(served: Served) -> None:
             await client.read_resource(f"mcphost://artifacts/{big.artifact_id}")
         tail = await ok(client, "artifacts_read", {"artifact_id": big.artifact_id, "offset": MAX_READ_BYTES})
         assert (tail["length"], tail["eof"]) == (10, True)
-        assert (await fails(client, "artifacts_metadata", {"artifact_id": gone.artifact_id}))[
-            "code"
-        ] == "not_found"
+        expired = await fails(client, "artifacts_metadata", {"artifact_id": gone.artifact_id})
+        assert expired["code"] == "unauthorized"
+        assert "does not exist or is not readable" in expired["message"]
         with raises_mcp_error("not_found"):
             await client.read_resource("mcphost://nothing/here")
         with raises_mcp_error("not_found"):

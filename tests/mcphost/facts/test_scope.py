@@ -30,6 +30,12 @@ from tests.mcphost.facts.conftest import (
 )
 
 
+def same_answer(foreign: dict[str, Any], foreign_id: str, missing: dict[str, Any], missing_id: str) -> bool:
+    """A refusal of another scope's id reads exactly like that of an id that does not exist."""
+    assert foreign["code"] == "unauthorized", foreign
+    return repr(foreign).replace(foreign_id, "ID") == repr(missing).replace(missing_id, "ID")
+
+
 async def last_audit(served: Served, run: RunHandle) -> AuditRecord:
     return (await served.audit(run))[-1]
 
@@ -92,8 +98,9 @@ async def test_another_conversations_events_are_unauthorized(served: Served, mod
         await refused(served, client, a, "events_page", {"before_cursor": cursor}, "unauthorized")
         own = await ok(client, "events_page")
         assert [e["event_id"] for e in own["items"]] == [a.event.event_id]
+        foreign = await fails(client, "events_get", {"event_id": b.event.event_id})
         missing = await fails(client, "events_get", {"event_id": "evt_missing"})
-        assert missing["code"] == "not_found"
+        assert same_answer(foreign, b.event.event_id, missing, "evt_missing")
 
 
 async def test_a_run_without_a_conversation_sees_its_own_event_and_no_history(served: Served) -> None:
@@ -126,8 +133,17 @@ async def test_another_runs_artifact_is_unauthorized_everywhere(served: Served, 
             await client.read_resource(f"mcphost://artifacts/{artifact_id}")
         row = await last_audit(served, a)
         assert (row.tool, row.outcome, row.code) == ("resources/read", "refused", "unauthorized")
-        missing = await fails(client, "artifacts_read", {"artifact_id": "art_missing"})
-        assert missing["code"] == "not_found"
+        for tool in ("artifacts_read", "artifacts_metadata"):
+            foreign = await fails(client, tool, {"artifact_id": artifact_id})
+            missing = await fails(client, tool, {"artifact_id": "art_missing"})
+            assert same_answer(foreign, artifact_id, missing, "art_missing")
+        with raises_mcp_error("unauthorized") as foreign_read:
+            await client.read_resource(f"mcphost://artifacts/{artifact_id}")
+        with raises_mcp_error("unauthorized") as missing_read:
+            await client.read_resource("mcphost://artifacts/art_missing")
+        assert foreign_read[0].message.replace(artifact_id, "ID") == missing_read[0].message.replace(
+            "art_missing", "ID"
+        )
 
 
 async def test_artifacts_of_the_conversation_and_of_the_runs_input_are_readable(served: Served) -> None:
