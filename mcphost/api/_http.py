@@ -94,7 +94,9 @@ def parse_json(model: type[ModelT], raw: bytes, where: str = "body") -> ModelT:
             raise _too_deep(where)
         check_storable(data, where)
     try:
-        return model.model_validate_json(raw)
+        # Strict: a JSON body's types are JSON's own ("12", true and 1.0 are not integers); query
+        # strings are strings by nature and stay lax (`parse_query`).
+        return model.model_validate_json(raw, strict=True)
     except ValidationError as exc:
         raise _invalid(exc, where) from None
 

@@ -44,9 +44,12 @@ TranscriptRole = Literal["user", "assistant", "system", "event"]
 
 
 class ToolArgs(BaseModel):
-    """Base of every tool's arguments: unknown fields are refused, field docs become descriptions."""
+    """Base of every tool's arguments: unknown fields are refused, field docs become descriptions, and
+    types are strict (JSON's own: `"12"`, `true` and `1.0` are not integers), as the input schema says."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True, allow_inf_nan=False)
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, use_attribute_docstrings=True, allow_inf_nan=False, strict=True
+    )
 
 
 class NoArgs(ToolArgs):

@@ -845,3 +845,30 @@ async def test_a_stored_result_too_deep_to_serve_is_an_error_for_that_result_onl
     events = parse_sse(streamed.text)
     assert [e.event for e in events] == ["message", "message", "message", "message", "end"]
     assert results_of(events)[1] == bad
+
+
+@pytest.mark.parametrize(
+    ("field", "body"),
+    [
+        ("body.event_time", {"event_time": "1700000000"}),
+        ("body.event_time", {"event_time": True}),
+        ("body.input.attachments.0.size", {"input": {"attachments": [{"artifact_id": "a1", "size": "12"}]}}),
+        ("body.input.attachments.0.size", {"input": {"attachments": [{"artifact_id": "a1", "size": 1.0}]}}),
+        ("body.input.attachments.0.size", {"input": {"attachments": [{"artifact_id": "a1", "size": True}]}}),
+    ],
+)
+async def test_a_json_body_is_typed_strictly_and_a_query_string_is_not(
+    host: Host, client: httpx2.AsyncClient, field: str, body: dict[str, Any]
+) -> None:
+    before = await row_counts(host.stores)
+    error = error_of(
+        await client.post("/v1/events", json={**event_body("x"), **body}), 400, "invalid_argument"
+    )
+    assert error["details"]["errors"][0]["loc"] == field, error
+    assert await row_counts(host.stores) == before
+    # An integer is a float: event_time 1700000000 is a time. Query strings are strings: limit=2 is 2.
+    accepted = await client.post("/v1/events", json={**event_body("x"), "event_time": 1_700_000_000})
+    assert accepted.status_code == 202, accepted.text
+    listed = await client.get("/v1/runs", params={"limit": "1"})
+    assert listed.status_code == 200, listed.text
+    assert len(listed.json()["items"]) == 1

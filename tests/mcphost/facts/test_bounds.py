@@ -18,7 +18,7 @@ from tests.mcphost.facts.conftest import MODERN, Served, connect, fails, ok, tab
 from tests.mcphost.stores.test_cursor import signed_with_the_old_source_key
 
 HUGE: list[Any] = [2**63, 2**64, 10**100, -(2**63) - 1]
-NOT_INTEGERS: list[Any] = ["abc", "1e3", 1.5, None, [], {}]
+NOT_INTEGERS: list[Any] = ["abc", "1e3", 1.5, None, [], {}, "12", True, 10.0]  # JSON types are strict
 
 
 def cursor(served: Served, kind: CursorKind, value: Any) -> str:
