@@ -4,9 +4,12 @@ Owns the cursor format and its key (`CursorCodec`), `Page[T]`, limit and `after`
 keyset window every paged read uses. Does not own what is paged (the stores do) or where the secret comes
 from (`open_stores`: `[host] cursor_secret`, else one generated into the database on first start).
 
-A cursor is the URL-safe base64 (no padding) of an 8-byte keyed BLAKE2b MAC followed by compact JSON
-`{"k": kind, "v": value}`. The MAC's key is derived from a per-installation secret, so a cursor cannot be
-forged or edited: anything but a cursor this installation issued is a 400. The kind tag keeps a
+A cursor is the URL-safe base64 (no padding) of an 8-byte keyed BLAKE2b MAC of the compact JSON
+`{"k": kind, "v": value}` followed by that JSON enciphered (XOR with a keyed BLAKE2b stream seeded by the
+MAC, so equal positions give equal cursors). Both keys derive from a per-installation secret, so a cursor
+cannot be forged or edited (anything but a cursor this installation issued is a 400), and it cannot be
+read: positions are installation-wide sequences, and their gaps would tell a run how much was written
+in other conversations between two of its own items. The kind tag keeps a
 transcript cursor out of events paging. A verified cursor is still only a position: every paged query
 is scoped by the caller's conversation or owner after the MAC check, and the facts tools check that a
 cursor points into the run's own thread, so even a leaked cursor moves only within data the caller may
@@ -43,7 +46,9 @@ SelectT = TypeVar("SelectT", bound=Select[*tuple[Any, ...]])
 CursorKind = Literal["events", "transcript", "runs", "state", "storage"]
 
 _MAC_LEN = 8
-_KEY_CONTEXT = b"mcphost.cursor.v2\x00"
+_KEY_CONTEXT = b"mcphost.cursor.v3\x00"
+_STREAM_CONTEXT = b"mcphost.cursor.stream\x00"
+_BLOCK = 64
 MIN_SECRET_LENGTH = 16
 MAX_PAGE_LIMIT = 100
 MAX_RUN_SEQ = 2**31 - 1
@@ -68,21 +73,36 @@ class CursorCodec:
     """Issues and verifies this installation's cursors with a key derived from its secret."""
 
     key: bytes
+    stream_key: bytes
 
     @classmethod
     def of(cls, secret: str) -> CursorCodec:
         """The codec for `secret` (at least MIN_SECRET_LENGTH characters)."""
         if len(secret) < MIN_SECRET_LENGTH:
             raise ValueError(f"a cursor secret needs at least {MIN_SECRET_LENGTH} characters")
-        return cls(key=hashlib.sha256(_KEY_CONTEXT + secret.encode("utf-8", "surrogatepass")).digest())
+        encoded = secret.encode("utf-8", "surrogatepass")
+        return cls(
+            key=hashlib.sha256(_KEY_CONTEXT + encoded).digest(),
+            stream_key=hashlib.sha256(_STREAM_CONTEXT + encoded).digest(),
+        )
 
     def _mac(self, raw: bytes) -> bytes:
         return hashlib.blake2b(raw, key=self.key, digest_size=_MAC_LEN).digest()
 
+    def _cipher(self, mac: bytes, data: bytes) -> bytes:
+        """`data` XOR the keystream seeded by `mac` (its own inverse)."""
+        blocks = (len(data) + _BLOCK - 1) // _BLOCK
+        stream = b"".join(
+            hashlib.blake2b(mac + i.to_bytes(4, "big"), key=self.stream_key, digest_size=_BLOCK).digest()
+            for i in range(blocks)
+        )
+        return bytes(a ^ b for a, b in zip(data, stream, strict=False))
+
     def encode(self, kind: CursorKind, value: int | str) -> str:
         """An opaque cursor for position `value` of `kind`."""
         raw = json.dumps({"k": kind, "v": value}, separators=(",", ":")).encode()
-        return base64.urlsafe_b64encode(self._mac(raw) + raw).decode().rstrip("=")
+        mac = self._mac(raw)
+        return base64.urlsafe_b64encode(mac + self._cipher(mac, raw)).decode().rstrip("=")
 
     def _decode(self, cursor: str, kind: CursorKind) -> object:
         what = f"{kind} cursor"
@@ -90,7 +110,8 @@ class CursorCodec:
             blob = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
         except (binascii.Error, ValueError):
             blob = b""
-        mac, raw = blob[:_MAC_LEN], blob[_MAC_LEN:]
+        mac = blob[:_MAC_LEN]
+        raw = self._cipher(mac, blob[_MAC_LEN:])
         if not raw or not hmac.compare_digest(mac, self._mac(raw)):
             raise InvalidArgumentError(
                 f"Malformed {what} {_shown(cursor)}: pass a cursor exactly as a previous page of this host "

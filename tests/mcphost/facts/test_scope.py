@@ -318,3 +318,27 @@ async def test_invalid_arguments_name_the_field(served: Served) -> None:
         await refused(served, client, run, "state_set", args, "invalid_argument")
         args = {"name": "a", "mime_type": "text/plain", "base64": "***"}
         await refused(served, client, run, "artifacts_create", args, "invalid_argument")
+
+
+async def test_cursors_do_not_show_positions_that_count_other_conversations_rows(served: Served) -> None:
+    """Positions are installation-wide sequences: read from a cursor, the gap between two of a run's own
+    items would count the rows other conversations wrote in between. Cursors are enciphered."""
+    transcript = served.stores.transcript
+    await transcript.append(conversation_id="conv-a", role="user", content="first")
+    for n in range(5):
+        await transcript.append(conversation_id="conv-b", role="user", content=f"elsewhere {n}")
+    run = await served.start_run(conversation_id="conv-a", text="second")
+    async with connect(served, run, mode=MODERN) as client:
+        page = await ok(client, "history_page", {"limit": 1})
+        older = await ok(client, "history_page", {"before_cursor": page["next_cursor"], "limit": 1})
+        events = await ok(client, "events_page", {"limit": 1})
+        await ok(client, "state_set", {"scope": "conversation", "key": "k1", "value": 1})
+        await ok(client, "state_set", {"scope": "conversation", "key": "k2", "value": 2})
+        keys = await ok(client, "state_list", {"scope": "conversation", "limit": 1})
+    assert [i["content"] for i in older["items"]] == ["first"]
+    cursors = [page["next_cursor"], older["items"][0]["cursor"], events["items"][0]["cursor"]]
+    cursors.append(keys["next_cursor"])
+    for cursor in cursors:
+        blob = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        for plain in (b'"v"', b'"k"', b"k1"):
+            assert plain not in blob, blob
