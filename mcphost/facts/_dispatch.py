@@ -87,6 +87,17 @@ def _access_of(ctx: ServerRequestContext[Any, Any]) -> RunAccess:
     return access
 
 
+def _check_depth(arguments: dict[str, Any]) -> None:
+    """Refuse arguments nested past `MAX_JSON_DEPTH` (after the grant check: a tool the run may not
+    call is `unauthorized` whatever its arguments)."""
+    if json_depth(arguments) > MAX_JSON_DEPTH:
+        raise ToolCallError(
+            "invalid_argument",
+            nesting_message("arguments") + ".",
+            details={"field": "arguments", "max_depth": MAX_JSON_DEPTH},
+        )
+
+
 def _arguments_error(error: ValidationError) -> ToolCallError:
     problems = [
         {"field": ".".join(str(part) for part in e["loc"]) or "(arguments)", "message": e["msg"]}
@@ -334,12 +345,6 @@ class FactsDispatch:
     async def _invoke(
         self, call: Call, name: str, arguments: dict[str, Any]
     ) -> tuple[types.CallToolResult, int]:
-        if json_depth(arguments) > MAX_JSON_DEPTH:
-            raise ToolCallError(
-                "invalid_argument",
-                nesting_message("arguments") + ".",
-                details={"field": "arguments", "max_depth": MAX_JSON_DEPTH},
-            )
         spec = FACTS_TOOLS.get(name)
         if spec is None:
             return await self._invoke_host_tool(call, name, arguments)
@@ -347,6 +352,7 @@ class FactsDispatch:
             raise ToolCallError(
                 "unauthorized", f"This run may not call {name!r}; tools/list shows what it may call."
             )
+        _check_depth(arguments)
         problem = unstorable(arguments)
         if problem is not None:
             field = problem.path or "(arguments)"
@@ -372,6 +378,7 @@ class FactsDispatch:
             )
         if self._host_tools is None:
             raise ToolCallError("not_found", f"Host tool {name[:100]!r} is not available on this host.")
+        _check_depth(arguments)
         result = await self._host_tools.call_tool(call.grant, name, arguments)
         return result, len(result.model_dump_json(by_alias=True, exclude_none=True).encode())
 

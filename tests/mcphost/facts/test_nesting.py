@@ -120,3 +120,15 @@ async def test_an_event_or_transcript_row_too_deep_to_serve_leaves_its_page_serv
         assert (entry["content"], entry["contents"]) == ("hello there", [])
         assert "more than 64 levels deep" in entry["contents_error"]
         assert HistoryPage.model_validate(await ok(client, "history_page", {})).items[0].contents_error
+
+
+async def test_a_tool_outside_the_grant_is_unauthorized_whatever_its_arguments(served: Served) -> None:
+    run = await served.start_run(permissions={"history": ["page"]})
+    deep = {"scope": "conversation", "key": "k", "value": json.loads(nested_json(200))}
+    async with connect(served, run, mode=MODERN) as client:
+        data = await fails(client, "state_set", deep)
+        assert data["code"] == "unauthorized", data
+        row = await last_audit(served, run)
+        assert (row.tool, row.outcome, row.code) == ("state_set", "refused", "unauthorized")
+        data = await fails(client, "up__echo", {"x": json.loads(nested_json(200))})
+        assert data["code"] == "unauthorized", data
