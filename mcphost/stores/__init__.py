@@ -71,11 +71,6 @@ async def _sweep_staging(staging_dir: Path) -> None:
             await entry.unlink(missing_ok=True)
 
 
-def _unopenable(exc: Exception, database_url: str, data_dir: Path, stage: str) -> Exception:
-    failure = open_failure(exc, database_url=database_url, data_dir=data_dir, stage=stage)
-    return exc if failure is None else failure
-
-
 @asynccontextmanager
 async def open_stores(
     database_url: str,
@@ -98,7 +93,10 @@ async def open_stores(
     try:
         await anyio.Path(data_dir).mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise _unopenable(exc, database_url, data_dir, "data_dir") from exc
+        failure = open_failure(exc, database_url=database_url, data_dir=data_dir, stage="data_dir")
+        if failure is None:
+            raise
+        raise failure from exc
     path = sqlite_path(database_url)
     db = Database(database_url)
     try:
@@ -115,7 +113,10 @@ async def open_stores(
             await _sweep_staging(blobs.staging_dir)
             cursors = await cursor_codec(db, cursor_secret)
         except Exception as exc:
-            raise _unopenable(exc, database_url, data_dir, "database") from exc
+            failure = open_failure(exc, database_url=database_url, data_dir=data_dir, stage="database")
+            if failure is None:
+                raise
+            raise failure from exc
         runs = RunStore(db, cursors)
         yield Stores(
             db=db,

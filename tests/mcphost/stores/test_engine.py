@@ -11,6 +11,7 @@ import anyio
 import pytest
 from sqlalchemy import func, select, text
 
+import mcphost.stores as stores_package
 from mcphost.stores import AuditEntry, Database, Stores, engine, open_stores
 from mcphost.stores.engine import normalize_url, sqlite_path
 from mcphost.stores.tables import EventRow
@@ -178,3 +179,19 @@ async def test_a_database_can_be_disposed_and_reopened(database_url: str, tmp_pa
             assert (await session.execute(select(EventRow.event_id))).scalars().all() == ["e"]
     finally:
         await db.dispose()
+
+
+async def test_an_unexpected_start_up_error_keeps_its_own_cause(
+    database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Not a storage fault (open_failure has no words for it): it propagates as raised, cause and all.
+    root = ValueError("the real cause")
+
+    async def broken_codec(db: Database, secret: str | None) -> object:
+        raise RuntimeError("a bug while opening") from root
+
+    monkeypatch.setattr(stores_package, "cursor_codec", broken_codec)
+    with pytest.raises(RuntimeError, match="a bug while opening") as caught:
+        async with open_stores(database_url, tmp_path / "data"):
+            pass
+    assert caught.value.__cause__ is root
