@@ -57,13 +57,14 @@ def _chain(exc: BaseException) -> Iterator[BaseException]:
                 todo.append(nxt)
 
 
-def _first_line(exc: BaseException) -> str:
+def first_line(exc: BaseException) -> str:
+    """The first line of `exc`'s message (its type name when it has none), at most 200 characters."""
     text = str(exc).strip().splitlines()
     return (text[0] if text else type(exc).__name__)[:200]
 
 
 def _os_reason(exc: OSError) -> str:
-    reason = exc.strerror or _first_line(exc)
+    reason = exc.strerror or first_line(exc)
     if exc.errno == errno.ENOTDIR:
         reason = "a regular file is in the way (not a directory)"
     elif exc.errno == errno.EEXIST:
@@ -94,7 +95,7 @@ def open_failure(exc: BaseException, *, database_url: str, data_dir: Path, stage
     url = redacted_url(database_url)
     chain = list(_chain(exc))
     names = {type(e).__name__ for e in chain}
-    texts = " | ".join(_first_line(e) for e in chain).lower()
+    texts = " | ".join(first_line(e) for e in chain).lower()
     oserror = next((e for e in chain if isinstance(e, OSError)), None)
     if stage == "data_dir":
         if oserror is None:
@@ -110,11 +111,11 @@ def open_failure(exc: BaseException, *, database_url: str, data_dir: Path, stage
         elif "unable to open database file" in texts:
             reason = "unable to open or create the file (is its folder writable, on a writable file system?)"
         elif "disk i/o error" in texts or "database disk image is malformed" in texts:
-            reason = f"the file is damaged or unreadable ({_first_line(chain[-1])})"
+            reason = f"the file is damaged or unreadable ({first_line(chain[-1])})"
         elif oserror is not None:
             reason = _os_reason(oserror)
         elif any(n in names for n in ("OperationalError", "DatabaseError", "DBAPIError")):
-            reason = _first_line(chain[-1])
+            reason = first_line(chain[-1])
         else:
             return None
         return ConfigError(
@@ -132,7 +133,7 @@ def open_failure(exc: BaseException, *, database_url: str, data_dir: Path, stage
         )
     if names & {"InvalidPasswordError", "InvalidAuthorizationSpecificationError"}:
         return ConfigError(
-            f"PostgreSQL at {where} refused the login ({url}): {_first_line(chain[-1])}. Check the user "
+            f"PostgreSQL at {where} refused the login ({url}): {first_line(chain[-1])}. Check the user "
             f"and password in {_ENV_HINT}."
         )
     if "ReadOnlySQLTransactionError" in names or "read-only transaction" in texts:
@@ -141,14 +142,14 @@ def open_failure(exc: BaseException, *, database_url: str, data_dir: Path, stage
             f"point {_ENV_HINT} at the writable primary."
         )
     if oserror is not None or "ConnectionDoesNotExistError" in names or "connection" in texts:
-        reason = _os_reason(oserror) if oserror is not None else _first_line(chain[-1])
+        reason = _os_reason(oserror) if oserror is not None else first_line(chain[-1])
         return ConfigError(
             f"Cannot connect to PostgreSQL at {where} ({url}): {reason}. Start the server, or fix the host "
             f"and port in {_ENV_HINT}."
         )
     if any(n in names for n in ("OperationalError", "DatabaseError", "DBAPIError", "InterfaceError")):
         return ConfigError(
-            f"Cannot open the PostgreSQL database {url}: {_first_line(chain[-1])}. Check {_ENV_HINT} and "
+            f"Cannot open the PostgreSQL database {url}: {first_line(chain[-1])}. Check {_ENV_HINT} and "
             "that the database is reachable and writable."
         )
     return None

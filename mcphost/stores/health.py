@@ -13,10 +13,13 @@ Invariants:
   unhealthy even though SQLite would go on writing to the unlinked file, losing what it writes.
 - The reason is one line an operator can act on; it names paths and the database URL with its password
   hidden, never driver internals beyond the first line.
+- A database that cannot be reached is named by the driver's own error (not the client-facing
+  `StorageUnavailableError` around it), logged at warning: at most once per `ttl_s`.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from dataclasses import dataclass
@@ -26,7 +29,9 @@ import anyio
 from sqlalchemy import text
 
 from mcphost.stores.engine import Database, sqlite_path
-from mcphost.stores.faults import redacted_url
+from mcphost.stores.faults import first_line, redacted_url
+
+log = logging.getLogger(__name__)
 
 HEALTH_TTL_S = 1.0
 DATA_DIR_MARKER = ".mcphost-data-dir"
@@ -134,6 +139,11 @@ class StorageProbe:
                 else:
                     await session.execute(text("SELECT 1"))
         except Exception as exc:  # any failure to answer is the reason, in one line
-            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
-            return f"cannot reach the database {url}: {first}"
+            # `read()` turns a driver error into StorageUnavailableError with a fixed message that
+            # points at the log: the driver's own error is what an operator needs, here and there.
+            cause = exc.__cause__ or exc
+            log.warning(
+                "storage probe cannot reach the database %s: %s: %s", url, type(cause).__name__, cause
+            )
+            return f"cannot reach the database {url}: {first_line(cause)}"
         return None

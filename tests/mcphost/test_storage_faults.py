@@ -9,6 +9,7 @@ is not permitted, the test that needs it is skipped with the reason.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import shutil
 import socket
@@ -26,7 +27,8 @@ from sqlalchemy.pool import NullPool
 
 from mcphost.api import ApiLimits
 from mcphost.app import open_host
-from mcphost.stores.engine import normalize_url
+from mcphost.stores._retry import UNAVAILABLE_MESSAGE
+from mcphost.stores.engine import Database, normalize_url
 from mcphost.stores.health import DATA_DIR_MARKER, StorageProbe
 from tests.conftest import NO_POSTGRES, POSTGRES_URL, fresh_postgres_database
 from tests.e2e.httpkit import api_settings, asgi_client, event_body, row_counts
@@ -244,6 +246,30 @@ async def test_the_storage_probe_is_cached_and_shared(database_url: str, tmp_pat
                 tg.start_soon(probe.check)
         assert probe.probes == 2  # twenty concurrent callers shared one probe
         assert (await client.get("/healthz")).status_code == 200
+
+
+async def test_an_unreachable_database_is_unhealthy_naming_the_real_cause_and_logged(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    port = _free_port()  # nothing listens there
+    db = Database(f"postgresql+asyncpg://mcphost:s3cret-pw@127.0.0.1:{port}/mcphost")
+    try:
+        with caplog.at_level(logging.WARNING, logger="mcphost.stores.health"):
+            health = await StorageProbe(db, tmp_path).check()
+    finally:
+        await db.dispose()
+    assert health.reason is not None
+    assert health.reason.startswith(
+        f"cannot reach the database postgresql+asyncpg://mcphost:***@127.0.0.1:{port}/"
+    )
+    assert str(port) in health.reason.split(": ", 1)[1]  # the refused connection, not a fixed text
+    assert UNAVAILABLE_MESSAGE not in health.reason
+    assert "s3cret-pw" not in health.reason
+    records = [r for r in caplog.records if r.name == "mcphost.stores.health"]
+    assert len(records) == 1
+    assert records[0].levelno == logging.WARNING
+    assert str(port) in records[0].getMessage()
+    assert "s3cret-pw" not in records[0].getMessage()
 
 
 async def _set_read_only(database_url: str, on: bool) -> None:
