@@ -9,7 +9,6 @@ when its reads keep failing — never in silence; and nothing a client sees carr
 
 from __future__ import annotations
 
-import time
 from collections.abc import AsyncGenerator
 from pathlib import Path
 
@@ -19,11 +18,12 @@ import pytest
 
 from mcphost import orchestrator as orchestrator_module
 from mcphost.app import Host, open_host
-from mcphost.models import Run, RunGrant, RunStatus, new_id
+from mcphost.models import Run, RunStatus
 from mcphost.stores.runs import ACTIVE_STATUSES
 from tests.e2e.httpkit import api_settings, event_body, parse_sse, served, wait_status
 from tests.faults.faultkit import SqlFault, result_insert, result_read, terminal_run_update
 from tests.mcphost.hostkit import message
+from tests.mcphost.stores.factories import admitted
 
 SECRET = "user-secret-7f3a"
 """User text that must never reach a client through an error."""
@@ -105,7 +105,7 @@ async def test_a_run_whose_end_cannot_be_written_is_ended_by_the_sweeper_and_its
 
 async def test_the_sweeper_fails_a_run_of_this_host_that_no_task_executes(host: Host) -> None:
     # Admitted by this host, then its admission's caller failed: nothing will ever start it.
-    orphan = await _admit_orphan(host, conversation="q")
+    orphan = await admitted(host.stores, "q", host_id=host.orchestrator.host_id)
     behind = await host.orchestrator.submit(message("after the orphan", bot="echo", conversation="q"))
 
     with anyio.fail_after(60):
@@ -119,7 +119,8 @@ async def test_the_sweeper_fails_a_run_of_this_host_that_no_task_executes(host: 
 
 
 async def test_the_sweeper_leaves_runs_of_other_live_hosts_alone(host: Host) -> None:
-    other = await _admit_orphan(host, conversation="elsewhere", host_id="host_other")
+    # Admitted by another host that is alive: its runs are its own to execute or sweep.
+    other = await admitted(host.stores, "elsewhere", host_id="host_other")
     assert await host.orchestrator.sweep() == []
     assert (await host.stores.runs.get(other.run_id)).status is RunStatus.QUEUED
 
@@ -189,43 +190,3 @@ async def test_a_database_error_with_user_text_never_reaches_a_client(host: Host
 
 
 # -- helpers -----------------------------------------------------------------------------------------
-
-
-async def _admit_orphan(host: Host, *, conversation: str, host_id: str | None = None) -> Run:
-    """A queued run owned by a host (this one unless `host_id`) that no task of any process executes."""
-    run_id = new_id("run")
-    now = time.time()
-    grant = RunGrant(
-        run_id=run_id,
-        runner_id=None,
-        plugin=None,
-        binding_id=None,
-        conversation_id=conversation,
-        thread_id=None,
-        actor_id=None,
-        subject_type=None,
-        subject_id=None,
-        bot_id=None,
-        workspace_id=None,
-        tools=frozenset(),
-        host_tool_globs=(),
-        artifact_create=False,
-        deadline_at=now + 300,
-        token_hash="0" * 64,
-    )
-    run = Run(
-        run_id=run_id,
-        event_id=new_id("evt"),
-        event_type="message.received",
-        agent_id="echo",
-        runner_id="plugin:mcphost/echo/default",
-        conversation_id=conversation,
-        thread_id=None,
-        status=RunStatus.QUEUED,
-        created_at=now,
-        deadline_at=now + 300,
-        host_id=host_id or host.orchestrator.host_id,
-    )
-    admitted, created = await host.stores.runs.admit(run, grant=grant, concurrency="enqueue")
-    assert created
-    return admitted
