@@ -32,16 +32,11 @@ class Tally:
     """JSON-RPC -32603 answers."""
     rows_changed_by_refusals: int = 0
     """Refused requests after which a stored row differed."""
-    known_defects: dict[str, int] = field(default_factory=dict[str, int])
-    """Failures matching a known, not yet fixed defect (each pinned by a strict-xfail test), by defect."""
     statuses: dict[str, int] = field(default_factory=dict[str, int])
     """Answers by HTTP status, tool error code or JSON-RPC code."""
 
     def saw(self, outcome: str) -> None:
         self.statuses[outcome] = self.statuses.get(outcome, 0) + 1
-
-    def known(self, defect: str) -> None:
-        self.known_defects[defect] = self.known_defects.get(defect, 0) + 1
 
 
 FIGURES: dict[tuple[str, str], Tally] = {}
@@ -70,6 +65,4 @@ def report() -> list[str]:
     for (suite, store), t in sorted(FIGURES.items()):
         top = sorted(t.statuses.items(), key=lambda kv: -kv[1])
         lines.append(f"{suite}/{store} answers: " + ", ".join(f"{k}: {v}" for k, v in top))
-        for defect, n in sorted(t.known_defects.items()):
-            lines.append(f"{suite}/{store} known defect (strict xfail pins it): {defect}: {n}")
     return lines

@@ -95,30 +95,6 @@ class Sent:
         return f"{self.method} {self.url[:300]} headers={self.headers} body={body!r}"
 
 
-@dataclass(frozen=True)
-class KnownDefect:
-    """A failure the suite found that another change fixes; a strict-xfail test pins each one."""
-
-    name: str
-    matches: Callable[[Sent, httpx2.Response], bool]
-
-
-AUDIT_AFTER_OVERFLOW = (
-    "GET /v1/runs/{id}/audit?after=N answers 500 when N is beyond the seq column "
-    "(PostgreSQL: above 2**31-1, asyncpg int32 overflow; SQLite: above 2**63-1, OverflowError)"
-)
-NUL_IN_PARAMETER = (
-    "PostgreSQL: a NUL in a path id or query value (/v1/runs/%00, ?event_type=%00) reaches asyncpg and "
-    "answers 500 (PostgreSQL text cannot hold \\x00)"
-)
-
-
-KNOWN_DEFECTS: list[KnownDefect] = []
-"""Failures tolerated (counted, not failed) by the generated tests, each pinned by a strict-xfail test
-below (`test_known_defect_…`): when a fix lands, its pinned test passes, the strict xfail fails the run,
-and whoever fixed it removes the mark and the entry here."""
-
-
 @dataclass
 class Seeded:
     run_id: str
@@ -190,19 +166,11 @@ class Exerciser:
             self.figures.refused += 1
             if changed(before, self.rows) or self.files != files:
                 self.figures.rows_changed_by_refusals += 1
-                defect = self.known(sent, response)
-                assert defect, (
+                raise AssertionError(
                     f"refused with {status} but changed {changed(before, self.rows)} "
                     f"(blobs {len(files)}→{len(self.files)}): {sent.describe()} → {response.text[:500]}"
                 )
         return response
-
-    def known(self, sent: Sent, response: httpx2.Response) -> str | None:
-        for defect in KNOWN_DEFECTS:
-            if defect.matches(sent, response):
-                self.figures.known(defect.name)
-                return defect.name
-        return None
 
     def check_answer(self, sent: Sent, response: httpx2.Response) -> None:
         """No 5xx and no traceback; a refusal has the documented error body."""
@@ -225,7 +193,7 @@ class Exerciser:
             )
             if not ok:
                 problem = "refusal without the documented error body"
-        if problem is not None and not self.known(sent, response):
+        if problem is not None:
             raise AssertionError(
                 f"{problem}: {sent.describe()} → {response.status_code} {response.text[:800]}"
             )
@@ -317,8 +285,7 @@ async def test_every_operation_from_the_openapi_document(
             try:
                 case.validate_response(response, checks=CHECKS)
             except (AssertionError, FailureGroup) as exc:
-                if not exerciser.known(sent, response):
-                    raise AssertionError(f"{sent.describe()} → {response.status_code}\n{exc}") from None
+                raise AssertionError(f"{sent.describe()} → {response.status_code}\n{exc}") from None
 
         def each(case: Any) -> None:
             anyio.from_thread.run(exercise, case)
@@ -326,7 +293,7 @@ async def test_every_operation_from_the_openapi_document(
         for name, strategy in case_strategies(seeded):
             await anyio.to_thread.run_sync(run_generated, name, strategy, each, examples(8))
     assert set(exercised) == {f"{o.method.upper()} {o.path}" for o in OPERATIONS}
-    assert figures.server_errors <= sum(figures.known_defects.values())
+    assert figures.server_errors == 0
 
 
 # -- hand-written adversarial inputs -------------------------------------------------------------------
@@ -548,40 +515,28 @@ async def test_adversarial_inputs_are_refused_cleanly(host: Host, database_url: 
     assert figures.refused > figures.tried * 3 // 4
 
 
-# -- known defects, pinned -----------------------------------------------------------------------------
-
-
-def known_defect(request: pytest.FixtureRequest, database_url: str, reason: str, stores: str) -> None:
-    """Mark this test a strict xfail on the stores that have the defect (`"sqlite postgres"`)."""
-    if store_of(database_url) in stores.split():
-        request.applymarker(pytest.mark.xfail(strict=True, reason=reason))
+# -- once-failing inputs, pinned ------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
-    ("path", "reason", "stores"),
+    "path",
     [
-        # Fixed by 96184b9 (storable JSON, bounded ?after=): no store has these defects any more.
-        ("/v1/runs/{run_id}/audit?after=2147483648", AUDIT_AFTER_OVERFLOW, ""),
-        ("/v1/runs/{run_id}/audit?after=99999999999999999999", AUDIT_AFTER_OVERFLOW, ""),
-        ("/v1/runs/%00", NUL_IN_PARAMETER, ""),
-        ("/v1/runs/%00/results", NUL_IN_PARAMETER, ""),
-        ("/v1/conversations/c1/events?event_type=%00", NUL_IN_PARAMETER, ""),
+        # These answered 500 before 96184b9 (storable JSON, bounded ?after=): an ?after= beyond the seq
+        # column overflowed (PostgreSQL int32, SQLite int64) and a NUL reached asyncpg, whose text cannot
+        # hold \x00. Each is now refused as a bad argument, on both stores.
+        "/v1/runs/{run_id}/audit?after=2147483648",
+        "/v1/runs/{run_id}/audit?after=99999999999999999999",
+        "/v1/runs/%00",
+        "/v1/runs/%00/results",
+        "/v1/conversations/c1/events?event_type=%00",
     ],
 )
-async def test_known_defect_answers_without_a_500(
-    host: Host,
-    database_url: str,
-    request: pytest.FixtureRequest,
-    path: str,
-    reason: str,
-    stores: str,
-) -> None:
-    del request, database_url, reason, stores  # fixed: these answer 400, not 500, on both stores
+async def test_an_out_of_range_after_or_a_nul_in_a_parameter_is_400(host: Host, path: str) -> None:
     async with asgi_client(host, limits=LIMITS, headers={"authorization": f"Bearer {API_KEY}"}) as client:
         seeded = await seed(host, client)
         before = await fingerprint(host.stores)
         response = await client.get(path.format(run_id=seeded.run_id))
-        assert response.status_code < 500, response.text
-        if response.status_code >= 400:
-            assert set(response.json()) == {"error"}
+        assert response.status_code == 400, response.text
+        assert set(response.json()) == {"error"}
+        assert response.json()["error"]["code"] == "invalid_argument", response.text
         assert await fingerprint(host.stores) == before

@@ -59,18 +59,6 @@ INTERNAL_ERROR = -32603
 AUDIT = frozenset({"audit"})
 
 
-@dataclass(frozen=True)
-class KnownDefect:
-    """A failure the suite found that another change fixes; a strict-xfail test pins each one."""
-
-    name: str
-    matches: Callable[[str, Any, str], bool]
-    """(tool or method, arguments, what came back) → is it this defect."""
-
-
-KNOWN_DEFECTS: list[KnownDefect] = []
-
-
 @dataclass
 class Fixture:
     served: Served
@@ -152,15 +140,8 @@ class Caller:
             if changed(before, self.rows):
                 self.figures.rows_changed_by_refusals += 1
                 problem = problem or f"refused, but changed {changed(before, self.rows)}"
-        if problem is not None and not self.known(what, arguments, problem):
+        if problem is not None:
             raise AssertionError(f"{what} {_show(arguments)}: {problem}")
-
-    def known(self, what: str, arguments: Any, problem: str) -> bool:
-        for defect in KNOWN_DEFECTS:
-            if defect.matches(what, arguments, problem):
-                self.figures.known(defect.name)
-                return True
-        return False
 
 
 def _first(group: BaseExceptionGroup[MCPError]) -> MCPError:
@@ -248,7 +229,7 @@ async def test_every_tool_with_arguments_from_its_input_schema(fuzzed: Fixture, 
                     run_generated, f"{name} {mode.value}", strategy, each, examples(5)
                 )
     assert set(called) == {tool.name for tool in tools}
-    assert figures.internal_errors <= sum(figures.known_defects.values())
+    assert figures.internal_errors == 0
 
 
 URIS = [
@@ -318,7 +299,7 @@ async def test_resources_and_prompts_with_generated_names_and_arguments(
         await anyio.to_thread.run_sync(
             run_generated, "resources and prompts", requests_, each, examples(8) * 8
         )
-    assert figures.internal_errors <= sum(figures.known_defects.values())
+    assert figures.internal_errors == 0
 
 
 # -- raw JSON-RPC: what the SDK client would never send -----------------------------------------------
