@@ -37,6 +37,7 @@ from pydantic import BaseModel
 from schemathesis import GenerationMode
 from schemathesis.core import NOT_SET
 
+from mcphost.protocol.codes import ERROR_CODES
 from mcphost.stores import Stores
 from tests.fuzz._figures import Tally, examples, store_of, tally
 from tests.fuzz._rows import changed, fingerprint
@@ -44,17 +45,11 @@ from tests.fuzz.test_api_fuzz import RAW_VALUES, operations_of, run_generated
 from tests.mcphost.facts.conftest import FULL_PERMISSIONS, LEGACY, RunHandle, Served, connect, serve_facts
 from tests.mcphost.facts.scenario import seed
 
-TOOL_CODES = {
-    "unauthorized",
-    "not_found",
-    "deadline_exceeded",
-    "payload_too_large",
-    "rate_limited",
-    "invalid_argument",
-    "conflict",
-    "cancelled",
-}
-"""PROTOCOL §5 codes a tool may refuse with; `runtime_error` means the host failed, and counts as one."""
+HOST_FAILURES = frozenset({"runtime_error", "storage_unavailable", "storage_full"})
+"""§5 codes that mean the host failed, not the caller: a tool answering one fails the suite."""
+TOOL_CODES = frozenset(code for code in ERROR_CODES if "." not in code) - HOST_FAILURES
+"""PROTOCOL §5 codes a tool may refuse with: the vocabulary without the `runner.*`/`host.*` run-end codes
+and without the host failures. `runtime_error` also counts as an internal error."""
 INTERNAL_ERROR = -32603
 AUDIT = frozenset({"audit"})
 
