@@ -10,13 +10,13 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator
 from pathlib import Path
 
-import anyio
 import pytest
 
 from mcphost.app import Host, open_host
-from mcphost.models import AgentEventEnvelope, Run, RunStatus
+from mcphost.models import RunStatus
+from mcphost.plugins import PluginTimings
 from tests.e2e.httpkit import asgi_client
-from tests.mcphost.hostkit import host_settings, message
+from tests.mcphost.hostkit import error_code, host_settings, message, run_event
 from tests.plugins.support import eventually
 
 
@@ -26,26 +26,17 @@ async def host(database_url: str, tmp_path: Path) -> AsyncGenerator[Host, None]:
         yield opened
 
 
-async def run_event(host: Host, event: AgentEventEnvelope) -> Run:
-    admission = await host.orchestrator.submit(event)
-    with anyio.fail_after(60):
-        return await host.orchestrator.wait(admission.run.run_id)
-
-
-def code_of(run: Run) -> str | None:
-    return run.error.code if run.error else None
-
-
 async def test_a_poison_event_fails_only_its_run_and_a_crash_loop_fails_fast_with_the_reason(
     host: Host,
 ) -> None:
     plugin = host.supervisor.get("misbehave")
-    limit = 5  # PluginTimings.crash_loop_limit, the default an operator gets
+    defaults = PluginTimings()  # the timings an operator gets
+    limit, window = defaults.crash_loop_limit, defaults.crash_loop_window
 
     # The poison event fails its own run; an unrelated conversation's event arriving while the plugin
     # restarts waits for the new process instead of failing runner.crashed with it.
     poisoned = await run_event(host, message("crash", conversation="poison"))
-    assert code_of(poisoned) == "runner.crashed"
+    assert error_code(poisoned) == "runner.crashed"
     assert plugin.state == "restarting"
     unrelated = await run_event(host, message("ok", conversation="unrelated"))
     assert (unrelated.status, unrelated.error) == (RunStatus.COMPLETED, None)
@@ -54,7 +45,7 @@ async def test_a_poison_event_fails_only_its_run_and_a_crash_loop_fails_fast_wit
     # The poison keeps coming: each run waits for the restart the previous crash caused, then crashes it.
     for _ in range(limit - 1):
         again = await run_event(host, message("crash", conversation="poison"))
-        assert code_of(again) == "runner.crashed"
+        assert error_code(again) == "runner.crashed"
     await eventually(lambda: plugin.state == "failed", timeout=30, what="the crash loop verdict")
 
     async with asgi_client(host) as client:
@@ -62,15 +53,15 @@ async def test_a_poison_event_fails_only_its_run_and_a_crash_loop_fails_fast_wit
     [status] = [p for p in view["plugins"] if p["name"] == "misbehave"]
     assert status["state"] == "failed"
     assert status["last_error"].startswith(
-        f"crash loop: ended {limit} times within 60 s (last: exited with code 7"
+        f"crash loop: ended {limit} times within {window:g} s (last: exited with code 7"
     )
 
     # Runs of the failed plugin fail at once with that reason; other plugins serve as before.
     refused = await run_event(host, message("ok", conversation="unrelated"))
     assert refused.status is RunStatus.FAILED
-    assert code_of(refused) == "runner.crashed"
+    assert error_code(refused) == "runner.crashed"
     assert refused.error is not None
-    assert "crash loop: ended 5 times within 60 s" in refused.error.message
+    assert f"crash loop: ended {limit} times within {window:g} s" in refused.error.message
     assert (await run_event(host, message("hello", bot="echo", conversation="echo"))).error is None
 
     for status_ in (RunStatus.RUNNING, RunStatus.QUEUED):

@@ -6,8 +6,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import anyio
+
+from mcphost.app import Host
 from mcphost.config import HostSettings, PluginConfig, Settings
-from mcphost.models import AgentConfig, AgentEventEnvelope
+from mcphost.models import AgentConfig, AgentEventEnvelope, Run
 
 REPO = Path(__file__).resolve().parents[2]
 MISBEHAVE = [sys.executable, str(REPO / "tests" / "plugins" / "misbehave.py")]
@@ -51,3 +54,15 @@ def message(text: str, *, bot: str = "bad", conversation: str = "c1", **kw: Any)
             **kw,
         }
     )
+
+
+async def run_event(host: Host, event: AgentEventEnvelope) -> Run:
+    """Submit `event` to the host's orchestrator and wait (at most 60 s) for its run to end."""
+    admission = await host.orchestrator.submit(event)
+    with anyio.fail_after(60):
+        return await host.orchestrator.wait(admission.run.run_id)
+
+
+def error_code(run: Run) -> str | None:
+    """The code the run failed with, None when it did not fail."""
+    return run.error.code if run.error else None

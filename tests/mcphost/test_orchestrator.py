@@ -22,7 +22,7 @@ from mcphost.models import AgentEventEnvelope, Run, RunStatus, new_id
 from mcphost.stores import event_values
 from mcphost.stores import runs as runs_store_module
 from mcphost.stores.results import StoredResult
-from tests.mcphost.hostkit import ECHO_RUNNER, host_settings, message
+from tests.mcphost.hostkit import ECHO_RUNNER, error_code, host_settings, message, run_event
 from tests.mcphost.stores.factories import nested_json, overwrite_json
 
 
@@ -30,12 +30,6 @@ from tests.mcphost.stores.factories import nested_json, overwrite_json
 async def host(database_url: str, tmp_path: Path) -> AsyncGenerator[Host, None]:
     async with open_host(host_settings(database_url, tmp_path / "data")) as opened:
         yield opened
-
-
-async def run_event(host: Host, event: AgentEventEnvelope) -> Run:
-    admission = await host.orchestrator.submit(event)
-    with anyio.fail_after(60):
-        return await host.orchestrator.wait(admission.run.run_id)
 
 
 async def results_of(host: Host, run: Run) -> list[StoredResult]:
@@ -55,10 +49,6 @@ async def wait_running(host: Host, run_id: str) -> None:
             return
         await anyio.sleep(0.02)
     raise AssertionError(f"run {run_id} never started")
-
-
-def error_code(run: Run) -> str | None:
-    return run.error.code if run.error else None
 
 
 async def test_one_message_through_echo_leaves_every_fact(host: Host) -> None:
