@@ -70,6 +70,7 @@ from mcphost.errors import (
     InvalidArgumentError,
     StorageUnavailableError,
     UnauthorizedError,
+    find_error,
 )
 from mcphost.facts import MCP_PATH, FactsServer
 from mcphost.gateway import Gateway
@@ -459,17 +460,6 @@ async def _on_disconnect(request: Request, exc: Exception) -> Response:
     return error_response(400, "invalid_argument", "The client disconnected before sending the whole body.")
 
 
-def _find_host_error(exc: BaseException) -> HostError | None:
-    if isinstance(exc, HostError):
-        return exc
-    if isinstance(exc, BaseExceptionGroup):
-        for inner in exc.exceptions:  # pyright: ignore[reportUnknownVariableType]
-            found = _find_host_error(inner)  # pyright: ignore[reportUnknownArgumentType]
-            if found is not None:
-                return found
-    return None
-
-
 class _CatchAll:
     """The last line: an exception no handler took is logged and answered with a generic 500."""
 
@@ -491,7 +481,7 @@ class _CatchAll:
         try:
             await self.app(scope, receive, tracking)
         except Exception as exc:
-            host_error = _find_host_error(exc)
+            host_error = find_error(exc, HostError)
             if host_error is not None and not started:
                 await host_error_response(host_error)(scope, receive, send)
                 return

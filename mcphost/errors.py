@@ -30,7 +30,9 @@ tools as `is_error` results, not as exceptions crossing the protocol.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
+
+_E = TypeVar("_E", bound=BaseException)
 
 
 class HostError(Exception):
@@ -151,3 +153,16 @@ class StorageIntegrityError(HostError):
 class PluginError(HostError):
     code = "runner.crashed"
     status = 502
+
+
+def find_error(exc: BaseException, kind: type[_E] | tuple[type[_E], ...]) -> _E | None:
+    """`exc` when it is a `kind`, else the first `kind` inside it when it is an exception group (errors
+    raised inside task groups arrive wrapped, nested as deep as the task groups were), else None."""
+    if isinstance(exc, kind):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:  # pyright: ignore[reportUnknownVariableType]  # group of anything
+            found = find_error(inner, kind)  # pyright: ignore[reportUnknownArgumentType]  # see above
+            if found is not None:
+                return found
+    return None

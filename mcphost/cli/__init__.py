@@ -36,7 +36,7 @@ from mcphost.cli._runs import cmd_db_upgrade, cmd_run, cmd_runners, cmd_runs, cm
 from mcphost.cli._server import cmd_send, cmd_serve
 from mcphost.cli._state import OWNER_FLAGS, cmd_state
 from mcphost.config import Settings, load_settings
-from mcphost.errors import ConfigError, HostError
+from mcphost.errors import ConfigError, HostError, find_error
 from mcphost.models import ID_PATTERN, RunStatus
 from mcphost.protocol import STATE_SCOPES
 
@@ -400,18 +400,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return fail("interrupted", 130)
     except Exception as exc:
         # Errors raised inside task groups arrive wrapped in exception groups.
-        error = _host_error(exc)
+        error = find_error(exc, HostError)
         if error is None:
             raise
         return fail(error.message, EXIT_USAGE if isinstance(error, ConfigError) else EXIT_FAILED)
-
-
-def _host_error(exc: BaseException) -> HostError | None:
-    if isinstance(exc, HostError):
-        return exc
-    if isinstance(exc, BaseExceptionGroup):
-        for inner in exc.exceptions:  # pyright: ignore[reportUnknownVariableType]
-            found = _host_error(inner)  # pyright: ignore[reportUnknownArgumentType]
-            if found is not None:
-                return found
-    return None
