@@ -40,7 +40,7 @@ import logging
 import math
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
-from contextlib import asynccontextmanager, suppress
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -56,6 +56,7 @@ from tenacity import (
     wait_random_exponential,
 )
 
+from mcphost._plugin_wire import first_error
 from mcphost.bindings import Bindings
 from mcphost.context import SNAPSHOT_SCOPES, build_context, runner_config
 from mcphost.errors import (
@@ -64,6 +65,7 @@ from mcphost.errors import (
     PluginError,
     StorageFullError,
     StorageUnavailableError,
+    find_error,
 )
 from mcphost.grants import build_grant, mint_token
 from mcphost.journal import Outcome, RunJournal
@@ -342,7 +344,8 @@ class Orchestrator:
                         f"instead of {run.agent_id!r} ({run.runner_id!r})"
                     )
             except (HostError, ValidationError) as exc:
-                message = exc.message if isinstance(exc, HostError) else str(exc)
+                # A validation error's text quotes the input (event text): only `where: what` is stored.
+                message = exc.message if isinstance(exc, HostError) else first_error(exc)
                 error = HOST_RESTARTED.model_copy(
                     update={"message": f"{HOST_RESTARTED.message} It could not be re-queued: {message}"}
                 )
@@ -358,8 +361,10 @@ class Orchestrator:
                 logger.info("run %s re-queued after a host restart", run_id)
         except Exception:
             logger.exception("run %s: could not re-queue it after a host restart", run_id)
-            with suppress(Exception):  # never leave it queued with nobody to run it
-                await self._stores.runs.transition(run_id, RunStatus.FAILED, error=HOST_RESTARTED)
+            try:  # never leave it queued with nobody to run it (else the sweeper ends it: host.run_lost)
+                await self._stores.runs.finish(run_id, RunStatus.FAILED, error=HOST_RESTARTED)
+            except Exception:
+                logger.exception("run %s: could not fail it either; the sweeper will end it", run_id)
 
     def _check_inputs(self, event: AgentEventEnvelope) -> None:
         for content in event.input.contents:
@@ -795,24 +800,12 @@ class Orchestrator:
 
 def _host_failure(run_id: str, exc: Exception) -> Outcome:
     """The outcome of a run the host itself failed: a code and a short message, the detail logged."""
-    storage = _storage_error_in(exc)
+    storage = find_error(exc, STORAGE_ERRORS)
     if storage is not None:
         logger.warning("run %s failed on storage: %s", run_id, storage.__cause__ or storage.message)
         return Outcome.failed(storage.code, storage.message)
     logger.exception("run %s failed inside the host", run_id)
     return Outcome.failed("runtime_error", HOST_FAILED)
-
-
-def _storage_error_in(exc: BaseException) -> StorageUnavailableError | StorageFullError | None:
-    """`exc` when it is a storage error, or the first one inside it when it is an exception group."""
-    if isinstance(exc, STORAGE_ERRORS):
-        return exc
-    if isinstance(exc, BaseExceptionGroup):
-        for inner in exc.exceptions:  # pyright: ignore[reportUnknownVariableType]
-            found = _storage_error_in(inner)  # pyright: ignore[reportUnknownArgumentType]
-            if found is not None:
-                return found
-    return None
 
 
 def _log_terminal_retry(run_id: str, state: RetryCallState) -> None:

@@ -556,6 +556,24 @@ async def _left_by_a_dead_host(host: Host, text: str, conversation: str, *, runn
     return stored
 
 
+async def test_a_requeued_run_whose_event_no_longer_validates_fails_without_quoting_the_event(
+    database_url: str, tmp_path: Path
+) -> None:
+    settings = host_settings(database_url, tmp_path / "data")
+    async with open_host(settings) as first:
+        left = await _left_by_a_dead_host(first, "ok", "c1")
+        broken = {"event_id": left.event_id, "event_type": "message.received", "stray": "SECRET-TEXT"}
+        await overwrite_json(first.stores, "events", "payload", json.dumps(broken), event_id=left.event_id)
+    async with open_host(settings) as second:
+        with anyio.fail_after(60):
+            failed = await second.orchestrator.wait(left.run_id)
+    assert failed.status is RunStatus.FAILED
+    assert failed.error is not None
+    assert failed.error.code == "host.restarted"
+    assert "could not be re-queued: " in failed.error.message
+    assert "SECRET-TEXT" not in failed.error.model_dump_json()
+
+
 async def test_after_a_host_dies_its_queued_runs_run_in_order_and_a_resubmitted_run_is_a_new_attempt(
     database_url: str, tmp_path: Path
 ) -> None:
