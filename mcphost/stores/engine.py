@@ -48,6 +48,8 @@ import anyio
 import anyio.lowlevel
 from alembic import command
 from alembic.config import Config
+from alembic.migration import MigrationContext
+from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.engine.interfaces import DBAPIConnection
@@ -204,39 +206,52 @@ def alembic_config(url: str) -> Config:
     return cfg
 
 
-def _upgrade_on(connection: Connection, cfg: Config) -> None:
+def _revision(connection: Connection) -> str | None:
+    return MigrationContext.configure(connection).get_current_revision()
+
+
+def _upgrade_on(connection: Connection, cfg: Config) -> bool:
+    """Upgrade to head; whether the revision changed (False when the schema was at head already)."""
+    before = _revision(connection)
     cfg.attributes["connection"] = connection
     command.upgrade(cfg, "head")
+    return _revision(connection) != before
 
 
 async def migrate(db: Database) -> None:
     """Apply every pending migration in one write transaction (a no-op at head).
 
-    On SQLite the transaction runs with foreign key enforcement off, as SQLite's table-rebuild procedure
-    requires (dropping a parent table would otherwise cascade-delete its children's rows); it fails and
-    rolls back when `PRAGMA foreign_key_check` finds a dangling reference, and its connection is
-    discarded afterwards so no store ever gets one without enforcement.
+    On SQLite a schema already at head is only read (no write lock, no write transaction). Otherwise the
+    transaction runs with foreign key enforcement off, as SQLite's table-rebuild procedure requires
+    (dropping a parent table would otherwise cascade-delete its children's rows); when a migration was
+    applied it fails and rolls back if `PRAGMA foreign_key_check` (linear in the database's size) finds a
+    dangling reference, and its connection is discarded afterwards so no store ever gets one without
+    enforcement.
     """
     cfg = alembic_config(db.url)
     if db.dialect == "sqlite":
         await _migrate_sqlite(db, cfg)
-        log.info("database schema is at head (%s)", db.dialect)
-        return
-    async with db.write() as session:
-        await lock_in_transaction(session, db.dialect, "migrate", "schema")
-        connection = await session.connection()
-        await connection.run_sync(_upgrade_on, cfg)
+    else:
+        async with db.write() as session:
+            await lock_in_transaction(session, db.dialect, "migrate", "schema")
+            connection = await session.connection()
+            await connection.run_sync(_upgrade_on, cfg)
     log.info("database schema is at head (%s)", db.dialect)
 
 
 async def _migrate_sqlite(db: Database, cfg: Config) -> None:
+    head = ScriptDirectory.from_config(cfg).get_current_head()
+    async with db.engine.connect() as conn:
+        if await conn.run_sync(_revision) == head:  # the schema never moves backwards under us
+            return
     assert db._write_lock is not None  # pyright: ignore[reportPrivateUsage]  # the same module's writer queue
     async with db._write_lock, db.engine.connect() as conn:  # pyright: ignore[reportPrivateUsage]
         await conn.execution_options(**{_WRITE_OPTION: True, _NO_FOREIGN_KEYS_OPTION: True})
         try:
             with anyio.CancelScope(shield=True):
                 async with conn.begin():
-                    await conn.run_sync(_upgrade_on, cfg)
+                    if not await conn.run_sync(_upgrade_on, cfg):
+                        return  # another process brought it to head meanwhile
                     dangling = (await conn.exec_driver_sql("PRAGMA foreign_key_check")).all()
                     if dangling:
                         raise RuntimeError(

@@ -10,7 +10,7 @@ from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import Connection, inspect, text
+from sqlalchemy import Connection, event, inspect, text
 
 from mcphost.stores import Database, migrate, open_stores, upgrade_database
 from mcphost.stores.engine import alembic_config, sqlite_path
@@ -130,5 +130,29 @@ async def test_upgrading_to_run_attempts_keeps_every_run_with_its_results_and_au
         assert [tuple(r) for r in runs] == [("run_a", 1, None)]
         assert [tuple(r) for r in results] == [("run_a", 1)]
         assert fk == 1  # the migration's connection without enforcement was not handed on
+    finally:
+        await db.dispose()
+
+
+async def test_sqlite_checks_foreign_keys_after_an_upgrade_and_not_at_head(tmp_path: Path) -> None:
+    # `PRAGMA foreign_key_check` reads every table: it belongs to a start that migrated, not to each start.
+    db = Database(f"sqlite+aiosqlite:///{tmp_path / 'mcphost.db'}")
+    statements: list[str] = []
+
+    def record(_conn: object, _cursor: object, statement: str, *_rest: object) -> None:
+        statements.append(statement)
+
+    event.listen(db.engine.sync_engine, "before_cursor_execute", record)
+    try:
+        await migrate(db)  # an empty file: every migration runs
+        assert sum("foreign_key_check" in s for s in statements) == 1
+        statements.clear()
+        await migrate(db)  # at head
+        assert any("alembic_version" in s for s in statements)  # the revision was read...
+        assert not any("foreign_key_check" in s for s in statements)  # ...and nothing checked
+        assert not any(
+            s.lstrip().upper().startswith(("INSERT", "UPDATE", "DELETE", "CREATE", "DROP", "ALTER"))
+            for s in statements
+        )
     finally:
         await db.dispose()
