@@ -73,18 +73,22 @@ def _os_reason(exc: OSError) -> str:
     return f"{reason}: {where}" if where else reason
 
 
+def writable(path: Path) -> bool:
+    """Whether this process may write `path` and its file system is mounted read-write (False when
+    either cannot be told)."""
+    try:
+        return os.access(path, os.W_OK) and not os.statvfs(path).f_flag & os.ST_RDONLY
+    except OSError:
+        return False
+
+
 def _read_only(database_url: str) -> bool:
     """True when a SQLite file exists and it, or the file system holding it, cannot be written."""
     name = make_url(database_url).database
     if not name or name == ":memory:":
         return False
     path = Path(name)
-    try:
-        if not path.exists():
-            return False
-        return not os.access(path, os.W_OK) or bool(os.statvfs(path).f_flag & os.ST_RDONLY)
-    except OSError:
-        return False
+    return path.exists() and not writable(path)
 
 
 def open_failure(exc: BaseException, *, database_url: str, data_dir: Path, stage: str) -> ConfigError | None:

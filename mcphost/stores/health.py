@@ -20,7 +20,6 @@ Invariants:
 from __future__ import annotations
 
 import logging
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +28,7 @@ import anyio
 from sqlalchemy import text
 
 from mcphost.stores.engine import Database, sqlite_path
-from mcphost.stores.faults import first_line, redacted_url
+from mcphost.stores.faults import first_line, redacted_url, writable
 
 log = logging.getLogger(__name__)
 
@@ -56,13 +55,6 @@ def _identity(path: Path) -> tuple[int, int] | None:
     except OSError:
         return None
     return st.st_dev, st.st_ino
-
-
-def _writable(path: Path) -> bool:
-    try:
-        return os.access(path, os.W_OK) and not os.statvfs(path).f_flag & os.ST_RDONLY
-    except OSError:
-        return False
 
 
 class StorageProbe:
@@ -111,7 +103,7 @@ class StorageProbe:
                 f"data_dir {str(where)!r} was removed or replaced under the running host; restore it (or "
                 "restart mcphost on a data_dir that exists)."
             )
-        if not _writable(where):
+        if not writable(where):
             return f"data_dir {str(where)!r} is not writable (read-only file system or permissions)."
         if self._sqlite is not None:
             if not self._sqlite.is_file() or _identity(self._sqlite) != self._file_id:
@@ -119,7 +111,7 @@ class StorageProbe:
                     f"the SQLite database {str(self._sqlite)!r} was removed or replaced under the running "
                     "host; what is written now would be lost: restore the file and restart mcphost."
                 )
-            if not _writable(self._sqlite):
+            if not writable(self._sqlite):
                 return f"the SQLite database {str(self._sqlite)!r} is not writable (read-only file system or permissions)."
         return None
 
