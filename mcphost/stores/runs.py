@@ -92,8 +92,9 @@ def _run(row: RunRow) -> Run:
     )
 
 
-def _restartable(row: RunRow) -> bool:
-    return row.status == RunStatus.FAILED.value and (row.error or {}).get("code") == RESTARTABLE_CODE
+def _restartable(run: Run) -> bool:
+    """Whether `run` failed because its host stopped, so its event may start a next attempt."""
+    return run.status is RunStatus.FAILED and run.error is not None and run.error.code == RESTARTABLE_CODE
 
 
 def _not_found(run_id: str) -> RunNotFoundError:
@@ -172,12 +173,12 @@ class RunStore:
                 if existing is not None and existing.run_id == run.run_id:
                     # Our own row when an earlier attempt committed before its connection dropped.
                     return _run(existing), True
-                if existing is not None and not _restartable(existing):
-                    return _run(existing), False
-                if existing is not None:
-                    values |= {"attempt": existing.attempt + 1, "previous_run_id": existing.run_id}
-                else:
+                if existing is None:
                     values |= {"attempt": 1, "previous_run_id": None}
+                elif not _restartable(prior := _run(existing)):
+                    return prior, False
+                else:
+                    values |= {"attempt": prior.attempt + 1, "previous_run_id": prior.run_id}
                 if conversation and concurrency != "enqueue":
                     await self._apply_policy(session, conversation, concurrency)
                 row = (await session.execute(insert(RunRow).values(values).returning(RunRow))).scalar_one()
@@ -188,11 +189,7 @@ class RunStore:
             # Another admit of the same event (attempt) won the race, without a conversation lock to
             # order them: its run is the answer.
             existing_run = await self.get_by_event(run.event_id)
-            if existing_run is None or (
-                existing_run.status is RunStatus.FAILED
-                and existing_run.error is not None
-                and existing_run.error.code == RESTARTABLE_CODE
-            ):
+            if existing_run is None or _restartable(existing_run):
                 raise
             return existing_run, existing_run.run_id == run.run_id
 
