@@ -91,9 +91,7 @@ def storage_error(exc: BaseException) -> StorageUnavailableError | StorageFullEr
         return None
     if _is_full(exc):
         return StorageFullError(FULL_MESSAGE)
-    return StorageUnavailableError(
-        UNAVAILABLE_MESSAGE, details={"disconnect": True} if is_disconnect(exc) else {}
-    )
+    return StorageUnavailableError(UNAVAILABLE_MESSAGE)
 
 
 def _log_retry(name: str, state: RetryCallState) -> None:
