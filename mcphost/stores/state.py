@@ -170,7 +170,7 @@ class StateStore:
                 than `MAX_JSON_DEPTH`.
             PayloadTooLargeError: the value is over `MAX_VALUE_BYTES` serialized.
         """
-        if json_depth(value) > MAX_JSON_DEPTH:
+        if not servable(value):
             raise InvalidArgumentError(
                 nesting_message(f"State value for {key!r}") + ".",
                 details={"field": "value", "max_depth": MAX_JSON_DEPTH},
