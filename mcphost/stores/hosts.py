@@ -22,7 +22,7 @@ Invariants:
 - Recovery only ever touches runs of hosts proven dead, plus queued runs that no host owns and that
   were admitted before the recovering host started. Of those:
   - a `running` run (its executor is gone, its results may be partial) is moved to `failed`
-    (`host.restarted`) through `RunStore.transition`, which also revokes its grant;
+    (`host.restarted`) through `RunStore.finish`, which also revokes its grant;
   - a `queued` run that was asked to cancel (or interrupted by a newer event) is moved to `cancelled`;
   - any other `queued` run never started: it is *re-queued*, adopted by the recovering host (a
     conditional update of `host_id`, so of two recovering hosts only one adopts it) with its status,
@@ -46,7 +46,7 @@ from sqlalchemy import delete, func, select, update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from mcphost.errors import ConflictError, IllegalTransitionError
+from mcphost.errors import ConflictError
 from mcphost.models import RunError, RunStatus
 from mcphost.stores._sql import advisory_key, upsert
 from mcphost.stores.engine import Database
@@ -293,11 +293,9 @@ class HostStore:
                 if row.status == RunStatus.RUNNING.value
                 else (RunStatus.CANCELLED, CANCELLED_BEFORE_RESTART, cancelled)
             )
-            try:
-                await self._runs.transition(row.run_id, status, error=error)
-            except IllegalTransitionError:
-                continue  # it finished on its own meanwhile
-            into.append(row.run_id)
+            ended = await self._runs.finish(row.run_id, status, error=error)
+            if ended.status is status and ended.error == error:  # not a run that ended on its own meanwhile
+                into.append(row.run_id)
         if dead:
             async with self._db.write() as session:
                 await session.execute(delete(HostRow).where(HostRow.host_id.in_(dead)))
