@@ -28,7 +28,7 @@ from bench._config import BenchConfig
 from bench._databases import DialectName, dialects, workspace
 from bench._stats import Row, Stat, judge
 from mcphost.config import KnowledgeBaseConfig
-from mcphost.knowledge import KnowledgeBases
+from mcphost.knowledge.bases import KnowledgeBases
 from mcphost.stores import open_stores
 
 CORPUS = Path(__file__).resolve().parents[1] / "examples" / "knowledge" / "mcphost"

@@ -44,7 +44,7 @@ from bench._config import BenchConfig
 from bench._databases import DialectName, dialects, workspace
 from bench._stats import Row, Stat, judge
 from bench.knowledge_quality import CORPUS, KB_ID, QUERIES, evaluate, knowledge_bases
-from mcphost.knowledge import KnowledgeBases
+from mcphost.knowledge.bases import KnowledgeBases
 from mcphost.stores import Stores, open_stores
 from mcphost.stores._fulltext import STOP_WORDS
 from mcphost.stores.knowledge import BulkDocument, ChunkDraft

@@ -73,13 +73,13 @@ from mcphost.errors import (
     find_error,
 )
 from mcphost.facts import MCP_PATH, FactsServer
-from mcphost.gateway import Gateway
+from mcphost.gateway.host_tools import Gateway
 from mcphost.grants import mint_token
-from mcphost.knowledge import KnowledgeBases
+from mcphost.knowledge.bases import KnowledgeBases
 from mcphost.models import Run, RunError, RunGrant, RunStatus, new_id
 from mcphost.orchestrator import CANCEL_GRACE_S, Orchestrator
-from mcphost.plugins import PluginProcess, PluginSpec, PluginSupervisor
-from mcphost.registry import RunnerRegistry
+from mcphost.plugins.process import PluginProcess, PluginSpec, PluginSupervisor
+from mcphost.plugins.registry import RunnerRegistry
 from mcphost.stores import AuditEntry, AuditRecord, AuditStore, Database, Stores, open_stores
 
 logger = logging.getLogger(__name__)

@@ -32,7 +32,7 @@ from typing import Any
 from mcphost.errors import HostError, NotFoundError
 from mcphost.grants import allows_state
 from mcphost.models import AgentEventEnvelope, RunError, RunGrant, RunStatus, new_id
-from mcphost.plugins import RawResult
+from mcphost.plugins.process import RawResult
 from mcphost.protocol import (
     MAX_INLINE_ARTIFACT_BYTES,
     MAX_RESULT_BYTES,

@@ -56,7 +56,6 @@ from tenacity import (
     wait_random_exponential,
 )
 
-from mcphost._plugin_wire import first_error
 from mcphost.bindings import Bindings
 from mcphost.context import SNAPSHOT_SCOPES, build_context, runner_config
 from mcphost.errors import (
@@ -70,9 +69,10 @@ from mcphost.errors import (
 from mcphost.grants import build_grant, mint_token
 from mcphost.journal import Outcome, RunJournal
 from mcphost.models import AgentBinding, AgentEventEnvelope, Run, RunError, RunGrant, RunStatus, new_id
-from mcphost.plugins import PluginProcess, RawResult
+from mcphost.plugins._wire import first_error
+from mcphost.plugins.process import PluginProcess, RawResult
+from mcphost.plugins.registry import RegisteredRunner, RunnerRegistry
 from mcphost.protocol import AgentRunContext
-from mcphost.registry import RegisteredRunner, RunnerRegistry
 from mcphost.stores import ScopeSnapshot, Stores, event_values
 from mcphost.stores.hosts import HOST_RESTARTED
 from mcphost.stores.results import StoredResult

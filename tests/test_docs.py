@@ -18,7 +18,7 @@ from mcphost.config import HostSettings
 from mcphost.errors import HostError
 from mcphost.facts._args import MAX_READ_BYTES
 from mcphost.facts._tools import FACTS_TOOLS
-from mcphost.plugins import LIVENESS_PROBE
+from mcphost.plugins.process import LIVENESS_PROBE
 from mcphost.protocol import (
     ERROR_CODES,
     MAX_INLINE_ARTIFACT_BYTES,

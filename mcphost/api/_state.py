@@ -20,8 +20,8 @@ from starlette.requests import Request
 from mcphost.api._metrics import HostMetrics
 from mcphost.models import Run
 from mcphost.orchestrator import Orchestrator
-from mcphost.plugins import PluginProcess
-from mcphost.registry import RunnerRegistry
+from mcphost.plugins.process import PluginProcess
+from mcphost.plugins.registry import RunnerRegistry
 from mcphost.stores import Stores
 
 MAX_EVENT_BODY_BYTES = 4 * 1024 * 1024

@@ -20,8 +20,8 @@ from mcphost.app import open_database
 from mcphost.cli._common import EXIT_FAILED, EXIT_OK, dump, short
 from mcphost.config import Settings
 from mcphost.errors import ConfigError
-from mcphost.gateway import Gateway, UpstreamState
-from mcphost.knowledge import IngestProgress, KnowledgeBases
+from mcphost.gateway.host_tools import Gateway, UpstreamState
+from mcphost.knowledge.bases import IngestProgress, KnowledgeBases
 
 
 class _IngestBar:

@@ -23,7 +23,7 @@ from typing import Protocol
 
 import mcp_types as types
 
-from mcphost.knowledge import KnowledgeChunk
+from mcphost.knowledge.bases import KnowledgeChunk
 from mcphost.models import RunGrant
 from mcphost.protocol import AgentRunContext, JSONObject
 

@@ -14,7 +14,7 @@ import pytest
 
 from mcphost.app import Host, open_host
 from mcphost.models import RunStatus
-from mcphost.plugins import PluginTimings
+from mcphost.plugins.process import PluginTimings
 from tests.e2e.httpkit import asgi_client
 from tests.mcphost.hostkit import error_code, host_settings, message, run_event
 from tests.plugins.support import eventually

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import anyio
 
-from mcphost.plugins import PluginProcess, PluginSpec, PluginTimings, RawResult, RunStatus
+from mcphost.plugins.process import PluginProcess, PluginSpec, PluginTimings, RawResult, RunStatus
 from mcphost.protocol import (
     AgentRunContext,
     ConversationInfo,

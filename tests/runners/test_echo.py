@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mcphost.plugins import PluginSupervisor
+from mcphost.plugins.process import PluginSupervisor
 from mcphost.protocol import AgentRunContext, InvalidResult, JSONObject, UnknownResult, classify_result
 from runners.echo import EchoRunner
 from tests.plugins.support import FAST, collect, echo_spec, make_context

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from mcphost.plugins import PluginSpec, PluginSupervisor
+from mcphost.plugins.process import PluginSpec, PluginSupervisor
 from mcphost.protocol import JSONObject
 from mcphost.stores import Stores, open_stores
 from runners.local_agent import LocalAgentRunner

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from mcphost.facts import KnowledgeChunk
-from mcphost.plugins import PluginSpec, PluginSupervisor
+from mcphost.plugins.process import PluginSpec, PluginSupervisor
 from mcphost.protocol import AgentRunContext, JSONObject, MCPAccess
 from mcphost.stores import Stores, open_stores
 from runners.memo import MemoRunner, quote, search_words

@@ -15,7 +15,7 @@ import pytest
 from anyio.streams.buffered import BufferedByteReceiveStream
 
 import runners.sdk
-from mcphost.plugins import PluginSupervisor
+from mcphost.plugins.process import PluginSupervisor
 from mcphost.protocol import (
     AgentRunResult,
     ArtifactCreated,

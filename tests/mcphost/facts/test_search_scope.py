@@ -15,7 +15,7 @@ import pytest
 from mcp import Client
 
 from mcphost.config import KnowledgeBaseConfig
-from mcphost.knowledge import KnowledgeBases
+from mcphost.knowledge.bases import KnowledgeBases
 from mcphost.protocol import JSONObject
 from mcphost.stores import Stores
 from tests.mcphost.facts.conftest import ERAS, MODERN, Served, connect, fails, serve_facts, structured

@@ -12,11 +12,11 @@ from dataclasses import replace
 import anyio
 import pytest
 
-from mcphost._plugin_wire import LineReader, TooLong
 from mcphost.errors import PluginError, RunnerNotFoundError
-from mcphost.plugins import PluginSpec, PluginSupervisor, RawResult, plugin_environment
+from mcphost.plugins._wire import LineReader, TooLong
+from mcphost.plugins.process import PluginSpec, PluginSupervisor, RawResult, plugin_environment
+from mcphost.plugins.registry import RunnerRegistry
 from mcphost.protocol import MAX_LINE_BYTES, MAX_RESULT_BYTES
-from mcphost.registry import RunnerRegistry
 from tests.plugins.support import (
     FAST,
     REPO,
@@ -358,7 +358,7 @@ from dataclasses import replace
 
 import anyio
 
-from mcphost.plugins import PluginSupervisor
+from mcphost.plugins.process import PluginSupervisor
 from tests.plugins.support import FAST, script_spec
 
 timings = replace(FAST, backoff_initial=0.0, backoff_max=0.0)

@@ -51,11 +51,7 @@ from mcphost.errors import (
     NotFoundError,
     UnauthorizedError,
 )
-from mcphost.grants import allows_host_tool
-from mcphost.models import RunGrant, new_id
-from mcphost.protocol import MAX_JSON_DEPTH, JSONObject, json_depth, nesting_message
-from mcphost.stores import Stores
-from mcphost.upstream import (
+from mcphost.gateway.upstream import (
     BACKOFF_INITIAL_S,
     BACKOFF_MAX_S,
     SEPARATOR,
@@ -69,6 +65,10 @@ from mcphost.upstream import (
     expand_env,
     host_name,
 )
+from mcphost.grants import allows_host_tool
+from mcphost.models import RunGrant, new_id
+from mcphost.protocol import MAX_JSON_DEPTH, JSONObject, json_depth, nesting_message
+from mcphost.stores import Stores
 
 logger = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 
 Owns the connection's life (an explicit state machine: idle → connecting → ready ⇄ backoff → closed),
 the cached tool list with its host names, and single proxied calls with their error mapping. Does not own
-grants, artifacts or telemetry (`gateway.py`, which holds one `Upstream` per server).
+grants, artifacts or telemetry (`host_tools.py`, which holds one `Upstream` per server).
 
 Invariants:
 - One client per server, owned by `supervise`, a task the gateway's task group owns: it connects lazily

@@ -27,7 +27,7 @@ def mcphost(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
-FAKES = Path(__file__).resolve().parents[1] / "fakes"
+FAKES = Path(__file__).resolve().parents[2] / "fakes"
 
 
 def _config(tmp_path: Path, servers: str) -> Path:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 
-from mcphost.chunking import (
+from mcphost.knowledge.chunking import (
     MAX_CHARS,
     OVERLAP_CHARS,
     TARGET_CHARS,

@@ -1,6 +1,6 @@
 """Process-group helpers for plugin processes: liveness checks, signals and bounded waits.
 
-Private to `plugins.py`. Every wait here is bounded by its caller's timeout.
+Used by `mcphost.plugins.process`. Every wait here is bounded by its caller's timeout.
 """
 
 from __future__ import annotations

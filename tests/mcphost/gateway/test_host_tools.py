@@ -31,11 +31,18 @@ from mcphost.errors import (
     NotFoundError,
     UnauthorizedError,
 )
-from mcphost.gateway import TELEMETRY_EVENT, Gateway, UpstreamError, UpstreamState, expand_env, host_name
+from mcphost.gateway.host_tools import (
+    TELEMETRY_EVENT,
+    Gateway,
+    UpstreamError,
+    UpstreamState,
+    expand_env,
+    host_name,
+)
 from mcphost.models import RunGrant, new_id
 from mcphost.stores import Stores
 
-FAKES = Path(__file__).resolve().parents[1] / "fakes"
+FAKES = Path(__file__).resolve().parents[2] / "fakes"
 UPSTREAM = str(FAKES / "upstream_tools.py")
 GARBAGE = str(FAKES / "upstream_garbage.py")
 TOKEN = "s3cret-token-value"

@@ -9,11 +9,11 @@ from pathlib import Path
 import anyio
 import pytest
 
-from mcphost import knowledge
-from mcphost.chunking import PARSERS, chunk_document
 from mcphost.config import KnowledgeBaseConfig
 from mcphost.errors import ConfigError, InvalidArgumentError, NotFoundError
-from mcphost.knowledge import IngestProgress, KnowledgeBases
+from mcphost.knowledge import bases as knowledge
+from mcphost.knowledge.bases import IngestProgress, KnowledgeBases
+from mcphost.knowledge.chunking import PARSERS, chunk_document
 from mcphost.stores import Stores
 
 

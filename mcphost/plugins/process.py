@@ -12,8 +12,8 @@ serves many concurrent runs: `run()` registers a route for its `run_id`, sends `
 answer to that JSON-RPC id while the stdout pump routes every `runner/result` of the run into the caller's
 stream, in the order the plugin wrote them.
 
-The wire (bounded line reader, JSON-RPC connection, per-run routing) lives in `_plugin_wire.py` and the
-process-group helpers in `_process_group.py`; both are private to this module.
+The wire (bounded line reader, JSON-RPC connection, per-run routing) lives in `_wire.py` and the
+process-group helpers in `mcphost.common.procgroup`.
 
 Invariants:
 - A plugin runs in its own process group with an allow-listed environment plus its configured `env`; the
@@ -63,15 +63,7 @@ from anyio.streams.memory import MemoryObjectSendStream
 from pydantic import ValidationError
 
 from mcphost import __version__
-from mcphost._plugin_wire import (
-    BrokenConnectionError,
-    Connection,
-    PluginAnsweredError,
-    RawResult,
-    RunRoute,
-    first_error,
-)
-from mcphost._process_group import (
+from mcphost.common.procgroup import (
     BROKEN_BEFORE_INITIALIZE,
     describe_end,
     describe_exit,
@@ -82,6 +74,14 @@ from mcphost._process_group import (
     wait_group_gone,
 )
 from mcphost.errors import PluginError, RunnerNotFoundError
+from mcphost.plugins._wire import (
+    BrokenConnectionError,
+    Connection,
+    PluginAnsweredError,
+    RawResult,
+    RunRoute,
+    first_error,
+)
 from mcphost.protocol import (
     METHOD_CANCEL,
     METHOD_INITIALIZE,

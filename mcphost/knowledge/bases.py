@@ -33,9 +33,9 @@ from typing import Literal
 import anyio
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from mcphost.chunking import CHUNKER_VERSION, PARSERS, chunk_document
 from mcphost.config import KnowledgeBaseConfig, Settings
 from mcphost.errors import ConfigError, InvalidArgumentError, NotFoundError
+from mcphost.knowledge.chunking import CHUNKER_VERSION, PARSERS, chunk_document
 from mcphost.protocol import JSONObject
 from mcphost.stores import Database
 from mcphost.stores.knowledge import KnowledgeBaseStats, KnowledgeStore

@@ -1,6 +1,6 @@
 """The wire of a plugin process: bounded line reading, JSON-RPC framing and per-run result routing.
 
-Private to `plugins.py`, which owns the processes (spawn, restart, shutdown). Invariants: the line reader
+Private to `process.py`, which owns the processes (spawn, restart, shutdown). Invariants: the line reader
 never holds more than its limit (+ one read chunk) of a line; the connection's pumps never raise — a
 malformed line is a logged diagnostic; the results of a run reach its stream in the order they were written.
 """
@@ -23,7 +23,7 @@ from pydantic import ValidationError
 from mcphost.protocol import MAX_JSON_DEPTH, MAX_LINE_BYTES, METHOD_RESULT, JSONObject, ResultParams
 
 if TYPE_CHECKING:
-    from mcphost.plugins import PluginProcess
+    from mcphost.plugins.process import PluginProcess
 
 logger = logging.getLogger("mcphost.plugins")
 

@@ -15,11 +15,11 @@ import mcp_types as types
 import pytest
 
 from mcphost.config import KnowledgeBaseConfig, ToolServerConfig
-from mcphost.gateway import Gateway
-from mcphost.knowledge import KnowledgeBases
+from mcphost.gateway.host_tools import Gateway
+from mcphost.knowledge.bases import KnowledgeBases
 from mcphost.stores import Stores
 from tests.mcphost.facts.conftest import RunHandle, Served, connect, fails, ok, serve_facts
-from tests.mcphost.test_gateway import TOKEN, UPSTREAM, HttpUpstream, _free_port
+from tests.mcphost.gateway.test_host_tools import TOKEN, UPSTREAM, HttpUpstream, _free_port
 
 GRANTED = ["up__echo", "up__huge", "up__hang", "up__crash", "up__pid", "up__forecast"]
 

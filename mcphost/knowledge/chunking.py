@@ -1,7 +1,7 @@
 """Documents to chunks: parse Markdown, plain text and HTML into blocks, then cut them into chunks.
 
 Owns the parsers (HTML text comes from the stdlib `html.parser`; Markdown front matter becomes document
-metadata) and the chunker. Does not read files, hash them or store anything (`knowledge.py` and
+metadata) and the chunker. Does not read files, hash them or store anything (`bases.py` and
 `stores/knowledge.py` do). Pure functions: the same text always gives the same chunks, which is what
 lets an ingest skip a file whose bytes and `CHUNKER_VERSION` are unchanged.
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from mcphost.errors import PluginError, RunnerNotFoundError
-from mcphost.plugins import PluginSpec, PluginSupervisor
-from mcphost.registry import RunnerRegistry
+from mcphost.plugins.process import PluginSpec, PluginSupervisor
+from mcphost.plugins.registry import RunnerRegistry
 from tests.plugins.support import FAST, collect, echo_spec, eventually, make_context, script_spec
 
 
