@@ -36,6 +36,7 @@ from typing import ClassVar, Self
 import anyio
 from pydantic import ValidationError
 
+from mcphost.common.procgroup import StopTimings
 from mcphost.protocol import (
     AgentRunContext,
     Capabilities,
@@ -68,7 +69,7 @@ from runners._harness_files import (
     write_private,
     write_projection,
 )
-from runners._harness_process import CLINotFoundError, ProcessTimings, open_harness_process
+from runners._harness_process import CLINotFoundError, open_harness_process
 from runners._harness_stream import (
     Diagnostics,
     Failure,
@@ -259,7 +260,7 @@ class HarnessRunner(AgentRunner):
     skills_folder: ClassVar[str] = ".claude/skills"
     permissions = HARNESS_PERMISSIONS
     capabilities = HARNESS_CAPABILITIES
-    timings: ClassVar[ProcessTimings] = ProcessTimings()
+    timings: ClassVar[StopTimings] = StopTimings()
     locks: ClassVar[SessionLocks] = SessionLocks()
 
     @abstractmethod

@@ -1,5 +1,5 @@
 """Plumbing shared by the host, the runners and their tests: a leaf that imports nothing of mcphost.
 
-`procgroup.py` (a child in its own process group: signals, liveness, bounded stop). Runners may import
-this package and `mcphost.protocol`, nothing else of the host.
+`procgroup.py` (a child in a session of its own: spawn, zombie-aware liveness, shielded bounded stop of
+the group and its strays). Runners may import this package and `mcphost.protocol`, nothing else of the host.
 """

@@ -1,6 +1,21 @@
-"""Process-group helpers for plugin processes: liveness checks, signals and bounded waits.
+"""A child in a session of its own: spawn it, tell whether its group lives, and bring the group down.
 
-Used by `mcphost.plugins.process`. Every wait here is bounded by its caller's timeout.
+Owns the process-group mechanics shared by plugin processes (`mcphost.plugins.process`) and harness CLIs
+(`runners._harness_process`). Does not own what a process says (its pipes are the caller's) nor when to
+stop it, nor any graceful step before the signals (a `shutdown` request, a closed stdin): callers do
+those first, then call `stop_group`.
+
+Invariants:
+- `spawn` starts the child in a new session (its own process group, no controlling terminal), shielded:
+  a cancellation during the spawn would leave a child nobody stops or reaps.
+- `stop_group` runs inside `CancelScope(shield=True)` with every wait bounded: SIGTERM to the group and to
+  the strays → wait → SIGKILL to both → wait → wait for the leader. The group is signalled even when the
+  leader already exited, so no grandchild outlives its parent; descendants that moved to a session of
+  their own while the leader lived (Codex starts its stdio MCP servers that way) are found through /proc
+  and signalled with the group. It never raises.
+- A group counts as alive while it has a member that is not a zombie: orphaned children are reparented
+  to a PID 1 that may never reap them, and a zombie holds nothing. Without /proc, `killpg(pgid, 0)`
+  decides (a zombie then counts as alive).
 """
 
 from __future__ import annotations
@@ -8,47 +23,81 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import subprocess
+from collections.abc import Mapping, Sequence
 from contextlib import suppress
+from dataclasses import dataclass
+from pathlib import Path
 
 import anyio
 import anyio.abc
 
-logger = logging.getLogger("mcphost.plugins")
+logger = logging.getLogger("mcphost.common.procgroup")
 
-_GROUP_POLL = 0.02
-BROKEN_BEFORE_INITIALIZE = "broken before initialize"
-"""The failure recorded when a process broke before answering `initialize`."""
+_GROUP_POLL_S = 0.02
 
 
-# -- process lifecycle ---------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class StopTimings:
+    """Bounds of `stop_group`, in seconds."""
+
+    terminate: float = 2.0
+    """For the group (and the strays) to disappear after SIGTERM, before SIGKILL."""
+    kill: float = 2.0
+    """For the group to disappear after SIGKILL, and again for the leader to be reaped."""
 
 
-def group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass  # EPERM never proves the group is gone
-    return True
+async def spawn(
+    argv: Sequence[str],
+    *,
+    env: Mapping[str, str],
+    cwd: str | os.PathLike[str] | None = None,
+    stdin: int | None = subprocess.PIPE,
+) -> anyio.abc.Process:
+    """Start `argv` as the leader of a new session with exactly `env`; stdout and stderr are pipes.
+
+    Raises what `anyio.open_process` raises (`OSError` for a missing or unrunnable executable).
+    """
+    process: anyio.abc.Process | None = None
+    with anyio.CancelScope(shield=True):
+        process = await anyio.open_process(
+            list(argv),
+            stdin=stdin,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            cwd=cwd,
+            env=dict(env),
+            start_new_session=True,
+        )
+    assert process is not None  # nothing cancels a shielded scope, so the spawn completed
+    return process
 
 
-def signal_group(pgid: int, signum: int) -> None:
-    with suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, signum)
+async def stop_group(
+    process: anyio.abc.Process, timings: StopTimings, *, label: str, strays: Sequence[int] | None = None
+) -> None:
+    """Bring the leader, every member of its group and every stray descendant down; bounded, never raises.
 
-
-async def wait_group_gone(pgid: int, timeout: float) -> bool:
-    """Poll the group (no event exists for it) until it is gone or the timeout passes."""
-    with anyio.move_on_after(timeout):
-        while True:
-            if not group_alive(pgid):
-                return True
-            await anyio.sleep(_GROUP_POLL)
-    return False
+    `process` must lead its group (see `spawn`). `strays` are descendants outside the group; by default
+    they are looked up now, which finds them only while the leader lives (an orphan is reparented), so a
+    caller that waits for the leader first looks them up with `strays_of` before. `label` names the
+    process in the log ("Plugin 'x'", "Harness").
+    """
+    pgid = process.pid
+    with anyio.CancelScope(shield=True):
+        others = list(strays) if strays is not None else strays_of(pgid)
+        if group_alive(pgid) or any(_alive(pid) for pid in others):
+            _signal_all(pgid, others, signal.SIGTERM)
+            if not await _wait_all_gone(pgid, others, timings.terminate):
+                logger.warning("%s: process group %d survived SIGTERM; killing it", label, pgid)
+                _signal_all(pgid, others, signal.SIGKILL)
+                if not await _wait_all_gone(pgid, others, timings.kill):
+                    logger.error("%s: process group %d is alive after SIGKILL; abandoning it", label, pgid)
+        await wait_exit(process, timings.kill)
 
 
 async def wait_exit(process: anyio.abc.Process, timeout: float) -> bool:
+    """Wait at most `timeout` for the leader to exit (and be reaped); True when it did."""
     with anyio.move_on_after(timeout):
         await process.wait()
     return process.returncode is not None
@@ -65,19 +114,6 @@ def describe_exit(returncode: int | None) -> str:
     return f"exited with code {returncode}"
 
 
-def describe_end(failure: str | None, broken: str | None, exited: str | None) -> str:
-    """Why a process ended, from what the host saw: a failed start, a broken pipe, or its own stop."""
-    if failure == BROKEN_BEFORE_INITIALIZE:
-        return f"{exited or 'closed its stdout'} before answering 'initialize'"
-    if failure is not None:
-        return failure
-    if broken == "closed its stdout":
-        return exited or broken
-    if broken is not None:
-        return f"{broken} and {exited}" if exited else broken
-    return "was shut down"
-
-
 async def release_process(process: anyio.abc.Process) -> None:
     """Close our ends of the pipes and the asyncio transport, which would otherwise warn at GC."""
     for stream in (process.stdin, process.stdout, process.stderr):
@@ -90,3 +126,113 @@ async def release_process(process: anyio.abc.Process) -> None:
     if callable(close):
         with suppress(PermissionError):
             close()
+
+
+# -- liveness ------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _ProcStat:
+    pid: int
+    state: str
+    ppid: int
+    pgrp: int
+
+    @property
+    def live(self) -> bool:
+        return self.state not in ("Z", "X")
+
+
+def _processes() -> list[_ProcStat] | None:
+    """Every process's state, parent and group from /proc, or None where /proc is unavailable."""
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return None
+    found: list[_ProcStat] = []
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        stat = _read_stat(int(entry.name))
+        if stat is not None:
+            found.append(stat)
+    return found
+
+
+def _read_stat(pid: int) -> _ProcStat | None:
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # Fields after the command (which may contain spaces and parentheses): state, ppid, pgrp, ...
+    fields = text.rsplit(")", 1)[-1].split()
+    if len(fields) < 3:
+        return None
+    return _ProcStat(pid, fields[0], int(fields[1]), int(fields[2]))
+
+
+def group_members(pgid: int) -> list[int] | None:
+    """Pids of the live (non-zombie) members of a process group, or None where /proc is unavailable."""
+    processes = _processes()
+    if processes is None:
+        return None
+    return [p.pid for p in processes if p.pgrp == pgid and p.live]
+
+
+def descendants(pid: int) -> list[int]:
+    """Live descendants of `pid` (children, their children, ...), whatever their group; [] without /proc."""
+    children: dict[int, list[int]] = {}
+    for process in _processes() or []:
+        if process.live:
+            children.setdefault(process.ppid, []).append(process.pid)
+    found: list[int] = []
+    todo = list(children.get(pid, []))
+    while todo:
+        child = todo.pop()
+        found.append(child)
+        todo.extend(children.get(child, []))
+    return found
+
+
+def strays_of(pgid: int) -> list[int]:
+    """Live descendants of the group's leader that left its group (a session of their own)."""
+    return [pid for pid in descendants(pgid) if _group_of(pid) != pgid]
+
+
+def group_alive(pgid: int) -> bool:
+    """True while the group has a member that is not a zombie."""
+    members = group_members(pgid)
+    if members is not None:
+        return bool(members)
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # EPERM never proves the group is gone
+    return True
+
+
+def _group_of(pid: int) -> int | None:
+    stat = _read_stat(pid)
+    return stat.pgrp if stat is not None and stat.live else None
+
+
+def _alive(pid: int) -> bool:
+    stat = _read_stat(pid)
+    return stat is not None and stat.live
+
+
+def _signal_all(pgid: int, strays: Sequence[int], signum: int) -> None:
+    with suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signum)
+    for pid in strays:
+        with suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signum)
+
+
+async def _wait_all_gone(pgid: int, strays: Sequence[int], timeout: float) -> bool:
+    with anyio.move_on_after(timeout):
+        while group_alive(pgid) or any(_alive(pid) for pid in strays):  # noqa: ASYNC110  # no event exists
+            await anyio.sleep(_GROUP_POLL_S)
+        return True
+    return False

@@ -19,9 +19,10 @@ Invariants:
 - A plugin runs in its own process group with an allow-listed environment plus its configured `env`; the
   host's other variables (`MCPHOST_API_KEY`, cloud credentials …) never reach it.
 - Stopping a process happens in one place (`PluginProcess._stop`), inside `CancelScope(shield=True)`, with
-  every wait bounded: `shutdown` request → close stdin → wait → SIGTERM the group → wait → SIGKILL the group.
-  The group is signalled even when the leader exited by itself, so no grandchild outlives its plugin, and
-  the stop runs whether the loop ends by a crash, a supervisor exit or a cancelled host.
+  every wait bounded: `shutdown` request → close stdin → wait → `procgroup.stop_group` (SIGTERM the group and
+  the descendants that left it → wait → SIGKILL). The group is signalled even when the leader exited by
+  itself, so no grandchild outlives its plugin, and the stop runs whether the loop ends by a crash, a
+  supervisor exit or a cancelled host.
 - The pumps never raise and never buffer more than `MAX_LINE_BYTES` (+ one read chunk) of a line. A line
   that is not JSON, not JSON-RPC, a response to an unknown id, a result for an unknown run, or an error
   response is a logged diagnostic (and counted in `PluginProcess.diagnostics`), never an exception in the pump.
@@ -48,7 +49,6 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import suppress
@@ -64,14 +64,13 @@ from pydantic import ValidationError
 
 from mcphost import __version__
 from mcphost.common.procgroup import (
-    BROKEN_BEFORE_INITIALIZE,
-    describe_end,
+    StopTimings,
     describe_exit,
-    group_alive,
     release_process,
-    signal_group,
+    spawn,
+    stop_group,
+    strays_of,
     wait_exit,
-    wait_group_gone,
 )
 from mcphost.errors import PluginError, RunnerNotFoundError
 from mcphost.plugins._wire import (
@@ -132,6 +131,8 @@ _ENV_ALLOWED = frozenset((*_ENV_SYSTEM, *_ENV_RUNTIME))
 _ENV_ALLOWED_PREFIXES = ("LC_",)
 
 _CANCEL_ON_ABANDON_TIMEOUT = 0.5
+BROKEN_BEFORE_INITIALIZE = "broken before initialize"
+"""The failure recorded when a process broke before answering `initialize`."""
 _STDERR_SETTLE_TIMEOUT = 0.5
 
 
@@ -170,7 +171,7 @@ class PluginTimings:
     terminate: float = 2.0
     """For the group to disappear after SIGTERM, before SIGKILL."""
     kill: float = 2.0
-    """For the leader to be reaped after SIGKILL."""
+    """For the group to disappear after SIGKILL, and again for the leader to be reaped."""
     backoff_initial: float = 0.5
     backoff_max: float = 30.0
     healthy_after: float = 60.0
@@ -479,19 +480,11 @@ class PluginProcess:
 
     async def _run_once(self, announce: Callable[[], None]) -> tuple[float | None, str]:
         """One process from spawn to stop: (when it became ready or None, why it ended)."""
-        process: anyio.abc.Process | None = None
         try:
-            # Shielded: a cancellation inside the spawn would leave a child nobody stops or reaps.
-            with anyio.CancelScope(shield=True):
-                process = await anyio.open_process(
-                    self.spec.command,
-                    env=plugin_environment(self.spec.env),
-                    cwd=self.spec.cwd,
-                    start_new_session=True,
-                )
+            # `spawn` is shielded: a cancellation inside it would leave a child nobody stops or reaps.
+            process = await spawn(self.spec.command, env=plugin_environment(self.spec.env), cwd=self.spec.cwd)
         except (OSError, ValueError) as exc:
             return None, f"cannot start command {self.spec.command!r}: {exc}"
-        assert process is not None  # nothing cancels the shielded scope, so the spawn completed
         # No await between the spawn and the try: a cancellation in the gap would leak the process.
         conn = Connection(self, process)
         ready_at: float | None = None
@@ -618,7 +611,8 @@ class PluginProcess:
         Returns how the process ended when it exited by itself (after `shutdown` or a closed stdin), or
         None when it had to be signalled.
         """
-        process, pgid, timings = conn.process, conn.pid, self._timings
+        process, timings = conn.process, self._timings
+        strays = strays_of(conn.pid)  # found only while the leader lives
         if graceful and conn.stdout_pumping and process.returncode is None:
             with (
                 anyio.move_on_after(timings.shutdown),
@@ -628,17 +622,25 @@ class PluginProcess:
         await conn.close_stdin()
         exited = describe_exit(process.returncode) if await wait_exit(process, timings.exit) else None
         # Signal the group even when the leader is gone: grandchildren must not outlive their plugin.
-        if group_alive(pgid):
-            signal_group(pgid, signal.SIGTERM)
-            if not await wait_group_gone(pgid, timings.terminate):
-                logger.warning("Plugin %r: process group %d survived SIGTERM; killing it", self.name, pgid)
-                signal_group(pgid, signal.SIGKILL)
-            if not await wait_exit(process, timings.kill):
-                logger.warning("Plugin %r: process %d is alive after SIGKILL; abandoning it", self.name, pgid)
+        stop = StopTimings(terminate=timings.terminate, kill=timings.kill)
+        await stop_group(process, stop, label=f"Plugin {self.name!r}", strays=strays)
         # Let the last stderr lines of a dying plugin reach the log (and the failure reason).
         with anyio.move_on_after(_STDERR_SETTLE_TIMEOUT):
             await conn.stderr_done.wait()
         return exited
+
+
+def describe_end(failure: str | None, broken: str | None, exited: str | None) -> str:
+    """Why a process ended, from what the host saw: a failed start, a broken pipe, or its own stop."""
+    if failure == BROKEN_BEFORE_INITIALIZE:
+        return f"{exited or 'closed its stdout'} before answering 'initialize'"
+    if failure is not None:
+        return failure
+    if broken == "closed its stdout":
+        return exited or broken
+    if broken is not None:
+        return f"{broken} and {exited}" if exited else broken
+    return "was shut down"
 
 
 class PluginSupervisor:

@@ -10,8 +10,8 @@ from typing import Any
 import anyio
 import pytest
 
+from mcphost.common.procgroup import group_alive
 from mcphost.protocol import AgentRunContext, AgentRunResult, JSONObject
-from runners._harness_process import group_alive
 from runners.claude_code import ClaudeCodeRunner
 from runners.harness import SESSION_KEY, WORKDIR_KEY
 from runners.sdk import RunOutput

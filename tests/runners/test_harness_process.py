@@ -10,17 +10,11 @@ from pathlib import Path
 import anyio
 import pytest
 
-from runners._harness_process import (
-    CLINotFoundError,
-    OverlongLine,
-    ProcessTimings,
-    descendants,
-    group_alive,
-    group_members,
-    open_harness_process,
-)
+from mcphost.common.procgroup import StopTimings, descendants, group_alive, group_members
+from runners._harness_process import CLINotFoundError, OverlongLine, open_harness_process
+from tests.mcphost.common.test_procgroup import gone
 
-FAST = ProcessTimings(terminate=1.0, kill=1.0)
+FAST = StopTimings(terminate=1.0, kill=1.0)
 ENV = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
 
 
@@ -125,20 +119,3 @@ async def test_a_descendant_in_a_session_of_its_own_is_stopped_too(tmp_path: Pat
             assert stray in descendants(process.pid)
             assert stray not in (group_members(process.pgid) or [])
     assert gone(stray)
-
-
-def gone(pid: int) -> bool:
-    """The process no longer exists, or is a zombie nobody reaped (it holds nothing)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[0]
-    except OSError:
-        return True
-    return state in ("Z", "X")
-
-
-def test_group_members_ignores_zombies_and_finds_nothing_for_a_dead_group() -> None:
-    members = group_members(os.getpgrp())
-    if members is None:
-        pytest.skip("no /proc on this system")
-    assert os.getpid() in members
-    assert group_members(2**22 + 12345) == []

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from mcphost.app import Host
-from runners._harness_process import group_alive, group_members
+from mcphost.common.procgroup import group_alive, group_members
 from tests.e2e.harness.hostkit import (
     CLAUDE_RUNNER,
     CODEX_RUNNER,
