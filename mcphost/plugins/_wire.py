@@ -1,8 +1,10 @@
 """The wire of a plugin process: bounded line reading, JSON-RPC framing and per-run result routing.
 
-Private to `process.py`, which owns the processes (spawn, restart, shutdown). Invariants: the line reader
-never holds more than its limit (+ one read chunk) of a line; the connection's pumps never raise — a
-malformed line is a logged diagnostic; the results of a run reach its stream in the order they were written.
+Private to `process.py`, which owns the processes (spawn, restart, shutdown); it knows nothing of
+`PluginProcess` (a connection gets its plugin's name and a callback counting diagnostics). Invariants: the
+line reader never holds more than its limit (+ one read chunk) of a line; the connection's pumps never
+raise — a malformed line is a logged diagnostic; the results of a run reach its stream in the order they
+were written.
 """
 
 from __future__ import annotations
@@ -11,9 +13,9 @@ import json
 import logging
 import re
 from collections import deque
+from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import anyio
 import anyio.abc
@@ -21,9 +23,6 @@ from anyio.streams.memory import MemoryObjectSendStream
 from pydantic import ValidationError
 
 from mcphost.protocol import MAX_JSON_DEPTH, MAX_LINE_BYTES, METHOD_RESULT, JSONObject, ResultParams
-
-if TYPE_CHECKING:
-    from mcphost.plugins.process import PluginProcess
 
 logger = logging.getLogger("mcphost.plugins")
 
@@ -166,9 +165,11 @@ def dumps_line(message: JSONObject) -> bytes:
 class Connection:
     """One spawned process of a plugin: its pipes, pumps, pending requests and active runs."""
 
-    def __init__(self, plugin: PluginProcess, process: anyio.abc.Process) -> None:
-        self.plugin = plugin
-        self.name = plugin.name
+    def __init__(self, name: str, process: anyio.abc.Process, *, on_diagnostic: Callable[[], None]) -> None:
+        self.name = name
+        """The plugin's name, for logs."""
+        self._on_diagnostic = on_diagnostic
+        """Called once per diagnostic (the owner counts them)."""
         self.process = process
         self.pid = process.pid
         self.runs: dict[str, RunRoute] = {}
@@ -293,7 +294,7 @@ class Connection:
             self.stderr_done.set()
 
     def _diagnostic(self, message: str, *args: object) -> None:
-        self.plugin.diagnostics += 1
+        self._on_diagnostic()
         logger.warning("Plugin %r " + message, self.name, *args, extra={"plugin": self.name})
 
     async def _on_line(self, line: bytes) -> None:

@@ -393,6 +393,9 @@ class PluginProcess:
                 self._changed = anyio.Event()
             await self._changed.wait()
 
+    def _count_diagnostic(self) -> None:
+        self.diagnostics += 1
+
     def _set_state(self, state: PluginState) -> None:
         self.state = state
         changed, self._changed = self._changed, None
@@ -486,7 +489,7 @@ class PluginProcess:
         except (OSError, ValueError) as exc:
             return None, f"cannot start command {self.spec.command!r}: {exc}"
         # No await between the spawn and the try: a cancellation in the gap would leak the process.
-        conn = Connection(self, process)
+        conn = Connection(self.name, process, on_diagnostic=self._count_diagnostic)
         ready_at: float | None = None
         failure: str | None = None
         reason = "was shut down"
