@@ -6,6 +6,9 @@
   stdio (`python -m runners.echo`, `initialize`, one `runner/run`, `shutdown`), i.e. a Python process
   start plus the runner's own imports — the floor any host that launches a plugin pays.
 - `import mcphost.cli` alone versus a bare interpreter start: how much of both is imports.
+- `mcphost --help` and `mcphost --version` (the console script) versus a bare interpreter start, each
+  alternated with it in the same run: the ratio a person feels when asking the CLI what it can do (the
+  target is 4x; the parser imports nothing of the server until a command runs).
 - `mcphost serve` to the first served request (`GET /healthz` answered 200), versus a bare Starlette
   app under uvicorn in a fresh process answering the same request.
 
@@ -84,6 +87,12 @@ async def _mcphost_run(cwd: Path) -> float:
 async def _python_ms(code: str) -> float:
     start = time.perf_counter_ns()
     await anyio.run_process([sys.executable, "-c", code], env=clean_env())
+    return (time.perf_counter_ns() - start) / 1e6
+
+
+async def _console_ms(flag: str) -> float:
+    start = time.perf_counter_ns()
+    await anyio.run_process([str(BIN / "mcphost"), flag], env=clean_env())
     return (time.perf_counter_ns() - start) / 1e6
 
 
@@ -178,6 +187,23 @@ async def run(cfg: BenchConfig) -> list[Row]:
                 subject=Stat.of(samples.subject, "ms"),
             )
         )
+
+        for flag in ("--help", "--version"):
+
+            async def cli_flag(flag: str = flag) -> list[float]:
+                return [await _console_ms(flag)]
+
+            samples = await alternate(bare_python, cli_flag, rounds=rounds, warmup=0, min_rounds=1)
+            rows.append(
+                Row(
+                    benchmark=NAME,
+                    case=f"mcphost {flag}",
+                    baseline_label="`python -c pass`",
+                    subject_label=f"`mcphost {flag}` wall",
+                    baseline=Stat.of(samples.baseline, "ms"),
+                    subject=Stat.of(samples.subject, "ms"),
+                )
+            )
 
         if not await _has_serve():
             cfg.skipped.append("startup / serve: `mcphost serve` is not in this build")

@@ -20,45 +20,72 @@ from __future__ import annotations
 
 import argparse
 import getpass
+import importlib
+import os
 import re
-from collections.abc import Callable, Coroutine, Sequence
+import sys
+from collections.abc import Sequence
 from typing import Any
 
-import anyio
-
 from mcphost import __version__
-from mcphost.api import DEFAULT_MAX_UPLOAD_BYTES
-from mcphost.app import DEFAULT_GRACE_S
-from mcphost.cli._common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, configure_logging, fail
-from mcphost.cli._grants import cmd_grant, cmd_revoke, mcp_client_configs
-from mcphost.cli._knowledge import cmd_kb, cmd_tools
-from mcphost.cli._runs import cmd_db_upgrade, cmd_run, cmd_runners, cmd_runs, cmd_schema, cmd_show
-from mcphost.cli._server import cmd_send, cmd_serve
-from mcphost.cli._state import OWNER_FLAGS, cmd_state
-from mcphost.config import Settings, load_settings
-from mcphost.errors import ConfigError, HostError, find_error
-from mcphost.models import ID_PATTERN, RunStatus
-from mcphost.protocol import STATE_SCOPES
+from mcphost.cli._common import (
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_PIPE,
+    EXIT_USAGE,
+    configure_logging,
+    fail,
+)
 
 __all__ = [
     "EXIT_FAILED",
+    "EXIT_INTERRUPTED",
     "EXIT_OK",
+    "EXIT_PIPE",
     "EXIT_USAGE",
     "build_parser",
     "configure_logging",
     "main",
-    "mcp_client_configs",
 ]
+
+# Copies of values the parser shows in `--help`, so that building it imports nothing beyond the standard
+# library (pydantic alone costs several times a bare interpreter start). tests/mcphost/test_cli.py pins
+# each to its source.
+RUN_STATUSES: tuple[str, ...] = ("queued", "running", "completed", "failed", "cancelled")
+"""`mcphost.models.RunStatus` values."""
+STATE_SCOPES: tuple[str, ...] = ("conversation", "actor", "subject", "runner", "binding", "workspace")
+"""`mcphost.protocol.STATE_SCOPES`."""
+OWNER_FLAGS: tuple[str, ...] = (
+    "runner_id",
+    "binding_id",
+    "conversation_id",
+    "thread_id",
+    "actor_id",
+    "subject_type",
+    "subject_id",
+    "workspace_id",
+)
+"""`mcphost.cli._state.OWNER_FLAGS`: every id that names a state scope's owner."""
+ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@/+=-]{0,199}$"
+"""`mcphost.models.ID_PATTERN`."""
+DEFAULT_GRACE_S = 10.0
+"""`mcphost.app.DEFAULT_GRACE_S`."""
+DEFAULT_MAX_UPLOAD_BYTES = 100 * 1024 * 1024
+"""`mcphost.api.DEFAULT_MAX_UPLOAD_BYTES`."""
+
+
+_CONFIG_HELP = "mcphost.toml to use (default: $MCPHOST_CONFIG, ./mcphost.toml, else the embedded default)"
 
 
 def _add_common(parser: argparse.ArgumentParser, *, json_flag: bool = True) -> None:
-    parser.add_argument(
-        "--config",
-        metavar="FILE",
-        help="mcphost.toml to use (default: $MCPHOST_CONFIG, ./mcphost.toml, else the embedded default)",
-    )
+    # SUPPRESS: a command's --config is set only when given there, so it does not overwrite one given
+    # before the command (`mcphost --config FILE runs` and `mcphost runs --config FILE` both work).
+    parser.add_argument("--config", metavar="FILE", default=argparse.SUPPRESS, help=_CONFIG_HELP)
     if json_flag:
-        parser.add_argument("--json", action="store_true", help="machine-readable JSON output")
+        parser.add_argument(
+            "--json", action="store_true", help="machine-readable output: one JSON document per line"
+        )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -75,6 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="log verbosity on stderr (default: warning)",
     )
     parser.add_argument("--log-json", action="store_true", help="structured JSON log lines on stderr")
+    parser.add_argument("--config", metavar="FILE", help=_CONFIG_HELP)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     p = sub.add_parser(
@@ -97,7 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("runs", help="list runs, newest first", description="List runs, newest first.")
     p.add_argument("--conversation", metavar="ID", help="only this conversation")
-    p.add_argument("--status", choices=[s.value for s in RunStatus], help="only runs in this status")
+    p.add_argument("--status", choices=RUN_STATUSES, help="only runs in this status")
     p.add_argument("--limit", type=_limit, default=20, metavar="N", help="how many (1-100, default 20)")
     p.add_argument("--cursor", metavar="C", help="continue from a previous listing")
     _add_common(p)
@@ -370,34 +398,69 @@ def _conversation_id(value: str) -> str:
     return value
 
 
-_ASYNC_COMMANDS: dict[str, Callable[[argparse.Namespace, Settings], Coroutine[Any, Any, int]]] = {
-    "run": cmd_run,
-    "runs": cmd_runs,
-    "show": cmd_show,
-    "runners": cmd_runners,
-    "kb": cmd_kb,
-    "tools": cmd_tools,
-    "serve": cmd_serve,
-    "send": cmd_send,
-    "grant": cmd_grant,
-    "revoke": cmd_revoke,
-    "state": cmd_state,
+_COMMANDS: dict[str, tuple[str, str]] = {
+    "run": ("_runs", "cmd_run"),
+    "runs": ("_runs", "cmd_runs"),
+    "show": ("_runs", "cmd_show"),
+    "runners": ("_runs", "cmd_runners"),
+    "db": ("_runs", "cmd_db_upgrade"),
+    "kb": ("_knowledge", "cmd_kb"),
+    "tools": ("_knowledge", "cmd_tools"),
+    "serve": ("_server", "cmd_serve"),
+    "send": ("_server", "cmd_send"),
+    "grant": ("_grants", "cmd_grant"),
+    "revoke": ("_grants", "cmd_revoke"),
+    "state": ("_state", "cmd_state"),
 }
+"""Each command's module (imported only when the command runs: `--help` and `--version` import none of
+them, nor the server, SQLAlchemy or `mcp` they pull in) and its `async (args, settings) -> exit code`."""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        code = _main(argv)
+        sys.stdout.flush()  # inside the try: a reader gone before the final flush is a broken pipe too
+        return code
+    except KeyboardInterrupt:
+        return fail("interrupted", EXIT_INTERRUPTED)
+    except BaseException as exc:
+        if _found(exc, KeyboardInterrupt):
+            return fail("interrupted", EXIT_INTERRUPTED)
+        if _found(exc, BrokenPipeError):
+            # The reader went away (`mcphost runs | head -1`): stop quietly, as Unix tools do. Point stdout
+            # at /dev/null so the interpreter's final flush does not fail a second time.
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            return EXIT_PIPE
+        raise
+
+
+def _found(exc: BaseException, kind: type[BaseException]) -> bool:
+    if isinstance(exc, kind):
+        return True
+    if isinstance(exc, BaseExceptionGroup):
+        return any(_found(inner, kind) for inner in exc.exceptions)  # pyright: ignore[reportUnknownVariableType, reportUnknownArgumentType]  # group of anything
+    return False
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     configure_logging(args.log_level, json_logs=args.log_json)
     if args.command == "schema":
+        from mcphost.cli._runs import cmd_schema
+
         return cmd_schema(args)
+    import anyio
+
+    from mcphost.config import load_settings
+    from mcphost.errors import ConfigError, HostError, find_error
+
     try:
-        settings = load_settings(getattr(args, "config", None))
-        if args.command == "db":
-            return anyio.run(cmd_db_upgrade, args, settings)
-        return anyio.run(_ASYNC_COMMANDS[args.command], args, settings)
-    except KeyboardInterrupt:
-        return fail("interrupted", 130)
+        settings = load_settings(args.config)
+        module, name = _COMMANDS[args.command]
+        command: Any = getattr(importlib.import_module(f"mcphost.cli.{module}"), name)
+        return anyio.run(command, args, settings)
     except Exception as exc:
         # Errors raised inside task groups arrive wrapped in exception groups.
         error = find_error(exc, HostError)

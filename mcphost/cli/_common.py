@@ -16,14 +16,20 @@ import argparse
 import json
 import logging
 import sys
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-from mcphost.errors import ConfigError
-from mcphost.models import AgentEventEnvelope, Run
+if TYPE_CHECKING:
+    from mcphost.models import AgentEventEnvelope, Run
 
 EXIT_OK = 0
 EXIT_FAILED = 1
+"""A run that did not complete, or an operational error (not found, conflict, a server unreachable)."""
 EXIT_USAGE = 2
+"""Bad usage or bad config, including a database that cannot be reached or opened as configured."""
+EXIT_INTERRUPTED = 130
+"""Ctrl-C (SIGINT), as a shell reports a process it interrupted (128 + 2)."""
+EXIT_PIPE = 141
+"""The reader of stdout went away (`mcphost runs | head -1`): as a shell reports SIGPIPE (128 + 13)."""
 
 
 class _JsonFormatter(logging.Formatter):
@@ -62,8 +68,10 @@ def fail(message: str, code: int = EXIT_FAILED) -> int:
 
 
 def dump(obj: Any, out: TextIO | None = None) -> None:
+    """`obj` as one compact JSON line (JSON Lines): every `--json` document can be read line by line."""
     # sys.stdout is looked up per call, not bound at import, so a redirected stdout is honoured.
-    (out or sys.stdout).write(json.dumps(obj, indent=2, default=str) + "\n")
+    (out or sys.stdout).write(json.dumps(obj, separators=(",", ":"), default=str) + "\n")
+    (out or sys.stdout).flush()
 
 
 def run_line(run: Run) -> str:
@@ -88,12 +96,16 @@ def event_from_args(args: argparse.Namespace) -> AgentEventEnvelope:
         payload["event_id"] = args.event_id
     if args.agent:
         payload["agent_id"] = args.agent
+    from pydantic import ValidationError
+
+    from mcphost.errors import ConfigError
+    from mcphost.models import AgentEventEnvelope
+
     if args.data:
         try:
             payload["data"] = json.loads(args.data)
         except json.JSONDecodeError as exc:
             raise ConfigError(f"--data is not valid JSON: {exc}") from None
-    from pydantic import ValidationError
 
     try:
         return AgentEventEnvelope.model_validate(payload)

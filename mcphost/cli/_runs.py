@@ -33,7 +33,7 @@ async def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
         final_text: str | None = None
         async for item in host.orchestrator.results(run_id):
             if args.json:
-                print(json.dumps({"seq": item.seq, **item.payload}), flush=True)
+                dump({"seq": item.seq, **item.payload})
                 continue
             data = item.payload.get("data", {})
             if item.type == "message.delta":

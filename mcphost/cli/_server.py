@@ -68,7 +68,7 @@ class _ReplyPrinter:
             return  # a replayed stream repeats what was shown already
         self.last_seq = seq
         if self.as_json:
-            print(json.dumps(item), flush=True)
+            dump(item)
             return
         data = item.get("data") or {}
         if item.get("type") == "message.delta":

@@ -1,0 +1,127 @@
+"""`mcphost --help` and `--version` start without the server; `--config` goes before or after the command.
+
+The parser is built from the standard library only: a test reads which modules `--help` imports, so a
+change that pulls SQLAlchemy, pydantic or `mcp` back into the start-up path fails here (timings are
+measured in `bench/startup.py`, not asserted).
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mcphost import cli
+from tests.examples.clikit import EXAMPLES, REPO, cli_env
+
+HEAVY = ("sqlalchemy", "pydantic", "mcp", "uvicorn", "starlette", "anyio", "httpx2", "alembic")
+"""Top-level packages the help path must not import."""
+
+
+def _imported_by(*args: str) -> tuple[subprocess.CompletedProcess[str], set[str]]:
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "mcphost.cli", *args],
+        env=cli_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    modules = {
+        line.rsplit("|", 1)[1].strip()
+        for line in done.stderr.splitlines()
+        if line.startswith("import time:") and "|" in line
+    }
+    return done, modules
+
+
+@pytest.mark.parametrize("flag", ["--help", "--version"])
+def test_help_and_version_import_no_server_database_or_mcp_module(flag: str) -> None:
+    done, modules = _imported_by(flag)
+    assert done.returncode == 0, done.stderr
+    assert "mcphost" in done.stdout
+    assert "mcphost.cli" in modules  # the measurement saw the CLI's own imports
+    heavy = sorted(m for m in modules if m.split(".")[0] in HEAVY)
+    assert heavy == []
+    ours = sorted(m for m in modules if m.startswith("mcphost.") and not m.startswith("mcphost.cli"))
+    assert ours == []
+
+
+def test_a_command_help_imports_nothing_of_the_server_either() -> None:
+    done, modules = _imported_by("runs", "--help")
+    assert done.returncode == 0, done.stderr
+    assert "--config FILE" in done.stdout
+    assert not [m for m in modules if m.split(".")[0] in HEAVY]
+
+
+def test_the_values_the_parser_copies_match_their_sources() -> None:
+    from mcphost.api import DEFAULT_MAX_UPLOAD_BYTES
+    from mcphost.app import DEFAULT_GRACE_S
+    from mcphost.cli._state import OWNER_FLAGS
+    from mcphost.models import ID_PATTERN, RunStatus
+    from mcphost.protocol import STATE_SCOPES
+
+    assert tuple(s.value for s in RunStatus) == cli.RUN_STATUSES
+    assert cli.STATE_SCOPES == STATE_SCOPES
+    assert cli.OWNER_FLAGS == OWNER_FLAGS
+    assert cli.ID_PATTERN == ID_PATTERN
+    assert cli.DEFAULT_GRACE_S == DEFAULT_GRACE_S
+    assert cli.DEFAULT_MAX_UPLOAD_BYTES == DEFAULT_MAX_UPLOAD_BYTES
+
+
+def _mcphost(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "mcphost.cli", *args],
+        cwd=cwd,
+        env=cli_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+        check=False,
+    )
+
+
+@pytest.mark.parametrize("before", [True, False], ids=["before-the-command", "after-the-command"])
+def test_config_is_taken_before_or_after_the_command(tmp_path: Path, before: bool) -> None:
+    data = tmp_path / "elsewhere"
+    config = tmp_path / "mine.toml"
+    config.write_text(f'[host]\ndata_dir = "{data}"\nbundled_plugins = false\n', encoding="utf-8")
+    args = ["--config", str(config), "runs"] if before else ["runs", "--config", str(config)]
+    done = _mcphost(*args, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert (data / "mcphost.db").is_file()
+    assert not (tmp_path / ".mcphost").exists()
+
+
+def test_config_after_the_command_wins_over_one_before_it(tmp_path: Path) -> None:
+    config = tmp_path / "mine.toml"
+    config.write_text(f'[host]\ndata_dir = "{tmp_path / "after"}"\n', encoding="utf-8")
+    done = _mcphost("--config", str(tmp_path / "missing.toml"), "runs", "--config", str(config), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "after" / "mcphost.db").is_file()
+
+
+def _documented_lines() -> list[tuple[str, list[str]]]:
+    found: list[tuple[str, list[str]]] = []
+    for path in [*sorted(EXAMPLES.glob("*.toml")), REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]:
+        for line in path.read_text(encoding="utf-8").splitlines():
+            match = re.search(r"mcphost (--config \S+ [^`]*)", line)
+            if match:
+                command = match.group(1).split("  #")[0].strip()
+                found.append((f"{path.name}: {command}", shlex.split(command)))
+    return found
+
+
+def test_every_documented_mcphost_config_line_parses_as_written() -> None:
+    lines = _documented_lines()
+    assert len(lines) >= 7  # examples/*.toml name seven such commands
+    parser = cli.build_parser()
+    for where, argv in lines:
+        args = parser.parse_args(argv)
+        assert args.config == argv[1], where
+        assert args.command == argv[2], where
