@@ -4,11 +4,9 @@ Owns reading stdin without a worker thread and turning a line into an SDK envelo
 happens to a message afterwards (the relay does) nor writing stdout.
 
 Invariants:
-- Reading is cancellable at any point: each `read()` happens only after `anyio.wait_readable` reported data
-  (or end of input), so a fatal error never waits behind a blocked read (a worker thread stuck in `readline`
-  could not be cancelled). The descriptor's flags are left alone: O_NONBLOCK would be shared with whoever
-  else holds the file description, such as a terminal that is also stdout. A descriptor the event loop cannot
-  poll (a regular file, /dev/null) never blocks, so it is read directly. POSIX only.
+- Lines are read by `mcphost.common.lines` (the one bounded reader; this is the bridge's only import of
+  mcphost, and neither `mcphost/__init__.py` nor `mcphost/common/__init__.py` imports anything): never
+  blocking the loop, cancellable at any point, the descriptor's flags left alone. POSIX only.
 - A line longer than `MAX_LINE_BYTES` is cut at that length and the rest discarded up to its newline; the cut
   line then fails to parse like any other malformed line.
 - A malformed line never raises: `parse_line` returns a `Rejection` carrying a JSON-RPC error reply when an id
@@ -20,13 +18,11 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
 from dataclasses import dataclass
 from typing import Any, cast
 
 import anyio
-import anyio.lowlevel
 from mcp_types import (
     INVALID_REQUEST,
     PARSE_ERROR,
@@ -38,6 +34,8 @@ from mcp_types import (
 )
 from pydantic import ValidationError
 
+from mcphost.common import lines
+
 __all__ = ["MAX_LINE_BYTES", "LineReader", "Rejection", "parse_line"]
 
 logger = logging.getLogger(__name__)
@@ -45,69 +43,32 @@ logger = logging.getLogger(__name__)
 MAX_LINE_BYTES = 32 * 1024 * 1024
 """Longest stdin line accepted (the SDK server refuses bodies over 4 MiB by default anyway)."""
 
-_CHUNK = 64 * 1024
-
 # The first `"id": <int or string>` in a line; only used on lines that are not valid JSON.
 _ID_PATTERN = re.compile(rb'"id"\s*:\s*(-?\d+(?![\d.eE])|"(?:[^"\\\r\n]|\\.)*")')
 
 
 class LineReader:
-    """Reads newline-terminated lines from a file descriptor without ever blocking the event loop."""
+    """stdin lines, read by `mcphost.common.lines` without ever blocking the event loop."""
 
     def __init__(self, fd: int) -> None:
-        self._fd = fd
-        self._buffer = bytearray()
-        self._eof = False
-        self._discarding = False
-        self._pollable = True
-        self._scanned = 0  # bytes of `_buffer` known to hold no newline (a long line arrives in many reads)
+        # Keep `MAX_LINE_BYTES` of an over-long line: cut there, it fails to parse like any malformed line
+        # and its id (near the start of a JSON-RPC message) is still there for the error reply.
+        self._lines = lines.LineReader.from_fd(fd, MAX_LINE_BYTES, keep=MAX_LINE_BYTES)
 
     async def readline(self) -> bytes | None:
-        """The next line without its terminator, or None at end of input."""
-        while True:
-            newline = self._buffer.find(b"\n", self._scanned)
-            self._scanned = len(self._buffer) if newline < 0 else 0
-            if self._discarding:  # the tail of an over-long line
-                if newline >= 0:
-                    del self._buffer[: newline + 1]
-                    self._discarding = False
-                    continue
-                self._buffer.clear()
-                self._scanned = 0
-            elif newline > MAX_LINE_BYTES or (newline < 0 and len(self._buffer) > MAX_LINE_BYTES):
-                line = bytes(self._buffer[:MAX_LINE_BYTES])
-                if newline >= 0:
-                    del self._buffer[: newline + 1]
-                else:
-                    self._buffer.clear()
-                    self._scanned = 0
-                    self._discarding = True
-                logger.warning(
-                    "a stdin line is longer than %d bytes; the rest of it is discarded", MAX_LINE_BYTES
-                )
-                return line
-            elif newline >= 0:
-                line = bytes(self._buffer[:newline])
-                del self._buffer[: newline + 1]
-                return line.removesuffix(b"\r")
-            if self._eof:
-                rest = bytes(self._buffer)
-                self._buffer.clear()
-                return rest.removesuffix(b"\r") if rest else None
-            await self._fill()
-
-    async def _fill(self) -> None:
-        if self._pollable:
-            try:
-                await anyio.wait_readable(self._fd)
-            except PermissionError:  # epoll refuses regular files and /dev/null; reading them never blocks
-                self._pollable = False
-        else:
-            await anyio.lowlevel.checkpoint()
-        chunk = os.read(self._fd, _CHUNK)
-        if not chunk:
-            self._eof = True
-        self._buffer += chunk
+        """The next line without its terminator (an over-long one cut at the limit), or None at the end."""
+        try:
+            line = await self._lines.receive()
+        except anyio.EndOfStream:
+            return None
+        if isinstance(line, lines.TooLong):
+            logger.warning(
+                "a stdin line of %d bytes is longer than %d; the rest of it is discarded",
+                line.size,
+                MAX_LINE_BYTES,
+            )
+            return line.prefix
+        return line
 
 
 @dataclass(frozen=True)

@@ -10,8 +10,8 @@ Invariants:
 - Leaving `open_harness_process` stops the group through `procgroup.stop_group` (shielded, bounded,
   strays included), so no grandchild (an MCP bridge, a shell the model started) outlives the run. That
   holds when the caller is cancelled, fails or simply returns.
-- stdout is read as lines of at most `max_line_bytes`; a longer line is skipped and reported as an
-  `OverlongLine`, never buffered whole. stderr is drained continuously (a full pipe would stall the
+- stdout is read as lines of at most `max_line_bytes` (`mcphost.common.lines`); a longer line is skipped
+  and reported as a `TooLong` (its size only), never buffered whole. stderr is drained continuously (a full pipe would stall the
   CLI) and its tail is kept, bounded, for failure messages.
 """
 
@@ -21,25 +21,17 @@ import subprocess
 from collections import deque
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from pathlib import Path
 
 import anyio
 import anyio.abc
 
+from mcphost.common.lines import LineReader, TooLong
 from mcphost.common.procgroup import StopTimings, release_process, spawn, stop_group
 
 MAX_LINE_BYTES = 16 * 1024 * 1024
 """A native stream line longer than this is skipped (a tool result of many megabytes, or garbage)."""
-_READ_CHUNK = 64 * 1024
 _STDERR_TAIL_BYTES = 16 * 1024
-
-
-@dataclass(frozen=True, slots=True)
-class OverlongLine:
-    """Stands in for a stdout line that exceeded the limit and was skipped."""
-
-    size: int
 
 
 class CLINotFoundError(Exception):
@@ -68,62 +60,29 @@ class HarnessProcess:
         """The last lines the CLI wrote on stderr (at most 16 KiB)."""
         return "\n".join(self._stderr)
 
-    async def lines(self) -> AsyncIterator[bytes | OverlongLine]:
+    async def lines(self) -> AsyncIterator[bytes | TooLong]:
         """stdout, line by line, until EOF. A final line without a newline is yielded too."""
-        stream = self._process.stdout
-        assert stream is not None
-        buffer = bytearray()
-        dropping = 0  # > 0 while skipping the rest of an over-long line; counts its size
+        assert self._process.stdout is not None
+        reader = LineReader.from_stream(self._process.stdout, self._max_line, keep=0)
         while True:
             try:
-                chunk = await stream.receive(_READ_CHUNK)
+                yield await reader.receive()
             except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
-                break
-            start = 0
-            while True:
-                newline = chunk.find(b"\n", start)
-                piece = chunk[start:] if newline < 0 else chunk[start:newline]
-                if dropping:
-                    dropping += len(piece)
-                else:
-                    buffer += piece
-                    if len(buffer) > self._max_line:
-                        dropping, buffer = len(buffer), bytearray()
-                if newline < 0:
-                    break
-                if dropping:
-                    yield OverlongLine(dropping)
-                    dropping = 0
-                else:
-                    yield bytes(buffer)
-                    buffer.clear()
-                start = newline + 1
-        if dropping:
-            yield OverlongLine(dropping)
-        elif buffer:
-            yield bytes(buffer)
+                return
 
     async def wait(self) -> int:
         return await self._process.wait()
 
     async def pump_stderr(self) -> None:
-        stream = self._process.stderr
-        assert stream is not None
-        pending = b""
+        assert self._process.stderr is not None
+        reader = LineReader.from_stream(self._process.stderr, _STDERR_TAIL_BYTES, keep=_STDERR_TAIL_BYTES)
         try:
             while True:
                 try:
-                    chunk = await stream.receive(_READ_CHUNK)
+                    line = await reader.receive()
                 except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
                     break
-                *complete, pending = (pending + chunk).split(b"\n")
-                for line in complete:
-                    self._keep_stderr(line)
-                if len(pending) > _STDERR_TAIL_BYTES:
-                    self._keep_stderr(pending)
-                    pending = b""
-            if pending:
-                self._keep_stderr(pending)
+                self._keep_stderr(line.prefix if isinstance(line, TooLong) else line)
         finally:
             self.stderr_done.set()
 

@@ -21,9 +21,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import ClassVar
 
+from mcphost.common.lines import TooLong
 from mcphost.protocol import AgentRunContext, JSONObject, Usage
 from mcphost.protocol.results import FinishReason
-from runners._harness_process import OverlongLine
 from runners.sdk import RunOutput
 
 MAX_DIAGNOSTICS = 50
@@ -136,14 +136,14 @@ class StreamMapper(ABC):
 
 
 async def pump_native_stream(
-    lines: AsyncIterator[bytes | OverlongLine], mapper: StreamMapper, diagnostics: Diagnostics
+    lines: AsyncIterator[bytes | TooLong], mapper: StreamMapper, diagnostics: Diagnostics
 ) -> int:
     """Feed every line to `mapper` until EOF or until it asks to stop; returns the number of lines."""
     number = 0
     async for raw in lines:
         number += 1
         mapper.line = number
-        if isinstance(raw, OverlongLine):
+        if isinstance(raw, TooLong):
             diagnostics.add("overlong_line", f"a line of {raw.size} bytes was skipped", line=number)
             continue
         text = raw.decode("utf-8", "replace").strip()

@@ -42,7 +42,6 @@ import hashlib
 import json
 import logging
 import os
-import stat
 import sys
 import time
 import uuid
@@ -54,6 +53,7 @@ import anyio.abc
 import anyio.to_thread
 from pydantic import ValidationError
 
+from mcphost.common.lines import LineReader, TooLong
 from mcphost.protocol import (
     MAX_INLINE_ARTIFACT_BYTES,
     MAX_LINE_BYTES,
@@ -132,7 +132,6 @@ RunStatus = Literal["completed", "failed"]
 
 _SHUTDOWN_GRACE = 5.0
 """How long `shutdown` and stdin EOF wait for cancelled runs to report before the plugin exits."""
-_READ_CHUNK = 64 * 1024
 
 
 class AgentRunner:
@@ -394,14 +393,16 @@ class _PluginServer:
     async def serve(self, in_fd: int, out_fd: int) -> None:
         self._out_fd = out_fd
         async with anyio.create_task_group() as tg:
-            reader = _FdLineReader(in_fd)
+            reader = LineReader.from_fd(in_fd, MAX_LINE_BYTES, keep=0)
             while True:
                 try:
                     line = await reader.receive()
                 except anyio.EndOfStream:
                     break
-                if line is None:
-                    logger.error("The host sent a line over %d bytes; skipped.", MAX_LINE_BYTES)
+                if isinstance(line, TooLong):
+                    logger.error(
+                        "The host sent a line of %d bytes, over %d; skipped.", line.size, MAX_LINE_BYTES
+                    )
                     continue
                 if await self._dispatch(line, tg):
                     break
@@ -544,48 +545,6 @@ def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view) :]
-
-
-class _FdLineReader:
-    """Reads lines from a file descriptor without blocking the loop; None for a line over the limit."""
-
-    def __init__(self, fd: int) -> None:
-        self._fd = fd
-        self._pollable = not stat.S_ISREG(os.fstat(fd).st_mode)  # epoll refuses regular files
-        self._buffer = bytearray()
-        self._scanned = 0
-        self._dropping = False
-        self._eof = False
-
-    async def receive(self) -> bytes | None:
-        while True:
-            newline = self._buffer.find(b"\n", self._scanned)
-            if newline >= 0:
-                line = bytes(self._buffer[:newline])
-                del self._buffer[: newline + 1]
-                self._scanned = 0
-                if self._dropping:
-                    self._dropping = False
-                    return None
-                return line
-            if self._eof:
-                if self._buffer and not self._dropping:
-                    line = bytes(self._buffer)
-                    self._buffer.clear()
-                    return line
-                raise anyio.EndOfStream
-            if len(self._buffer) > MAX_LINE_BYTES:
-                self._dropping = True
-            if self._dropping:
-                self._buffer.clear()
-            self._scanned = len(self._buffer)
-            if self._pollable:
-                await anyio.wait_readable(self._fd)
-            chunk = os.read(self._fd, _READ_CHUNK)
-            if chunk:
-                self._buffer += chunk
-            else:
-                self._eof = True
 
 
 __all__ = [

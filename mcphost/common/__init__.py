@@ -1,5 +1,6 @@
-"""Plumbing shared by the host, the runners and their tests: a leaf that imports nothing of mcphost.
+"""Plumbing shared by the host, the runners, the bridge and their tests: a leaf that imports nothing of mcphost.
 
 `procgroup.py` (a child in a session of its own: spawn, zombie-aware liveness, shielded bounded stop of
-the group and its strays). Runners may import this package and `mcphost.protocol`, nothing else of the host.
+the group and its strays); `lines.py` (the one bounded line reader). Runners may import this package and
+`mcphost.protocol`, nothing else of the host; the bridge may import `lines.py` alone.
 """

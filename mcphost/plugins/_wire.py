@@ -1,6 +1,7 @@
 """The wire of a plugin process: bounded line reading, JSON-RPC framing and per-run result routing.
 
-Private to `process.py`, which owns the processes (spawn, restart, shutdown); it knows nothing of
+Private to `process.py`, which owns the processes (spawn, restart, shutdown); lines are read with
+`mcphost.common.lines` (an over-long line keeps 64 KiB to find its run id). It knows nothing of
 `PluginProcess` (a connection gets its plugin's name and a callback counting diagnostics). Invariants: the
 line reader never holds more than its limit (+ one read chunk) of a line; the connection's pumps never
 raise — a malformed line is a logged diagnostic; the results of a run reach its stream in the order they
@@ -22,13 +23,11 @@ import anyio.abc
 from anyio.streams.memory import MemoryObjectSendStream
 from pydantic import ValidationError
 
+from mcphost.common.lines import LineReader, TooLong
 from mcphost.protocol import MAX_JSON_DEPTH, MAX_LINE_BYTES, METHOD_RESULT, JSONObject, ResultParams
 
 logger = logging.getLogger("mcphost.plugins")
 
-_READ_CHUNK = 64 * 1024
-_PREFIX_KEPT = 64 * 1024
-"""How much of an over-long line is kept to find its run id."""
 _MAX_STDERR_LINE = 16 * 1024
 _RUN_ID_IN_LINE = re.compile(rb'"run_id"\s*:\s*"([^"\\]{1,200})"')
 
@@ -53,61 +52,6 @@ class RawResult:
 
 
 # -- the wire ------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class TooLong:
-    prefix: bytes
-    size: int
-
-
-class LineReader:
-    """Splits a byte stream into lines, holding at most `limit` bytes (+ one chunk) of any line."""
-
-    def __init__(self, stream: anyio.abc.ByteReceiveStream, limit: int) -> None:
-        self._stream = stream
-        self._limit = limit
-        self._buffer = bytearray()
-        self._scanned = 0
-        self._dropping: bytes | None = None
-        self._dropped = 0
-        self._eof = False
-
-    async def receive(self) -> bytes | TooLong:
-        """The next line without its newline, or `TooLong`; raises `anyio.EndOfStream` at the end."""
-        while True:
-            newline = self._buffer.find(b"\n", self._scanned)
-            if newline >= 0:
-                return self._take(newline, newline + 1)
-            if self._eof:
-                if self._buffer or self._dropping is not None:
-                    return self._take(len(self._buffer), len(self._buffer))
-                raise anyio.EndOfStream
-            if self._dropping is None and len(self._buffer) > self._limit:
-                self._dropping = bytes(self._buffer[:_PREFIX_KEPT])
-                self._dropped = len(self._buffer)
-                self._buffer.clear()
-            elif self._dropping is not None:
-                self._dropped += len(self._buffer)
-                self._buffer.clear()
-            self._scanned = len(self._buffer)
-            try:
-                self._buffer += await self._stream.receive(_READ_CHUNK)
-            except anyio.EndOfStream:
-                self._eof = True
-
-    def _take(self, end: int, consumed: int) -> bytes | TooLong:
-        line = bytes(self._buffer[:end])
-        del self._buffer[:consumed]
-        self._scanned = 0
-        if self._dropping is not None:
-            prefix, size = self._dropping, self._dropped + len(line)
-            self._dropping, self._dropped = None, 0
-            return TooLong(prefix, size)
-        line = line.removesuffix(b"\r")
-        if len(line) > self._limit:
-            return TooLong(line[:_PREFIX_KEPT], len(line))
-        return line
 
 
 class BrokenConnectionError(Exception):
@@ -251,7 +195,7 @@ class Connection:
 
     async def pump_stdout(self) -> None:
         assert self.process.stdout is not None
-        reader = LineReader(self.process.stdout, MAX_LINE_BYTES)
+        reader = LineReader.from_stream(self.process.stdout, MAX_LINE_BYTES)
         try:
             with self.stdout_scope:
                 self.stdout_pumping = True
@@ -274,7 +218,7 @@ class Connection:
 
     async def pump_stderr(self) -> None:
         assert self.process.stderr is not None
-        reader = LineReader(self.process.stderr, _MAX_STDERR_LINE)
+        reader = LineReader.from_stream(self.process.stderr, _MAX_STDERR_LINE)
         extra = {"plugin": self.name}
         try:
             with self.stderr_scope:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from pathlib import Path
 
 import anyio
 import anyio.to_thread
@@ -75,21 +74,6 @@ async def test_an_overlong_line_is_cut_and_the_next_line_survives(
     assert isinstance(rejected, Rejection)
     assert rejected.reply is not None
     assert rejected.reply.id == 9
-
-
-async def test_a_blocked_read_is_cancellable_and_leaves_the_descriptor_blocking(pipe: Pipe) -> None:
-    with anyio.fail_after(5):  # a read in a worker thread would hang here
-        with anyio.move_on_after(0.2) as scope:
-            await LineReader(pipe.read_fd).readline()
-    assert scope.cancelled_caught
-    assert os.get_blocking(pipe.read_fd)
-
-
-async def test_a_regular_file_is_read_although_it_cannot_be_polled(tmp_path: Path) -> None:
-    path = tmp_path / "input.jsonl"
-    path.write_bytes(b'{"a":1}\n{"b":2}\n')
-    with path.open("rb") as stream:
-        assert await read_all(stream.fileno()) == [b'{"a":1}', b'{"b":2}']
 
 
 @pytest.mark.parametrize(

@@ -10,8 +10,9 @@ from pathlib import Path
 import anyio
 import pytest
 
+from mcphost.common.lines import TooLong
 from mcphost.common.procgroup import StopTimings, descendants, group_alive, group_members
-from runners._harness_process import CLINotFoundError, OverlongLine, open_harness_process
+from runners._harness_process import CLINotFoundError, open_harness_process
 from tests.mcphost.common.test_procgroup import gone
 
 FAST = StopTimings(terminate=1.0, kill=1.0)
@@ -22,8 +23,8 @@ def python(code: str) -> list[str]:
     return [sys.executable, "-c", code]
 
 
-async def read_all(tmp_path: Path, argv: list[str], **kwargs: int) -> list[bytes | OverlongLine]:
-    lines: list[bytes | OverlongLine] = []
+async def read_all(tmp_path: Path, argv: list[str], **kwargs: int) -> list[bytes | TooLong]:
+    lines: list[bytes | TooLong] = []
     async with open_harness_process(argv, cwd=tmp_path, env=ENV, timings=FAST, **kwargs) as process:
         async for line in process.lines():
             lines.append(line)
@@ -52,7 +53,7 @@ async def test_lines_are_split_and_a_last_line_without_newline_is_kept(tmp_path:
 async def test_an_overlong_line_is_skipped_not_buffered(tmp_path: Path) -> None:
     code = "import sys; sys.stdout.write('x' * 5000 + '\\nshort\\n' + 'y' * 3000)"
     lines = await read_all(tmp_path, python(code), max_line_bytes=1000)
-    assert lines == [OverlongLine(5000), b"short", OverlongLine(3000)]
+    assert lines == [TooLong(b"", 5000), b"short", TooLong(b"", 3000)]
 
 
 async def test_the_stderr_tail_is_kept_for_failure_messages(tmp_path: Path) -> None:

@@ -6,14 +6,12 @@ import json
 import logging
 import os
 import sys
-from collections.abc import Callable
 from dataclasses import replace
 
 import anyio
 import pytest
 
 from mcphost.errors import PluginError, RunnerNotFoundError
-from mcphost.plugins._wire import LineReader, TooLong
 from mcphost.plugins.process import PluginSpec, PluginSupervisor, RawResult, plugin_environment
 from mcphost.plugins.registry import RunnerRegistry
 from mcphost.protocol import MAX_LINE_BYTES, MAX_RESULT_BYTES
@@ -541,38 +539,6 @@ async def test_a_line_over_the_limit_fails_only_its_own_run() -> None:
         assert dropped.nbytes > MAX_LINE_BYTES
         assert contents(outcomes["ok"][1]) == ["slept 0.3"]
         assert plugin.pid is not None
-
-
-class ChunkStream:
-    """A byte stream of fixed chunks that records the most the reader ever held."""
-
-    def __init__(self, reader_of: Callable[[], LineReader | None], chunks: list[bytes]) -> None:
-        self._reader_of = reader_of
-        self._chunks = chunks
-        self.peak = 0
-
-    async def receive(self, max_bytes: int = 65536) -> bytes:
-        reader = self._reader_of()
-        if reader is not None:
-            self.peak = max(self.peak, len(reader._buffer))
-        if not self._chunks:
-            raise anyio.EndOfStream
-        return self._chunks.pop(0)
-
-
-async def test_the_line_reader_never_holds_more_than_the_limit_of_one_line() -> None:
-    limit = 1000
-    chunks = [b"x" * 256] * 40 + [b"yy\nnext line\n", b"tail without newline"]
-    holder: list[LineReader] = []
-    stream = ChunkStream(lambda: holder[0] if holder else None, chunks)
-    reader = LineReader(stream, limit)  # pyright: ignore[reportArgumentType]  # a duck-typed stream
-    holder.append(reader)
-    first, second, third = [await reader.receive() for _ in range(3)]
-    assert first == TooLong(b"x" * (limit + 24), 256 * 40 + 2)
-    assert (second, third) == (b"next line", b"tail without newline")
-    with pytest.raises(anyio.EndOfStream):
-        await reader.receive()
-    assert stream.peak <= limit + 256
 
 
 async def test_a_line_over_the_limit_without_a_run_is_only_a_diagnostic(
