@@ -495,8 +495,13 @@ class _CatchAll:
                 await response(scope, receive, send)
 
 
+HOOKS_PREFIX = "/v1/hooks/"
+"""Webhook senders authenticate by their signature (`api/_hooks.py`), not by the API key or Host name."""
+
+
 class _ApiGuard:
-    """`/v1` access: the API key when one is configured, else loopback-only Host and Origin."""
+    """`/v1` access: the API key when one is configured, else loopback-only Host and Origin. Webhooks
+    (`HOOKS_PREFIX`) are let through: their route checks the sender's signature."""
 
     def __init__(self, app: ASGIApp, *, api_key: str | None, allowed_hosts: Sequence[str]) -> None:
         self.app = app
@@ -539,7 +544,7 @@ class _ApiGuard:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope.get("path", "") if scope["type"] == "http" else ""
-        if path == "/v1" or path.startswith("/v1/"):
+        if (path == "/v1" or path.startswith("/v1/")) and not path.startswith(HOOKS_PREFIX):
             refused = self.refusal(Headers(scope=scope))
             if refused is not None:
                 await host_error_response(refused)(scope, receive, send)
@@ -611,6 +616,7 @@ def _attach(app: Starlette, host: Host, limits: ApiLimits | None) -> None:
         metrics=host.metrics,
         end_grant=end_grant,
         limits=limits or ApiLimits(),
+        hooks=host.settings.hooks,
     )
 
 

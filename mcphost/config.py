@@ -11,6 +11,7 @@ Every key is optional. With no file at all the host runs on the embedded default
 
 from __future__ import annotations
 
+import base64
 import os
 import re
 import sys
@@ -19,10 +20,18 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from mcphost.errors import ConfigError
-from mcphost.models import AgentConfig
+from mcphost.models import EVENT_TYPE_PATTERN, ID_PATTERN, AgentConfig
 
 CONFIG_ENV = "MCPHOST_CONFIG"
 DEFAULT_CONFIG_NAME = "mcphost.toml"
@@ -141,6 +150,72 @@ class SkillConfig(_Section):
     """When and how to use the skill: the runner reads it in its context and `instructions` prompt."""
 
 
+FIELD_PATH_PATTERN = r"\$(\.[A-Za-z0-9_-]+|\[[0-9]{1,6}\])*"
+"""A field path into a JSON payload: `$`, then `.name` and `[index]` steps (`$.repository.full_name`)."""
+DEFAULT_HOOK_EVENT_TYPE = "webhook.received"
+
+
+class HookConfig(_Section):
+    """One `[hooks.<source>]` table: a signed inbound webhook at `POST /v1/hooks/<source>`.
+
+    `conversation_id`, `actor_id` and `text` are each a literal, or a field path into the JSON payload
+    (`$.repository.full_name`; see `FIELD_PATH_PATTERN`) whose value must be a string or a number.
+    """
+
+    verify: Literal["standard-webhooks", "github", "bearer"]
+    """How a request proves it comes from the sender: a Standard Webhooks signature (`webhook-id`,
+    `webhook-timestamp`, `webhook-signature`), GitHub's `X-Hub-Signature-256`, or
+    `Authorization: Bearer <secret>`."""
+    secret: str = Field(min_length=16, max_length=1000)
+    """The shared secret; for `standard-webhooks` in its `whsec_<base64>` form."""
+    tolerance_s: float = Field(default=300.0, gt=0, le=24 * 3600)
+    """How far a Standard Webhooks `webhook-timestamp` may be from now, either way."""
+    agent: str | None = Field(default=None, pattern=ID_PATTERN)
+    """The agent to run; it must be bound to `event_type`. Default: whichever agent the bindings pick."""
+    event_type: str = Field(default=DEFAULT_HOOK_EVENT_TYPE, pattern=EVENT_TYPE_PATTERN, max_length=100)
+    conversation_id: str | None = Field(default=None, max_length=400)
+    actor_id: str | None = Field(default=None, max_length=400)
+    text: str | None = Field(default=None, max_length=400)
+    max_bytes: int = Field(default=1024 * 1024, ge=1, le=25 * 1024 * 1024)
+    """The largest payload accepted (413 past it); it is stored whole as the event's raw artifact."""
+
+    @field_validator("secret")
+    @classmethod
+    def _secret_form(cls, value: str, info: ValidationInfo) -> str:
+        if info.data.get("verify") == "standard-webhooks":
+            key = value.removeprefix("whsec_")
+            try:
+                decoded = base64.b64decode(key, validate=True)
+            except ValueError:
+                decoded = b""
+            if not value.startswith("whsec_") or len(decoded) < 16:
+                raise ValueError(
+                    "a Standard Webhooks secret is 'whsec_' followed by the base64 of at least 16 random "
+                    "bytes (such as 'whsec_' + base64 of `openssl rand 32`)"
+                )
+        return value
+
+    @field_validator("conversation_id", "actor_id", "text")
+    @classmethod
+    def _field_path_form(cls, value: str | None) -> str | None:
+        if value is not None and value.startswith("$") and not re.fullmatch(FIELD_PATH_PATTERN, value):
+            raise ValueError(
+                f"{value!r} starts with '$' but is not a field path: write '$' then '.name' or '[index]' "
+                "steps, such as '$.repository.full_name' or '$.commits[0].id'"
+            )
+        return value
+
+
+def _check_names(names: Mapping[str, object], what: str, why: str) -> None:
+    """Table names that become folder names or path segments: `SKILL_NAME_PATTERN`."""
+    for name in names:
+        if not re.fullmatch(SKILL_NAME_PATTERN, name):
+            raise ValueError(
+                f"{what} {name!r} must be 1-64 lowercase letters, digits, '-' or '_', starting with a letter "
+                f"or digit ({why})"
+            )
+
+
 class Settings(_Section):
     """The whole validated configuration."""
 
@@ -152,16 +227,19 @@ class Settings(_Section):
     tools: dict[str, ToolServerConfig] = Field(default_factory=dict[str, ToolServerConfig])
     knowledge: dict[str, KnowledgeBaseConfig] = Field(default_factory=dict[str, KnowledgeBaseConfig])
     skills: dict[str, SkillConfig] = Field(default_factory=dict[str, SkillConfig])
+    hooks: dict[str, HookConfig] = Field(default_factory=dict[str, HookConfig])
+    """Inbound webhook sources by name (`POST /v1/hooks/<source>`)."""
+
+    @field_validator("hooks")
+    @classmethod
+    def _hook_sources(cls, value: dict[str, HookConfig]) -> dict[str, HookConfig]:
+        _check_names(value, "hook source", "it is the last segment of /v1/hooks/<source>")
+        return value
 
     @field_validator("skills")
     @classmethod
     def _skill_names(cls, value: dict[str, SkillConfig]) -> dict[str, SkillConfig]:
-        for name in value:
-            if not re.fullmatch(SKILL_NAME_PATTERN, name):
-                raise ValueError(
-                    f"skill name {name!r} must be 1-64 lowercase letters, digits, '-' or '_', starting with "
-                    "a letter or digit (it becomes a folder name)"
-                )
+        _check_names(value, "skill name", "it becomes a folder name")
         return value
 
     @property
@@ -268,6 +346,16 @@ def _check_agents(settings: Settings) -> None:
                 )
 
 
+def _check_hooks(settings: Settings) -> None:
+    known = {agent.id for agent in settings.agents}
+    for source, hook in settings.hooks.items():
+        if hook.agent is not None and hook.agent not in known:
+            raise ConfigError(
+                f"{settings.source}: hooks.{source}.agent: agent {hook.agent!r} is not configured; known "
+                f"agents: {', '.join(sorted(known)) or 'none'}."
+            )
+
+
 def settings_from_mapping(data: Mapping[str, Any], *, source: str, environ: Mapping[str, str]) -> Settings:
     """Validate a parsed config mapping plus environment overrides into `Settings`."""
     merged: dict[str, Any] = dict(data)
@@ -287,6 +375,7 @@ def settings_from_mapping(data: Mapping[str, Any], *, source: str, environ: Mapp
     if "agents" not in data:
         settings = settings.model_copy(update={"agents": [default_agent()]})
     _check_agents(settings)
+    _check_hooks(settings)
     return settings
 
 

@@ -146,6 +146,7 @@ def build_context(
             event_time=event.event_time,
             source=event.source,
             source_event_type=event.source_event_type,
+            raw_ref=event.raw_ref,
             data=dict(event.data),
         ),
         conversation=ConversationInfo(**conv.model_dump()) if conv else None,

@@ -96,6 +96,9 @@ class AgentEventEnvelope(InboundModel):
     event_time: float = Field(default_factory=time.time)
     source: TriggerSource = "api"
     source_event_type: str | None = Field(default=None, max_length=200)
+    """The platform's own name for the event (such as GitHub's `X-GitHub-Event`)."""
+    raw_ref: str | None = Field(default=None, pattern=ID_PATTERN)
+    """An artifact holding the raw platform payload (set by `POST /v1/hooks/{source}`); the run may read it."""
     conversation: EventConversation | None = None
     actor: EventActor | None = None
     subject: EventSubject | None = None

@@ -261,6 +261,8 @@ class Orchestrator:
             self._check_inputs(event)
             for ref in event.input.attachments:
                 await self._stores.artifacts.get(ref.artifact_id)  # NotFoundError: nothing stored yet
+            if event.raw_ref is not None:
+                await self._stores.artifacts.get(event.raw_ref)
         except HostError:
             # A replay still gets its run when its agent or attachments have gone since.
             existing = await self._stores.runs.get_by_event(event.event_id)

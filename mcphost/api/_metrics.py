@@ -66,7 +66,11 @@ class HostMetrics:
             out.append(f'mcphost_runs_total{{status="{status}"}} {self.runs_ended[status]}')
         head("mcphost_runs_active", "gauge", "Runs queued or running on this process.")
         out.append(f"mcphost_runs_active {active_runs}")
-        head("mcphost_events_admitted_total", "counter", "Events accepted by POST /v1/events.")
+        head(
+            "mcphost_events_admitted_total",
+            "counter",
+            "Events accepted by POST /v1/events and POST /v1/hooks/{source}.",
+        )
         for outcome in ("created", "replayed"):
             out.append(
                 f'mcphost_events_admitted_total{{outcome="{outcome}"}} {self.events_admitted[outcome]}'

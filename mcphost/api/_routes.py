@@ -38,6 +38,7 @@ from mcphost.api._endpoints import (
     run_results,
     show_run,
 )
+from mcphost.api._hooks import receive_hook
 from mcphost.api._http import parse_query
 from mcphost.api._models import (
     Admitted,
@@ -117,6 +118,8 @@ class _Endpoint:
     headers: tuple[str, ...] = ()
     public: bool = False
     """Outside `/v1`: no API key."""
+    signed: bool = False
+    """Authenticated by the sender's signature instead of the API key (`/v1/hooks/{source}`)."""
     partial: bool = False
     """Also answers 206 (a byte range) with the same content."""
 
@@ -124,6 +127,12 @@ class _Endpoint:
 _ENDPOINTS: tuple[_Endpoint, ...] = (
     _Endpoint("POST", "/v1/events", ingest_event, "Ingest an event; with stream=true, the run's results as SSE",
               202, "Admitted", (400, 404, 409, 413, 503), IngestQuery, "AgentEventEnvelope"),
+    _Endpoint("POST", "/v1/hooks/{source}", receive_hook,
+              "A signed webhook from a [hooks.<source>] sender, admitted as an event (authenticated by its "
+              "signature: Standard Webhooks headers, X-Hub-Signature-256 or a bearer secret; not the API key)",
+              202, "Admitted", (400, 401, 404, 409, 413, 503), body={"application/json": {"schema": {"type": "object"}}},
+              headers=("webhook-id", "webhook-timestamp", "webhook-signature", "X-Hub-Signature-256",
+                       "X-GitHub-Delivery", "X-GitHub-Event", "Idempotency-Key"), signed=True),
     _Endpoint("GET", "/v1/runs", list_runs, "Runs, newest first", 200, "RunsPage", (400,), RunsQuery),
     _Endpoint("GET", "/v1/runs/{run_id}", show_run, "A run and its grant (never its token)", 200, "RunView", (404,)),
     _Endpoint("GET", "/v1/runs/{run_id}/results", run_results,
@@ -208,7 +217,7 @@ def _operation(endpoint: _Endpoint) -> JSONObject:
         op["parameters"] = params
     if endpoint.body is not None:
         op["requestBody"] = {"required": endpoint.body != "CancelBody", "content": _content(endpoint.body)}
-    if endpoint.public:
+    if endpoint.public or endpoint.signed:
         op["security"] = []
     return op
 

@@ -12,12 +12,13 @@ Invariants:
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 
 from starlette.requests import Request
 
 from mcphost.api._metrics import HostMetrics
+from mcphost.config import HookConfig
 from mcphost.models import Run
 from mcphost.orchestrator import Orchestrator
 from mcphost.plugins.process import PluginProcess
@@ -51,6 +52,8 @@ class ApiState:
     end_grant: Callable[[str, str], Awaitable[Run]]
     """Ends a runner-less run (an inspection grant): (run_id, reason) → the cancelled run."""
     limits: ApiLimits = field(default_factory=ApiLimits)
+    hooks: Mapping[str, HookConfig] = field(default_factory=dict[str, HookConfig])
+    """The `[hooks.<source>]` webhook senders `POST /v1/hooks/{source}` accepts."""
     draining: bool = False
     """Set when the server stops taking new events (graceful shutdown)."""
 

@@ -6,7 +6,7 @@ ids (`stores/artifacts.py`).
 
 Invariants:
 - A run reads an artifact only when it owns it, its conversation owns it, or it was handed to the run as
-  input (the context's attachments and media contents); anything else is `unauthorized`. The check runs
+  input (the context's attachments and media contents, and the event's raw payload `raw_ref`); anything else is `unauthorized`. The check runs
   before any byte is read. An id that does not exist (or has expired) gets the same code and message as
   another conversation's artifact, so a run cannot probe which ids exist outside its grant.
 - `artifacts_read` returns at most `MAX_READ_BYTES`; `data` is text when the type is textual (`text/*`,

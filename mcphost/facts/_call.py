@@ -48,12 +48,16 @@ class Call:
         )
 
     async def may_read_artifact(self, record: ArtifactRecord) -> bool:
-        """Owned by the run, owned by the run's conversation, or handed to the run as its input."""
+        """Owned by the run, owned by the run's conversation, or handed to the run as its input (its
+        attachments, media contents, or the event's raw payload, `raw_ref`)."""
         if record.owner_run_id == self.run_id:
             return True
         if record.conversation_id is not None and record.conversation_id == self.grant.conversation_id:
             return True
-        run_input = (await self.context()).input
+        context = await self.context()
+        run_input = context.input
         handed = {ref.artifact_id for ref in run_input.attachments}
+        if context.event.raw_ref is not None:
+            handed.add(context.event.raw_ref)
         handed.update(c.artifact_id for c in run_input.contents if isinstance(c, MediaContent))
         return record.artifact_id in handed

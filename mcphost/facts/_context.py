@@ -116,6 +116,7 @@ async def rebuild(stores: Stores, grant: RunGrant) -> AgentRunContext:
             event_time=when,
             source=source,
             source_event_type=event.source_event_type if event is not None else None,
+            raw_ref=event.raw_ref if event is not None else None,
             data=dict(event.data) if event is not None else {},
         ),
         conversation=(

@@ -50,12 +50,15 @@ from schemathesis.specs.openapi.checks import (
 
 from mcphost.api import ApiLimits, openapi
 from mcphost.app import Host, open_host
+from mcphost.config import HookConfig
 from mcphost.grants import mint_token
+from mcphost.models import AgentConfig
 from tests.e2e.httpkit import api_settings, asgi_client, blob_files, event_body
 from tests.fuzz._figures import Tally, examples, store_of, tally
 from tests.fuzz._rows import changed, fingerprint
+from tests.mcphost.hostkit import ECHO_RUNNER
 
-API_KEY = "fuzz-api-key"
+API_KEY = "fuzz-api-key-0123456789"
 BASE = "http://127.0.0.1:8787"
 LIMITS = ApiLimits(max_upload_bytes=4096, max_event_bytes=64 * 1024)
 SCHEMA = schemathesis.openapi.from_dict(openapi())
@@ -106,7 +109,13 @@ class Seeded:
 
 @pytest.fixture
 async def host(database_url: str, tmp_path: Path) -> AsyncGenerator[Host, None]:
-    settings_ = api_settings(database_url, tmp_path / "data", api_key=API_KEY)
+    base = api_settings(database_url, tmp_path / "data", api_key=API_KEY)
+    # `/v1/hooks/fuzz` takes the API key as its bearer, so generated payloads reach the mapping too.
+    hooked = AgentConfig(id="hooked", runner=ECHO_RUNNER, event_types=["webhook.received"])
+    hook = HookConfig(
+        verify="bearer", secret=API_KEY, agent="hooked", conversation_id="c-hook", text="$.text"
+    )
+    settings_ = base.model_copy(update={"agents": [*base.agents, hooked], "hooks": {"fuzz": hook}})
     async with open_host(settings_) as opened:
         yield opened
 
@@ -224,6 +233,7 @@ def case_strategies(seeded: Seeded) -> list[tuple[str, st.SearchStrategy[Any]]]:
         "conversation_id": seeded.conversation_id,
         "scope": "conversation",
         "key": "turns",  # the echo run's state value
+        "source": "fuzz",
     }
     out: list[tuple[str, st.SearchStrategy[Any]]] = []
     for operation in OPERATIONS:

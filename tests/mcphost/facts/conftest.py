@@ -82,6 +82,7 @@ async def admit_run(
     agent: JSONObject | None = None,
     text: str = "hello there",
     attachments: list[JSONObject] | None = None,
+    raw_ref: str | None = None,
     timeout_s: float = 300.0,
     limits: Mapping[str, Any] | None = None,
 ) -> RunHandle:
@@ -99,6 +100,7 @@ async def admit_run(
             "actor": None if actor_id is None else {"actor_id": actor_id},
             "subject": subject,
             "input": {"text": text, "attachments": attachments or []},
+            "raw_ref": raw_ref,
         }
     )
     manifest = AgentRunnerManifest.model_validate(

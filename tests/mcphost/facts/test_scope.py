@@ -168,6 +168,22 @@ async def test_artifacts_of_the_conversation_and_of_the_runs_input_are_readable(
         )
 
 
+async def test_a_run_reads_its_events_raw_payload_and_no_other_run_does(served: Served) -> None:
+    raw = await served.stores.artifacts.put_bytes(
+        b'{"hook": 1}', name="raw.json", mime_type="application/json", max_bytes=100
+    )
+    hooked = await served.start_run(conversation_id="conv-h", raw_ref=raw.artifact_id)
+    assert hooked.context.event.raw_ref == raw.artifact_id
+    async with connect(served, hooked, mode=MODERN) as client:
+        assert (await ok(client, "artifacts_read", {"artifact_id": raw.artifact_id}))["data"] == '{"hook": 1}'
+    await served.finish(hooked)
+    other = await served.start_run(conversation_id="conv-h")
+    async with connect(served, other, mode=MODERN) as client:
+        await refused(
+            served, client, other, "artifacts_read", {"artifact_id": raw.artifact_id}, "unauthorized"
+        )
+
+
 async def test_another_runners_state_cannot_be_seen(served: Served) -> None:
     x = await served.start_run(runner="plugin:acme/x/default", binding_id="agent-x")
     async with connect(served, x, mode=MODERN) as client:

@@ -1,0 +1,75 @@
+"""`POST /v1/hooks/{source}`: a signed webhook from a `[hooks.<source>]` sender becomes an event.
+
+Owns the order of the steps: find the source, read the body under the source's `max_bytes`, verify the
+signature and map the payload (`mcphost.hooks`), answer a replayed delivery with its run, check that an
+agent takes the event, then store the raw payload as an artifact (the event's `raw_ref`) and admit the
+event. Does not own the verification schemes or the mapping (`mcphost.hooks`), nor admission (the
+orchestrator). The route authenticates by the sender's signature, not by the `/v1` API key (`app.py`
+lets it through the key check).
+
+Invariants:
+- Nothing is stored for a refused request: an unknown source (404), an oversized body (413), a bad
+  signature or stale timestamp (401), and a payload that is not a JSON object or cannot be mapped (400)
+  are all refused before the artifact is written; so is an event no agent takes (404/409).
+- A replayed delivery id answers 202 with the existing run (`created: false`) and stores nothing again.
+  Two copies of one delivery racing each other both get the one run; the loser's artifact is left
+  unreferenced (for retention).
+"""
+
+from __future__ import annotations
+
+import time
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from mcphost.api._http import check_storable, path_id, read_body
+from mcphost.api._models import Admitted
+from mcphost.api._state import api_state
+from mcphost.errors import NotFoundError, UnavailableError
+from mcphost.hooks import envelope, verify
+from mcphost.orchestrator import Admission
+
+
+def _admitted(admission: Admission) -> Response:
+    run = admission.run
+    answer = Admitted(run_id=run.run_id, event_id=run.event_id, status=run.status, created=admission.created)
+    return JSONResponse(
+        answer.model_dump(mode="json"), status_code=202, headers={"Location": f"/v1/runs/{run.run_id}"}
+    )
+
+
+async def receive_hook(request: Request) -> Response:
+    state = api_state(request)
+    source = path_id(request, "source")
+    hook = state.hooks.get(source)
+    if hook is None:
+        raise NotFoundError(
+            f"No webhook source {source[:100]!r} is configured here. Add a [hooks.<source>] table to "
+            "mcphost.toml, or check the URL.",
+            details={"reason": "unknown_source"},
+        )
+    body = await read_body(request, hook.max_bytes)
+    verified = verify(source, hook, request.headers, body, now=time.time())
+    event = envelope(source, hook, verified)
+    check_storable(event.model_dump(mode="json"), "mapped event")
+    if state.draining:
+        raise UnavailableError(
+            "The host is shutting down and takes no new events; the sender should retry later."
+        )
+    if verified.delivery_id is not None:
+        existing = await state.stores.runs.get_by_event(verified.delivery_id)
+        if existing is not None:
+            state.metrics.events_admitted["replayed"] += 1
+            return _admitted(Admission(existing, created=False))
+    state.orchestrator.resolve(event)  # no agent takes it: refused before anything is stored
+    raw = await state.stores.artifacts.put_bytes(
+        body,
+        name=f"{source}-{event.event_id}.json"[:200],
+        mime_type="application/json",
+        max_bytes=hook.max_bytes,
+        conversation_id=event.conversation_id,
+    )
+    admission = await state.orchestrator.submit(event.model_copy(update={"raw_ref": raw.artifact_id}))
+    state.metrics.events_admitted["created" if admission.created else "replayed"] += 1
+    return _admitted(admission)

@@ -1,0 +1,310 @@
+"""Signed inbound webhooks (`POST /v1/hooks/{source}`) through the real app over a real host (SQLite file
+or PostgreSQL, the echo plugin): requests signed by the `standardwebhooks` library, by a GitHub-style
+signer and with a bearer; every refusal is a precise 4xx that stores nothing; replays are idempotent.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+import time
+from collections.abc import AsyncGenerator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import pytest
+from standardwebhooks import Webhook
+
+from mcphost.app import Host, open_host
+from mcphost.config import HookConfig, Settings, settings_from_mapping
+from mcphost.errors import ConfigError
+from mcphost.hooks import field_value
+from mcphost.models import AgentConfig, RunStatus
+from tests.e2e.httpkit import api_settings, asgi_client, blob_files, row_counts
+from tests.mcphost.hostkit import ECHO_RUNNER
+
+SW_SECRET = "whsec_" + base64.b64encode(b"0123456789abcdef0123456789abcdef").decode()
+GH_SECRET = "github-shared-secret-1234"
+BEARER = "bearer-shared-secret-5678"
+API_KEY = "the-api-key-of-this-host"
+
+
+def hooked_settings(database_url: str, data_dir: Path) -> Settings:
+    base = api_settings(database_url, data_dir, api_key=API_KEY)
+    hooked = AgentConfig(id="hooked", runner=ECHO_RUNNER, event_types=["webhook.received", "github.push"])
+    hooks = {
+        "sw": HookConfig(
+            verify="standard-webhooks",
+            secret=SW_SECRET,
+            tolerance_s=60,
+            agent="hooked",
+            conversation_id="$.data.room",
+            actor_id="$.data.user.id",
+            text="$.data.text",
+        ),
+        "gh": HookConfig(
+            verify="github",
+            secret=GH_SECRET,
+            agent="hooked",
+            event_type="github.push",
+            conversation_id="$.repository.full_name",
+            text="$.commits[0].message",
+        ),
+        "tok": HookConfig(
+            verify="bearer", secret=BEARER, agent="hooked", conversation_id="ops", text="$.msg"
+        ),
+    }
+    return base.model_copy(update={"agents": [*base.agents, hooked], "hooks": hooks})
+
+
+@pytest.fixture
+async def host(database_url: str, tmp_path: Path) -> AsyncGenerator[Host, None]:
+    async with open_host(hooked_settings(database_url, tmp_path / "data")) as opened:
+        yield opened
+
+
+@pytest.fixture
+async def client(host: Host) -> AsyncGenerator[httpx2.AsyncClient, None]:
+    async with asgi_client(host) as opened:  # no API key: hooks authenticate by signature
+        yield opened
+
+
+def sw_payload(text: str = "hello from the platform") -> bytes:
+    return json.dumps(
+        {
+            "type": "chat.message",
+            "timestamp": "2026-12-03T11:00:00Z",
+            "data": {"room": "room-1", "user": {"id": "u-7"}, "text": text},
+        }
+    ).encode()
+
+
+def sw_headers(
+    body: bytes, *, msg_id: str = "msg_2abc", at: float | None = None, secret: str = SW_SECRET
+) -> dict[str, str]:
+    """Headers signed by the `standardwebhooks` library itself."""
+    stamp = datetime.fromtimestamp(int(time.time() if at is None else at), UTC)
+    signature = Webhook(secret).sign(msg_id, stamp, body.decode())
+    return {
+        "webhook-id": msg_id,
+        "webhook-timestamp": str(int(stamp.timestamp())),
+        "webhook-signature": signature,
+        "content-type": "application/json",
+    }
+
+
+def gh_payload() -> bytes:
+    return json.dumps(
+        {"repository": {"full_name": "acme/widgets"}, "commits": [{"message": "fix the build"}]}
+    ).encode()
+
+
+def gh_headers(
+    body: bytes, *, delivery: str | None = "72d3162e-cc78-11e3-81ab-4c9367dc0958", secret: str = GH_SECRET
+) -> dict[str, str]:
+    """What GitHub sends: the HMAC-SHA256 of the raw body, hex, in X-Hub-Signature-256."""
+    headers = {
+        "X-Hub-Signature-256": "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest(),
+        "X-GitHub-Event": "push",
+        "content-type": "application/json",
+    }
+    if delivery is not None:
+        headers["X-GitHub-Delivery"] = delivery
+    return headers
+
+
+def admitted(response: httpx2.Response) -> dict[str, Any]:
+    assert response.status_code == 202, response.text
+    return response.json()
+
+
+async def test_a_standard_webhook_signed_by_the_library_runs_with_its_payload_as_raw_ref(
+    host: Host, client: httpx2.AsyncClient
+) -> None:
+    body = sw_payload()
+    answer = admitted(await client.post("/v1/hooks/sw", content=body, headers=sw_headers(body)))
+    assert answer["event_id"] == "msg_2abc"
+    assert answer["created"] is True
+    run = await host.orchestrator.wait(answer["run_id"])
+    assert run.status is RunStatus.COMPLETED, run.error
+    assert run.conversation_id == "room-1"
+    assert run.agent_id == "hooked"
+    results = await host.stores.results.list(run.run_id)
+    assert [r.payload["data"]["message"]["content"] for r in results if r.type == "message.completed"] == [
+        "hello from the platform"
+    ]
+    event = (await host.stores.events.for_run(run.run_id))[0].payload
+    assert event["source"] == "platform"
+    assert event["source_event_type"] == "chat.message"
+    assert event["actor"]["actor_id"] == "u-7"
+    assert event["data"] == {"hook": "sw"}
+    raw = await host.stores.artifacts.get(event["raw_ref"])
+    assert raw.conversation_id == "room-1"
+    assert raw.mime_type == "application/json"
+    assert await host.stores.artifacts.read(raw.artifact_id) == body
+
+
+async def test_a_replayed_delivery_is_the_same_run_and_stores_nothing_again(
+    host: Host, client: httpx2.AsyncClient, tmp_path: Path
+) -> None:
+    body = sw_payload()
+    first = admitted(await client.post("/v1/hooks/sw", content=body, headers=sw_headers(body)))
+    await host.orchestrator.wait(first["run_id"])
+    before, files = await row_counts(host.stores), blob_files(tmp_path / "data")
+    again = admitted(await client.post("/v1/hooks/sw", content=body, headers=sw_headers(body)))
+    assert again["run_id"] == first["run_id"]
+    assert again["created"] is False
+    assert await row_counts(host.stores) == before
+    assert blob_files(tmp_path / "data") == files
+
+
+async def test_a_github_signed_push_maps_its_repository_and_event_name(
+    host: Host, client: httpx2.AsyncClient
+) -> None:
+    body = gh_payload()
+    answer = admitted(await client.post("/v1/hooks/gh", content=body, headers=gh_headers(body)))
+    assert answer["event_id"] == "72d3162e-cc78-11e3-81ab-4c9367dc0958"
+    run = await host.orchestrator.wait(answer["run_id"])
+    assert run.status is RunStatus.COMPLETED
+    assert run.event_type == "github.push"
+    assert run.conversation_id == "acme/widgets"
+    event = (await host.stores.events.for_run(run.run_id))[0].payload
+    assert event["source_event_type"] == "push"
+    assert event["input"]["text"] == "fix the build"
+    replay = admitted(await client.post("/v1/hooks/gh", content=body, headers=gh_headers(body)))
+    assert replay["run_id"] == run.run_id
+    assert replay["created"] is False
+
+
+async def test_a_bearer_hook_takes_literals_and_its_idempotency_key(
+    host: Host, client: httpx2.AsyncClient
+) -> None:
+    headers = {"Authorization": f"Bearer {BEARER}", "Idempotency-Key": "k-1"}
+    answer = admitted(await client.post("/v1/hooks/tok", json={"msg": "deploy done"}, headers=headers))
+    assert answer["event_id"] == "k-1"
+    run = await host.orchestrator.wait(answer["run_id"])
+    assert run.conversation_id == "ops"
+    assert run.status is RunStatus.COMPLETED
+
+
+async def test_hooks_need_no_api_key_while_the_rest_of_v1_still_does(
+    host: Host, client: httpx2.AsyncClient
+) -> None:
+    assert (await client.get("/v1/runs")).status_code == 401
+    body = sw_payload()
+    admitted(await client.post("/v1/hooks/sw", content=body, headers=sw_headers(body)))
+
+
+def _tampered(body: bytes) -> bytes:
+    return body.replace(b"hello", b"HELLO")
+
+
+_NOW = time.time
+
+
+@pytest.mark.parametrize(
+    ("case", "status", "code", "reason"),
+    [
+        ("unknown source", 404, "not_found", "unknown_source"),
+        ("sw: no signature headers", 401, "unauthorized", "missing_signature"),
+        ("sw: wrong secret", 401, "unauthorized", "bad_signature"),
+        ("sw: tampered body", 401, "unauthorized", "bad_signature"),
+        ("sw: garbage signature", 401, "unauthorized", "bad_signature"),
+        ("sw: stale timestamp", 401, "unauthorized", "stale_timestamp"),
+        ("sw: future timestamp", 401, "unauthorized", "stale_timestamp"),
+        ("sw: timestamp not a number", 401, "unauthorized", "bad_timestamp"),
+        ("sw: payload not a JSON object", 400, "invalid_argument", "not_json_object"),
+        ("sw: field path with no value", 400, "invalid_argument", "unmappable"),
+        ("sw: mapped id the envelope refuses", 400, "invalid_argument", "unmappable"),
+        ("sw: oversized", 413, "payload_too_large", None),
+        ("gh: no signature", 401, "unauthorized", "missing_signature"),
+        ("gh: wrong secret", 401, "unauthorized", "bad_signature"),
+        ("gh: no delivery id", 400, "invalid_argument", "missing_delivery_id"),
+        ("tok: wrong bearer", 401, "unauthorized", "bad_signature"),
+        ("tok: no bearer", 401, "unauthorized", "bad_signature"),
+    ],
+)
+async def test_every_refused_webhook_is_a_precise_4xx_and_stores_nothing(
+    host: Host,
+    client: httpx2.AsyncClient,
+    tmp_path: Path,
+    case: str,
+    status: int,
+    code: str,
+    reason: str | None,
+) -> None:
+    body = sw_payload()
+    wrong = "whsec_" + base64.b64encode(b"another-secret-of-32-bytes-long!").decode()
+    requests: dict[str, tuple[str, bytes, dict[str, str]]] = {
+        "unknown source": ("nope", body, sw_headers(body)),
+        "sw: no signature headers": ("sw", body, {}),
+        "sw: wrong secret": ("sw", body, sw_headers(body, secret=wrong)),
+        "sw: tampered body": ("sw", _tampered(body), sw_headers(body)),
+        "sw: garbage signature": ("sw", body, {**sw_headers(body), "webhook-signature": "v1,!!! v2 nonsense,"}),
+        "sw: stale timestamp": ("sw", body, sw_headers(body, at=_NOW() - 61)),
+        "sw: future timestamp": ("sw", body, sw_headers(body, at=_NOW() + 61)),
+        "sw: timestamp not a number": ("sw", body, {**sw_headers(body), "webhook-timestamp": "soon"}),
+        "sw: payload not a JSON object": ("sw", b"[1, 2]", sw_headers(b"[1, 2]")),
+        "sw: field path with no value": ("sw", b'{"data": {"room": "r"}}', sw_headers(b'{"data": {"room": "r"}}')),
+        "sw: mapped id the envelope refuses": (
+            "sw", (bad := b'{"data": {"room": "no spaces allowed", "user": {"id": "u"}, "text": "t"}}'), sw_headers(bad)
+        ),
+        "sw: oversized": ("sw", (big := b'{"pad": "' + b"x" * (1024 * 1024) + b'"}'), sw_headers(big)),
+        "gh: no signature": ("gh", gh_payload(), {"X-GitHub-Delivery": "d-1"}),
+        "gh: wrong secret": ("gh", gh_payload(), gh_headers(gh_payload(), secret="not-the-secret-at-all")),
+        "gh: no delivery id": ("gh", gh_payload(), gh_headers(gh_payload(), delivery=None)),
+        "tok: wrong bearer": ("tok", b'{"msg": "x"}', {"Authorization": "Bearer not-the-secret-at-all"}),
+        "tok: no bearer": ("tok", b'{"msg": "x"}', {}),
+    }  # fmt: skip
+    source, content, headers = requests[case]
+    before, files = await row_counts(host.stores), blob_files(tmp_path / "data")
+    response = await client.post(f"/v1/hooks/{source}", content=content, headers=headers)
+    assert response.status_code == status, response.text
+    error = response.json()["error"]
+    assert error["code"] == code
+    if reason is not None:
+        assert error["details"]["reason"] == reason
+    assert SW_SECRET not in response.text
+    assert GH_SECRET not in response.text
+    assert BEARER not in response.text
+    assert await row_counts(host.stores) == before
+    assert blob_files(tmp_path / "data") == files
+
+
+def test_field_paths_walk_objects_and_lists() -> None:
+    payload = {"a": {"b": [{"c": "x"}, {"c": 2}]}}
+    assert field_value(payload, "$.a.b[1].c") == 2
+    assert field_value(payload, "$") == payload
+    with pytest.raises(KeyError):
+        field_value(payload, "$.a.b[2]")
+    with pytest.raises(KeyError):
+        field_value(payload, "$.a.z")
+
+
+@pytest.mark.parametrize(
+    ("hook", "words"),
+    [
+        ({"verify": "standard-webhooks", "secret": "not-a-whsec-secret-at-all"}, "whsec_"),
+        ({"verify": "github", "secret": "long-enough-secret", "text": "$.a..b"}, "field path"),
+        ({"verify": "bearer", "secret": "long-enough-secret", "agent": "ghost"}, "'ghost' is not configured"),
+        ({"verify": "hmac", "secret": "long-enough-secret"}, "hooks.x.verify"),
+    ],
+)
+def test_a_bad_hook_table_is_a_config_error_naming_it(hook: dict[str, Any], words: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        settings_from_mapping({"hooks": {"x": hook}}, source="m.toml", environ={})
+    assert words in caught.value.message
+
+
+def test_a_hook_source_that_cannot_be_a_path_segment_is_refused() -> None:
+    with pytest.raises(ConfigError) as caught:
+        settings_from_mapping(
+            {"hooks": {"Git Hub": {"verify": "bearer", "secret": "long-enough-secret"}}},
+            source="m.toml",
+            environ={},
+        )
+    assert "hook source 'Git Hub' must be 1-64 lowercase letters" in caught.value.message
