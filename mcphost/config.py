@@ -47,6 +47,9 @@ BUNDLED_PLUGINS: dict[str, str] = {
 """Bundled runners, each an ordinary plugin launched as `python -m <module>`. The local agent is not
 bundled: it needs its API key in its own environment, so it is configured as a `[[plugins]]` entry."""
 
+HOST_PYTHON_NAMES: frozenset[str] = frozenset({"python", "python3"})
+"""A plugin command starting with one of these runs on `sys.executable` (see `Settings.all_plugins`)."""
+
 DEFAULT_AGENT_RUNNER = "plugin:mcphost/memo/default"
 SKILL_NAME_PATTERN = r"[a-z0-9][a-z0-9_-]{0,63}"
 """The embedded default agent's runner: memo answers from host facts it reads over the run's MCP server."""
@@ -253,8 +256,16 @@ class Settings(_Section):
         return self.host.public_url or f"http://{self.host.listen}"
 
     def all_plugins(self) -> list[PluginConfig]:
-        """Configured plugins plus, unless disabled, the bundled ones."""
-        plugins = list(self.plugins)
+        """Configured plugins plus, unless disabled, the bundled ones. A command whose first word is
+        `python` or `python3` runs on the host's own interpreter (`sys.executable`), so a plugin written
+        `["python", "shout.py"]` gets the environment mcphost was installed into, not whatever `python`
+        comes first on PATH (the system one, outside `uv run`)."""
+        plugins = [
+            p.model_copy(update={"command": [sys.executable, *p.command[1:]]})
+            if p.command[0] in HOST_PYTHON_NAMES
+            else p
+            for p in self.plugins
+        ]
         if self.host.bundled_plugins:
             plugins += [
                 PluginConfig(command=[sys.executable, "-m", module], name=name)

@@ -140,9 +140,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser(
         "runners",
-        help="list registered runners and rejected manifests",
-        description="Start the configured plugins and list the runners they registered, and any rejected manifests with the reason.",
+        help="list the configured plugins and their runners (--check: start them)",
+        description="List the configured plugins and the runners they provide without starting them: a bundled plugin's runners are known from its code, a harness runner whose CLI is not installed shows as missing. --check starts every plugin and lists the runners they registered, and any rejected manifests with the reason.",
     )
+    p.add_argument("--check", action="store_true", help="start the plugins and list what they register")
     _add_common(p)
 
     p = sub.add_parser(
@@ -402,7 +403,7 @@ _COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("_runs", "cmd_run"),
     "runs": ("_runs", "cmd_runs"),
     "show": ("_runs", "cmd_show"),
-    "runners": ("_runs", "cmd_runners"),
+    "runners": ("_runners", "cmd_runners"),
     "db": ("_runs", "cmd_db_upgrade"),
     "kb": ("_knowledge", "cmd_kb"),
     "tools": ("_knowledge", "cmd_tools"),

@@ -1,8 +1,7 @@
-"""Commands that work in this process: `run`, `runs`, `show`, `runners`, `schema` and `db upgrade`.
+"""Commands that work in this process: `run`, `runs`, `show`, `schema` and `db upgrade`.
 
-Owns running one event end to end in-process (`run`), listing and showing stored runs, listing the
-runners the configured plugins register, writing the protocol's JSON Schemas and upgrading the database.
-Does not own talking to a running server (`_server`) nor inspection grants (`_grants`).
+Owns running one event end to end in-process (`run`), listing and showing stored runs, writing the
+protocol's JSON Schemas and upgrading the database. Does not own the runner listing (`_runners`) nor talking to a running server (`_server`) inspection grants (`_grants`).
 
 Invariants: `run` streams the reply to stdout and the run's summary line to stderr, and exits 0 only
 for a completed run; database URLs are shown with their password masked.
@@ -118,43 +117,6 @@ async def cmd_show(args: argparse.Namespace, settings: Settings) -> int:
     print(f"audit ({len(audit)}):")
     for a in audit:
         print(f"  {a.tool:<20} {a.outcome:<8} {a.code or ''} {a.duration_ms:.1f} ms")
-    return EXIT_OK
-
-
-async def cmd_runners(args: argparse.Namespace, settings: Settings) -> int:
-    async with open_host(settings) as host:
-        registry = host.registry
-        accepted = [
-            {"id": r.manifest.id, "name": r.manifest.name, "plugin": r.plugin.spec.name}
-            for r in registry.runners()
-        ]
-        rejected = [{"id": r.runner_id, "plugin": r.plugin, "reason": r.reason} for r in registry.rejected()]
-        plugins = [
-            {
-                "name": p.name,
-                "command": list(p.command),
-                "state": p.state,
-                "pid": p.pid,
-                "restarts": p.restarts,
-                "last_error": p.last_error,
-                "runners": list(p.runners),
-            }
-            for p in registry.plugins()
-        ]
-    if args.json:
-        dump({"runners": accepted, "rejected": rejected, "plugins": plugins})
-        return EXIT_OK
-    print("plugins:")
-    for p in plugins:
-        err = f"  last error: {p['last_error']}" if p["last_error"] else ""
-        print(f"  {p['name']:<20} {p['state']:<10} pid={p['pid']} restarts={p['restarts']}{err}")
-    print("runners:")
-    for r in accepted:
-        print(f"  {r['id']:<44} {r['name']}  (plugin {r['plugin']})")
-    if rejected:
-        print("rejected:")
-        for r in rejected:
-            print(f"  {r['id'] or '?':<44} plugin {r['plugin']}: {r['reason']}")
     return EXIT_OK
 
 

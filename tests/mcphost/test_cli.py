@@ -106,7 +106,7 @@ def test_the_quickstart_streams_the_reply_and_prints_the_run(tmp_path: Path) -> 
 def test_runners_lists_registered_and_rejected_manifests(tmp_path: Path) -> None:
     bad = [sys.executable, str(REPO / "tests" / "plugins" / "bad_manifest.py")]
     config = write_config(tmp_path, extra=f'[[plugins]]\nname = "bad"\ncommand = {json.dumps(bad)}\n')
-    shown = mcphost("runners", "--json", "--config", str(config), cwd=tmp_path)
+    shown = mcphost("runners", "--check", "--json", "--config", str(config), cwd=tmp_path)
     assert shown.returncode == 0, shown.stderr
     report = json.loads(shown.stdout)
     ids = {r["id"] for r in report["runners"]}
