@@ -33,7 +33,7 @@ import signal
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, TypeGuard
 
 import anyio
 import httpx2
@@ -347,6 +347,11 @@ def _reason(exc: BaseException) -> str:
 
 def _first_reason(group: BaseExceptionGroup[BaseException]) -> str:
     leaf: BaseException = group
-    while isinstance(leaf, BaseExceptionGroup) and leaf.exceptions:
+    while _is_group(leaf) and leaf.exceptions:
         leaf = leaf.exceptions[0]
     return _reason(leaf)
+
+
+def _is_group(exc: BaseException) -> TypeGuard[BaseExceptionGroup[BaseException]]:
+    """`isinstance(exc, BaseExceptionGroup)` with the members typed (a bare `isinstance` leaves them unknown)."""
+    return isinstance(exc, BaseExceptionGroup)

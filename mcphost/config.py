@@ -32,6 +32,7 @@ from pydantic import (
 
 from mcphost.errors import ConfigError
 from mcphost.models import EVENT_TYPE_PATTERN, ID_PATTERN, AgentConfig
+from mcphost.protocol import is_json_array, is_json_object
 
 CONFIG_ENV = "MCPHOST_CONFIG"
 DEFAULT_CONFIG_NAME = "mcphost.toml"
@@ -320,9 +321,9 @@ def _describe(exc: ValidationError, source: str, data: Mapping[str, Any]) -> str
         # Name agents by id when we can: "agents[1] (id 'support').runner".
         if len(loc) >= 2 and loc[0] == "agents" and isinstance(loc[1], int):
             agents = data.get("agents")
-            if isinstance(agents, list) and loc[1] < len(agents):
+            if is_json_array(agents) and loc[1] < len(agents):
                 entry = agents[loc[1]]
-                if isinstance(entry, dict) and isinstance(entry.get("id"), str):
+                if is_json_object(entry) and isinstance(entry.get("id"), str):
                     key = key.replace(f"agents[{loc[1]}]", f"agents[{loc[1]}] (id {entry['id']!r})", 1)
         msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
@@ -370,10 +371,10 @@ def _check_hooks(settings: Settings) -> None:
 def settings_from_mapping(data: Mapping[str, Any], *, source: str, environ: Mapping[str, str]) -> Settings:
     """Validate a parsed config mapping plus environment overrides into `Settings`."""
     merged: dict[str, Any] = dict(data)
-    host = dict(merged.get("host") or {}) if isinstance(merged.get("host"), dict) else merged.get("host")
+    host = merged.get("host")
     overrides = _env_overrides(environ)
-    if overrides and isinstance(host, dict):
-        host.update(overrides)
+    if is_json_object(host):
+        host = host | overrides  # a copy: `data` is left as it was
     if host is not None:
         merged["host"] = host
     elif overrides:

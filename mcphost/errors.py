@@ -30,7 +30,7 @@ tools as `is_error` results, not as exceptions crossing the protocol.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, TypeGuard, TypeVar
 
 _E = TypeVar("_E", bound=BaseException)
 
@@ -160,9 +160,15 @@ def find_error(exc: BaseException, kind: type[_E] | tuple[type[_E], ...]) -> _E 
     raised inside task groups arrive wrapped, nested as deep as the task groups were), else None."""
     if isinstance(exc, kind):
         return exc
-    if isinstance(exc, BaseExceptionGroup):
-        for inner in exc.exceptions:  # pyright: ignore[reportUnknownVariableType]  # group of anything
-            found = find_error(inner, kind)  # pyright: ignore[reportUnknownArgumentType]  # see above
+    if is_exception_group(exc):
+        for inner in exc.exceptions:
+            found = find_error(inner, kind)
             if found is not None:
                 return found
     return None
+
+
+def is_exception_group(exc: BaseException) -> TypeGuard[BaseExceptionGroup[BaseException]]:
+    """`isinstance(exc, BaseExceptionGroup)`, with the members typed: a bare `isinstance` leaves the
+    group's type argument unknown."""
+    return isinstance(exc, BaseExceptionGroup)

@@ -170,8 +170,11 @@ class StatePolicy(InboundModel):
     write: bool = True
 
 
+StorageArea = Literal["plugin", "workspace", "binding"]
+
+
 class StoragePolicy(InboundModel):
-    areas: list[Literal["plugin", "workspace", "binding"]] = Field(default_factory=list)
+    areas: list[StorageArea] = Field(default_factory=list[StorageArea])
 
 
 class DeliveryPolicy(InboundModel):

@@ -27,7 +27,7 @@ import anyio
 import httpx2
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from mcphost.protocol import JSONObject
+from mcphost.protocol import JSONObject, is_json_object
 
 MAX_ERROR_BODY = 2000
 """How much of an error response body is kept for the failure's message and details."""
@@ -245,10 +245,10 @@ def _error_message(raw: str) -> str | None:
         parsed: object = json.loads(raw)
     except ValueError:
         return None
-    if isinstance(parsed, dict):
-        error = parsed.get("error")  # pyright: ignore[reportUnknownMemberType]
-        if isinstance(error, dict) and isinstance(error.get("message"), str):  # pyright: ignore[reportUnknownMemberType]
-            return str(error["message"])  # pyright: ignore[reportUnknownArgumentType]
+    if is_json_object(parsed):
+        error = parsed.get("error")
+        if is_json_object(error) and isinstance(error.get("message"), str):
+            return str(error["message"])
         if isinstance(error, str):
             return error
     return None

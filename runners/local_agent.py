@@ -38,7 +38,7 @@ from importlib import metadata
 import httpx2
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from mcphost.protocol import ConfigField, JSONObject
+from mcphost.protocol import ConfigField, JSONObject, is_json_object
 from mcphost.protocol.results import FinishReason
 from runners._openai_chat import ChatAnswer, ChatClient, ChatError, ToolCall
 from runners.sdk import (
@@ -355,14 +355,14 @@ class _Turn:
             parsed: object = json.loads(call.arguments) if call.arguments.strip() else {}
         except ValueError:
             parsed = None
-        if not isinstance(parsed, dict):
+        if not is_json_object(parsed):
             await self.out.tool_started(call.id, call.name, {"_raw": call.arguments[:1000]})
             message = "the arguments are not a JSON object; call the tool again with valid JSON arguments"
             await self.out.tool_completed(
                 call.id, call.name, error_code="invalid_argument", error_message=message
             )
             return _tool_message(call, f"invalid_argument: {message}")
-        arguments: JSONObject = parsed  # pyright: ignore[reportUnknownVariableType]
+        arguments = parsed
         await self.out.tool_started(call.id, call.name, arguments)
         try:
             result = await self.api.call_tool(call.name, arguments)

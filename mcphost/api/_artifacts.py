@@ -29,8 +29,8 @@ import anyio
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from mcphost.api._http import _capped, parse_model, parse_query, path_id
-from mcphost.api._models import _MIME, UploadQuery, _Query
+from mcphost.api._http import capped_body, parse_model, parse_query, path_id
+from mcphost.api._models import MIME_PATTERN, QueryModel, UploadQuery
 from mcphost.api._state import api_state
 from mcphost.errors import InvalidArgumentError, RangeNotSatisfiableError
 from mcphost.stores import ArtifactRecord
@@ -161,7 +161,7 @@ class _Upload:
 async def _multipart_upload(
     request: Request, query_data: dict[str, str], limit: int, boundary: str
 ) -> _Upload:
-    reader = _Multipart(_capped(request, limit), boundary)
+    reader = _Multipart(capped_body(request, limit), boundary)
     await reader.start()
     fields: dict[str, str] = dict(query_data)
     while (headers := await reader.next_part()) is not None:
@@ -208,10 +208,13 @@ async def upload_artifact(request: Request) -> Response:
         upload = await _multipart_upload(request, query_data, cap + MULTIPART_OVERHEAD_BYTES, boundary)
     else:
         upload = _Upload(
-            _capped(request, cap), parse_model(UploadQuery, query_data, "query"), None, content_type or None
+            capped_body(request, cap),
+            parse_model(UploadQuery, query_data, "query"),
+            None,
+            content_type or None,
         )
     mime = upload.query.mime_type or (upload.content_type or "").strip() or "application/octet-stream"
-    if not _MIME.match(mime):
+    if not MIME_PATTERN.match(mime):
         raise InvalidArgumentError(
             f"Content-Type {mime[:100]!r} is not a media type such as 'text/plain'; pass mime_type."
         )
@@ -231,7 +234,7 @@ async def upload_artifact(request: Request) -> Response:
 
 async def artifact_metadata(request: Request) -> Response:
     state = api_state(request)
-    parse_query(request, _Query)
+    parse_query(request, QueryModel)
     record = await state.stores.artifacts.get(path_id(request, "artifact_id"))
     return JSONResponse(record.model_dump(mode="json"))
 
@@ -290,7 +293,7 @@ def _disposition(name: str | None) -> str:
 
 async def artifact_content(request: Request) -> Response:
     state = api_state(request)
-    parse_query(request, _Query)
+    parse_query(request, QueryModel)
     artifact_id = path_id(request, "artifact_id")
     record: ArtifactRecord = await state.stores.artifacts.get(artifact_id)
     span = parse_range(request.headers.get("range"), record.size)

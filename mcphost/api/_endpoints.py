@@ -49,6 +49,7 @@ from mcphost.api._models import (
     IngestQuery,
     PageQuery,
     PluginInfo,
+    QueryModel,
     RejectedInfo,
     ResultsPage,
     ResultsQuery,
@@ -61,7 +62,6 @@ from mcphost.api._models import (
     StateOwnerQuery,
     StatePath,
     TranscriptPage,
-    _Query,
 )
 from mcphost.api._state import ApiState, api_state
 from mcphost.context import mcp_url
@@ -170,7 +170,7 @@ async def list_runs(request: Request) -> Response:
 
 async def show_run(request: Request) -> Response:
     state = api_state(request)
-    parse_query(request, _Query)
+    parse_query(request, QueryModel)
     run_id = path_id(request, "run_id")
     run = await state.stores.runs.get(run_id)
     record = await state.stores.runs.grant(run_id)
@@ -233,7 +233,7 @@ async def run_results(request: Request) -> Response:
 
 async def cancel_run(request: Request) -> Response:
     state = api_state(request)
-    parse_query(request, _Query)
+    parse_query(request, QueryModel)
     raw = await read_body(request, MAX_SMALL_BODY_BYTES)
     body = parse_json(CancelBody, raw) if raw.strip() else CancelBody()
     run_id = path_id(request, "run_id")
@@ -327,7 +327,7 @@ async def delete_state(request: Request) -> Response:
 
 async def list_runners(request: Request) -> Response:
     state = api_state(request)
-    parse_query(request, _Query)
+    parse_query(request, QueryModel)
     registry = state.registry
     answer = RunnersView(
         runners=[

@@ -132,7 +132,7 @@ def path_id(request: Request, name: str) -> str:
     return value
 
 
-async def _capped(request: Request, limit: int) -> AsyncIterator[bytes]:
+async def capped_body(request: Request, limit: int) -> AsyncIterator[bytes]:
     """The request body, refused with 413 as soon as it passes `limit` bytes."""
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > limit:
@@ -153,7 +153,7 @@ def _too_large(limit: int) -> PayloadTooLargeError:
 
 
 async def read_body(request: Request, limit: int) -> bytes:
-    return b"".join([chunk async for chunk in _capped(request, limit)])
+    return b"".join([chunk async for chunk in capped_body(request, limit)])
 
 
 # -- SSE ---------------------------------------------------------------------------------------------
@@ -161,7 +161,7 @@ async def read_body(request: Request, limit: int) -> bytes:
 
 def sse(data: str, *, event: str | None = None, event_id: str | None = None) -> bytes:
     """One server-sent event (`data` must be a single line, as compact JSON is)."""
-    lines = []
+    lines: list[str] = []
     if event_id is not None:
         lines.append(f"id: {event_id}")
     if event is not None:

@@ -21,36 +21,38 @@ from mcphost.protocol import JSONObject
 from mcphost.stores import MAX_RUN_SEQ, AuditRecord, StoredEvent, TranscriptRecord
 
 RESULTS_PAGE_LIMIT = 1000
-_MIME = re.compile(r"^[A-Za-z0-9][\w.+-]{0,99}/[A-Za-z0-9][\w.+-]{0,99}(\s*;.{0,95})?$")
+MIME_PATTERN = re.compile(r"^[A-Za-z0-9][\w.+-]{0,99}/[A-Za-z0-9][\w.+-]{0,99}(\s*;.{0,95})?$")
 
 
 # -- request and response models ---------------------------------------------------------------------
 
 
-class _Query(BaseModel):
+class QueryModel(BaseModel):
+    """Base of the query and path models; parsed on its own, it is a query that accepts no parameters."""
+
     model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True, allow_inf_nan=False)
 
 
-class IngestQuery(_Query):
+class IngestQuery(QueryModel):
     stream: bool = False
     """Answer with an SSE stream of the run's results instead of 202."""
 
 
-class RunsQuery(_Query):
+class RunsQuery(QueryModel):
     conversation_id: str | None = Field(default=None, pattern=ID_PATTERN)
     status: RunStatus | None = None
     limit: int = Field(default=50, ge=1, le=100)
     cursor: str | None = Field(default=None, max_length=500)
 
 
-class ResultsQuery(_Query):
+class ResultsQuery(QueryModel):
     after: int = Field(default=0, ge=0, le=MAX_RUN_SEQ)
     """Resume after this host sequence (`Last-Event-ID` wins when both are given)."""
     limit: int = Field(default=RESULTS_PAGE_LIMIT, ge=1, le=10_000)
     """Page size of the JSON answer (SSE streams everything)."""
 
 
-class PageQuery(_Query):
+class PageQuery(QueryModel):
     before: str | None = Field(default=None, max_length=500)
     after: str | None = Field(default=None, max_length=500)
     limit: int = Field(default=50, ge=1, le=100)
@@ -62,22 +64,22 @@ class EventsPageQuery(PageQuery):
     """Only these event types (repeat the parameter for several)."""
 
 
-class AuditQuery(_Query):
+class AuditQuery(QueryModel):
     after: int = Field(default=0, ge=0, le=MAX_RUN_SEQ)
     """Resume after this audit sequence."""
     limit: int = Field(default=100, ge=1, le=1000)
 
 
-class UploadQuery(_Query):
+class UploadQuery(QueryModel):
     name: str | None = Field(default=None, max_length=255)
     """File name (default: the multipart part's filename)."""
-    mime_type: str | None = Field(default=None, max_length=200, pattern=_MIME.pattern)
+    mime_type: str | None = Field(default=None, max_length=200, pattern=MIME_PATTERN.pattern)
     """Media type (default: the part's or the request's Content-Type)."""
     conversation_id: str | None = Field(default=None, pattern=ID_PATTERN)
     """The conversation the artifact belongs to: that conversation's runs may read it."""
 
 
-class ConversationPath(_Query):
+class ConversationPath(QueryModel):
     conversation_id: str = Field(pattern=ID_PATTERN)
 
 
@@ -171,12 +173,12 @@ class TranscriptPage(_Answer):
     has_more: bool
 
 
-class StatePath(_Query):
+class StatePath(QueryModel):
     scope: str
     key: str
 
 
-class StateOwnerQuery(_Query):
+class StateOwnerQuery(QueryModel):
     """The ids that make up a state scope's owner; each scope uses its own (`STATE_OWNER_IDS`)."""
 
     runner_id: str | None = Field(default=None, max_length=200)

@@ -52,6 +52,7 @@ from mcphost.api._models import (
     Health,
     IngestQuery,
     PageQuery,
+    QueryModel,
     ResultsPage,
     ResultsQuery,
     RunnersView,
@@ -62,7 +63,6 @@ from mcphost.api._models import (
     StateOwnerQuery,
     TranscriptPage,
     UploadQuery,
-    _Query,
 )
 from mcphost.models import AgentEventEnvelope
 from mcphost.protocol import ArtifactRef, JSONObject
@@ -95,7 +95,7 @@ _OPENAPI_CACHE: list[JSONObject] = []
 
 
 async def openapi_endpoint(request: Request) -> Response:
-    parse_query(request, _Query)
+    parse_query(request, QueryModel)
     if not _OPENAPI_CACHE:
         _OPENAPI_CACHE.append(openapi())
     return JSONResponse(_OPENAPI_CACHE[0])

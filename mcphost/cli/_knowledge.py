@@ -54,7 +54,8 @@ def _kb_filters(args: argparse.Namespace) -> dict[str, Any]:
     if args.prefix:
         filters["path_prefix"] = args.prefix
     meta: dict[str, Any] = {}
-    for pair in args.meta or []:
+    pairs: list[str] = args.meta or []
+    for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key:
             raise ConfigError(f"--meta takes KEY=VALUE; got {pair!r}")

@@ -19,7 +19,7 @@ from mcphost.app import open_database, open_host, serve_locally
 from mcphost.cli._common import EXIT_FAILED, EXIT_OK, dump, event_from_args, fail, run_line, short
 from mcphost.config import Settings
 from mcphost.models import RunStatus
-from mcphost.protocol import json_schemas
+from mcphost.protocol import JSONObject, json_schemas
 
 
 async def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
@@ -34,15 +34,17 @@ async def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
             if args.json:
                 dump({"seq": item.seq, **item.payload})
                 continue
-            data = item.payload.get("data", {})
+            data: JSONObject = item.payload.get("data", {})
             if item.type == "message.delta":
-                chunk = data.get("chunk", {}).get("content")
+                delta: JSONObject = data.get("chunk", {})
+                chunk = delta.get("content")
                 if chunk:
                     sys.stdout.write(chunk)
                     sys.stdout.flush()
                     streamed = True
             elif item.type == "message.completed" or (item.type == "run.completed" and data.get("message")):
-                final_text = (data.get("message") or {}).get("content")
+                message: JSONObject = data.get("message") or {}
+                final_text = message.get("content")
         run = await host.orchestrator.wait(run_id)
     if args.json:
         dump({"run": run.model_dump(mode="json")})

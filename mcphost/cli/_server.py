@@ -15,7 +15,6 @@ import argparse
 import json
 import os
 import sys
-from typing import Any
 
 import anyio
 import httpx2
@@ -25,6 +24,7 @@ from mcphost.app import advertised_url, serve
 from mcphost.cli._common import EXIT_FAILED, EXIT_OK, dump, event_from_args, fail
 from mcphost.config import Settings
 from mcphost.models import RunStatus, new_id
+from mcphost.protocol import JSONObject
 
 
 async def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
@@ -62,7 +62,7 @@ class _ReplyPrinter:
         self.final_text: str | None = None
         self.last_seq = 0
 
-    def result(self, item: dict[str, Any]) -> None:
+    def result(self, item: JSONObject) -> None:
         seq = item.get("seq")
         if not isinstance(seq, int) or seq <= self.last_seq:
             return  # a replayed stream repeats what was shown already
@@ -70,9 +70,10 @@ class _ReplyPrinter:
         if self.as_json:
             dump(item)
             return
-        data = item.get("data") or {}
+        data: JSONObject = item.get("data") or {}
         if item.get("type") == "message.delta":
-            chunk = (data.get("chunk") or {}).get("content")
+            delta: JSONObject = data.get("chunk") or {}
+            chunk = delta.get("content")
             if chunk:
                 sys.stdout.write(chunk)
                 sys.stdout.flush()
@@ -80,7 +81,8 @@ class _ReplyPrinter:
         elif item.get("type") == "message.completed" or (
             item.get("type") == "run.completed" and data.get("message")
         ):
-            self.final_text = (data.get("message") or {}).get("content")
+            message: JSONObject = data.get("message") or {}
+            self.final_text = message.get("content")
 
     def finish(self) -> None:
         if self.as_json:
@@ -104,7 +106,7 @@ async def cmd_send(args: argparse.Namespace, settings: Settings) -> int:
     headers = {"Authorization": f"Bearer {key}"} if key else {}
     printer = _ReplyPrinter(as_json=args.json)
     run_id: str | None = None
-    end: dict[str, Any] | None = None
+    end: JSONObject | None = None
     async with httpx2.AsyncClient(
         base_url=url, headers=headers, timeout=httpx2.Timeout(30, read=None)
     ) as client:
@@ -128,7 +130,7 @@ async def cmd_send(args: argparse.Namespace, settings: Settings) -> int:
                     if response.status_code >= 400:
                         return fail(_api_error(response, await response.aread()))
                     async for sse in httpx2.EventSource(response):
-                        payload = json.loads(sse.data) if sse.data else {}
+                        payload: JSONObject = json.loads(sse.data) if sse.data else {}
                         if sse.event == "run":
                             run_id = payload["run_id"]
                         elif sse.event == "end":
@@ -149,7 +151,7 @@ async def cmd_send(args: argparse.Namespace, settings: Settings) -> int:
             f"the stream of run {run_id or '?'} ended without its result; see `mcphost show {run_id}`"
         )
     status = end.get("status")
-    error = end.get("error") or {}
+    error: JSONObject = end.get("error") or {}
     line = f"{run_id}  {status}" + (f"  {error.get('code')}: {error.get('message')}" if error else "")
     if args.json:
         dump({"run_id": run_id, "status": status, "error": error or None})

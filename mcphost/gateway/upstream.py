@@ -54,7 +54,14 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from mcphost import __version__
 from mcphost.config import ToolServerConfig
-from mcphost.errors import ConfigError, DeadlineExceededError, HostError, InvalidArgumentError, NotFoundError
+from mcphost.errors import (
+    ConfigError,
+    DeadlineExceededError,
+    HostError,
+    InvalidArgumentError,
+    NotFoundError,
+    is_exception_group,
+)
 from mcphost.protocol import JSONObject
 
 logger = logging.getLogger(__name__)
@@ -216,8 +223,8 @@ def _with_fileno(stream: TextIO) -> TextIO:
 
 def describe_failure(exc: BaseException) -> str:
     """A one-line reason for a failure, from the innermost exception of a group."""
-    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
-        exc = exc.exceptions[0]  # pyright: ignore[reportUnknownMemberType]
+    while is_exception_group(exc) and exc.exceptions:
+        exc = exc.exceptions[0]
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
     return f"{type(exc).__name__}: {text[:300]}" if text else type(exc).__name__
 

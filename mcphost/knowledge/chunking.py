@@ -49,7 +49,7 @@ class Block:
 class ParsedDocument:
     title: str
     blocks: list[Block]
-    metadata: JSONObject = field(default_factory=dict)
+    metadata: JSONObject = field(default_factory=JSONObject)
 
 
 _ATX = re.compile(r"^ {0,3}(#{1,6})[ \t]+(.*?)[ \t]*#*[ \t]*$")

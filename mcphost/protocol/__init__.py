@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import TypeAdapter
+from pydantic import BaseModel, TypeAdapter
 
 from mcphost.protocol._base import (
     MAX_JSON_DEPTH,
@@ -17,6 +17,8 @@ from mcphost.protocol._base import (
     JSONObject,
     JSONValue,
     ProtocolModel,
+    is_json_array,
+    is_json_object,
     json_depth,
     nesting_message,
 )
@@ -124,7 +126,7 @@ from mcphost.protocol.stdio import (
 
 def json_schemas() -> dict[str, dict[str, Any]]:
     """Every protocol model as a JSON Schema, keyed by a file-friendly name."""
-    models: dict[str, Any] = {
+    models: dict[str, type[BaseModel] | TypeAdapter[Any]] = {
         "agent_run_context": AgentRunContext,
         "agent_runner_manifest": AgentRunnerManifest,
         "agent_run_result": RESULT_ADAPTER,
@@ -138,7 +140,7 @@ def json_schemas() -> dict[str, dict[str, Any]]:
     }
     out: dict[str, dict[str, Any]] = {}
     for name, model in models.items():
-        adapter = model if isinstance(model, TypeAdapter) else TypeAdapter(model)
+        adapter: TypeAdapter[Any] = model if isinstance(model, TypeAdapter) else TypeAdapter(model)
         out[name] = adapter.json_schema()
     return out
 
@@ -238,6 +240,8 @@ __all__ = [
     "Usage",
     "classify_result",
     "is_error_code",
+    "is_json_array",
+    "is_json_object",
     "json_depth",
     "json_schemas",
     "nesting_message",

@@ -7,7 +7,8 @@ compatible (PROTOCOL §1: "runners must ignore unknown context fields").
 
 from __future__ import annotations
 
-from typing import Any, TypeAlias
+from collections.abc import Collection
+from typing import Any, TypeAlias, TypeGuard, cast
 
 from pydantic import BaseModel, ConfigDict
 
@@ -32,15 +33,35 @@ def json_depth(value: object, *, limit: int = MAX_JSON_DEPTH) -> int:
     depth = 0
     level: list[object] = [value]
     while True:
-        containers = [item for item in level if isinstance(item, (dict, list, tuple))]
+        containers = [members for item in level if (members := _json_members(item)) is not None]
         if not containers:
             return depth
         depth += 1
         if depth > limit:
             return depth
-        level = []
-        for item in containers:
-            level.extend(item.values() if isinstance(item, dict) else item)  # pyright: ignore[reportUnknownMemberType, reportUnknownArgumentType]
+        level = [member for members in containers for member in members]
+
+
+def _json_members(value: object) -> Collection[object] | None:
+    """The values of an object or the items of an array (list or tuple), None for a scalar."""
+    if isinstance(value, dict):
+        return cast(
+            "dict[object, object]", value
+        ).values()  # a dict of anything: isinstance leaves it unknown
+    if isinstance(value, list | tuple):
+        return cast("list[object] | tuple[object, ...]", value)  # likewise
+    return None
+
+
+def is_json_object(value: object) -> TypeGuard[JSONObject]:
+    """`isinstance(value, dict)`, typed as a JSON object, for parsed JSON (whose keys are strings); a bare
+    `isinstance` leaves the keys and values unknown."""
+    return isinstance(value, dict)
+
+
+def is_json_array(value: object) -> TypeGuard[list[JSONValue]]:
+    """`isinstance(value, list)`, typed as a JSON array (a bare `isinstance` leaves the items unknown)."""
+    return isinstance(value, list)
 
 
 def nesting_message(what: str) -> str:

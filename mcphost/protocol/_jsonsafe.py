@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Annotated, NamedTuple
+from typing import Annotated, NamedTuple, cast
 
 from pydantic import AfterValidator
 
@@ -86,9 +86,10 @@ def unstorable(value: object) -> Unstorable | None:
         path, item = stack.pop()
         if isinstance(item, dict):
             entries: list[tuple[str, object]] = []
-            for key, child in item.items():  # pyright: ignore[reportUnknownVariableType]
+            # A dict of anything (isinstance leaves it unknown); its keys are checked here.
+            for key, child in cast("dict[object, object]", item).items():
                 if not isinstance(key, str):
-                    return Unstorable(path, f"an object key must be a string, got {type(key).__name__}")  # pyright: ignore[reportUnknownArgumentType]
+                    return Unstorable(path, f"an object key must be a string, got {type(key).__name__}")
                 child_path = f"{path}.{key}" if path else key
                 problem = text_problem(key)
                 if problem is not None:
@@ -96,9 +97,8 @@ def unstorable(value: object) -> Unstorable | None:
                 entries.append((child_path, child))
             stack.extend(reversed(entries))
         elif isinstance(item, list | tuple):
-            stack.extend(
-                reversed([(f"{path}.{i}" if path else str(i), c) for i, c in enumerate(item)])  # pyright: ignore[reportUnknownArgumentType,reportUnknownVariableType]
-            )
+            items = cast("list[object] | tuple[object, ...]", item)  # of anything, like the dict above
+            stack.extend(reversed([(f"{path}.{i}" if path else str(i), c) for i, c in enumerate(items)]))
         else:
             problem = _scalar_problem(item)
             if problem is not None:

@@ -20,6 +20,7 @@ from mcphost.protocol._base import (
     InboundModel,
     JSONObject,
     JSONValue,
+    is_json_object,
     json_depth,
     nesting_message,
 )
@@ -241,9 +242,9 @@ def _first_error(exc: ValidationError) -> str:
 
 def classify_result(raw: object) -> AgentRunResult | UnknownResult | InvalidResult:
     """Validate one raw result object and say which of the three cases it is."""
-    if not isinstance(raw, dict):
+    if not is_json_object(raw):
         return InvalidResult(None, None, None, f"a result must be a JSON object, got {type(raw).__name__}")
-    obj: JSONObject = raw  # pyright: ignore[reportUnknownVariableType]
+    obj = raw
     rtype = obj.get("type")
     run_id = obj.get("run_id") if isinstance(obj.get("run_id"), str) else None
     seq_raw = obj.get("sequence")

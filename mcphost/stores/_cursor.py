@@ -37,7 +37,7 @@ from sqlalchemy import Select
 from sqlalchemy.orm import QueryableAttribute
 
 from mcphost.errors import InvalidArgumentError
-from mcphost.protocol import INT64_MAX, text_problem
+from mcphost.protocol import INT64_MAX, is_json_object, text_problem
 
 T = TypeVar("T")
 RowT = TypeVar("RowT")
@@ -121,8 +121,8 @@ class CursorCodec:
             data: object = json.loads(raw)
         except ValueError:
             data = None
-        if not isinstance(data, dict) or data.get("k") != kind:
-            found = data.get("k") if isinstance(data, dict) else None
+        if not is_json_object(data) or data.get("k") != kind:
+            found = data.get("k") if is_json_object(data) else None
             raise InvalidArgumentError(
                 f"Cursor {_shown(cursor)} belongs to {found!r} paging, not {kind!r}; "
                 "use a cursor returned by the same kind of page."

@@ -233,7 +233,7 @@ def fts5_match(
 def pg_words_query(terms: Sequence[str], *, all_terms: bool = False) -> ColumnElement[str]:
     """`plainto_tsquery(t1) || plainto_tsquery(t2) …` (`&&` with `all_terms`): any (every) one of the
     words, each a bound parameter."""
-    config = literal_column(f"'{TS_CONFIG}'::regconfig")
+    config: ColumnElement[object] = literal_column(f"'{TS_CONFIG}'::regconfig")
     parts = [func.plainto_tsquery(config, cast(literal(t), Text), type_=TSQUERY) for t in terms]
     query: ColumnElement[str] = parts[0]
     for part in parts[1:]:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import hashlib
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterable, AsyncIterator
+from collections.abc import AsyncIterable, AsyncIterator, Callable
 
 import anyio
 from pydantic import BaseModel, ConfigDict
@@ -211,7 +211,7 @@ class ArtifactStore:
             return
         digest = hashlib.sha256()
         async for piece in self.blobs.read_range(record.sha256, 0, record.size):
-            await _update(digest, piece)
+            await _update(digest.update, piece)
         if digest.hexdigest() != record.sha256:
             raise _corrupt(record)
         self._mark_verified(record.sha256)
@@ -241,14 +241,15 @@ def _corrupt(record: ArtifactRecord) -> StorageIntegrityError:
     )
 
 
-async def _update(digest: hashlib._Hash, data: bytes) -> None:
+async def _update(update: Callable[[bytes], None], data: bytes) -> None:
+    """Feed `data` to a hash's `update`, in a worker thread when it is large (hashlib releases the GIL)."""
     if len(data) >= _HASH_IN_THREAD:
-        await anyio.to_thread.run_sync(digest.update, data)  # hashlib releases the GIL
+        await anyio.to_thread.run_sync(update, data)
     else:
-        digest.update(data)
+        update(data)
 
 
 async def _sha256(data: bytes) -> str:
     digest = hashlib.sha256()
-    await _update(digest, data)
+    await _update(digest.update, data)
     return digest.hexdigest()

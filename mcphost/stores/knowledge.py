@@ -666,7 +666,7 @@ class KnowledgeStore:
         scored = [t for t in terms if t not in plan.required] if plan.rank_all else []
         score: ColumnElement[float]
         if self._db.dialect == "sqlite":
-            fts = literal_column("kb_chunks_fts")
+            fts: ColumnElement[object] = literal_column("kb_chunks_fts")
             source = table("kb_chunks_fts", column("rowid", Integer))
             score = -func.bm25(fts, 0.0, HEADING_WEIGHT, 1.0, type_=Float)
             expression = fts5_match(
@@ -717,7 +717,7 @@ class KnowledgeStore:
         stmt = stmt.join(KbDocumentRow, KbDocumentRow.doc_id == KbChunkRow.doc_id)
         for condition in conditions:
             stmt = stmt.where(condition)
-        return stmt.order_by(literal_column("score").desc(), KbChunkRow.chunk_id).limit(limit)
+        return stmt.order_by(literal_column("score", Float).desc(), KbChunkRow.chunk_id).limit(limit)
 
     def _filters(
         self, path_glob: str | None, path_prefix: str | None, metadata: Mapping[str, MetadataValue]

@@ -288,7 +288,7 @@ class TranscriptStore:
         score: ColumnElement[float]
         thread = thread_id or ""
         if self._db.dialect == "sqlite":
-            fts = literal_column("transcript_fts")
+            fts: ColumnElement[object] = literal_column("transcript_fts")
             source = table("transcript_fts", column("rowid", Integer))
             score = -func.bm25(fts, 0.0, 1.0, type_=Float)
             match = fts.op("MATCH", is_comparison=True)(
@@ -318,7 +318,7 @@ class TranscriptStore:
         stmt = stmt.where(match, in_thread)
         if roles is not None:
             stmt = stmt.where(TranscriptRow.role.in_(list(roles)))
-        stmt = stmt.order_by(literal_column("score").desc(), TranscriptRow.seq.desc()).limit(limit)
+        stmt = stmt.order_by(literal_column("score", Float).desc(), TranscriptRow.seq.desc()).limit(limit)
         async with self._db.read() as session:
             rows = (await session.execute(stmt)).all()
         return [
@@ -343,7 +343,7 @@ class TranscriptStore:
 
     async def bulk_append(self, items: Sequence[TranscriptDraft]) -> int:
         """Append many items in one transaction with batched statements (imports and benchmarks)."""
-        rows = [
+        rows: list[dict[str, object]] = [
             {
                 "item_id": new_id("itm"),
                 "conversation_id": item.conversation_id,

@@ -116,6 +116,8 @@ PINNED_ALL = [
     "Usage",
     "classify_result",
     "is_error_code",
+    "is_json_array",
+    "is_json_object",
     "json_depth",
     "json_schemas",
     "nesting_message",
