@@ -7,7 +7,8 @@ async with RunAPI(ctx.context.mcp) as api:          # serve() does this for you:
 ```
 
 Owns one MCP connection per run, built on the `mcp` SDK's `Client` over Streamable HTTP (`httpx2`), the
-mapping of tool answers to the typed models of `_facts.py`, and the mapping of every failure to one
+mapping of tool answers to their models (`mcphost.protocol.facts`, the same models the host answers with), and
+the mapping of every failure to one
 exception, `RunAPIError`, carrying a PROTOCOL §5 code. Does not decide what to call (runners do) and
 never touches the host but through the URL and bearer token of `MCPAccess`.
 
@@ -37,10 +38,10 @@ from typing import TYPE_CHECKING, TypeVar
 
 import anyio
 import anyio.abc
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from mcphost.protocol import AgentRunContext, JSONObject, JSONValue, MCPAccess, StateScope
-from runners._facts import (
+from mcphost.protocol import AgentRunContext, JSONObject, JSONValue, MCPAccess, ProtocolModel, StateScope
+from mcphost.protocol.facts import (
     ArtifactChunk,
     ArtifactMetadata,
     Deleted,
@@ -52,7 +53,6 @@ from runners._facts import (
     KnowledgeBases,
     KnowledgeChunk,
     KnowledgeHits,
-    RunTool,
     StateList,
     StateValue,
     StateWritten,
@@ -60,7 +60,6 @@ from runners._facts import (
     StorageList,
     StorageValue,
     StorageWritten,
-    ToolResult,
     TranscriptRole,
 )
 
@@ -87,6 +86,25 @@ _RPC_CODES: dict[int, str] = {
     -32602: "invalid_argument",
     -32601: "not_found",
 }
+
+
+class RunTool(ProtocolModel):
+    """A tool the run may call: a facts tool or a granted host tool (`<server>__<tool>`)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    description: str = ""
+    input_schema: JSONObject = Field(default_factory=dict)
+
+
+class ToolResult(ProtocolModel):
+    """A successful tool call: its text blocks joined, and its structured content when it has one."""
+
+    model_config = ConfigDict(frozen=True)
+
+    text: str
+    structured_content: JSONObject | None = None
 
 
 class RunAPIError(Exception):

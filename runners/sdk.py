@@ -100,8 +100,7 @@ from mcphost.protocol import (
     Usage,
     runner_id_of,
 )
-from mcphost.protocol.results import FinishReason
-from runners._facts import (
+from mcphost.protocol.facts import (
     ArtifactChunk,
     ArtifactMetadata,
     Deleted,
@@ -111,7 +110,6 @@ from runners._facts import (
     HistorySearch,
     KnowledgeBase,
     KnowledgeChunk,
-    RunTool,
     SearchHit,
     StateList,
     StateListItem,
@@ -121,10 +119,10 @@ from runners._facts import (
     StorageListItem,
     StorageValue,
     StorageWritten,
-    ToolResult,
     TranscriptItem,
 )
-from runners._runapi import RunAPI, RunAPIError
+from mcphost.protocol.results import FinishReason
+from runners._runapi import RunAPI, RunAPIError, RunTool, ToolResult
 
 logger = logging.getLogger("runners.sdk")
 

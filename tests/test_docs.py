@@ -25,9 +25,18 @@ from mcphost.protocol import (
     MAX_RESULT_BYTES,
     RESULT_ADAPTER,
     RESULT_TYPES,
+    STRICT_CONTEXT,
     AgentRunContext,
     AgentRunnerManifest,
     json_schemas,
+)
+from mcphost.protocol.facts import (
+    FACTS_ANSWERS,
+    ArtifactChunk,
+    EventRecord,
+    FactsAnswer,
+    HistoryPage,
+    KnowledgeHits,
 )
 from mcphost.protocol.stdio import (
     MAX_LINE_BYTES,
@@ -42,7 +51,6 @@ from mcphost.stores.state import MAX_VALUE_BYTES as MAX_STATE_BYTES
 from mcphost.stores.state import SNAPSHOT_MAX_BYTES
 from mcphost.stores.storage import MAX_VALUE_BYTES as MAX_STORAGE_BYTES
 from mcphost.stores.tables import metadata
-from runners._facts import ArtifactChunk, EventRecord, HistoryPage, KnowledgeHits
 
 ROOT = Path(__file__).resolve().parents[1]
 PROTOCOL = (ROOT / "docs" / "protocol.md").read_text(encoding="utf-8")
@@ -151,6 +159,8 @@ def _unknown_keys(example: object, actual: object, path: str = "") -> list[str]:
 def _check(model: type[BaseModel], example: object) -> None:
     dumped = model.model_validate(example).model_dump(mode="json")
     assert _unknown_keys(example, dumped) == [], f"{model.__name__} example has fields the model lacks"
+    if issubclass(model, FactsAnswer):  # a tool answer's example is a whole answer, exactly as sent
+        assert model.model_validate(example, context=STRICT_CONTEXT).model_dump(mode="json") == example
 
 
 def test_every_json_example_of_the_protocol_parses_and_fits_its_model() -> None:
@@ -226,6 +236,12 @@ def test_every_host_error_is_in_the_architectures_error_table() -> None:
 
 def test_every_exported_json_schema_is_named_in_the_protocol() -> None:
     assert _missing(list(json_schemas()), PROTOCOL) == []
+
+
+def test_the_protocol_names_the_answer_model_and_schema_of_every_facts_tool() -> None:
+    rows = re.findall(r"^\| `(\w+)` \| `(\w+)` \| `(\w+)` \|$", PROTOCOL, re.MULTILINE)
+    documented = {tool: (model, schema) for tool, model, schema in rows if tool in FACTS_TOOLS}
+    assert documented == {tool: (model.__name__, f"{tool}_answer") for tool, model in FACTS_ANSWERS.items()}
 
 
 def test_every_module_and_package_of_the_host_and_every_public_runner_is_in_the_layout() -> None:

@@ -27,7 +27,8 @@ from mcphost.errors import NotFoundError
 from mcphost.facts._args import MAX_READ_BYTES, ArtifactArgs, ArtifactsCreateArgs, ArtifactsReadArgs
 from mcphost.facts._call import Call
 from mcphost.facts._results import ToolCallError
-from mcphost.protocol import MAX_INLINE_ARTIFACT_BYTES, JSONObject
+from mcphost.protocol import MAX_INLINE_ARTIFACT_BYTES
+from mcphost.protocol.facts import ArtifactChunk, ArtifactMetadata
 from mcphost.stores import ArtifactRecord
 
 ARTIFACT_URI_PREFIX = "mcphost://artifacts/"
@@ -64,38 +65,41 @@ async def readable(call: Call, artifact_id: str) -> ArtifactRecord:
     return record
 
 
-def metadata_json(record: ArtifactRecord) -> JSONObject:
-    return {
-        **record.to_ref().model_dump(mode="json"),
-        "sha256": record.sha256,
-        "created_at": record.created_at,
-        "expires_at": record.expires_at,
-    }
+def metadata(record: ArtifactRecord) -> ArtifactMetadata:
+    return ArtifactMetadata(
+        artifact_id=record.artifact_id,
+        name=record.name,
+        mime_type=record.mime_type,
+        size=record.size,
+        sha256=record.sha256,
+        created_at=record.created_at,
+        expires_at=record.expires_at,
+    )
 
 
-async def artifacts_metadata(call: Call, args: ArtifactArgs) -> JSONObject:
+async def artifacts_metadata(call: Call, args: ArtifactArgs) -> ArtifactMetadata:
     """An artifact's handle, hash and times."""
-    return metadata_json(await readable(call, args.artifact_id))
+    return metadata(await readable(call, args.artifact_id))
 
 
-async def artifacts_read(call: Call, args: ArtifactsReadArgs) -> JSONObject:
+async def artifacts_read(call: Call, args: ArtifactsReadArgs) -> ArtifactChunk:
     """A byte range of an artifact, as text when it is text."""
     record = await readable(call, args.artifact_id)
     data = await call.stores.artifacts.read(args.artifact_id, args.offset, args.length)
     text = _as_text(record.mime_type, data)
-    return {
-        "artifact_id": record.artifact_id,
-        "mime_type": record.mime_type,
-        "data": text if text is not None else base64.b64encode(data).decode(),
-        "encoding": "utf-8" if text is not None else "base64",
-        "offset": args.offset,
-        "length": len(data),
-        "size": record.size,
-        "eof": args.offset + len(data) >= record.size,
-    }
+    return ArtifactChunk(
+        artifact_id=record.artifact_id,
+        mime_type=record.mime_type,
+        data=text if text is not None else base64.b64encode(data).decode(),
+        encoding="utf-8" if text is not None else "base64",
+        offset=args.offset,
+        length=len(data),
+        size=record.size,
+        eof=args.offset + len(data) >= record.size,
+    )
 
 
-async def artifacts_create(call: Call, args: ArtifactsCreateArgs) -> JSONObject:
+async def artifacts_create(call: Call, args: ArtifactsCreateArgs) -> ArtifactMetadata:
     """Store new content as an artifact owned by the run."""
     if not call.grant.artifact_create:
         raise ToolCallError("unauthorized", "This run may not create artifacts.")
@@ -107,7 +111,7 @@ async def artifacts_create(call: Call, args: ArtifactsCreateArgs) -> JSONObject:
         owner_run_id=call.run_id,
         conversation_id=call.grant.conversation_id,
     )
-    return metadata_json(record)
+    return metadata(record)
 
 
 async def read_resource(call: Call, uri: str) -> types.ReadResourceResult:

@@ -365,7 +365,10 @@ class FactsDispatch:
             args = spec.args.model_validate(arguments)
         except ValidationError as error:
             raise _arguments_error(error) from None
-        return ok_result(await spec.handler(call, args))
+        answer = await spec.handler(call, args)
+        if not isinstance(answer, spec.answer):  # a programming error; answered as runtime_error
+            raise AssertionError(f"{name} answered {type(answer).__name__}, not {spec.answer.__name__}")
+        return ok_result(answer)
 
     async def _invoke_host_tool(
         self, call: Call, name: str, arguments: dict[str, Any]

@@ -1,7 +1,7 @@
 """History and events tools: `history_page`, `history_search`, `events_get`, `events_page`.
 
-Owns the runner-visible shapes of transcript items (`TranscriptItem`, PROTOCOL §7) and events, and the
-scope rule for both: a run sees exactly its own conversation thread (the conversation's main line when
+Owns how transcript items and events are cut into their runner-visible answers (the models are
+`mcphost.protocol.facts.TranscriptItem` and `EventRecord`, PROTOCOL §7), and the scope rule for both: a run sees exactly its own conversation thread (the conversation's main line when
 it has no thread), plus the events its own run logged. Does not own paging or SQL (`stores/`).
 
 Invariants:
@@ -23,44 +23,26 @@ Invariants:
 
 from __future__ import annotations
 
-from typing import Any, Literal
-
-from pydantic import BaseModel, ConfigDict
+from typing import Any
 
 from mcphost.errors import NotFoundError
 from mcphost.facts._args import EventsGetArgs, EventsPageArgs, HistoryPageArgs, HistorySearchArgs
 from mcphost.facts._call import Call
 from mcphost.facts._results import ToolCallError, dumps
-from mcphost.protocol import ArtifactRef, JSONObject
+from mcphost.protocol import JSONObject
+from mcphost.protocol.facts import (
+    EventPage,
+    EventRecord,
+    HistoryPage,
+    HistorySearch,
+    SearchHit,
+    TranscriptItem,
+)
 from mcphost.stores import Page, StoredEvent, TranscriptRecord
 
 MAX_CONTENT_CHARS = 4000
 MAX_EVENT_DATA_BYTES = 256 * 1024
 MAX_PAGE_DATA_BYTES = 4 * 1024
-
-
-class TranscriptItem(BaseModel):
-    """One transcript item as a runner sees it (PROTOCOL §7)."""
-
-    model_config = ConfigDict(frozen=True)
-
-    cursor: str
-    item_id: str
-    role: Literal["user", "assistant", "system", "event"]
-    content: str
-    truncated: bool
-    """True when `content` (or a text element of `contents`) was cut at 4000 characters."""
-    contents: list[JSONObject]
-    contents_error: str | None = None
-    """Set (and `contents` empty) when the stored contents nest deeper than `MAX_JSON_DEPTH` and
-    cannot be served; `content` and the other fields are intact."""
-    artifacts: list[ArtifactRef]
-    artifact_count: int
-    """How many artifacts the item has (also when `include_artifacts` left them out)."""
-    event_id: str | None
-    run_id: str | None
-    actor_id: str | None
-    created_at: float
 
 
 def _cut(text: str) -> tuple[str, bool]:
@@ -94,17 +76,8 @@ def transcript_item(record: TranscriptRecord, *, include_artifacts: bool) -> Tra
     )
 
 
-def _page_json(page: Page[Any], items: list[JSONObject]) -> JSONObject:
-    return {
-        "items": items,
-        "next_cursor": page.next_cursor,
-        "prev_cursor": page.prev_cursor,
-        "has_more": page.has_more,
-    }
-
-
-def _empty_page() -> JSONObject:
-    return {"items": [], "next_cursor": None, "prev_cursor": None, "has_more": False}
+def _cursors(page: Page[Any]) -> dict[str, Any]:
+    return {"next_cursor": page.next_cursor, "prev_cursor": page.prev_cursor, "has_more": page.has_more}
 
 
 def _where(call: Call) -> str:
@@ -147,11 +120,11 @@ async def _check_event_cursor(call: Call, cursor: str | None) -> None:
         raise _foreign_cursor(call, cursor)
 
 
-async def history_page(call: Call, args: HistoryPageArgs) -> JSONObject:
+async def history_page(call: Call, args: HistoryPageArgs) -> HistoryPage:
     """Page the run's conversation transcript."""
     conversation_id = call.grant.conversation_id
     if conversation_id is None:
-        return _empty_page()
+        return HistoryPage(items=[], next_cursor=None, prev_cursor=None, has_more=False)
     await _check_transcript_cursor(call, args.before_cursor)
     await _check_transcript_cursor(call, args.after_cursor)
     page = await call.stores.transcript.page(
@@ -161,64 +134,62 @@ async def history_page(call: Call, args: HistoryPageArgs) -> JSONObject:
         after=args.after_cursor,
         limit=args.limit,
     )
-    items = [
-        transcript_item(r, include_artifacts=args.include_artifacts).model_dump(mode="json")
-        for r in page.items
-    ]
-    return _page_json(page, items)
+    items = [transcript_item(r, include_artifacts=args.include_artifacts) for r in page.items]
+    return HistoryPage(items=items, **_cursors(page))
 
 
-async def history_search(call: Call, args: HistorySearchArgs) -> JSONObject:
+async def history_search(call: Call, args: HistorySearchArgs) -> HistorySearch:
     """Search the run's conversation thread through the full-text index."""
     conversation_id = call.grant.conversation_id
     if conversation_id is None:
-        return {"hits": []}
+        return HistorySearch(hits=[])
     hits = await call.stores.transcript.search(
         conversation_id, call.grant.thread_id, query=args.query, roles=args.roles, limit=args.top_k
     )
-    return {
-        "hits": [
-            {
-                "item": transcript_item(hit.record, include_artifacts=False).model_dump(mode="json"),
-                "score": hit.score,
-                "snippet": hit.snippet,
-            }
+    return HistorySearch(
+        hits=[
+            SearchHit(
+                item=transcript_item(hit.record, include_artifacts=False),
+                score=hit.score,
+                snippet=hit.snippet,
+            )
             for hit in hits
         ]
-    }
+    )
 
 
-def event_json(event: StoredEvent, *, max_data_bytes: int) -> JSONObject:
+def event_record(event: StoredEvent, *, max_data_bytes: int) -> EventRecord:
     """The envelope of a stored event with its data capped at `max_data_bytes` of JSON. Data that
     cannot be served (nested deeper than `MAX_JSON_DEPTH`) is null with `data_error` saying so."""
     unservable = event.payload_error is not None
     size = 0 if unservable else len(dumps(event.payload).encode())
     fits = not unservable and size <= max_data_bytes
-    envelope: JSONObject = {
-        "cursor": event.cursor,
-        "event_id": event.event_id,
-        "event_type": event.event_type,
-        "kind": event.kind,
-        "source": event.source,
-        "conversation_id": event.conversation_id,
-        "thread_id": event.thread_id,
-        "run_id": event.run_id,
-        "actor_id": event.actor_id,
-        "created_at": event.created_at,
-        "data": event.payload if fits else None,
-        "data_truncated": not fits and not unservable,
-        "data_size": size,
-    }
+    error: JSONObject | None = None
     if unservable:
-        envelope["data_error"] = {"code": "runtime_error", "message": event.payload_error}
-    return envelope
+        error = {"code": "runtime_error", "message": event.payload_error}
+    return EventRecord(
+        cursor=event.cursor,
+        event_id=event.event_id,
+        event_type=event.event_type,
+        kind=event.kind,
+        source=event.source,
+        conversation_id=event.conversation_id,
+        thread_id=event.thread_id,
+        run_id=event.run_id,
+        actor_id=event.actor_id,
+        created_at=event.created_at,
+        data=event.payload if fits else None,
+        data_truncated=not fits and not unservable,
+        data_size=size,
+        data_error=error,
+    )
 
 
 def _sees_event(call: Call, event: StoredEvent) -> bool:
     return event.run_id == call.run_id or call.sees_thread(event.conversation_id, event.thread_id)
 
 
-async def events_get(call: Call, args: EventsGetArgs) -> JSONObject:
+async def events_get(call: Call, args: EventsGetArgs) -> EventRecord:
     """One event of the run's conversation (or logged by the run)."""
     try:
         event = await call.stores.events.get(args.event_id)
@@ -230,13 +201,13 @@ async def events_get(call: Call, args: EventsGetArgs) -> JSONObject:
             f"Event {args.event_id!r} does not exist or is not readable by this run; it may read only "
             f"{_where(call)} and the events it logged.",
         )
-    return event_json(event, max_data_bytes=MAX_EVENT_DATA_BYTES)
+    return event_record(event, max_data_bytes=MAX_EVENT_DATA_BYTES)
 
 
-async def events_page(call: Call, args: EventsPageArgs) -> JSONObject:
+async def events_page(call: Call, args: EventsPageArgs) -> EventPage:
     """Page the run's conversation event log."""
     if call.grant.conversation_id is None:
-        return _empty_page()
+        return EventPage(items=[], next_cursor=None, prev_cursor=None, has_more=False)
     await _check_event_cursor(call, args.before_cursor)
     await _check_event_cursor(call, args.after_cursor)
     page = await call.stores.events.page(
@@ -247,5 +218,5 @@ async def events_page(call: Call, args: EventsPageArgs) -> JSONObject:
         limit=args.limit,
         event_types=args.event_types,
     )
-    items = [event_json(e, max_data_bytes=MAX_PAGE_DATA_BYTES) for e in page.items]
-    return _page_json(page, items)
+    items = [event_record(e, max_data_bytes=MAX_PAGE_DATA_BYTES) for e in page.items]
+    return EventPage(items=items, **_cursors(page))

@@ -35,7 +35,18 @@ from mcphost.facts._args import (
 from mcphost.facts._call import Call
 from mcphost.facts._results import ToolCallError
 from mcphost.models import RunGrant
-from mcphost.protocol import MAX_JSON_DEPTH, JSONObject
+from mcphost.protocol import MAX_JSON_DEPTH
+from mcphost.protocol.facts import (
+    Deleted,
+    StateList,
+    StateListItem,
+    StateValue,
+    StateWritten,
+    StorageList,
+    StorageListItem,
+    StorageValue,
+    StorageWritten,
+)
 from mcphost.stores.state import unservable_message
 
 LIST_VALUE_BYTES = 64 * 1024
@@ -60,10 +71,10 @@ def _state_owner(call: Call, scope: str, *, write: bool) -> tuple[str, ...]:
     return owner
 
 
-async def state_get(call: Call, args: StateKeyArgs) -> JSONObject:
+async def state_get(call: Call, args: StateKeyArgs) -> StateValue:
     entry = await call.stores.state.get(args.scope, _state_owner(call, args.scope, write=False), args.key)
     if entry is None:
-        return {"scope": args.scope, "key": args.key, "found": False, "value": None}
+        return StateValue(scope=args.scope, key=args.key, found=False, value=None)
     if entry.unservable:
         raise ToolCallError(
             "runtime_error",
@@ -71,46 +82,50 @@ async def state_get(call: Call, args: StateKeyArgs) -> JSONObject:
             retryable=False,
             details={"scope": args.scope, "key": args.key, "max_depth": MAX_JSON_DEPTH},
         )
-    return {
-        "scope": args.scope,
-        "key": args.key,
-        "found": True,
-        "value": entry.value,
-        "size": entry.size,
-        "updated_at": entry.updated_at,
-    }
+    return StateValue(
+        scope=args.scope,
+        key=args.key,
+        found=True,
+        value=entry.value,
+        size=entry.size,
+        updated_at=entry.updated_at,
+    )
 
 
-async def state_set(call: Call, args: StateSetArgs) -> JSONObject:
+async def state_set(call: Call, args: StateSetArgs) -> StateWritten:
     owner = _state_owner(call, args.scope, write=True)
     entry = await call.stores.state.set(args.scope, owner, args.key, args.value)
-    return {"scope": args.scope, "key": args.key, "size": entry.size, "updated_at": entry.updated_at}
+    return StateWritten(scope=args.scope, key=args.key, size=entry.size, updated_at=entry.updated_at)
 
 
-async def state_delete(call: Call, args: StateKeyArgs) -> JSONObject:
+async def state_delete(call: Call, args: StateKeyArgs) -> Deleted:
     owner = _state_owner(call, args.scope, write=True)
     deleted = await call.stores.state.delete(args.scope, owner, args.key)
-    return {"scope": args.scope, "key": args.key, "deleted": deleted}
+    return Deleted(scope=args.scope, key=args.key, deleted=deleted)
 
 
-async def state_list(call: Call, args: StateListArgs) -> JSONObject:
+async def state_list(call: Call, args: StateListArgs) -> StateList:
     owner = _state_owner(call, args.scope, write=False)
     page = await call.stores.state.list(
         args.scope, owner, prefix=args.prefix, limit=args.limit, cursor=args.cursor
     )
-    items: list[JSONObject] = []
+    items: list[StateListItem] = []
     inline = 0
     for entry in page.items:
-        item: JSONObject = {"key": entry.key, "size": entry.size, "updated_at": entry.updated_at}
         if entry.unservable:
-            item["error"] = {"code": "runtime_error", "message": unservable_message(args.scope, entry.key)}
+            error = {"code": "runtime_error", "message": unservable_message(args.scope, entry.key)}
+            item = StateListItem(key=entry.key, size=entry.size, updated_at=entry.updated_at, error=error)
         elif inline + entry.size <= LIST_VALUE_BYTES:
             inline += entry.size
-            item["value"] = entry.value
+            item = StateListItem(
+                key=entry.key, size=entry.size, updated_at=entry.updated_at, value=entry.value
+            )
         else:
-            item["value_omitted"] = True
+            item = StateListItem(
+                key=entry.key, size=entry.size, updated_at=entry.updated_at, value_omitted=True
+            )
         items.append(item)
-    return {"scope": args.scope, "items": items, "next_cursor": page.next_cursor, "has_more": page.has_more}
+    return StateList(scope=args.scope, items=items, next_cursor=page.next_cursor, has_more=page.has_more)
 
 
 def storage_owner(grant: RunGrant, area: str) -> tuple[str, ...] | None:
@@ -145,40 +160,40 @@ def _storage_owner(call: Call, area: str) -> tuple[str, ...]:
     return owner
 
 
-async def storage_get(call: Call, args: StorageKeyArgs) -> JSONObject:
+async def storage_get(call: Call, args: StorageKeyArgs) -> StorageValue:
     value = await call.stores.storage.get(args.area, _storage_owner(call, args.area), args.key)
     if value is None:
-        return {"area": args.area, "key": args.key, "found": False, "value_base64": None}
-    return {
-        "area": args.area,
-        "key": args.key,
-        "found": True,
-        "value_base64": base64.b64encode(value.value).decode(),
-        "size": value.size,
-        "updated_at": value.updated_at,
-    }
+        return StorageValue(area=args.area, key=args.key, found=False, value_base64=None)
+    return StorageValue(
+        area=args.area,
+        key=args.key,
+        found=True,
+        value_base64=base64.b64encode(value.value).decode(),
+        size=value.size,
+        updated_at=value.updated_at,
+    )
 
 
-async def storage_set(call: Call, args: StorageSetArgs) -> JSONObject:
+async def storage_set(call: Call, args: StorageSetArgs) -> StorageWritten:
     owner = _storage_owner(call, args.area)
     item = await call.stores.storage.set(args.area, owner, args.key, args.value())
-    return {"area": args.area, "key": args.key, "size": item.size, "updated_at": item.updated_at}
+    return StorageWritten(area=args.area, key=args.key, size=item.size, updated_at=item.updated_at)
 
 
-async def storage_delete(call: Call, args: StorageKeyArgs) -> JSONObject:
+async def storage_delete(call: Call, args: StorageKeyArgs) -> Deleted:
     owner = _storage_owner(call, args.area)
     deleted = await call.stores.storage.delete(args.area, owner, args.key)
-    return {"area": args.area, "key": args.key, "deleted": deleted}
+    return Deleted(area=args.area, key=args.key, deleted=deleted)
 
 
-async def storage_list(call: Call, args: StorageListArgs) -> JSONObject:
+async def storage_list(call: Call, args: StorageListArgs) -> StorageList:
     owner = _storage_owner(call, args.area)
     page = await call.stores.storage.list(
         args.area, owner, prefix=args.prefix, limit=args.limit, cursor=args.cursor
     )
-    return {
-        "area": args.area,
-        "items": [item.model_dump(mode="json") for item in page.items],
-        "next_cursor": page.next_cursor,
-        "has_more": page.has_more,
-    }
+    return StorageList(
+        area=args.area,
+        items=[StorageListItem(key=i.key, size=i.size, updated_at=i.updated_at) for i in page.items],
+        next_cursor=page.next_cursor,
+        has_more=page.has_more,
+    )

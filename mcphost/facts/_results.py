@@ -4,8 +4,9 @@ Owns `ToolCallError` (a failure an agent can fix, carried as a PROTOCOL §5 code
 and the argument digest. Does not decide when a call fails (the handlers and the call pipeline do).
 
 Invariants:
-- A successful result carries the handler's JSON object as `structured_content` and the same JSON as
-  its one text block, so clients that show only text see everything.
+- A successful result carries the handler's answer model (`mcphost.protocol.facts`), dumped here and
+  only here (`model_dump(mode="json")`), as `structured_content` and the same JSON as its one text block,
+  so clients that show only text see everything.
 - A failed result is `is_error=True` with structured content `{code, message, retryable, details}` and
   the text `code: message`. It never carries a traceback or an exception's repr.
 - The argument digest is the SHA-256 of the canonical JSON (sorted keys, compact, UTF-8): the same
@@ -19,6 +20,7 @@ import json
 from typing import Any
 
 import mcp_types as types
+from pydantic import BaseModel
 
 from mcphost.errors import HostError
 from mcphost.protocol import JSONObject, is_error_code
@@ -82,8 +84,9 @@ def dumps(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, allow_nan=False)
 
 
-def ok_result(structured: JSONObject) -> tuple[types.CallToolResult, int]:
-    """A successful tool result and the bytes it returns."""
+def ok_result(answer: BaseModel) -> tuple[types.CallToolResult, int]:
+    """A successful tool result carrying `answer`, and the bytes it returns."""
+    structured: JSONObject = answer.model_dump(mode="json")
     text = dumps(structured)
     result = types.CallToolResult(
         content=[types.TextContent(type="text", text=text)], structured_content=structured

@@ -18,34 +18,35 @@ import mcp_types as types
 from mcphost.facts._args import KnowledgeRetrieveArgs, NoArgs
 from mcphost.facts._call import Call
 from mcphost.facts._results import ToolCallError, dumps
-from mcphost.protocol import JSONObject
+from mcphost.protocol import AgentRunContext
+from mcphost.protocol.facts import KnowledgeBase, KnowledgeBases, KnowledgeHits
 
 CONTEXT_URI = "mcphost://run/context"
 NO_INSTRUCTIONS = "No instructions were configured for this agent."
 
 
-async def run_context(call: Call, args: NoArgs) -> JSONObject:
+async def run_context(call: Call, args: NoArgs) -> AgentRunContext:
     """The run's context without its token."""
-    return (await call.context()).model_dump(mode="json")
+    return await call.context()
 
 
-async def knowledge_list(call: Call, args: NoArgs) -> JSONObject:
+async def knowledge_list(call: Call, args: NoArgs) -> KnowledgeBases:
     """The knowledge bases this run may search."""
     described = {kb.kb_id: kb for kb in (await call.context()).resources.knowledge_bases}
-    bases: list[JSONObject] = []
+    bases: list[KnowledgeBase] = []
     for kb_id in sorted(call.grant.knowledge_bases):
         kb = described.get(kb_id)
         bases.append(
-            {
-                "kb_id": kb_id,
-                "name": kb.name if kb is not None else kb_id,
-                "description": kb.description if kb is not None else "",
-            }
+            KnowledgeBase(
+                kb_id=kb_id,
+                name=kb.name if kb is not None else kb_id,
+                description=kb.description if kb is not None else "",
+            )
         )
-    return {"knowledge_bases": bases}
+    return KnowledgeBases(knowledge_bases=bases)
 
 
-async def knowledge_retrieve(call: Call, args: KnowledgeRetrieveArgs) -> JSONObject:
+async def knowledge_retrieve(call: Call, args: KnowledgeRetrieveArgs) -> KnowledgeHits:
     """Chunks of a granted knowledge base that match the query."""
     if args.kb_id not in call.grant.knowledge_bases:
         raise ToolCallError(
@@ -57,7 +58,7 @@ async def knowledge_retrieve(call: Call, args: KnowledgeRetrieveArgs) -> JSONObj
             "not_found", f"Knowledge base {args.kb_id!r} has no search index yet; nothing can be retrieved."
         )
     chunks = await call.knowledge.retrieve(args.kb_id, args.query, top_k=args.top_k, filters=args.filters)
-    return {"chunks": [chunk.model_dump(mode="json") for chunk in chunks[: args.top_k]]}
+    return KnowledgeHits(chunks=list(chunks[: args.top_k]))
 
 
 async def context_resource(call: Call) -> types.ReadResourceResult:

@@ -1,11 +1,14 @@
 """The table of facts tools: name, description, argument model, handler — built once per process.
 
 Owns `FACTS_TOOLS` and each tool's MCP description (`types.Tool`, input schema from the argument model,
-so field docstrings become the descriptions a model reads). Does not run anything (`_dispatch.py` does).
+so field docstrings become the descriptions a model reads; output schema from the answer model of
+`mcphost.protocol.facts`). Does not run anything (`_dispatch.py` does).
 
 Invariants:
-- The table holds exactly `grants.ALL_FACTS_TOOLS` (checked at import), so the grant's tool names and the
-  served tools cannot drift apart.
+- The table holds exactly `protocol.facts.FactsToolName`, in its order, and `grants.ALL_FACTS_TOOLS`
+  (checked at import), so the grant's tool names, the served tools and the answer models cannot drift apart.
+- A tool's answer model is `FACTS_ANSWERS[name]`, never chosen here; its handler returns an instance of
+  it and publishes its JSON Schema as `outputSchema`.
 - `types.Tool` objects are built once here and shared by every `tools/list` answer; the per-run answer is
   a filter over them, never a rebuild.
 """
@@ -39,7 +42,8 @@ from mcphost.facts._args import (
 )
 from mcphost.facts._call import Call
 from mcphost.grants import ALL_FACTS_TOOLS
-from mcphost.protocol import JSONObject
+from mcphost.protocol import ProtocolModel
+from mcphost.protocol.facts import FACTS_ANSWERS, FACTS_TOOL_NAMES, FactsToolName, answer_schema
 
 ArgsT = TypeVar("ArgsT", bound=ToolArgs)
 
@@ -48,12 +52,17 @@ ArgsT = TypeVar("ArgsT", bound=ToolArgs)
 class ToolSpec(Generic[ArgsT]):
     """One facts tool."""
 
-    name: str
+    name: FactsToolName
     description: str
     args: type[ArgsT]
-    handler: Callable[[Call, ArgsT], Awaitable[JSONObject]]
+    handler: Callable[[Call, ArgsT], Awaitable[ProtocolModel]]
     read_only: bool = True
     tool: types.Tool = field(init=False, repr=False)
+
+    @property
+    def answer(self) -> type[ProtocolModel]:
+        """The model of this tool's answer (`protocol.facts.FACTS_ANSWERS`)."""
+        return FACTS_ANSWERS[self.name]
 
     def __post_init__(self) -> None:
         schema = self.args.model_json_schema()
@@ -64,6 +73,7 @@ class ToolSpec(Generic[ArgsT]):
             title=self.name.replace("_", " "),
             description=self.description,
             input_schema=schema,
+            output_schema=answer_schema(self.name),
             annotations=types.ToolAnnotations(
                 read_only_hint=self.read_only,
                 destructive_hint=False if self.read_only else None,
@@ -200,9 +210,10 @@ _SPECS: list[ToolSpec[Any]] = [
 FACTS_TOOLS: Mapping[str, ToolSpec[Any]] = {spec.name: spec for spec in _SPECS}
 """Every facts tool by name, in the order `tools/list` shows them."""
 
-if frozenset(FACTS_TOOLS) != ALL_FACTS_TOOLS:  # pragma: no cover - a programming error caught at import
+if tuple(FACTS_TOOLS) != FACTS_TOOL_NAMES or frozenset(FACTS_TOOLS) != ALL_FACTS_TOOLS:  # pragma: no cover
     raise AssertionError(
-        f"facts tools {sorted(set(FACTS_TOOLS) ^ ALL_FACTS_TOOLS)} differ from grants.ALL_FACTS_TOOLS"
+        f"facts tools {list(FACTS_TOOLS)} differ from protocol.facts.FactsToolName {list(FACTS_TOOL_NAMES)} "
+        f"or grants.ALL_FACTS_TOOLS {sorted(ALL_FACTS_TOOLS)}"
     )
 
 

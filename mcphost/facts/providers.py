@@ -23,9 +23,9 @@ from typing import Protocol
 
 import mcp_types as types
 
-from mcphost.knowledge.bases import KnowledgeChunk
 from mcphost.models import RunGrant
 from mcphost.protocol import AgentRunContext, JSONObject
+from mcphost.protocol.facts import KnowledgeChunk
 
 ContextProvider = Callable[[str], Awaitable[AgentRunContext | None]]
 """`run_id` → the context the run was started with (token included; the facts server removes it), or

@@ -37,6 +37,7 @@ from mcphost.config import KnowledgeBaseConfig, Settings
 from mcphost.errors import ConfigError, InvalidArgumentError, NotFoundError
 from mcphost.knowledge.chunking import CHUNKER_VERSION, PARSERS, chunk_document
 from mcphost.protocol import JSONObject
+from mcphost.protocol.facts import KnowledgeChunk
 from mcphost.stores import Database
 from mcphost.stores.knowledge import KnowledgeBaseStats, KnowledgeStore
 
@@ -114,19 +115,6 @@ class KnowledgeFilters(BaseModel):
     metadata: dict[str, str | int | float | bool] = Field(default_factory=dict[str, str | int | float | bool])
     """Equality on document metadata (front matter, `format`, `extension`); a list value matches when it
     contains the wanted value."""
-
-
-class KnowledgeChunk(BaseModel):
-    """One retrieved passage of a knowledge base (PROTOCOL §7 `knowledge_retrieve` chunks)."""
-
-    model_config = ConfigDict(frozen=True, use_attribute_docstrings=True)
-
-    chunk_id: str
-    document: str
-    """The document the chunk comes from (its path or title)."""
-    text: str
-    score: float
-    metadata: JSONObject = Field(default_factory=dict)
 
 
 class KnowledgeBaseInfo(BaseModel):

@@ -1,7 +1,8 @@
 """mcphost Protocol v1: the runner-visible contract as pydantic models.
 
 Pure: imports nothing else from mcphost. Runners import this package and nothing else of the host.
-`json_schemas()` exports every model as JSON Schema for runners written in other languages.
+`json_schemas()` exports every model as JSON Schema for runners written in other languages, including the
+answer of every per-run MCP tool (`facts.py`, written as `<tool>_answer`).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from pydantic import BaseModel, TypeAdapter
 from mcphost.protocol._base import (
     MAX_JSON_DEPTH,
     PROTOCOL_VERSION,
+    STRICT_CONTEXT,
     InboundModel,
     JSONObject,
     JSONValue,
@@ -60,6 +62,7 @@ from mcphost.protocol.context import (
     Trigger,
     TriggerSource,
 )
+from mcphost.protocol.facts import FACTS_TOOL_NAMES, FactsToolName, answer_schema
 from mcphost.protocol.manifest import (
     RUNNER_ID_FORM,
     AgentRunnerManifest,
@@ -142,11 +145,14 @@ def json_schemas() -> dict[str, dict[str, Any]]:
     for name, model in models.items():
         adapter: TypeAdapter[Any] = model if isinstance(model, TypeAdapter) else TypeAdapter(model)
         out[name] = adapter.json_schema()
+    for tool in FACTS_TOOL_NAMES:
+        out[f"{tool}_answer"] = answer_schema(tool)
     return out
 
 
 __all__ = [
     "ERROR_CODES",
+    "FACTS_TOOL_NAMES",
     "INT64_MAX",
     "INT64_MIN",
     "MAX_INLINE_ARTIFACT_BYTES",
@@ -164,6 +170,7 @@ __all__ = [
     "RUNNER_ID_FORM",
     "STATE_KEY_PATTERN",
     "STATE_SCOPES",
+    "STRICT_CONTEXT",
     "TERMINAL_RESULT_TYPES",
     "ActionRequested",
     "ActionRequestedData",
@@ -186,6 +193,7 @@ __all__ = [
     "Delivery",
     "ErrorCode",
     "EventInfo",
+    "FactsToolName",
     "HostInfo",
     "InboundModel",
     "InitializeParams",

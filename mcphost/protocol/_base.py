@@ -2,15 +2,18 @@
 
 Inbound models (anything a runner sends to the host) forbid unknown fields; outbound models (what the
 host sends to runners) allow them to be ignored by the receiving side, so runners stay forward
-compatible (PROTOCOL §1: "runners must ignore unknown context fields").
+compatible (PROTOCOL §1: "runners must ignore unknown context fields"). Validating an outbound model with
+`context=STRICT_CONTEXT` refuses unknown fields at every level instead: tests use it to catch a field the
+host sends that the models do not know.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
+from types import MappingProxyType
 from typing import Any, TypeAlias, TypeGuard, cast
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationInfo, model_validator
 
 JSONValue: TypeAlias = Any
 """A JSON value passing through unchanged (STYLE 7: the one allowed use of Any)."""
@@ -80,7 +83,32 @@ class InboundModel(BaseModel):
     )
 
 
+_STRICT_KEY = "mcphost.protocol.strict"
+
+STRICT_CONTEXT: Mapping[str, bool] = MappingProxyType({_STRICT_KEY: True})
+"""Validation context (`Model.model_validate(data, context=STRICT_CONTEXT)`) under which a `ProtocolModel`,
+and every `ProtocolModel` nested in it, refuses fields it does not know instead of ignoring them."""
+
+
+def _is_strict(context: object) -> bool:
+    # pydantic hands the context over untyped; STRICT_CONTEXT is a mapping of str to bool.
+    return isinstance(context, Mapping) and cast("Mapping[str, object]", context).get(_STRICT_KEY) is True
+
+
 class ProtocolModel(BaseModel):
-    """A model the host sends out: parsers on the runner side ignore unknown fields."""
+    """A model the host sends out: parsers on the runner side ignore unknown fields (refused under
+    `STRICT_CONTEXT`)."""
 
     model_config = ConfigDict(extra="ignore", use_attribute_docstrings=True, populate_by_name=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _refuse_unknown_when_strict(cls, data: JSONValue, info: ValidationInfo) -> JSONValue:
+        if not _is_strict(info.context) or not is_json_object(data):
+            return data
+        fields = cls.model_fields
+        known = set(fields) | {field.alias for field in fields.values() if field.alias is not None}
+        unknown = sorted(key for key in data if key not in known)
+        if unknown:
+            raise ValueError(f"{cls.__name__} does not know the field(s) {', '.join(unknown)}")
+        return data

@@ -30,7 +30,9 @@ class Docs:
         if "tea" not in query:
             return []
         return [
-            KnowledgeChunk(chunk_id="c1", document="drinks.md", text="Green tea steeps at 80 °C.", score=1.0)
+            KnowledgeChunk(
+                chunk_id="c1", document="drinks.md", text="Green tea steeps at 80 °C.", score=1.0, metadata={}
+            )
         ]
 
 

@@ -45,7 +45,9 @@ class Retriever:
     ) -> Sequence[KnowledgeChunk]:
         if kb_id == "kb-empty":
             raise NotFoundError(f"Knowledge base {kb_id!r} has no documents yet.")
-        chunk = KnowledgeChunk(chunk_id="c1", document="guide.md", text=f"about {query}", score=1.5)
+        chunk = KnowledgeChunk(
+            chunk_id="c1", document="guide.md", text=f"about {query}", score=1.5, metadata={}
+        )
         return [chunk] * (top_k + 3)
 
 
