@@ -30,7 +30,9 @@ tools as `is_error` results, not as exceptions crossing the protocol.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, TypeGuard, TypeVar
+from typing import Any, ClassVar, TypeVar
+
+from mcphost.common import excgroups
 
 _E = TypeVar("_E", bound=BaseException)
 
@@ -158,17 +160,4 @@ class PluginError(HostError):
 def find_error(exc: BaseException, kind: type[_E] | tuple[type[_E], ...]) -> _E | None:
     """`exc` when it is a `kind`, else the first `kind` inside it when it is an exception group (errors
     raised inside task groups arrive wrapped, nested as deep as the task groups were), else None."""
-    if isinstance(exc, kind):
-        return exc
-    if is_exception_group(exc):
-        for inner in exc.exceptions:
-            found = find_error(inner, kind)
-            if found is not None:
-                return found
-    return None
-
-
-def is_exception_group(exc: BaseException) -> TypeGuard[BaseExceptionGroup[BaseException]]:
-    """`isinstance(exc, BaseExceptionGroup)`, with the members typed: a bare `isinstance` leaves the
-    group's type argument unknown."""
-    return isinstance(exc, BaseExceptionGroup)
+    return excgroups.find(exc, kind)

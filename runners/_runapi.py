@@ -40,6 +40,7 @@ import anyio
 import anyio.abc
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from mcphost.common.excgroups import sole_leaf
 from mcphost.protocol import AgentRunContext, JSONObject, JSONValue, MCPAccess, ProtocolModel, StateScope
 from mcphost.protocol.facts import (
     ArtifactChunk,
@@ -138,8 +139,7 @@ def pick_mode(protocol_versions: list[str]) -> str:
 
 
 def _describe(exc: BaseException) -> str:
-    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
-        exc = exc.exceptions[0]
+    exc = sole_leaf(exc)
     return str(exc) or type(exc).__name__
 
 

@@ -53,6 +53,7 @@ import anyio.abc
 import anyio.to_thread
 from pydantic import ValidationError
 
+from mcphost.common.excgroups import sole_leaf
 from mcphost.common.lines import LineReader, TooLong
 from mcphost.protocol import (
     MAX_INLINE_ARTIFACT_BYTES,
@@ -534,8 +535,7 @@ class _PluginServer:
 
 def _describe(exc: BaseException) -> str:
     # A task group inside a runner wraps a single failure; report the failure, not the wrapper.
-    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
-        exc = exc.exceptions[0]
+    exc = sole_leaf(exc)
     return str(exc) or type(exc).__name__
 
 

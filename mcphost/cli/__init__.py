@@ -37,6 +37,7 @@ from mcphost.cli._common import (
     configure_logging,
     fail,
 )
+from mcphost.common.excgroups import find
 
 __all__ = [
     "EXIT_FAILED",
@@ -425,23 +426,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return fail("interrupted", EXIT_INTERRUPTED)
     except BaseException as exc:
-        if _found(exc, KeyboardInterrupt):
+        if find(exc, KeyboardInterrupt) is not None:
             return fail("interrupted", EXIT_INTERRUPTED)
-        if _found(exc, BrokenPipeError):
+        if find(exc, BrokenPipeError) is not None:
             # The reader went away (`mcphost runs | head -1`): stop quietly, as Unix tools do. Point stdout
             # at /dev/null so the interpreter's final flush does not fail a second time.
             devnull = os.open(os.devnull, os.O_WRONLY)
             os.dup2(devnull, sys.stdout.fileno())
             return EXIT_PIPE
         raise
-
-
-def _found(exc: BaseException, kind: type[BaseException]) -> bool:
-    if isinstance(exc, kind):
-        return True
-    if isinstance(exc, BaseExceptionGroup):
-        return any(_found(inner, kind) for inner in exc.exceptions)  # pyright: ignore[reportUnknownVariableType, reportUnknownArgumentType]  # group of anything
-    return False
 
 
 def _main(argv: Sequence[str] | None) -> int:

@@ -53,6 +53,7 @@ from mcp.shared.message import SessionMessage
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from mcphost import __version__
+from mcphost.common.excgroups import first_leaf
 from mcphost.config import ToolServerConfig
 from mcphost.errors import (
     ConfigError,
@@ -60,7 +61,6 @@ from mcphost.errors import (
     HostError,
     InvalidArgumentError,
     NotFoundError,
-    is_exception_group,
 )
 from mcphost.protocol import JSONObject
 
@@ -223,8 +223,7 @@ def _with_fileno(stream: TextIO) -> TextIO:
 
 def describe_failure(exc: BaseException) -> str:
     """A one-line reason for a failure, from the innermost exception of a group."""
-    while is_exception_group(exc) and exc.exceptions:
-        exc = exc.exceptions[0]
+    exc = first_leaf(exc)
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
     return f"{type(exc).__name__}: {text[:300]}" if text else type(exc).__name__
 
