@@ -129,6 +129,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--status", choices=RUN_STATUSES, help="only runs in this status")
     p.add_argument("--limit", type=_limit, default=20, metavar="N", help="how many (1-100, default 20)")
     p.add_argument("--cursor", metavar="C", help="continue from a previous listing")
+    p.add_argument(
+        "--watch", action="store_true", help="reprint the listing every --interval seconds until Ctrl-C"
+    )
+    _add_interval(p)
     _add_common(p)
 
     p = sub.add_parser(
@@ -137,7 +141,29 @@ def build_parser() -> argparse.ArgumentParser:
         description="Show one run with its results, event log entries, transcript rows and audit.",
     )
     p.add_argument("run_id", metavar="RUN_ID")
+    p.add_argument(
+        "--follow",
+        action="store_true",
+        help="print the run's results as they are stored until it ends; exit 0 when it completed",
+    )
+    _add_interval(p)
     _add_common(p)
+
+    p = sub.add_parser(
+        "cancel",
+        help="cancel a run (an inspection grant is revoked)",
+        description="Cancel a run: in the database, where the host running it sees the request and ends it, or through a running server's API with --url (POST /v1/runs/{run_id}/cancel). An inspection grant is revoked. Exits 1 when the run has already ended.",
+    )
+    p.add_argument("run_id", metavar="RUN_ID")
+    p.add_argument("--url", metavar="URL", help="cancel through this server's API instead of the database")
+    p.add_argument("--reason", metavar="TEXT", help="why (recorded with the run; with --url)")
+    p.add_argument(
+        "--api-key-env",
+        default="MCPHOST_API_KEY",
+        metavar="NAME",
+        help="environment variable holding the API key (default: MCPHOST_API_KEY)",
+    )
+    _add_common(p, json_flag=False)
 
     p = sub.add_parser(
         "runners",
@@ -330,6 +356,39 @@ def build_parser() -> argparse.ArgumentParser:
             s.add_argument(f"--{name.replace('_', '-')}", dest=name, metavar="ID")
         _add_common(s)
 
+    p = sub.add_parser(
+        "init",
+        help="write a commented mcphost.toml",
+        description="Write a commented mcphost.toml that loads as it is (its values are the defaults) and says what to change. Refuses to overwrite a file unless --force.",
+    )
+    p.add_argument(
+        "path", nargs="?", default="mcphost.toml", metavar="PATH", help="where (default: ./mcphost.toml)"
+    )
+    p.add_argument("--force", action="store_true", help="overwrite an existing file")
+
+    p = sub.add_parser("config", help="check the configuration", description="Configuration tools.")
+    config_sub = p.add_subparsers(dest="config_command", metavar="ACTION", required=True)
+    c = config_sub.add_parser(
+        "check",
+        help="validate the config, its runners, plugins, CLIs, tool servers and database",
+        description="Check the config: it loads; every agent's runner is provided by a configured plugin; every plugin's program exists; the harness CLIs the agents need are installed; every upstream tool server answers; the database opens. One line per check (ok, warn, fail); exits 1 when a check failed, 2 when the config does not load.",
+    )
+    c.add_argument(
+        "--timeout",
+        type=float,
+        default=15.0,
+        metavar="S",
+        help="how long to wait for each tool server (default 15)",
+    )
+    _add_common(c)
+
+    p = sub.add_parser(
+        "completion",
+        help="print a shell completion script",
+        description='Print a completion script for SHELL. bash: eval "$(mcphost completion bash)" in ~/.bashrc; zsh: the same with zsh in ~/.zshrc; fish: mcphost completion fish > ~/.config/fish/completions/mcphost.fish.',
+    )
+    p.add_argument("shell", choices=["bash", "zsh", "fish"], metavar="SHELL", help="bash, zsh or fish")
+
     p = sub.add_parser("db", help="database maintenance", description="Database maintenance.")
     db_sub = p.add_subparsers(dest="db_command", metavar="ACTION", required=True)
     u = db_sub.add_parser(
@@ -339,6 +398,26 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_common(u, json_flag=False)
     return parser
+
+
+def _add_interval(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--interval",
+        type=_interval,
+        default=1.0,
+        metavar="S",
+        help="seconds between reads of the database for --follow/--watch (default 1)",
+    )
+
+
+def _interval(value: str) -> float:
+    try:
+        n = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds (a number), got {value!r}") from None
+    if not 0.05 <= n <= 3600:
+        raise argparse.ArgumentTypeError(f"expected seconds from 0.05 to 3600, got {n:g}")
+    return n
 
 
 def _limit(value: str) -> int:
@@ -410,6 +489,7 @@ _COMMANDS: dict[str, tuple[str, str]] = {
     "tools": ("_knowledge", "cmd_tools"),
     "serve": ("_server", "cmd_serve"),
     "send": ("_server", "cmd_send"),
+    "cancel": ("_grants", "cmd_cancel"),
     "grant": ("_grants", "cmd_grant"),
     "revoke": ("_grants", "cmd_revoke"),
     "state": ("_state", "cmd_state"),
@@ -445,7 +525,21 @@ def _main(argv: Sequence[str] | None) -> int:
         from mcphost.cli._runs import cmd_schema
 
         return cmd_schema(args)
+    if args.command == "init":
+        from mcphost.cli._setup import cmd_init
+
+        return cmd_init(args)
+    if args.command == "completion":
+        from mcphost.cli._completion import completion_script
+
+        sys.stdout.write(completion_script(parser, args.shell))
+        return EXIT_OK
     import anyio
+
+    if args.command == "config":
+        from mcphost.cli._setup import cmd_config_check
+
+        return anyio.run(cmd_config_check, args, args.config)
 
     from mcphost.config import load_settings
     from mcphost.errors import ConfigError, HostError, find_error

@@ -1,8 +1,9 @@
-"""Inspection grants from the command line: `grant`, `revoke` and the MCP client configs they print.
+"""Inspection grants from the command line: `grant`, `revoke`, `cancel` and the MCP client configs.
 
 Owns creating an inspection grant and printing its endpoint, its token and ready-to-paste configs for
 Claude Code, Codex, VS Code and Cursor (direct HTTP and through `mcphost-bridge`), and `revoke`, which
-ends a grant or requests a run's cancel. Does not own what a grant allows nor how it is stored
+ends a grant or requests a run's cancel, and `cancel`, which does the same through the API with
+`--url` and refuses a run that has already ended. Does not own what a grant allows nor how it is stored
 (`mcphost.app`, `mcphost.grants`).
 
 Invariants: the token is printed exactly once, in the guide's SECRET block (or the `--json` document);
@@ -13,12 +14,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from typing import Any
 
 from mcphost.app import advertised_url, create_inspection_grant, end_inspection_grant, open_database
-from mcphost.cli._common import EXIT_OK, dump
+from mcphost.cli._common import EXIT_OK, dump, fail
 from mcphost.config import Settings
 from mcphost.context import TOKEN_ENV, mcp_url
 
@@ -227,4 +229,41 @@ async def cmd_revoke(args: argparse.Namespace, settings: Settings) -> int:
                 f"{run.run_id} is a run of {run.runner_id}: cancel requested (its host ends it)",
                 file=sys.stderr,
             )
+    return EXIT_OK
+
+
+async def cmd_cancel(args: argparse.Namespace, settings: Settings) -> int:
+    """Cancel a run (an inspection grant is revoked): through `POST /v1/runs/{id}/cancel` with `--url`,
+    else in the database, where the host running it sees the request and ends it."""
+    if args.url:
+        return await _cancel_over_http(args)
+    async with open_database(settings) as stores:
+        run = await stores.runs.get(args.run_id)
+        if run.status.is_terminal:
+            return fail(f"Run {run.run_id!r} has already ended ({run.status}); nothing to cancel.")
+        if run.runner_id is None:
+            await end_inspection_grant(stores, run.run_id, "cancelled with mcphost cancel")
+            print(f"{run.run_id} is an inspection grant: revoked", file=sys.stderr)
+        else:
+            await stores.runs.request_cancel(run.run_id)
+            print(f"{run.run_id}: cancel requested (the host running it ends it)", file=sys.stderr)
+    return EXIT_OK
+
+
+async def _cancel_over_http(args: argparse.Namespace) -> int:
+    import httpx2
+
+    key = os.environ.get(args.api_key_env)
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    url = args.url.rstrip("/")
+    async with httpx2.AsyncClient(base_url=url, headers=headers, timeout=30) as client:
+        try:
+            response = await client.post(f"/v1/runs/{args.run_id}/cancel", json={"reason": args.reason})
+        except httpx2.TransportError as exc:
+            return fail(f"cannot reach mcphost at {url}: {exc}. Is `mcphost serve` running there?")
+    body = response.json() if response.content else {}
+    if response.status_code >= 400:
+        error = body.get("error") or {}
+        return fail(f"{error.get('code', response.status_code)}: {error.get('message', response.text[:200])}")
+    print(f"{args.run_id}: {body.get('status')}, cancel requested", file=sys.stderr)
     return EXIT_OK

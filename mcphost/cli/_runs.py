@@ -59,6 +59,10 @@ async def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
 
 
 async def cmd_runs(args: argparse.Namespace, settings: Settings) -> int:
+    if args.watch:
+        from mcphost.cli._watch import watch_runs
+
+        return await watch_runs(args, settings)
     status = RunStatus(args.status) if args.status else None
     async with open_database(settings) as stores:
         page = await stores.runs.list(
@@ -77,6 +81,10 @@ async def cmd_runs(args: argparse.Namespace, settings: Settings) -> int:
 
 
 async def cmd_show(args: argparse.Namespace, settings: Settings) -> int:
+    if args.follow:
+        from mcphost.cli._watch import follow_run
+
+        return await follow_run(args, settings)
     async with open_database(settings) as stores:
         run = await stores.runs.get(args.run_id)
         results = await stores.results.list(run.run_id, after=0, limit=10_000)
@@ -125,11 +133,11 @@ async def cmd_show(args: argparse.Namespace, settings: Settings) -> int:
 async def cmd_db_upgrade(args: argparse.Namespace, settings: Settings) -> int:
     async with open_database(settings):
         pass
-    print(f"database at {_redact(settings.database_url)} is up to date", file=sys.stderr)
+    print(f"database at {redact(settings.database_url)} is up to date", file=sys.stderr)
     return EXIT_OK
 
 
-def _redact(url: str) -> str:
+def redact(url: str) -> str:
     if "@" in url and "://" in url:
         scheme, rest = url.split("://", 1)
         creds, host = rest.rsplit("@", 1)

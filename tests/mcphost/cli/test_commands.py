@@ -1,0 +1,212 @@
+"""`init`, `config check`, `cancel`, `show --follow`, `runs --watch` and `completion`, run as a user does."""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import anyio
+import pytest
+
+from mcphost.cli import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE
+from mcphost.config import load_settings
+from mcphost.models import RunStatus
+from mcphost.stores import open_stores
+from tests.examples.clikit import NO_BUNDLED, cli_env, mcphost
+from tests.mcphost.test_cli import _wait_for_running, write_config
+
+
+async def test_init_writes_a_commented_config_that_loads_and_refuses_to_overwrite(tmp_path: Path) -> None:
+    code, _, err = await mcphost("init", cwd=tmp_path)
+    assert code == 0, err
+    written = (tmp_path / "mcphost.toml").read_text(encoding="utf-8")
+    assert written.count("\n# ") >= 10  # commented
+    settings = load_settings(tmp_path / "mcphost.toml")
+    assert [a.id for a in settings.agents] == ["default"]
+
+    (tmp_path / "mcphost.toml").write_text("# mine\n", encoding="utf-8")
+    code, _, err = await mcphost("init", cwd=tmp_path)
+    assert code == EXIT_USAGE
+    assert "--force" in err
+    assert (tmp_path / "mcphost.toml").read_text(encoding="utf-8") == "# mine\n"
+    code, _, err = await mcphost("init", "--force", cwd=tmp_path)
+    assert code == 0, err
+    assert (tmp_path / "mcphost.toml").read_text(encoding="utf-8") == written
+
+    code, out, err = await mcphost("config", "check", cwd=tmp_path, env=NO_BUNDLED)
+    assert code == EXIT_FAILED  # bundled plugins off: the default agent's memo runner is not provided
+    assert "fail  agent default" in out
+
+
+async def test_config_check_passes_a_good_setup_one_line_per_check(tmp_path: Path) -> None:
+    code, _, err = await mcphost("init", cwd=tmp_path)
+    assert code == 0, err
+    code, out, err = await mcphost("config", "check", "--json", cwd=tmp_path)
+    assert code == 0, out + err
+    checks = [json.loads(line) for line in out.splitlines()]
+    assert {c["status"] for c in checks} == {"ok"}
+    names = [c["check"] for c in checks]
+    assert names[0] == "config"
+    assert {"plugin echo", "plugin claude-code", "agent default", "database"} <= set(names)
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def test_config_check_fails_each_broken_part_and_names_it(tmp_path: Path) -> None:
+    port = _closed_port()
+    config = tmp_path / "mcphost.toml"
+    config.write_text(
+        f'[host]\ndatabase_url = "postgresql+asyncpg://postgres@127.0.0.1:{port}/x"\n'
+        '[[plugins]]\nname = "gone"\ncommand = ["no-such-program-xyz"]\n'
+        '[[agents]]\nid = "nobody"\nrunner = "plugin:acme/none/default"\nevent_types = ["a.b"]\n'
+        '[[agents]]\nid = "coder"\nrunner = "plugin:mcphost/claude-code/default"\n'
+        'config = { cli_path = "/nonexistent/claude" }\nevent_types = ["c.d"]\n'
+        '[tools.broken]\ncommand = ["no-such-server-xyz"]\n',
+        encoding="utf-8",
+    )
+    code, out, err = await mcphost("config", "check", "--timeout", "5", cwd=tmp_path)
+    assert code == EXIT_FAILED, err
+    assert "Traceback" not in err
+    failed = {line[6:30].strip() for line in out.splitlines() if line.startswith("fail")}
+    assert failed == {"plugin gone", "agent nobody", "agent coder", "tools broken", "database"}
+    assert any(line.startswith("fail  database") and f"127.0.0.1:{port}" in line for line in out.splitlines())
+    assert any(line.startswith("ok    plugin echo") for line in out.splitlines())
+
+
+async def test_config_check_of_a_config_that_does_not_load_exits_2(tmp_path: Path) -> None:
+    (tmp_path / "mcphost.toml").write_text("[host]\nlisten = 'nowhere'\n", encoding="utf-8")
+    code, out, err = await mcphost("config", "check", "--json", cwd=tmp_path)
+    assert code == EXIT_USAGE, err
+    (check,) = [json.loads(line) for line in out.splitlines()]
+    assert (check["check"], check["status"]) == ("config", "fail")
+    assert "listen" in check["detail"]
+
+
+def _start(args: list[str], cwd: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "mcphost.cli", *args],
+        cwd=cwd,
+        env=cli_env(),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+async def test_cancel_ends_a_running_run_and_follow_streams_it_to_the_end(tmp_path: Path) -> None:
+    config = write_config(tmp_path)
+    db_url = f"sqlite+aiosqlite:///{tmp_path / 'data' / 'mcphost.db'}"
+    running = _start(["run", "slow:60", "--conversation", "m1", "--config", str(config)], tmp_path)
+    try:
+        run_id = await _wait_for_running(db_url, tmp_path / "data")
+        follow = _start(
+            ["show", run_id, "--follow", "--json", "--interval", "0.1", "--config", str(config)], tmp_path
+        )
+        with follow:
+            code, _, err = await mcphost("cancel", run_id, "--config", str(config), cwd=tmp_path)
+            assert code == 0, err
+            assert "cancel requested" in err
+            out, follow_err = await anyio.to_thread.run_sync(lambda: follow.communicate(timeout=60))
+        assert follow.returncode == EXIT_FAILED, follow_err
+        lines = [json.loads(line) for line in out.splitlines()]
+        assert lines[-1]["run"]["run_id"] == run_id
+        assert lines[-1]["run"]["status"] == "cancelled"
+        seqs = [line["seq"] for line in lines[:-1]]
+        assert seqs == sorted(set(seqs))
+        assert lines[-2]["type"] == "run.failed"
+        with anyio.fail_after(60):
+            await anyio.to_thread.run_sync(running.wait)
+    finally:
+        for process in (running,):
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+        running.stdout.close()  # type: ignore[union-attr]  # PIPE was given
+        running.stderr.close()  # type: ignore[union-attr]  # PIPE was given
+
+    code, _, err = await mcphost("cancel", run_id, "--config", str(config), cwd=tmp_path)
+    assert code == EXIT_FAILED
+    assert "already" in err
+    async with open_stores(db_url, tmp_path / "data") as stores:
+        assert (await stores.runs.get(run_id)).status is RunStatus.CANCELLED
+
+
+async def test_follow_of_a_completed_run_prints_its_results_and_exits_0(tmp_path: Path) -> None:
+    code, _, err = await mcphost("run", "hello", cwd=tmp_path)
+    assert code == 0, err
+    code, out, err = await mcphost("runs", "--json", cwd=tmp_path)
+    run_id = json.loads(out)["runs"][0]["run_id"]
+    code, out, err = await mcphost("show", run_id, "--follow", cwd=tmp_path)
+    assert code == 0, err
+    assert "run.completed" in out.splitlines()[-1]
+    assert err.strip().splitlines()[-1].startswith(run_id)
+
+
+async def test_runs_watch_reprints_as_runs_arrive_until_ctrl_c(tmp_path: Path) -> None:
+    watch = _start(["runs", "--watch", "--json", "--interval", "0.2"], tmp_path)
+    with watch:
+        assert watch.stdout is not None
+        first = await anyio.to_thread.run_sync(watch.stdout.readline)
+        assert json.loads(first)["runs"] == []
+        code, _, err = await mcphost("run", "hello", cwd=tmp_path)
+        assert code == 0, err
+        with anyio.fail_after(60):
+            while True:
+                line = await anyio.to_thread.run_sync(watch.stdout.readline)
+                if json.loads(line)["runs"]:
+                    break
+        watch.send_signal(signal.SIGINT)
+        _, err = await anyio.to_thread.run_sync(lambda: watch.communicate(timeout=30))
+    assert watch.returncode == EXIT_INTERRUPTED
+    assert err.strip() == "mcphost: error: interrupted"
+
+
+def _bash_complete(script: str, words: list[str]) -> list[str]:
+    line = " ".join(words)
+    program = (
+        f"{script}\nCOMP_WORDS=({line}); COMP_CWORD={len(words) - 1}\n"
+        '_mcphost_complete; printf "%s\\n" "${COMPREPLY[@]}"\n'
+    )
+    done = subprocess.run(["bash", "-c", program], capture_output=True, text=True, timeout=30, check=True)
+    return done.stdout.split()
+
+
+@pytest.mark.parametrize(
+    ("words", "expected"),
+    [
+        (["mcphost", "ca"], ["cancel"]),
+        (["mcphost", "kb", "s"], ["search"]),
+        (["mcphost", "runs", "--status", "c"], ["completed", "cancelled"]),
+        (["mcphost", "--config", "x.toml", "config", "c"], ["check"]),
+        (["mcphost", "completion", "f"], ["fish"]),
+        (["mcphost", "show", "run_1", "--fo"], ["--follow"]),
+    ],
+)
+async def test_bash_completion_completes_commands_flags_and_choices(
+    tmp_path: Path, words: list[str], expected: list[str]
+) -> None:
+    code, script, err = await mcphost("completion", "bash", cwd=tmp_path)
+    assert code == 0, err
+    assert sorted(_bash_complete(script, words)) == sorted(expected)
+
+
+async def test_zsh_and_fish_completion_scripts_name_every_command(tmp_path: Path) -> None:
+    for shell in ("zsh", "fish"):
+        code, script, err = await mcphost("completion", shell, cwd=tmp_path)
+        assert code == 0, err
+        for command in ("run", "runs", "show", "cancel", "init", "config", "completion", "state"):
+            assert command in script
+    code, fish, _ = await mcphost("completion", "fish", cwd=tmp_path)
+    assert (
+        "-n '__fish_seen_subcommand_from runs' -l status -r -a 'queued running completed failed cancelled'"
+        in fish
+    )
