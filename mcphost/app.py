@@ -80,6 +80,7 @@ from mcphost.models import Run, RunError, RunGrant, RunStatus, new_id
 from mcphost.orchestrator import CANCEL_GRACE_S, Orchestrator
 from mcphost.plugins.process import PluginProcess, PluginSpec, PluginSupervisor
 from mcphost.plugins.registry import RunnerRegistry
+from mcphost.schedules import Scheduler, run_scheduler
 from mcphost.stores import AuditEntry, AuditRecord, AuditStore, Database, Stores, open_stores
 
 logger = logging.getLogger(__name__)
@@ -103,6 +104,7 @@ class Host:
     gateway: Gateway
     knowledge: KnowledgeBases
     metrics: HostMetrics
+    scheduler: Scheduler
 
 
 def plugin_specs(settings: Settings) -> list[PluginSpec]:
@@ -199,8 +201,25 @@ async def open_host(settings: Settings) -> AsyncGenerator[Host, None]:
                 metrics.run_ended(run)
 
         orchestrator.on_run_end.extend([end_run, count_run])
+        scheduler = Scheduler(
+            stores,
+            settings.schedules,
+            submit=orchestrator.submit,
+            bindings=bindings,
+            host_id=orchestrator.host_id,
+        )
         host = Host(
-            settings, stores, supervisor, registry, bindings, orchestrator, facts, gateway, knowledge, metrics
+            settings,
+            stores,
+            supervisor,
+            registry,
+            bindings,
+            orchestrator,
+            facts,
+            gateway,
+            knowledge,
+            metrics,
+            scheduler,
         )
         async with (
             gateway.running(),
@@ -209,6 +228,7 @@ async def open_host(settings: Settings) -> AsyncGenerator[Host, None]:
             anyio.create_task_group() as tg,
         ):
             tg.start_soon(_sweep_grants, host)
+            await tg.start(run_scheduler, scheduler)
             try:
                 yield host
             finally:
@@ -617,6 +637,7 @@ def _attach(app: Starlette, host: Host, limits: ApiLimits | None) -> None:
         end_grant=end_grant,
         limits=limits or ApiLimits(),
         hooks=host.settings.hooks,
+        scheduler=host.scheduler,
     )
 
 

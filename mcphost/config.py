@@ -33,6 +33,7 @@ from pydantic import (
 from mcphost.errors import ConfigError
 from mcphost.models import EVENT_TYPE_PATTERN, ID_PATTERN, AgentConfig
 from mcphost.protocol import is_json_array, is_json_object
+from mcphost.timetable import ScheduleSpec
 
 CONFIG_ENV = "MCPHOST_CONFIG"
 DEFAULT_CONFIG_NAME = "mcphost.toml"
@@ -231,6 +232,19 @@ class Settings(_Section):
     tools: dict[str, ToolServerConfig] = Field(default_factory=dict[str, ToolServerConfig])
     knowledge: dict[str, KnowledgeBaseConfig] = Field(default_factory=dict[str, KnowledgeBaseConfig])
     skills: dict[str, SkillConfig] = Field(default_factory=dict[str, SkillConfig])
+    schedules: list[ScheduleSpec] = Field(default_factory=list[ScheduleSpec], max_length=1000)
+    """`[[schedules]]`: events the host emits on a timetable (read-only through the API)."""
+
+    @field_validator("schedules")
+    @classmethod
+    def _schedule_ids(cls, value: list[ScheduleSpec]) -> list[ScheduleSpec]:
+        seen: set[str] = set()
+        for spec in value:
+            if spec.id in seen:
+                raise ValueError(f"schedule id {spec.id!r} is used twice; ids must be unique")
+            seen.add(spec.id)
+        return value
+
     hooks: dict[str, HookConfig] = Field(default_factory=dict[str, HookConfig])
     """Inbound webhook sources by name (`POST /v1/hooks/<source>`)."""
 

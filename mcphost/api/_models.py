@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from mcphost.models import ID_PATTERN, Run, RunError, RunStatus
 from mcphost.protocol import JSONObject
+from mcphost.schedules import ScheduleStatus
 from mcphost.stores import MAX_RUN_SEQ, AuditRecord, StoredEvent, TranscriptRecord
 
 RESULTS_PAGE_LIMIT = 1000
@@ -263,3 +264,13 @@ class ErrorDetail(_Answer):
 
 class ErrorBody(_Answer):
     error: ErrorDetail
+
+
+class SchedulesPage(_Answer):
+    items: list[ScheduleStatus]
+    """Every schedule: the config file's first, then those created through the API, by id."""
+
+
+class ScheduleDeleted(_Answer):
+    schedule_id: str
+    deleted: bool

@@ -59,14 +59,26 @@ from mcphost.api._models import (
     RunsPage,
     RunsQuery,
     RunView,
+    ScheduleDeleted,
+    SchedulesPage,
     StateDeleted,
     StateOwnerQuery,
     TranscriptPage,
     UploadQuery,
 )
+from mcphost.api._schedules import (
+    create_schedule,
+    delete_schedule,
+    list_schedules,
+    pause_schedule,
+    resume_schedule,
+    show_schedule,
+)
 from mcphost.models import AgentEventEnvelope
 from mcphost.protocol import ArtifactRef, JSONObject
+from mcphost.schedules import ScheduleStatus
 from mcphost.stores import ArtifactRecord
+from mcphost.timetable import ScheduleSpec
 
 # -- routes and OpenAPI ------------------------------------------------------------------------------
 
@@ -149,6 +161,18 @@ _ENDPOINTS: tuple[_Endpoint, ...] = (
     _Endpoint("DELETE", "/v1/state/{scope}/{key}", delete_state,
               "Delete one state value (also one too deep to be served); the query names the owner's ids",
               200, "StateDeleted", (400, 404), StateOwnerQuery),
+    _Endpoint("GET", "/v1/schedules", list_schedules, "Every schedule with its next and newest fire times", 200,
+              "SchedulesPage"),
+    _Endpoint("POST", "/v1/schedules", create_schedule, "Create a schedule (stored; fires on every replica once)",
+              201, "ScheduleStatus", (400, 404, 409, 413), body="ScheduleSpec"),
+    _Endpoint("GET", "/v1/schedules/{schedule_id}", show_schedule, "One schedule", 200, "ScheduleStatus", (400, 404)),
+    _Endpoint("DELETE", "/v1/schedules/{schedule_id}", delete_schedule,
+              "Delete a schedule created through the API (config ones are read-only)", 200, "ScheduleDeleted",
+              (400, 404, 409)),
+    _Endpoint("POST", "/v1/schedules/{schedule_id}/pause", pause_schedule, "Pause a schedule created through the API",
+              200, "ScheduleStatus", (400, 404, 409)),
+    _Endpoint("POST", "/v1/schedules/{schedule_id}/resume", resume_schedule,
+              "Resume a paused schedule created through the API", 200, "ScheduleStatus", (400, 404, 409)),
     _Endpoint("GET", "/v1/runners", list_runners, "Runners, rejected manifests and plugin processes", 200,
               "RunnersView"),
     _Endpoint("POST", "/v1/artifacts", upload_artifact,
@@ -234,6 +258,9 @@ _SCHEMA_MODELS: tuple[type[BaseModel], ...] = (
     EventsPage,
     AuditPage,
     StateDeleted,
+    SchedulesPage,
+    ScheduleStatus,
+    ScheduleDeleted,
     RunnersView,
     Health,
     ErrorBody,
@@ -245,6 +272,7 @@ def openapi() -> JSONObject:
     modes: list[tuple[type[BaseModel], JsonSchemaMode]] = [(m, "serialization") for m in _SCHEMA_MODELS]
     modes.append((AgentEventEnvelope, "validation"))
     modes.append((CancelBody, "validation"))
+    modes.append((ScheduleSpec, "validation"))
     _, top = models_json_schema(modes, ref_template="#/components/schemas/{model}")
     paths: dict[str, JSONObject] = {}
     for endpoint in _ENDPOINTS:

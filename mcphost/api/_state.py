@@ -23,6 +23,7 @@ from mcphost.models import Run
 from mcphost.orchestrator import Orchestrator
 from mcphost.plugins.process import PluginProcess
 from mcphost.plugins.registry import RunnerRegistry
+from mcphost.schedules import Scheduler
 from mcphost.stores import Stores
 
 MAX_EVENT_BODY_BYTES = 4 * 1024 * 1024
@@ -54,6 +55,8 @@ class ApiState:
     limits: ApiLimits = field(default_factory=ApiLimits)
     hooks: Mapping[str, HookConfig] = field(default_factory=dict[str, HookConfig])
     """The `[hooks.<source>]` webhook senders `POST /v1/hooks/{source}` accepts."""
+    scheduler: Scheduler | None = None
+    """The host's scheduler (the schedule routes answer through it, and wake it after a change)."""
     draining: bool = False
     """Set when the server stops taking new events (graceful shutdown)."""
 

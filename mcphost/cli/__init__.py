@@ -8,8 +8,8 @@ config fails before anything starts. Failures exit non-zero with a one-line reas
 This module owns the parser, its argument types and `main`, the entry point of both the console script
 (`mcphost = "mcphost.cli:main"`) and `python -m mcphost.cli` (`__main__`). It does not own what the
 commands do: `_runs` (run, runs, show, runners, schema, db), `_server` (serve, send), `_grants` (grant,
-revoke and the MCP client configs), `_knowledge` (kb, tools), `_state` (state get/list/delete); `_common` holds exit codes, logging
-set-up and output helpers.
+revoke and the MCP client configs), `_knowledge` (kb, tools), `_state` (state get/list/delete),
+`_schedules` (schedules); `_common` holds exit codes, logging set-up and output helpers.
 
 Invariants: every subcommand, flag and help text is declared here, in the order `--help` lists them;
 every command but `schema` loads the config before it does anything; a `HostError` (also one wrapped in
@@ -332,6 +332,13 @@ def build_parser() -> argparse.ArgumentParser:
     _add_common(p, json_flag=False)
 
     p = sub.add_parser(
+        "schedules",
+        help="list schedules with their next fire times",
+        description="List every schedule (the config file's [[schedules]] and those created through POST /v1/schedules) with its next and newest fire times, straight from the database. --json prints one JSON document per line.",
+    )
+    _add_common(p)
+
+    p = sub.add_parser(
         "state",
         help="run-visible state: get, list, delete",
         description="Read or delete run-visible state values straight in the database (no server needed). A scope's owner is named by ids: conversation = --runner-id --binding-id --conversation-id [--thread-id]; actor = --runner-id --binding-id --actor-id; subject = --runner-id --binding-id --subject-type --subject-id; runner = --runner-id; binding = --binding-id; workspace = --workspace-id --runner-id.",
@@ -493,6 +500,7 @@ _COMMANDS: dict[str, tuple[str, str]] = {
     "grant": ("_grants", "cmd_grant"),
     "revoke": ("_grants", "cmd_revoke"),
     "state": ("_state", "cmd_state"),
+    "schedules": ("_schedules", "cmd_schedules"),
 }
 """Each command's module (imported only when the command runs: `--help` and `--version` import none of
 them, nor the server, SQLAlchemy or `mcp` they pull in) and its `async (args, settings) -> exit code`."""

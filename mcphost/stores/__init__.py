@@ -5,7 +5,8 @@ own any policy about what is stored (the journal, orchestrator and facts layer d
 
 Every store method opens its own transaction and returns pydantic models, never ORM rows; reads are
 O(limit) keyset pages (`Page`). Module map: `engine` (Database, migrations), `tables` (schema),
-`events`, `transcript`, `artifacts` + `blobs`, `state`, `storage`, `runs`, `results`, `audit`, `hosts`.
+`events`, `transcript`, `artifacts` + `blobs`, `state`, `storage`, `runs`, `results`, `audit`, `hosts`,
+`schedules`.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from mcphost.stores.health import StorageHealth, StorageProbe
 from mcphost.stores.hosts import HostRecord, HostStore
 from mcphost.stores.results import ResultStore, StoredResult
 from mcphost.stores.runs import GrantRecord, RunStore
+from mcphost.stores.schedules import ScheduleStore, StoredSchedule
 from mcphost.stores.secrets import cursor_codec
 from mcphost.stores.state import ScopeSnapshot, StateEntry, StateStore
 from mcphost.stores.storage import StorageItem, StorageStore, StorageValue
@@ -58,6 +60,7 @@ class Stores:
     hosts: HostStore
     health: StorageProbe
     """Whether `data_dir` and the database are still usable (cached for a second)."""
+    schedules: ScheduleStore
 
 
 async def _sweep_staging(staging_dir: Path) -> None:
@@ -131,6 +134,7 @@ async def open_stores(
             audit=AuditStore(db),
             hosts=HostStore(db, runs),
             health=StorageProbe(db, data_dir),
+            schedules=ScheduleStore(db),
         )
     finally:
         with anyio.CancelScope(shield=True):
@@ -158,6 +162,7 @@ __all__ = [
     "Page",
     "ResultStore",
     "RunStore",
+    "ScheduleStore",
     "ScopeSnapshot",
     "StateEntry",
     "StateStore",
@@ -168,6 +173,7 @@ __all__ = [
     "StorageValue",
     "StoredEvent",
     "StoredResult",
+    "StoredSchedule",
     "Stores",
     "TranscriptRecord",
     "TranscriptStore",

@@ -29,6 +29,7 @@ from typing import Any
 from sqlalchemy import (
     JSON,
     BigInteger,
+    Boolean,
     Double,
     ForeignKey,
     Index,
@@ -323,3 +324,41 @@ class KbChunkRow(Base):
     """The heading path, joined with " > " (indexed with a higher weight than the text)."""
     text: Mapped[str] = mapped_column(Text)
     meta: Mapped[dict[str, Any]] = mapped_column("metadata")
+
+
+class ScheduleRow(Base):
+    """A schedule created through the API (`[[schedules]]` of the config file are not stored here)."""
+
+    __tablename__ = "schedules"
+
+    schedule_id: Mapped[str] = mapped_column(String(100), primary_key=True)
+    spec: Mapped[dict[str, Any]]
+    """The `ScheduleSpec` as JSON."""
+    paused: Mapped[bool] = mapped_column(Boolean)
+    created_at: Mapped[float] = mapped_column(Double)
+    updated_at: Mapped[float] = mapped_column(Double)
+
+
+class ScheduleFireRow(Base):
+    """The claim of one fire: (schedule_id, fire_at) is the primary key, so of the replicas that find a
+    fire due exactly one inserts its row and emits its event. Only a schedule's newest claim is kept."""
+
+    __tablename__ = "schedule_fires"
+
+    schedule_id: Mapped[str] = mapped_column(String(100), primary_key=True)
+    fire_at: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    """Epoch seconds of the fire (not of the claim)."""
+    outcome: Mapped[str] = mapped_column(String(16))
+    """`fired` (its event was submitted) or `skipped` (a misfire under `misfire = "skip"`)."""
+    host_id: Mapped[str | None] = mapped_column(String(100))
+    claimed_at: Mapped[float] = mapped_column(Double)
+
+
+class LeaseRow(Base):
+    """A named, expiring lease held by one host at a time (the retention job's)."""
+
+    __tablename__ = "leases"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    holder: Mapped[str] = mapped_column(String(100))
+    expires_at: Mapped[float] = mapped_column(Double)
