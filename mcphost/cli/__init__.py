@@ -157,12 +157,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run_id", metavar="RUN_ID")
     p.add_argument("--url", metavar="URL", help="cancel through this server's API instead of the database")
     p.add_argument("--reason", metavar="TEXT", help="why (recorded with the run; with --url)")
-    p.add_argument(
-        "--api-key-env",
-        default="MCPHOST_API_KEY",
-        metavar="NAME",
-        help="environment variable holding the API key (default: MCPHOST_API_KEY)",
-    )
+    _add_api_key_env(p)
     _add_common(p, json_flag=False)
 
     p = sub.add_parser(
@@ -215,13 +210,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="upstream tool servers: status and tools",
         description="Connect every [tools.<server>] upstream MCP server and list its status and its tools as runs see them (<server>__<tool>). Exits 1 when a server is unavailable.",
     )
-    p.add_argument(
-        "--timeout",
-        type=float,
-        default=15.0,
-        metavar="S",
-        help="how long to wait for each server (default 15)",
-    )
+    _add_tools_timeout(p)
     _add_common(p)
 
     p = sub.add_parser(
@@ -280,12 +269,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="event id (default: a new one; a repeated id returns the existing run)",
     )
     p.add_argument("--data", metavar="JSON", help="event data object as JSON")
-    p.add_argument(
-        "--api-key-env",
-        default="MCPHOST_API_KEY",
-        metavar="NAME",
-        help="environment variable holding the API key (default: MCPHOST_API_KEY)",
-    )
+    _add_api_key_env(p)
     _add_common(p)
 
     p = sub.add_parser(
@@ -380,13 +364,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="validate the config, its runners, plugins, CLIs, tool servers and database",
         description="Check the config: it loads; every agent's runner is provided by a configured plugin; every plugin's program exists; the harness CLIs the agents need are installed; every upstream tool server answers; the database opens. One line per check (ok, warn, fail); exits 1 when a check failed, 2 when the config does not load.",
     )
-    c.add_argument(
-        "--timeout",
-        type=float,
-        default=15.0,
-        metavar="S",
-        help="how long to wait for each tool server (default 15)",
-    )
+    _add_tools_timeout(c)
     _add_common(c)
 
     p = sub.add_parser(
@@ -405,6 +383,25 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_common(u, json_flag=False)
     return parser
+
+
+def _add_tools_timeout(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=15.0,
+        metavar="S",
+        help="how long to wait for each tool server (default 15)",
+    )
+
+
+def _add_api_key_env(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--api-key-env",
+        default="MCPHOST_API_KEY",
+        metavar="NAME",
+        help="environment variable holding the API key (default: MCPHOST_API_KEY)",
+    )
 
 
 def _add_interval(parser: argparse.ArgumentParser) -> None:

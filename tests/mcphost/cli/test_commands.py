@@ -210,3 +210,42 @@ async def test_zsh_and_fish_completion_scripts_name_every_command(tmp_path: Path
         "-n '__fish_seen_subcommand_from runs' -l status -r -a 'queued running completed failed cancelled'"
         in fish
     )
+
+
+async def test_cancel_with_url_goes_through_the_servers_api(tmp_path: Path) -> None:
+    import httpx2
+
+    config = write_config(tmp_path)
+    port = _closed_port()
+    url = f"http://127.0.0.1:{port}"
+    db_url = f"sqlite+aiosqlite:///{tmp_path / 'data' / 'mcphost.db'}"
+    server = _start(["serve", "--listen", f"127.0.0.1:{port}", "--config", str(config)], tmp_path)
+    send = None
+    try:
+        async with httpx2.AsyncClient() as client:
+            with anyio.fail_after(60):
+                while True:
+                    try:
+                        if (await client.get(f"{url}/healthz")).status_code == 200:
+                            break
+                    except httpx2.TransportError:
+                        await anyio.sleep(0.1)
+        send = _start(
+            ["send", "slow:60", "--conversation", "m1", "--url", url, "--config", str(config)], tmp_path
+        )
+        run_id = await _wait_for_running(db_url, tmp_path / "data")
+        code, _, err = await mcphost("cancel", run_id, "--url", url, "--reason", "test", cwd=tmp_path)
+        assert code == 0, err
+        _, send_err = await anyio.to_thread.run_sync(lambda: send.communicate(timeout=60))
+        assert send.returncode == EXIT_FAILED
+        assert "cancelled" in send_err
+        code, _, err = await mcphost("cancel", run_id, "--url", url, cwd=tmp_path)
+        assert code == EXIT_FAILED
+        assert "conflict" in err
+        assert "nothing to cancel" in err
+    finally:
+        for process in (send, server):
+            if process is not None:
+                if process.poll() is None:
+                    process.terminate()
+                process.communicate(timeout=60)

@@ -17,6 +17,7 @@ import pytest
 
 from mcphost import cli
 from tests.examples.clikit import EXAMPLES, REPO, cli_env
+from tests.mcphost.test_cli import mcphost
 
 HEAVY = ("sqlalchemy", "pydantic", "mcp", "uvicorn", "starlette", "anyio", "httpx2", "alembic")
 """Top-level packages the help path must not import."""
@@ -74,26 +75,13 @@ def test_the_values_the_parser_copies_match_their_sources() -> None:
     assert cli.DEFAULT_MAX_UPLOAD_BYTES == DEFAULT_MAX_UPLOAD_BYTES
 
 
-def _mcphost(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "mcphost.cli", *args],
-        cwd=cwd,
-        env=cli_env(),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        stdin=subprocess.DEVNULL,
-        check=False,
-    )
-
-
 @pytest.mark.parametrize("before", [True, False], ids=["before-the-command", "after-the-command"])
 def test_config_is_taken_before_or_after_the_command(tmp_path: Path, before: bool) -> None:
     data = tmp_path / "elsewhere"
     config = tmp_path / "mine.toml"
     config.write_text(f'[host]\ndata_dir = "{data}"\nbundled_plugins = false\n', encoding="utf-8")
     args = ["--config", str(config), "runs"] if before else ["runs", "--config", str(config)]
-    done = _mcphost(*args, cwd=tmp_path)
+    done = mcphost(*args, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert (data / "mcphost.db").is_file()
     assert not (tmp_path / ".mcphost").exists()
@@ -102,7 +90,7 @@ def test_config_is_taken_before_or_after_the_command(tmp_path: Path, before: boo
 def test_config_after_the_command_wins_over_one_before_it(tmp_path: Path) -> None:
     config = tmp_path / "mine.toml"
     config.write_text(f'[host]\ndata_dir = "{tmp_path / "after"}"\n', encoding="utf-8")
-    done = _mcphost("--config", str(tmp_path / "missing.toml"), "runs", "--config", str(config), cwd=tmp_path)
+    done = mcphost("--config", str(tmp_path / "missing.toml"), "runs", "--config", str(config), cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "after" / "mcphost.db").is_file()
 
