@@ -215,8 +215,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser(
         "schema",
-        help="write the protocol's JSON Schemas to DIR",
-        description="Write every Protocol v1 model as JSON Schema into DIR, for runners in other languages.",
+        help="write the protocol's and mcphost.toml's JSON Schemas to DIR",
+        description="Write every Protocol v1 model (the per-run MCP tools' answers included) as JSON Schema "
+        "into DIR, for runners in other languages, and mcphost_toml.schema.json, the config file's schema "
+        "for editors.",
     )
     p.add_argument("dir", metavar="DIR")
 

@@ -1,7 +1,7 @@
 """Commands that work in this process: `run`, `runs`, `show`, `schema` and `db upgrade`.
 
 Owns running one event end to end in-process (`run`), listing and showing stored runs, writing the
-protocol's JSON Schemas and upgrading the database. Does not own the runner listing (`_runners`) nor talking to a running server (`_server`) inspection grants (`_grants`).
+protocol's and the config file's JSON Schemas and upgrading the database. Does not own the runner listing (`_runners`) nor talking to a running server (`_server`) inspection grants (`_grants`).
 
 Invariants: `run` streams the reply to stdout and the run's summary line to stderr, and exits 0 only
 for a completed run; database URLs are shown with their password masked.
@@ -146,15 +146,28 @@ def redact(url: str) -> str:
     return url
 
 
+CONFIG_SCHEMA_NAME = "mcphost_toml"
+"""`mcphost schema` writes the config file's schema as `<DIR>/mcphost_toml.schema.json`."""
+
+
+def config_schema() -> JSONObject:
+    """The JSON Schema of `mcphost.toml` (the `Settings` model), for editors that check TOML against one
+    (taplo / Even Better TOML: `#:schema ./mcphost_toml.schema.json` on the file's first line)."""
+    schema = Settings.model_json_schema()
+    schema["properties"].pop("source")  # set by the loader (the file's path), not a key of the file
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema", **schema, "title": "mcphost.toml"}
+
+
 def cmd_schema(args: argparse.Namespace) -> int:
     out_dir = Path(args.dir)
+    schemas = {**json_schemas(), CONFIG_SCHEMA_NAME: config_schema()}
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
-        for name, schema in sorted(json_schemas().items()):
+        for name, schema in sorted(schemas.items()):
             (out_dir / f"{name}.schema.json").write_text(
                 json.dumps(schema, indent=2) + "\n", encoding="utf-8"
             )
     except OSError as exc:
         return fail(f"cannot write schemas to {str(out_dir)!r}: {exc.strerror or exc}")
-    print(f"wrote {len(json_schemas())} JSON Schemas to {out_dir}", file=sys.stderr)
+    print(f"wrote {len(schemas)} JSON Schemas to {out_dir}", file=sys.stderr)
     return EXIT_OK

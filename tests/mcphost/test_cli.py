@@ -9,17 +9,22 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
+import tomllib
 from collections.abc import AsyncGenerator
 from pathlib import Path
 
 import anyio
+import jsonschema
 import pytest
 
 from mcphost.cli import main
+from mcphost.facts._tools import FACTS_TOOLS
 from mcphost.models import RunStatus
+from mcphost.protocol.facts import FACTS_ANSWERS
 from mcphost.stores import Stores, open_stores
 from tests.conftest import NO_POSTGRES, POSTGRES_URL, fresh_postgres_database
 from tests.mcphost.hostkit import MISBEHAVE, REPO
@@ -120,6 +125,41 @@ def test_schema_writes_json_schemas(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     schema = json.loads((tmp_path / "schemas" / "agent_run_result.schema.json").read_text())
     assert "run.completed" in json.dumps(schema)
+    for tool, model in FACTS_ANSWERS.items():
+        written = json.loads((tmp_path / "schemas" / f"{tool}_answer.schema.json").read_text())
+        assert written == model.model_json_schema() == FACTS_TOOLS[tool].tool.output_schema
+
+
+def _configs() -> list[tuple[str, str]]:
+    """Every `mcphost.toml` the README and examples/ show: (where, TOML text)."""
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"```toml\n(.*?)```", readme, re.DOTALL)
+    found = [(f"README.md toml block {i}", block) for i, block in enumerate(blocks)]
+    found += [
+        (str(p.relative_to(REPO)), p.read_text(encoding="utf-8"))
+        for p in sorted(REPO.glob("examples/*.toml"))
+    ]
+    return found
+
+
+def test_the_written_config_schema_accepts_every_documented_config_and_refuses_a_wrong_key(
+    tmp_path: Path,
+) -> None:
+    assert main(["schema", str(tmp_path)]) == 0
+    schema = json.loads((tmp_path / "mcphost_toml.schema.json").read_text(encoding="utf-8"))
+    validator = jsonschema.Draft202012Validator(schema)
+    configs = _configs()
+    assert len(configs) >= 6
+    for where, text in configs:
+        errors = [e.message for e in validator.iter_errors(tomllib.loads(text))]
+        assert errors == [], where
+    for wrong in (
+        {"host": {"listn": "x"}},
+        {"agents": [{"id": "a"}]},
+        {"source": "x"},
+        {"host": {"listen": 5}},
+    ):
+        assert list(validator.iter_errors(wrong)), wrong
 
 
 def test_db_upgrade_creates_the_schema(tmp_path: Path) -> None:
