@@ -19,8 +19,8 @@ Invariants:
   `allowed_hosts`) Host and Origin headers, so neither a web page nor DNS rebinding can drive it.
 - Wiring: the orchestrator calls `FactsServer.end_run` (and the run metrics) when each run ends; the
   facts server's context provider is `Orchestrator.context`, which holds a run's context (token included)
-  in memory only while the run is active on this process. Other processes sharing the database rebuild
-  what they can from the stores (`facts._context.rebuild`); no token is ever stored.
+  in memory only while the run is active on this process; every other process sharing the database
+  serves the copy the runs store kept, without its token, when the run started. No token is ever stored.
 - Inspection grants (`create_inspection_grant`) are runs without a runner, written through the runs
   store like any run: status `running` with no owning host (so host recovery never fails them), bound to
   one conversation through the grant only (the runs row has no conversation, so the grant never holds up
@@ -72,7 +72,7 @@ from mcphost.errors import (
     UnauthorizedError,
     find_error,
 )
-from mcphost.facts import MCP_PATH, FactsServer
+from mcphost.facts import MCP_PATH, FactsServer, granted_tools
 from mcphost.gateway.host_tools import Gateway
 from mcphost.grants import mint_token
 from mcphost.knowledge.bases import KnowledgeBases
@@ -181,6 +181,7 @@ async def open_host(settings: Settings) -> AsyncGenerator[Host, None]:
             max_concurrent_runs=settings.host.max_concurrent_runs,
             knowledge_bases={kb: (cfg.name, cfg.description) for kb, cfg in settings.knowledge.items()},
             skills={name: (cfg.display_name, cfg.description) for name, cfg in settings.skills.items()},
+            tool_list=granted_tools,
         )
         gateway = Gateway.from_settings(settings, stores)
         knowledge = KnowledgeBases.from_settings(stores.db, settings)

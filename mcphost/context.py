@@ -1,22 +1,34 @@
-"""Event + binding + grant → the runner's `AgentRunContext` (PROTOCOL §3).
+"""Event + binding + grant → the runner's `AgentRunContext` (PROTOCOL §3); the one context builder.
 
 The one place where host models are converted into protocol models (STYLE 3). Owns the runner config
-check against the manifest's `config_schema`. Does not read stores: the caller passes in the few facts
-the context needs (latest cursor, state snapshot), so building a context is pure and cheap.
-Invariant: the context is a projection of the grant — `resources` and `available_apis` never show
-more than the grant allows — and it carries no history window, only handles. Skills are not
-permissions: `resources.skills` lists the configured skills the agent names in `resources.skills`.
+check against the manifest's `config_schema`, the `instructions` text, the `runtime.static_refs`
+hashes and `with_token` (the one step that puts the run token into a context). Does not read or write stores: the caller passes in
+the few facts the context needs (latest cursor, state snapshot), so building a context is pure and
+cheap. The orchestrator builds a run's context once, as the run starts, and the runs store keeps it
+without its token (`RunStore.try_start`), so every replica serves the same one.
+
+Invariants:
+- The context is a projection of the grant — `resources` and `available_apis` never show more than
+  the grant allows — and it carries no history window, only handles. Skills are not permissions:
+  `resources.skills` lists the configured skills the agent names in `resources.skills`.
+- `grant_context` (a run started without a runner, such as an inspection grant, or before its host kept
+  contexts) is assembled from the same parts as `build_context`, minus what only an agent has
+  (`config`, skills, knowledge base names, `static_refs`).
+- `static_refs` are SHA-256 hashes of canonical JSON (keys sorted, no spaces, UTF-8) or UTF-8 text,
+  under rule version `STATIC_REFS_VERSION`: equal content gives equal hashes across runs and hosts.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from mcphost import __version__
 from mcphost.errors import InvalidArgumentError
-from mcphost.models import AgentBinding, AgentEventEnvelope, RunGrant
+from mcphost.models import AgentBinding, AgentEventEnvelope, Run, RunGrant
 from mcphost.protocol import (
     ActorInfo,
     AgentRunContext,
@@ -26,7 +38,10 @@ from mcphost.protocol import (
     ConfigField,
     ContextAccess,
     ConversationInfo,
+    Delivery,
     EventInfo,
+    JSONObject,
+    JSONValue,
     KnowledgeBaseInfo,
     MCPAccess,
     Resources,
@@ -40,6 +55,7 @@ from mcphost.protocol import (
     ToolInfo,
     Trigger,
 )
+from mcphost.protocol.context import StaticRef
 from mcphost.stores import ScopeSnapshot
 from mcphost.stores.state import unservable_message
 
@@ -47,6 +63,9 @@ MCP_PROTOCOL_VERSIONS = ["2025-11-25", "2026-07-28"]
 SNAPSHOT_SCOPES = ("conversation", "actor", "subject", "runner")
 """The state scopes a run context carries a snapshot of (when the grant may read them)."""
 TOKEN_ENV = "MCPHOST_RUN_TOKEN"
+STATIC_REFS_VERSION = "1"
+"""The version of the `static_refs` hashing rule (docs/protocol.md § runtime); a new rule, a new version."""
+NO_INSTRUCTIONS = "No instructions were configured for this agent."
 
 
 def state_snapshot(parts: Mapping[str, ScopeSnapshot]) -> StateSnapshot:
@@ -64,12 +83,12 @@ def mcp_url(public_url: str, run_id: str) -> str:
     return f"{public_url.rstrip('/')}/runs/{run_id}/mcp"
 
 
-def mcp_access(public_url: str, run_id: str, token: str) -> MCPAccess:
+def mcp_access(public_url: str, run_id: str) -> MCPAccess:
+    """How a runner reaches the run's MCP endpoint, without the token (`with_token` adds it)."""
     url = mcp_url(public_url, run_id)
     return MCPAccess(
         url=url,
-        headers={"Authorization": f"Bearer {token}"},
-        bridge=BridgeCommand(command=[sys.executable, "-m", "bridge", "--url", url], env={TOKEN_ENV: token}),
+        bridge=BridgeCommand(command=[sys.executable, "-m", "bridge", "--url", url]),
         protocol_versions=list(MCP_PROTOCOL_VERSIONS),
     )
 
@@ -117,30 +136,12 @@ def runner_config(binding: AgentBinding, manifest: AgentRunnerManifest) -> dict[
     return config
 
 
-def build_context(
-    *,
-    run_id: str,
-    event: AgentEventEnvelope,
-    binding: AgentBinding,
-    grant: RunGrant,
-    manifest: AgentRunnerManifest,
-    token: str,
-    public_url: str,
-    latest_cursor: str | None,
-    has_history_before: bool,
-    state: Mapping[str, ScopeSnapshot],
-    knowledge_bases: Mapping[str, tuple[str, str]] | None = None,
-    skills: Mapping[str, tuple[str, str]] | None = None,
-) -> AgentRunContext:
-    """Assemble the run context. `knowledge_bases` maps kb_id → (name, description), `skills` a skill's
-    name → (display name, description); the agent's `resources.skills` picks the skills it is told of."""
+def _event_parts(event: AgentEventEnvelope) -> dict[str, Any]:
+    """The context's fields that come from the run's event."""
     conv, actor, subject = event.conversation, event.actor, event.subject
-    tools = grant.tools
-    kbs = knowledge_bases or {}
-    return AgentRunContext(
-        run_id=run_id,
-        trigger=Trigger(type=event.event_type, source=event.source, timestamp=event.event_time),
-        event=EventInfo(
+    parts: dict[str, Any] = {
+        "trigger": Trigger(type=event.event_type, source=event.source, timestamp=event.event_time),
+        "event": EventInfo(
             event_id=event.event_id,
             event_type=event.event_type,
             event_time=event.event_time,
@@ -149,58 +150,208 @@ def build_context(
             raw_ref=event.raw_ref,
             data=dict(event.data),
         ),
-        conversation=ConversationInfo(**conv.model_dump()) if conv else None,
-        actor=ActorInfo(**actor.model_dump()) if actor else None,
-        subject=SubjectInfo(**subject.model_dump()) if subject else None,
-        input=RunInput(
+        "conversation": ConversationInfo(**conv.model_dump()) if conv else None,
+        "actor": ActorInfo(**actor.model_dump()) if actor else None,
+        "subject": SubjectInfo(**subject.model_dump()) if subject else None,
+        "input": RunInput(
             text=event.input.text,
             contents=list(event.input.contents),
             attachments=list(event.input.attachments),
         ),
+    }
+    return parts
+
+
+def _resources(
+    grant: RunGrant, knowledge_bases: Mapping[str, tuple[str, str]], skills: Sequence[SkillInfo]
+) -> Resources:
+    return Resources(
+        tools=[
+            ToolInfo(name=glob, description="host tools matching this pattern")
+            for glob in grant.host_tool_globs
+        ],
+        knowledge_bases=[
+            KnowledgeBaseInfo(
+                kb_id=kb,
+                name=knowledge_bases.get(kb, (kb, ""))[0],
+                description=knowledge_bases.get(kb, (kb, ""))[1],
+            )
+            for kb in sorted(grant.knowledge_bases)
+        ],
+        skills=list(skills),
+        storage=StorageInfo(areas=sorted(grant.storage_areas)),
+    )
+
+
+def _access(
+    grant: RunGrant, latest_cursor: str | None, has_history_before: bool, mcp: MCPAccess | None
+) -> ContextAccess:
+    tools = grant.tools
+    return ContextAccess(
+        conversation_id=grant.conversation_id,
+        thread_id=grant.thread_id,
+        latest_cursor=latest_cursor,
+        has_history_before=has_history_before,
+        available_apis=AvailableApis(
+            history_page="history_page" in tools,
+            history_search="history_search" in tools,
+            event_get="events_get" in tools,
+            event_page="events_page" in tools,
+            artifact_metadata="artifacts_metadata" in tools,
+            artifact_read="artifacts_read" in tools,
+            artifact_create="artifacts_create" in tools,
+            state="state_get" in tools,
+            storage=bool(grant.storage_areas),
+            knowledge=bool(grant.knowledge_bases),
+            tools=bool(grant.host_tool_globs),
+        ),
+        mcp=mcp,
+    )
+
+
+def _runtime(grant: RunGrant, static_refs: Mapping[str, StaticRef] | None = None) -> Runtime:
+    return Runtime(
+        host_version=__version__,
+        trace_id=grant.run_id,
+        deadline_at=grant.deadline_at,
+        static_refs=dict(static_refs or {}),
+    )
+
+
+def instructions_text(config: Mapping[str, Any], skills: Sequence[SkillInfo]) -> str:
+    """The `instructions` prompt: the agent's static prompt (`config.prompt`), then its skills."""
+    parts: list[str] = []
+    prompt = config.get("prompt")
+    if isinstance(prompt, str) and prompt.strip():
+        parts.append(prompt.strip())
+    if skills:
+        lines = ["Skills:"]
+        for skill in skills:
+            title = skill.display_name or skill.skill_name
+            about = f": {skill.description}" if skill.description else ""
+            lines.append(f"- {skill.skill_name} ({title}){about}")
+        parts.append("\n".join(lines))
+    return "\n\n".join(parts) or NO_INSTRUCTIONS
+
+
+def content_sha256(content: str | JSONValue) -> str:
+    """The hex SHA-256 of `content`: a string's UTF-8 bytes, anything else's canonical JSON (keys
+    sorted, `,`/`:` without spaces, non-ASCII kept, UTF-8)."""
+    text = (
+        content
+        if isinstance(content, str)
+        else json.dumps(content, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    )
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def static_refs(
+    config: Mapping[str, Any], resources: Resources, tools: Sequence[JSONObject]
+) -> dict[str, StaticRef]:
+    """Hashes of the parts of a run's prompt prefix that change only when the agent or grant does:
+    the `instructions` prompt text, the granted facts tools as `tools/list` shows them, and the
+    context's `resources` (host tool patterns, knowledge bases, skills, storage areas)."""
+
+    def ref(name: str, content: str | JSONValue) -> StaticRef:
+        return StaticRef(ref=name, version=STATIC_REFS_VERSION, sha256=content_sha256(content))
+
+    return {
+        "instructions": ref("prompts/instructions", instructions_text(config, resources.skills)),
+        "tools": ref("tools/list", list(tools)),
+        "resources": ref("context/resources", resources.model_dump(mode="json")),
+    }
+
+
+def build_context(
+    *,
+    run_id: str,
+    event: AgentEventEnvelope,
+    binding: AgentBinding,
+    grant: RunGrant,
+    manifest: AgentRunnerManifest,
+    public_url: str,
+    latest_cursor: str | None,
+    has_history_before: bool,
+    state: Mapping[str, ScopeSnapshot],
+    knowledge_bases: Mapping[str, tuple[str, str]] | None = None,
+    skills: Mapping[str, tuple[str, str]] | None = None,
+    tools: Sequence[JSONObject] = (),
+) -> AgentRunContext:
+    """Assemble the run context, without its token (`with_token` adds it). `knowledge_bases` maps kb_id → (name, description), `skills` a skill's
+    name → (display name, description); the agent's `resources.skills` picks the skills it is told of.
+    `tools` are the facts tools the grant allows, as `tools/list` shows them (hashed into
+    `runtime.static_refs`)."""
+    if grant.run_id != run_id:
+        raise ValueError(f"build_context takes the run's own grant; got {grant.run_id!r} for {run_id!r}")
+    told = [
+        SkillInfo(skill_name=name, display_name=skills[name][0] or name, description=skills[name][1])
+        for name in binding.agent.resources.skills
+        if skills and name in skills
+    ]
+    resources = _resources(grant, knowledge_bases or {}, told)
+    config = runner_config(binding, manifest)
+    return AgentRunContext(
+        run_id=run_id,
+        **_event_parts(event),
         delivery=event.delivery.model_copy(
             update={
                 "supports_streaming": event.delivery.supports_streaming and binding.agent.delivery.streaming
             }
         ),
-        resources=Resources(
-            tools=[
-                ToolInfo(name=glob, description="host tools matching this pattern")
-                for glob in grant.host_tool_globs
-            ],
-            knowledge_bases=[
-                KnowledgeBaseInfo(
-                    kb_id=kb, name=kbs.get(kb, (kb, ""))[0], description=kbs.get(kb, (kb, ""))[1]
-                )
-                for kb in sorted(grant.knowledge_bases)
-            ],
-            skills=[
-                SkillInfo(skill_name=name, display_name=skills[name][0] or name, description=skills[name][1])
-                for name in binding.agent.resources.skills
-                if skills and name in skills
-            ],
-            storage=StorageInfo(areas=sorted(grant.storage_areas)),
-        ),
-        context=ContextAccess(
-            conversation_id=grant.conversation_id,
-            thread_id=grant.thread_id,
-            latest_cursor=latest_cursor,
-            has_history_before=has_history_before,
-            available_apis=AvailableApis(
-                history_page="history_page" in tools,
-                history_search="history_search" in tools,
-                event_get="events_get" in tools,
-                event_page="events_page" in tools,
-                artifact_metadata="artifacts_metadata" in tools,
-                artifact_read="artifacts_read" in tools,
-                artifact_create="artifacts_create" in tools,
-                state="state_get" in tools,
-                storage=bool(grant.storage_areas),
-                knowledge=bool(grant.knowledge_bases),
-                tools=bool(grant.host_tool_globs),
-            ),
-            mcp=mcp_access(public_url, run_id, token),
-        ),
+        resources=resources,
+        context=_access(grant, latest_cursor, has_history_before, mcp_access(public_url, run_id)),
         state=state_snapshot(state),
-        runtime=Runtime(host_version=__version__, trace_id=run_id, deadline_at=grant.deadline_at),
-        config=runner_config(binding, manifest),
+        runtime=_runtime(grant, static_refs(config, resources, tools)),
+        config=config,
     )
+
+
+def grant_context(
+    run: Run,
+    grant: RunGrant,
+    event: AgentEventEnvelope | None,
+    *,
+    latest_cursor: str | None,
+    has_history_before: bool,
+    state: Mapping[str, ScopeSnapshot],
+) -> AgentRunContext:
+    """The context of a run that has no stored one: what its row, grant and event say. No `config`
+    (the `instructions` prompt says there is none), no skills, knowledge bases by id, no `mcp` (the
+    caller is already connected) and no `static_refs`."""
+    parts: dict[str, Any]
+    if event is not None:
+        parts = _event_parts(event)
+        delivery = event.delivery
+    else:
+        when = run.created_at
+        parts = {
+            "trigger": Trigger(type=run.event_type, source="system", timestamp=when),
+            "event": EventInfo(
+                event_id=run.event_id, event_type=run.event_type, event_time=when, source="system"
+            ),
+        }
+        delivery = Delivery()
+    return AgentRunContext(
+        run_id=run.run_id,
+        **parts,
+        delivery=delivery,
+        resources=_resources(grant, {}, ()),
+        context=_access(grant, latest_cursor, has_history_before, None),
+        state=state_snapshot(state),
+        runtime=_runtime(grant),
+    )
+
+
+def with_token(ctx: AgentRunContext, token: str) -> AgentRunContext:
+    """`ctx` (built without a token) as its runner gets it: the token in `mcp` as bearer header and in
+    the bridge's environment."""
+    mcp = ctx.context.mcp
+    if mcp is None:
+        return ctx
+    full = mcp.model_copy(
+        update={
+            "headers": {"Authorization": f"Bearer {token}", **mcp.headers},
+            "bridge": mcp.bridge.model_copy(update={"env": {**mcp.bridge.env, TOKEN_ENV: token}}),
+        }
+    )
+    return ctx.model_copy(update={"context": ctx.context.model_copy(update={"mcp": full})})

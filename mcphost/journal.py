@@ -56,6 +56,7 @@ from mcphost.protocol import (
 )
 from mcphost.stores import Stores
 from mcphost.stores.events import EventKind
+from mcphost.stores.transcript import item_values
 
 logger = logging.getLogger(__name__)
 
@@ -114,12 +115,13 @@ class RunJournal:
 
     # -- inbound ---------------------------------------------------------------------------------------
 
-    async def record_user_input(self) -> None:
-        """The user transcript row for a message event. Non-message events never become user rows."""
+    def user_item(self) -> dict[str, Any] | None:
+        """The user transcript row of a message event (`transcript.item_values`), appended as the run
+        starts (`RunStore.try_start`). Non-message events never become user rows: None."""
         event = self._event
         if not event.is_user_message or event.input.is_empty() or event.conversation is None:
-            return
-        await self._stores.transcript.append(
+            return None
+        return item_values(
             conversation_id=event.conversation.conversation_id,
             thread_id=event.conversation.thread_id,
             role="user",

@@ -28,8 +28,10 @@ Invariants:
   until a restart. Readers of such a run poll the store and end when the sweeper ends it.
 - What a client sees of a host failure is a code and a short message (`HOST_FAILED`, or a storage
   error's fixed message); the exception itself is logged with the run id, never stored in the run.
-- The context of a run (token included) lives in memory only while the run is active on this process
-  (`context(run_id)`, the facts server's context provider); it is never stored. `on_run_end` callbacks
+- A run's context is built once, as it starts, inside the transaction that moves it to `running`
+  (`runs.try_start`, which also appends the run's user input): the runs store keeps it without its
+  token, for every replica's facts server; the copy with the token lives in memory only while the run
+  is active on this process (`context(run_id)`, the facts server's context provider). `on_run_end` callbacks
   run once per run, after its terminal status is written and its grant revoked, inside the shielded,
   bounded close; a failing callback is logged and does not stop the others.
 """
@@ -39,7 +41,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -57,7 +59,7 @@ from tenacity import (
 )
 
 from mcphost.bindings import Bindings
-from mcphost.context import SNAPSHOT_SCOPES, build_context, runner_config
+from mcphost.context import SNAPSHOT_SCOPES, build_context, runner_config, with_token
 from mcphost.errors import (
     HostError,
     InvalidArgumentError,
@@ -72,10 +74,11 @@ from mcphost.models import AgentBinding, AgentEventEnvelope, Run, RunError, RunG
 from mcphost.plugins._wire import first_error
 from mcphost.plugins.process import PluginProcess, RawResult
 from mcphost.plugins.registry import RegisteredRunner, RunnerRegistry
-from mcphost.protocol import AgentRunContext
+from mcphost.protocol import AgentRunContext, JSONObject
 from mcphost.stores import ScopeSnapshot, Stores, event_values
 from mcphost.stores.hosts import HOST_RESTARTED
 from mcphost.stores.results import StoredResult
+from mcphost.stores.runs import StartContext
 
 logger = logging.getLogger(__name__)
 
@@ -163,6 +166,7 @@ class Orchestrator:
         max_concurrent_runs: int = 64,
         knowledge_bases: Mapping[str, tuple[str, str]] | None = None,
         skills: Mapping[str, tuple[str, str]] | None = None,
+        tool_list: Callable[[RunGrant], Sequence[JSONObject]] | None = None,
     ) -> None:
         self._stores = stores
         self._registry = registry
@@ -172,6 +176,8 @@ class Orchestrator:
         self._limiter = anyio.CapacityLimiter(max_concurrent_runs)
         self._knowledge_bases = dict(knowledge_bases or {})
         self._skills = dict(skills or {})
+        self._tool_list = tool_list or (lambda _grant: ())
+        """The facts tools a grant allows, as `tools/list` shows them (hashed into `static_refs`)."""
         self.host_id = new_id("host")
         self._tg: TaskGroup | None = None
         self._active: dict[str, _ActiveRun] = {}
@@ -446,7 +452,9 @@ class Orchestrator:
         started = False
         try:
             with active.scope:
-                started = await self._wait_turn(active, grant)
+                started = await self._wait_turn(
+                    active, grant, journal, self._starter(active, event, binding, grant, token)
+                )
                 if started:
                     try:
                         outcome = await self._execute(active, event, binding, grant, token, journal)
@@ -458,7 +466,40 @@ class Orchestrator:
             with anyio.CancelScope(shield=True), anyio.move_on_after(CLOSE_BOUND_S):
                 await self._close(active, journal, outcome, started=started)
 
-    async def _wait_turn(self, active: _ActiveRun, grant: RunGrant) -> bool:
+    def _starter(
+        self,
+        active: _ActiveRun,
+        event: AgentEventEnvelope,
+        binding: AgentBinding,
+        grant: RunGrant,
+        token: str,
+    ) -> StartContext:
+        """The run's context builder, called by `runs.try_start` inside the start transaction: the
+        token-free context is stored on the run, the one with the token is kept for the runner."""
+
+        async def build(latest: str | None, has_before: bool) -> AgentRunContext:
+            ctx = build_context(
+                run_id=active.run_id,
+                event=event,
+                binding=binding,
+                grant=grant,
+                manifest=active.runner.manifest,
+                public_url=self._public_url,
+                latest_cursor=latest,
+                has_history_before=has_before,
+                state=await self._state_snapshot(grant),
+                knowledge_bases=self._knowledge_bases,
+                skills=self._skills,
+                tools=self._tool_list(grant),
+            )
+            self._contexts[active.run_id] = with_token(ctx, token)
+            return ctx
+
+        return build
+
+    async def _wait_turn(
+        self, active: _ActiveRun, grant: RunGrant, journal: RunJournal, start: StartContext
+    ) -> bool:
         """Wait for a slot of `max_concurrent_runs` and for the database to let this run start.
 
         True with the slot held (released by the caller); False, without a slot, when the run ended
@@ -475,7 +516,9 @@ class Orchestrator:
             await self._limiter.acquire_on_behalf_of(active)
             ticket = self._conversation_signal.ticket()
             try:
-                run = await self._stores.runs.try_start(active.run_id, host_id=self.host_id)
+                run = await self._stores.runs.try_start(
+                    active.run_id, host_id=self.host_id, user_item=journal.user_item(), context=start
+                )
             except BaseException:
                 self._limiter.release_on_behalf_of(active)
                 raise
@@ -494,29 +537,8 @@ class Orchestrator:
         token: str,
         journal: RunJournal,
     ) -> Outcome:
-        stores, run_id = self._stores, active.run_id
-        await journal.record_user_input()
-        conv = event.conversation
-        latest: str | None = None
-        has_before = False
-        if conv is not None:
-            latest, has_before = await stores.transcript.head(conv.conversation_id, conv.thread_id)
-        state = await self._state_snapshot(grant)
-        ctx = build_context(
-            run_id=run_id,
-            event=event,
-            binding=binding,
-            grant=grant,
-            manifest=active.runner.manifest,
-            token=token,
-            public_url=self._public_url,
-            latest_cursor=latest,
-            has_history_before=has_before,
-            state=state,
-            knowledge_bases=self._knowledge_bases,
-            skills=self._skills,
-        )
-        self._contexts[run_id] = ctx
+        run_id = active.run_id
+        ctx = self._contexts[run_id]  # built as the run started (`_starter`)
         runner_name = active.runner.manifest.id.rsplit("/", 1)[1]
         plugin = active.runner.plugin
         send, receive = anyio.create_memory_object_stream[RawResult](math.inf)

@@ -13,6 +13,7 @@ handlers, `_call` (what a handler gets), `_context` (context loading and token r
 
 from __future__ import annotations
 
+from mcphost.facts._tools import granted_tools
 from mcphost.facts.providers import ContextProvider, HostToolProvider, KnowledgeChunk, KnowledgeRetriever
 from mcphost.facts.server import MCP_PATH, FactsServer
 
@@ -23,4 +24,5 @@ __all__ = [
     "HostToolProvider",
     "KnowledgeChunk",
     "KnowledgeRetriever",
+    "granted_tools",
 ]

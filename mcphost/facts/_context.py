@@ -1,46 +1,30 @@
-"""The run context as the facts server hands it back: the host's copy without the token, or a rebuild.
+"""The run context as the facts server hands it back: the one the run was started with, without its token.
 
-Owns `load_context` (provider first, then a rebuild from the stores) and `redact` (the token out of
-`context.mcp`). Does not build contexts for runs being started (`context.py` does).
+Owns `load_context` (the provider's in-memory copy, else the copy the runs store kept when the run
+started) and `redact` (the token out of `context.mcp`). Builds nothing: `context.py` is the one builder.
 
 Invariants:
+- Every replica answers a run's context requests with the same context: the provider (the host that
+  runs it) holds exactly what `RunStore.try_start` stored, so both sources give equal answers.
 - What leaves here never contains the run token: the `Authorization` header and the bridge's token
   variable are removed, and so is any other header or environment value whose hash is the grant's token
   hash (a host that put the token somewhere unexpected).
-- The rebuild (no provider, or the provider no longer has the run) uses only stored facts — the run row,
-  its inbound event, the grant, the transcript cursor and the granted state — and never guesses the
-  agent's config: `config` is empty, so the `instructions` prompt says there is none. `context.mcp` is
-  left out (the caller is already connected).
+- A run with no stored context — an inspection grant (no runner), or a run started before migration
+  0007 — gets `context.grant_context` over its row, event and grant, with the thread's head and the
+  granted state as they are now: no `config` (the `instructions` prompt says there is none), knowledge
+  bases by id, no `mcp` (the caller is already connected).
 """
 
 from __future__ import annotations
 
 from pydantic import ValidationError
 
-from mcphost import __version__
-from mcphost.context import SNAPSHOT_SCOPES, TOKEN_ENV, state_snapshot
+from mcphost.context import SNAPSHOT_SCOPES, TOKEN_ENV, grant_context
 from mcphost.errors import NotFoundError
 from mcphost.facts.providers import ContextProvider
 from mcphost.grants import token_matches
 from mcphost.models import AgentEventEnvelope, RunGrant
-from mcphost.protocol import (
-    ActorInfo,
-    AgentRunContext,
-    AvailableApis,
-    ContextAccess,
-    ConversationInfo,
-    Delivery,
-    EventInfo,
-    KnowledgeBaseInfo,
-    MCPAccess,
-    Resources,
-    RunInput,
-    Runtime,
-    StorageInfo,
-    SubjectInfo,
-    ToolInfo,
-    Trigger,
-)
+from mcphost.protocol import AgentRunContext, MCPAccess
 from mcphost.stores import ScopeSnapshot, Stores
 
 
@@ -76,10 +60,13 @@ def redact(ctx: AgentRunContext, token_hash: str) -> AgentRunContext:
 
 
 async def load_context(stores: Stores, grant: RunGrant, provider: ContextProvider | None) -> AgentRunContext:
-    """The run's context without its token."""
+    """The run's context without its token: the provider's copy, else the stored one, else what the
+    stores still say of a run that has none stored (`context.grant_context`)."""
     ctx = await provider(grant.run_id) if provider is not None else None
     if ctx is None:
-        ctx = await rebuild(stores, grant)
+        ctx = await stores.runs.context(grant.run_id)
+    if ctx is None:
+        ctx = await _unstored(stores, grant)
     return redact(ctx, grant.token_hash)
 
 
@@ -91,10 +78,10 @@ async def _event_of(stores: Stores, event_id: str) -> AgentEventEnvelope | None:
         return None
 
 
-async def rebuild(stores: Stores, grant: RunGrant) -> AgentRunContext:
-    """What the stores still know of a run's context."""
+async def _unstored(stores: Stores, grant: RunGrant) -> AgentRunContext:
+    """The context of a run that was not started with one (an inspection grant, or a run started before
+    migration 0007): its row, event and grant, and the thread's head and granted state as they are now."""
     run = await stores.runs.get(grant.run_id)
-    event = await _event_of(stores, run.event_id)
     latest: str | None = None
     has_before = False
     if grant.conversation_id is not None:
@@ -104,65 +91,11 @@ async def rebuild(stores: Stores, grant: RunGrant) -> AgentRunContext:
         owner = grant.state_scope_id(scope)
         if scope in grant.state_read and owner is not None:
             state[scope] = await stores.state.snapshot(scope, owner)
-    source = event.source if event is not None else "system"
-    when = event.event_time if event is not None else run.created_at
-    tools = grant.tools
-    return AgentRunContext(
-        run_id=grant.run_id,
-        trigger=Trigger(type=run.event_type, source=source, timestamp=when),
-        event=EventInfo(
-            event_id=run.event_id,
-            event_type=run.event_type,
-            event_time=when,
-            source=source,
-            source_event_type=event.source_event_type if event is not None else None,
-            raw_ref=event.raw_ref if event is not None else None,
-            data=dict(event.data) if event is not None else {},
-        ),
-        conversation=(
-            ConversationInfo(**event.conversation.model_dump())
-            if event is not None and event.conversation is not None
-            else None
-        ),
-        actor=ActorInfo(**event.actor.model_dump()) if event is not None and event.actor else None,
-        subject=SubjectInfo(**event.subject.model_dump()) if event is not None and event.subject else None,
-        input=(
-            RunInput(
-                text=event.input.text,
-                contents=list(event.input.contents),
-                attachments=list(event.input.attachments),
-            )
-            if event is not None
-            else RunInput()
-        ),
-        delivery=event.delivery if event is not None else Delivery(),
-        resources=Resources(
-            tools=[
-                ToolInfo(name=glob, description="host tools matching this pattern")
-                for glob in grant.host_tool_globs
-            ],
-            knowledge_bases=[KnowledgeBaseInfo(kb_id=kb, name=kb) for kb in sorted(grant.knowledge_bases)],
-            storage=StorageInfo(areas=sorted(grant.storage_areas)),
-        ),
-        context=ContextAccess(
-            conversation_id=grant.conversation_id,
-            thread_id=grant.thread_id,
-            latest_cursor=latest,
-            has_history_before=has_before,
-            available_apis=AvailableApis(
-                history_page="history_page" in tools,
-                history_search="history_search" in tools,
-                event_get="events_get" in tools,
-                event_page="events_page" in tools,
-                artifact_metadata="artifacts_metadata" in tools,
-                artifact_read="artifacts_read" in tools,
-                artifact_create="artifacts_create" in tools,
-                state="state_get" in tools,
-                storage=bool(grant.storage_areas),
-                knowledge=bool(grant.knowledge_bases),
-                tools=bool(grant.host_tool_globs),
-            ),
-        ),
-        state=state_snapshot(state),
-        runtime=Runtime(host_version=__version__, trace_id=grant.run_id, deadline_at=grant.deadline_at),
+    return grant_context(
+        run,
+        grant,
+        await _event_of(stores, run.event_id),
+        latest_cursor=latest,
+        has_history_before=has_before,
+        state=state,
     )

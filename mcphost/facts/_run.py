@@ -8,13 +8,15 @@ Invariants:
 - Knowledge is cut by the grant: `knowledge_list` shows only `grant.knowledge_bases`, and
   `knowledge_retrieve` refuses any other kb id with `unauthorized` before a retriever sees it.
 - The instructions are the agent's static prompt (`config.prompt`) followed by the granted skills'
-  descriptions, as one user message (MCP prompts have no system role).
+  descriptions (`context.instructions_text`, also hashed into `runtime.static_refs`), as one user
+  message (MCP prompts have no system role).
 """
 
 from __future__ import annotations
 
 import mcp_types as types
 
+from mcphost.context import instructions_text
 from mcphost.facts._args import KnowledgeRetrieveArgs, NoArgs
 from mcphost.facts._call import Call
 from mcphost.facts._results import ToolCallError, dumps
@@ -22,7 +24,6 @@ from mcphost.protocol import AgentRunContext
 from mcphost.protocol.facts import KnowledgeBase, KnowledgeBases, KnowledgeHits
 
 CONTEXT_URI = "mcphost://run/context"
-NO_INSTRUCTIONS = "No instructions were configured for this agent."
 
 
 async def run_context(call: Call, args: NoArgs) -> AgentRunContext:
@@ -72,18 +73,7 @@ async def context_resource(call: Call) -> types.ReadResourceResult:
 async def instructions(call: Call) -> types.GetPromptResult:
     """The agent's static prompt and the descriptions of its skills."""
     ctx = await call.context()
-    parts: list[str] = []
-    prompt = ctx.config.get("prompt")
-    if isinstance(prompt, str) and prompt.strip():
-        parts.append(prompt.strip())
-    if ctx.resources.skills:
-        lines = ["Skills:"]
-        for skill in ctx.resources.skills:
-            title = skill.display_name or skill.skill_name
-            about = f": {skill.description}" if skill.description else ""
-            lines.append(f"- {skill.skill_name} ({title}){about}")
-        parts.append("\n".join(lines))
-    text = "\n\n".join(parts) or NO_INSTRUCTIONS
+    text = instructions_text(ctx.config, ctx.resources.skills)
     return types.GetPromptResult(
         description="The agent's instructions for this run",
         messages=[types.PromptMessage(role="user", content=types.TextContent(type="text", text=text))],

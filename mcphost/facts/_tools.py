@@ -42,7 +42,8 @@ from mcphost.facts._args import (
 )
 from mcphost.facts._call import Call
 from mcphost.grants import ALL_FACTS_TOOLS
-from mcphost.protocol import ProtocolModel
+from mcphost.models import RunGrant
+from mcphost.protocol import JSONObject, ProtocolModel
 from mcphost.protocol.facts import FACTS_ANSWERS, FACTS_TOOL_NAMES, FactsToolName, answer_schema
 
 ArgsT = TypeVar("ArgsT", bound=ToolArgs)
@@ -221,3 +222,12 @@ def input_schema(name: str) -> dict[str, Any] | None:
     """A facts tool's input schema (for the SDK's `Mcp-Param-*` header check), or None."""
     spec = FACTS_TOOLS.get(name)
     return None if spec is None else spec.tool.input_schema
+
+
+def granted_tools(grant: RunGrant) -> list[JSONObject]:
+    """The facts tools `grant` allows, each as `tools/list` shows it (JSON, by alias, no nulls)."""
+    return [
+        spec.tool.model_dump(mode="json", by_alias=True, exclude_none=True)
+        for name, spec in FACTS_TOOLS.items()
+        if name in grant.tools
+    ]

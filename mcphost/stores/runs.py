@@ -20,6 +20,9 @@ Invariants:
   - `try_start` moves a run to `running` only when no other run of its conversation is running and no
     older (`created_seq`) run of it is still queued: one at a time, first in first out. Runs without a
     conversation always start.
+- The start is one transaction: the move to `running`, the run's user transcript row and its context
+  (`context`, the `AgentRunContext` without its token, built from the thread's head after that row).
+  The context is written once and never changed, so every replica serves the same one.
 - `created_seq` only grows (AUTOINCREMENT / a sequence), so it orders runs by admission.
 - Retried when their connection drops (`@idempotent`, `_retry.py`), because repeating them is safe: every
   read; `admit` (a retry finds the row the first attempt may have committed, and recognizes it as its
@@ -32,6 +35,7 @@ Invariants:
 from __future__ import annotations
 
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
@@ -41,18 +45,22 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from mcphost.errors import ConcurrencyRejectedError, IllegalTransitionError, RunNotFoundError
 from mcphost.models import ALLOWED_TRANSITIONS, ConcurrencyPolicy, Run, RunError, RunGrant, RunStatus
-from mcphost.protocol import JSONObject
+from mcphost.protocol import AgentRunContext, JSONObject
 from mcphost.stores._cursor import CursorCodec, Page, check_limit
 from mcphost.stores._retry import idempotent
 from mcphost.stores._sql import lock_in_transaction
 from mcphost.stores.engine import Database
 from mcphost.stores.events import insert_event
 from mcphost.stores.tables import RunRow
+from mcphost.stores.transcript import insert_item, thread_head
 
 ACTIVE_STATUSES: tuple[str, ...] = (RunStatus.QUEUED.value, RunStatus.RUNNING.value)
 RESTARTABLE_CODE = "host.restarted"
 """The error of a run its host stopped before it finished: submitting its event again makes a new attempt."""
 _LOCK_NAMESPACE = "conversation"
+
+StartContext = Callable[[str | None, bool], Awaitable[AgentRunContext]]
+"""(latest cursor, has older items) of the run's thread as it starts → the run's context, token-free."""
 
 
 class GrantRecord(BaseModel):
@@ -223,10 +231,21 @@ class RunStore:
         )
 
     @idempotent
-    async def try_start(self, run_id: str, *, host_id: str) -> Run | None:
+    async def try_start(
+        self,
+        run_id: str,
+        *,
+        host_id: str,
+        user_item: dict[str, Any] | None = None,
+        context: StartContext | None = None,
+    ) -> Run | None:
         """Move a queued run to `running` on `host_id` if it is its conversation's turn, else None.
 
-        A run already running on `host_id` is returned as it is (so a repeat is harmless).
+        In the same transaction, when the run starts: `user_item` (`transcript.item_values` of the run's
+        input message) is appended to its thread, then `context` is called with the thread's head after
+        that append (latest cursor, older items?) and what it returns — the run's context without its
+        token — is kept on the run (`context()`). A run already running on `host_id` is returned as it
+        is, without calling `context` (so a repeat is harmless).
         """
         async with self._db.write() as session:
             row = await _row(session, run_id)
@@ -243,7 +262,35 @@ class RunStore:
             moved = await _move(
                 session, run_id, RunStatus.QUEUED, RunStatus.RUNNING, started_at=time.time(), host_id=host_id
             )
-            return None if moved is None else _run(moved)
+            if moved is None:
+                return None
+            if user_item is not None:
+                await insert_item(session, self._db.dialect, user_item)
+            if context is not None:
+                latest, has_before = (None, False)
+                if row.conversation_id:
+                    latest, has_before = await thread_head(
+                        session, self._cursors, row.conversation_id, row.thread_id
+                    )
+                snapshot = (await context(latest, has_before)).model_dump(mode="json")
+                await session.execute(update(RunRow).where(RunRow.run_id == run_id).values(context=snapshot))
+            return _run(moved)
+
+    @idempotent
+    async def context(self, run_id: str) -> AgentRunContext | None:
+        """The context the run was started with, without its token; None while it is queued, and for
+        runs started before migration 0007 kept it.
+
+        Raises:
+            RunNotFoundError: no such run.
+        """
+        async with self._db.read() as session:
+            stored = (
+                await session.execute(select(RunRow.context).where(RunRow.run_id == run_id))
+            ).one_or_none()
+        if stored is None:
+            raise _not_found(run_id)
+        return None if stored.context is None else AgentRunContext.model_validate(stored.context)
 
     async def _blocked(self, session: AsyncSession, row: RunRow) -> bool:
         same = RunRow.conversation_id == row.conversation_id

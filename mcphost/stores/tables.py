@@ -232,6 +232,9 @@ class RunRow(Base):
     token_hash: Mapped[str] = mapped_column(String(128))
     revoked_at: Mapped[float | None] = mapped_column(Double)
     cancel_requested_at: Mapped[float | None] = mapped_column(Double)
+    context: Mapped[dict[str, Any] | None]
+    """The run's `AgentRunContext` without its token, written as the run starts (`try_start`); NULL
+    while queued, and for runs started before migration 0007."""
 
 
 class RunResultRow(Base):

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Any, Literal, Required, TypedDict, Unpack
 
 from pydantic import BaseModel, ConfigDict, TypeAdapter
 from sqlalchemy import (
@@ -48,6 +48,7 @@ from sqlalchemy import (
     text,
 )
 from sqlalchemy.dialects.postgresql import TSVECTOR
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from mcphost.models import new_id
 from mcphost.protocol import MAX_JSON_DEPTH, ArtifactRef, ContentElement, JSONObject, json_depth
@@ -61,7 +62,7 @@ from mcphost.stores._fulltext import (
     thread_scope_sqlite,
 )
 from mcphost.stores._retry import idempotent
-from mcphost.stores._sql import insert_ignoring
+from mcphost.stores._sql import Dialect, insert_ignoring
 from mcphost.stores.engine import Database
 from mcphost.stores.tables import TranscriptRow
 
@@ -144,6 +145,76 @@ def _record(row: TranscriptRow, cursors: CursorCodec) -> TranscriptRecord:
     )
 
 
+class ItemFields(TypedDict, total=False):
+    """The fields of one transcript item (`item_values`); `conversation_id` and `role` are required."""
+
+    conversation_id: Required[str]
+    role: Required[Role]
+    content: str
+    thread_id: str | None
+    contents: Sequence[ContentElement | JSONObject]
+    artifacts: Sequence[ArtifactRef | JSONObject]
+    event_id: str | None
+    run_id: str | None
+    actor_id: str | None
+    item_id: str | None
+    created_at: float | None
+
+
+def item_values(**fields: Unpack[ItemFields]) -> dict[str, Any]:
+    """The `transcript` row of one item, validated (a new `item_id` unless given)."""
+    role, conversation_id = fields["role"], fields["conversation_id"]
+    if role not in ROLES:
+        raise ValueError(f"unknown transcript role {role!r}; known: {', '.join(sorted(ROLES))}")
+    if not conversation_id:
+        raise ValueError("a transcript item needs a conversation_id")
+    created_at = fields.get("created_at")
+    return {
+        "item_id": fields.get("item_id") or new_id("itm"),
+        "conversation_id": conversation_id,
+        "thread_id": fields.get("thread_id") or "",
+        "role": role,
+        "content": fields.get("content", ""),
+        "contents": [
+            _CONTENT.dump_python(_CONTENT.validate_python(c), mode="json") for c in fields.get("contents", ())
+        ],
+        "artifacts": [
+            ArtifactRef.model_validate(a).model_dump(mode="json", exclude_none=True)
+            for a in fields.get("artifacts", ())
+        ],
+        "event_id": fields.get("event_id"),
+        "run_id": fields.get("run_id"),
+        "actor_id": fields.get("actor_id"),
+        "created_at": time.time() if created_at is None else created_at,
+    }
+
+
+async def insert_item(session: AsyncSession, dialect: Dialect, values: dict[str, Any]) -> TranscriptRow:
+    """Insert one item (`item_values`) inside `session` unless its `item_id` is stored; the stored row."""
+    await session.execute(insert_ignoring(dialect, TranscriptRow, values, ["item_id"]))
+    stmt = select(TranscriptRow).where(TranscriptRow.item_id == values["item_id"])
+    return (await session.execute(stmt)).scalar_one()
+
+
+async def thread_head(
+    session: AsyncSession, cursors: CursorCodec, conversation_id: str, thread_id: str | None
+) -> tuple[str | None, bool]:
+    """Inside `session`: the thread's newest cursor (None when empty) and whether it has older items."""
+    query = (
+        select(TranscriptRow.seq)
+        .where(
+            TranscriptRow.conversation_id == conversation_id,
+            TranscriptRow.thread_id == (thread_id or ""),
+        )
+        .order_by(TranscriptRow.seq.desc())
+        .limit(2)
+    )
+    seqs = (await session.execute(query)).scalars().all()
+    if not seqs:
+        return None, False
+    return cursors.encode("transcript", seqs[0]), len(seqs) > 1
+
+
 class TranscriptStore:
     """Append and page conversation transcripts."""
 
@@ -151,56 +222,17 @@ class TranscriptStore:
         self._db = db
         self._cursors = cursors
 
-    async def append(
-        self,
-        *,
-        conversation_id: str,
-        role: Role,
-        content: str = "",
-        thread_id: str | None = None,
-        contents: Sequence[ContentElement | JSONObject] = (),
-        artifacts: Sequence[ArtifactRef | JSONObject] = (),
-        event_id: str | None = None,
-        run_id: str | None = None,
-        actor_id: str | None = None,
-        item_id: str | None = None,
-        created_at: float | None = None,
-    ) -> TranscriptRecord:
+    async def append(self, **fields: Unpack[ItemFields]) -> TranscriptRecord:
         """Store one item (a new `item_id` unless given; a given id already stored returns that row).
 
         `contents` and `artifacts` may be models or their JSON; either is validated and stored as JSON.
         """
-        if role not in ROLES:
-            raise ValueError(f"unknown transcript role {role!r}; known: {', '.join(sorted(ROLES))}")
-        if not conversation_id:
-            raise ValueError("a transcript item needs a conversation_id")
-        item_id = item_id or new_id("itm")
-        values = {
-            "item_id": item_id,
-            "conversation_id": conversation_id,
-            "thread_id": thread_id or "",
-            "role": role,
-            "content": content,
-            "contents": [_CONTENT.dump_python(_CONTENT.validate_python(c), mode="json") for c in contents],
-            "artifacts": [
-                ArtifactRef.model_validate(a).model_dump(mode="json", exclude_none=True) for a in artifacts
-            ],
-            "event_id": event_id,
-            "run_id": run_id,
-            "actor_id": actor_id,
-            "created_at": time.time() if created_at is None else created_at,
-        }
-        return await self._insert(values)
+        return await self._insert(item_values(**fields))
 
     @idempotent
     async def _insert(self, values: dict[str, Any]) -> TranscriptRecord:
-        item_id = values["item_id"]
         async with self._db.write() as session:
-            await session.execute(insert_ignoring(self._db.dialect, TranscriptRow, values, ["item_id"]))
-            row = (
-                await session.execute(select(TranscriptRow).where(TranscriptRow.item_id == item_id))
-            ).scalar_one()
-            return _record(row, self._cursors)
+            return _record(await insert_item(session, self._db.dialect, values), self._cursors)
 
     @idempotent
     async def page(
@@ -244,20 +276,8 @@ class TranscriptStore:
 
         What a run context needs (`latest_cursor`, `has_history_before`): the two newest rows by index.
         """
-        query = (
-            select(TranscriptRow.seq)
-            .where(
-                TranscriptRow.conversation_id == conversation_id,
-                TranscriptRow.thread_id == (thread_id or ""),
-            )
-            .order_by(TranscriptRow.seq.desc())
-            .limit(2)
-        )
         async with self._db.read() as session:
-            seqs = (await session.execute(query)).scalars().all()
-        if not seqs:
-            return None, False
-        return self._cursors.encode("transcript", seqs[0]), len(seqs) > 1
+            return await thread_head(session, self._cursors, conversation_id, thread_id)
 
     @idempotent
     async def thread_at(self, cursor: str) -> tuple[str, str | None] | None:

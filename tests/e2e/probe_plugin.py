@@ -8,6 +8,9 @@ over Streamable HTTP with the `mcp` SDK client. Each run's behaviour is chosen b
     hold:SECONDS     calls run_context every 0.1 s for SECONDS (a run that needs its MCP endpoint
                      while the host drains), then replies "held N"
     leak:PATH        writes the run token to PATH (so a test can try it after the run), then probes
+    keep:SECONDS:PATH
+                     writes the run token to PATH, then stays running for SECONDS without MCP calls (so
+                     a test can use the run's endpoint itself), then replies "kept"
     anything else    replies with the text
 """
 
@@ -34,13 +37,23 @@ def _structured(result: types.CallToolResult) -> dict[str, Any]:
 
 class ProbeRunner(AgentRunner):
     name = "default"
-    permissions = Permissions(history=["page"], events=["get", "page"], artifacts=["metadata", "read"])
+    permissions = Permissions(
+        history=["page"], events=["get", "page"], artifacts=["metadata", "read"], knowledge=["list"]
+    )
 
     async def run(self, ctx: AgentRunContext, out: RunOutput) -> None:
         text = ctx.input.text or ""
         mcp = ctx.context.mcp
         if mcp is None:
             await out.failed("runner.mcp_unavailable", "no MCP access in the context")
+            return
+        if text.startswith("keep:"):
+            seconds, path = text.removeprefix("keep:").split(":", 1)
+            written = anyio.Path(path + ".part")  # renamed when complete: a reader never sees half of it
+            await written.write_text(mcp.headers["Authorization"].removeprefix("Bearer "))
+            await written.rename(path)
+            await anyio.sleep(float(seconds))
+            await out.message("kept")
             return
         if text.startswith("leak:"):
             token = mcp.headers["Authorization"].removeprefix("Bearer ")

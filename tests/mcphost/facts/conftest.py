@@ -3,8 +3,9 @@
 `served` runs `FactsServer.asgi_app` under uvicorn on a free 127.0.0.1 port inside the test's event loop
 (so the test and the server share the stores), with `running()` entered around it. `start_run` admits a
 run the way the orchestrator does: a grant from `grants.build_grant` (manifest ∩ agent ∩ event), the run
-row through `runs.admit`, the inbound event and the user transcript row, and the run context from
-`context.build_context`, which the server's context provider hands back. `connect` opens the SDK's
+row through `runs.admit`, the inbound event, then `runs.try_start` with the user transcript row and the
+run context from `context.build_context` (stored token-free on the run, as the orchestrator does),
+which the server's context provider also hands back. `connect` opens the SDK's
 `Client` over Streamable HTTP with the run's bearer token, in either protocol era.
 """
 
@@ -30,13 +31,14 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from sqlalchemy import select
 
-from mcphost.context import build_context
-from mcphost.facts import FactsServer
+from mcphost.context import SNAPSHOT_SCOPES, build_context, with_token
+from mcphost.facts import FactsServer, granted_tools
 from mcphost.grants import build_grant, mint_token
 from mcphost.models import AgentBinding, AgentConfig, AgentEventEnvelope, Run, RunGrant, RunStatus, new_id
 from mcphost.protocol import AgentRunContext, AgentRunnerManifest, JSONObject
 from mcphost.stores import AuditRecord, Stores
 from mcphost.stores.tables import Base
+from mcphost.stores.transcript import item_values
 
 LEGACY = "legacy"
 MODERN = "2026-07-28"
@@ -156,10 +158,10 @@ async def admit_run(
         source=event.source,
         payload=event.model_dump(mode="json"),
     )
-    latest: str | None = None
-    has_before = False
-    if conversation_id is not None:
-        await stores.transcript.append(
+    user_item = (
+        None
+        if conversation_id is None
+        else item_values(
             conversation_id=conversation_id,
             thread_id=thread_id,
             role="user",
@@ -169,21 +171,39 @@ async def admit_run(
             run_id=run_id,
             actor_id=actor_id,
         )
-        latest, has_before = await stores.transcript.head(conversation_id, thread_id)
-    await stores.runs.try_start(run_id, host_id="host-test")
-    context = build_context(
-        run_id=run_id,
-        event=event,
-        binding=binding,
-        grant=grant,
-        manifest=manifest,
-        token=token,
-        public_url=base_url,
-        latest_cursor=latest,
-        has_history_before=has_before,
-        state={},
-        knowledge_bases={"kb-docs": ("Docs", "Product documentation")},
     )
+
+    async def start(latest: str | None, has_before: bool) -> AgentRunContext:
+        state = {
+            scope: await stores.state.snapshot(scope, owner)
+            for scope in SNAPSHOT_SCOPES
+            if scope in grant.state_read and (owner := grant.state_scope_id(scope)) is not None
+        }
+        return build_context(
+            run_id=run_id,
+            event=event,
+            binding=binding,
+            grant=grant,
+            manifest=manifest,
+            public_url=base_url,
+            latest_cursor=latest,
+            has_history_before=has_before,
+            state=state,
+            knowledge_bases={"kb-docs": ("Docs", "Product documentation")},
+            tools=granted_tools(grant),
+        )
+
+    if await stores.runs.try_start(run_id, host_id="host-test", user_item=user_item, context=start):
+        stored = await stores.runs.context(run_id)
+        assert stored is not None
+        context = with_token(stored, token)
+    else:  # queued behind another run of its conversation: its user row now, its context in memory only
+        latest: str | None = None
+        has_before = False
+        if user_item is not None and conversation_id is not None:
+            await stores.transcript.append(**user_item)
+            latest, has_before = await stores.transcript.head(conversation_id, thread_id)
+        context = with_token(await start(latest, has_before), token)
     if contexts is not None:
         contexts[run_id] = context
     return RunHandle(run_id=run_id, token=token, grant=grant, event=event, context=context)

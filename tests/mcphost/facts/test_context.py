@@ -1,17 +1,19 @@
-"""`run_context`, the context resource and the instructions prompt: from the host's copy without the token,
-or rebuilt from the stores when the host has none."""
+"""`run_context`, the context resource, the instructions prompt and `knowledge_list`: the context the run
+was started with, without its token, the same from the host's copy and from the runs store."""
 
 from __future__ import annotations
 
 import json
 
 import mcp_types as types
+from sqlalchemy import update
 
 from mcphost.facts._context import redact
 from mcphost.grants import hash_token
 from mcphost.protocol import AgentRunContext, SkillInfo
 from mcphost.stores import Stores
-from tests.mcphost.facts.conftest import MODERN, Served, connect, ok, serve_facts
+from mcphost.stores.tables import RunRow
+from tests.mcphost.facts.conftest import MODERN, RunHandle, Served, connect, ok, serve_facts
 
 
 def test_redact_removes_the_token_wherever_the_host_put_it() -> None:
@@ -59,35 +61,73 @@ async def test_the_prompt_carries_the_agents_prompt_and_its_skills(served: Serve
     assert message.content.text == "You are a careful assistant.\n\nSkills:\n- pdf (PDF tools): Read PDFs."
 
 
-async def test_without_a_context_provider_the_context_is_rebuilt_from_the_stores(stores: Stores) -> None:
+async def test_without_a_context_provider_the_context_the_run_started_with_is_served(stores: Stores) -> None:
     async with serve_facts(stores, context_provider=None) as served:
         run = await served.start_run(thread_id="t1", text="from the store")
+        # Written after the start: the context keeps the snapshot it was started with.
         await stores.state.set("conversation", run.grant.state_scope_id("conversation") or (), "mood", "calm")
         async with connect(served, run, mode=MODERN) as client:
             ctx = await ok(client, "run_context")
             (message,) = (await client.get_prompt("instructions")).messages
             names = await ok(client, "knowledge_list")
-    assert ctx["run_id"] == run.run_id
-    assert ctx["event"]["event_id"] == run.event.event_id
-    assert ctx["conversation"]["thread_id"] == "t1"
-    assert ctx["actor"]["actor_id"] == "user-1"
+    assert ctx == redact(run.context, run.grant.token_hash).model_dump(mode="json")
     assert ctx["input"]["text"] == "from the store"
-    assert ctx["context"]["latest_cursor"] == run.context.context.latest_cursor
-    assert ctx["context"]["available_apis"]["history_page"] is True
-    assert ctx["context"]["mcp"] is None
-    assert ctx["state"]["conversation"] == {"mood": "calm"}
-    assert ctx["config"] == {}
-    assert ctx["runtime"]["deadline_at"] == run.grant.deadline_at
+    assert ctx["context"]["latest_cursor"] is not None
+    assert ctx["state"]["conversation"] == {}
+    assert ctx["config"]["prompt"] == "You are a careful assistant."
     assert run.token not in json.dumps(ctx)
+    assert isinstance(message.content, types.TextContent)
+    assert message.content.text == "You are a careful assistant."
+    assert names["knowledge_bases"] == [
+        {"kb_id": "kb-docs", "name": "Docs", "description": "Product documentation"}
+    ]
+
+
+async def _answers(served: Served, run: RunHandle) -> list[str]:
+    """The raw text of every context answer a runner can ask for."""
+    async with connect(served, run, mode=MODERN) as client:
+        tool = await client.call_tool("run_context", {})
+        kbs = await client.call_tool("knowledge_list", {})
+        resource = await client.read_resource("mcphost://run/context")
+        prompt = await client.get_prompt("instructions")
+    texts: list[str] = []
+    for result in (tool, kbs):
+        assert not result.is_error
+        texts += [c.text for c in result.content if isinstance(c, types.TextContent)]
+        texts.append(json.dumps(result.structured_content))
+    texts += [c.text for c in resource.contents if isinstance(c, types.TextResourceContents)]
+    texts += [m.content.text for m in prompt.messages if isinstance(m.content, types.TextContent)]
+    assert len(texts) == 6
+    return texts
+
+
+async def test_the_hosts_copy_and_the_stored_copy_give_byte_identical_answers(
+    served: Served, stores: Stores
+) -> None:
+    run = await served.start_run(text="same everywhere")
+    from_provider = await _answers(served, run)
+    del served.contexts[run.run_id]  # as on a replica that does not run it
+    from_store = await _answers(served, run)
+    assert from_store == from_provider
+    async with serve_facts(stores, context_provider=None) as replica:
+        assert await _answers(replica, run) == from_provider
+
+
+async def test_a_run_without_a_stored_context_gets_what_its_row_and_grant_say(served: Served) -> None:
+    run = await served.start_run(text="older host")
+    del served.contexts[run.run_id]
+    async with served.stores.db.write() as session:  # a row written before migration 0007
+        await session.execute(update(RunRow).where(RunRow.run_id == run.run_id).values(context=None))
+    async with connect(served, run, mode=MODERN) as client:
+        ctx = await ok(client, "run_context")
+        (message,) = (await client.get_prompt("instructions")).messages
+        names = await ok(client, "knowledge_list")
+    assert ctx["event"]["event_id"] == run.event.event_id
+    assert ctx["input"]["text"] == "older host"
+    assert ctx["context"]["latest_cursor"] == run.context.context.latest_cursor
+    assert ctx["context"]["mcp"] is None
+    assert ctx["config"] == {}
+    assert ctx["runtime"]["static_refs"] == {}
     assert isinstance(message.content, types.TextContent)
     assert message.content.text == "No instructions were configured for this agent."
     assert names["knowledge_bases"] == [{"kb_id": "kb-docs", "name": "kb-docs", "description": ""}]
-
-
-async def test_a_provider_that_no_longer_has_the_run_falls_back_to_the_rebuild(served: Served) -> None:
-    run = await served.start_run()
-    del served.contexts[run.run_id]
-    async with connect(served, run, mode=MODERN) as client:
-        ctx = await ok(client, "run_context")
-    assert ctx["event"]["event_id"] == run.event.event_id
-    assert ctx["config"] == {}
