@@ -37,7 +37,7 @@ from standardwebhooks import Webhook
 from mcphost.config import HookConfig
 from mcphost.errors import InvalidArgumentError, UnauthorizedError
 from mcphost.models import ID_PATTERN, AgentEventEnvelope
-from mcphost.protocol import JSONObject, JSONValue
+from mcphost.protocol import JSONObject, JSONValue, is_json_array, is_json_object
 
 _STEP = re.compile(r"\.([A-Za-z0-9_-]+)|\[([0-9]+)\]")
 MAX_SIGNATURES = 10
@@ -64,12 +64,12 @@ def _payload(source: str, body: bytes) -> JSONObject:
         data = json.loads(body)
     except (ValueError, RecursionError):
         data = None
-    if not isinstance(data, dict):
+    if not is_json_object(data):
         raise InvalidArgumentError(
             f"Webhook for hook source {source!r}: the payload is not a JSON object.",
             details={"reason": "not_json_object"},
         )
-    return data  # pyright: ignore[reportUnknownVariableType]  (json.loads returns JSON)
+    return data
 
 
 def _standard_webhooks(
@@ -189,9 +189,9 @@ def field_value(payload: JSONValue, path: str) -> JSONValue:
     """The value at a field path (`$.a.b[0]`), or raise `KeyError` with the step that has none."""
     value = payload
     for name, index in _STEP.findall(path[1:]):
-        if name and isinstance(value, dict) and name in value:
+        if name and is_json_object(value) and name in value:
             value = value[name]
-        elif index and isinstance(value, list) and int(index) < len(value):
+        elif index and is_json_array(value) and int(index) < len(value):
             value = value[int(index)]
         else:
             raise KeyError(name or f"[{index}]")

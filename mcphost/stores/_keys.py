@@ -33,7 +33,7 @@ _PREFIX = re.compile(r"^[A-Za-z0-9._:-]{0,200}$")
 
 def check_key(key: str) -> str:
     """`key` when it matches the key pattern."""
-    if not isinstance(key, str) or not _KEY.match(key):  # pyright: ignore[reportUnnecessaryIsInstance]
+    if not isinstance(key, str) or not _KEY.match(key):  # pyright: ignore[reportUnnecessaryIsInstance]  # may come from JSON
         raise InvalidArgumentError(
             f"Invalid key {key!r}: use 1-200 characters from A-Z a-z 0-9 . _ : -",
             details={"field": "key"},
@@ -43,7 +43,7 @@ def check_key(key: str) -> str:
 
 def encode_owner(owner: Sequence[str]) -> str:
     """The stored form of an owner tuple."""
-    if not owner or not all(isinstance(part, str) for part in owner):  # pyright: ignore[reportUnnecessaryIsInstance]
+    if not owner or not all(isinstance(part, str) for part in owner):  # pyright: ignore[reportUnnecessaryIsInstance]  # as check_key
         raise ValueError(f"an owner is a non-empty tuple of strings; got {owner!r}")
     return json.dumps(list(owner), separators=(",", ":"), ensure_ascii=False)
 

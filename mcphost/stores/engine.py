@@ -245,7 +245,7 @@ async def _migrate_sqlite(db: Database, cfg: Config) -> None:
         if await conn.run_sync(_revision) == head:  # the schema never moves backwards under us
             return
     assert db._write_lock is not None  # pyright: ignore[reportPrivateUsage]  # the same module's writer queue
-    async with db._write_lock, db.engine.connect() as conn:  # pyright: ignore[reportPrivateUsage]
+    async with db._write_lock, db.engine.connect() as conn:  # pyright: ignore[reportPrivateUsage]  # as above
         await conn.execution_options(**{_WRITE_OPTION: True, _NO_FOREIGN_KEYS_OPTION: True})
         try:
             with anyio.CancelScope(shield=True):
