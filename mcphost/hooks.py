@@ -34,6 +34,7 @@ from datetime import UTC, datetime
 from pydantic import ValidationError
 from standardwebhooks import Webhook
 
+from mcphost.common.validation import problems
 from mcphost.config import HookConfig
 from mcphost.errors import InvalidArgumentError, UnauthorizedError
 from mcphost.models import ID_PATTERN, AgentEventEnvelope
@@ -244,10 +245,9 @@ def envelope(source: str, hook: HookConfig, verified: Verified) -> AgentEventEnv
     try:
         return AgentEventEnvelope.model_validate(fields)
     except ValidationError as exc:
-        first = exc.errors(include_url=False, include_input=False)[0]
-        where = ".".join(str(p) for p in first["loc"])
+        first = problems(exc, root="(event)")[0]
         raise InvalidArgumentError(
-            f"Webhook for hook source {source!r}: the mapped event is not valid: {where}: {first['msg']}. "
+            f"Webhook for hook source {source!r}: the mapped event is not valid: {first}. "
             f"Check [hooks.{source}].",
-            details={"reason": "unmappable", "field": where},
+            details={"reason": "unmappable", "field": first.where},
         ) from None

@@ -59,6 +59,7 @@ from tenacity import (
 )
 
 from mcphost.bindings import Bindings
+from mcphost.common.validation import describe
 from mcphost.context import SNAPSHOT_SCOPES, build_context, runner_config, with_token
 from mcphost.errors import (
     HostError,
@@ -71,7 +72,6 @@ from mcphost.errors import (
 from mcphost.grants import build_grant, mint_token
 from mcphost.journal import Outcome, RunJournal
 from mcphost.models import AgentBinding, AgentEventEnvelope, Run, RunError, RunGrant, RunStatus, new_id
-from mcphost.plugins._wire import first_error
 from mcphost.plugins.process import PluginProcess, RawResult
 from mcphost.plugins.registry import RegisteredRunner, RunnerRegistry
 from mcphost.protocol import AgentRunContext, JSONObject
@@ -353,7 +353,7 @@ class Orchestrator:
                     )
             except (HostError, ValidationError) as exc:
                 # A validation error's text quotes the input (event text): only `where: what` is stored.
-                message = exc.message if isinstance(exc, HostError) else first_error(exc)
+                message = exc.message if isinstance(exc, HostError) else describe(exc, root="(event)")
                 error = HOST_RESTARTED.model_copy(
                     update={"message": f"{HOST_RESTARTED.message} It could not be re-queued: {message}"}
                 )

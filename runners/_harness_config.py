@@ -19,6 +19,7 @@ from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from mcphost.common.validation import problems
 from mcphost.protocol import ConfigField, JSONObject, MCPAccess
 
 TOKEN_ENV = "MCPHOST_RUN_TOKEN"
@@ -118,12 +119,11 @@ def common_config_fields(cli: str) -> list[ConfigField]:
 
 
 def describe_config_error(exc: ValidationError) -> str:
-    err = exc.errors(include_url=False)[0]
-    where = ".".join(str(part) for part in err["loc"]) or "(config)"
-    message = err["msg"].removeprefix("Value error, ")
-    if err["type"] == "extra_forbidden":
+    first = problems(exc, root="(config)")[0]
+    message = first.what
+    if first.type == "extra_forbidden":
         message = "unknown key for this runner; see its config_schema"
-    return f"config.{where}: {message}"
+    return f"config.{first.where}: {message}"
 
 
 # -- the CLI and its environment --------------------------------------------------------------------------

@@ -38,6 +38,7 @@ from importlib import metadata
 import httpx2
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from mcphost.common.validation import problems
 from mcphost.protocol import ConfigField, JSONObject, is_json_object
 from mcphost.protocol.results import FinishReason
 from runners._openai_chat import ChatAnswer, ChatClient, ChatError, ToolCall
@@ -152,10 +153,9 @@ class LocalAgentRunner(AgentRunner):
         try:
             config = LocalAgentConfig.model_validate(ctx.config)
         except ValidationError as exc:
-            error = exc.errors(include_url=False)[0]
-            where = ".".join(str(part) for part in error["loc"])
+            first = problems(exc, root="(config)")[0]
             await out.failed(
-                "invalid_argument", f"local agent config.{where}: {error['msg']}", details={"field": where}
+                "invalid_argument", f"local agent config.{first}", details={"field": first.where}
             )
             return
         try:

@@ -29,6 +29,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
+from mcphost.common.validation import problems
 from mcphost.errors import InvalidArgumentError, PayloadTooLargeError
 from mcphost.protocol import MAX_JSON_DEPTH, JSONObject, json_depth, nesting_message, unstorable
 
@@ -44,9 +45,9 @@ ModelT = TypeVar("ModelT", bound=BaseModel)
 def _invalid(exc: ValidationError, where: str) -> InvalidArgumentError:
     """A ValidationError as a 400 naming the field (inputs are not echoed)."""
     errors: list[JSONObject] = []
-    for err in exc.errors(include_url=False, include_input=False, include_context=False)[:20]:
-        loc = ".".join(str(p) for p in (where, *err["loc"]))
-        errors.append({"loc": loc, "msg": err["msg"], "type": err["type"]})
+    for problem in problems(exc, root="")[:20]:
+        loc = f"{where}.{problem.where}" if problem.where else where
+        errors.append({"loc": loc, "msg": problem.what, "type": problem.type})
     first = errors[0]
     more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
     return InvalidArgumentError(f"{first['loc']}: {first['msg']}{more}", details={"errors": errors})

@@ -98,6 +98,7 @@ def event_from_args(args: argparse.Namespace) -> AgentEventEnvelope:
         payload["agent_id"] = args.agent
     from pydantic import ValidationError
 
+    from mcphost.common.validation import describe
     from mcphost.errors import ConfigError
     from mcphost.models import AgentEventEnvelope
 
@@ -110,6 +111,4 @@ def event_from_args(args: argparse.Namespace) -> AgentEventEnvelope:
     try:
         return AgentEventEnvelope.model_validate(payload)
     except ValidationError as exc:
-        err = exc.errors(include_url=False)[0]
-        where = ".".join(str(p) for p in err["loc"])
-        raise ConfigError(f"the event is not valid: {where}: {err['msg']}") from None
+        raise ConfigError(f"the event is not valid: {describe(exc, root='(event)')}") from None

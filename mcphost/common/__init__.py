@@ -1,7 +1,7 @@
 """Plumbing shared by the host, the runners, the bridge and their tests: a leaf that imports nothing of mcphost.
 
 `procgroup.py` (a child in a session of its own: spawn, zombie-aware liveness, shielded bounded stop of
-the group and its strays); `lines.py` (the one bounded line reader);
-`excgroups.py` (the one walk over nested exception groups). Runners may import this package and
-`mcphost.protocol`, nothing else of the host; the bridge may import `lines.py` alone.
+the group and its strays); `lines.py` (the one bounded line reader); `excgroups.py` (the one walk over
+nested exception groups); `validation.py` (a ValidationError as "where: what"). Runners may import this
+package and `mcphost.protocol`, nothing else of the host; the bridge may import `lines.py` alone.
 """

@@ -43,6 +43,7 @@ from mcp.shared.exceptions import MCPError
 from pydantic import BaseModel, ValidationError
 
 from mcphost import __version__
+from mcphost.common.validation import problems
 from mcphost.errors import HostError
 from mcphost.facts import _artifacts, _run
 from mcphost.facts._audit import AuditWriter
@@ -55,7 +56,7 @@ from mcphost.facts._tools import FACTS_TOOLS, input_schema
 from mcphost.facts.providers import ContextProvider, HostToolProvider, KnowledgeRetriever
 from mcphost.grants import allows_host_tool
 from mcphost.models import RunGrant
-from mcphost.protocol import MAX_JSON_DEPTH, json_depth, nesting_message, unstorable
+from mcphost.protocol import MAX_JSON_DEPTH, JSONValue, json_depth, nesting_message, unstorable
 from mcphost.stores import AuditEntry, Stores
 from mcphost.stores.audit import Outcome
 
@@ -99,14 +100,10 @@ def _check_depth(arguments: dict[str, Any]) -> None:
 
 
 def _arguments_error(error: ValidationError) -> ToolCallError:
-    problems = [
-        {"field": ".".join(str(part) for part in e["loc"]) or "(arguments)", "message": e["msg"]}
-        for e in error.errors(include_url=False, include_input=False, include_context=False)
-    ]
-    summary = "; ".join(f"{p['field']}: {p['message']}" for p in problems[:5])
-    return ToolCallError(
-        "invalid_argument", f"Invalid arguments: {summary}.", details={"errors": problems[:20]}
-    )
+    found = problems(error, root="(arguments)")
+    summary = "; ".join(str(p) for p in found[:5])
+    details: list[JSONValue] = [{"field": p.where, "message": p.what} for p in found[:20]]
+    return ToolCallError("invalid_argument", f"Invalid arguments: {summary}.", details={"errors": details})
 
 
 def _rpc_error(failure: ToolCallError) -> MCPError:

@@ -33,6 +33,7 @@ from typing import Literal
 import anyio
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from mcphost.common.validation import problems
 from mcphost.config import KnowledgeBaseConfig, Settings
 from mcphost.errors import ConfigError, InvalidArgumentError, NotFoundError
 from mcphost.knowledge.chunking import CHUNKER_VERSION, PARSERS, chunk_document
@@ -320,12 +321,9 @@ class KnowledgeBases:
         try:
             wanted = KnowledgeFilters.model_validate(filters or {})
         except ValidationError as exc:
-            problems = "; ".join(
-                f"{'.'.join(str(p) for p in e['loc']) or 'filters'}: {e['msg']}"
-                for e in exc.errors(include_url=False)
-            )
+            found = "; ".join(str(p) for p in problems(exc, root="filters"))
             raise InvalidArgumentError(
-                f"Invalid filters: {problems}. Known filters: path (glob), path_prefix, metadata.",
+                f"Invalid filters: {found}. Known filters: path (glob), path_prefix, metadata.",
                 details={"field": "filters"},
             ) from None
         hits = await self.store.search(

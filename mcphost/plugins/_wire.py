@@ -24,19 +24,13 @@ from anyio.streams.memory import MemoryObjectSendStream
 from pydantic import ValidationError
 
 from mcphost.common.lines import LineReader, TooLong
+from mcphost.common.validation import describe
 from mcphost.protocol import MAX_JSON_DEPTH, MAX_LINE_BYTES, METHOD_RESULT, JSONObject, ResultParams
 
 logger = logging.getLogger("mcphost.plugins")
 
 _MAX_STDERR_LINE = 16 * 1024
 _RUN_ID_IN_LINE = re.compile(rb'"run_id"\s*:\s*"([^"\\]{1,200})"')
-
-
-def first_error(exc: ValidationError) -> str:
-    """The first validation error as `where: what`."""
-    err = exc.errors(include_url=False)[0]
-    where = ".".join(str(part) for part in err["loc"]) or "(manifest)"
-    return f"{where}: {err['msg']}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -278,7 +272,9 @@ class Connection:
         try:
             parsed = ResultParams.model_validate(params)
         except ValidationError as exc:
-            self._diagnostic("sent an invalid 'runner/result' notification: %s", first_error(exc))
+            self._diagnostic(
+                "sent an invalid 'runner/result' notification: %s", describe(exc, root="(params)")
+            )
             return
         route = self.runs.get(parsed.run_id)
         if route is None:

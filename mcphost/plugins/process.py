@@ -72,6 +72,7 @@ from mcphost.common.procgroup import (
     strays_of,
     wait_exit,
 )
+from mcphost.common.validation import describe
 from mcphost.errors import PluginError, RunnerNotFoundError
 from mcphost.plugins._wire import (
     BrokenConnectionError,
@@ -79,7 +80,6 @@ from mcphost.plugins._wire import (
     PluginAnsweredError,
     RawResult,
     RunRoute,
-    first_error,
 )
 from mcphost.protocol import (
     METHOD_CANCEL,
@@ -244,7 +244,7 @@ def _manifest_problem(raw: JSONObject, info: PluginInfo, seen: set[str]) -> str 
     try:
         manifest = AgentRunnerManifest.model_validate(raw)
     except ValidationError as exc:
-        return first_error(exc)
+        return describe(exc, root="(manifest)")
     author, plugin, _runner = parse_runner_id(manifest.id)
     if (author, plugin) != (info.author, info.name):
         return (
@@ -368,7 +368,7 @@ class PluginProcess:
             except ValidationError as exc:
                 raise PluginError(
                     f"Plugin {self.name!r} answered 'runner/run' for run {run_id!r} with an invalid result: "
-                    f"{first_error(exc)}.",
+                    f"{describe(exc, root='(result)')}.",
                     details={"plugin": self.name, "run_id": run_id},
                 ) from None
 
@@ -597,7 +597,7 @@ class PluginProcess:
         try:
             result = InitializeResult.model_validate(answer)
         except ValidationError as exc:
-            return f"answered 'initialize' with an invalid result: {first_error(exc)}"
+            return f"answered 'initialize' with an invalid result: {describe(exc, root='(result)')}"
         accepted, rejected = review_manifests(self.name, result)
         for item in rejected:
             logger.warning(

@@ -15,6 +15,7 @@ from typing import Annotated, Literal, get_args
 
 from pydantic import Field, TypeAdapter, ValidationError, field_validator
 
+from mcphost.common.validation import describe
 from mcphost.protocol._base import (
     MAX_JSON_DEPTH,
     InboundModel,
@@ -235,9 +236,7 @@ class InvalidResult:
 
 
 def _first_error(exc: ValidationError) -> str:
-    err = exc.errors(include_url=False)[0]
-    where = ".".join(str(p) for p in err["loc"] if p not in RESULT_TYPES) or "(result)"
-    return f"{where}: {err['msg']}"
+    return describe(exc, root="(result)", skip=RESULT_TYPES)
 
 
 def classify_result(raw: object) -> AgentRunResult | UnknownResult | InvalidResult:

@@ -60,9 +60,7 @@ async def test_rejected_manifests_are_kept_with_a_precise_reason() -> None:
         assert reasons[1] == (
             "manifest 1 ('plugin:test/badmanifest/future'): protocol_version '2' is not supported; this host speaks '1'"
         )
-        assert reasons[2].startswith(
-            "manifest 2 ('Not A Runner Id'): id: Value error, Runner id 'Not A Runner Id'"
-        )
+        assert reasons[2].startswith("manifest 2 ('Not A Runner Id'): id: Runner id 'Not A Runner Id'")
         assert "plugin:<author>/<plugin>/<runner>" in reasons[2]
         assert reasons[3] == (
             "manifest 3 ('plugin:acme/other/thief'): runner id 'plugin:acme/other/thief' does not belong to plugin "
