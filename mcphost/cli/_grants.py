@@ -23,6 +23,7 @@ from mcphost.app import advertised_url, create_inspection_grant, end_inspection_
 from mcphost.cli._common import EXIT_OK, dump, fail
 from mcphost.config import Settings
 from mcphost.context import TOKEN_ENV, mcp_url
+from mcphost.protocol import JSONObject
 
 _TOKEN_REF = "@@MCPHOST_RUN_TOKEN@@"
 
@@ -261,9 +262,9 @@ async def _cancel_over_http(args: argparse.Namespace) -> int:
             response = await client.post(f"/v1/runs/{args.run_id}/cancel", json={"reason": args.reason})
         except httpx2.TransportError as exc:
             return fail(f"cannot reach mcphost at {url}: {exc}. Is `mcphost serve` running there?")
-    body = response.json() if response.content else {}
+    body: JSONObject = response.json() if response.content else {}
     if response.status_code >= 400:
-        error = body.get("error") or {}
+        error: JSONObject = body.get("error") or {}
         return fail(f"{error.get('code', response.status_code)}: {error.get('message', response.text[:200])}")
     print(f"{args.run_id}: {body.get('status')}, cancel requested", file=sys.stderr)
     return EXIT_OK
