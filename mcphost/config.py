@@ -221,6 +221,22 @@ def _check_names(names: Mapping[str, object], what: str, why: str) -> None:
             )
 
 
+class RetentionSettings(_Section):
+    """`[retention]`: how many days each kind of record is kept; unset keeps it forever (the default).
+    `mcphost gc` deletes what is older, never what an active run references."""
+
+    run_results_days: float | None = Field(default=None, gt=0, le=36500)
+    audit_days: float | None = Field(default=None, gt=0, le=36500)
+    events_days: float | None = Field(default=None, gt=0, le=36500)
+    transcript_days: float | None = Field(default=None, gt=0, le=36500)
+
+    def days(self, kind: str) -> float | None:
+        """The maximum age of `kind` (`run_results`, `audit`, `events`, `transcript`) in days, or None."""
+        value = getattr(self, f"{kind}_days")
+        assert value is None or isinstance(value, float | int), kind
+        return value
+
+
 class Settings(_Section):
     """The whole validated configuration."""
 
@@ -246,6 +262,7 @@ class Settings(_Section):
         return value
 
     hooks: dict[str, HookConfig] = Field(default_factory=dict[str, HookConfig])
+    retention: RetentionSettings = Field(default_factory=RetentionSettings)
     """Inbound webhook sources by name (`POST /v1/hooks/<source>`)."""
 
     @field_validator("hooks")

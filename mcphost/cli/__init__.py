@@ -9,7 +9,7 @@ This module owns the parser, its argument types and `main`, the entry point of b
 (`mcphost = "mcphost.cli:main"`) and `python -m mcphost.cli` (`__main__`). It does not own what the
 commands do: `_runs` (run, runs, show, runners, schema, db), `_server` (serve, send), `_grants` (grant,
 revoke and the MCP client configs), `_knowledge` (kb, tools), `_state` (state get/list/delete),
-`_schedules` (schedules); `_common` holds exit codes, logging set-up and output helpers.
+`_schedules` (schedules), `_gc` (gc); `_common` holds exit codes, logging set-up and output helpers.
 
 Invariants: every subcommand, flag and help text is declared here, in the order `--help` lists them;
 every command but `schema` loads the config before it does anything; a `HostError` (also one wrapped in
@@ -325,6 +325,14 @@ def build_parser() -> argparse.ArgumentParser:
     _add_common(p)
 
     p = sub.add_parser(
+        "gc",
+        help="delete records older than [retention] allows",
+        description="Delete run results, audit, event-log and transcript rows older than the [retention] *_days keys allow, in bounded batches, never what an active (queued or running) run references. Without any key everything is kept. --dry-run counts and deletes nothing; --json prints one JSON document per kind.",
+    )
+    p.add_argument("--dry-run", action="store_true", help="count what would be deleted; delete nothing")
+    _add_common(p)
+
+    p = sub.add_parser(
         "state",
         help="run-visible state: get, list, delete",
         description="Read or delete run-visible state values straight in the database (no server needed). A scope's owner is named by ids: conversation = --runner-id --binding-id --conversation-id [--thread-id]; actor = --runner-id --binding-id --actor-id; subject = --runner-id --binding-id --subject-type --subject-id; runner = --runner-id; binding = --binding-id; workspace = --workspace-id --runner-id.",
@@ -500,6 +508,7 @@ _COMMANDS: dict[str, tuple[str, str]] = {
     "revoke": ("_grants", "cmd_revoke"),
     "state": ("_state", "cmd_state"),
     "schedules": ("_schedules", "cmd_schedules"),
+    "gc": ("_gc", "cmd_gc"),
 }
 """Each command's module (imported only when the command runs: `--help` and `--version` import none of
 them, nor the server, SQLAlchemy or `mcp` they pull in) and its `async (args, settings) -> exit code`."""
