@@ -62,14 +62,14 @@ BARE_CONVERSATION = "mcp-bare"
 def _serve_available() -> str | None:
     """Why the host cannot serve its MCP endpoint in this build, or None when it can."""
     try:
-        from mcphost import app
+        from mcphost import serving
 
-        if not hasattr(app, "serve_locally") or not hasattr(Host, "__dataclass_fields__"):
-            return "mcphost.app has no serve_locally"
+        if not hasattr(serving, "serve_locally") or not hasattr(Host, "__dataclass_fields__"):
+            return "mcphost.serving has no serve_locally"
         if "facts" not in Host.__dataclass_fields__:
             return "the host has no facts server"
     except ImportError as exc:
-        return f"mcphost.app does not import: {exc}"
+        return f"mcphost.serving does not import: {exc}"
     return None
 
 
@@ -118,7 +118,7 @@ def bare_server(stores: Stores) -> MCPServer:
 
 def _tcp_socket() -> socket.socket:
     # IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY only on sockets whose proto says TCP (see the report
-    # on `mcphost.app.bind_socket` in bench/README.md).
+    # on `bind_socket`, now `mcphost.serving.bind_socket`, in bench/README.md).
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
@@ -222,7 +222,7 @@ async def run(cfg: BenchConfig) -> list[Row]:
     if reason is not None:
         cfg.skipped.append(f"mcp-call: {reason}")
         return []
-    from mcphost.app import serve_locally
+    from mcphost.serving import serve_locally
 
     sizes = cfg.sizes
     rounds, calls = sizes.mcp_rounds, sizes.mcp_calls
@@ -285,16 +285,16 @@ async def _versus_sdk(runs: _Runs, bare_url: str, mode: str, rounds: int, calls:
 async def _nodelay_row(host: Host, runs: _Runs, bare_url: str, rounds: int, calls: int) -> Row | None:
     """The 2026-07-28 row again with the host's app served on an `IPPROTO_TCP` socket (so asyncio sets
     TCP_NODELAY on its connections), when the host's own listening socket is not one: what fixing
-    `mcphost.app.bind_socket` would give. None when the host's socket is already fine."""
-    from mcphost import app
+    `mcphost.serving.bind_socket` would give. None when the host's socket is already fine."""
+    from mcphost import app, serving
 
-    probe = app.bind_socket("127.0.0.1", 0)
+    probe = serving.bind_socket("127.0.0.1", 0)
     with probe:
         if probe.proto == socket.IPPROTO_TCP:
             return None
     sock = _tcp_socket()
     with sock:
-        async with app.serve_http(app.build_app(host), sock) as url:
+        async with serving.serve_http(app.build_app(host), sock) as url:
             previous = host.orchestrator.public_url
             host.orchestrator.public_url = url
             try:

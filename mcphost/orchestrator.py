@@ -34,6 +34,10 @@ Invariants:
   is active on this process (`context(run_id)`, the facts server's context provider). `on_run_end` callbacks
   run once per run, after its terminal status is written and its grant revoked, inside the shielded,
   bounded close; a failing callback is logged and does not stop the others.
+- Inspection grants (runs without a runner, `inspection.py`) end through this class too: `cancel`
+  revokes one at once, and the grant sweeper (every `GRANT_SWEEP_S`) completes those past their
+  deadline; `on_run_end` runs for them as for any run. Within a host process, nothing else writes a
+  run's status.
 """
 
 from __future__ import annotations
@@ -70,6 +74,7 @@ from mcphost.errors import (
     find_error,
 )
 from mcphost.grants import build_grant, mint_token
+from mcphost.inspection import GRANT_SWEEP_S, end_expired, end_grant
 from mcphost.journal import Outcome, RunJournal
 from mcphost.models import AgentBinding, AgentEventEnvelope, Run, RunError, RunGrant, RunStatus, new_id
 from mcphost.plugins.process import PluginProcess, RawResult
@@ -226,6 +231,7 @@ class Orchestrator:
                         await self._resume(run_id)
                     # After the resumes: an adopted run is ours and held by a task from here on.
                     tg.start_soon(self._sweep_forever)
+                    tg.start_soon(self._sweep_grants_forever)
                     try:
                         yield self
                     finally:
@@ -411,9 +417,14 @@ class Orchestrator:
         """Cancel a run: queued runs end at once; running ones get `runner/cancel` and a grace period.
 
         A run owned by another host process is flagged in the database; that host's poller cancels it.
+        An inspection grant (no runner) is revoked at once and returned ended.
         """
         run = await self._stores.runs.get(run_id)
         if run.status.is_terminal:
+            return run
+        if run.runner_id is None:  # an inspection grant: nothing executes it, it ends here and now
+            run = await end_grant(self._stores, run_id, reason)
+            await self._ended(run_id, run)
             return run
         active = self._active.get(run_id)
         if active is None:
@@ -643,11 +654,7 @@ class Orchestrator:
                 ended = await self._revoke_after_failed_close(run_id)
             self._active.pop(run_id, None)
             self._contexts.pop(run_id, None)
-            for callback in list(self.on_run_end):
-                try:
-                    await callback(run_id, ended)
-                except Exception:
-                    logger.exception("run %s: an on_run_end callback failed", run_id)
+            await self._ended(run_id, ended)
             signal = self._run_signals.pop(run_id, None)
             if signal is not None:
                 signal.notify()
@@ -659,6 +666,14 @@ class Orchestrator:
                 f" ({outcome.error.code})" if outcome.error else "",
                 "" if run_id not in self._unfinished else "; its end is not recorded yet",
             )
+
+    async def _ended(self, run_id: str, run: Run | None) -> None:
+        """Run the `on_run_end` callbacks of an ended run; a failing one does not stop the others."""
+        for callback in list(self.on_run_end):
+            try:
+                await callback(run_id, run)
+            except Exception:
+                logger.exception("run %s: an on_run_end callback failed", run_id)
 
     @staticmethod
     def _settle(active: _ActiveRun, outcome: Outcome | None) -> Outcome:
@@ -775,6 +790,21 @@ class Orchestrator:
         if ended:
             self._conversation_signal.notify()  # queued runs of their conversations may start now
         return ended
+
+    async def _sweep_grants_forever(self) -> None:
+        while True:
+            await anyio.sleep(GRANT_SWEEP_S)
+            try:
+                await self.sweep_grants()
+            except Exception:
+                logger.exception("the inspection grant sweep failed; retrying in %g s", GRANT_SWEEP_S)
+
+    async def sweep_grants(self) -> list[str]:
+        """Close the inspection grants past their deadline (their tokens already stopped working); their ids."""
+        ended = await end_expired(self._stores)
+        for run in ended:
+            await self._ended(run.run_id, run)
+        return [run.run_id for run in ended]
 
     # -- reading ---------------------------------------------------------------------------------------
 

@@ -240,11 +240,7 @@ async def cancel_run(request: Request) -> Response:
     run = await state.stores.runs.get(run_id)
     if run.status.is_terminal:
         raise _conflict_terminal(run)
-    reason = body.reason or "cancelled through the API"
-    if run.runner_id is None:
-        run = await state.end_grant(run_id, reason)
-    else:
-        run = await state.orchestrator.cancel(run_id, reason=reason)
+    run = await state.orchestrator.cancel(run_id, reason=body.reason or "cancelled through the API")
     answer = CancelAnswer(run_id=run_id, status=run.status, cancel_requested=not run.status.is_terminal)
     return JSONResponse(answer.model_dump(mode="json"), status_code=202)
 

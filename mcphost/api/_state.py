@@ -12,14 +12,13 @@ Invariants:
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from starlette.requests import Request
 
 from mcphost.api._metrics import HostMetrics
 from mcphost.config import HookConfig
-from mcphost.models import Run
 from mcphost.orchestrator import Orchestrator
 from mcphost.plugins.process import PluginProcess
 from mcphost.plugins.registry import RunnerRegistry
@@ -50,8 +49,6 @@ class ApiState:
     orchestrator: Orchestrator
     registry: RunnerRegistry[PluginProcess]
     metrics: HostMetrics
-    end_grant: Callable[[str, str], Awaitable[Run]]
-    """Ends a runner-less run (an inspection grant): (run_id, reason) → the cancelled run."""
     limits: ApiLimits = field(default_factory=ApiLimits)
     hooks: Mapping[str, HookConfig] = field(default_factory=dict[str, HookConfig])
     """The `[hooks.<source>]` webhook senders `POST /v1/hooks/{source}` accepts."""

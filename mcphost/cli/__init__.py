@@ -71,7 +71,7 @@ OWNER_FLAGS: tuple[str, ...] = (
 ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@/+=-]{0,199}$"
 """`mcphost.models.ID_PATTERN`."""
 DEFAULT_GRACE_S = 10.0
-"""`mcphost.app.DEFAULT_GRACE_S`."""
+"""`mcphost.serving.DEFAULT_GRACE_S`."""
 DEFAULT_MAX_UPLOAD_BYTES = 100 * 1024 * 1024
 """`mcphost.api.DEFAULT_MAX_UPLOAD_BYTES`."""
 

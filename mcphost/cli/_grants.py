@@ -4,7 +4,7 @@ Owns creating an inspection grant and printing its endpoint, its token and ready
 Claude Code, Codex, VS Code and Cursor (direct HTTP and through `mcphost-bridge`), and `revoke`, which
 ends a grant or requests a run's cancel, and `cancel`, which does the same through the API with
 `--url` and refuses a run that has already ended. Does not own what a grant allows nor how it is stored
-(`mcphost.app`, `mcphost.grants`).
+(`mcphost.inspection`, `mcphost.grants`).
 
 Invariants: the token is printed exactly once, in the guide's SECRET block (or the `--json` document);
 every config reads it from `$MCPHOST_RUN_TOKEN` (or asks for it) rather than containing it.
@@ -19,11 +19,13 @@ import sys
 import time
 from typing import Any
 
-from mcphost.app import advertised_url, create_inspection_grant, end_inspection_grant, open_database
+from mcphost.app import open_database
 from mcphost.cli._common import EXIT_OK, dump, fail
 from mcphost.config import Settings
 from mcphost.context import TOKEN_ENV, mcp_url
+from mcphost.inspection import create_grant, end_grant
 from mcphost.protocol import JSONObject
+from mcphost.serving import advertised_url
 
 _TOKEN_REF = "@@MCPHOST_RUN_TOKEN@@"
 
@@ -169,7 +171,7 @@ def _print_grant_guide(
 
 async def cmd_grant(args: argparse.Namespace, settings: Settings) -> int:
     async with open_database(settings) as stores:
-        made = await create_inspection_grant(
+        made = await create_grant(
             stores,
             conversation_id=args.conversation,
             thread_id=args.thread,
@@ -220,7 +222,7 @@ async def cmd_revoke(args: argparse.Namespace, settings: Settings) -> int:
             )
             return EXIT_OK
         if run.runner_id is None:
-            run = await end_inspection_grant(stores, run.run_id, "revoked with mcphost revoke")
+            run = await end_grant(stores, run.run_id, "revoked with mcphost revoke")
             print(
                 f"{run.run_id} revoked: its token stops working within seconds on every host", file=sys.stderr
             )
@@ -243,7 +245,7 @@ async def cmd_cancel(args: argparse.Namespace, settings: Settings) -> int:
         if run.status.is_terminal:
             return fail(f"Run {run.run_id!r} has already ended ({run.status}); nothing to cancel.")
         if run.runner_id is None:
-            await end_inspection_grant(stores, run.run_id, "cancelled with mcphost cancel")
+            await end_grant(stores, run.run_id, "cancelled with mcphost cancel")
             print(f"{run.run_id} is an inspection grant: revoked", file=sys.stderr)
         else:
             await stores.runs.request_cancel(run.run_id)

@@ -15,11 +15,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from mcphost.app import open_database, open_host, serve_locally
+from mcphost.app import open_database, open_host
 from mcphost.cli._common import EXIT_FAILED, EXIT_OK, dump, event_from_args, fail, run_line, short
 from mcphost.config import Settings
 from mcphost.models import RunStatus
 from mcphost.protocol import JSONObject, json_schemas
+from mcphost.serving import serve_locally
 
 
 async def cmd_run(args: argparse.Namespace, settings: Settings) -> int:

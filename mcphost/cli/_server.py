@@ -1,7 +1,7 @@
 """Serving and the clients of a running server: `serve` and `send`.
 
 Owns starting the HTTP server from the command line and `send`, which posts one event to a running
-`mcphost serve` and follows its result stream (SSE). Does not own the server itself (`mcphost.app`)
+`mcphost serve` and follows its result stream (SSE). Does not own the server itself (`mcphost.serving`)
 nor in-process runs (`_runs`).
 
 Invariants: `send` gives every event an id before the first POST, so a retried POST returns the same
@@ -20,11 +20,11 @@ import anyio
 import httpx2
 
 from mcphost.api import ApiLimits
-from mcphost.app import advertised_url, serve
 from mcphost.cli._common import EXIT_FAILED, EXIT_OK, dump, event_from_args, fail
 from mcphost.config import Settings
 from mcphost.models import RunStatus, new_id
 from mcphost.protocol import JSONObject
+from mcphost.serving import advertised_url, serve
 
 
 async def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:

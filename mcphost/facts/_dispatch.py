@@ -14,7 +14,8 @@ Invariants:
   writes exactly one audit row (run, tool, SHA-256 of the canonical arguments, bytes in/out, outcome
   ok|error|refused, code, duration) before the answer goes out. The row is written under a shield with a
   bounded wait (group-committed by `AuditWriter`), so a call cancelled by its client or by `cancel_run`
-  is still audited; a failure to write it is logged, never turned into a different answer.
+  is still audited; a failure to write it is logged, never turned into a different answer. Each row
+  is counted once written (`on_call`: the host's MCP-call metric), refused HTTP requests included.
 - Checks run in a fixed order before any handler: the grant is active (`unauthorized`), the deadline has
   not passed (`deadline_exceeded`), the run is within its rate and budgets (`rate_limited`), the tool is
   in the grant (`unauthorized`; an unknown name is `not_found`), the arguments validate
@@ -165,8 +166,10 @@ class FactsDispatch:
         context_provider: ContextProvider | None = None,
         host_tools: HostToolProvider | None = None,
         knowledge: KnowledgeRetriever | None = None,
+        on_call: Callable[[str, str], None] | None = None,
     ) -> None:
         self._stores = stores
+        self._on_call = on_call
         self._grants = grants
         self._limits = limits
         self._context_provider = context_provider
@@ -314,6 +317,8 @@ class FactsDispatch:
             duration_ms=round((time.perf_counter() - started) * 1000, 3),
         )
         await self.audit.write(entry)
+        if self._on_call is not None:
+            self._on_call(entry.tool, entry.outcome)
 
     # -- tools -----------------------------------------------------------------------------------------
 

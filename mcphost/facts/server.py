@@ -21,9 +21,8 @@ Invariants:
   yet), cancels the run's in-flight calls (they answer `cancelled`), forgets its limits and closes the
   sessions it opened here. Runs ended by another process are noticed within the grant cache TTL; the
   sweeper then closes their sessions here too.
-- DNS-rebinding protection is on by default: Host must be a loopback name or one of `allowed_hosts`
-  (a name without a port allows any port); an Origin, when sent, must be a loopback origin or one of
-  `allowed_origins`.
+- Host and Origin are checked by the host's one `HttpGuard` (`guard.py`), the same policy `/v1` uses
+  (DNS-rebinding and cross-site protection): 421 for a Host it does not serve, 403 for a foreign Origin.
 - Everything that runs in the background (the SDK session manager, the audit writer, the sweeper) is
   owned by `running()` and stopped when it exits, queued audit rows stored first; requests arriving
   while it is not entered get 503.
@@ -34,7 +33,7 @@ from __future__ import annotations
 import logging
 import re
 import time
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -54,12 +53,12 @@ from mcphost.facts._grants import GrantCache, RunAccess
 from mcphost.facts._limits import LimitRegistry, RefusalBudget
 from mcphost.facts.providers import ContextProvider, HostToolProvider, KnowledgeRetriever
 from mcphost.grants import token_matches
+from mcphost.guard import HttpGuard
 from mcphost.stores import GrantRecord, Stores
 
 logger = logging.getLogger(__name__)
 
 MCP_PATH = "/runs/{run_id}/mcp"
-LOOPBACK_HOSTS: tuple[str, ...] = ("127.0.0.1", "localhost", "[::1]")
 MAX_REQUEST_BODY_BYTES = 16 * 1024 * 1024
 """Room for a 10 MiB storage value as base64 inside a JSON-RPC request."""
 SWEEP_INTERVAL_S = 30.0
@@ -104,35 +103,6 @@ def _principal(run_id: str, record: GrantRecord) -> AuthenticatedUser:
     return AuthenticatedUser(AccessToken(token=token_hash, client_id=run_id, scopes=[], subject=token_hash))
 
 
-class _HostCheck:
-    """Host and Origin validation against DNS rebinding."""
-
-    def __init__(self, allowed_hosts: Sequence[str], allowed_origins: Sequence[str]) -> None:
-        self._hosts = {h.lower() for h in (*LOOPBACK_HOSTS, *allowed_hosts)}
-        origins = [f"{scheme}://{host}" for scheme in ("http", "https") for host in LOOPBACK_HOSTS]
-        self._origins = {o.lower().rstrip("/") for o in (*origins, *allowed_origins)}
-
-    def refusal(self, headers: Headers) -> JSONResponse | None:
-        host = headers.get("host", "").lower()
-        if host not in self._hosts and _strip_port(host) not in self._hosts:
-            return _refusal(
-                421, "Invalid Host header: this MCP endpoint does not serve that host name", -32600
-            )
-        origin = headers.get("origin")
-        if origin is not None:
-            lowered = origin.lower().rstrip("/")
-            if lowered not in self._origins and _strip_port(lowered) not in self._origins:
-                return _refusal(
-                    403, "Invalid Origin header: this MCP endpoint does not accept that origin", -32600
-                )
-        return None
-
-
-def _strip_port(value: str) -> str:
-    head, sep, port = value.rpartition(":")
-    return head if sep and port.isdigit() and not head.endswith(":") else value
-
-
 class _Sessions:
     """The handshake-era sessions each run opened on this process, with the principal that owns each."""
 
@@ -173,9 +143,8 @@ class FactsServer:
         context_provider: ContextProvider | None = None,
         host_tools: HostToolProvider | None = None,
         knowledge: KnowledgeRetriever | None = None,
-        allowed_hosts: Sequence[str] = (),
-        allowed_origins: Sequence[str] = (),
-        dns_rebinding_protection: bool = True,
+        guard: HttpGuard | None = None,
+        on_call: Callable[[str, str], None] | None = None,
         grant_ttl_s: float = 2.0,
         session_idle_timeout_s: float = 600.0,
         json_response: bool = False,
@@ -188,10 +157,10 @@ class FactsServer:
             context_provider: returns the context a run was started with (see `providers`).
             host_tools: upstream tools exposed as `<server>__<tool>`; none without it.
             knowledge: knowledge retrieval; without it `knowledge_retrieve` answers `not_found`.
-            allowed_hosts: Host header values accepted besides loopback names, e.g. "mcp.example.com"
-                or "mcp.example.com:8443" (behind a real hostname).
-            allowed_origins: Origin values accepted besides loopback origins.
-            dns_rebinding_protection: check Host and Origin (keep it on unless a proxy checks them).
+            guard: the host's Host/Origin policy, shared with `/v1` (default: loopback names and
+                origins only).
+            on_call: called with (tool, outcome) for every audited call, as its audit row is written
+                (the host's `mcphost_mcp_calls_total`).
             grant_ttl_s: how long a grant read from the database is trusted before it is read again.
             session_idle_timeout_s: a handshake-era session with no request in flight for this long ends.
             json_response: answer POSTs with JSON bodies instead of SSE streams.
@@ -208,8 +177,9 @@ class FactsServer:
             context_provider=context_provider,
             host_tools=host_tools,
             knowledge=knowledge,
+            on_call=on_call,
         )
-        self._hosts = _HostCheck(allowed_hosts, allowed_origins) if dns_rebinding_protection else None
+        self._guard = guard or HttpGuard()
         self._session_idle_timeout_s = session_idle_timeout_s
         self._json_response = json_response
         self._sessions = _Sessions()
@@ -351,11 +321,10 @@ class FactsServer:
         """Authenticate one HTTP request to `/runs/{run_id}/mcp` and hand it to the MCP session manager."""
         started = time.perf_counter()
         headers = Headers(scope=scope)
-        if self._hosts is not None:
-            refusal = self._hosts.refusal(headers)
-            if refusal is not None:
-                await refusal(scope, receive, send)
-                return
+        refused = self._guard.site_refusal(headers)
+        if refused is not None:
+            await _refusal(refused.status, refused.message, -32600)(scope, receive, send)
+            return
         run_id = str(scope.get("path_params", {}).get("run_id", ""))
         if not _RUN_ID.match(run_id):
             await _refusal(404, f"run {run_id[:100]!r} does not exist", -32600)(scope, receive, send)

@@ -21,9 +21,10 @@ import httpx2
 from sqlalchemy import func, select
 
 from mcphost.api import ApiLimits, ApiState
-from mcphost.app import Host, bind_socket, build_app, serve_http
+from mcphost.app import Host, build_app
 from mcphost.config import PluginConfig, Settings
 from mcphost.models import RunStatus
+from mcphost.serving import bind_socket, serve_http
 from mcphost.stores import Stores
 from mcphost.stores.tables import Base
 from tests.mcphost.hostkit import REPO, agent, host_settings

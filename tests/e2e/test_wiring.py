@@ -17,10 +17,12 @@ import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from mcphost.app import Host, create_inspection_grant, drain, open_host, sweep_expired_grants
+from mcphost.app import Host, open_host
 from mcphost.config import SkillConfig, ToolServerConfig
+from mcphost.inspection import create_grant
 from mcphost.models import RunStatus
 from mcphost.protocol import AgentRunContext
+from mcphost.serving import drain
 from tests.e2e.httpkit import (
     PROBE_PROMPT,
     Served,
@@ -147,7 +149,7 @@ async def test_an_inspection_grant_reads_its_conversation_and_ends_when_revoked_
         "run_id"
     ]
     await host.orchestrator.wait(run_id)
-    made = await create_inspection_grant(host.stores, conversation_id="insp", ttl_s=60)
+    made = await create_grant(host.stores, conversation_id="insp", ttl_s=60)
     url = f"{str(http.base_url).rstrip('/')}/runs/{made.run.run_id}/mcp"
     async with (
         httpx2.AsyncClient(headers={"Authorization": f"Bearer {made.token}"}, timeout=30) as mcp_http,
@@ -182,11 +184,11 @@ async def test_an_inspection_grant_reads_its_conversation_and_ends_when_revoked_
     )
     assert refused.status_code == 401
 
-    short = await create_inspection_grant(host.stores, conversation_id="insp", ttl_s=0.05)
+    short = await create_grant(host.stores, conversation_id="insp", ttl_s=0.05)
     await anyio.sleep(0.1)
-    assert await sweep_expired_grants(host) == [short.run.run_id]
+    assert await host.orchestrator.sweep_grants() == [short.run.run_id]
     assert (await host.stores.runs.get(short.run.run_id)).status is RunStatus.COMPLETED
-    assert await sweep_expired_grants(host) == []
+    assert await host.orchestrator.sweep_grants() == []
 
 
 async def test_the_host_gives_the_facts_server_its_upstream_tools(database_url: str, tmp_path: Path) -> None:
@@ -195,9 +197,7 @@ async def test_the_host_gives_the_facts_server_its_upstream_tools(database_url: 
     )
     settings = api_settings(database_url, tmp_path / "data").model_copy(update={"tools": {"up": upstream}})
     async with open_host(settings) as host, serve_app(host) as app:
-        made = await create_inspection_grant(
-            host.stores, conversation_id="c1", tools=["history_page", "up__echo"]
-        )
+        made = await create_grant(host.stores, conversation_id="c1", tools=["history_page", "up__echo"])
         url = f"{app.url}/runs/{made.run.run_id}/mcp"
         async with (
             httpx2.AsyncClient(headers={"Authorization": f"Bearer {made.token}"}, timeout=30) as mcp_http,
@@ -216,7 +216,7 @@ async def test_a_star_tools_grant_reaches_no_host_tool(database_url: str, tmp_pa
     )
     settings = api_settings(database_url, tmp_path / "data").model_copy(update={"tools": {"up": upstream}})
     async with open_host(settings) as host, serve_app(host) as app:
-        made = await create_inspection_grant(host.stores, conversation_id="c1", tools=["*"])
+        made = await create_grant(host.stores, conversation_id="c1", tools=["*"])
         url = f"{app.url}/runs/{made.run.run_id}/mcp"
         async with (
             httpx2.AsyncClient(headers={"Authorization": f"Bearer {made.token}"}, timeout=30) as mcp_http,

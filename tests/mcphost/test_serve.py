@@ -23,8 +23,8 @@ import pytest
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
-from mcphost.app import bind_socket, serve_http
 from mcphost.models import RunStatus
+from mcphost.serving import bind_socket, serve_http
 from mcphost.stores import open_stores
 from tests.e2e.httpkit import PROBE, PROBE_PROMPT
 from tests.mcphost.hostkit import MISBEHAVE, REPO

@@ -17,9 +17,10 @@ from typing import Any
 
 import anyio
 
-from mcphost.app import Host, open_host, serve_locally
+from mcphost.app import Host, open_host
 from mcphost.config import settings_from_mapping
 from mcphost.models import AgentEventEnvelope, Run
+from mcphost.serving import serve_locally
 from mcphost.stores import AuditRecord
 from runners.harness import SESSION_KEY, WORKDIR_KEY
 from tests.fakes.harness_support import require_cli

@@ -62,10 +62,10 @@ def test_a_command_help_imports_nothing_of_the_server_either() -> None:
 
 def test_the_values_the_parser_copies_match_their_sources() -> None:
     from mcphost.api import DEFAULT_MAX_UPLOAD_BYTES
-    from mcphost.app import DEFAULT_GRACE_S
     from mcphost.cli._state import OWNER_FLAGS
     from mcphost.models import ID_PATTERN, RunStatus
     from mcphost.protocol import STATE_SCOPES
+    from mcphost.serving import DEFAULT_GRACE_S
 
     assert tuple(s.value for s in RunStatus) == cli.RUN_STATUSES
     assert cli.STATE_SCOPES == STATE_SCOPES

@@ -10,6 +10,7 @@ import httpx2
 import pytest
 
 from mcphost.facts import FactsServer
+from mcphost.guard import HttpGuard
 from mcphost.models import RunStatus
 from mcphost.protocol import AgentRunContext
 from mcphost.stores import Stores, open_stores
@@ -200,9 +201,8 @@ async def test_a_foreign_host_or_origin_is_refused_against_dns_rebinding(served:
 
 
 async def test_configured_hostnames_and_origins_are_accepted(stores: Stores) -> None:
-    async with serve_facts(
-        stores, allowed_hosts=["mcp.example.com"], allowed_origins=["https://app.example.com"]
-    ) as served:
+    guard = HttpGuard(allowed_hosts=["mcp.example.com"], allowed_origins=["https://app.example.com"])
+    async with serve_facts(stores, guard=guard) as served:
         run = await served.start_run()
         named = {"host": "mcp.example.com", "origin": "https://app.example.com"}
         assert (await post(served, run.run_id, token=run.token, headers=named)).status_code == 200

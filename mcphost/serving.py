@@ -1,0 +1,262 @@
+"""Serving the host over HTTP: the listening socket, uvicorn, `mcphost serve` and its graceful drain.
+
+Owns binding the socket (`bind_socket`, TCP_NODELAY-ready), running uvicorn on it without its signal
+handlers (`serve_http`), the access log's redaction, `serve_locally` (the app on an ephemeral loopback
+port for `mcphost run`, so the one-shot path and the server path run the same code) and `serve`. Does
+not own the app or the host it serves (`app.py`).
+
+Invariants:
+- Without an API key the server listens only on loopback (`check_listen`, DESIGN §10).
+- The access log never records the values of `REDACTED_QUERY_PARAMS`.
+- Graceful shutdown (`serve`): on SIGTERM/SIGINT the server stops taking events (503) but keeps
+  serving, so running runs keep their MCP endpoint and clients their streams; runs get `grace_s` to
+  finish, then are cancelled; then the HTTP server stops (bounded), then the host (plugins last). A second
+  signal skips the rest of the grace period.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import signal
+import socket
+import urllib.parse
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Generator
+from contextlib import asynccontextmanager
+
+import anyio
+import uvicorn
+from starlette.types import ASGIApp
+
+from mcphost.api import ApiLimits, ApiState
+from mcphost.app import Host, build_app, open_host
+from mcphost.config import Settings
+from mcphost.errors import ConfigError, HostError, InvalidArgumentError
+from mcphost.guard import is_loopback
+from mcphost.orchestrator import CANCEL_GRACE_S, Orchestrator
+
+logger = logging.getLogger(__name__)
+
+HTTP_SHUTDOWN_S = 3.0
+"""How long the HTTP server waits for open connections once the runs are over."""
+DEFAULT_GRACE_S = 10.0
+
+
+def parse_listen(listen: str) -> tuple[str, int]:
+    """`HOST:PORT` (IPv6 in brackets) → (host, port)."""
+    host, sep, port = listen.rpartition(":")
+    host = host.strip()
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise InvalidArgumentError(f"--listen expects HOST:PORT such as 127.0.0.1:8787; got {listen!r}.")
+    return host.removeprefix("[").removesuffix("]"), int(port)
+
+
+def check_listen(host: str, api_key: str | None) -> None:
+    """Refuse a non-loopback address without an API key (DESIGN §10)."""
+    if not api_key and not is_loopback(host):
+        raise ConfigError(
+            f"Refusing to listen on {host!r} without an API key: /v1 would be open to the network. Set "
+            "[host] api_key (or MCPHOST_API_KEY), or listen on 127.0.0.1."
+        )
+
+
+def bind_socket(host: str, port: int) -> socket.socket:
+    """A bound TCP socket for `serve_http`.
+
+    Created with `IPPROTO_TCP` explicitly: asyncio sets TCP_NODELAY on accepted connections only when the
+    listening socket says so, and without it small writes (SSE events, MCP answers) wait on Nagle's
+    algorithm and delayed ACKs (tens of milliseconds each).
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise HostError(
+            f"Cannot listen on {host}:{port}: {exc.strerror or exc}. Choose another --listen."
+        ) from None
+    return sock
+
+
+def local_url(host: str, port: int) -> str:
+    """The base URL a client on this machine uses for HOST:PORT (wildcard addresses become loopback)."""
+    if host in ("0.0.0.0", ""):
+        host = "127.0.0.1"
+    elif host == "::":
+        host = "::1"
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+def socket_url(sock: socket.socket) -> str:
+    """`local_url` of a bound socket."""
+    host, port = sock.getsockname()[:2]
+    return local_url(host, port)
+
+
+def advertised_url(settings: Settings) -> str:
+    """Where clients reach a `mcphost serve` of these settings: `[host] public_url`, else its `listen`."""
+    if settings.host.public_url is not None:
+        return settings.host.public_url
+    return local_url(*parse_listen(settings.host.listen))
+
+
+REDACTED_QUERY_PARAMS: frozenset[str] = frozenset({"access_token", "token", "api_key"})
+"""Query parameters whose values the access log never records (compared case-insensitively)."""
+
+
+def redact_query(target: str) -> str:
+    """`target` (a path with its query) with the values of `REDACTED_QUERY_PARAMS` replaced by `***`."""
+    path, sep, query = target.partition("?")
+    if not sep:
+        return target
+    parts: list[str] = []
+    for part in query.split("&"):
+        name, eq, _ = part.partition("=")
+        if urllib.parse.unquote_plus(name).strip().lower() in REDACTED_QUERY_PARAMS:
+            part = f"{name}{eq or '='}***"
+        parts.append(part)
+    return f"{path}?{'&'.join(parts)}"
+
+
+class _RedactAccessLog(logging.Filter):
+    """Rewrites uvicorn access log records so secrets in query strings never reach the log."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args
+        # uvicorn's access record: (client_addr, method, full_path, http_version, status_code)
+        if isinstance(args, tuple) and len(args) == 5 and isinstance(args[2], str):
+            record.args = (args[0], args[1], redact_query(args[2]), args[3], args[4])
+        return True
+
+
+_ACCESS_LOG_FILTER = _RedactAccessLog()
+
+
+class _Server(uvicorn.Server):
+    """uvicorn without its own signal handlers: whoever runs it decides when it stops."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Generator[None, None, None]:
+        yield
+
+
+@asynccontextmanager
+async def serve_http(
+    app: ASGIApp, sock: socket.socket, *, access_log: bool = False
+) -> AsyncGenerator[str, None]:
+    """Serve `app` on the bound `sock` until the block ends; yields the base URL.
+
+    With `access_log`, uvicorn logs one line per request, with the values of `REDACTED_QUERY_PARAMS`
+    replaced by `***`.
+    """
+    if access_log:
+        access = logging.getLogger("uvicorn.access")
+        if _ACCESS_LOG_FILTER not in access.filters:
+            access.addFilter(_ACCESS_LOG_FILTER)
+    config = uvicorn.Config(
+        app,
+        lifespan="off",
+        log_config=None,
+        access_log=access_log,
+        timeout_graceful_shutdown=int(HTTP_SHUTDOWN_S),
+        server_header=False,
+        ws="none",
+    )
+    server = _Server(config)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(server.serve, [sock])
+        with anyio.fail_after(10):
+            while not server.started:  # noqa: ASYNC110  (uvicorn tells readiness only by this flag)
+                await anyio.sleep(0.01)
+        try:
+            yield socket_url(sock)
+        finally:
+            server.should_exit = True
+
+
+@asynccontextmanager
+async def serve_locally(host: Host) -> AsyncGenerator[str, None]:
+    """The host's app on an ephemeral loopback port for the block, with `public_url` pointing at it."""
+    sock = bind_socket("127.0.0.1", 0)
+    with sock:
+        async with serve_http(build_app(host), sock) as url:
+            previous = host.orchestrator.public_url
+            host.orchestrator.public_url = url
+            try:
+                yield url
+            finally:
+                host.orchestrator.public_url = previous
+
+
+async def _wait_idle(orchestrator: Orchestrator, timeout: float) -> None:
+    with anyio.move_on_after(timeout):
+        while orchestrator.active_run_ids():  # noqa: ASYNC110  (runs end on their own tasks; bounded poll)
+            await anyio.sleep(0.05)
+
+
+async def drain(
+    host: Host, state: ApiState, grace_s: float, signals: AsyncIterator[signal.Signals] | None = None
+) -> None:
+    """Stop taking events, give active runs `grace_s`, cancel the rest and wait (bounded) for them to end."""
+    state.draining = True
+    orchestrator = host.orchestrator
+    logger.warning(
+        "shutting down: taking no new events; %d active run(s) get up to %g s",
+        len(orchestrator.active_run_ids()),
+        grace_s,
+    )
+    hurry = anyio.CancelScope()
+
+    async def second_signal() -> None:
+        if signals is None:
+            return
+        async for _ in signals:
+            logger.warning("second signal: cancelling active runs now")
+            hurry.cancel()
+            return
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(second_signal)
+        with hurry:
+            await orchestrator.drain(grace_s)
+        for run_id in orchestrator.active_run_ids():
+            await orchestrator.cancel(run_id, reason="the host is shutting down")
+        await _wait_idle(orchestrator, CANCEL_GRACE_S + 5)
+        tg.cancel_scope.cancel()
+
+
+async def serve(
+    settings: Settings,
+    *,
+    listen: str | None = None,
+    grace_s: float = DEFAULT_GRACE_S,
+    limits: ApiLimits | None = None,
+    on_ready: Callable[[str], None] | None = None,
+) -> None:
+    """`mcphost serve`: the host over HTTP until SIGTERM/SIGINT, then a graceful, bounded shutdown."""
+    if listen is not None:  # the guard and the default public URL follow the address actually bound
+        settings = settings.model_copy(update={"host": settings.host.model_copy(update={"listen": listen})})
+    bind_host, port = parse_listen(settings.host.listen)
+    check_listen(bind_host, settings.host.api_key)
+    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        sock = bind_socket(bind_host, port)
+        with sock:
+            async with open_host(settings) as host:
+                url = socket_url(sock)
+                if settings.host.public_url is None:
+                    host.orchestrator.public_url = url
+                app = build_app(host, limits=limits)
+                async with serve_http(app, sock, access_log=True):
+                    logger.info("serving on %s (public URL %s)", url, host.orchestrator.public_url)
+                    if on_ready is not None:
+                        on_ready(url)
+                    async for signum in signals:
+                        logger.warning("received %s", signum.name)
+                        break
+                    state = app.state.api
+                    assert isinstance(state, ApiState)
+                    await drain(host, state, grace_s, signals)
+                logger.info("HTTP server stopped; stopping plugins")
+    logger.info("stopped")
