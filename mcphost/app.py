@@ -44,6 +44,7 @@ from starlette.types import ASGIApp, Lifespan, Message, Receive, Scope, Send
 from mcphost.api import ApiLimits, ApiState, HostMetrics, routes
 from mcphost.bindings import Bindings
 from mcphost.config import Settings
+from mcphost.delivery import DeliverySender
 from mcphost.errors import HostError, StorageUnavailableError, UnauthorizedError, find_error
 from mcphost.facts import MCP_PATH, FactsServer, granted_tools
 from mcphost.gateway.host_tools import Gateway
@@ -92,6 +93,7 @@ async def open_database(settings: Settings) -> AsyncGenerator[Stores, None]:
         blob_backend=settings.host.blob_backend,
         migrate=True,
         cursor_secret=settings.host.cursor_secret,
+        webhooks=settings.webhooks,
     ) as stores:
         yield stores
 
@@ -155,10 +157,12 @@ async def open_host(settings: Settings) -> AsyncGenerator[Host, None]:
             scheduler,
             guard,
         )
+        sender = DeliverySender(stores.deliveries, settings.webhooks, orchestrator.host_id)
         async with (
             gateway.running(),
             facts.running(),
             orchestrator.running(),
+            sender.running(),
             anyio.create_task_group() as tg,
         ):
             await tg.start(run_scheduler, scheduler)
@@ -350,6 +354,7 @@ def _attach(app: Starlette, host: Host, limits: ApiLimits | None) -> None:
         limits=limits or ApiLimits(),
         hooks=host.settings.hooks,
         scheduler=host.scheduler,
+        webhooks=host.settings.webhooks,
     )
 
 

@@ -158,6 +158,31 @@ class SkillConfig(_Section):
 FIELD_PATH_PATTERN = r"\$(\.[A-Za-z0-9_-]+|\[[0-9]{1,6}\])*"
 """A field path into a JSON payload: `$`, then `.name` and `[index]` steps (`$.repository.full_name`)."""
 DEFAULT_HOOK_EVENT_TYPE = "webhook.received"
+WebhookEvent = Literal[
+    "message.completed", "run.completed", "run.failed", "action.requested", "approval.requested"
+]
+WEBHOOK_EVENTS: tuple[WebhookEvent, ...] = (
+    "message.completed",
+    "run.completed",
+    "run.failed",
+    "action.requested",
+    "approval.requested",
+)
+"""What a `[[webhooks]]` entry can be sent: results (`message.completed`, `action.requested`) and run ends."""
+
+
+def _whsec(value: str) -> str:
+    """A Standard Webhooks secret: `whsec_` and the base64 of at least 16 bytes."""
+    try:
+        decoded = base64.b64decode(value.removeprefix("whsec_"), validate=True)
+    except ValueError:
+        decoded = b""
+    if not value.startswith("whsec_") or len(decoded) < 16:
+        raise ValueError(
+            "a Standard Webhooks secret is 'whsec_' followed by the base64 of at least 16 random "
+            "bytes (such as 'whsec_' + base64 of `openssl rand 32`)"
+        )
+    return value
 
 
 class HookConfig(_Section):
@@ -187,18 +212,7 @@ class HookConfig(_Section):
     @field_validator("secret")
     @classmethod
     def _secret_form(cls, value: str, info: ValidationInfo) -> str:
-        if info.data.get("verify") == "standard-webhooks":
-            key = value.removeprefix("whsec_")
-            try:
-                decoded = base64.b64decode(key, validate=True)
-            except ValueError:
-                decoded = b""
-            if not value.startswith("whsec_") or len(decoded) < 16:
-                raise ValueError(
-                    "a Standard Webhooks secret is 'whsec_' followed by the base64 of at least 16 random "
-                    "bytes (such as 'whsec_' + base64 of `openssl rand 32`)"
-                )
-        return value
+        return _whsec(value) if info.data.get("verify") == "standard-webhooks" else value
 
     @field_validator("conversation_id", "actor_id", "text")
     @classmethod
@@ -209,6 +223,33 @@ class HookConfig(_Section):
                 "steps, such as '$.repository.full_name' or '$.commits[0].id'"
             )
         return value
+
+
+class WebhookConfig(_Section):
+    """One `[[webhooks]]` entry: where announced facts are delivered, signed per Standard Webhooks."""
+
+    url: str = Field(max_length=2000)
+    """The receiver (`http://` or `https://`); only this URL is ever called."""
+    secret: str = Field(max_length=1000)
+    """The signing secret in its `whsec_<base64>` form (the receiver verifies with the same)."""
+    events: list[WebhookEvent] = Field(default_factory=lambda: list(WEBHOOK_EVENTS), min_length=1)
+    """Which facts to deliver. Default: all of them."""
+    agents: list[str] = Field(default_factory=list[str])
+    """Only runs of these agents; empty: every agent's."""
+    max_age_s: float = Field(default=24 * 3600.0, gt=0, le=30 * 24 * 3600)
+    """How long a delivery is retried (with exponential back-off) before it is dead."""
+
+    @field_validator("url")
+    @classmethod
+    def _url_form(cls, value: str) -> str:
+        if not value.startswith(("http://", "https://")):
+            raise ValueError(f"expected an http:// or https:// URL, got {value[:100]!r}")
+        return value
+
+    @field_validator("secret")
+    @classmethod
+    def _secret_form(cls, value: str) -> str:
+        return _whsec(value)
 
 
 def _check_names(names: Mapping[str, object], what: str, why: str) -> None:
@@ -264,6 +305,8 @@ class Settings(_Section):
     hooks: dict[str, HookConfig] = Field(default_factory=dict[str, HookConfig])
     retention: RetentionSettings = Field(default_factory=RetentionSettings)
     """Inbound webhook sources by name (`POST /v1/hooks/<source>`)."""
+    webhooks: list[WebhookConfig] = Field(default_factory=list[WebhookConfig])
+    """Outbound webhooks: results and run ends delivered to receivers."""
 
     @field_validator("hooks")
     @classmethod
@@ -391,6 +434,13 @@ def _check_agents(settings: Settings) -> None:
 
 def _check_hooks(settings: Settings) -> None:
     known = {agent.id for agent in settings.agents}
+    for index, webhook in enumerate(settings.webhooks):
+        for agent_id in webhook.agents:
+            if agent_id not in known:
+                raise ConfigError(
+                    f"{settings.source}: webhooks[{index}].agents: agent {agent_id!r} is not configured; known "
+                    f"agents: {', '.join(sorted(known)) or 'none'}."
+                )
     for source, hook in settings.hooks.items():
         if hook.agent is not None and hook.agent not in known:
             raise ConfigError(

@@ -19,7 +19,14 @@ from pydantic import BaseModel, ConfigDict, Field
 from mcphost.models import ID_PATTERN, Run, RunError, RunStatus
 from mcphost.protocol import JSONObject
 from mcphost.schedules import ScheduleStatus
-from mcphost.stores import MAX_RUN_SEQ, AuditRecord, StoredEvent, TranscriptRecord
+from mcphost.stores import (
+    MAX_RUN_SEQ,
+    AuditRecord,
+    DeliveryRecord,
+    DeliveryStatus,
+    StoredEvent,
+    TranscriptRecord,
+)
 
 RESULTS_PAGE_LIMIT = 1000
 MIME_PATTERN = re.compile(r"^[A-Za-z0-9][\w.+-]{0,99}/[A-Za-z0-9][\w.+-]{0,99}(\s*;.{0,95})?$")
@@ -42,6 +49,14 @@ class IngestQuery(QueryModel):
 class RunsQuery(QueryModel):
     conversation_id: str | None = Field(default=None, pattern=ID_PATTERN)
     status: RunStatus | None = None
+    limit: int = Field(default=50, ge=1, le=100)
+    cursor: str | None = Field(default=None, max_length=500)
+
+
+class DeliveriesQuery(QueryModel):
+    status: DeliveryStatus | None = None
+    """`pending`, `delivered` or `dead` (the dead-letter list)."""
+    run_id: str | None = Field(default=None, max_length=100)
     limit: int = Field(default=50, ge=1, le=100)
     cursor: str | None = Field(default=None, max_length=500)
 
@@ -146,6 +161,12 @@ class RunView(_Answer):
 
 class RunsPage(_Answer):
     items: list[Run]
+    next_cursor: str | None
+    has_more: bool
+
+
+class DeliveriesPage(_Answer):
+    items: list[DeliveryRecord]
     next_cursor: str | None
     has_more: bool
 

@@ -24,6 +24,7 @@ from starlette.routing import BaseRoute, Route
 
 from mcphost import __version__
 from mcphost.api._artifacts import artifact_content, artifact_metadata, upload_artifact
+from mcphost.api._deliveries import list_deliveries, redeliver
 from mcphost.api._endpoints import (
     cancel_run,
     conversation_events,
@@ -46,6 +47,8 @@ from mcphost.api._models import (
     AuditQuery,
     CancelAnswer,
     CancelBody,
+    DeliveriesPage,
+    DeliveriesQuery,
     ErrorBody,
     EventsPage,
     EventsPageQuery,
@@ -77,7 +80,7 @@ from mcphost.api._schedules import (
 from mcphost.models import AgentEventEnvelope
 from mcphost.protocol import ArtifactRef, JSONObject
 from mcphost.schedules import ScheduleStatus
-from mcphost.stores import ArtifactRecord
+from mcphost.stores import ArtifactRecord, DeliveryRecord
 from mcphost.timetable import ScheduleSpec
 
 # -- routes and OpenAPI ------------------------------------------------------------------------------
@@ -173,6 +176,11 @@ _ENDPOINTS: tuple[_Endpoint, ...] = (
               200, "ScheduleStatus", (400, 404, 409)),
     _Endpoint("POST", "/v1/schedules/{schedule_id}/resume", resume_schedule,
               "Resume a paused schedule created through the API", 200, "ScheduleStatus", (400, 404, 409)),
+    _Endpoint("GET", "/v1/deliveries", list_deliveries,
+              "Outbound webhook deliveries, newest first (status=dead: the dead-letter list)", 200,
+              "DeliveriesPage", (400,), DeliveriesQuery),
+    _Endpoint("POST", "/v1/deliveries/{delivery_id}/redeliver", redeliver,
+              "Send a delivery again (same webhook-id), due now", 202, "DeliveryRecord", (400, 404)),
     _Endpoint("GET", "/v1/runners", list_runners, "Runners, rejected manifests and plugin processes", 200,
               "RunnersView"),
     _Endpoint("POST", "/v1/artifacts", upload_artifact,
@@ -264,6 +272,8 @@ _SCHEMA_MODELS: tuple[type[BaseModel], ...] = (
     RunnersView,
     Health,
     ErrorBody,
+    DeliveriesPage,
+    DeliveryRecord,
 )
 
 

@@ -12,13 +12,13 @@ Invariants:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from starlette.requests import Request
 
 from mcphost.api._metrics import HostMetrics
-from mcphost.config import HookConfig
+from mcphost.config import HookConfig, WebhookConfig
 from mcphost.orchestrator import Orchestrator
 from mcphost.plugins.process import PluginProcess
 from mcphost.plugins.registry import RunnerRegistry
@@ -54,6 +54,8 @@ class ApiState:
     """The `[hooks.<source>]` webhook senders `POST /v1/hooks/{source}` accepts."""
     scheduler: Scheduler | None = None
     """The host's scheduler (the schedule routes answer through it, and wake it after a change)."""
+    webhooks: Sequence[WebhookConfig] = ()
+    """The `[[webhooks]]` receivers (a redelivery is retried for its receiver's `max_age_s`)."""
     draining: bool = False
     """Set when the server stops taking new events (graceful shutdown)."""
 

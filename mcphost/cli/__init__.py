@@ -9,7 +9,7 @@ This module owns the parser, its argument types and `main`, the entry point of b
 (`mcphost = "mcphost.cli:main"`) and `python -m mcphost.cli` (`__main__`). It does not own what the
 commands do: `_runs` (run, runs, show, runners, schema, db), `_server` (serve, send), `_grants` (grant,
 revoke and the MCP client configs), `_knowledge` (kb, tools), `_state` (state get/list/delete),
-`_schedules` (schedules), `_gc` (gc); `_common` holds exit codes, logging set-up and output helpers.
+`_schedules` (schedules), `_gc` (gc), `_deliveries` (deliveries); `_common` holds exit codes, logging set-up and output helpers.
 
 Invariants: every subcommand, flag and help text is declared here, in the order `--help` lists them;
 every command but `schema` loads the config before it does anything; a `HostError` (also one wrapped in
@@ -384,6 +384,25 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("shell", choices=["bash", "zsh", "fish"], metavar="SHELL", help="bash, zsh or fish")
 
+    p = sub.add_parser(
+        "deliveries",
+        help="outbound webhook deliveries; redeliver one",
+        description="List outbound webhook deliveries, newest first (--status dead: the dead-letter list), or "
+        "put one back to pending with `mcphost deliveries redeliver DELIVERY_ID`.",
+    )
+    p.add_argument(
+        "action", nargs="?", choices=["list", "redeliver"], default="list", help="list (default) or redeliver"
+    )
+    p.add_argument(
+        "delivery_id", nargs="?", metavar="DELIVERY_ID", help="the delivery to send again (redeliver)"
+    )
+    p.add_argument(
+        "--status", choices=["pending", "delivered", "dead"], help="only deliveries in this status"
+    )
+    p.add_argument("--limit", type=_limit, default=20, metavar="N", help="how many (1-100, default 20)")
+    p.add_argument("--cursor", metavar="C", help="continue from a previous listing")
+    _add_common(p)
+
     p = sub.add_parser("db", help="database maintenance", description="Database maintenance.")
     db_sub = p.add_subparsers(dest="db_command", metavar="ACTION", required=True)
     u = db_sub.add_parser(
@@ -509,6 +528,7 @@ _COMMANDS: dict[str, tuple[str, str]] = {
     "state": ("_state", "cmd_state"),
     "schedules": ("_schedules", "cmd_schedules"),
     "gc": ("_gc", "cmd_gc"),
+    "deliveries": ("_deliveries", "cmd_deliveries"),
 }
 """Each command's module (imported only when the command runs: `--help` and `--version` import none of
 them, nor the server, SQLAlchemy or `mcp` they pull in) and its `async (args, settings) -> exit code`."""

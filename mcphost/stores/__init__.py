@@ -12,7 +12,7 @@ O(limit) keyset pages (`Page`). Module map: `engine` (Database, migrations), `ta
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,11 +20,13 @@ from typing import Literal
 
 import anyio
 
+from mcphost.config import WebhookConfig
 from mcphost.stores import engine
 from mcphost.stores._cursor import MAX_RUN_SEQ, CursorCodec, Page
 from mcphost.stores.artifacts import ArtifactRecord, ArtifactStore
 from mcphost.stores.audit import AuditEntry, AuditRecord, AuditStore
 from mcphost.stores.blobs import BlobBackend, DatabaseBlobs, DiskBlobs
+from mcphost.stores.deliveries import DeliveryRecord, DeliveryStatus, DeliveryStore, Outbox
 from mcphost.stores.engine import Database, migrate, sqlite_path, upgrade_database
 from mcphost.stores.events import EventKind, EventStore, StoredEvent, event_values
 from mcphost.stores.faults import open_failure
@@ -61,6 +63,7 @@ class Stores:
     health: StorageProbe
     """Whether `data_dir` and the database are still usable (cached for a second)."""
     schedules: ScheduleStore
+    deliveries: DeliveryStore
 
 
 async def _sweep_staging(staging_dir: Path) -> None:
@@ -82,11 +85,13 @@ async def open_stores(
     blob_backend: BlobBackendName = "disk",
     migrate: bool = True,
     cursor_secret: str | None = None,
+    webhooks: Sequence[WebhookConfig] = (),
 ) -> AsyncGenerator[Stores, None]:
     """Open every store over `database_url`, with blobs under `data_dir/blobs` or in the database.
 
     Creates `data_dir` (and a SQLite file's folder) when missing and, unless `migrate=False`, brings the
-    schema to the newest migration first. The engine is disposed on exit.
+    schema to the newest migration first. The engine is disposed on exit. `webhooks` are the outbound
+    webhooks whose outbox rows the runs and results stores write with the facts they announce.
 
     Raises:
         ConfigError: when the storage cannot be opened, created or written (a missing PostgreSQL database,
@@ -120,7 +125,8 @@ async def open_stores(
             if failure is None:
                 raise
             raise failure from exc
-        runs = RunStore(db, cursors)
+        outbox = Outbox(webhooks)
+        runs = RunStore(db, cursors, outbox)
         yield Stores(
             db=db,
             cursors=cursors,
@@ -130,11 +136,12 @@ async def open_stores(
             state=StateStore(db, cursors),
             storage=StorageStore(db, cursors),
             runs=runs,
-            results=ResultStore(db),
+            results=ResultStore(db, outbox),
             audit=AuditStore(db),
             hosts=HostStore(db, runs),
             health=StorageProbe(db, data_dir),
             schedules=ScheduleStore(db),
+            deliveries=DeliveryStore(db, cursors),
         )
     finally:
         with anyio.CancelScope(shield=True):
@@ -153,6 +160,9 @@ __all__ = [
     "CursorCodec",
     "Database",
     "DatabaseBlobs",
+    "DeliveryRecord",
+    "DeliveryStatus",
+    "DeliveryStore",
     "DiskBlobs",
     "EventKind",
     "EventStore",

@@ -28,6 +28,7 @@ from mcphost.errors import ConflictError
 from mcphost.protocol import MAX_JSON_DEPTH, JSONObject, json_depth
 from mcphost.stores._cursor import MAX_RUN_SEQ, check_after, check_limit
 from mcphost.stores._retry import idempotent
+from mcphost.stores.deliveries import Outbox
 from mcphost.stores.engine import Database
 from mcphost.stores.tables import RunResultRow
 
@@ -66,8 +67,9 @@ def _served(row: RunResultRow) -> StoredResult:
 class ResultStore:
     """Append and read run results."""
 
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Database, outbox: Outbox | None = None) -> None:
         self._db = db
+        self._outbox = outbox
 
     @idempotent
     async def append_many(
@@ -92,6 +94,8 @@ class ResultStore:
         try:
             async with self._db.write() as session:
                 await session.execute(insert(RunResultRow), [r.model_dump() for r in stored])
+                if self._outbox is not None:  # announced in the same transaction (stores/deliveries.py)
+                    await self._outbox.results(session, run_id, items)
         except IntegrityError as exc:
             already = await self.list(run_id, after=first_seq - 1, limit=len(stored))
             if [(r.seq, r.type, r.payload) for r in already] == [(r.seq, r.type, r.payload) for r in stored]:

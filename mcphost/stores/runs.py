@@ -49,6 +49,7 @@ from mcphost.protocol import AgentRunContext, JSONObject
 from mcphost.stores._cursor import CursorCodec, Page, check_limit
 from mcphost.stores._retry import idempotent
 from mcphost.stores._sql import lock_in_transaction
+from mcphost.stores.deliveries import Outbox
 from mcphost.stores.engine import Database
 from mcphost.stores.events import insert_event
 from mcphost.stores.tables import RunRow
@@ -137,9 +138,15 @@ async def _move(
 class RunStore:
     """Admit, start, move, read and cancel runs."""
 
-    def __init__(self, db: Database, cursors: CursorCodec) -> None:
+    def __init__(self, db: Database, cursors: CursorCodec, outbox: Outbox | None = None) -> None:
         self._db = db
         self._cursors = cursors
+        self._outbox = outbox
+
+    async def _announce(self, session: AsyncSession, moved: RunRow) -> None:
+        """The outbox rows of a run end, in the transaction that ended it (`stores/deliveries.py`)."""
+        if self._outbox is not None and RunStatus(moved.status).is_terminal:
+            await self._outbox.run_ended(session, moved)
 
     @idempotent
     async def admit(
@@ -329,6 +336,7 @@ class RunStore:
                 current = RunStatus((await _row(session, run_id)).status)
                 moved = await _move(session, run_id, current, status, **values)
                 if moved is not None:
+                    await self._announce(session, moved)
                     return _run(moved)
         raise AssertionError(f"run {run_id!r} kept changing status under transition()")
 
@@ -365,6 +373,7 @@ class RunStore:
                     return _run(row)
                 moved = await _move(session, run_id, current, status, **values)
                 if moved is not None:
+                    await self._announce(session, moved)
                     return _run(moved)
         raise AssertionError(f"run {run_id!r} kept changing status under finish()")
 

@@ -292,6 +292,39 @@ class SecretRow(Base):
     created_at: Mapped[float] = mapped_column(Double)
 
 
+class DeliveryRow(Base):
+    """The outbox of outbound webhooks: one row per (webhook URL, announced fact), written in the
+    transaction of the fact it announces and sent by `delivery.py` until delivered or dead."""
+
+    __tablename__ = "deliveries"
+    __table_args__ = (
+        Index(None, "status", "next_attempt_at"),
+        Index(None, "run_id"),
+        {"sqlite_autoincrement": True},
+    )
+
+    seq: Mapped[int] = mapped_column(SeqType, primary_key=True, autoincrement=True)
+    delivery_id: Mapped[str] = mapped_column(String(100), unique=True)
+    """The Standard Webhooks `webhook-id` (`msg_<ulid>`): the same on every attempt."""
+    url: Mapped[str] = mapped_column(String(2000))
+    type: Mapped[str] = mapped_column(String(100))
+    run_id: Mapped[str | None] = mapped_column(String(100))
+    agent_id: Mapped[str | None] = mapped_column(String(100))
+    conversation_id: Mapped[str | None] = mapped_column(Id)
+    body: Mapped[dict[str, Any]]
+    status: Mapped[str] = mapped_column(String(16))
+    attempts: Mapped[int] = mapped_column(Integer)
+    created_at: Mapped[float] = mapped_column(Double)
+    expires_at: Mapped[float] = mapped_column(Double)
+    """No attempt starts after this (`max_age_s` after creation or redelivery): the row goes dead."""
+    next_attempt_at: Mapped[float] = mapped_column(Double)
+    claimed_until: Mapped[float] = mapped_column(Double)
+    """A host's lease on the row while it sends; another host claims it only after this."""
+    claimed_by: Mapped[str | None] = mapped_column(String(100))
+    last_error: Mapped[str | None] = mapped_column(String(500))
+    delivered_at: Mapped[float | None] = mapped_column(Double)
+
+
 class KbDocumentRow(Base):
     """One ingested document of a knowledge base: where it came from and the hash it was ingested at."""
 

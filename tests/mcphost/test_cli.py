@@ -6,6 +6,7 @@ with SIGKILL mid-run, and two host processes sharing one PostgreSQL conversation
 
 from __future__ import annotations
 
+import base64
 import itertools
 import json
 import os
@@ -22,13 +23,14 @@ import jsonschema
 import pytest
 
 from mcphost.cli import main
+from mcphost.config import WebhookConfig
 from mcphost.facts._tools import FACTS_TOOLS
 from mcphost.models import RunStatus
 from mcphost.protocol.facts import FACTS_ANSWERS
 from mcphost.stores import Stores, open_stores
 from tests.conftest import NO_POSTGRES, POSTGRES_URL, fresh_postgres_database
 from tests.mcphost.hostkit import MISBEHAVE, REPO
-from tests.mcphost.stores.factories import nested_json, overwrite_json
+from tests.mcphost.stores.factories import admitted, nested_json, overwrite_json
 
 ENV_DROP = ("MCPHOST_CONFIG", "MCPHOST_DATABASE_URL", "MCPHOST_DATA_DIR")
 
@@ -374,3 +376,41 @@ async def test_state_get_list_and_delete_reach_a_value_too_deep_to_serve(
     entry = await stores.state.get("conversation", owner, "good")
     assert entry is not None
     assert entry.value == {"n": 1}
+
+
+async def test_deliveries_lists_the_dead_letters_and_redelivers_one(
+    database_url: str, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    url = "http://127.0.0.1:9/receiver"
+    secret = "whsec_" + base64.b64encode(b"s" * 32).decode()
+    async with open_stores(
+        database_url, tmp_path / "data", webhooks=[WebhookConfig(url=url, secret=secret)]
+    ) as stores:
+        run = await admitted(stores)
+        await stores.runs.transition(run.run_id, RunStatus.RUNNING)
+        await stores.runs.finish(run.run_id, RunStatus.COMPLETED)
+        (row,) = await stores.deliveries.claim("host-a", lease_s=30)
+        await stores.deliveries.retry(
+            row.delivery_id, "host-a", error="HTTP 500", next_attempt_at=0.0, dead=True
+        )
+    config = write_config(tmp_path, database_url, extra=f'[[webhooks]]\nurl = "{url}"\nsecret = "{secret}"\n')
+
+    async def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        code = await anyio.to_thread.run_sync(lambda: main([*args, "--config", str(config)]))
+        out, err = capfd.readouterr()
+        return subprocess.CompletedProcess(args, code, out, err)
+
+    dead = await cli("deliveries", "--status", "dead", "--json")
+    assert dead.returncode == 0, dead.stderr
+    listed = json.loads(dead.stdout)["deliveries"]
+    assert [(d["delivery_id"], d["last_error"]) for d in listed] == [(row.delivery_id, "HTTP 500")]
+    text = await cli("deliveries")
+    assert row.delivery_id in text.stdout
+    assert "dead" in text.stdout
+    again = await cli("deliveries", "redeliver", row.delivery_id)
+    assert again.returncode == 0, again.stderr
+    assert "pending again" in again.stdout
+    assert (
+        await cli("deliveries", "--status", "dead", "--json")
+    ).stdout.strip() == '{"deliveries":[],"next_cursor":null}'
+    assert (await cli("deliveries", "redeliver", "msg_unknown")).returncode != 0

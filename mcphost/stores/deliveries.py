@@ -1,0 +1,321 @@
+"""Outbound webhook deliveries: the outbox rows (`deliveries`), written with the facts they announce,
+and the claims, outcomes and pages the sender and the API read.
+
+Owns the `deliveries` table, which fact becomes which delivery body (`Outbox`), and the lease protocol.
+Does not own sending, signing or back-off (`delivery.py`), nor the configuration (`config.WebhookConfig`).
+
+Invariants:
+- A delivery row is inserted in the same transaction as the fact it announces: `RunStore` calls
+  `Outbox.run_ended` in the transaction that moves a run to `completed` or `failed`, and `ResultStore`
+  calls `Outbox.results` in the transaction that stores `message.completed` / `action.requested`
+  results. A fact that is not committed is never announced; a committed one always has its rows.
+  (`approval.requested` is accepted in `events`; nothing announces it yet.)
+- `delivery_id` (`msg_<ulid>`) is the Standard Webhooks `webhook-id` of every attempt of the row.
+- A row is sent only by the host that claimed it: `claim` takes due `pending` rows whose lease has run
+  out (`claimed_until < now`), with `FOR UPDATE SKIP LOCKED` on PostgreSQL (SQLite serialises writers),
+  and sets the lease; `delivered`/`retry` write only while the claim is still the caller's.
+- Statuses: `pending` → `delivered` | `dead` (past `expires_at`, or the webhook is no longer
+  configured); `redeliver` puts a row back to `pending` with a new `expires_at`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+from sqlalchemy import insert, select, update
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from mcphost.config import WebhookConfig
+from mcphost.errors import NotFoundError
+from mcphost.models import RunStatus, new_id
+from mcphost.protocol import JSONObject
+from mcphost.stores._cursor import CursorCodec, Page, check_limit
+from mcphost.stores._retry import idempotent
+from mcphost.stores.engine import Database
+from mcphost.stores.tables import DeliveryRow, EventRow, RunRow
+
+DeliveryStatus = Literal["pending", "delivered", "dead"]
+ANNOUNCED_RESULTS: frozenset[str] = frozenset({"message.completed", "action.requested"})
+MAX_ERROR_CHARS = 500
+
+
+class DeliveryRecord(BaseModel):
+    """One outbound delivery as stored."""
+
+    model_config = ConfigDict(frozen=True)
+
+    delivery_id: str
+    url: str
+    type: str
+    run_id: str | None
+    agent_id: str | None
+    conversation_id: str | None
+    body: JSONObject
+    status: DeliveryStatus
+    attempts: int
+    created_at: float
+    expires_at: float
+    next_attempt_at: float
+    last_error: str | None
+    delivered_at: float | None
+
+
+def _delivery(row: DeliveryRow) -> DeliveryRecord:
+    return DeliveryRecord.model_validate(row, from_attributes=True)
+
+
+def failure_notice(error: JSONObject | None) -> JSONObject:
+    """What a user is told when a run failed: a short text an adapter can post as is."""
+    code = error.get("code") if error else None
+    text = "Sorry — I could not finish this request. Please try again."
+    if code == "deadline_exceeded":
+        text = "Sorry — this took too long and was stopped. Please try again, perhaps with a smaller request."
+    elif code == "cancelled":
+        text = "This request was cancelled."
+    return {"text": text, "code": code}
+
+
+class Outbox:
+    """Turns announced facts into delivery rows for the configured `[[webhooks]]`, inside a transaction."""
+
+    def __init__(self, webhooks: Sequence[WebhookConfig]) -> None:
+        self.webhooks = tuple(webhooks)
+
+    def _targets(self, event_type: str, agent_id: str | None) -> list[WebhookConfig]:
+        return [
+            w
+            for w in self.webhooks
+            if event_type in w.events and (not w.agents or (agent_id is not None and agent_id in w.agents))
+        ]
+
+    async def _reply_target(self, session: AsyncSession, event_id: str) -> str | None:
+        payload = (
+            await session.execute(select(EventRow.payload).where(EventRow.event_id == event_id))
+        ).scalar_one_or_none()
+        delivery = payload.get("delivery") if isinstance(payload, dict) else None
+        target = delivery.get("reply_target") if isinstance(delivery, dict) else None
+        return target if isinstance(target, str) else None
+
+    async def _insert(self, session: AsyncSession, run: RunRow, facts: list[tuple[str, JSONObject]]) -> None:
+        wanted = [(t, data, w) for t, data in facts for w in self._targets(t, run.agent_id)]
+        if not wanted:
+            return
+        reply_target = await self._reply_target(session, run.event_id)
+        now = time.time()
+        rows: list[dict[str, Any]] = []
+        for event_type, data, webhook in wanted:
+            delivery_id = new_id("msg")
+            body: JSONObject = {
+                "type": event_type,
+                "timestamp": now,
+                "delivery_id": delivery_id,
+                "run_id": run.run_id,
+                "event_id": run.event_id,
+                "agent_id": run.agent_id,
+                "conversation_id": run.conversation_id or None,
+                "thread_id": run.thread_id or None,
+                "reply_target": reply_target,
+                "data": data,
+            }
+            rows.append(
+                {
+                    "delivery_id": delivery_id,
+                    "url": webhook.url,
+                    "type": event_type,
+                    "run_id": run.run_id,
+                    "agent_id": run.agent_id,
+                    "conversation_id": run.conversation_id or None,
+                    "body": body,
+                    "status": "pending",
+                    "attempts": 0,
+                    "created_at": now,
+                    "expires_at": now + webhook.max_age_s,
+                    "next_attempt_at": now,
+                    "claimed_until": 0.0,
+                }
+            )
+        await session.execute(insert(DeliveryRow), rows)
+
+    async def run_ended(self, session: AsyncSession, run: RunRow) -> None:
+        """Rows for a run that just moved to `completed` or `failed` (in that transaction)."""
+        if not self.webhooks or run.agent_id is None:
+            return
+        status = RunStatus(run.status)
+        if status is RunStatus.COMPLETED:
+            facts: list[tuple[str, JSONObject]] = [
+                ("run.completed", {"status": status.value, "usage": run.usage})
+            ]
+        elif status is RunStatus.FAILED:
+            error: JSONObject | None = run.error
+            data: JSONObject = {"status": status.value, "error": error, "notice": failure_notice(error)}
+            facts = [("run.failed", data)]
+        else:
+            return
+        await self._insert(session, run, facts)
+
+    async def results(
+        self, session: AsyncSession, run_id: str, items: Sequence[tuple[str, JSONObject]]
+    ) -> None:
+        """Rows for results just stored (in that transaction): `message.completed`, `action.requested`."""
+        facts = [(t, p.get("data") or {}) for t, p in items if t in ANNOUNCED_RESULTS]
+        if not self.webhooks or not facts:
+            return
+        run = (await session.execute(select(RunRow).where(RunRow.run_id == run_id))).scalar_one_or_none()
+        if run is None or run.agent_id is None:
+            return
+        await self._insert(session, run, [(t, d if isinstance(d, dict) else {"value": d}) for t, d in facts])
+
+
+class DeliveryStore:
+    """Claim, settle, list and redeliver outbound deliveries."""
+
+    def __init__(self, db: Database, cursors: CursorCodec) -> None:
+        self._db = db
+        self._cursors = cursors
+
+    async def claim(self, host_id: str, *, lease_s: float, limit: int = 16) -> list[DeliveryRecord]:
+        """Due `pending` rows nobody holds, leased to `host_id` for `lease_s` seconds."""
+        now = time.time()
+        due = (
+            select(DeliveryRow.seq)
+            .where(
+                DeliveryRow.status == "pending",
+                DeliveryRow.next_attempt_at <= now,
+                DeliveryRow.claimed_until < now,
+            )
+            .order_by(DeliveryRow.next_attempt_at)
+            .limit(limit)
+            .with_for_update(skip_locked=True)
+        )
+        async with self._db.write() as session:
+            seqs = list((await session.execute(due)).scalars().all())
+            if not seqs:
+                return []
+            rows = (
+                (
+                    await session.execute(
+                        update(DeliveryRow)
+                        .where(DeliveryRow.seq.in_(seqs), DeliveryRow.claimed_until < now)
+                        .values(claimed_until=now + lease_s, claimed_by=host_id)
+                        .returning(DeliveryRow)
+                    )
+                )
+                .scalars()
+                .all()
+            )
+        return [_delivery(r) for r in rows]
+
+    async def release(self, host_id: str) -> None:
+        """End `host_id`'s leases on rows it has not settled (a stopping host), so others take them now."""
+        stmt = (
+            update(DeliveryRow)
+            .where(DeliveryRow.claimed_by == host_id, DeliveryRow.status == "pending")
+            .values(claimed_until=0.0)
+        )
+        async with self._db.write() as session:
+            await session.execute(stmt)
+
+    async def delivered(self, delivery_id: str, host_id: str) -> bool:
+        """Mark a claimed row delivered; False when the claim was lost meanwhile."""
+        return await self._settle(
+            delivery_id, host_id, status="delivered", delivered_at=time.time(), last_error=None
+        )
+
+    async def retry(
+        self, delivery_id: str, host_id: str, *, error: str, next_attempt_at: float, dead: bool
+    ) -> bool:
+        """Record a failed attempt: try again at `next_attempt_at`, or end `dead`."""
+        return await self._settle(
+            delivery_id,
+            host_id,
+            status="dead" if dead else "pending",
+            next_attempt_at=next_attempt_at,
+            last_error=error[:MAX_ERROR_CHARS],
+        )
+
+    async def _settle(self, delivery_id: str, host_id: str, **values: Any) -> bool:
+        stmt = (
+            update(DeliveryRow)
+            .where(
+                DeliveryRow.delivery_id == delivery_id,
+                DeliveryRow.claimed_by == host_id,
+                DeliveryRow.status == "pending",
+            )
+            .values(attempts=DeliveryRow.attempts + 1, claimed_until=0.0, **values)
+        )
+        async with self._db.write() as session:
+            return (await session.execute(stmt)).rowcount == 1  # pyright: ignore[reportAttributeAccessIssue]  (a CursorResult)
+
+    @idempotent
+    async def get(self, delivery_id: str) -> DeliveryRecord:
+        async with self._db.read() as session:
+            row = (
+                await session.execute(select(DeliveryRow).where(DeliveryRow.delivery_id == delivery_id))
+            ).scalar_one_or_none()
+        if row is None:
+            raise NotFoundError(
+                f"Delivery {delivery_id!r} does not exist.", details={"delivery_id": delivery_id}
+            )
+        return _delivery(row)
+
+    @idempotent
+    async def list(
+        self,
+        *,
+        status: DeliveryStatus | None = None,
+        run_id: str | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> Page[DeliveryRecord]:
+        """Deliveries newest first, optionally of one status and/or one run."""
+        check_limit(limit)
+        stmt = select(DeliveryRow)
+        if status is not None:
+            stmt = stmt.where(DeliveryRow.status == status)
+        if run_id is not None:
+            stmt = stmt.where(DeliveryRow.run_id == run_id)
+        if cursor is not None:
+            stmt = stmt.where(DeliveryRow.seq < self._cursors.decode_seq(cursor, "deliveries"))
+        stmt = stmt.order_by(DeliveryRow.seq.desc()).limit(limit + 1)
+        async with self._db.read() as session:
+            rows = (await session.execute(stmt)).scalars().all()
+        has_more = len(rows) > limit
+        kept = rows[:limit]
+        return Page[DeliveryRecord](
+            items=[_delivery(r) for r in kept],
+            next_cursor=self._cursors.encode("deliveries", kept[-1].seq) if has_more else None,
+            prev_cursor=None,
+            has_more=has_more,
+        )
+
+    async def redeliver(self, delivery_id: str, *, max_age_s: float) -> DeliveryRecord:
+        """Put a delivery back to `pending`, due now, retried for another `max_age_s`.
+
+        Raises:
+            NotFoundError: no such delivery.
+        """
+        now = time.time()
+        async with self._db.write() as session:
+            row = (
+                await session.execute(
+                    update(DeliveryRow)
+                    .where(DeliveryRow.delivery_id == delivery_id)
+                    .values(
+                        status="pending",
+                        next_attempt_at=now,
+                        expires_at=now + max_age_s,
+                        claimed_until=0.0,
+                        claimed_by=None,
+                        delivered_at=None,
+                    )
+                    .returning(DeliveryRow)
+                )
+            ).scalar_one_or_none()
+        if row is None:
+            raise NotFoundError(
+                f"Delivery {delivery_id!r} does not exist.", details={"delivery_id": delivery_id}
+            )
+        return _delivery(row)
