@@ -21,8 +21,9 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from mcphost import delivery
-from mcphost.app import Host, bind_socket, open_host, serve_http
+from mcphost.app import Host, open_host
 from mcphost.config import Settings, WebhookConfig
+from mcphost.serving import bind_socket, serve_http
 from mcphost.stores import DeliveryRecord, Stores
 from tests.e2e.httpkit import api_settings, asgi_client, event_body
 
