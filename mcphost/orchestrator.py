@@ -157,6 +157,12 @@ class Admission:
     created: bool
 
 
+def _no_tools(grant: RunGrant) -> Sequence[JSONObject]:
+    """The tool list of an orchestrator built without the facts server's table (tests): none."""
+    del grant
+    return ()
+
+
 class Orchestrator:
     """Runs events through bound agents' runners; the only writer of run lifecycles in this process."""
 
@@ -181,7 +187,7 @@ class Orchestrator:
         self._limiter = anyio.CapacityLimiter(max_concurrent_runs)
         self._knowledge_bases = dict(knowledge_bases or {})
         self._skills = dict(skills or {})
-        self._tool_list = tool_list or (lambda _grant: ())
+        self._tool_list: Callable[[RunGrant], Sequence[JSONObject]] = tool_list or _no_tools
         """The facts tools a grant allows, as `tools/list` shows them (hashed into `static_refs`)."""
         self.host_id = new_id("host")
         self._tg: TaskGroup | None = None

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from mcphost.common.lines import TooLong
-from mcphost.protocol import AgentRunContext, JSONObject, Usage
+from mcphost.protocol import AgentRunContext, JSONObject, Usage, is_json_array, is_json_object
 from mcphost.protocol.results import FinishReason
 from runners.sdk import RunOutput
 
@@ -65,7 +65,7 @@ class Failure:
     code: str
     message: str
     retryable: bool = False
-    details: JSONObject = field(default_factory=dict)
+    details: JSONObject = field(default_factory=dict[str, object])
     deliver_answer: bool = False
     """Deliver the CLI's answer before failing (permission denials: the answer exists, and so do they)."""
 
@@ -87,7 +87,7 @@ class StreamState:
     """Stop the CLI now (fail closed); set together with `failure`."""
     resume_missing: bool = False
     """The CLI could not find the session it was asked to resume."""
-    extra: JSONObject = field(default_factory=dict)
+    extra: JSONObject = field(default_factory=dict[str, object])
     """Facts about the external session for result metadata (CLI version, model, ...)."""
 
 
@@ -154,10 +154,10 @@ async def pump_native_stream(
         except ValueError:
             diagnostics.add("unparseable_line", "not JSON; ignored", line=number, excerpt=text)
             continue
-        if not isinstance(event, dict):
+        if not is_json_object(event):
             diagnostics.add("unparseable_line", "JSON but not an object; ignored", line=number, excerpt=text)
             continue
-        obj: JSONObject = event  # pyright: ignore[reportUnknownVariableType]
+        obj: JSONObject = event
         try:
             await mapper.feed(obj)
         except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
@@ -182,11 +182,11 @@ def _dump(value: object) -> str:
 
 def as_dict(value: object) -> JSONObject:
     """`value` if it is a JSON object, else an empty one (native fields are never trusted to exist)."""
-    return value if isinstance(value, dict) else {}  # pyright: ignore[reportUnknownVariableType]
+    return value if is_json_object(value) else {}
 
 
 def as_list(value: object) -> list[object]:
-    return value if isinstance(value, list) else []  # pyright: ignore[reportUnknownVariableType]
+    return list(value) if is_json_array(value) else []
 
 
 def as_str(value: object) -> str | None:
@@ -207,9 +207,9 @@ def preview(value: object, limit: int = 2000) -> str:
     """A short text of a tool result for `tool.call.completed.result_preview`."""
     if isinstance(value, str):
         text = value
-    elif isinstance(value, list):
+    elif is_json_array(value):
         parts: list[str] = []
-        for block in as_list(value):
+        for block in value:
             block_obj = as_dict(block)
             part = as_str(block_obj.get("text"))
             parts.append(part if part is not None else _dump(block))

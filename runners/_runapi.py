@@ -41,7 +41,15 @@ import anyio.abc
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from mcphost.common.excgroups import sole_leaf
-from mcphost.protocol import AgentRunContext, JSONObject, JSONValue, MCPAccess, ProtocolModel, StateScope
+from mcphost.protocol import (
+    AgentRunContext,
+    JSONObject,
+    JSONValue,
+    MCPAccess,
+    ProtocolModel,
+    StateScope,
+    is_json_object,
+)
 from mcphost.protocol.facts import (
     ArtifactChunk,
     ArtifactMetadata,
@@ -152,14 +160,14 @@ def _text_of(result: types.CallToolResult) -> str:
 def _tool_failure(tool: str, result: types.CallToolResult) -> RunAPIError:
     """The `RunAPIError` of an `is_error` result: the host's structured error, or the text of any
     other tool's error (code `runtime_error`)."""
-    structured = result.structured_content
-    if isinstance(structured, dict) and isinstance(structured.get("code"), str):
-        details = structured.get("details")
+    structured: object = result.structured_content
+    if is_json_object(structured) and isinstance(code := structured.get("code"), str):
+        details: object = structured.get("details")
         return RunAPIError(
-            structured["code"],
+            code,
             str(structured.get("message", "")),
             retryable=structured.get("retryable") is True,
-            details=details if isinstance(details, dict) else {},
+            details=details if is_json_object(details) else {},
             tool=tool,
         )
     return RunAPIError("runtime_error", _text_of(result) or f"tool {tool!r} failed", tool=tool)
@@ -300,7 +308,7 @@ class RunAPI:
             async with httpx2.AsyncClient(headers=dict(access.headers), timeout=timeout) as http:
                 transport = streamable_http_client(access.url, http_client=http)
                 client_info = types.Implementation(name="mcphost-runner-sdk", version="1")
-                async with Client(transport, mode=mode, client_info=client_info) as client:  # pyright: ignore[reportArgumentType]
+                async with Client(transport, mode=mode, client_info=client_info) as client:
                     task_status.started(client)
                     started = True
                     await self._closing.wait()
@@ -316,9 +324,9 @@ class RunAPI:
     async def call_tool(self, name: str, arguments: JSONObject | None = None) -> ToolResult:
         """Call any tool the run may use (a facts tool or a host tool `<server>__<tool>`)."""
         result = await self._call(name, arguments or {})
-        structured = result.structured_content
+        structured: object = result.structured_content
         return ToolResult(
-            text=_text_of(result), structured_content=structured if isinstance(structured, dict) else None
+            text=_text_of(result), structured_content=structured if is_json_object(structured) else None
         )
 
     async def list_tools(self) -> list[RunTool]:

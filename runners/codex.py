@@ -39,7 +39,16 @@ from typing import ClassVar, Literal
 
 from pydantic import Field, field_validator
 
-from mcphost.protocol import AgentRunContext, ConfigField, JSONObject, JSONValue, Usage, is_error_code
+from mcphost.protocol import (
+    AgentRunContext,
+    ConfigField,
+    JSONObject,
+    JSONValue,
+    Usage,
+    is_error_code,
+    is_json_array,
+    is_json_object,
+)
 from runners._harness_files import make_private_dir, write_private
 from runners._harness_stream import (
     Diagnostics,
@@ -239,8 +248,10 @@ def toml_value(value: JSONValue) -> str:
         return repr(value)
     if isinstance(value, str):
         return json.dumps(value)  # a TOML basic string: the same escapes as JSON
-    if isinstance(value, list):
+    if is_json_array(value):
         return "[" + ", ".join(toml_value(item) for item in value) + "]"
+    if not is_json_object(value):
+        raise ValueError(f"TOML cannot hold {value!r} here")
     items = ", ".join(f"{json.dumps(key)} = {toml_value(item)}" for key, item in value.items())
     return "{" + items + "}"
 

@@ -99,6 +99,7 @@ from mcphost.protocol import (
     ToolCallStarted,
     ToolCallStartedData,
     Usage,
+    is_json_object,
     runner_id_of,
 )
 from mcphost.protocol.facts import (
@@ -417,11 +418,11 @@ class _PluginServer:
         except ValueError:
             logger.error("The host sent a line that is not JSON: %r", line[:200])
             return False
-        if not isinstance(message, dict):
+        if not is_json_object(message):
             logger.error("The host sent a JSON value that is not an object: %r", line[:200])
             return False
-        obj: JSONObject = message  # pyright: ignore[reportUnknownVariableType]
-        method, request_id, params = obj.get("method"), obj.get("id"), obj.get("params") or {}
+        method, request_id = message.get("method"), message.get("id")
+        params: object = message.get("params") or {}
         if method == METHOD_INITIALIZE and request_id is not None:
             runners = [m.model_dump(mode="json") for m in self._manifests]
             await self._answer(request_id, {"plugin": self._info, "runners": runners})

@@ -15,6 +15,7 @@ import argparse
 import shlex
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import cast
 
 
 @dataclass
@@ -34,9 +35,14 @@ def _walk(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()) -> Iterat
     children: list[tuple[str, argparse.ArgumentParser]] = []
     for action in parser._actions:  # pyright: ignore[reportPrivateUsage]  # argparse has no public walk
         if isinstance(action, argparse._SubParsersAction):  # pyright: ignore[reportPrivateUsage]  # same
-            for name, sub in action.choices.items():  # pyright: ignore[reportUnknownVariableType]  # name → parser
-                node.words.append(str(name))  # pyright: ignore[reportUnknownArgumentType]  # a str
-                children.append((str(name), sub))  # pyright: ignore[reportUnknownArgumentType]  # a parser
+            # add_subparsers() maps each command name to its parser; the stubs leave the mapping untyped.
+            choices = cast(
+                "dict[str, argparse.ArgumentParser]",
+                action.choices,  # pyright: ignore[reportUnknownMemberType]  # typeshed: values untyped
+            )
+            for name, sub in choices.items():
+                node.words.append(name)
+                children.append((name, sub))
         elif action.option_strings:
             long_flags = [o for o in action.option_strings if o.startswith("--")]
             node.words += long_flags

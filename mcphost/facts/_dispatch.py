@@ -34,7 +34,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Generator
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import anyio
 import mcp_types as types
@@ -57,7 +57,14 @@ from mcphost.facts._tools import FACTS_TOOLS, input_schema
 from mcphost.facts.providers import ContextProvider, HostToolProvider, KnowledgeRetriever
 from mcphost.grants import allows_host_tool
 from mcphost.models import RunGrant
-from mcphost.protocol import MAX_JSON_DEPTH, JSONValue, json_depth, nesting_message, unstorable
+from mcphost.protocol import (
+    MAX_JSON_DEPTH,
+    JSONValue,
+    is_json_object,
+    json_depth,
+    nesting_message,
+    unstorable,
+)
 from mcphost.stores import AuditEntry, Stores
 from mcphost.stores.audit import Outcome
 
@@ -81,8 +88,9 @@ ResultT = TypeVar("ResultT", bound=BaseModel)
 
 def _access_of(ctx: ServerRequestContext[Any, Any]) -> RunAccess:
     request = ctx.request
-    scope = getattr(request, "scope", None)
-    access = scope.get(ACCESS_KEY) if isinstance(scope, dict) else None
+    scope: object = getattr(request, "scope", None)
+    # An ASGI scope is a dict with str keys; the SDK types the request loosely.
+    access = cast("dict[str, object]", scope).get(ACCESS_KEY) if isinstance(scope, dict) else None
     if not isinstance(access, RunAccess):
         # Only reachable when the SDK server is mounted without FactsServer's authenticating endpoint.
         raise MCPError(types.INVALID_REQUEST, "This MCP server is reachable only at /runs/{run_id}/mcp.")
@@ -478,6 +486,6 @@ def _allows_host_tool(grant: RunGrant, name: str) -> bool:
 
 
 def _host_tool_code(result: types.CallToolResult) -> str:
-    structured = result.structured_content
-    code = structured.get("code") if isinstance(structured, dict) else None
+    structured: object = result.structured_content
+    code = structured.get("code") if is_json_object(structured) else None
     return code if isinstance(code, str) and len(code) <= 64 else "runtime_error"

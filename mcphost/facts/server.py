@@ -317,7 +317,7 @@ class FactsServer:
 
     # -- requests --------------------------------------------------------------------------------------
 
-    async def _handle(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Authenticate one HTTP request to `/runs/{run_id}/mcp` and hand it to the MCP session manager."""
         started = time.perf_counter()
         headers = Headers(scope=scope)
@@ -393,4 +393,4 @@ class _Endpoint:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return
-        await self._facts._handle(scope, receive, send)
+        await self._facts.handle(scope, receive, send)

@@ -25,7 +25,14 @@ from pydantic import ValidationError
 
 from mcphost.common.lines import LineReader, TooLong
 from mcphost.common.validation import describe
-from mcphost.protocol import MAX_JSON_DEPTH, MAX_LINE_BYTES, METHOD_RESULT, JSONObject, ResultParams
+from mcphost.protocol import (
+    MAX_JSON_DEPTH,
+    MAX_LINE_BYTES,
+    METHOD_RESULT,
+    JSONObject,
+    ResultParams,
+    is_json_object,
+)
 
 logger = logging.getLogger("mcphost.plugins")
 
@@ -253,10 +260,10 @@ class Connection:
                 line[:200],
             )
             return
-        if not isinstance(message, dict):
+        if not is_json_object(message):
             self._diagnostic("wrote a JSON value that is not a JSON-RPC object: %r", line[:200])
             return
-        obj: JSONObject = message  # pyright: ignore[reportUnknownVariableType]
+        obj: JSONObject = message
         method = obj.get("method")
         if method == METHOD_RESULT and "id" not in obj:
             await self._on_result(obj.get("params"))
