@@ -35,6 +35,9 @@ from mcphost.protocol import (
 )
 
 logger = logging.getLogger("mcphost.plugins")
+_ABANDONED_KEPT = 256
+"""How many abandoned runs and requests a connection remembers, so that the plugin's late answers for
+them (expected after a cancel) are not reported as protocol diagnostics."""
 
 _MAX_STDERR_LINE = 16 * 1024
 _RUN_ID_IN_LINE = re.compile(rb'"run_id"\s*:\s*"([^"\\]{1,200})"')
@@ -136,6 +139,9 @@ class Connection:
         self._write_lock = anyio.Lock()
         self._next_id = 0
         self._pending: dict[int, Pending] = {}
+        self._abandoned_requests: deque[int] = deque(maxlen=_ABANDONED_KEPT)
+        self.abandoned_runs: deque[str] = deque(maxlen=_ABANDONED_KEPT)
+        """Runs the host gave up on (cancelled while in flight): the plugin may still answer for them."""
 
     def mark_broken(self, reason: str) -> None:
         if self.broken is None:
@@ -179,6 +185,8 @@ class Connection:
             await pending.done.wait()
         finally:
             del self._pending[request_id]
+            if not pending.done.is_set():
+                self._abandoned_requests.append(request_id)
         if pending.broken is not None:
             raise BrokenConnectionError(pending.broken)
         if pending.error is not None:
@@ -284,6 +292,9 @@ class Connection:
             )
             return
         route = self.runs.get(parsed.run_id)
+        if route is None and parsed.run_id in self.abandoned_runs:
+            logger.debug("Plugin %r: a late result for abandoned run %r; dropped", self.name, parsed.run_id)
+            return
         if route is None:
             self._diagnostic(
                 "sent a result for run %r, which is not active on this process; dropped", parsed.run_id
@@ -304,6 +315,9 @@ class Connection:
     def _on_response(self, obj: JSONObject) -> None:
         request_id = obj.get("id")
         pending = self._pending.get(request_id) if type(request_id) is int else None
+        if pending is None and request_id in self._abandoned_requests:
+            logger.debug("Plugin %r: a late answer to abandoned request %r", self.name, request_id)
+            return
         if pending is None or pending.done.is_set():
             self._diagnostic("answered request id %r, which the host is not waiting for", request_id)
             return

@@ -351,6 +351,7 @@ class PluginProcess:
                 ) from None
             except anyio.get_cancelled_exc_class():
                 # The caller gave up (deadline, host stopping): tell the plugin, best effort and bounded.
+                conn.abandoned_runs.append(run_id)
                 with (
                     anyio.CancelScope(shield=True),
                     anyio.move_on_after(_CANCEL_ON_ABANDON_TIMEOUT),

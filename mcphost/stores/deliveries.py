@@ -22,16 +22,16 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from pydantic import BaseModel, ConfigDict
-from sqlalchemy import insert, select, update
+from sqlalchemy import CursorResult, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from mcphost.config import WebhookConfig
 from mcphost.errors import NotFoundError
 from mcphost.models import RunStatus, new_id
-from mcphost.protocol import JSONObject
+from mcphost.protocol import JSONObject, is_json_object
 from mcphost.stores._cursor import CursorCodec, Page, check_limit
 from mcphost.stores._retry import idempotent
 from mcphost.stores.engine import Database
@@ -95,8 +95,8 @@ class Outbox:
         payload = (
             await session.execute(select(EventRow.payload).where(EventRow.event_id == event_id))
         ).scalar_one_or_none()
-        delivery = payload.get("delivery") if isinstance(payload, dict) else None
-        target = delivery.get("reply_target") if isinstance(delivery, dict) else None
+        delivery: object = payload.get("delivery") if is_json_object(payload) else None
+        target: object = delivery.get("reply_target") if is_json_object(delivery) else None
         return target if isinstance(target, str) else None
 
     async def _insert(self, session: AsyncSession, run: RunRow, facts: list[tuple[str, JSONObject]]) -> None:
@@ -160,13 +160,15 @@ class Outbox:
         self, session: AsyncSession, run_id: str, items: Sequence[tuple[str, JSONObject]]
     ) -> None:
         """Rows for results just stored (in that transaction): `message.completed`, `action.requested`."""
-        facts = [(t, p.get("data") or {}) for t, p in items if t in ANNOUNCED_RESULTS]
+        facts: list[tuple[str, object]] = [
+            (t, p.get("data") or {}) for t, p in items if t in ANNOUNCED_RESULTS
+        ]
         if not self.webhooks or not facts:
             return
         run = (await session.execute(select(RunRow).where(RunRow.run_id == run_id))).scalar_one_or_none()
         if run is None or run.agent_id is None:
             return
-        await self._insert(session, run, [(t, d if isinstance(d, dict) else {"value": d}) for t, d in facts])
+        await self._insert(session, run, [(t, d if is_json_object(d) else {"value": d}) for t, d in facts])
 
 
 class DeliveryStore:
@@ -247,7 +249,9 @@ class DeliveryStore:
             .values(attempts=DeliveryRow.attempts + 1, claimed_until=0.0, **values)
         )
         async with self._db.write() as session:
-            return (await session.execute(stmt)).rowcount == 1  # pyright: ignore[reportAttributeAccessIssue]  (a CursorResult)
+            # An UPDATE's result is a CursorResult; execute() is typed as the general Result.
+            result = cast("CursorResult[Any]", await session.execute(stmt))
+            return result.rowcount == 1
 
     @idempotent
     async def get(self, delivery_id: str) -> DeliveryRecord:

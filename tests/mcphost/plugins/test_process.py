@@ -575,6 +575,26 @@ async def test_a_result_for_an_unknown_run_is_dropped_as_a_diagnostic(
         )
 
 
+async def test_late_answers_for_an_abandoned_run_are_not_diagnostics(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # A caller that gives up (deadline, Ctrl-C) makes the host send runner/cancel; the plugin's answers
+    # that follow are expected, not protocol violations to warn the operator about.
+    caplog.set_level(logging.DEBUG, logger="mcphost.plugins")
+    async with PluginSupervisor([misbehave()], timings=FAST) as supervisor:
+        plugin = supervisor.plugins[0]
+        ctx = make_context("slow:30")
+        with anyio.move_on_after(0.5):
+            await collect(plugin, ctx)
+        await eventually(
+            lambda: any("abandoned" in r.getMessage() for r in caplog.records), what="a late answer"
+        )
+        assert plugin.diagnostics == 0
+        assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
+        status, results = await collect(plugin, make_context("ok"))
+        assert (status, contents(results)) == ("completed", ["ok"])
+
+
 async def test_an_error_answer_to_a_run_raises_and_the_process_stays() -> None:
     async with PluginSupervisor([misbehave()], timings=FAST) as supervisor:
         plugin = supervisor.plugins[0]
