@@ -38,6 +38,10 @@ Invariants:
   revokes one at once, and the grant sweeper (every `GRANT_SWEEP_S`) completes those past their
   deadline; `on_run_end` runs for them as for any run. Within a host process, nothing else writes a
   run's status.
+
+Size: past 600 lines because the run state machine — admission, the concurrency policies, start, the
+deadline, cancel, the terminal write and recovery — is one set of transitions that must be read together;
+what could leave it has left (the journal, the context builder, inspection grants, the stores).
 """
 
 from __future__ import annotations

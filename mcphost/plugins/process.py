@@ -43,6 +43,10 @@ Invariants:
   draining or close their receiving end — a closed end detaches the run, it never blocks the pump.
 - Writes to stdin are serialized by one `anyio.Lock`; a line is written whole.
 - The plugin's stderr is logged line by line to `mcphost.plugins` with `extra={"plugin": name}`.
+
+Size: past 600 lines because one plugin process's life — spawn, `initialize`, serving runs, liveness
+probes, restart with back-off and bounded shutdown — is one state machine; the wire (`_wire.py`) and the
+process-group handling (`mcphost.common.procgroup`) are already out of it.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Owns the `kb_documents` and `kb_chunks` tables and the search over them: FTS5 with BM25 on SQLite,
 a GIN-indexed `tsvector` with `ts_rank_cd` on PostgreSQL (migration 0002). Does not read files, parse
-or chunk them, or know where a knowledge base's files live (`mcphost/knowledge.py` does).
+or chunk them, or know where a knowledge base's files live (`mcphost/knowledge/bases.py` does).
 
 Invariants:
 - A document and its chunks change together: `put_document` replaces a document's chunks and records
@@ -35,6 +35,10 @@ Invariants:
 - Filters are applied inside the same query: a path glob (`*`, `?`, `[...]`, `[!...]`; `*` also matches `/`), a
   path prefix (an index range on byte order), and metadata equality on the document's metadata, where a
   list value matches when it contains the wanted value.
+
+Size: past 600 lines because retrieval is written once per dialect (FTS5 on SQLite, `tsvector` on
+PostgreSQL) beside the candidate planner both share; splitting the planner out is the next step once a
+third retrieval mode (embeddings) arrives and shows where the seam is.
 """
 
 from __future__ import annotations
