@@ -28,7 +28,6 @@ and `external.working_directory` into conversation state; `stream_event` text de
 from __future__ import annotations
 
 import json
-from importlib import metadata
 from pathlib import Path
 from typing import ClassVar, Literal
 
@@ -394,15 +393,12 @@ def _usage(event: JSONObject) -> Usage:
     )
 
 
-def _version() -> str:
-    try:
-        return metadata.version("mcphost")
-    except metadata.PackageNotFoundError:
-        return "0.0.0"
-
-
 def main() -> None:
-    serve(ClaudeCodeRunner(), author="mcphost", plugin="claude-code", version=_version())
+    serve(
+        ClaudeCodeRunner(),
+        author="mcphost",
+        plugin="claude-code",
+    )
 
 
 if __name__ == "__main__":

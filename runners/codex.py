@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import json
 import math
-from importlib import metadata
 from pathlib import Path
 from typing import ClassVar, Literal
 
@@ -410,15 +409,12 @@ def _usage(usage: JSONObject) -> Usage:
     )
 
 
-def _version() -> str:
-    try:
-        return metadata.version("mcphost")
-    except metadata.PackageNotFoundError:
-        return "0.0.0"
-
-
 def main() -> None:
-    serve(CodexRunner(), author="mcphost", plugin="codex-agent", version=_version())
+    serve(
+        CodexRunner(),
+        author="mcphost",
+        plugin="codex-agent",
+    )
 
 
 if __name__ == "__main__":

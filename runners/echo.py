@@ -6,8 +6,6 @@ model and no MCP calls: the previous turn count comes from the context's state s
 
 from __future__ import annotations
 
-from importlib import metadata
-
 from runners.sdk import AgentRunContext, AgentRunner, Capabilities, Permissions, RunOutput, serve
 
 
@@ -32,15 +30,12 @@ class EchoRunner(AgentRunner):
         await out.completed()
 
 
-def _version() -> str:
-    try:
-        return metadata.version("mcphost")
-    except metadata.PackageNotFoundError:
-        return "0.0.0"
-
-
 def main() -> None:
-    serve(EchoRunner(), author="mcphost", plugin="echo", version=_version())
+    serve(
+        EchoRunner(),
+        author="mcphost",
+        plugin="echo",
+    )
 
 
 if __name__ == "__main__":

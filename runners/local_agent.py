@@ -33,7 +33,6 @@ import json
 import os
 import re
 import time
-from importlib import metadata
 
 import httpx2
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -403,15 +402,12 @@ def _tool_message(call: ToolCall, content: str) -> JSONObject:
     return {"role": "tool", "tool_call_id": call.id, "content": content}
 
 
-def _version() -> str:
-    try:
-        return metadata.version("mcphost")
-    except metadata.PackageNotFoundError:
-        return "0.0.0"
-
-
 def main() -> None:
-    serve(LocalAgentRunner(), author="mcphost", plugin="local-agent", version=_version())
+    serve(
+        LocalAgentRunner(),
+        author="mcphost",
+        plugin="local-agent",
+    )
 
 
 if __name__ == "__main__":

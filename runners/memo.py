@@ -18,7 +18,6 @@ delivery surface supports streaming; the deltas add up to the final message.
 from __future__ import annotations
 
 import re
-from importlib import metadata
 
 from runners.sdk import (
     AgentRunContext,
@@ -271,15 +270,12 @@ def _note(used: list[str], tool: str) -> None:
         used.append(tool)
 
 
-def _version() -> str:
-    try:
-        return metadata.version("mcphost")
-    except metadata.PackageNotFoundError:
-        return "0.0.0"
-
-
 def main() -> None:
-    serve(MemoRunner(), author="mcphost", plugin="memo", version=_version())
+    serve(
+        MemoRunner(),
+        author="mcphost",
+        plugin="memo",
+    )
 
 
 if __name__ == "__main__":

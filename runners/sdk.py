@@ -46,6 +46,7 @@ import sys
 import time
 import uuid
 from collections.abc import Awaitable, Callable
+from importlib import metadata
 from typing import ClassVar, Literal
 
 import anyio
@@ -341,9 +342,21 @@ class RunOutput:
         await self.emit(RunFailed(run_id=self.run_id, data=data))
 
 
-def serve(*runners: AgentRunner, author: str, plugin: str, version: str) -> None:
-    """Serve `runners` as plugin `author/plugin` over stdio until `shutdown` or stdin EOF."""
-    server = _PluginServer(runners, author=author, plugin=plugin, version=version)
+def installed_version(distribution: str = "mcphost") -> str:
+    """The installed version of `distribution`, or `0.0.0` when it is not installed (a bare checkout)."""
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return "0.0.0"
+
+
+def serve(*runners: AgentRunner, author: str, plugin: str, version: str | None = None) -> None:
+    """Serve `runners` as plugin `author/plugin` over stdio until `shutdown` or stdin EOF.
+
+    `version` defaults to the installed mcphost distribution's (right for the bundled runners); a plugin
+    shipped on its own passes its own, e.g. `installed_version("my-plugin")`.
+    """
+    server = _PluginServer(runners, author=author, plugin=plugin, version=version or installed_version())
     if not logging.getLogger().handlers:
         logging.basicConfig(
             level=logging.INFO, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s"
@@ -579,5 +592,6 @@ __all__ = [
     "ToolResult",
     "TranscriptItem",
     "Usage",
+    "installed_version",
     "serve",
 ]

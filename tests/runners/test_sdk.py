@@ -7,6 +7,7 @@ import logging
 import sys
 from collections.abc import AsyncGenerator
 from contextlib import asynccontextmanager
+from importlib import metadata
 from typing import Any
 
 import anyio
@@ -28,6 +29,11 @@ from runners.sdk import AgentRunner, RunOutput
 from tests.plugins.support import FAST, PLUGINS, REPO, collect, make_context, script_spec, types_of
 
 SDK_PLUGIN = str(PLUGINS / "sdk_plugin.py")
+
+
+def test_installed_version_is_the_distributions_or_a_placeholder() -> None:
+    assert runners.sdk.installed_version() == metadata.version("mcphost")
+    assert runners.sdk.installed_version("no-such-distribution-mcphost-test") == "0.0.0"
 
 
 def test_the_public_surface_is_pinned() -> None:
@@ -64,6 +70,7 @@ def test_the_public_surface_is_pinned() -> None:
         "ToolResult",
         "TranscriptItem",
         "Usage",
+        "installed_version",
         "serve",
     ]
 
@@ -283,8 +290,8 @@ class RawPlugin:
 
 
 @asynccontextmanager
-async def raw_plugin() -> AsyncGenerator[RawPlugin]:
-    process = await anyio.open_process([sys.executable, SDK_PLUGIN], cwd=REPO)
+async def raw_plugin(*command: str) -> AsyncGenerator[RawPlugin]:
+    process = await anyio.open_process([sys.executable, *(command or (SDK_PLUGIN,))], cwd=REPO)
     try:
         yield RawPlugin(process)
     finally:
@@ -292,6 +299,15 @@ async def raw_plugin() -> AsyncGenerator[RawPlugin]:
             if process.returncode is None:
                 process.kill()
             await process.aclose()
+
+
+@pytest.mark.parametrize("module", ["runners.echo", "runners.memo"])
+async def test_a_bundled_runner_reports_the_installed_mcphost_version(module: str) -> None:
+    async with raw_plugin("-m", module) as plugin:
+        answer = await plugin.request(
+            1, "initialize", {"protocol_version": "1", "host": {"name": "t", "version": "0"}}
+        )
+        assert answer["result"]["plugin"]["version"] == metadata.version("mcphost")
 
 
 def run_params(runner: str, run_id: str = "run_raw") -> dict[str, Any]:
