@@ -62,7 +62,7 @@ logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
-class Outcome:
+class RunOutcome:
     """How a run ended, as the journal saw it."""
 
     status: RunStatus
@@ -72,7 +72,7 @@ class Outcome:
     """True when the runner's own `run.completed`/`run.failed` ended the run."""
 
     @classmethod
-    def failed(cls, code: str, message: str, **details: Any) -> Outcome:
+    def failed(cls, code: str, message: str, **details: Any) -> RunOutcome:
         return cls(RunStatus.FAILED, RunError(code=code, message=message, details=details))
 
 
@@ -107,7 +107,7 @@ class RunJournal:
         self._inline_refs: dict[str, ArtifactRef] = {}
         """The host's ref of each inline `artifact.created` of this run, by the runner's artifact id."""
         self._terminal: tuple[int, tuple[str, dict[str, Any]]] | None = None
-        self.outcome: Outcome | None = None
+        self.outcome: RunOutcome | None = None
 
     @property
     def ended(self) -> bool:
@@ -135,7 +135,7 @@ class RunJournal:
 
     # -- results ---------------------------------------------------------------------------------------
 
-    async def accept(self, batch: Sequence[RawResult]) -> Outcome | None:
+    async def accept(self, batch: Sequence[RawResult]) -> RunOutcome | None:
         """Check, persist and apply a batch of raw results in order. Returns the outcome once ended."""
         accepted: list[AgentRunResult] = []
         notes: list[tuple[str, dict[str, Any]]] = []
@@ -174,7 +174,7 @@ class RunJournal:
         if accepted or notes:
             self._publish()
         if violation is not None and not self.ended:
-            return await self.end(Outcome.failed(violation.code, violation.message))
+            return await self.end(RunOutcome.failed(violation.code, violation.message))
         if terminal is not None and not self.ended:
             self.outcome = self._outcome_of(terminal)
             self._terminal_written = (
@@ -373,18 +373,18 @@ class RunJournal:
 
     # -- ending ----------------------------------------------------------------------------------------
 
-    def _outcome_of(self, terminal: AgentRunResult) -> Outcome:
+    def _outcome_of(self, terminal: AgentRunResult) -> RunOutcome:
         if isinstance(terminal, RunFailed):
             d = terminal.data
             status = RunStatus.CANCELLED if d.code == "cancelled" else RunStatus.FAILED
             error = RunError(
                 code=d.code, message=d.message, details=dict(d.details) | {"retryable": d.retryable}
             )
-            return Outcome(status, error, by_runner=True)
+            return RunOutcome(status, error, by_runner=True)
         assert isinstance(terminal, RunCompleted)
         usage = terminal.data.usage.model_dump(exclude_none=True)
         if not self._saw_message:
-            return Outcome(
+            return RunOutcome(
                 RunStatus.FAILED,
                 RunError(
                     code="runner.empty_output", message="The runner completed without producing any message."
@@ -392,9 +392,9 @@ class RunJournal:
                 usage=usage,
                 by_runner=True,
             )
-        return Outcome(RunStatus.COMPLETED, usage=usage, by_runner=True)
+        return RunOutcome(RunStatus.COMPLETED, usage=usage, by_runner=True)
 
-    async def end(self, outcome: Outcome) -> Outcome:
+    async def end(self, outcome: RunOutcome) -> RunOutcome:
         """Settle the run's outcome and make sure the stream ends in a terminal result that says it.
 
         Safe to repeat after a failure: the terminal result is built once and stored idempotently.
@@ -408,7 +408,7 @@ class RunJournal:
             await self._write_terminal(self.outcome)
         return self.outcome
 
-    async def _write_terminal(self, outcome: Outcome) -> None:
+    async def _write_terminal(self, outcome: RunOutcome) -> None:
         if self._terminal is None:
             # Built once: a repeat after a failed write stores the very same result (idempotent).
             self._terminal = (self._next_seq, self._terminal_result(outcome))
@@ -418,7 +418,7 @@ class RunJournal:
         self._terminal_written = True
         self._publish()
 
-    def _terminal_result(self, outcome: Outcome) -> tuple[str, dict[str, Any]]:
+    def _terminal_result(self, outcome: RunOutcome) -> tuple[str, dict[str, Any]]:
         if outcome.status is RunStatus.COMPLETED:
             terminal_type = "run.completed"
             data: dict[str, Any] = {"finish_reason": "stop", "usage": outcome.usage}
@@ -435,19 +435,19 @@ class RunJournal:
         }
         return terminal_type, payload
 
-    async def end_of_stream(self, plugin_status: str | None) -> Outcome:
+    async def end_of_stream(self, plugin_status: str | None) -> RunOutcome:
         """The runner's stream ended: decide the outcome when no terminal result came."""
         if self.outcome is not None:
             return await self.end(self.outcome)
         if plugin_status == "failed":
             return await self.end(
-                Outcome.failed("runner.error", "The runner reported failure without a run.failed result.")
+                RunOutcome.failed("runner.error", "The runner reported failure without a run.failed result.")
             )
         if not self._saw_message:
             return await self.end(
-                Outcome.failed("runner.empty_output", "The runner ended without producing any message.")
+                RunOutcome.failed("runner.empty_output", "The runner ended without producing any message.")
             )
-        return await self.end(Outcome(RunStatus.COMPLETED))
+        return await self.end(RunOutcome(RunStatus.COMPLETED))
 
     # -- event log -------------------------------------------------------------------------------------
 

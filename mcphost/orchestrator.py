@@ -79,7 +79,7 @@ from mcphost.errors import (
 )
 from mcphost.grants import build_grant, mint_token
 from mcphost.inspection import GRANT_SWEEP_S, end_expired, end_grant
-from mcphost.journal import Outcome, RunJournal
+from mcphost.journal import RunJournal, RunOutcome
 from mcphost.models import AgentBinding, AgentEventEnvelope, Run, RunError, RunGrant, RunStatus, new_id
 from mcphost.plugins.process import PluginProcess, RawResult
 from mcphost.plugins.registry import RegisteredRunner, RunnerRegistry
@@ -201,7 +201,7 @@ class Orchestrator:
         self._contexts: dict[str, AgentRunContext] = {}
         self._admitting: set[str] = set()
         """Runs whose admission is under way (the sweeper leaves them alone)."""
-        self._unfinished: dict[str, tuple[RunJournal, Outcome]] = {}
+        self._unfinished: dict[str, tuple[RunJournal, RunOutcome]] = {}
         """Runs whose close could not write their end, with the outcome the sweeper is to write."""
         self.on_run_end: list[Callable[[str, Run | None], Awaitable[None]]] = []
         """Called once each run of this process has ended (e.g. `FactsServer.end_run`), with its id and
@@ -469,7 +469,7 @@ class Orchestrator:
         run_id = active.run_id
         signal = self._run_signals[run_id]
         journal = RunJournal(self._stores, run_id=run_id, grant=grant, event=event, publish=signal.notify)
-        outcome: Outcome | None = None
+        outcome: RunOutcome | None = None
         started = False
         try:
             with active.scope:
@@ -557,7 +557,7 @@ class Orchestrator:
         grant: RunGrant,
         token: str,
         journal: RunJournal,
-    ) -> Outcome:
+    ) -> RunOutcome:
         run_id = active.run_id
         ctx = self._contexts[run_id]  # built as the run started (`_starter`)
         runner_name = active.runner.manifest.id.rsplit("/", 1)[1]
@@ -601,7 +601,7 @@ class Orchestrator:
 
         if active.cancel_reason is not None and not journal.ended:
             return await journal.end(
-                Outcome(
+                RunOutcome(
                     RunStatus.CANCELLED,
                     RunError(code="cancelled", message=f"Run cancelled: {active.cancel_reason}."),
                 )
@@ -610,17 +610,17 @@ class Orchestrator:
             await plugin.cancel(run_id, "deadline exceeded")
             timeout = binding.agent.timeout_s or self._default_timeout_s
             return await journal.end(
-                Outcome.failed(
+                RunOutcome.failed(
                     "deadline_exceeded", f"The run did not finish within its {timeout:g} s deadline."
                 )
             )
         if crash is not None and not journal.ended:
-            return await journal.end(Outcome.failed("runner.crashed", crash.message))
+            return await journal.end(RunOutcome.failed("runner.crashed", crash.message))
         return await journal.end_of_stream(plugin_status)
 
     async def _pump(
         self, receive: MemoryObjectReceiveStream[RawResult], journal: RunJournal
-    ) -> Outcome | None:
+    ) -> RunOutcome | None:
         """Feed results to the journal in batches until the run ends or the stream closes."""
         async for first in receive:
             batch = [first]
@@ -648,7 +648,7 @@ class Orchestrator:
         return snapshot
 
     async def _close(
-        self, active: _ActiveRun, journal: RunJournal, outcome: Outcome | None, *, started: bool
+        self, active: _ActiveRun, journal: RunJournal, outcome: RunOutcome | None, *, started: bool
     ) -> None:
         run_id = active.run_id
         outcome = self._settle(active, outcome)
@@ -686,25 +686,25 @@ class Orchestrator:
                 logger.exception("run %s: an on_run_end callback failed", run_id)
 
     @staticmethod
-    def _settle(active: _ActiveRun, outcome: Outcome | None) -> Outcome:
+    def _settle(active: _ActiveRun, outcome: RunOutcome | None) -> RunOutcome:
         """The outcome to record: the one given, else what the cancel reason says."""
         if outcome is None:
             if active.cancel_reason == "deadline":
-                outcome = Outcome.failed(
+                outcome = RunOutcome.failed(
                     "deadline_exceeded", "The run's deadline passed while it waited in its queue."
                 )
             elif active.cancel_reason is not None:
-                outcome = Outcome(
+                outcome = RunOutcome(
                     RunStatus.CANCELLED,
                     RunError(code="cancelled", message=f"Run cancelled: {active.cancel_reason}."),
                 )
             else:
-                outcome = Outcome.failed("runtime_error", "The run ended without an outcome.")
+                outcome = RunOutcome.failed("runtime_error", "The run ended without an outcome.")
         return outcome
 
     async def _record_end(
-        self, run_id: str, journal: RunJournal, outcome: Outcome, cancel_reason: str | None
-    ) -> tuple[Outcome, Run]:
+        self, run_id: str, journal: RunJournal, outcome: RunOutcome, cancel_reason: str | None
+    ) -> tuple[RunOutcome, Run]:
         """Write the terminal result and the terminal status, retrying storage failures with back-off.
 
         Both writes are idempotent, so a retry after a write that did land changes nothing. The first
@@ -735,7 +735,7 @@ class Orchestrator:
         raise AssertionError("unreachable: tenacity re-raises the last failure")
 
     @staticmethod
-    async def _end_journal(run_id: str, journal: RunJournal, outcome: Outcome) -> Outcome:
+    async def _end_journal(run_id: str, journal: RunJournal, outcome: RunOutcome) -> RunOutcome:
         """The journal's terminal result; a storage failure is raised (to retry), any other logged."""
         try:
             return await journal.end(outcome)
@@ -777,7 +777,7 @@ class Orchestrator:
         for run_id in owned:
             if run_id in self._active or run_id in self._admitting:
                 continue
-            journal, outcome = self._unfinished.get(run_id, (None, Outcome(RunStatus.FAILED, LOST)))
+            journal, outcome = self._unfinished.get(run_id, (None, RunOutcome(RunStatus.FAILED, LOST)))
             try:
                 if journal is not None:
                     outcome = await self._end_journal(run_id, journal, outcome)
@@ -862,14 +862,14 @@ class Orchestrator:
             await anyio.sleep(QUEUE_POLL_S)
 
 
-def _host_failure(run_id: str, exc: Exception) -> Outcome:
+def _host_failure(run_id: str, exc: Exception) -> RunOutcome:
     """The outcome of a run the host itself failed: a code and a short message, the detail logged."""
     storage = find_error(exc, STORAGE_ERRORS)
     if storage is not None:
         logger.warning("run %s failed on storage: %s", run_id, storage.__cause__ or storage.message)
-        return Outcome.failed(storage.code, storage.message)
+        return RunOutcome.failed(storage.code, storage.message)
     logger.exception("run %s failed inside the host", run_id)
-    return Outcome.failed("runtime_error", HOST_FAILED)
+    return RunOutcome.failed("runtime_error", HOST_FAILED)
 
 
 def _log_terminal_retry(run_id: str, state: RetryCallState) -> None:

@@ -125,11 +125,11 @@ from mcphost.protocol.facts import (
     TranscriptItem,
 )
 from mcphost.protocol.results import FinishReason
+from mcphost.protocol.stdio import RunAnswerStatus
 from runners._runapi import RunAPI, RunAPIError, RunTool, ToolResult
 
 logger = logging.getLogger("runners.sdk")
 
-RunStatus = Literal["completed", "failed"]
 
 _SHUTDOWN_GRACE = 5.0
 """How long `shutdown` and stdin EOF wait for cancelled runs to report before the plugin exits."""
@@ -189,7 +189,7 @@ class RunOutput:
         """The run's facts and tools over its MCP server (connected on first use)."""
         self.sequence = 0
         """The sequence of the last result sent."""
-        self.status: RunStatus | None = None
+        self.status: RunAnswerStatus | None = None
         """`completed` or `failed` once a terminal result was sent."""
         self._send = send
         self._lock = anyio.Lock()

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import base64
 import binascii
-from typing import Annotated, Literal
+from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -28,6 +28,7 @@ from mcphost.protocol import (
     JSONValue,
     StateScope,
 )
+from mcphost.protocol.facts import StorageArea, TranscriptRole
 from mcphost.stores.storage import MAX_VALUE_BYTES as MAX_STORAGE_BYTES
 
 MAX_READ_BYTES = 1024 * 1024
@@ -39,8 +40,6 @@ Cursor = Annotated[str, Field(min_length=1, max_length=512, pattern=r"^[A-Za-z0-
 Identifier = Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[!-~]+$")]
 StateKey = Annotated[str, Field(pattern=STATE_KEY_PATTERN)]
 KeyPrefix = Annotated[str, Field(max_length=200, pattern=r"^[A-Za-z0-9._:-]*$")]
-StorageArea = Literal["plugin", "workspace", "binding"]
-TranscriptRole = Literal["user", "assistant", "system", "event"]
 
 
 class ToolArgs(BaseModel):

@@ -66,7 +66,7 @@ from mcphost.protocol import (
     unstorable,
 )
 from mcphost.stores import AuditEntry, Stores
-from mcphost.stores.audit import Outcome
+from mcphost.stores.audit import CallOutcome
 
 logger = logging.getLogger(__name__)
 
@@ -310,7 +310,7 @@ class FactsDispatch:
         digest: str,
         bytes_in: int,
         bytes_out: int,
-        outcome: Outcome,
+        outcome: CallOutcome,
         code: str | None,
         started: float,
     ) -> None:

@@ -53,7 +53,7 @@ FORMATS: Mapping[str, str] = {
     ".htm": "html",
 }
 """File suffix → how the file is parsed."""
-Outcome = Literal["added", "updated", "unchanged", "deleted", "skipped"]
+IngestOutcome = Literal["added", "updated", "unchanged", "deleted", "skipped"]
 
 
 # -- ingest ----------------------------------------------------------------------------------------------
@@ -89,7 +89,7 @@ class IngestProgress:
     done: int
     total: int
     path: str
-    outcome: Outcome
+    outcome: IngestOutcome
     detail: str | None = None
 
 
@@ -266,7 +266,7 @@ class KnowledgeBases:
 
     async def _ingest_one(
         self, kb_id: str, source: _Source, known: tuple[str, str] | None, report: _Tally
-    ) -> tuple[Outcome, str | None]:
+    ) -> tuple[IngestOutcome, str | None]:
         fmt = FORMATS.get(source.file.suffix.lower())
         if fmt is None:
             return report.skip(source.key, f"unsupported file type {source.file.suffix or '(none)'!r}")
@@ -302,7 +302,7 @@ class KnowledgeBases:
             chunks=chunks,
         )
         report.chunks += len(chunks)
-        outcome: Outcome = "added" if known is None else "updated"
+        outcome: IngestOutcome = "added" if known is None else "updated"
         (report.added if known is None else report.updated).append(source.key)
         return outcome, f"{len(chunks)} chunks"
 
@@ -367,7 +367,7 @@ class _Tally:
     skipped: list[SkippedFile] = field(default_factory=list[SkippedFile])
     chunks: int = 0
 
-    def skip(self, key: str, reason: str) -> tuple[Outcome, str]:
+    def skip(self, key: str, reason: str) -> tuple[IngestOutcome, str]:
         self.skipped.append(SkippedFile(path=key, reason=reason))
         return "skipped", reason
 

@@ -103,6 +103,7 @@ from mcphost.protocol import (
     RunResponse,
     parse_runner_id,
 )
+from mcphost.protocol.stdio import RunAnswerStatus
 
 logger = logging.getLogger("mcphost.plugins")
 
@@ -113,7 +114,6 @@ a backoff; new runs wait for it. `failed`: no process is coming soon, so new run
 within `crash_loop_window`); it is still retried (backoff, or `crash_loop_retry` after a crash loop).
 `stopped` only once the supervisor has shut the plugin down."""
 
-RunStatus = Literal["completed", "failed"]
 
 _ENV_SYSTEM = (
     "PATH",
@@ -313,7 +313,7 @@ class PluginProcess:
 
     async def run(
         self, runner_name: str, ctx: AgentRunContext, results: MemoryObjectSendStream[RawResult]
-    ) -> RunStatus:
+    ) -> RunAnswerStatus:
         """Run `runner_name` on `ctx`, pushing each of its results into `results` (closed on return).
 
         Raises:
@@ -719,7 +719,7 @@ __all__ = [
     "PluginTimings",
     "RawResult",
     "RejectedManifest",
-    "RunStatus",
+    "RunAnswerStatus",
     "plugin_environment",
     "review_manifests",
 ]

@@ -53,8 +53,12 @@ class RunParams(ProtocolModel):
     context: AgentRunContext
 
 
+RunAnswerStatus = Literal["completed", "failed"]
+"""How a plugin answers `runner/run`: the run's own end, not the host's `RunStatus`."""
+
+
 class RunResponse(InboundModel):
-    status: Literal["completed", "failed"]
+    status: RunAnswerStatus
 
 
 class ResultParams(InboundModel):

@@ -26,7 +26,7 @@ from mcphost.stores._sql import lock_in_transaction
 from mcphost.stores.engine import Database
 from mcphost.stores.tables import AuditRow
 
-Outcome = Literal["ok", "error", "refused"]
+CallOutcome = Literal["ok", "error", "refused"]
 
 
 class AuditEntry(BaseModel):
@@ -40,7 +40,7 @@ class AuditEntry(BaseModel):
     """SHA-256 hex of the canonical JSON arguments (never the arguments themselves)."""
     bytes_in: int = Field(ge=0)
     bytes_out: int = Field(ge=0)
-    outcome: Outcome
+    outcome: CallOutcome
     code: str | None = None
     """The PROTOCOL §5 error code when outcome is not "ok"."""
     duration_ms: float = Field(ge=0)
@@ -61,7 +61,7 @@ def _record(row: AuditRow) -> AuditRecord:
         args_digest=row.args_digest,
         bytes_in=row.bytes_in,
         bytes_out=row.bytes_out,
-        outcome=row.outcome,  # pyright: ignore[reportArgumentType]  # written only through Outcome
+        outcome=row.outcome,  # pyright: ignore[reportArgumentType]  # written only through CallOutcome
         code=row.code,
         duration_ms=row.duration_ms,
         created_at=row.created_at,

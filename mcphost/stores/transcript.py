@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import Any, Literal, Required, TypedDict, Unpack
+from typing import Any, Required, TypedDict, Unpack
 
 from pydantic import BaseModel, ConfigDict, TypeAdapter
 from sqlalchemy import (
@@ -52,6 +52,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from mcphost.models import new_id
 from mcphost.protocol import MAX_JSON_DEPTH, ArtifactRef, ContentElement, JSONObject, json_depth
+from mcphost.protocol.facts import TranscriptRole
 from mcphost.stores._cursor import CursorCodec, Page, check_limit
 from mcphost.stores._fulltext import (
     fts5_match,
@@ -66,7 +67,6 @@ from mcphost.stores._sql import Dialect, insert_ignoring
 from mcphost.stores.engine import Database
 from mcphost.stores.tables import TranscriptRow
 
-Role = Literal["user", "assistant", "system", "event"]
 ROLES: frozenset[str] = frozenset({"user", "assistant", "system", "event"})
 _CONTENT: TypeAdapter[ContentElement] = TypeAdapter(ContentElement)
 MAX_SEARCH_HITS = 50
@@ -83,7 +83,7 @@ class TranscriptRecord(BaseModel):
     item_id: str
     conversation_id: str
     thread_id: str | None
-    role: Role
+    role: TranscriptRole
     content: str
     contents: list[JSONObject]
     """`ContentElement`s as JSON."""
@@ -114,7 +114,7 @@ class TranscriptDraft(BaseModel):
 
     conversation_id: str
     thread_id: str | None = None
-    role: Role
+    role: TranscriptRole
     content: str
     created_at: float
 
@@ -133,7 +133,7 @@ def _record(row: TranscriptRow, cursors: CursorCodec) -> TranscriptRecord:
         item_id=row.item_id,
         conversation_id=row.conversation_id,
         thread_id=row.thread_id or None,
-        role=row.role,  # pyright: ignore[reportArgumentType]  # written only through Role
+        role=row.role,  # pyright: ignore[reportArgumentType]  # written only through TranscriptRole
         content=row.content,
         contents=contents,
         contents_error=error,
@@ -149,7 +149,7 @@ class ItemFields(TypedDict, total=False):
     """The fields of one transcript item (`item_values`); `conversation_id` and `role` are required."""
 
     conversation_id: Required[str]
-    role: Required[Role]
+    role: Required[TranscriptRole]
     content: str
     thread_id: str | None
     contents: Sequence[ContentElement | JSONObject]

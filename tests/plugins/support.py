@@ -10,7 +10,7 @@ from pathlib import Path
 
 import anyio
 
-from mcphost.plugins.process import PluginProcess, PluginSpec, PluginTimings, RawResult, RunStatus
+from mcphost.plugins.process import PluginProcess, PluginSpec, PluginTimings, RawResult, RunAnswerStatus
 from mcphost.protocol import (
     AgentRunContext,
     ConversationInfo,
@@ -72,7 +72,7 @@ def make_context(
 
 async def collect(
     plugin: PluginProcess, ctx: AgentRunContext, runner: str = "default", buffer: int = 1000
-) -> tuple[RunStatus, list[RawResult]]:
+) -> tuple[RunAnswerStatus, list[RawResult]]:
     """Run to the end and return the status with every result, in arrival order."""
     send, receive = anyio.create_memory_object_stream[RawResult](buffer)
     got: list[RawResult] = []
@@ -82,7 +82,7 @@ async def collect(
             async for item in receive:
                 got.append(item)
 
-    status: RunStatus | None = None
+    status: RunAnswerStatus | None = None
     try:
         async with anyio.create_task_group() as tg:
             tg.start_soon(drain)

@@ -7,7 +7,7 @@ import base64
 import time
 
 from mcphost.facts._args import MAX_READ_BYTES
-from mcphost.stores.transcript import Role
+from mcphost.protocol.facts import TranscriptRole
 from tests.mcphost.facts.conftest import MODERN, Served, connect, fails, ok, raises_mcp_error
 
 
@@ -79,7 +79,11 @@ async def test_large_event_data_is_left_out_and_flagged(served: Served) -> None:
 
 async def test_search_ranks_by_words_found_then_recency_and_filters_roles(served: Served) -> None:
     transcript = served.stores.transcript
-    rows: list[tuple[Role, str]] = [("user", "red apple"), ("assistant", "red apple pie"), ("user", "apple")]
+    rows: list[tuple[TranscriptRole, str]] = [
+        ("user", "red apple"),
+        ("assistant", "red apple pie"),
+        ("user", "apple"),
+    ]
     for role, content in rows:
         await transcript.append(conversation_id="conv-1", role=role, content=content)
     run = await served.start_run(text="unrelated")
