@@ -60,14 +60,20 @@ def _unauthorized(source: str, why: str, reason: str) -> UnauthorizedError:
     return UnauthorizedError(f"Webhook for hook source {source!r} refused: {why}", details={"reason": reason})
 
 
+def _not_json(constant: str) -> object:
+    raise ValueError(f"{constant} is not JSON")
+
+
 def _payload(source: str, body: bytes) -> JSONObject:
     try:
-        data = json.loads(body)
+        # NaN and Infinity are not JSON (RFC 8259); the /v1 bodies refuse them too.
+        data = json.loads(body, parse_constant=_not_json)
     except (ValueError, RecursionError):
         data = None
     if not is_json_object(data):
         raise InvalidArgumentError(
-            f"Webhook for hook source {source!r}: the payload is not a JSON object.",
+            f"Webhook for hook source {source!r}: the payload is not a JSON object (RFC 8259 JSON: no NaN "
+            "or Infinity).",
             details={"reason": "not_json_object"},
         )
     return data

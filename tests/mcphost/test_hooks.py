@@ -218,6 +218,8 @@ _NOW = time.time
         ("sw: future timestamp", 401, "unauthorized", "stale_timestamp"),
         ("sw: timestamp not a number", 401, "unauthorized", "bad_timestamp"),
         ("sw: payload not a JSON object", 400, "invalid_argument", "not_json_object"),
+        ("sw: payload with NaN", 400, "invalid_argument", "not_json_object"),
+        ("sw: payload with Infinity", 400, "invalid_argument", "not_json_object"),
         ("sw: field path with no value", 400, "invalid_argument", "unmappable"),
         ("sw: mapped id the envelope refuses", 400, "invalid_argument", "unmappable"),
         ("sw: oversized", 413, "payload_too_large", None),
@@ -249,6 +251,8 @@ async def test_every_refused_webhook_is_a_precise_4xx_and_stores_nothing(
         "sw: future timestamp": ("sw", body, sw_headers(body, at=_NOW() + 61)),
         "sw: timestamp not a number": ("sw", body, {**sw_headers(body), "webhook-timestamp": "soon"}),
         "sw: payload not a JSON object": ("sw", b"[1, 2]", sw_headers(b"[1, 2]")),
+        "sw: payload with NaN": ("sw", (nan := b'{"data": {"text": NaN}}'), sw_headers(nan)),
+        "sw: payload with Infinity": ("sw", (inf := b'{"data": {"n": -Infinity}}'), sw_headers(inf)),
         "sw: field path with no value": ("sw", b'{"data": {"room": "r"}}', sw_headers(b'{"data": {"room": "r"}}')),
         "sw: mapped id the envelope refuses": (
             "sw", (bad := b'{"data": {"room": "no spaces allowed", "user": {"id": "u"}, "text": "t"}}'), sw_headers(bad)
