@@ -31,18 +31,26 @@ Invariants:
   advisory locks (`_sql.py`).
 - JSON columns decode through `load_stored_json`: a stored text too deep for the parser never fails a
   whole query; it reads as a value past `MAX_JSON_DEPTH`, which readers refuse one value at a time.
-- Migrations run inside one write transaction; on PostgreSQL under an advisory lock, so replicas that
-  start together apply them once.
+- Migrations run inside one write transaction; on PostgreSQL under an advisory lock, on a SQLite file
+  under an exclusive `flock` of `<file>.migrate-lock`, taken before the process opens its first
+  connection and held to the commit. Replicas that start together on one file apply them once, and a
+  later one never opens the file while it is still empty: its connect pragma would then try to switch
+  the file to WAL after the first had, upgrading a read lock, which SQLite refuses at once with
+  "database is locked" (no busy handler runs for a lock upgrade).
+- The busy timeout is given to `sqlite3.connect` itself too (`timeout`), so it covers the connect
+  listener's own pragmas (switching a new file to WAL takes the write lock), which run before the
+  `busy_timeout` pragma could.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
 from collections.abc import AsyncGenerator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import anyio
 import anyio.lowlevel
@@ -144,7 +152,10 @@ class Database:
         # PostgreSQL: a pooled connection the server dropped (restart, failover, pg_terminate_backend)
         # is found by a ping at checkout and replaced, instead of failing the next transaction.
         self.engine: AsyncEngine = create_async_engine(
-            self.url, pool_pre_ping=self.dialect == "postgresql", json_deserializer=load_stored_json
+            self.url,
+            pool_pre_ping=self.dialect == "postgresql",
+            json_deserializer=load_stored_json,
+            connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S} if self.dialect == "sqlite" else {},
         )
         if self.dialect == "sqlite":
             event.listen(self.engine.sync_engine, "connect", _sqlite_on_connect)
@@ -240,6 +251,32 @@ async def migrate(db: Database) -> None:
 
 
 async def _migrate_sqlite(db: Database, cfg: Config) -> None:
+    path = sqlite_path(db.url)
+    if path is None:  # in-memory: one process only
+        await _migrate_sqlite_locked(db, cfg)
+        return
+    lock_file = _open_lock_file(path)
+    if lock_file is None:  # a read-only folder: opening the database fails next, with the precise reason
+        await _migrate_sqlite_locked(db, cfg)
+        return
+    with lock_file:  # the lock goes with the file, crash included
+        while True:  # polled, not a blocking call in a thread, so a cancelled start-up stops at once
+            try:
+                fcntl.flock(lock_file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                await anyio.sleep(0.05)
+        await _migrate_sqlite_locked(db, cfg)
+
+
+def _open_lock_file(path: Path) -> BinaryIO | None:
+    try:
+        return open(f"{path}.migrate-lock", "a+b")  # the caller closes it
+    except OSError:
+        return None
+
+
+async def _migrate_sqlite_locked(db: Database, cfg: Config) -> None:
     head = ScriptDirectory.from_config(cfg).get_current_head()
     async with db.engine.connect() as conn:
         if await conn.run_sync(_revision) == head:  # the schema never moves backwards under us

@@ -114,6 +114,12 @@ def open_failure(exc: BaseException, *, database_url: str, data_dir: Path, stage
             reason = "the file or its file system is read-only"
         elif "unable to open database file" in texts:
             reason = "unable to open or create the file (is its folder writable, on a writable file system?)"
+        elif "database is locked" in texts:
+            return ConfigError(
+                f"Cannot open the SQLite database {url}: another process kept it locked past the busy "
+                "timeout. Stop the other process (`fuser` on the file names it), or set "
+                f"{_ENV_HINT} to another file."
+            )
         elif "disk i/o error" in texts or "database disk image is malformed" in texts:
             reason = f"the file is damaged or unreadable ({first_line(chain[-1])})"
         elif oserror is not None:

@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
+import fcntl
+import sqlite3
+import sys
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
 import anyio
+import pytest
 from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, event, inspect, text
 
-from mcphost.stores import Database, migrate, open_stores, upgrade_database
+from mcphost.errors import ConfigError
+from mcphost.stores import Database, engine, migrate, open_stores, upgrade_database
 from mcphost.stores.engine import alembic_config, sqlite_path
 from mcphost.stores.tables import described_by_metadata, metadata
 
@@ -156,3 +162,86 @@ async def test_sqlite_checks_foreign_keys_after_an_upgrade_and_not_at_head(tmp_p
         )
     finally:
         await db.dispose()
+
+
+_OPEN_AND_WRITE = """
+import sys, time
+from pathlib import Path
+import anyio
+from mcphost.stores import open_stores
+
+async def main(url: str, data_dir: str, name: str, go: str) -> None:
+    while not Path(go).exists():  # every process is imported and waiting before any of them opens
+        time.sleep(0.005)
+    async with open_stores(url, Path(data_dir)) as stores:
+        await stores.events.append(
+            event_id=name, event_type="a.b", kind="system", source="system", payload={}
+        )
+
+anyio.run(main, *sys.argv[1:])
+"""
+
+
+async def test_hosts_starting_together_on_a_new_sqlite_file_all_open_it(tmp_path: Path) -> None:
+    # Replicas started at once used to race for a new file's first locks: one of them could fail with
+    # "database is locked" before its busy timeout was even set. Now the first migrates under a file
+    # lock while the others wait for it, and every one of them opens the file and writes.
+    url = f"sqlite+aiosqlite:///{tmp_path / 'db' / 'mcphost.db'}"
+    go = tmp_path / "go"
+    processes = [
+        await anyio.open_process(
+            [sys.executable, "-c", _OPEN_AND_WRITE, url, str(tmp_path / "data"), f"host-{i}", str(go)]
+        )
+        for i in range(5)
+    ]
+    await anyio.sleep(1.0)  # let them import; they wait for `go` either way
+    go.touch()
+    failures: list[str] = []
+    with anyio.fail_after(120):
+        for process in processes:
+            code = await process.wait()
+            assert process.stderr is not None
+            if code != 0:
+                failures.append((await process.stderr.receive()).decode(errors="replace"))
+    assert not failures, failures
+    async with open_stores(url, tmp_path / "data") as stores, stores.db.read() as session:
+        names = (await session.execute(text("SELECT event_id FROM events ORDER BY event_id"))).scalars()
+        assert list(names) == [f"host-{i}" for i in range(5)]
+
+
+async def test_a_sqlite_migration_waits_for_the_one_already_under_way(tmp_path: Path) -> None:
+    path = tmp_path / "mcphost.db"
+    db = Database(f"sqlite+aiosqlite:///{path}")
+    try:
+        with open(f"{path}.migrate-lock", "a+b") as held:  # noqa: ASYNC230  # another process migrating
+            fcntl.flock(held.fileno(), fcntl.LOCK_EX)
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(migrate, db)
+                await anyio.sleep(0.5)
+                assert not path.exists() or not _tables(path)  # it has not touched the schema
+                fcntl.flock(held.fileno(), fcntl.LOCK_UN)
+        async with db.engine.connect() as connection:
+            head = ScriptDirectory.from_config(alembic_config(db.url)).get_current_head()
+            assert await connection.run_sync(_current) == head
+    finally:
+        await db.dispose()
+
+
+def _tables(path: Path) -> list[str]:
+    with closing(sqlite3.connect(path)) as connection:
+        return [row[0] for row in connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+
+
+async def test_a_sqlite_file_locked_past_the_busy_timeout_is_a_clear_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "mcphost.db"
+    monkeypatch.setattr(engine, "SQLITE_BUSY_TIMEOUT_S", 0.2)
+    with closing(sqlite3.connect(path, isolation_level=None)) as other:
+        other.execute("CREATE TABLE t (x)")
+        other.execute("BEGIN EXCLUSIVE")  # a rollback-journal file held by another process
+        with pytest.raises(ConfigError, match="another process kept it locked") as caught:
+            async with open_stores(f"sqlite:///{path}", tmp_path / "data"):
+                pass
+        other.execute("ROLLBACK")
+    assert "Make the file" not in str(caught.value)
