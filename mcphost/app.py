@@ -94,6 +94,7 @@ async def open_database(settings: Settings) -> AsyncGenerator[Stores, None]:
         migrate=True,
         cursor_secret=settings.host.cursor_secret,
         webhooks=settings.webhooks,
+        approval_expiry_s=settings.host.approval_expiry_s,
     ) as stores:
         yield stores
 

@@ -18,7 +18,7 @@ import sys
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import (
     BaseModel,
@@ -90,6 +90,8 @@ class HostSettings(_Section):
     """Extra browser Origin values (`https://app.example.com`) accepted by the MCP endpoint; loopback
     origins and those of `public_url` are always accepted."""
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    approval_expiry_s: float = Field(default=24 * 3600.0, gt=0, le=30 * 24 * 3600)
+    """How long an approval waits for a decision before it expires (an expired approval is a denial)."""
 
     @field_validator("listen")
     @classmethod
@@ -159,16 +161,16 @@ FIELD_PATH_PATTERN = r"\$(\.[A-Za-z0-9_-]+|\[[0-9]{1,6}\])*"
 """A field path into a JSON payload: `$`, then `.name` and `[index]` steps (`$.repository.full_name`)."""
 DEFAULT_HOOK_EVENT_TYPE = "webhook.received"
 WebhookEvent = Literal[
-    "message.completed", "run.completed", "run.failed", "action.requested", "approval.requested"
-]
-WEBHOOK_EVENTS: tuple[WebhookEvent, ...] = (
     "message.completed",
     "run.completed",
     "run.failed",
     "action.requested",
     "approval.requested",
-)
-"""What a `[[webhooks]]` entry can be sent: results (`message.completed`, `action.requested`) and run ends."""
+    "action.approved",
+]
+WEBHOOK_EVENTS: tuple[WebhookEvent, ...] = get_args(WebhookEvent)
+"""What a `[[webhooks]]` entry can be sent: results (`message.completed`, `action.requested`), run ends,
+approvals asked for (`approval.requested`) and approved actions to execute (`action.approved`)."""
 
 
 def _whsec(value: str) -> str:

@@ -21,7 +21,10 @@ from mcphost.protocol import JSONObject
 from mcphost.schedules import ScheduleStatus
 from mcphost.stores import (
     MAX_RUN_SEQ,
+    ApprovalRecord,
+    ApprovalStatus,
     AuditRecord,
+    Decision,
     DeliveryRecord,
     DeliveryStatus,
     StoredEvent,
@@ -56,6 +59,14 @@ class RunsQuery(QueryModel):
 class DeliveriesQuery(QueryModel):
     status: DeliveryStatus | None = None
     """`pending`, `delivered` or `dead` (the dead-letter list)."""
+    run_id: str | None = Field(default=None, max_length=100)
+    limit: int = Field(default=50, ge=1, le=100)
+    cursor: str | None = Field(default=None, max_length=500)
+
+
+class ApprovalsQuery(QueryModel):
+    status: ApprovalStatus | None = None
+    """`pending`, `approved`, `denied` or `expired` (as of now)."""
     run_id: str | None = Field(default=None, max_length=100)
     limit: int = Field(default=50, ge=1, le=100)
     cursor: str | None = Field(default=None, max_length=500)
@@ -104,6 +115,15 @@ class CancelBody(BaseModel):
 
     reason: str | None = Field(default=None, max_length=500)
     """Why; recorded in the run's error details."""
+
+
+class DecisionBody(BaseModel):
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, allow_inf_nan=False)
+
+    decision: Decision
+    """`approve` or `deny`."""
+    note: str | None = Field(default=None, max_length=2000)
+    """Why; stored with the decision and shown to a resumed or waiting run."""
 
 
 class _Answer(BaseModel):
@@ -167,6 +187,12 @@ class RunsPage(_Answer):
 
 class DeliveriesPage(_Answer):
     items: list[DeliveryRecord]
+    next_cursor: str | None
+    has_more: bool
+
+
+class ApprovalsPage(_Answer):
+    items: list[ApprovalRecord]
     next_cursor: str | None
     has_more: bool
 

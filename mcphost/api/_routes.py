@@ -23,6 +23,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from mcphost import __version__
+from mcphost.api._approvals import decide_approval, list_approvals, show_approval
 from mcphost.api._artifacts import artifact_content, artifact_metadata, upload_artifact
 from mcphost.api._deliveries import list_deliveries, redeliver
 from mcphost.api._endpoints import (
@@ -43,10 +44,13 @@ from mcphost.api._hooks import receive_hook
 from mcphost.api._http import parse_query
 from mcphost.api._models import (
     Admitted,
+    ApprovalsPage,
+    ApprovalsQuery,
     AuditPage,
     AuditQuery,
     CancelAnswer,
     CancelBody,
+    DecisionBody,
     DeliveriesPage,
     DeliveriesQuery,
     ErrorBody,
@@ -80,7 +84,7 @@ from mcphost.api._schedules import (
 from mcphost.models import AgentEventEnvelope
 from mcphost.protocol import ArtifactRef, JSONObject
 from mcphost.schedules import ScheduleStatus
-from mcphost.stores import ArtifactRecord, DeliveryRecord
+from mcphost.stores import ApprovalRecord, ArtifactRecord, DeliveryRecord
 from mcphost.timetable import ScheduleSpec
 
 # -- routes and OpenAPI ------------------------------------------------------------------------------
@@ -181,6 +185,13 @@ _ENDPOINTS: tuple[_Endpoint, ...] = (
               "DeliveriesPage", (400,), DeliveriesQuery),
     _Endpoint("POST", "/v1/deliveries/{delivery_id}/redeliver", redeliver,
               "Send a delivery again (same webhook-id), due now", 202, "DeliveryRecord", (400, 404)),
+    _Endpoint("GET", "/v1/approvals", list_approvals,
+              "Approvals, newest first (status=pending: what waits for a decision)", 200, "ApprovalsPage", (400,),
+              ApprovalsQuery),
+    _Endpoint("GET", "/v1/approvals/{approval_id}", show_approval, "One approval", 200, "ApprovalRecord", (400, 404)),
+    _Endpoint("POST", "/v1/approvals/{approval_id}", decide_approval,
+              "Approve or deny (idempotent; the other decision, or approving an expired one, is 409)", 200,
+              "ApprovalRecord", (400, 404, 409, 413), body="DecisionBody"),
     _Endpoint("GET", "/v1/runners", list_runners, "Runners, rejected manifests and plugin processes", 200,
               "RunnersView"),
     _Endpoint("POST", "/v1/artifacts", upload_artifact,
@@ -274,6 +285,8 @@ _SCHEMA_MODELS: tuple[type[BaseModel], ...] = (
     ErrorBody,
     DeliveriesPage,
     DeliveryRecord,
+    ApprovalsPage,
+    ApprovalRecord,
 )
 
 
@@ -283,6 +296,7 @@ def openapi() -> JSONObject:
     modes.append((AgentEventEnvelope, "validation"))
     modes.append((CancelBody, "validation"))
     modes.append((ScheduleSpec, "validation"))
+    modes.append((DecisionBody, "validation"))
     _, top = models_json_schema(modes, ref_template="#/components/schemas/{model}")
     paths: dict[str, JSONObject] = {}
     for endpoint in _ENDPOINTS:

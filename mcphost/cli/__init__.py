@@ -9,7 +9,7 @@ This module owns the parser, its argument types and `main`, the entry point of b
 (`mcphost = "mcphost.cli:main"`) and `python -m mcphost.cli` (`__main__`). It does not own what the
 commands do: `_runs` (run, runs, show, runners, schema, db), `_server` (serve, send), `_grants` (grant,
 revoke and the MCP client configs), `_knowledge` (kb, tools), `_state` (state get/list/delete),
-`_schedules` (schedules), `_gc` (gc), `_deliveries` (deliveries); `_common` holds exit codes, logging set-up and output helpers.
+`_schedules` (schedules), `_gc` (gc), `_deliveries` (deliveries), `_approvals` (approvals); `_common` holds exit codes, logging set-up and output helpers.
 
 Invariants: every subcommand, flag and help text is declared here, in the order `--help` lists them;
 every command but `schema` loads the config before it does anything; a `HostError` (also one wrapped in
@@ -403,6 +403,31 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cursor", metavar="C", help="continue from a previous listing")
     _add_common(p)
 
+    p = sub.add_parser(
+        "approvals",
+        help="human approvals; approve or deny one",
+        description="List approvals, newest first (--status pending: what waits for a decision), or decide one "
+        "with `mcphost approvals approve APPROVAL_ID` / `mcphost approvals deny APPROVAL_ID [--note TEXT]`. "
+        "Deciding again the same way changes nothing; the other decision is refused.",
+    )
+    p.add_argument(
+        "action",
+        nargs="?",
+        choices=["list", "approve", "deny"],
+        default="list",
+        help="list (default), approve or deny",
+    )
+    p.add_argument("approval_id", nargs="?", metavar="APPROVAL_ID", help="the approval to decide")
+    p.add_argument("--note", type=_note, help="why (stored with the decision; at most 2000 characters)")
+    p.add_argument(
+        "--status",
+        choices=["pending", "approved", "denied", "expired"],
+        help="only approvals in this status",
+    )
+    p.add_argument("--limit", type=_limit, default=20, metavar="N", help="how many (1-100, default 20)")
+    p.add_argument("--cursor", metavar="C", help="continue from a previous listing")
+    _add_common(p)
+
     p = sub.add_parser("db", help="database maintenance", description="Database maintenance.")
     db_sub = p.add_subparsers(dest="db_command", metavar="ACTION", required=True)
     u = db_sub.add_parser(
@@ -461,6 +486,12 @@ def _limit(value: str) -> int:
     if not 1 <= n <= 100:
         raise argparse.ArgumentTypeError(f"expected a whole number from 1 to 100, got {n}")
     return n
+
+
+def _note(value: str) -> str:
+    if len(value) > 2000 or "\x00" in value:
+        raise argparse.ArgumentTypeError("expected at most 2000 characters and no NUL")
+    return value
 
 
 def _seconds(value: str) -> float:
@@ -529,6 +560,7 @@ _COMMANDS: dict[str, tuple[str, str]] = {
     "schedules": ("_schedules", "cmd_schedules"),
     "gc": ("_gc", "cmd_gc"),
     "deliveries": ("_deliveries", "cmd_deliveries"),
+    "approvals": ("_approvals", "cmd_approvals"),
 }
 """Each command's module (imported only when the command runs: `--help` and `--version` import none of
 them, nor the server, SQLAlchemy or `mcp` they pull in) and its `async (args, settings) -> exit code`."""

@@ -6,7 +6,7 @@ own any policy about what is stored (the journal, orchestrator and facts layer d
 Every store method opens its own transaction and returns pydantic models, never ORM rows; reads are
 O(limit) keyset pages (`Page`). Module map: `engine` (Database, migrations), `tables` (schema),
 `events`, `transcript`, `artifacts` + `blobs`, `state`, `storage`, `runs`, `results`, `audit`, `hosts`,
-`schedules`.
+`schedules`, `deliveries`, `approvals`.
 """
 
 from __future__ import annotations
@@ -23,6 +23,14 @@ import anyio
 from mcphost.config import WebhookConfig
 from mcphost.stores import engine
 from mcphost.stores._cursor import MAX_RUN_SEQ, CursorCodec, Page
+from mcphost.stores.approvals import (
+    DEFAULT_APPROVAL_EXPIRY_S,
+    ApprovalKind,
+    ApprovalRecord,
+    ApprovalStatus,
+    ApprovalStore,
+    Decision,
+)
 from mcphost.stores.artifacts import ArtifactRecord, ArtifactStore
 from mcphost.stores.audit import AuditEntry, AuditRecord, AuditStore
 from mcphost.stores.blobs import BlobBackend, DatabaseBlobs, DiskBlobs
@@ -64,6 +72,7 @@ class Stores:
     """Whether `data_dir` and the database are still usable (cached for a second)."""
     schedules: ScheduleStore
     deliveries: DeliveryStore
+    approvals: ApprovalStore
 
 
 async def _sweep_staging(staging_dir: Path) -> None:
@@ -86,12 +95,14 @@ async def open_stores(
     migrate: bool = True,
     cursor_secret: str | None = None,
     webhooks: Sequence[WebhookConfig] = (),
+    approval_expiry_s: float = DEFAULT_APPROVAL_EXPIRY_S,
 ) -> AsyncGenerator[Stores, None]:
     """Open every store over `database_url`, with blobs under `data_dir/blobs` or in the database.
 
     Creates `data_dir` (and a SQLite file's folder) when missing and, unless `migrate=False`, brings the
     schema to the newest migration first. The engine is disposed on exit. `webhooks` are the outbound
-    webhooks whose outbox rows the runs and results stores write with the facts they announce.
+    webhooks whose outbox rows the runs and results stores write with the facts they announce;
+    `approval_expiry_s` how long an approval stays pending.
 
     Raises:
         ConfigError: when the storage cannot be opened, created or written (a missing PostgreSQL database,
@@ -127,6 +138,7 @@ async def open_stores(
             raise failure from exc
         outbox = Outbox(webhooks)
         runs = RunStore(db, cursors, outbox)
+        approvals = ApprovalStore(db, cursors, outbox, expiry_s=approval_expiry_s)
         yield Stores(
             db=db,
             cursors=cursors,
@@ -136,12 +148,13 @@ async def open_stores(
             state=StateStore(db, cursors),
             storage=StorageStore(db, cursors),
             runs=runs,
-            results=ResultStore(db, outbox),
+            results=ResultStore(db, outbox, approvals),
             audit=AuditStore(db),
             hosts=HostStore(db, runs),
             health=StorageProbe(db, data_dir),
             schedules=ScheduleStore(db),
             deliveries=DeliveryStore(db, cursors),
+            approvals=approvals,
         )
     finally:
         with anyio.CancelScope(shield=True):
@@ -149,7 +162,12 @@ async def open_stores(
 
 
 __all__ = [
+    "DEFAULT_APPROVAL_EXPIRY_S",
     "MAX_RUN_SEQ",
+    "ApprovalKind",
+    "ApprovalRecord",
+    "ApprovalStatus",
+    "ApprovalStore",
     "ArtifactRecord",
     "ArtifactStore",
     "AuditEntry",
@@ -160,6 +178,7 @@ __all__ = [
     "CursorCodec",
     "Database",
     "DatabaseBlobs",
+    "Decision",
     "DeliveryRecord",
     "DeliveryStatus",
     "DeliveryStore",

@@ -43,7 +43,7 @@ T = TypeVar("T")
 RowT = TypeVar("RowT")
 SelectT = TypeVar("SelectT", bound=Select[*tuple[Any, ...]])
 
-CursorKind = Literal["events", "transcript", "runs", "state", "storage", "deliveries"]
+CursorKind = Literal["events", "transcript", "runs", "state", "storage", "deliveries", "approvals"]
 
 _MAC_LEN = 8
 _KEY_CONTEXT = b"mcphost.cursor.v3\x00"

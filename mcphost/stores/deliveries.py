@@ -9,7 +9,8 @@ Invariants:
   `Outbox.run_ended` in the transaction that moves a run to `completed` or `failed`, and `ResultStore`
   calls `Outbox.results` in the transaction that stores `message.completed` / `action.requested`
   results. A fact that is not committed is never announced; a committed one always has its rows.
-  (`approval.requested` is accepted in `events`; nothing announces it yet.)
+  `ApprovalStore` calls `Outbox.announce` in the transaction that creates an approval
+  (`approval.requested`) or approves an action (`action.approved`).
 - `delivery_id` (`msg_<ulid>`) is the Standard Webhooks `webhook-id` of every attempt of the row.
 - A row is sent only by the host that claimed it: `claim` takes due `pending` rows whose lease has run
   out (`claimed_until < now`), with `FOR UPDATE SKIP LOCKED` on PostgreSQL (SQLite serialises writers),
@@ -163,12 +164,20 @@ class Outbox:
         facts: list[tuple[str, object]] = [
             (t, p.get("data") or {}) for t, p in items if t in ANNOUNCED_RESULTS
         ]
+        await self.announce(
+            session, run_id, [(t, d if is_json_object(d) else {"value": d}) for t, d in facts]
+        )
+
+    async def announce(
+        self, session: AsyncSession, run_id: str, facts: Sequence[tuple[str, JSONObject]]
+    ) -> None:
+        """Rows for facts of a run written in this transaction (`approval.requested`, `action.approved`)."""
         if not self.webhooks or not facts:
             return
         run = (await session.execute(select(RunRow).where(RunRow.run_id == run_id))).scalar_one_or_none()
         if run is None or run.agent_id is None:
             return
-        await self._insert(session, run, [(t, d if is_json_object(d) else {"value": d}) for t, d in facts])
+        await self._insert(session, run, list(facts))
 
 
 class DeliveryStore:

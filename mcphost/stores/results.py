@@ -6,7 +6,8 @@ orchestrator does: it persists here first, then publishes, so readers resume wit
 Invariants:
 - (run_id, seq) is the primary key; a batch is written in one transaction (an executemany), so a flood
   of deltas costs one round trip per batch, not per result. A batch that repeats a stored sequence
-  writes nothing and raises `ConflictError`.
+  writes nothing and raises `ConflictError`. The batch's outbox rows and its actions' approvals are
+  written in the same transaction (`Outbox.results`, `ApprovalStore.actions`).
 - `list(run_id, after=N)` reads the primary key range (run_id, seq > N) in order: O(limit).
 - A stored payload nested deeper than `MAX_JSON_DEPTH` (stored before nesting was bounded, or straight
   into the database) is served as `{"type": …, "data": null, "data_error": {code, message}}`, so one
@@ -28,6 +29,7 @@ from mcphost.errors import ConflictError
 from mcphost.protocol import MAX_JSON_DEPTH, JSONObject, json_depth
 from mcphost.stores._cursor import MAX_RUN_SEQ, check_after, check_limit
 from mcphost.stores._retry import idempotent
+from mcphost.stores.approvals import ApprovalStore
 from mcphost.stores.deliveries import Outbox
 from mcphost.stores.engine import Database
 from mcphost.stores.tables import RunResultRow
@@ -67,9 +69,12 @@ def _served(row: RunResultRow) -> StoredResult:
 class ResultStore:
     """Append and read run results."""
 
-    def __init__(self, db: Database, outbox: Outbox | None = None) -> None:
+    def __init__(
+        self, db: Database, outbox: Outbox | None = None, approvals: ApprovalStore | None = None
+    ) -> None:
         self._db = db
         self._outbox = outbox
+        self._approvals = approvals
 
     @idempotent
     async def append_many(
@@ -96,6 +101,8 @@ class ResultStore:
                 await session.execute(insert(RunResultRow), [r.model_dump() for r in stored])
                 if self._outbox is not None:  # announced in the same transaction (stores/deliveries.py)
                     await self._outbox.results(session, run_id, items)
+                if self._approvals is not None:  # actions with an idempotency key (stores/approvals.py)
+                    await self._approvals.actions(session, run_id, items)
         except IntegrityError as exc:
             already = await self.list(run_id, after=first_seq - 1, limit=len(stored))
             if [(r.seq, r.type, r.payload) for r in already] == [(r.seq, r.type, r.payload) for r in stored]:

@@ -325,6 +325,34 @@ class DeliveryRow(Base):
     delivered_at: Mapped[float | None] = mapped_column(Double)
 
 
+class ApprovalRow(Base):
+    """A human decision a run waits for or an action needs: a host tool or fact write marked `ask`
+    (`kind` `tool`), or an `action.requested` result with an `idempotency_key` (`kind` `action`)."""
+
+    __tablename__ = "approvals"
+    __table_args__ = (
+        Index(None, "status", "expires_at"),
+        Index(None, "run_id"),
+        {"sqlite_autoincrement": True},
+    )
+
+    seq: Mapped[int] = mapped_column(SeqType, primary_key=True, autoincrement=True)
+    approval_id: Mapped[str] = mapped_column(String(100), unique=True)
+    run_id: Mapped[str] = mapped_column(String(100))
+    agent_id: Mapped[str | None] = mapped_column(String(100))
+    conversation_id: Mapped[str | None] = mapped_column(Id)
+    kind: Mapped[str] = mapped_column(String(16))
+    status: Mapped[str] = mapped_column(String(16))
+    request: Mapped[dict[str, Any]]
+    action_key: Mapped[str | None] = mapped_column(String(400), unique=True)
+    """`<agent_id>/<idempotency_key>` of an action: one approval, and one execution, per key."""
+    note: Mapped[str | None] = mapped_column(String(2000))
+    created_at: Mapped[float] = mapped_column(Double)
+    expires_at: Mapped[float] = mapped_column(Double)
+    """Still `pending` past this, the approval counts as `expired` (a denial)."""
+    decided_at: Mapped[float | None] = mapped_column(Double)
+
+
 class KbDocumentRow(Base):
     """One ingested document of a knowledge base: where it came from and the hash it was ingested at."""
 

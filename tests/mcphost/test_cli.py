@@ -15,7 +15,7 @@ import signal
 import subprocess
 import sys
 import tomllib
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from pathlib import Path
 
 import anyio
@@ -52,6 +52,20 @@ def mcphost(*args: str, cwd: Path, timeout: float = 60) -> subprocess.CompletedP
         stdin=subprocess.DEVNULL,
         check=False,
     )
+
+
+def in_process(
+    config: Path, capfd: pytest.CaptureFixture[str]
+) -> Callable[..., Awaitable[subprocess.CompletedProcess[str]]]:
+    """`mcphost ARGS --config CONFIG` in this process (a subprocess spends seconds importing); `main`
+    runs its own event loop, so it runs in a worker thread."""
+
+    async def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        code = await anyio.to_thread.run_sync(lambda: main([*args, "--config", str(config)]))
+        out, err = capfd.readouterr()
+        return subprocess.CompletedProcess(args, code, out, err)
+
+    return cli
 
 
 def write_config(tmp_path: Path, database_url: str | None = None, *, extra: str = "") -> Path:
@@ -340,12 +354,7 @@ async def test_state_get_list_and_delete_reach_a_value_too_deep_to_serve(
     )
     config = write_config(tmp_path, database_url)
     ids = ["--runner-id", owner[0], "--binding-id", owner[1], "--conversation-id", owner[2]]
-
-    async def cli(*args: str) -> subprocess.CompletedProcess[str]:
-        # In this process (a subprocess spends seconds importing); `main` runs its own event loop.
-        code = await anyio.to_thread.run_sync(lambda: main([*args, "--config", str(config)]))
-        out, err = capfd.readouterr()
-        return subprocess.CompletedProcess(args, code, out, err)
+    cli = in_process(config, capfd)
 
     good = await cli("state", "get", "conversation", "good", *ids)
     assert (good.returncode, json.loads(good.stdout)) == (0, {"n": 1}), good.stderr
@@ -394,11 +403,7 @@ async def test_deliveries_lists_the_dead_letters_and_redelivers_one(
             row.delivery_id, "host-a", error="HTTP 500", next_attempt_at=0.0, dead=True
         )
     config = write_config(tmp_path, database_url, extra=f'[[webhooks]]\nurl = "{url}"\nsecret = "{secret}"\n')
-
-    async def cli(*args: str) -> subprocess.CompletedProcess[str]:
-        code = await anyio.to_thread.run_sync(lambda: main([*args, "--config", str(config)]))
-        out, err = capfd.readouterr()
-        return subprocess.CompletedProcess(args, code, out, err)
+    cli = in_process(config, capfd)
 
     dead = await cli("deliveries", "--status", "dead", "--json")
     assert dead.returncode == 0, dead.stderr
@@ -414,3 +419,35 @@ async def test_deliveries_lists_the_dead_letters_and_redelivers_one(
         await cli("deliveries", "--status", "dead", "--json")
     ).stdout.strip() == '{"deliveries":[],"next_cursor":null}'
     assert (await cli("deliveries", "redeliver", "msg_unknown")).returncode != 0
+
+
+async def test_approvals_lists_and_decides_one_idempotently(
+    database_url: str, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    async with open_stores(database_url, tmp_path / "data") as stores:
+        run = await admitted(stores)
+        asked = await stores.approvals.request(run.run_id, "tool", {"tool": "state_set", "arguments": {}})
+    config = write_config(tmp_path, database_url)
+    cli = in_process(config, capfd)
+
+    pending = await cli("approvals", "--status", "pending", "--json")
+    assert pending.returncode == 0, pending.stderr
+    listed = json.loads(pending.stdout)["approvals"]
+    assert [(a["approval_id"], a["status"], a["request"]["tool"]) for a in listed] == [
+        (asked.approval_id, "pending", "state_set")
+    ]
+    text = await cli("approvals")
+    assert f"{asked.approval_id}  pending" in text.stdout
+    approved = await cli("approvals", "approve", asked.approval_id, "--note", "looks fine")
+    assert (approved.returncode, approved.stdout.strip()) == (0, f"{asked.approval_id} is approved")
+    again = await cli("approvals", "approve", asked.approval_id)
+    assert again.stdout.strip() == f"{asked.approval_id} was already approved; nothing changed"
+    refused = await cli("approvals", "deny", asked.approval_id)
+    assert refused.returncode == 1
+    assert "already approved; it cannot be denied" in refused.stderr
+    missing = await cli("approvals", "approve")
+    assert missing.returncode == 1
+    assert "needs an APPROVAL_ID" in missing.stderr
+    assert (await cli("approvals", "deny", "apr_unknown")).returncode != 0
+    shown = json.loads((await cli("approvals", "--status", "approved", "--json")).stdout)["approvals"]
+    assert [(a["approval_id"], a["note"]) for a in shown] == [(asked.approval_id, "looks fine")]

@@ -1,0 +1,47 @@
+"""`GET /v1/approvals`, `GET /v1/approvals/{approval_id}` and `POST /v1/approvals/{approval_id}`: the
+human decisions runs wait for and actions need.
+
+Owns listing approvals (newest first, cursor pages, by status as of now or by run) and taking a
+decision. Does not own the approval rows, their expiry or what a decision sets off
+(`stores/approvals.py`; a waiting tool call reads the decision itself, `facts/_approvals.py`).
+
+Invariants:
+- A decision is idempotent: repeating the decision an approval already has answers 200 with it
+  unchanged; the other decision is a 409, and so is approving an expired approval.
+"""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from mcphost.api._endpoints import MAX_SMALL_BODY_BYTES
+from mcphost.api._http import parse_json, parse_query, path_id, read_body
+from mcphost.api._models import ApprovalsPage, ApprovalsQuery, DecisionBody, QueryModel
+from mcphost.api._state import api_state
+
+
+async def list_approvals(request: Request) -> Response:
+    state = api_state(request)
+    query = parse_query(request, ApprovalsQuery)
+    page = await state.stores.approvals.list(
+        status=query.status, run_id=query.run_id, limit=query.limit, cursor=query.cursor
+    )
+    answer = ApprovalsPage(items=page.items, next_cursor=page.next_cursor, has_more=page.has_more)
+    return JSONResponse(answer.model_dump(mode="json"))
+
+
+async def show_approval(request: Request) -> Response:
+    state = api_state(request)
+    parse_query(request, QueryModel)
+    approval = await state.stores.approvals.get(path_id(request, "approval_id"))
+    return JSONResponse(approval.model_dump(mode="json"))
+
+
+async def decide_approval(request: Request) -> Response:
+    state = api_state(request)
+    parse_query(request, QueryModel)
+    approval_id = path_id(request, "approval_id")
+    body = parse_json(DecisionBody, await read_body(request, MAX_SMALL_BODY_BYTES))
+    approval, _ = await state.stores.approvals.decide(approval_id, body.decision, note=body.note)
+    return JSONResponse(approval.model_dump(mode="json"))

@@ -1,0 +1,273 @@
+"""Human approvals: the `approvals` rows, their decisions and their expiry.
+
+Owns the `approvals` table and the approval state machine. Does not own which calls need one (the
+facts pipeline reads the grant's `approvals` globs) or how a run waits for one (`facts/_approvals.py`).
+
+Invariants:
+- Statuses: `pending` → `approved` | `denied`, once, through `decide`; a `pending` approval past its
+  `expires_at` is `expired` (a denial) whether or not a write has recorded it yet, so every reader on
+  every replica sees the same status at the same time.
+- `decide` is idempotent: the decision an approval already has answers the stored record again
+  (`changed=False`; a `deny` of an expired approval too), and the other one is a `ConflictError`.
+- An approval is created in the same transaction as the `approval.requested` deliveries that announce
+  it (`Outbox.announce`); approving an action writes its `action.approved` deliveries in the
+  transaction of the decision, so an approved action is announced for execution exactly once.
+- Actions are unique per (agent, `idempotency_key`): `action_key` is the agent id and the SHA-256 of
+  the key, and a second `action.requested` with a key already seen creates nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Sequence
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+from sqlalchemy import ColumnElement, and_, insert, or_, select, update
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from mcphost.errors import ConflictError, NotFoundError
+from mcphost.models import new_id
+from mcphost.protocol import JSONObject, is_json_object
+from mcphost.stores._cursor import CursorCodec, Page, check_limit
+from mcphost.stores._retry import idempotent
+from mcphost.stores._sql import insert_ignoring
+from mcphost.stores.deliveries import Outbox
+from mcphost.stores.engine import Database
+from mcphost.stores.tables import ApprovalRow, RunRow
+
+ApprovalStatus = Literal["pending", "approved", "denied", "expired"]
+ApprovalKind = Literal["tool", "action"]
+Decision = Literal["approve", "deny"]
+DEFAULT_APPROVAL_EXPIRY_S = 24 * 3600.0
+MAX_NOTE_CHARS = 2000
+
+
+class ApprovalRecord(BaseModel):
+    """One approval as stored, with the status it has now (`expired` once past `expires_at`)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    approval_id: str
+    run_id: str
+    agent_id: str | None
+    conversation_id: str | None
+    kind: ApprovalKind
+    status: ApprovalStatus
+    request: JSONObject
+    """`tool`: `{tool, arguments}`; `action`: the `action.requested` data."""
+    note: str | None
+    created_at: float
+    expires_at: float
+    decided_at: float | None
+
+
+def _record(row: ApprovalRow, now: float) -> ApprovalRecord:
+    record = ApprovalRecord.model_validate(row, from_attributes=True)
+    if record.status == "pending" and now >= record.expires_at:
+        return record.model_copy(update={"status": "expired", "decided_at": record.expires_at})
+    return record
+
+
+def _status_is(status: ApprovalStatus, now: float) -> ColumnElement[bool]:
+    """Rows whose status, as `_record` reports it at `now`, is `status`."""
+    unexpired = and_(ApprovalRow.status == "pending", ApprovalRow.expires_at > now)
+    if status == "pending":
+        return unexpired
+    if status == "expired":
+        return or_(
+            ApprovalRow.status == "expired",
+            and_(ApprovalRow.status == "pending", ApprovalRow.expires_at <= now),
+        )
+    return ApprovalRow.status == status
+
+
+def _not_found(approval_id: str) -> NotFoundError:
+    return NotFoundError(
+        f"Approval {approval_id!r} does not exist; GET /v1/approvals lists them.",
+        details={"approval_id": approval_id},
+    )
+
+
+def action_key(agent_id: str | None, idempotency_key: str) -> str:
+    """The unique key of an action: its agent and the SHA-256 of its idempotency key (any length)."""
+    return f"{agent_id or ''}/{hashlib.sha256(idempotency_key.encode()).hexdigest()}"
+
+
+def announcement(record: ApprovalRecord) -> JSONObject:
+    """The `data` of an `approval.requested` delivery."""
+    return {
+        "approval_id": record.approval_id,
+        "kind": record.kind,
+        "request": record.request,
+        "expires_at": record.expires_at,
+    }
+
+
+class ApprovalStore:
+    """Create, list, read and decide approvals."""
+
+    def __init__(
+        self,
+        db: Database,
+        cursors: CursorCodec,
+        outbox: Outbox,
+        *,
+        expiry_s: float = DEFAULT_APPROVAL_EXPIRY_S,
+    ) -> None:
+        self._db = db
+        self._cursors = cursors
+        self._outbox = outbox
+        self.expiry_s = expiry_s
+        """How long an approval stays `pending` before it is `expired` (`[host] approval_expiry_s`)."""
+
+    def _values(self, run: RunRow, kind: ApprovalKind, request: JSONObject, now: float) -> dict[str, Any]:
+        return {
+            "approval_id": new_id("apr"),
+            "run_id": run.run_id,
+            "agent_id": run.agent_id,
+            "conversation_id": run.conversation_id or None,
+            "kind": kind,
+            "status": "pending",
+            "request": request,
+            "action_key": None,
+            "note": None,
+            "created_at": now,
+            "expires_at": now + self.expiry_s,
+            "decided_at": None,
+        }
+
+    async def request(self, run_id: str, kind: ApprovalKind, request: JSONObject) -> ApprovalRecord:
+        """A new pending approval for `run_id`, announced as `approval.requested`.
+
+        Raises:
+            NotFoundError: the run does not exist.
+        """
+        now = time.time()
+        async with self._db.write() as session:
+            run = (await session.execute(select(RunRow).where(RunRow.run_id == run_id))).scalar_one_or_none()
+            if run is None:
+                raise NotFoundError(f"Run {run_id!r} does not exist.", details={"run_id": run_id})
+            values = self._values(run, kind, request, now)
+            row = (
+                await session.execute(insert(ApprovalRow).values(values).returning(ApprovalRow))
+            ).scalar_one()
+            record = _record(row, now)
+            await self._outbox.announce(session, run_id, [("approval.requested", announcement(record))])
+        return record
+
+    async def actions(
+        self, session: AsyncSession, run_id: str, items: Sequence[tuple[str, JSONObject]]
+    ) -> None:
+        """Approvals for `action.requested` results with an `idempotency_key`, stored in this transaction
+        (`ResultStore.append_many`); a key the agent used before creates nothing."""
+        wanted: list[JSONObject] = []
+        for type_, payload in items:
+            data = payload.get("data")
+            if (
+                type_ == "action.requested"
+                and is_json_object(data)
+                and isinstance(data.get("idempotency_key"), str)
+            ):
+                wanted.append(data)
+        if not wanted:
+            return
+        run = (await session.execute(select(RunRow).where(RunRow.run_id == run_id))).scalar_one_or_none()
+        if run is None:
+            return  # the results insert fails on its foreign key; nothing to approve
+        now = time.time()
+        for data in wanted:
+            key = data["idempotency_key"]
+            assert isinstance(key, str)
+            values = self._values(run, "action", data, now) | {"action_key": action_key(run.agent_id, key)}
+            stmt = insert_ignoring(self._db.dialect, ApprovalRow, values, ["action_key"]).returning(
+                ApprovalRow
+            )
+            row = (await session.execute(stmt)).scalar_one_or_none()
+            if row is not None:
+                announced = announcement(_record(row, now))
+                await self._outbox.announce(session, run_id, [("approval.requested", announced)])
+
+    async def decide(
+        self, approval_id: str, decision: Decision, *, note: str | None = None
+    ) -> tuple[ApprovalRecord, bool]:
+        """Approve or deny a pending approval; the record and whether this call decided it.
+
+        Raises:
+            NotFoundError: no such approval.
+            ConflictError: it already has the other decision, or it expired and `decision` is approve.
+        """
+        wanted: ApprovalStatus = "approved" if decision == "approve" else "denied"
+        now = time.time()
+        async with self._db.write() as session:
+            row = (
+                await session.execute(
+                    select(ApprovalRow).where(ApprovalRow.approval_id == approval_id).with_for_update()
+                )
+            ).scalar_one_or_none()
+            if row is None:
+                raise _not_found(approval_id)
+            current = _record(row, now)
+            if current.status == wanted or (current.status == "expired" and decision == "deny"):
+                return current, False
+            if current.status != "pending":
+                raise ConflictError(
+                    f"Approval {approval_id!r} is already {current.status}; it cannot be {wanted} now"
+                    + (" (an expired approval counts as denied)." if current.status == "expired" else "."),
+                    details={"approval_id": approval_id, "status": current.status},
+                )
+            decided = (
+                await session.execute(
+                    update(ApprovalRow)
+                    .where(ApprovalRow.approval_id == approval_id, ApprovalRow.status == "pending")
+                    .values(status=wanted, note=note, decided_at=now)
+                    .returning(ApprovalRow)
+                )
+            ).scalar_one()
+            record = _record(decided, now)
+            if record.kind == "action" and wanted == "approved":
+                approved: JSONObject = {"approval_id": approval_id, "note": note, **record.request}
+                await self._outbox.announce(session, record.run_id, [("action.approved", approved)])
+        return record, True
+
+    @idempotent
+    async def get(self, approval_id: str) -> ApprovalRecord:
+        async with self._db.read() as session:
+            row = (
+                await session.execute(select(ApprovalRow).where(ApprovalRow.approval_id == approval_id))
+            ).scalar_one_or_none()
+        if row is None:
+            raise _not_found(approval_id)
+        return _record(row, time.time())
+
+    @idempotent
+    async def list(
+        self,
+        *,
+        status: ApprovalStatus | None = None,
+        run_id: str | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> Page[ApprovalRecord]:
+        """Approvals newest first, optionally of one status (as of now) and/or one run."""
+        check_limit(limit)
+        now = time.time()
+        stmt = select(ApprovalRow)
+        if status is not None:
+            stmt = stmt.where(_status_is(status, now))
+        if run_id is not None:
+            stmt = stmt.where(ApprovalRow.run_id == run_id)
+        if cursor is not None:
+            stmt = stmt.where(ApprovalRow.seq < self._cursors.decode_seq(cursor, "approvals"))
+        stmt = stmt.order_by(ApprovalRow.seq.desc()).limit(limit + 1)
+        async with self._db.read() as session:
+            rows = (await session.execute(stmt)).scalars().all()
+        has_more = len(rows) > limit
+        kept = rows[:limit]
+        return Page[ApprovalRecord](
+            items=[_record(r, now) for r in kept],
+            next_cursor=self._cursors.encode("approvals", kept[-1].seq) if has_more else None,
+            prev_cursor=None,
+            has_more=has_more,
+        )

@@ -1,0 +1,96 @@
+"""`/v1/approvals` through the real app (SQLite file and PostgreSQL): listing, idempotent decisions, 409
+on the other decision, and every bad request refused with a precise 4xx that changes nothing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from mcphost.app import open_host
+from mcphost.models import RunStatus
+from mcphost.stores import ApprovalRecord
+from tests.e2e.httpkit import api_settings, asgi_client, event_body, row_counts
+
+
+async def test_an_approval_is_listed_decided_once_and_refused_a_second_decision(
+    database_url: str, tmp_path: Path
+) -> None:
+    async with open_host(api_settings(database_url, tmp_path / "data")) as host, asgi_client(host) as client:
+        admitted = await client.post("/v1/events", json=event_body("hi"))
+        run_id = admitted.json()["run_id"]
+        await host.orchestrator.wait(run_id)
+        asked = await host.stores.approvals.request(
+            run_id, "tool", {"tool": "gh__merge", "arguments": {"pr": 1}}
+        )
+        listed = await client.get("/v1/approvals", params={"status": "pending"})
+        assert listed.status_code == 200, listed.text
+        (item,) = listed.json()["items"]
+        assert {k: item[k] for k in ("approval_id", "run_id", "kind", "status", "request")} == {
+            "approval_id": asked.approval_id,
+            "run_id": run_id,
+            "kind": "tool",
+            "status": "pending",
+            "request": {"tool": "gh__merge", "arguments": {"pr": 1}},
+        }
+        url = f"/v1/approvals/{asked.approval_id}"
+        decided = await client.post(url, json={"decision": "deny", "note": "not today"})
+        assert decided.status_code == 200, decided.text
+        assert (decided.json()["status"], decided.json()["note"]) == ("denied", "not today")
+        again = await client.post(url, json={"decision": "deny"})
+        assert (again.status_code, again.json()) == (200, decided.json())
+        other = await client.post(url, json={"decision": "approve"})
+        assert other.status_code == 409
+        assert other.json()["error"]["code"] == "conflict"
+        assert "already denied; it cannot be approved" in other.json()["error"]["message"]
+        shown = await client.get(url)
+        assert ApprovalRecord.model_validate(shown.json()).status == "denied"
+        assert (await client.get("/v1/approvals", params={"run_id": run_id})).json()["items"] == [
+            shown.json()
+        ]
+        assert (await host.stores.runs.get(run_id)).status is RunStatus.COMPLETED
+
+
+BAD_DECISIONS: list[tuple[bytes, int, str]] = [
+    (b'{"decision": "maybe"}', 400, "decision"),
+    (b'{"decision": "approve", "extra": 1}', 400, "extra"),
+    (b'{"decision": "approve", "note": "x\\u0000y"}', 400, "NUL"),
+    (b'{"decision": "approve", "note": NaN}', 400, "finite"),
+    (b'{"decision": "approve", "note": "' + b"n" * 2001 + b'"}', 400, "2000"),
+    (b'{"decision": "approve", "note": 12345678901234567890123}', 400, "note"),
+    (b"[" * 200 + b"]" * 200, 400, "64 levels"),
+    (b"not json", 400, "JSON"),
+    (b"", 400, ""),
+    (b'{"decision": "approve", "note": "' + b"n" * 70_000 + b'"}', 413, ""),
+]
+
+
+async def test_a_bad_decision_is_refused_with_a_4xx_and_changes_nothing(
+    database_url: str, tmp_path: Path
+) -> None:
+    async with open_host(api_settings(database_url, tmp_path / "data")) as host, asgi_client(host) as client:
+        run_id = (await client.post("/v1/events", json=event_body("hi"))).json()["run_id"]
+        await host.orchestrator.wait(run_id)
+        asked = await host.stores.approvals.request(run_id, "tool", {"tool": "gh__merge"})
+        before = await row_counts(host.stores)
+        for body, status, fragment in BAD_DECISIONS:
+            answer = await client.post(f"/v1/approvals/{asked.approval_id}", content=body)
+            assert answer.status_code == status, (body[:80], answer.text)
+            assert fragment in answer.json()["error"]["message"], (body[:80], answer.text)
+        assert await row_counts(host.stores) == before
+        assert (await host.stores.approvals.get(asked.approval_id)).status == "pending"
+
+
+async def test_unknown_approvals_and_bad_queries_are_precise_4xx(database_url: str, tmp_path: Path) -> None:
+    async with open_host(api_settings(database_url, tmp_path / "data")) as host, asgi_client(host) as client:
+        missing = await client.post("/v1/approvals/apr_nope", json={"decision": "approve"})
+        assert (missing.status_code, missing.json()["error"]["code"]) == (404, "not_found")
+        assert (await client.get("/v1/approvals/apr_nope")).status_code == 404
+        assert (await client.get("/v1/approvals/apr%00x")).status_code == 400
+        assert (await client.get("/v1/approvals", params={"status": "maybe"})).status_code == 400
+        assert (await client.get("/v1/approvals", params={"limit": "1000"})).status_code == 400
+        assert (await client.get("/v1/approvals", params={"cursor": "forged"})).status_code == 400
+        assert (await client.get("/v1/approvals", params={"bogus": "1"})).status_code == 400
+        assert (await client.get("/v1/approvals")).json() == {
+            "items": [],
+            "next_cursor": None,
+            "has_more": False,
+        }
