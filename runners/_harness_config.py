@@ -20,7 +20,7 @@ from typing import ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from mcphost.common.validation import problems
-from mcphost.protocol import ConfigField, JSONObject, MCPAccess
+from mcphost.protocol import ConfigField, JSONObject, MCPAccess, config_schema_of
 
 TOKEN_ENV = "MCPHOST_RUN_TOKEN"
 SERVER_NAME = "mcphost"
@@ -44,24 +44,30 @@ class HarnessConfig(BaseModel):
 
     prompt: str | None = None
     """The agent's static prompt (mcphost puts `prompt` here); appended to the harness's system prompt."""
-    cli_path: str | None = None
+    cli_path: str | None = Field(default=None, title="Path of the CLI executable")
     """The CLI executable. Default: found on PATH, then in `<repo>/node_modules/.bin/`."""
-    data_dir: str | None = None
+    data_dir: str | None = Field(default=None, title="Folder for run folders and the CLI's home")
     """Run folders and the harness's private home live here. Default `.mcphost/harness`."""
-    working_directory: str | None = None
+    working_directory: str | None = Field(default=None, title="Run the CLI in this folder")
     """Run the CLI in this existing folder (a project) instead of a fresh folder per run."""
-    environment: dict[str, str] = Field(default_factory=dict[str, str])
+    environment: dict[str, str] = Field(
+        default_factory=dict[str, str], title="Extra environment variables (no secrets)"
+    )
     """Extra variables for the CLI (model endpoint, flags). Not for secrets: use `pass_env`."""
-    pass_env: list[str] = Field(default_factory=list[str])
+    pass_env: list[str] = Field(default_factory=list[str], title="Plugin variables passed through by name")
     """Names of the plugin's own variables handed to the CLI (e.g. an API key set in `[[plugins]] env`)."""
-    mcp_transport: Literal["http", "bridge"] = "http"
+    mcp_transport: Literal["http", "bridge"] = Field(
+        default="http", title="How the CLI reaches the run's MCP server"
+    )
     """How the CLI reaches the run's MCP server: Streamable HTTP with the bearer token, or the stdio bridge."""
-    model: str | None = None
-    extra_mcp_servers: dict[str, JSONObject] = Field(default_factory=dict[str, JSONObject])
+    model: str | None = Field(default=None, title="Model")
+    extra_mcp_servers: dict[str, JSONObject] = Field(
+        default_factory=dict[str, JSONObject], title="More MCP servers, by name"
+    )
     """More MCP servers for the CLI, in the harness's own config shape, keyed by name."""
-    resume: bool = True
+    resume: bool = Field(default=True, title="Resume the conversation's session")
     """Resume the conversation's external session (from conversation state) instead of starting anew."""
-    save_session: bool = True
+    save_session: bool = Field(default=True, title="Save the session in conversation state")
     """Save `external.session_id` and `external.working_directory` in conversation state (needs the
     agent's state policy to allow writing `conversation`, the default)."""
 
@@ -94,28 +100,10 @@ class HarnessConfig(BaseModel):
             raise ValueError(f"{name!r} is set by the runner and cannot be given in {where}")
 
 
-def common_config_fields(cli: str) -> list[ConfigField]:
-    """The manifest's `config_schema` entries for `HarnessConfig`'s fields."""
-    return [
-        ConfigField(name="cli_path", type="string", label=f"Path of the {cli} executable"),
-        ConfigField(name="data_dir", type="string", label="Folder for run folders and the CLI's home"),
-        ConfigField(name="working_directory", type="string", label="Run the CLI in this folder"),
-        ConfigField(name="environment", type="json", label="Extra environment variables (no secrets)"),
-        ConfigField(name="pass_env", type="json", label="Plugin variables passed through by name"),
-        ConfigField(
-            name="mcp_transport",
-            type="select",
-            label="How the CLI reaches the run's MCP server",
-            default="http",
-            options=["http", "bridge"],
-        ),
-        ConfigField(name="model", type="string", label="Model"),
-        ConfigField(name="extra_mcp_servers", type="json", label="More MCP servers, by name"),
-        ConfigField(name="resume", type="boolean", label="Resume the conversation's session", default=True),
-        ConfigField(
-            name="save_session", type="boolean", label="Save the session in conversation state", default=True
-        ),
-    ]
+def harness_config_schema(model: type[HarnessConfig]) -> list[ConfigField]:
+    """The manifest's `config_schema` of a harness: its config model's fields, less `prompt` (mcphost
+    fills that from the agent's own `prompt`)."""
+    return config_schema_of(model, exclude=("prompt",))
 
 
 def describe_config_error(exc: ValidationError) -> str:

@@ -33,7 +33,7 @@ from typing import ClassVar, Literal
 
 from pydantic import Field
 
-from mcphost.protocol import AgentRunContext, ConfigField, JSONObject, Usage, is_error_code
+from mcphost.protocol import AgentRunContext, JSONObject, Usage, is_error_code
 from runners._harness_files import make_private_dir, write_private
 from runners._harness_stream import (
     Diagnostics,
@@ -55,8 +55,8 @@ from runners.harness import (
     HarnessRunner,
     Launch,
     Workspace,
-    common_config_fields,
     context_hint,
+    harness_config_schema,
     harness_environment,
     prompt_of,
     run_token,
@@ -81,13 +81,13 @@ CLAUDE_DEFAULT_ENV = {
 class ClaudeCodeConfig(HarnessConfig):
     reserved_env: ClassVar[frozenset[str]] = HarnessConfig.reserved_env | {"CLAUDE_CONFIG_DIR"}
 
-    allowed_tools: list[str] = Field(default_factory=list[str])
+    allowed_tools: list[str] = Field(default_factory=list[str], title="More allowed tools")
     """More tools Claude Code may use without asking (`Read`, `Bash(git status)`, ...); the mcphost
     tools are always allowed."""
-    disallowed_tools: list[str] = Field(default_factory=list[str])
-    permission_mode: PermissionMode = "dontAsk"
+    disallowed_tools: list[str] = Field(default_factory=list[str], title="Disallowed tools")
+    permission_mode: PermissionMode = Field(default="dontAsk", title="Permission mode")
     """`dontAsk` denies every tool not allowed above (there is nobody to ask in `-p` mode)."""
-    max_turns: int = Field(default=8, ge=1, le=500)
+    max_turns: int = Field(default=8, ge=1, le=500, title="Maximum agent turns")
 
 
 class ClaudeCodeRunner(HarnessRunner):
@@ -100,19 +100,7 @@ class ClaudeCodeRunner(HarnessRunner):
     cli_name = "claude"
     config_model = ClaudeCodeConfig
     skills_folder = ".claude/skills"
-    config_schema = [
-        *common_config_fields("claude"),
-        ConfigField(name="allowed_tools", type="json", label="More allowed tools"),
-        ConfigField(name="disallowed_tools", type="json", label="Disallowed tools"),
-        ConfigField(
-            name="permission_mode",
-            type="select",
-            label="Permission mode",
-            default="dontAsk",
-            options=["dontAsk", "default", "acceptEdits", "plan", "auto", "bypassPermissions"],
-        ),
-        ConfigField(name="max_turns", type="integer", label="Maximum agent turns", default=8),
-    ]
+    config_schema = harness_config_schema(ClaudeCodeConfig)
     metadata = {"harness": "claude-code", "cli": "@anthropic-ai/claude-code"}
 
     def launch(

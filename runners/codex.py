@@ -40,7 +40,6 @@ from pydantic import Field, field_validator
 
 from mcphost.protocol import (
     AgentRunContext,
-    ConfigField,
     JSONObject,
     JSONValue,
     Usage,
@@ -71,8 +70,8 @@ from runners.harness import (
     HarnessRunner,
     Launch,
     Workspace,
-    common_config_fields,
     context_hint,
+    harness_config_schema,
     harness_environment,
     prompt_of,
     run_token,
@@ -98,13 +97,15 @@ _MCP_STDERR_MARKERS = ("MCP server", "mcp_servers", "handshaking with MCP")
 class CodexConfig(HarnessConfig):
     reserved_env: ClassVar[frozenset[str]] = HarnessConfig.reserved_env | {"CODEX_HOME"}
 
-    base_url: str | None = None
+    base_url: str | None = Field(default=None, title="Responses API base URL")
     """A Responses API base URL (`.../v1`); default: `OPENAI_BASE_URL` from `environment`, else Codex's own."""
-    api_key_env: str = "OPENAI_API_KEY"
+    api_key_env: str = Field(default="OPENAI_API_KEY", title="Variable holding the API key")
     """The variable holding the model API key (set it through `environment` or `pass_env`)."""
-    sandbox: Sandbox = "read-only"
+    sandbox: Sandbox = Field(default="read-only", title="Command sandbox")
     """Codex's sandbox for commands the model runs."""
-    config_overrides: dict[str, JSONValue] = Field(default_factory=dict[str, JSONValue])
+    config_overrides: dict[str, JSONValue] = Field(
+        default_factory=dict[str, JSONValue], title="More Codex settings (-c key=value)"
+    )
     """More `-c key=value` settings (values as JSON, rendered as TOML); not for `mcp_servers.mcphost`."""
 
     @field_validator("config_overrides")
@@ -126,21 +127,7 @@ class CodexRunner(HarnessRunner):
     cli_name = "codex"
     config_model = CodexConfig
     skills_folder = ".agents/skills"
-    config_schema = [
-        *common_config_fields("codex"),
-        ConfigField(name="base_url", type="string", label="Responses API base URL"),
-        ConfigField(
-            name="api_key_env", type="string", label="Variable holding the API key", default="OPENAI_API_KEY"
-        ),
-        ConfigField(
-            name="sandbox",
-            type="select",
-            label="Command sandbox",
-            default="read-only",
-            options=["read-only", "workspace-write", "danger-full-access"],
-        ),
-        ConfigField(name="config_overrides", type="json", label="More Codex settings (-c key=value)"),
-    ]
+    config_schema = harness_config_schema(CodexConfig)
     metadata = {"harness": "codex", "cli": "@openai/codex"}
 
     def launch(

@@ -38,7 +38,7 @@ import httpx2
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from mcphost.common.validation import problems
-from mcphost.protocol import ConfigField, JSONObject, is_json_object
+from mcphost.protocol import JSONObject, config_schema_of, is_json_object
 from mcphost.protocol.results import FinishReason
 from runners._openai_chat import ChatAnswer, ChatClient, ChatError, ToolCall
 from runners.sdk import (
@@ -78,41 +78,23 @@ class LocalAgentConfig(BaseModel):
 
     model_config = ConfigDict(extra="ignore", frozen=True, use_attribute_docstrings=True)
 
-    base_url: str = Field(min_length=1, pattern=r"^https?://")
+    base_url: str = Field(min_length=1, pattern=r"^https?://", title="API base URL")
     """The API root, e.g. "https://api.openai.com/v1" or "http://127.0.0.1:11434/v1"."""
-    model: str = Field(min_length=1)
-    api_key_env: str | None = None
+    model: str = Field(min_length=1, title="Model")
+    api_key_env: str | None = Field(default=None, title="Env var holding the API key")
     """Name of the environment variable holding the API key (none: no Authorization header)."""
-    fallback_models: list[str] = Field(default_factory=list[str])
+    fallback_models: list[str] = Field(default_factory=list[str], title="Fallback models, in order")
     """Tried in order when the model before fails."""
-    max_tool_rounds: int = Field(default=8, ge=0, le=100)
-    history_turns: int = Field(default=10, ge=0, le=100)
+    max_tool_rounds: int = Field(default=8, ge=0, le=100, title="Most tool-call rounds per run")
+    history_turns: int = Field(default=10, ge=0, le=100, title="Earlier transcript items in context")
     """How many earlier transcript items to include."""
-    timeout_s: float = Field(default=120.0, gt=0)
+    timeout_s: float = Field(default=120.0, gt=0, title="Timeout of one model request (s)")
     """The longest one model request may take."""
-    vision: bool = False
+    vision: bool = Field(default=False, title="Send images to the model")
     """Send image inputs to the model (as data URLs)."""
-    temperature: float | None = None
-    max_tokens: int | None = Field(default=None, ge=1)
+    temperature: float | None = Field(default=None, title="Temperature")
+    max_tokens: int | None = Field(default=None, ge=1, title="Most output tokens per answer")
     prompt: str | None = None
-
-
-def _config_schema() -> list[ConfigField]:
-    def field(name: str, kind: str, label: str, **more: object) -> ConfigField:
-        return ConfigField.model_validate({"name": name, "type": kind, "label": {"en": label}, **more})
-
-    return [
-        field("base_url", "string", "API base URL", required=True),
-        field("model", "string", "Model", required=True),
-        field("api_key_env", "string", "Env var holding the API key"),
-        field("fallback_models", "json", "Fallback models, in order", default=[]),
-        field("max_tool_rounds", "integer", "Most tool-call rounds per run", default=8),
-        field("history_turns", "integer", "Earlier transcript items in context", default=10),
-        field("timeout_s", "number", "Timeout of one model request (s)", default=120.0),
-        field("vision", "boolean", "Send images to the model", default=False),
-        field("temperature", "number", "Temperature"),
-        field("max_tokens", "integer", "Most output tokens per answer"),
-    ]
 
 
 class _RunFailedError(Exception):
@@ -146,7 +128,7 @@ class LocalAgentRunner(AgentRunner):
         tools=["call"],
     )
     context_support = ContextSupport(supports_history_search=True)
-    config_schema = _config_schema()
+    config_schema = config_schema_of(LocalAgentConfig, exclude=("prompt",))
 
     async def run(self, ctx: AgentRunContext, out: RunOutput) -> None:
         try:

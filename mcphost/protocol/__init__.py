@@ -71,6 +71,7 @@ from mcphost.protocol.manifest import (
     ContextSupport,
     Permissions,
     RunnerIdError,
+    config_schema_of,
     parse_runner_id,
     runner_id_of,
 )
@@ -247,6 +248,7 @@ __all__ = [
     "Unstorable",
     "Usage",
     "classify_result",
+    "config_schema_of",
     "is_error_code",
     "is_json_array",
     "is_json_object",

@@ -6,9 +6,12 @@ A manifest's `permissions` are the runner's maximum; the run grant cuts them dow
 from __future__ import annotations
 
 import re
-from typing import Literal
+import types
+from collections.abc import Collection
+from typing import Any, Literal, Union, get_args, get_origin
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import BaseModel, Field, SecretStr, field_validator, model_validator
+from pydantic_core import PydanticUndefined, to_jsonable_python
 
 from mcphost.protocol._base import PROTOCOL_VERSION, InboundModel, JSONObject, JSONValue
 
@@ -97,6 +100,56 @@ class ConfigField(InboundModel):
         if self.type == "select" and not self.options:
             raise ValueError(f"config field {self.name!r} of type 'select' needs a non-empty 'options' list")
         return self
+
+
+def config_schema_of(model: type[BaseModel], *, exclude: Collection[str] = ()) -> list[ConfigField]:
+    """The `config_schema` form of a runner's config model: one field per model field, in order.
+
+    A runner validates its `[agents.config]` with `model`, so deriving the form from it keeps the two
+    from drifting apart. Per field: the label is its `title` (else its name); `required` and `default`
+    are the model's (a `default_factory` is called); the type follows the annotation, `X | None` read
+    as `X`: `bool` → boolean, `int` → integer, `float` → number, `str` → string, `SecretStr` → secret,
+    a `Literal` → select with its values as options, anything else (lists, mappings, models) → json.
+    """
+    fields: list[ConfigField] = []
+    for name, info in model.model_fields.items():
+        if name in exclude:
+            continue
+        kind, options = _config_type(info.annotation)
+        if info.is_required():
+            default: Any = None
+        elif info.default_factory is not None:
+            default = info.default_factory()  # pyright: ignore[reportCallIssue]  # models here take no data
+        else:
+            default = info.default
+        fields.append(
+            ConfigField(
+                name=name,
+                type=kind,
+                label=info.title or name,
+                required=info.is_required(),
+                default=None if default is PydanticUndefined else to_jsonable_python(default),
+                options=options,
+            )
+        )
+    return fields
+
+
+def _config_type(annotation: Any) -> tuple[ConfigFieldType, list[JSONValue] | None]:
+    if get_origin(annotation) in (Union, types.UnionType):
+        present = [arg for arg in get_args(annotation) if arg is not type(None)]
+        if len(present) == 1:
+            annotation = present[0]
+    if get_origin(annotation) is Literal:
+        return "select", list(get_args(annotation))
+    simple: dict[Any, ConfigFieldType] = {
+        bool: "boolean",
+        int: "integer",
+        float: "number",
+        str: "string",
+        SecretStr: "secret",
+    }
+    return simple.get(annotation, "json"), None
 
 
 class AgentRunnerManifest(InboundModel):

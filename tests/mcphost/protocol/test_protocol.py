@@ -118,6 +118,7 @@ PINNED_ALL = [
     "Unstorable",
     "Usage",
     "classify_result",
+    "config_schema_of",
     "is_error_code",
     "is_json_array",
     "is_json_object",
