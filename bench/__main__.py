@@ -3,19 +3,17 @@
 from __future__ import annotations
 
 import argparse
-import shlex
 import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
 import anyio
-from sqlalchemy.engine import make_url
 
 from bench import BENCHMARKS, run_benchmark
 from bench._config import PRESETS, BenchConfig
-from bench._databases import dialects, postgres_server_url
-from bench._report import RESULTS, load_average, machine, table, write_json
+from bench._databases import dialects
+from bench._report import RESULTS, load_average, publish
 from bench._stats import Row
 
 
@@ -65,27 +63,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = time.perf_counter()
     rows, skipped = anyio.run(_main, names, cfg, backend="asyncio")
     elapsed = time.perf_counter() - started
-    command = "uv run python -m bench " + shlex.join(sys.argv[1:] if argv is None else list(argv))
-    server = postgres_server_url()
-    if "postgres" in cfg.dialects and server is not None:
-        shown = make_url(server).render_as_string(hide_password=True)
-        command = f"MCPHOST_BENCH_POSTGRES_URL={shlex.quote(shown)} {command}"
-    info = machine()
-    print(table(rows))
-    for note in skipped:
-        print(f"\nskipped {note}")
-    print(
-        f"\n{info['nproc']} CPUs ({info['cpu']}), {info['memory_gib']} GiB, Python {info['python']}; "
-        f"load average {load_before} before, {load_average()} after; "
-        f"databases: {', '.join(cfg.dialects)}; {elapsed:.0f} s; `{command.strip()}`"
-    )
-    write_json(
+    publish(
         rows,
-        command=command.strip(),
+        module="bench",
+        argv=argv,
         preset=preset,
-        elapsed_s=elapsed,
+        dialects=cfg.dialects,
         skipped=skipped,
         load_before=load_before,
+        elapsed_s=elapsed,
         path=args.output,
     )
     return 0

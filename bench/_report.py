@@ -9,11 +9,15 @@ from __future__ import annotations
 import json
 import os
 import platform
+import shlex
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from sqlalchemy.engine import make_url
+
+from bench._databases import postgres_server_url
 from bench._stats import Row, fmt
 
 RESULTS = Path(__file__).parent / "results.json"
@@ -57,6 +61,26 @@ def _cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
+def command_line(module: str, argv: Sequence[str] | None, dialects: Sequence[str]) -> str:
+    """The command that reproduces this run, with the PostgreSQL server it used (password hidden)."""
+    command = f"uv run python -m {module} " + shlex.join(sys.argv[1:] if argv is None else list(argv))
+    server = postgres_server_url()
+    if "postgres" in dialects and server is not None:
+        shown = make_url(server).render_as_string(hide_password=True)
+        command = f"MCPHOST_BENCH_POSTGRES_URL={shlex.quote(shown)} {command}"
+    return command.strip()
+
+
+def footer(*, load_before: str, dialects: Sequence[str], elapsed_s: float, command: str) -> str:
+    """The line under a table: machine, load average before and after, databases, time, command."""
+    info = machine()
+    return (
+        f"{info['nproc']} CPUs ({info['cpu']}), {info['memory_gib']} GiB, Python {info['python']}; "
+        f"load average {load_before} before, {load_average()} after; "
+        f"databases: {', '.join(dialects)}; {elapsed_s:.0f} s; `{command}`"
+    )
+
+
 def _extra(row: Row) -> str:
     parts: list[str] = []
     for key, value in row.extra.items():
@@ -88,8 +112,10 @@ def write_json(
     skipped: Sequence[str] = (),
     load_before: str = "",
     path: Path = RESULTS,
+    details: Mapping[str, object] | None = None,
 ) -> None:
-    doc = {
+    """Write the rows and their context to `path`; `details` adds keys of the caller's (e.g. settings)."""
+    doc: dict[str, object] = {
         "generated_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "command": command,
         "preset": preset,
@@ -99,5 +125,39 @@ def write_json(
         "argv": sys.argv,
         "rows": [row.to_json() for row in rows],
         "skipped": list(skipped),
+        **(details or {}),
     }
     path.write_text(json.dumps(doc, indent=2) + "\n")
+
+
+def publish(
+    rows: Sequence[Row],
+    *,
+    module: str,
+    argv: Sequence[str] | None,
+    preset: str,
+    dialects: Sequence[str],
+    skipped: Sequence[str],
+    load_before: str,
+    elapsed_s: float,
+    path: Path,
+    details: Mapping[str, object] | None = None,
+) -> None:
+    """Print the table, what was skipped, `details` and the footer; write the JSON to `path`."""
+    command = command_line(module, argv, dialects)
+    print(table(rows))
+    for note in skipped:
+        print(f"\nskipped {note}")
+    for key, value in (details or {}).items():
+        print(f"\n{key}: {value}")
+    print("\n" + footer(load_before=load_before, dialects=dialects, elapsed_s=elapsed_s, command=command))
+    write_json(
+        rows,
+        command=command,
+        preset=preset,
+        elapsed_s=elapsed_s,
+        skipped=skipped,
+        load_before=load_before,
+        path=path,
+        details=details,
+    )

@@ -130,8 +130,9 @@ async def _first_request(argv: list[str], port: int, cwd: Path) -> float:
 
 
 @asynccontextmanager
-async def _folder(root: Path | None) -> AsyncGenerator[Path, None]:
-    path = Path(tempfile.mkdtemp(prefix="mcphost-bench-startup-", dir=root))
+async def _folder(root: Path | None, prefix: str = "mcphost-bench-startup-") -> AsyncGenerator[Path, None]:
+    """A fresh temporary folder under `root` (default: the system's), removed on exit."""
+    path = Path(tempfile.mkdtemp(prefix=prefix, dir=root))
     try:
         yield path
     finally:

@@ -1,0 +1,378 @@
+"""bench/peers: mcphost against LangGraph's agent server, side by side over loopback HTTP, in one run.
+
+`uv run python -m bench.peers [--quick]` (see `__main__`). Both servers run as subprocesses on 127.0.0.1
+and do the same echo work (`_servers.py`): mcphost's bundled echo runner behind `mcphost serve`
+(`POST /v1/events?stream=true`, on SQLite and, when a server is configured, PostgreSQL) and a one-node
+LangGraph graph behind LangGraph's in-memory server (`POST /threads/{id}/runs/wait`, a new thread per
+run, its queue woken on run creation). LangGraph lives in its own uv project (`langgraph/`), never in
+mcphost's environment; without it the peer half is skipped with a note and the rest still runs.
+
+Measured, per database, with the two sides taking turns (ABBA rounds of equal wall time, `_alternate`):
+- runs/s at each concurrency (c workers, each run in a new conversation / thread);
+- host CPU per run: user + system time of each server's process tree over the round (`_proctree`,
+  from `/proc`), divided by the runs the round completed; the client's own CPU is in the notes;
+- latency p50/p99 of every run; RSS growth of each tree over all measured runs;
+- the raw-statement floor (`_floor`): one echo run's SQL replayed through bare `sqlite3`;
+- scale-out (PostgreSQL): two `mcphost serve` processes on one database, the client going round-robin,
+  against one process, alternating.
+
+Ratios are mcphost / LangGraph at the median; targets (issue 12) are reported, never asserted.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import shutil
+from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx2
+
+from bench._alternate import alternate
+from bench._databases import DialectName, workspace
+from bench._stats import Row, Stat, Verdict, judge, percentile
+from bench.peers import _floor, _proctree
+from bench.peers._servers import (
+    Server,
+    langgraph_run,
+    langgraph_server,
+    mcphost_run,
+    mcphost_server,
+    peer_available,
+)
+from bench.startup import _folder
+from bench.throughput import _pushed, _Tally
+
+NAME = "peers"
+WARMUP_RUNS = 5
+SCALEOUT_TARGET = 1.7
+TARGET_CONCURRENCY = 64
+
+
+@dataclass(frozen=True)
+class PeerSizes:
+    concurrencies: tuple[int, ...]
+    round_s: float
+    """Wall time of one side's round at one concurrency."""
+    rounds: int
+    """Measured rounds per side and concurrency (ABBA order)."""
+    floor_runs: int
+    """Replays of the captured run per way of replaying."""
+    scaleout_concurrency: int
+    scaleout_rounds: int
+
+
+PRESETS = {
+    "full": PeerSizes(
+        (1, 8, 64), round_s=5.0, rounds=4, floor_runs=300, scaleout_concurrency=64, scaleout_rounds=4
+    ),
+    "quick": PeerSizes(
+        (1, 8, 64), round_s=1.5, rounds=2, floor_runs=60, scaleout_concurrency=64, scaleout_rounds=2
+    ),
+    "tiny": PeerSizes((1, 4), round_s=0.3, rounds=1, floor_runs=3, scaleout_concurrency=4, scaleout_rounds=1),
+}
+
+
+@dataclass
+class PeerConfig:
+    sizes: PeerSizes
+    dialects: tuple[DialectName, ...]
+    peer: bool = True
+    """Measure LangGraph too (False, or its environment missing: the mcphost half only)."""
+    tmp_root: Path | None = None
+    skipped: list[str] = field(default_factory=list[str])
+
+
+RunOne = Callable[[httpx2.AsyncClient, Server, str], Awaitable[None]]
+
+
+@dataclass
+class _Side:
+    """One server (or several, round-robin) as the load generator sees it, and what its rounds measured."""
+
+    label: str
+    servers: list[Server]
+    run_one: RunOne
+    client: httpx2.AsyncClient
+    tally: _Tally = field(default_factory=_Tally)
+    cpu_per_run_ms: list[float] = field(default_factory=list[float])
+    total_runs: int = 0
+
+    def cpu_s(self) -> float:
+        return sum(_proctree.cpu_s(s.pid) for s in self.servers)
+
+    def rss_kib(self) -> int:
+        return sum(_proctree.rss_kib(s.pid) for s in self.servers)
+
+    def reset(self) -> None:
+        self.tally.clear()
+        self.cpu_per_run_ms.clear()
+
+    async def round(self, concurrency: int, seconds: float, batch: str) -> list[float]:
+        """One round: `concurrency` workers for `seconds`; returns [runs/s]."""
+        servers = itertools.cycle(self.servers)
+
+        async def one(i: int) -> None:
+            await self.run_one(self.client, next(servers), f"{batch}-r{i}")
+
+        runs_before, cpu_before = self.tally.runs, self.cpu_s()
+        rate = await _pushed(seconds, concurrency, one, self.tally)
+        cpu, runs = self.cpu_s() - cpu_before, self.tally.runs - runs_before
+        self.total_runs += runs
+        self.cpu_per_run_ms.append(1000 * cpu / max(runs, 1))
+        return [rate]
+
+    async def warm_up(self) -> None:
+        for i in range(WARMUP_RUNS):
+            for server in self.servers:
+                await self.run_one(self.client, server, f"warm-{i}-{server.pid}")
+
+
+@asynccontextmanager
+async def _client(concurrency: int) -> AsyncGenerator[httpx2.AsyncClient, None]:
+    limits = httpx2.Limits(max_connections=concurrency + 8, max_keepalive_connections=concurrency + 8)
+    async with httpx2.AsyncClient(timeout=httpx2.Timeout(30, read=300), limits=limits) as client:
+        yield client
+
+
+async def run(cfg: PeerConfig) -> list[Row]:
+    rows: list[Row] = []
+    peer = cfg.peer
+    if peer and (why := peer_available()) is not None:
+        cfg.skipped.append(f"peers / LangGraph: {why}")
+        peer = False
+    elif not peer:
+        cfg.skipped.append("peers / LangGraph: not requested (--no-peer)")
+    mcphost_c1: dict[DialectName, list[float]] = {}
+    async with _folder(cfg.tmp_root, "mcphost-bench-peers-") as folder:
+        for dialect in cfg.dialects:
+            got, c1_cpu = await _dialect(dialect, cfg, folder / dialect, peer=peer)
+            rows.extend(got)
+            mcphost_c1[dialect] = c1_cpu
+        rows.append(await _floor_row(cfg, mcphost_c1.get("sqlite", [])))
+        if "postgres" in cfg.dialects:
+            rows.append(await _scaleout_row(cfg, folder / "scaleout"))
+        else:
+            cfg.skipped.append("peers / scale-out: needs PostgreSQL (MCPHOST_BENCH_POSTGRES_URL)")
+    return rows
+
+
+async def _dialect(
+    dialect: DialectName, cfg: PeerConfig, folder: Path, *, peer: bool
+) -> tuple[list[Row], list[float]]:
+    """Rows of one database; also mcphost's CPU-per-run samples at the lowest concurrency."""
+    sizes = cfg.sizes
+    top = max(sizes.concurrencies)
+    async with AsyncExitStack() as stack:
+        ws = await stack.enter_async_context(workspace(dialect, cfg.tmp_root))
+        host = await stack.enter_async_context(mcphost_server(ws, folder))
+        subject = _Side("mcphost serve", [host], mcphost_run, await stack.enter_async_context(_client(top)))
+        baseline: _Side | None = None
+        if peer:
+            lg = await stack.enter_async_context(langgraph_server(folder))
+            baseline = _Side(
+                "LangGraph inmem", [lg], langgraph_run, await stack.enter_async_context(_client(top))
+            )
+        sides = [s for s in (baseline, subject) if s is not None]
+        for side in sides:
+            await side.warm_up()
+        rss_before = {side.label: side.rss_kib() for side in sides}
+        rows: list[Row] = []
+        batches = itertools.count()
+        c1_cpu: list[float] = []
+        for c in sizes.concurrencies:
+            for side in sides:
+                side.reset()
+
+            def side_round(side: _Side, c: int = c) -> Callable[[], Awaitable[list[float]]]:
+                return lambda: side.round(c, sizes.round_s, f"{dialect}-c{c}-b{next(batches)}")
+
+            if baseline is None:
+                rates = [x for _ in range(sizes.rounds) for x in await side_round(subject)()]
+                base_rates: list[float] = []
+            else:
+                samples = await alternate(
+                    side_round(baseline), side_round(subject), rounds=sizes.rounds, warmup=0, min_rounds=1
+                )
+                rates, base_rates = samples.subject, samples.baseline
+            if c == sizes.concurrencies[0]:
+                c1_cpu = list(subject.cpu_per_run_ms)
+            rows.extend(_rows(dialect, c, subject, baseline, rates, base_rates))
+        rows.append(_memory_row(dialect, sides, subject, baseline, rss_before))
+    return rows, c1_cpu
+
+
+def _judged(ok: bool | None) -> Verdict:
+    return "n/a" if ok is None else judge(ok)
+
+
+def _rows(
+    dialect: DialectName,
+    c: int,
+    subject: _Side,
+    baseline: _Side | None,
+    rates: Sequence[float],
+    base_rates: Sequence[float],
+) -> list[Row]:
+    """runs/s, CPU per run and latency at one concurrency; judged on SQLite against the issue's targets."""
+    judged = dialect == "sqlite" and baseline is not None
+    base_label = baseline.label if baseline else "—"
+    notes: dict[str, float | str] = {
+        "mcphost_runs": float(subject.tally.runs),
+        "mcphost_client_cpu_ms_per_run": subject.tally.cpu_ms_per_run(),
+    }
+    if baseline is not None:
+        notes |= {
+            "langgraph_runs": float(baseline.tally.runs),
+            "langgraph_client_cpu_ms_per_run": baseline.tally.cpu_ms_per_run(),
+        }
+    rate_base = Stat.of(base_rates, "runs/s", higher_is_better=True) if base_rates else None
+    rate = Stat.of(rates, "runs/s", higher_is_better=True)
+    cpu_base = Stat.of(baseline.cpu_per_run_ms, "ms") if baseline else None
+    cpu = Stat.of(subject.cpu_per_run_ms, "ms")
+    lat_base = Stat.of(baseline.tally.latencies, "ms") if baseline else None
+    lat = Stat.of(subject.tally.latencies, "ms")
+    rate_judged = judged and c == TARGET_CONCURRENCY and rate_base is not None
+    lat_judged = judged and c == 1 and lat_base is not None
+
+    def row(what: str, base: Stat | None, mine: Stat, target: str | None, ok: bool | None, **kw: Any) -> Row:
+        return Row(
+            benchmark=NAME,
+            case=f"{dialect}, c={c}: {what}",
+            baseline_label=base_label,
+            subject_label=subject.label,
+            baseline=base,
+            subject=mine,
+            target=target,
+            verdict=_judged(ok),
+            **kw,
+        )
+
+    return [
+        row(
+            "runs/s",
+            rate_base,
+            rate,
+            "≥ 1.0x LangGraph" if rate_judged else None,
+            rate.p50 >= rate_base.p50 if rate_judged and rate_base else None,
+            higher_is_better=True,
+            extra=notes,
+        ),
+        row(
+            "host CPU per run",
+            cpu_base,
+            cpu,
+            "≤ 1.0x LangGraph" if judged else None,
+            cpu.p50 <= cpu_base.p50 if judged and cpu_base else None,
+        ),
+        row(
+            "latency",
+            lat_base,
+            lat,
+            "p50 ≤ 1.5x LangGraph" if lat_judged else None,
+            lat.p50 <= 1.5 * lat_base.p50 if lat_judged and lat_base else None,
+        ),
+    ]
+
+
+def _memory_row(
+    dialect: DialectName, sides: list[_Side], subject: _Side, baseline: _Side | None, before: dict[str, int]
+) -> Row:
+    growth = {side.label: (side.rss_kib() - before[side.label]) / 1024 for side in sides}
+    extra: dict[str, float | str] = {
+        "mcphost_rss_before_mib": before[subject.label] / 1024,
+        "mcphost_runs": float(subject.total_runs),
+    }
+    if baseline is not None:
+        extra |= {
+            "langgraph_rss_before_mib": before[baseline.label] / 1024,
+            "langgraph_runs": float(baseline.total_runs),
+        }
+    mine = growth[subject.label]
+    theirs = growth[baseline.label] if baseline else None
+    return Row(
+        benchmark=NAME,
+        case=f"{dialect}: RSS growth over the measured runs",
+        baseline_label=baseline.label if baseline else "—",
+        subject_label=subject.label,
+        baseline=None if theirs is None else Stat(theirs, theirs, 1, "MiB"),
+        subject=Stat(mine, mine, 1, "MiB"),
+        extra=extra,
+    )
+
+
+async def _floor_row(cfg: PeerConfig, mcphost_cpu: list[float]) -> Row:
+    """The captured run's statements through bare sqlite3 (one hop per transaction) vs mcphost's CPU per
+    run at the lowest concurrency on SQLite (the floor of the same work)."""
+    cap, path, folder = await _floor.capture(cfg.tmp_root)
+    try:
+        replayer = _floor.Replayer(cap, path)
+        try:
+            n = cfg.sizes.floor_runs
+            in_thread = await _floor.cpu_ms_per_run(replayer, n, 0, hop=False)
+            hopping = await _floor.cpu_ms_per_run(replayer, n, n, hop=True)
+        finally:
+            replayer.close()
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    subject = Stat.of(mcphost_cpu, "ms") if mcphost_cpu else Stat.of(hopping, "ms")
+    return Row(
+        benchmark=NAME,
+        case="sqlite: CPU per echo run, raw-statement floor",
+        baseline_label="the run's SQL via sqlite3, one thread hop per transaction",
+        subject_label="mcphost serve, c=1" if mcphost_cpu else "(mcphost not measured)",
+        baseline=Stat.of(hopping, "ms"),
+        subject=subject,
+        extra={
+            "floor_in_one_thread_p50_ms": percentile(in_thread, 50),
+            "transactions_per_run": float(len(cap.transactions)),
+            "statements_per_run": float(cap.statements),
+        },
+    )
+
+
+async def _scaleout_row(cfg: PeerConfig, folder: Path) -> Row:
+    """Two `mcphost serve` processes on one PostgreSQL database, round-robin, vs one of them alone."""
+    sizes = cfg.sizes
+    c = sizes.scaleout_concurrency
+    async with AsyncExitStack() as stack:
+        ws = await stack.enter_async_context(workspace("postgres", cfg.tmp_root))
+        first = await stack.enter_async_context(mcphost_server(ws, folder))
+        second = await stack.enter_async_context(mcphost_server(ws, folder))
+        client = await stack.enter_async_context(_client(c))
+        one = _Side("1 process", [first], mcphost_run, client)
+        two = _Side("2 processes, round-robin", [first, second], mcphost_run, client)
+        await two.warm_up()
+        batches = itertools.count()
+        samples = await alternate(
+            lambda: one.round(c, sizes.round_s, f"so1-b{next(batches)}"),
+            lambda: two.round(c, sizes.round_s, f"so2-b{next(batches)}"),
+            rounds=sizes.scaleout_rounds,
+            warmup=0,
+            min_rounds=1,
+        )
+    cores = os.cpu_count() or 0
+    base = Stat.of(samples.baseline, "runs/s", higher_is_better=True)
+    both = Stat.of(samples.subject, "runs/s", higher_is_better=True)
+    return Row(
+        benchmark=NAME,
+        case=f"postgres, c={c}: scale-out on {cores} cores",
+        baseline_label=one.label,
+        subject_label=two.label,
+        baseline=base,
+        subject=both,
+        higher_is_better=True,
+        target=f"≥ {SCALEOUT_TARGET:g}x one process (with the cores for it)",
+        verdict=judge(both.p50 >= SCALEOUT_TARGET * base.p50),
+        extra={
+            "cores": float(cores),
+            "one_cpu_ms_per_run": percentile(one.cpu_per_run_ms, 50),
+            "two_cpu_ms_per_run": percentile(two.cpu_per_run_ms, 50),
+            "one_latency_p50_ms": percentile(one.tally.latencies, 50),
+            "two_latency_p50_ms": percentile(two.tally.latencies, 50),
+        },
+    )

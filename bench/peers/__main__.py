@@ -1,0 +1,80 @@
+"""`uv run python -m bench.peers [--quick] [--no-peer] [--sqlite-only]`: mcphost vs LangGraph, one table.
+
+Prints the Markdown table and the settings of both sides; writes every number to bench/peers/results.json.
+LangGraph's environment is its own uv project: `uv sync --locked --directory bench/peers/langgraph` once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import anyio
+
+from bench._databases import dialects
+from bench._report import load_average, publish
+from bench.peers import PRESETS, PeerConfig, run
+from bench.peers._servers import MCPHOST_SETTINGS, PEER_ENV, PEER_JOBS
+
+RESULTS = Path(__file__).parent / "results.json"
+
+
+def settings() -> dict[str, object]:
+    """What each side ran with (also in results.json)."""
+    return {
+        "mcphost": {
+            "server": "`mcphost serve` (uvicorn, one process), bundled echo runner as a plugin subprocess",
+            "request": "POST /v1/events?stream=true, read to `event: end` (the run closed)",
+            "host": MCPHOST_SETTINGS,
+            "database": "a fresh SQLite file (WAL, synchronous=NORMAL) or a fresh PostgreSQL database",
+        },
+        "langgraph": {
+            "server": "langgraph_api.cli.run_server (what `langgraph dev` runs): in-memory runtime, no reload",
+            "request": "POST /threads/{new uuid}/runs/wait, if_not_exists=create",
+            "n_jobs_per_worker": PEER_JOBS,
+            "environment": PEER_ENV,
+            "allow_blocking": "true (the dev-only blocking-call detector is off: less work for the peer)",
+            "queue": "woken on run creation instead of its 0.5 s idle poll (bench/peers/langgraph/serve.py)",
+            "persistence": "its default: the in-memory store flushed to .langgraph_api/ in the background",
+        },
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.peers", description="mcphost vs LangGraph's agent server, side by side."
+    )
+    parser.add_argument("--quick", action="store_true", help="smaller sizes; under 2 minutes")
+    parser.add_argument(
+        "--tiny", action="store_true", help="smoke-test sizes: proves it runs, measures nothing"
+    )
+    parser.add_argument("--no-peer", action="store_true", help="measure the mcphost side only")
+    parser.add_argument("--sqlite-only", action="store_true", help="skip PostgreSQL even when configured")
+    parser.add_argument("--output", type=Path, default=RESULTS, help=f"JSON results (default: {RESULTS})")
+    args = parser.parse_args(argv)
+    preset = "tiny" if args.tiny else "quick" if args.quick else "full"
+    cfg = PeerConfig(sizes=PRESETS[preset], dialects=tuple(dialects(args.sqlite_only)), peer=not args.no_peer)
+    load_before = load_average()
+    started = time.perf_counter()
+    rows = anyio.run(run, cfg, backend="asyncio")
+    elapsed = time.perf_counter() - started
+    publish(
+        rows,
+        module="bench.peers",
+        argv=argv,
+        preset=preset,
+        dialects=cfg.dialects,
+        skipped=cfg.skipped,
+        load_before=load_before,
+        elapsed_s=elapsed,
+        path=args.output,
+        details={"settings": settings()},
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,163 @@
+"""The raw-statement floor: one echo run's SQL, captured from mcphost once, replayed through bare `sqlite3`.
+
+Owns the capture and the replay. Capture: an in-process host (`bench._host.bench_host`) on a fresh SQLite
+file runs a few echo runs to warm up, then one more with SQLAlchemy engine events recording every statement
+the engine sends (`BEGIN`/`BEGIN IMMEDIATE` included: the host emits them itself) and every commit and
+rollback, until the run is closed. Replay: the same transactions, statements and parameters on a stdlib
+`sqlite3` connection to that file with the host's pragmas (WAL, `synchronous=NORMAL`, foreign keys), each
+SELECT's rows fetched. Every string parameter that is an id of the captured run (`run_…`, `evt_…`, the
+conversation id, tokens) is renamed per replay, so the inserts insert new rows instead of failing on their
+keys and the database grows as it does under the server.
+
+CPU per replayed run is `time.process_time()` of this process: the floor of what any server that makes
+those statements pays. Two ways: all of a run in one thread (no hops), and one worker-thread hop per
+transaction (`anyio.to_thread`, what an async server with a dedicated writer thread pays at best).
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.to_thread
+from sqlalchemy import event
+
+from bench._databases import workspace
+from bench._host import bench_host, host_run, message
+from mcphost.stores.engine import sqlite_path
+
+WARMUP_RUNS = 3
+_ID = re.compile(r"^[a-z]{2,8}_[0-9A-HJKMNP-TV-Z]{26}$")
+"""`mcphost.models.new_id`: a prefix and a ULID."""
+
+
+@dataclass
+class Capture:
+    """One run's transactions: each a list of (statement, parameters, executemany)."""
+
+    transactions: list[list[tuple[str, Any, bool]]] = field(default_factory=list)
+    ids: set[str] = field(default_factory=set)
+
+    @property
+    def statements(self) -> int:
+        return sum(1 for tx in self.transactions for sql, _, _ in tx if sql not in ("COMMIT", "ROLLBACK"))
+
+
+async def capture(tmp_root: Path | None = None) -> tuple[Capture, Path, Path]:
+    """Capture one echo run on a fresh SQLite host; returns it, the database file and its folder (the
+    caller removes the folder)."""
+    import shutil
+    import tempfile
+
+    keep = Path(tempfile.mkdtemp(prefix="mcphost-bench-floor-", dir=tmp_root))
+    out = Capture()
+    # Several pooled connections work at once (a reader next to the writer): group by connection.
+    open_: dict[int, list[tuple[str, Any, bool]]] = {}
+    recording = False
+
+    def on_statement(
+        conn: object, _cur: object, statement: str, parameters: Any, _ctx: object, many: bool
+    ) -> None:
+        # A transaction counts only from its BEGIN: one begun before recording started is not the run's.
+        if recording and (id(conn) in open_ or statement.startswith("BEGIN")):
+            open_.setdefault(id(conn), []).append((statement, parameters, many))
+
+    def on_end(conn: object, word: str) -> None:
+        tx = open_.pop(id(conn), None)
+        if recording and tx:
+            tx.append((word, (), False))
+            out.transactions.append(tx)
+
+    async with workspace("sqlite", tmp_root) as ws:
+        async with bench_host(ws) as host:
+            engine = host.stores.db.engine.sync_engine
+            event.listen(engine, "before_cursor_execute", on_statement)
+            event.listen(engine, "commit", lambda conn: on_end(conn, "COMMIT"))
+            event.listen(engine, "rollback", lambda conn: on_end(conn, "ROLLBACK"))
+            for i in range(WARMUP_RUNS):
+                await host.orchestrator.wait(await host_run(host, message("hello", f"conv-warm-{i}")))
+            recording = True
+            run_id = await host_run(host, message("hello", "conv-floor-captured"))
+            await host.orchestrator.wait(run_id)
+            await anyio.sleep(0.2)  # anything the run's close leaves behind
+            recording = False
+            # A transaction still open now (none expected) is left out: replaying half of one would
+            # leave the replay connection inside it.
+        path = sqlite_path(ws.database_url)
+        assert path is not None
+        copy = keep / "floor.db"
+        shutil.copy(path, copy)
+    out.ids = {"conv-floor-captured"} | {
+        p for tx in out.transactions for _, params, many in tx for p in _flat(params, many) if _is_id(p)
+    }
+    return out, copy, keep
+
+
+def _flat(params: Any, many: bool) -> list[Any]:
+    if many:
+        return [p for row in params for p in (row.values() if isinstance(row, dict) else row)]
+    return list(params.values() if isinstance(params, dict) else params or ())
+
+
+def _is_id(value: Any) -> bool:
+    return isinstance(value, str) and (value.startswith("conv-floor") or _ID.match(value) is not None)
+
+
+class Replayer:
+    """Replays a `Capture` on a `sqlite3` connection; `run(i)` replays it once with ids renamed by `i`."""
+
+    def __init__(self, cap: Capture, path: Path) -> None:
+        self.cap = cap
+        self.con = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
+        for pragma in ("journal_mode=WAL", "foreign_keys=ON", "synchronous=NORMAL", "busy_timeout=30000"):
+            self.con.execute(f"PRAGMA {pragma}")
+
+    def close(self) -> None:
+        self.con.close()
+
+    def _rename(self, params: Any, many: bool, suffix: str) -> Any:
+        def one(p: Any) -> Any:
+            return p + suffix if isinstance(p, str) and p in self.cap.ids else p
+
+        def row(r: Any) -> Any:
+            return {k: one(v) for k, v in r.items()} if isinstance(r, dict) else tuple(one(v) for v in r)
+
+        if many:
+            return [row(r) for r in params]
+        return row(params) if params else ()
+
+    def transaction(self, tx: list[tuple[str, Any, bool]], suffix: str) -> None:
+        cur = self.con.cursor()
+        for sql, params, many in tx:
+            if many:
+                cur.executemany(sql, self._rename(params, True, suffix))
+            else:
+                cur.execute(sql, self._rename(params, False, suffix))
+                if cur.description is not None:
+                    cur.fetchall()
+
+    def run(self, i: int) -> None:
+        for tx in self.cap.transactions:
+            self.transaction(tx, f"-r{i}")
+
+    async def run_hopping(self, i: int) -> None:
+        for tx in self.cap.transactions:
+            await anyio.to_thread.run_sync(self.transaction, tx, f"-r{i}")
+
+
+async def cpu_ms_per_run(replayer: Replayer, runs: int, start: int, *, hop: bool) -> list[float]:
+    """CPU ms of this process per replayed run, one sample per run."""
+    samples: list[float] = []
+    for i in range(start, start + runs):
+        before = time.process_time()
+        if hop:
+            await replayer.run_hopping(i)
+        else:
+            replayer.run(i)
+        samples.append(1000 * (time.process_time() - before))
+    return samples

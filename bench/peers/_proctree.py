@@ -1,0 +1,66 @@
+"""CPU time and memory of a server's process tree, read from `/proc` (Linux only; no psutil).
+
+Owns what "host CPU per run" means in bench/peers: the user + system time of the server process and every
+descendant alive when it is read (for mcphost that includes its echo plugin process; LangGraph runs its
+graph in-process). Time is summed from `/proc/PID/stat` (fields utime and stime, in clock ticks of
+`SC_CLK_TCK`, usually 10 ms: a measuring round spans hundreds of ticks). A descendant that exits between
+two readings takes its time with it, so neither side may start and stop processes per run; neither does.
+RSS is `VmRSS` from `/proc/PID/status`, summed over the tree.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+_TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
+
+
+def _stat_fields(pid: int) -> list[str] | None:
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # The command name (field 2) is in parentheses and may hold spaces: split after its closing one.
+    return raw[raw.rindex(")") + 2 :].split()
+
+
+def tree(root: int) -> list[int]:
+    """`root` and its live descendants."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        fields = _stat_fields(int(entry.name))
+        if fields is not None:
+            children.setdefault(int(fields[1]), []).append(int(entry.name))
+    found, todo = [root], [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def cpu_s(root: int) -> float:
+    """User + system CPU seconds of `root`'s tree so far."""
+    total = 0
+    for pid in tree(root):
+        fields = _stat_fields(pid)
+        if fields is not None:
+            total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of stat)
+    return total * _TICK_S
+
+
+def rss_kib(root: int) -> int:
+    """Resident memory of `root`'s tree, KiB."""
+    total = 0
+    for pid in tree(root):
+        try:
+            status = Path(f"/proc/{pid}/status").read_text()
+        except OSError:
+            continue
+        for line in status.splitlines():
+            if line.startswith("VmRSS:"):
+                total += int(line.split()[1])
+    return total

@@ -1,0 +1,194 @@
+"""The two servers under comparison, each a subprocess on 127.0.0.1, and one echo run on each over HTTP.
+
+Owns starting, readiness and stopping (terminate, then kill after a bounded wait, always), and the
+client side of one run:
+
+- mcphost: `mcphost serve` from this environment with a config written for the benchmark (the bundled
+  echo runner as the only plugin, one agent bound to it, `max_concurrent_runs`, logs at warning, a fresh
+  SQLite file or PostgreSQL database). A run is `POST /v1/events?stream=true` read to `event: end`, which
+  the server sends once the run is closed, and checked to end `completed` with the echoed text.
+- LangGraph: `serve.py` in LangGraph's own environment (`bench/peers/langgraph/`), the server behind
+  `langgraph dev`, with its queue woken on run creation (see that file). A run is
+  `POST /threads/{new uuid}/runs/wait` with `if_not_exists: create` (one request, a new thread, like
+  mcphost's new conversation), which answers once the run is done, checked to hold the echoed text.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import uuid
+from collections.abc import AsyncGenerator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import anyio
+import anyio.abc
+import httpx2
+
+from bench._databases import Workspace
+from bench._host import ECHO_COMMAND, ECHO_RUNNER
+from bench.startup import BIN, _free_port, clean_env
+
+PEER_DIR = Path(__file__).parent / "langgraph"
+PEER_PYTHON = PEER_DIR / ".venv" / "bin" / "python"
+READY_TIMEOUT_S = 120.0
+STOP_TIMEOUT_S = 10.0
+TEXT = "hello"
+
+MCPHOST_SETTINGS = {"max_concurrent_runs": 64, "log_level": "warning", "bundled_plugins": False}
+"""`[host]` settings of the mcphost side besides its database (the rest are defaults)."""
+PEER_JOBS = 64
+"""LangGraph's `N_JOBS_PER_WORKER` (runs in flight; `langgraph dev` defaults to 10): as mcphost's."""
+PEER_ENV = {"LOG_LEVEL": "WARNING", "LANGSMITH_TRACING": "false", "LANGGRAPH_CLI_NO_ANALYTICS": "1"}
+"""LangGraph logs every run at INFO by default; mcphost runs at warning, so both log warnings only."""
+
+
+def peer_available() -> str | None:
+    """None when LangGraph's environment is installed here, else why not."""
+    if not PEER_PYTHON.exists():
+        return f"LangGraph's environment is not installed: run `uv sync --locked --directory {PEER_DIR}`"
+    probe = subprocess.run(
+        [str(PEER_PYTHON), "-c", "import langgraph_api, langgraph_runtime_inmem"],
+        capture_output=True,
+        check=False,
+    )
+    if probe.returncode != 0:
+        return f"LangGraph is not importable in {PEER_DIR}/.venv: {probe.stderr.decode()[-300:]}"
+    return None
+
+
+@dataclass
+class Server:
+    """A started server: its process (the root of the tree whose CPU is measured) and its base URL."""
+
+    name: str
+    process: anyio.abc.Process
+    url: str
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+
+def _toml_config(ws: Workspace, listen: str) -> str:
+    s = json.dumps  # a JSON string is a valid TOML basic string
+    host = {
+        "database_url": ws.database_url,
+        "data_dir": str(ws.data_dir),
+        "listen": listen,
+        **MCPHOST_SETTINGS,
+    }
+    lines = ["[host]"]
+    for key, value in host.items():
+        lines.append(f"{key} = {str(value).lower() if isinstance(value, bool) else s(value)}")
+    lines += [
+        "",
+        "[[plugins]]",
+        f"name = {s('echo')}",
+        f"command = [{', '.join(s(part) for part in ECHO_COMMAND)}]",
+        "",
+        "[[agents]]",
+        f"id = {s('echo')}",
+        f"runner = {s(ECHO_RUNNER)}",
+        f"match = {{ bot_id = {s('echo')} }}",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+@asynccontextmanager
+async def _started(
+    name: str, argv: list[str], url: str, ready_path: str, cwd: Path, env: dict[str, str]
+) -> AsyncGenerator[Server, None]:
+    log = (cwd / f"{name}.log").open("wb")
+    process = await anyio.open_process(argv, cwd=cwd, env=env, stdout=log, stderr=log)
+    try:
+        async with httpx2.AsyncClient(timeout=2.0) as client:
+            with anyio.fail_after(READY_TIMEOUT_S):
+                while True:
+                    if process.returncode is not None:
+                        tail = (cwd / f"{name}.log").read_text(errors="replace")[-2000:]
+                        raise RuntimeError(f"{name} exited {process.returncode} before serving:\n{tail}")
+                    try:
+                        if (await client.get(url + ready_path)).status_code == 200:
+                            break
+                    except httpx2.TransportError:
+                        pass
+                    await anyio.sleep(0.1)
+        yield Server(name, process, url)
+    finally:
+        with anyio.CancelScope(shield=True):
+            if process.returncode is None:
+                process.terminate()
+                with anyio.move_on_after(STOP_TIMEOUT_S):
+                    await process.wait()
+            if process.returncode is None:
+                process.kill()
+                await process.wait()
+            await process.aclose()
+            log.close()
+
+
+@asynccontextmanager
+async def mcphost_server(ws: Workspace, folder: Path) -> AsyncGenerator[Server, None]:
+    """`mcphost serve` on a free loopback port with the echo agent, on `ws`'s database."""
+    port = _free_port()
+    await anyio.Path(folder).mkdir(parents=True, exist_ok=True)
+    config = folder / f"mcphost-{port}.toml"
+    await anyio.Path(config).write_text(_toml_config(ws, f"127.0.0.1:{port}"))
+    argv = [str(BIN / "mcphost"), "serve", "--config", str(config)]
+    async with _started(
+        f"mcphost-{port}", argv, f"http://127.0.0.1:{port}", "/healthz", folder, clean_env()
+    ) as s:
+        yield s
+
+
+@asynccontextmanager
+async def langgraph_server(folder: Path) -> AsyncGenerator[Server, None]:
+    """LangGraph's in-memory server (`serve.py`) on a free loopback port; its files go under `folder`."""
+    port = _free_port()
+    await anyio.Path(folder).mkdir(parents=True, exist_ok=True)
+    argv = [str(PEER_PYTHON), str(PEER_DIR / "serve.py"), str(port), str(PEER_JOBS)]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("VIRTUAL_ENV", "MCPHOST_"))} | PEER_ENV
+    async with _started(f"langgraph-{port}", argv, f"http://127.0.0.1:{port}", "/ok", folder, env) as s:
+        yield s
+
+
+async def mcphost_run(client: httpx2.AsyncClient, server: Server, conversation: str) -> None:
+    """One echo run through `POST /v1/events?stream=true`, followed to its `end` event."""
+    body = {
+        "event_type": "message.received",
+        "conversation": {"conversation_id": conversation, "bot_id": "echo"},
+        "actor": {"actor_id": "bench-user"},
+        "input": {"text": TEXT},
+    }
+    event, end, echoed = "", None, False
+    async with client.stream(
+        "POST", f"{server.url}/v1/events", params={"stream": "true"}, json=body
+    ) as response:
+        if response.status_code != 200:
+            raise RuntimeError(f"mcphost answered {response.status_code}: {(await response.aread())[:500]!r}")
+        async for line in response.aiter_lines():
+            if line.startswith("event:"):
+                event = line[6:].strip()
+            elif line.startswith("data:"):
+                data = json.loads(line[5:])
+                if event == "end":
+                    end = data
+                    break
+                echoed = echoed or TEXT in json.dumps(data)
+            elif not line:
+                event = ""
+    if end is None or end.get("status") != "completed" or not echoed:
+        raise RuntimeError(f"mcphost run did not complete with the echo: end={end!r}, echoed={echoed}")
+
+
+async def langgraph_run(client: httpx2.AsyncClient, server: Server, thread: str) -> None:
+    """One echo run through `POST /threads/{id}/runs/wait` on a new thread."""
+    del thread  # each run gets a new thread, as each mcphost run gets a new conversation
+    body = {"assistant_id": "echo", "input": {"text": TEXT}, "if_not_exists": "create"}
+    response = await client.post(f"{server.url}/threads/{uuid.uuid4()}/runs/wait", json=body)
+    if response.status_code != 200 or response.json().get("reply") != TEXT:
+        raise RuntimeError(f"LangGraph run did not echo: {response.status_code} {response.text[:500]!r}")

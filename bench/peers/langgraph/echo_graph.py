@@ -1,0 +1,24 @@
+"""The peer's side of the echo work: a one-node LangGraph graph that answers with its input text.
+
+Runs inside LangGraph's own environment (`bench/peers/langgraph/`), never in mcphost's: the product does
+not depend on LangGraph. The mcphost side runs the bundled echo runner (`python -m runners.echo`), which
+answers a message with its text; this node does the same to the graph's state.
+"""
+
+from __future__ import annotations
+
+from typing import TypedDict
+
+from langgraph.graph import END, START, StateGraph  # pyright: ignore[reportMissingImports]
+
+
+class EchoState(TypedDict, total=False):
+    text: str
+    reply: str
+
+
+def echo(state: EchoState) -> EchoState:
+    return {"reply": state.get("text", "")}
+
+
+graph = StateGraph(EchoState).add_node("echo", echo).add_edge(START, "echo").add_edge("echo", END).compile()
