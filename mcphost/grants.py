@@ -111,6 +111,7 @@ def build_grant(
         workspace_id=conv.workspace_id if conv else None,
         tools=frozenset(tools),
         host_tool_globs=tuple(agent.resources.tools) if "call" in perms.tools else (),
+        ask=tuple(sorted(agent.approvals)),
         knowledge_bases=frozenset(agent.resources.knowledge_bases) if granted["knowledge"] else frozenset(),
         state_read=state_read,
         state_write=state_write,

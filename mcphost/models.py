@@ -207,6 +207,19 @@ class AgentConfig(InboundModel):
     timeout_s: float | None = Field(default=None, gt=0, le=24 * 3600)
     """Run deadline in seconds; the host's `run_timeout_s` (300 s) when unset."""
     budget: RunBudget = Field(default_factory=RunBudget)
+    approvals: dict[str, Literal["ask"]] = Field(default_factory=dict[str, Literal["ask"]], max_length=100)
+    """`[agents.approvals]`: tool names or globs (facts tools such as `state_set`, host tools such as
+    `github__*`) whose calls wait for a person's decision (`"ask"`)."""
+
+    @field_validator("approvals")
+    @classmethod
+    def _approval_patterns(cls, value: dict[str, Literal["ask"]]) -> dict[str, Literal["ask"]]:
+        for pattern in value:
+            if not 1 <= len(pattern) <= 200 or not pattern.isprintable():
+                raise ValueError(
+                    f"approval key {pattern[:50]!r} must be a tool name or glob of 1-200 printable characters"
+                )
+        return value
 
     @field_validator("runner")
     @classmethod
@@ -321,6 +334,8 @@ class RunGrant(_Frozen):
     tools: frozenset[str]
     """Allowed MCP tool names: facts tools and host tools."""
     host_tool_globs: tuple[str, ...] = ()
+    ask: tuple[str, ...] = ()
+    """Tool names or globs whose calls wait for a person's approval (the agent's `[agents.approvals]`)."""
     knowledge_bases: frozenset[str] = frozenset()
     state_read: frozenset[str] = frozenset()
     state_write: frozenset[str] = frozenset()

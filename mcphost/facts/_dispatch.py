@@ -20,7 +20,9 @@ Invariants:
   not passed (`deadline_exceeded`), the run is within its rate and budgets (`rate_limited`), the tool is
   in the grant (`unauthorized`; an unknown name is `not_found`), the arguments validate
   (`invalid_argument`, which includes arguments nested deeper than `MAX_JSON_DEPTH`, for facts and
-  host tools alike). Handlers then check scope. Nothing is written before all of these pass.
+  host tools alike); then a call marked `ask` waits for a person's approval (`_approvals.py`:
+  `approval_denied`, or `deadline_exceeded` while waiting). Handlers then check scope. Nothing is
+  written before all of these pass (but the approval itself).
 - A handler never leaks internals: `HostError`s become their code and message; any other exception is
   logged with its traceback and answered as `runtime_error` with a fixed message.
 - `cancel_run(run_id)` cancels the cancel scope of each of the run's in-flight calls; the call answers
@@ -47,6 +49,7 @@ from mcphost import __version__
 from mcphost.common.validation import problems
 from mcphost.errors import HostError
 from mcphost.facts import _artifacts, _run
+from mcphost.facts._approvals import await_approval
 from mcphost.facts._audit import AuditWriter
 from mcphost.facts._call import Call
 from mcphost.facts._context import load_context
@@ -375,6 +378,7 @@ class FactsDispatch:
             args = spec.args.model_validate(arguments)
         except ValidationError as error:
             raise _arguments_error(error) from None
+        await await_approval(call, name, arguments)
         answer = await spec.handler(call, args)
         if not isinstance(answer, spec.answer):  # a programming error; answered as runtime_error
             raise AssertionError(f"{name} answered {type(answer).__name__}, not {spec.answer.__name__}")
@@ -392,6 +396,7 @@ class FactsDispatch:
         if self._host_tools is None:
             raise ToolCallError("not_found", f"Host tool {name[:100]!r} is not available on this host.")
         _check_depth(arguments)
+        await await_approval(call, name, arguments)
         result = await self._host_tools.call_tool(call.grant, name, arguments)
         return result, len(result.model_dump_json(by_alias=True, exclude_none=True).encode())
 

@@ -25,8 +25,10 @@ from pydantic import BaseModel
 from mcphost.errors import HostError
 from mcphost.protocol import JSONObject, is_error_code
 
-REFUSAL_CODES: frozenset[str] = frozenset({"unauthorized", "rate_limited", "deadline_exceeded"})
-"""Codes recorded as outcome `refused` in the audit: the grant or a limit stopped the call."""
+REFUSAL_CODES: frozenset[str] = frozenset(
+    {"unauthorized", "rate_limited", "deadline_exceeded", "approval_denied"}
+)
+"""Codes recorded as outcome `refused` in the audit: the grant, a limit or a person stopped the call."""
 
 RETRYABLE_CODES: frozenset[str] = frozenset(
     {"rate_limited", "runtime_error", "storage_unavailable", "storage_full"}

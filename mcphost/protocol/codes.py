@@ -16,6 +16,7 @@ ErrorCode = Literal[
     "storage_unavailable",
     "storage_full",
     "cancelled",
+    "approval_denied",
     "runner.error",
     "runner.empty_output",
     "runner.crashed",
@@ -28,7 +29,7 @@ ErrorCode = Literal[
 """Every code a host or runner may report. `host.restarted` marks runs a dead host left behind;
 `host.run_lost` runs a live host stopped executing without recording their end (closed by its sweeper);
 `storage_unavailable` a database that failed or refused the operation, `storage_full` one whose disk is
-full (both: retry later)."""
+full (both: retry later); `approval_denied` a call marked `ask` that a person denied or left to expire."""
 
 ERROR_CODES: frozenset[str] = frozenset(get_args(ErrorCode))
 

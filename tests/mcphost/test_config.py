@@ -55,6 +55,15 @@ def test_a_config_file_without_agents_keeps_the_default_agent(tmp_path: Path) ->
         ),
         ('[[agents]]\nrunner = "plugin:a/b/c"\n', "agents[0].id: required key is missing"),
         (
+            '[[agents]]\nid = "a"\nrunner = "plugin:a/b/c"\n[agents.approvals]\nstate_set = "yes"\n',
+            "agents[0] (id 'a').approvals.state_set: Input should be 'ask'",
+        ),
+        (
+            '[[agents]]\nid = "a"\nrunner = "plugin:a/b/c"\napprovals = { "" = "ask" }\n',
+            "agents[0] (id 'a').approvals: approval key '' must be a tool name or glob",
+        ),
+        ("[host]\napproval_expiry_s = 0\n", "host.approval_expiry_s: Input should be greater than 0"),
+        (
             '[[agents]]\nid = "a"\nrunner = "plugin:a/b/c"\nmatch = {color = "red"}\n',
             "unknown match key(s) color",
         ),
