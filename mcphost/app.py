@@ -3,8 +3,8 @@ and the HTTP app around them.
 
 `open_host(settings)` enters every long-lived part once, in dependency order, and leaves them in reverse
 order with bounded shutdowns: the orchestrator (active runs cancelled and closed), then the facts server,
-then the upstream tool servers (`gateway`), then the plugin processes, then the database. The facts
-server gets its seams here: run contexts from the orchestrator, host tools from the gateway, retrieval
+then the upstream tool servers (`gateway`), then the plugin processes, then the database; the scheduler
+and the retention job (`run_collector`) are tasks of the host. The facts server gets its seams here: run contexts from the orchestrator, host tools from the gateway, retrieval
 from the knowledge bases, the host's `HttpGuard` and the MCP-call metric. `build_app(host)` is the
 Starlette app over an open host (the `/v1` API and the per-run MCP endpoint); `create_app(settings)` is
 the same app with a lifespan that opens the host itself. Serving it is `serving.py`.
@@ -54,8 +54,10 @@ from mcphost.models import Run
 from mcphost.orchestrator import Orchestrator
 from mcphost.plugins.process import PluginProcess, PluginSpec, PluginSupervisor
 from mcphost.plugins.registry import RunnerRegistry
+from mcphost.retention import DAY_S, Collector, run_collector
 from mcphost.schedules import Scheduler, run_scheduler
 from mcphost.stores import Stores, open_stores
+from mcphost.stores.retention import Collected
 
 logger = logging.getLogger(__name__)
 
@@ -95,6 +97,7 @@ async def open_database(settings: Settings) -> AsyncGenerator[Stores, None]:
         cursor_secret=settings.host.cursor_secret,
         webhooks=settings.webhooks,
         approval_expiry_s=settings.host.approval_expiry_s,
+        artifact_ttl_s=None if (days := settings.retention.artifacts_days) is None else days * DAY_S,
     ) as stores:
         yield stores
 
@@ -159,6 +162,13 @@ async def open_host(settings: Settings) -> AsyncGenerator[Host, None]:
             guard,
         )
         sender = DeliverySender(stores.deliveries, settings.webhooks, orchestrator.host_id)
+
+        async def count_collected(item: Collected) -> None:
+            metrics.reclaimed(item.kind, item.rows, item.bytes)
+
+        collector = Collector(
+            stores, settings.retention, holder=orchestrator.host_id, on_collected=count_collected
+        )
         async with (
             gateway.running(),
             facts.running(),
@@ -167,6 +177,7 @@ async def open_host(settings: Settings) -> AsyncGenerator[Host, None]:
             anyio.create_task_group() as tg,
         ):
             await tg.start(run_scheduler, scheduler)
+            await tg.start(run_collector, collector)
             try:
                 yield host
             finally:

@@ -266,18 +266,51 @@ def _check_names(names: Mapping[str, object], what: str, why: str) -> None:
 
 class RetentionSettings(_Section):
     """`[retention]`: how many days each kind of record is kept; unset keeps it forever (the default).
-    `mcphost gc` deletes what is older, never what an active run references."""
+    `mcphost gc` and the periodic job delete what is older, never what a queued, running or parked run
+    references."""
 
     run_results_days: float | None = Field(default=None, gt=0, le=36500)
     audit_days: float | None = Field(default=None, gt=0, le=36500)
     events_days: float | None = Field(default=None, gt=0, le=36500)
     transcript_days: float | None = Field(default=None, gt=0, le=36500)
+    artifacts_days: float | None = Field(default=None, gt=0, le=36500)
+    """New artifacts expire this long after creation (an upload may ask for less); at collection,
+    artifacts without an expiry that are older go too. Expired artifacts lose their bytes."""
+    dead_deliveries_days: float | None = Field(default=None, gt=0, le=36500)
+    """Dead outbound deliveries, counted from the end of their `max_age_s`."""
+    run_folders_days: float | None = Field(default=None, gt=0, le=36500)
+    """Harness run folders (`<harness_dir>/runs/<run_id>/`) of runs that ended this long ago."""
+    harness_homes_days: float | None = Field(default=None, gt=0, le=36500)
+    """Session files in harness homes (`<harness_dir>/*-home/`) not written for this long."""
+    harness_dirs: list[Path] = Field(default_factory=lambda: [Path(".mcphost/harness")], max_length=100)
+    """The harness runners' `data_dir`s (relative to the host's working folder), where run folders and
+    harness homes live."""
+    interval_s: float = Field(default=3600.0, ge=1, le=7 * 86400)
+    """How often a serving host collects, when any `*_days` key is set (one replica at a time)."""
 
     def days(self, kind: str) -> float | None:
-        """The maximum age of `kind` (`run_results`, `audit`, `events`, `transcript`) in days, or None."""
+        """The maximum age of `kind` (a `RETENTION_KINDS` name) in days, or None to keep it."""
         value = getattr(self, f"{kind}_days")
         assert value is None or isinstance(value, float | int), kind
         return value
+
+    @property
+    def enabled(self) -> bool:
+        """Whether any kind has a maximum age (else collection deletes nothing and the job sleeps)."""
+        return any(self.days(kind) is not None for kind in RETENTION_KINDS)
+
+
+RETENTION_KINDS: tuple[str, ...] = (
+    "run_results",
+    "audit",
+    "events",
+    "transcript",
+    "artifacts",
+    "dead_deliveries",
+    "run_folders",
+    "harness_homes",
+)
+"""What retention collects, in collection order: each has a `[retention] <kind>_days` key."""
 
 
 class Settings(_Section):
@@ -305,8 +338,9 @@ class Settings(_Section):
         return value
 
     hooks: dict[str, HookConfig] = Field(default_factory=dict[str, HookConfig])
-    retention: RetentionSettings = Field(default_factory=RetentionSettings)
     """Inbound webhook sources by name (`POST /v1/hooks/<source>`)."""
+    retention: RetentionSettings = Field(default_factory=RetentionSettings)
+    """How long each kind of record is kept (everything, by default)."""
     webhooks: list[WebhookConfig] = Field(default_factory=list[WebhookConfig])
     """Outbound webhooks: results and run ends delivered to receivers."""
 

@@ -1,9 +1,9 @@
 """`HostMetrics`: this process's counters, rendered as Prometheus text (format 0.0.4) for `/metrics`.
 
 Owns the counters and their exposition: runs that ended here by status and their durations, events
-admitted, MCP calls by tool and outcome; active runs and plugin restarts/up are passed in at render time.
+admitted, MCP calls by tool and outcome, rows and bytes the retention job reclaimed by kind; active runs and plugin restarts/up are passed in at render time.
 Does not own the endpoint (`_endpoints.metrics`) or when things are counted (`app.py` counts run ends and
-audited MCP calls, the ingest endpoint admitted events).
+audited MCP calls and the retention job's passes, the ingest endpoint admitted events).
 
 Invariants:
 - Counters only grow and are per process (never shared between replicas).
@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 
+from mcphost.config import RETENTION_KINDS
 from mcphost.models import Run
 
 # -- metrics -----------------------------------------------------------------------------------------
@@ -35,6 +36,8 @@ class HostMetrics:
         self.runs_ended: Counter[str] = Counter()
         self.events_admitted: Counter[str] = Counter()
         self.mcp_calls: Counter[tuple[str, str]] = Counter()
+        self.reclaimed_rows: Counter[str] = Counter()
+        self.reclaimed_bytes: Counter[str] = Counter()
         self._buckets = [0] * len(DURATION_BUCKETS)
         self._duration_sum = 0.0
         self._duration_count = 0
@@ -52,6 +55,11 @@ class HostMetrics:
 
     def mcp_call(self, tool: str, outcome: str) -> None:
         self.mcp_calls[(tool, outcome)] += 1
+
+    def reclaimed(self, kind: str, rows: int, size: int) -> None:
+        """Count what one retention pass deleted of `kind` (rows, or folders and files; bytes)."""
+        self.reclaimed_rows[kind] += rows
+        self.reclaimed_bytes[kind] += size
 
     def render(self, *, active_runs: int, plugins: Sequence[tuple[str, int, bool]]) -> str:
         """The exposition; `plugins` are (name, restarts, up)."""
@@ -90,6 +98,18 @@ class HostMetrics:
         for (tool, outcome), count in sorted(self.mcp_calls.items()):
             out.append(
                 f'mcphost_mcp_calls_total{{tool="{_label(tool)}",outcome="{_label(outcome)}"}} {count}'
+            )
+        head(
+            "mcphost_retention_reclaimed_rows_total",
+            "counter",
+            "Rows (for run_folders and harness_homes: folders and files) the retention job deleted, by kind.",
+        )
+        for kind in RETENTION_KINDS:
+            out.append(f'mcphost_retention_reclaimed_rows_total{{kind="{kind}"}} {self.reclaimed_rows[kind]}')
+        head("mcphost_retention_reclaimed_bytes_total", "counter", "Bytes the retention job freed, by kind.")
+        for kind in RETENTION_KINDS:
+            out.append(
+                f'mcphost_retention_reclaimed_bytes_total{{kind="{kind}"}} {self.reclaimed_bytes[kind]}'
             )
         head("mcphost_plugin_restarts_total", "counter", "Restarts of each plugin process.")
         for name, restarts, _ in plugins:

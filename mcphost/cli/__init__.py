@@ -327,7 +327,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "gc",
         help="delete records older than [retention] allows",
-        description="Delete run results, audit, event-log and transcript rows older than the [retention] *_days keys allow, in bounded batches, never what an active (queued or running) run references. Without any key everything is kept. --dry-run counts and deletes nothing; --json prints one JSON document per kind.",
+        description="Delete what is older than the [retention] *_days keys allow: run results, audit, event-log and transcript rows, expired artifacts and their bytes, dead deliveries, harness run folders and harness-home session files; in bounded batches, never what a queued, running or parked run references. Reports rows (folders, files) and bytes per kind. Without any key everything is kept. Waits for nobody: when a serving host is collecting (it holds the retention lease) it says so and exits 1. --dry-run counts and deletes nothing; --json prints one JSON document per kind.",
     )
     p.add_argument("--dry-run", action="store_true", help="count what would be deleted; delete nothing")
     _add_common(p)

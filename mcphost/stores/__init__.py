@@ -96,13 +96,15 @@ async def open_stores(
     cursor_secret: str | None = None,
     webhooks: Sequence[WebhookConfig] = (),
     approval_expiry_s: float = DEFAULT_APPROVAL_EXPIRY_S,
+    artifact_ttl_s: float | None = None,
 ) -> AsyncGenerator[Stores, None]:
     """Open every store over `database_url`, with blobs under `data_dir/blobs` or in the database.
 
     Creates `data_dir` (and a SQLite file's folder) when missing and, unless `migrate=False`, brings the
     schema to the newest migration first. The engine is disposed on exit. `webhooks` are the outbound
     webhooks whose outbox rows the runs and results stores write with the facts they announce;
-    `approval_expiry_s` how long an approval stays pending.
+    `approval_expiry_s` how long an approval stays pending;
+    `artifact_ttl_s` how long a new artifact lives when its creator names no expiry (None: forever).
 
     Raises:
         ConfigError: when the storage cannot be opened, created or written (a missing PostgreSQL database,
@@ -144,7 +146,7 @@ async def open_stores(
             cursors=cursors,
             events=EventStore(db, cursors),
             transcript=TranscriptStore(db, cursors),
-            artifacts=ArtifactStore(db, blobs),
+            artifacts=ArtifactStore(db, blobs, default_ttl_s=artifact_ttl_s),
             state=StateStore(db, cursors),
             storage=StorageStore(db, cursors),
             runs=runs,

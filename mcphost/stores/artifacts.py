@@ -11,7 +11,11 @@ Invariants:
   do not match the recorded SHA-256. A range read (and `open_range`) checks the stored size every time
   and hashes the whole blob at most once per store instance (a bounded LRU of verified hashes), so range
   reads are O(length) amortized. A blob altered after that first check keeps its size check only.
-- An artifact past `expires_at` reads as not found.
+- An artifact past `expires_at` reads as not found. A new artifact gets `expires_at` from the caller
+  or, without one, `default_ttl_s` after its creation (`[retention] artifacts_days`); None keeps it.
+- A row is inserted only while its blob is there: the insert checks the blob under the per-hash lock
+  retention takes to delete an unreferenced blob (`BLOB_LOCK`), and stores the bytes again when
+  retention removed them in between, so a new artifact sharing an expiring one's bytes keeps them.
 """
 
 from __future__ import annotations
@@ -29,10 +33,14 @@ from mcphost.errors import InvalidArgumentError, NotFoundError, PayloadTooLargeE
 from mcphost.models import new_id
 from mcphost.protocol import ArtifactRef
 from mcphost.stores._retry import idempotent
+from mcphost.stores._sql import lock_in_transaction
 from mcphost.stores.blobs import BlobBackend, remove_file, stage
 from mcphost.stores.engine import Database
 from mcphost.stores.tables import ArtifactRow
 
+BLOB_LOCK = "blob"
+"""The `lock_in_transaction` namespace of a blob's hash: held while a row starts referencing the blob
+and while retention deletes it."""
 VERIFIED_CACHE_SIZE = 4096
 _HASH_IN_THREAD = 64 * 1024
 
@@ -84,9 +92,11 @@ async def _one(data: bytes) -> AsyncIterator[bytes]:
 class ArtifactStore:
     """Create artifacts and read them back, verified."""
 
-    def __init__(self, db: Database, blobs: BlobBackend) -> None:
+    def __init__(self, db: Database, blobs: BlobBackend, *, default_ttl_s: float | None = None) -> None:
+        assert default_ttl_s is None or default_ttl_s > 0, default_ttl_s
         self._db = db
         self.blobs = blobs
+        self.default_ttl_s = default_ttl_s
         self._verified: OrderedDict[str, None] = OrderedDict()
 
     async def put_bytes(
@@ -137,10 +147,9 @@ class ArtifactStore:
             PayloadTooLargeError: past `max_bytes`; nothing is stored.
         """
         staged = await stage(chunks, self.blobs.staging_dir, max_bytes=max_bytes)
-        try:
-            await self.blobs.commit(staged)
-        finally:
-            await remove_file(staged.path)
+        now = time.time()
+        if expires_at is None and self.default_ttl_s is not None:
+            expires_at = now + self.default_ttl_s
         record = ArtifactRecord(
             artifact_id=new_id("art"),
             name=name,
@@ -149,12 +158,20 @@ class ArtifactStore:
             sha256=staged.sha256,
             owner_run_id=owner_run_id,
             conversation_id=conversation_id,
-            created_at=time.time(),
+            created_at=now,
             expires_at=expires_at,
         )
-        async with self._db.write() as session:
-            await session.execute(insert(ArtifactRow).values(record.model_dump()))
-        return record
+        try:
+            while True:
+                await self.blobs.commit(staged)
+                async with self._db.write() as session:
+                    await lock_in_transaction(session, self._db.dialect, BLOB_LOCK, staged.sha256)
+                    if await self.blobs.stored_size(staged.sha256) == staged.size:
+                        await session.execute(insert(ArtifactRow).values(record.model_dump()))
+                        return record
+                # Retention deleted these bytes (an expired artifact had them) after `commit` saw them.
+        finally:
+            await remove_file(staged.path)
 
     @idempotent
     async def get(self, artifact_id: str) -> ArtifactRecord:

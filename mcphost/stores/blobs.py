@@ -34,7 +34,8 @@ from pathlib import Path
 from typing import BinaryIO, Protocol, TypeVar
 
 import anyio
-from sqlalchemy import func, select
+from sqlalchemy import delete, func, select
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from mcphost.errors import (
     HostError,
@@ -158,7 +159,7 @@ class BlobBackend(Protocol):
         ...
 
     async def commit(self, staged: StagedBlob) -> None:
-        """Take the staged bytes (the caller removes `staged.path` afterwards if it still exists)."""
+        """Store the staged bytes (the caller removes `staged.path` afterwards; it may commit again)."""
         ...
 
     async def stored_size(self, sha256: str) -> int | None:
@@ -167,6 +168,12 @@ class BlobBackend(Protocol):
 
     def read_range(self, sha256: str, offset: int, length: int) -> AsyncIterator[bytes]:
         """The stored bytes [offset, offset + length), in pieces of at most `READ_SIZE`."""
+        ...
+
+    async def delete(self, sha256: str, session: AsyncSession) -> int:
+        """Remove the stored blob inside the caller's write transaction `session`; the bytes it held (0
+        when it was missing). The caller has checked, in that transaction and under `BLOB_LOCK`, that no
+        artifact references it."""
         ...
 
 
@@ -190,7 +197,11 @@ class DiskBlobs:
             if target.exists() and target.stat().st_size == staged.size:
                 return  # already stored: duplicates share one file
             target.parent.mkdir(parents=True, exist_ok=True)
-            os.replace(staged.path, target)
+            # A link, renamed into place: the staged file stays for the caller (who may commit it again).
+            linked = staged.path.with_name(staged.path.name + ".commit")
+            linked.unlink(missing_ok=True)
+            os.link(staged.path, linked)
+            os.replace(linked, target)
             dir_fd = os.open(target.parent, os.O_RDONLY)
             try:
                 os.fsync(dir_fd)
@@ -204,6 +215,20 @@ class DiskBlobs:
             return (await anyio.Path(self.path_of(sha256)).stat()).st_size
         except FileNotFoundError:
             return None
+
+    async def delete(self, sha256: str, session: AsyncSession) -> int:
+        del session  # the file goes now; the caller's transaction only serializes it with new references
+        path = self.path_of(sha256)
+
+        def _unlink() -> int:
+            try:
+                size = path.stat().st_size
+                path.unlink()
+            except FileNotFoundError:
+                return 0
+            return size
+
+        return await anyio.to_thread.run_sync(_unlink)
 
     async def read_range(self, sha256: str, offset: int, length: int) -> AsyncIterator[bytes]:
         try:
@@ -264,6 +289,13 @@ class DatabaseBlobs:
                 )
             ).one_or_none()
         return None if last is None else last[0] * CHUNK_SIZE + int(last[1])
+
+    async def delete(self, sha256: str, session: AsyncSession) -> int:
+        size = await session.scalar(
+            select(func.sum(func.length(BlobChunkRow.data))).where(BlobChunkRow.sha256 == sha256)
+        )
+        await session.execute(delete(BlobChunkRow).where(BlobChunkRow.sha256 == sha256))
+        return int(size or 0)
 
     async def read_range(self, sha256: str, offset: int, length: int) -> AsyncIterator[bytes]:
         if length <= 0:

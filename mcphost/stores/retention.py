@@ -1,30 +1,64 @@
-"""Retention: deleting rows older than their kind's maximum age, in bounded batches.
+"""Retention: deleting rows older than their kind's maximum age, and expired artifacts with their bytes,
+in bounded batches.
 
-Owns the deletes of `mcphost gc` for the row kinds it covers: run results, audit, the event log and the
-transcript. Does not own the maximum ages (`[retention]` in `config.py`) or when collection runs.
+Owns the deletes of the row kinds (`ROW_KINDS`): run results, audit, the event log, the transcript,
+artifacts (rows and blobs) and dead deliveries; and the answers the file kinds need from the database
+(`RetentionStore.removable_run_folders`, `held_sessions`). Does not own the maximum ages (`[retention]`
+in `config.py`), the files on disk (`mcphost/retention.py`) or when collection runs.
 
 Invariants:
-- Nothing an active (queued or running) run references is deleted: results and audit rows only of runs
-  that ended before the cutoff; event-log and transcript rows only when their run is not active, and an
-  event only when no active run (a queued retry too) was admitted for its `event_id`.
+- Nothing a held run references is deleted. A run is held until it is completed, failed or cancelled
+  (queued, running, and any status that can still resume, such as parked): results and audit rows only
+  of runs finished before the cutoff; event-log and transcript rows only when their run is not held,
+  and an event only when no held run was admitted for its `event_id`; an artifact only when its owner
+  run is not held, no held run shares its conversation, and no held run's event hands it over as input
+  (an `artifact_id` or `raw_ref` anywhere in the event).
+- An artifact goes when its `expires_at` has passed (or, with no expiry, when it was created before the
+  cutoff); its blob goes in the same step once no artifact row references the hash, checked and deleted
+  in one write transaction under `BLOB_LOCK`, the lock a new row referencing the hash takes.
 - Deletes go in batches of at most `BATCH` rows, one short transaction each, so a large backlog never
   holds a long write lock.
-- A dry run counts what would go and deletes nothing.
+- A dry run counts what would go and deletes nothing. `bytes` is what the rows' content columns hold
+  (text and JSON as stored) and, for artifacts, the blob bytes freed (shared blobs counted once, and
+  not at all while another artifact keeps them).
 """
 
 from __future__ import annotations
 
+import json
+import time
+from collections.abc import Sequence
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
-from sqlalchemy import Select, delete, func, or_, select, tuple_
+from sqlalchemy import ColumnElement, Select, Text, cast, delete, func, literal, or_, select, tuple_
 
+from mcphost.models import RunStatus
+from mcphost.stores._sql import lock_in_transaction
+from mcphost.stores.artifacts import BLOB_LOCK
+from mcphost.stores.blobs import BlobBackend
 from mcphost.stores.engine import Database
-from mcphost.stores.runs import ACTIVE_STATUSES
-from mcphost.stores.tables import AuditRow, EventRow, RunResultRow, RunRow, TranscriptRow
+from mcphost.stores.tables import (
+    ArtifactRow,
+    AuditRow,
+    DeliveryRow,
+    EventRow,
+    RunResultRow,
+    RunRow,
+    StateRow,
+    TranscriptRow,
+)
 
 BATCH = 500
-KINDS: tuple[str, ...] = ("run_results", "audit", "events", "transcript")
+ROW_KINDS: tuple[str, ...] = ("run_results", "audit", "events", "transcript", "artifacts", "dead_deliveries")
+FINISHED_STATUSES: tuple[str, ...] = (
+    RunStatus.COMPLETED.value,
+    RunStatus.FAILED.value,
+    RunStatus.CANCELLED.value,
+)
+"""Runs in these statuses never run again; every other run is held (what it references stays)."""
+SESSION_STATE_KEYS: tuple[str, ...] = ("external.session_id", "external.working_directory")
+"""Conversation-state keys where harness runners keep the session a conversation continues."""
 
 
 class Collected(BaseModel):
@@ -34,58 +68,216 @@ class Collected(BaseModel):
 
     kind: str
     rows: int
+    """Rows deleted; for the file kinds, folders or files."""
+    bytes: int
     cutoff: float
 
 
-def _ended_runs(cutoff: float) -> Select[str]:
-    return select(RunRow.run_id).where(RunRow.status.not_in(ACTIVE_STATUSES), RunRow.ended_at < cutoff)
+def _held_runs() -> Select[str]:
+    return select(RunRow.run_id).where(RunRow.status.not_in(FINISHED_STATUSES))
 
 
-def _candidates(kind: str, cutoff: float) -> tuple[Select[*tuple[Any, ...]], Any]:
-    """The keys of the rows of `kind` that may go, and their table."""
+def _held_conversations() -> Select[str]:
+    return select(RunRow.conversation_id).where(RunRow.status.not_in(FINISHED_STATUSES))
+
+
+def _finished_runs(cutoff: float) -> Select[str]:
+    return select(RunRow.run_id).where(RunRow.status.in_(FINISHED_STATUSES), RunRow.ended_at < cutoff)
+
+
+def _length(*columns: Any) -> ColumnElement[Any]:
+    total: ColumnElement[Any] = literal(0)
+    for column in columns:
+        total = total + func.coalesce(func.length(cast(column, Text)), 0)
+    return total
+
+
+def _candidates(
+    kind: str, cutoff: float, now: float, held_artifacts: frozenset[str] = frozenset()
+) -> tuple[Select[*tuple[Any, ...]], Any, ColumnElement[Any]]:
+    """The keys of the rows of `kind` that may go, their table, and each row's content size."""
     if kind == "run_results":
-        return select(RunResultRow.run_id, RunResultRow.seq).where(
-            RunResultRow.run_id.in_(_ended_runs(cutoff))
-        ), RunResultRow
+        keys = select(RunResultRow.run_id, RunResultRow.seq).where(
+            RunResultRow.run_id.in_(_finished_runs(cutoff))
+        )
+        return keys, RunResultRow, _length(RunResultRow.type, RunResultRow.payload)
     if kind == "audit":
-        return select(AuditRow.run_id, AuditRow.seq).where(AuditRow.run_id.in_(_ended_runs(cutoff))), AuditRow
-    active = select(RunRow.run_id).where(RunRow.status.in_(ACTIVE_STATUSES))
+        keys = select(AuditRow.run_id, AuditRow.seq).where(AuditRow.run_id.in_(_finished_runs(cutoff)))
+        return keys, AuditRow, _length(AuditRow.tool, AuditRow.args_digest, AuditRow.code)
     if kind == "events":
-        active_events = select(RunRow.event_id).where(RunRow.status.in_(ACTIVE_STATUSES))
-        return select(EventRow.seq).where(
+        keys = select(EventRow.seq).where(
             EventRow.created_at < cutoff,
-            or_(EventRow.run_id.is_(None), EventRow.run_id.not_in(active)),
-            EventRow.event_id.not_in(active_events),
-        ), EventRow
-    assert kind == "transcript", kind
-    return select(TranscriptRow.seq).where(
-        TranscriptRow.created_at < cutoff,
-        or_(TranscriptRow.run_id.is_(None), TranscriptRow.run_id.not_in(active)),
-    ), TranscriptRow
+            or_(EventRow.run_id.is_(None), EventRow.run_id.not_in(_held_runs())),
+            EventRow.event_id.not_in(select(RunRow.event_id).where(RunRow.status.not_in(FINISHED_STATUSES))),
+        )
+        return keys, EventRow, _length(EventRow.payload)
+    if kind == "transcript":
+        keys = select(TranscriptRow.seq).where(
+            TranscriptRow.created_at < cutoff,
+            or_(TranscriptRow.run_id.is_(None), TranscriptRow.run_id.not_in(_held_runs())),
+        )
+        return (
+            keys,
+            TranscriptRow,
+            _length(TranscriptRow.content, TranscriptRow.contents, TranscriptRow.artifacts),
+        )
+    if kind == "artifacts":
+        keys = select(ArtifactRow.artifact_id).where(
+            ArtifactRow.artifact_id.not_in(list(held_artifacts)),
+            or_(
+                ArtifactRow.expires_at <= now,
+                ArtifactRow.expires_at.is_(None) & (ArtifactRow.created_at < cutoff),
+            ),
+            or_(ArtifactRow.owner_run_id.is_(None), ArtifactRow.owner_run_id.not_in(_held_runs())),
+            or_(
+                ArtifactRow.conversation_id.is_(None),
+                ArtifactRow.conversation_id.not_in(_held_conversations()),
+            ),
+        )
+        return keys, ArtifactRow, literal(0)
+    assert kind == "dead_deliveries", kind
+    keys = select(DeliveryRow.seq).where(DeliveryRow.status == "dead", DeliveryRow.expires_at < cutoff)
+    return keys, DeliveryRow, _length(DeliveryRow.body, DeliveryRow.last_error)
 
 
 class RetentionStore:
-    """Delete expired rows, kind by kind."""
+    """Delete expired rows (and artifact blobs), kind by kind."""
 
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Database, blobs: BlobBackend) -> None:
         self._db = db
+        self._blobs = blobs
 
     async def collect(self, kind: str, cutoff: float, *, dry_run: bool = False) -> Collected:
-        """Delete the rows of `kind` older than `cutoff` (epoch seconds) that no active run references."""
-        keys, table = _candidates(kind, cutoff)
+        """Delete the rows of `kind` older than `cutoff` (epoch seconds) that no held run references.
+
+        For `artifacts`, rows past their own `expires_at` go whatever the cutoff (an artifact without
+        one goes when created before the cutoff; pass `cutoff=0` to keep those)."""
+        now = time.time()
+        if kind == "artifacts":
+            keys, _, _ = _candidates(kind, cutoff, now, await self._held_inputs())
+            return await self._collect_artifacts(keys, cutoff, dry_run=dry_run)
+        keys, table, size = _candidates(kind, cutoff, now)
+        pk = list(table.__table__.primary_key.columns)
         if dry_run:
             async with self._db.read() as session:
-                count = await session.scalar(select(func.count()).select_from(keys.subquery()))
-            return Collected(kind=kind, rows=int(count or 0), cutoff=cutoff)
-        total = 0
+                found = keys.add_columns(size.label("size")).subquery()
+                count, total = (
+                    await session.execute(select(func.count(), func.coalesce(func.sum(found.c.size), 0)))
+                ).one()
+            return Collected(kind=kind, rows=int(count), bytes=int(total), cutoff=cutoff)
+        rows = total_bytes = 0
         while True:
             async with self._db.write() as session:
-                batch = (await session.execute(keys.limit(BATCH))).all()
+                batch = (await session.execute(keys.add_columns(size).limit(BATCH))).all()
                 if not batch:
                     break
-                pk = list(table.__table__.primary_key.columns)
-                await session.execute(delete(table).where(tuple_(*pk).in_([tuple(row) for row in batch])))
-                total += len(batch)
+                ids = [tuple(row)[: len(pk)] for row in batch]
+                await session.execute(delete(table).where(tuple_(*pk).in_(ids)))
+                rows += len(batch)
+                total_bytes += sum(int(tuple(row)[-1] or 0) for row in batch)
             if len(batch) < BATCH:
                 break
-        return Collected(kind=kind, rows=total, cutoff=cutoff)
+        return Collected(kind=kind, rows=rows, bytes=total_bytes, cutoff=cutoff)
+
+    async def _held_inputs(self) -> frozenset[str]:
+        """The artifacts handed to held runs as input: every `artifact_id` and `raw_ref` in their events."""
+        async with self._db.read() as session:
+            payloads = await session.scalars(
+                select(EventRow.payload).where(
+                    EventRow.event_id.in_(
+                        select(RunRow.event_id).where(RunRow.status.not_in(FINISHED_STATUSES))
+                    )
+                )
+            )
+            return frozenset(_artifact_ids(list(payloads)))
+
+    async def _collect_artifacts(
+        self, keys: Select[*tuple[Any, ...]], cutoff: float, *, dry_run: bool
+    ) -> Collected:
+        query = keys.add_columns(ArtifactRow.sha256, ArtifactRow.size)
+        if dry_run:
+            async with self._db.read() as session:
+                found = query.subquery()
+                count = int(await session.scalar(select(func.count()).select_from(found)) or 0)
+                # A blob goes when every artifact row referencing it goes.
+                kept = select(ArtifactRow.sha256).where(
+                    ArtifactRow.artifact_id.not_in(select(found.c.artifact_id))
+                )
+                freed = select(found.c.sha256, func.max(found.c.size).label("size")).where(
+                    found.c.sha256.not_in(kept)
+                )
+                blobs = freed.group_by(found.c.sha256).subquery()
+                total = int(await session.scalar(select(func.coalesce(func.sum(blobs.c.size), 0))) or 0)
+            return Collected(kind="artifacts", rows=count, bytes=total, cutoff=cutoff)
+        rows = freed_bytes = 0
+        while True:
+            async with self._db.write() as session:
+                batch = (await session.execute(query.limit(BATCH))).all()
+                if batch:
+                    ids = [row.artifact_id for row in batch]
+                    await session.execute(delete(ArtifactRow).where(ArtifactRow.artifact_id.in_(ids)))
+            if not batch:
+                break
+            rows += len(batch)
+            for sha256 in sorted({row.sha256 for row in batch}):
+                freed_bytes += await self._delete_blob_if_unreferenced(sha256)
+            if len(batch) < BATCH:
+                break
+        return Collected(kind="artifacts", rows=rows, bytes=freed_bytes, cutoff=cutoff)
+
+    async def _delete_blob_if_unreferenced(self, sha256: str) -> int:
+        async with self._db.write() as session:
+            await lock_in_transaction(session, self._db.dialect, BLOB_LOCK, sha256)
+            referenced = await session.scalar(
+                select(ArtifactRow.artifact_id).where(ArtifactRow.sha256 == sha256).limit(1)
+            )
+            if referenced is not None:
+                return 0
+            return await self._blobs.delete(sha256, session)
+
+    async def removable_run_folders(self, run_ids: Sequence[str], cutoff: float) -> set[str]:
+        """Of `run_ids` (folder names), those whose run finished before `cutoff` while no held run shares
+        its conversation (a later turn may resume in the folder). Unknown ids are kept."""
+        if not run_ids:
+            return set()
+        async with self._db.read() as session:
+            found = await session.scalars(
+                select(RunRow.run_id).where(
+                    RunRow.run_id.in_(list(run_ids)),
+                    RunRow.run_id.in_(_finished_runs(cutoff)),
+                    RunRow.conversation_id.not_in(_held_conversations()),
+                )
+            )
+            return set(found)
+
+    async def held_sessions(self) -> set[str]:
+        """The harness session ids and folders the conversations of held runs continue (their files stay)."""
+        async with self._db.read() as session:
+            conversations = set(await session.scalars(_held_conversations().distinct()))
+            if not conversations:
+                return set()
+            values = await session.scalars(
+                select(StateRow.value).where(
+                    StateRow.scope == "conversation",
+                    StateRow.key.in_(SESSION_STATE_KEYS),
+                    or_(*(StateRow.owner.contains(json.dumps(c)) for c in conversations)),
+                )
+            )
+            return {value for value in values if isinstance(value, str) and value}
+
+
+def _artifact_ids(value: object) -> set[str]:
+    """Every string under an `artifact_id` or `raw_ref` key, at any depth of a JSON value."""
+    found: set[str] = set()
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            for key, child in item.items():  # pyright: ignore[reportUnknownVariableType]
+                if key in ("artifact_id", "raw_ref") and isinstance(child, str):
+                    found.add(child)
+                else:
+                    stack.append(child)  # pyright: ignore[reportUnknownArgumentType]
+        elif isinstance(item, list):
+            stack.extend(item)  # pyright: ignore[reportUnknownArgumentType]
+    return found

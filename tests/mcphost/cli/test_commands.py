@@ -12,10 +12,13 @@ from pathlib import Path
 import anyio
 import pytest
 
+from mcphost.app import open_database
 from mcphost.cli import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE
 from mcphost.config import load_settings
 from mcphost.models import RunStatus
+from mcphost.retention import LEASE
 from mcphost.stores import open_stores
+from mcphost.stores.leases import LeaseStore
 from tests.examples.clikit import NO_BUNDLED, cli_env, mcphost
 from tests.mcphost.test_cli import _wait_for_running, write_config
 
@@ -249,3 +252,45 @@ async def test_cancel_with_url_goes_through_the_servers_api(tmp_path: Path) -> N
                 if process.poll() is None:
                     process.terminate()
                 process.communicate(timeout=60)
+
+
+async def test_gc_reports_rows_and_bytes_per_kind_a_dry_run_keeps_everything_and_a_held_lease_waits(
+    tmp_path: Path,
+) -> None:
+    config = write_config(
+        tmp_path,
+        extra="[retention]\nartifacts_days = 1\ndead_deliveries_days = 2\n",
+    )
+    settings = load_settings(config)
+    async with open_database(settings) as stores:
+        expired = await stores.artifacts.put_bytes(
+            b"z" * 1234, name=None, mime_type="text/plain", max_bytes=4096, expires_at=1.0
+        )
+        kept = await stores.artifacts.put_bytes(b"k", name=None, mime_type="text/plain", max_bytes=4096)
+    assert kept.expires_at is not None  # artifacts_days gives new artifacts an expiry
+
+    code, out, err = await mcphost("gc", "--dry-run", "--json", "--config", str(config), cwd=tmp_path)
+    assert code == 0, err
+    dry = [json.loads(line) for line in out.splitlines()]
+    assert [(d["kind"], d["rows"], d["bytes"], d["dry_run"]) for d in dry] == [
+        ("artifacts", 1, 1234, True),
+        ("dead_deliveries", 0, 0, True),
+    ]
+    async with open_database(settings) as stores:
+        assert await stores.artifacts.blobs.stored_size(expired.sha256) == 1234  # nothing deleted
+        assert await LeaseStore(stores.db).acquire(LEASE, "host-elsewhere", term_s=600)
+    code, out, err = await mcphost("gc", "--config", str(config), cwd=tmp_path)
+    assert code == EXIT_FAILED
+    assert "holds the 'retention' lease" in err
+    async with open_database(settings) as stores:
+        await LeaseStore(stores.db).release(LEASE, "host-elsewhere")
+
+    code, out, err = await mcphost("gc", "--config", str(config), cwd=tmp_path)
+    assert code == 0, err
+    assert out.splitlines() == [
+        "artifacts: deleted 1 rows, 1234 bytes",
+        "dead_deliveries: deleted 0 rows, 0 bytes",
+    ]
+    async with open_database(settings) as stores:
+        assert await stores.artifacts.blobs.stored_size(expired.sha256) is None
+        assert await stores.artifacts.read(kept.artifact_id) == b"k"
