@@ -16,6 +16,8 @@ Invariants:
 - `/v1` and `/runs/{run_id}/mcp` are guarded by one `HttpGuard` instance (`Host.guard`, built from the
   settings and handed to the facts server): the same Host and Origin headers get the same verdict on
   both; `/v1` also needs the API key when one is configured. A refusal on `/v1` is a 401 `unauthorized`.
+- CORS is off unless `[host] cors_origins` lists origins; then `/v1` (only) answers their preflights and
+  carries CORS headers on every answer, refusals included (`_Cors`, outside the guard).
 - Wiring: the orchestrator calls `FactsServer.end_run` (and the run metrics) when each run ends,
   inspection grants included; the facts server's context provider is `Orchestrator.context`, which
   holds a run's context (token included) in memory only while the run is active on this process; every
@@ -26,7 +28,7 @@ Invariants:
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -36,6 +38,7 @@ from starlette.applications import Starlette
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
+from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -339,11 +342,55 @@ class _FactsEndpoint:
         await host.facts.asgi_app(scope, receive, send)
 
 
-def _starlette(lifespan: Lifespan[Starlette] | None = None) -> Starlette:
+CORS_HEADERS = ("Authorization", "Content-Type", "Accept", "Last-Event-ID", "Idempotency-Key", "Range")
+"""Request headers a browser UI on a `cors_origins` origin may send to `/v1`."""
+CORS_EXPOSED = (
+    "Location",
+    "X-Run-Id",
+    "Retry-After",
+    "WWW-Authenticate",
+    "Accept-Ranges",
+    "Content-Range",
+    "Content-Disposition",
+    "ETag",
+)
+"""Response headers such a UI may read (besides the CORS-safelisted ones)."""
+
+
+class _Cors:
+    """CORS for `/v1` only (`[host] cors_origins`), by Starlette's `CORSMiddleware`.
+
+    Outside `_ApiGuard`, so a preflight (which carries no API key) is answered here, and every answer
+    of `/v1`, refusals included, carries the CORS headers a browser needs to read it. Bearer keys, not
+    cookies: no credentials mode.
+    """
+
+    def __init__(self, app: ASGIApp, origins: Sequence[str]) -> None:
+        self.app = app
+        self.cors = CORSMiddleware(
+            app,
+            allow_origins=origins,
+            allow_methods=["GET", "POST", "DELETE"],
+            allow_headers=CORS_HEADERS,
+            expose_headers=CORS_EXPOSED,
+            max_age=600,
+        )
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path = scope.get("path", "") if scope["type"] == "http" else ""
+        if path == "/v1" or path.startswith("/v1/"):
+            await self.cors(scope, receive, send)
+        else:
+            await self.app(scope, receive, send)
+
+
+def _starlette(settings: Settings, lifespan: Lifespan[Starlette] | None = None) -> Starlette:
+    origins = settings.host.cors_origins
     return Starlette(
         routes=[*routes(), Route(MCP_PATH, endpoint=_FactsEndpoint(), name="mcphost_facts")],
         middleware=[
             Middleware(_CatchAll),
+            *([Middleware(_Cors, origins=origins)] if origins else []),
             Middleware(_ApiGuard),
             Middleware(_StorageGuard),
         ],
@@ -372,7 +419,7 @@ def _attach(app: Starlette, host: Host, limits: ApiLimits | None) -> None:
 
 def build_app(host: Host, *, limits: ApiLimits | None = None) -> Starlette:
     """The HTTP app over an open host: `/v1`, `/healthz`, `/metrics`, `/openapi.json` and the MCP endpoint."""
-    app = _starlette()
+    app = _starlette(host.settings)
     _attach(app, host, limits)
     return app
 
@@ -386,4 +433,4 @@ def create_app(settings: Settings, *, limits: ApiLimits | None = None) -> Starle
             _attach(app, host, limits)
             yield
 
-    return _starlette(lifespan)
+    return _starlette(settings, lifespan)

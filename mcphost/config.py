@@ -57,6 +57,13 @@ SKILL_NAME_PATTERN = r"[a-z0-9][a-z0-9_-]{0,63}"
 """The embedded default agent's runner: memo answers from host facts it reads over the run's MCP server."""
 
 
+_ORIGIN = re.compile(
+    r"(?P<origin>https?://(?:[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*|\[[0-9A-Fa-f:.]+\])(?::(?P<port>\d{1,5}))?)/?",
+    re.IGNORECASE,
+)
+"""A browser origin: scheme, host name or address, optional port."""
+
+
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, frozen=True)
 
@@ -89,6 +96,9 @@ class HostSettings(_Section):
     allowed_origins: list[str] = Field(default_factory=list[str])
     """Extra browser Origin values (`https://app.example.com`) accepted by the MCP endpoint; loopback
     origins and those of `public_url` are always accepted."""
+    cors_origins: list[str] = Field(default_factory=list[str], max_length=100)
+    """Browser origins (`https://console.example.com`) that may call `/v1` from another origin: CORS
+    answers (preflight included) for exactly these, and `/v1` accepts their `Origin`. Off when empty."""
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     approval_expiry_s: float = Field(default=24 * 3600.0, gt=0, le=30 * 24 * 3600)
     """How long an approval waits for a decision before it expires (an expired approval is a denial)."""
@@ -100,6 +110,20 @@ class HostSettings(_Section):
         if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
             raise ValueError(f"expected HOST:PORT such as {DEFAULT_LISTEN!r}, got {value!r}")
         return value
+
+    @field_validator("cors_origins")
+    @classmethod
+    def _cors_origin_form(cls, values: list[str]) -> list[str]:
+        out: list[str] = []
+        for value in values:
+            match = _ORIGIN.fullmatch(value.strip())
+            if match is None or int(match["port"] or 0) > 65535:
+                raise ValueError(
+                    "expected an origin such as 'https://console.example.com' (scheme, host and port only; "
+                    f"no '*', path or query), got {value[:100]!r}"
+                )
+            out.append(match["origin"].lower())  # browsers send the host in lower case
+        return out
 
     @field_validator("public_url")
     @classmethod

@@ -15,7 +15,9 @@ Invariants:
   resolve to 127.0.0.1 (DNS rebinding) is refused. A server listening on a non-loopback address (which
   needs an API key, `serving.check_listen`) is reached by names it cannot know and serves any `Host`.
 - `Origin`, when sent, must be a loopback origin (http or https, any port) or one of
-  `[host] allowed_origins`, on every server: a web page elsewhere never drives the host.
+  `[host] allowed_origins`, on every server: a web page elsewhere never drives the host. On `/v1` the
+  origins of `[host] cors_origins` are accepted too (the browser UIs the CORS answers are for); the MCP
+  endpoint does not accept them.
 - The API key is compared in constant time (SHA-256 digests); no key or token is logged or echoed.
 """
 
@@ -78,6 +80,7 @@ class HttpGuard:
         allowed_origins: Sequence[str] = (),
         api_key: str | None = None,
         any_host: bool = False,
+        cors_origins: Sequence[str] = (),
     ) -> None:
         """
         Args:
@@ -86,11 +89,13 @@ class HttpGuard:
             allowed_origins: `Origin` values accepted besides loopback origins.
             api_key: the key `/v1` requires (`Authorization: Bearer <key>`); None: no key.
             any_host: serve every `Host` (the server listens on a non-loopback address).
+            cors_origins: `Origin` values accepted on `/v1` only (`api_refusal`), exactly as given.
         """
         self._hosts = frozenset(h.lower() for h in allowed_hosts)
         self._origins = frozenset(o.lower().rstrip("/") for o in allowed_origins)
         self._key_digest = hashlib.sha256(api_key.encode()).digest() if api_key else None
         self._any_host = any_host
+        self._cors = frozenset(o.lower().rstrip("/") for o in cors_origins)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> HttpGuard:
@@ -105,6 +110,7 @@ class HttpGuard:
             allowed_origins=settings.host.allowed_origins,
             api_key=settings.host.api_key,
             any_host=bool(listen_host) and not is_loopback(listen_host),
+            cors_origins=settings.host.cors_origins,
         )
 
     def host_allowed(self, value: str) -> bool:
@@ -124,8 +130,8 @@ class HttpGuard:
         name = _hostname(netloc)
         return scheme in ("http", "https") and name is not None and is_loopback(name)
 
-    def site_refusal(self, headers: Headers) -> Refusal | None:
-        """The Host and Origin checks both paths share."""
+    def site_refusal(self, headers: Headers, *, cors: bool = False) -> Refusal | None:
+        """The Host and Origin checks both paths share; `cors`: also accept `cors_origins` (`/v1`)."""
         host = headers.get("host", "")
         if not self.host_allowed(host):
             return Refusal(
@@ -134,7 +140,9 @@ class HttpGuard:
                 "[host] allowed_hosts if clients reach the host by it.",
             )
         origin = headers.get("origin")
-        if origin is not None and not self.origin_allowed(origin):
+        if origin is not None and not (
+            self.origin_allowed(origin) or (cors and origin.lower().rstrip("/") in self._cors)
+        ):
             return Refusal(
                 403,
                 f"Origin {origin[:100]!r} may not use this host (cross-site requests are refused); add it "
@@ -144,7 +152,7 @@ class HttpGuard:
 
     def api_refusal(self, headers: Headers) -> Refusal | None:
         """`/v1`: the Host and Origin checks, then the API key when one is configured."""
-        refused = self.site_refusal(headers)
+        refused = self.site_refusal(headers, cors=True)
         if refused is not None or self._key_digest is None:
             return refused
         scheme, _, token = headers.get("authorization", "").partition(" ")

@@ -1,5 +1,5 @@
 """The HTTP API under `/v1` (DESIGN §7): event ingest, runs, resumable result streams, facts reads,
-artifacts, runners, `/healthz`, `/metrics` and `/openapi.json`.
+artifacts, runners, `/healthz`, `/metrics`, `/openapi.json` and `/docs`.
 
 Owns the routes, what each accepts (pydantic query and body models with `extra="forbid"`) and the shape of
 each answer (the response models, which `/openapi.json` publishes). Does not own authentication, error
@@ -10,7 +10,7 @@ an error response.
 Module map: `_routes` (the route table, `routes()` and the OpenAPI document), `_endpoints` (events, runs,
 conversations, runners, health and metrics endpoints), `_artifacts` (multipart upload, range downloads),
 `_models` (request and response models), `_http` (query and body parsing, capped body reads, SSE and
-`EventStream`), `_state` (`ApiState`, `ApiLimits`), `_metrics` (`HostMetrics`). The two HTTP-only errors,
+`EventStream`), `_docs` (the `/docs` page), `_state` (`ApiState`, `ApiLimits`), `_metrics` (`HostMetrics`). The two HTTP-only errors,
 `RangeNotSatisfiableError` (416) and `UnavailableError` (503), live in `mcphost.errors` with the rest of
 the tree and are re-exported here.
 

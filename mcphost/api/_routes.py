@@ -7,11 +7,15 @@ it).
 
 Invariants:
 - `routes()` and `openapi()` both read `_ENDPOINTS`, so the document cannot drift from the routes served.
-- The document is built once per process, on the first request to `/openapi.json`.
+- The document is built once per process, on the first request to `/openapi.json` or `/docs`; `/docs`
+  renders that same document (`_docs`), so the page cannot drift from it either.
+- Every operation has a unique `operationId` (its handler's name) and one tag (the first path segment
+  under `/v1`, `meta` outside it), so client generators produce usable names.
 """
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -19,13 +23,14 @@ from dataclasses import dataclass
 from pydantic import BaseModel
 from pydantic.json_schema import JsonSchemaMode, models_json_schema
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from mcphost import __version__
 from mcphost.api._approvals import decide_approval, list_approvals, show_approval
 from mcphost.api._artifacts import artifact_content, artifact_metadata, upload_artifact
 from mcphost.api._deliveries import list_deliveries, redeliver
+from mcphost.api._docs import DOCS_HEADERS, render_docs
 from mcphost.api._endpoints import (
     cancel_run,
     conversation_events,
@@ -95,6 +100,8 @@ _SSE: JSONObject = {
         # OpenAPI 3.1 reads an event stream's `schema` as the schema of one event (3.2's `itemSchema`).
         "schema": {
             "type": "object",
+            "description": "One event per result (`id: <seq>`, `data: {seq, type, run_id, data, ...}`), then "
+            "`event: end` with `{run_id, status, error?}`. Resume with `Last-Event-ID`.",
             "properties": {
                 "event": {"type": "string"},
                 "data": {"type": "string"},
@@ -103,21 +110,32 @@ _SSE: JSONObject = {
             },
             "required": ["data"],
         },
-        "description": "One event per result (`id: <seq>`, `data: {seq, type, run_id, data, ...}`), then "
-        "`event: end` with `{run_id, status, error?}`. Resume with `Last-Event-ID`.",
     }
 }
 _TEXT: JSONObject = {"text/plain": {"schema": {"type": "string"}}}
 
 
-_OPENAPI_CACHE: list[JSONObject] = []
+_HTML: JSONObject = {"text/html": {"schema": {"type": "string"}}}
 
 
-async def openapi_endpoint(request: Request) -> Response:
+@functools.cache
+def _document() -> JSONObject:
+    return openapi()
+
+
+@functools.cache
+def _page() -> str:
+    return render_docs(_document())
+
+
+async def openapi_document(request: Request) -> Response:
     parse_query(request, QueryModel)
-    if not _OPENAPI_CACHE:
-        _OPENAPI_CACHE.append(openapi())
-    return JSONResponse(_OPENAPI_CACHE[0])
+    return JSONResponse(_document())
+
+
+async def docs_page(request: Request) -> Response:
+    parse_query(request, QueryModel)
+    return HTMLResponse(_page(), headers=DOCS_HEADERS)
 
 
 @dataclass(frozen=True)
@@ -141,11 +159,18 @@ class _Endpoint:
     """Authenticated by the sender's signature instead of the API key (`/v1/hooks/{source}`)."""
     partial: bool = False
     """Also answers 206 (a byte range) with the same content."""
+    stream: bool = False
+    """Also answers 200 with `text/event-stream` (an SSE stream of the run's results)."""
+
+    @property
+    def tag(self) -> str:
+        """The OpenAPI tag: the first path segment under `/v1` (`runs`, `artifacts`, ...), else `meta`."""
+        return self.path.split("/")[2] if self.path.startswith("/v1/") else "meta"
 
 
 _ENDPOINTS: tuple[_Endpoint, ...] = (
     _Endpoint("POST", "/v1/events", ingest_event, "Ingest an event; with stream=true, the run's results as SSE",
-              202, "Admitted", (400, 404, 409, 413, 503), IngestQuery, "AgentEventEnvelope"),
+              202, "Admitted", (400, 404, 409, 413, 503), IngestQuery, "AgentEventEnvelope", stream=True),
     _Endpoint("POST", "/v1/hooks/{source}", receive_hook,
               "A signed webhook from a [hooks.<source>] sender, admitted as an event (authenticated by its "
               "signature: Standard Webhooks headers, X-Hub-Signature-256 or a bearer secret; not the API key)",
@@ -156,7 +181,7 @@ _ENDPOINTS: tuple[_Endpoint, ...] = (
     _Endpoint("GET", "/v1/runs/{run_id}", show_run, "A run and its grant (never its token)", 200, "RunView", (404,)),
     _Endpoint("GET", "/v1/runs/{run_id}/results", run_results,
               "The run's results: SSE (resumable), or JSON with Accept: application/json",
-              200, "ResultsPage", (400, 404), ResultsQuery, headers=("Last-Event-ID",)),
+              200, "ResultsPage", (400, 404), ResultsQuery, headers=("Last-Event-ID",), stream=True),
     _Endpoint("POST", "/v1/runs/{run_id}/cancel", cancel_run, "Cancel a run (an inspection grant is revoked)",
               202, "CancelAnswer", (400, 404, 409, 413), body="CancelBody"),
     _Endpoint("GET", "/v1/runs/{run_id}/audit", run_audit, "The run's MCP call audit", 200, "AuditPage",
@@ -205,8 +230,26 @@ _ENDPOINTS: tuple[_Endpoint, ...] = (
               partial=True),
     _Endpoint("GET", "/healthz", healthz, "Liveness (503 while draining)", 200, "Health", (503,), public=True),
     _Endpoint("GET", "/metrics", metrics, "Prometheus text metrics", 200, _TEXT, public=True),
-    _Endpoint("GET", "/openapi.json", openapi_endpoint, "This document", 200, {"application/json": {}}, public=True),
+    _Endpoint("GET", "/openapi.json", openapi_document, "This document", 200, {"application/json": {}}, public=True),
+    _Endpoint("GET", "/docs", docs_page, "This document as a web page (self-contained: no scripts, no CDN)", 200,
+              _HTML, public=True),
 )  # fmt: skip
+
+
+TAGS: dict[str, str] = {
+    "events": "Events in: each admitted event is one agent run.",
+    "hooks": "Signed webhooks from configured senders, admitted as events.",
+    "runs": "Runs, their results (JSON pages or a resumable SSE stream), cancellation and MCP call audit.",
+    "conversations": "A conversation's transcript and event log.",
+    "state": "State values kept for runs.",
+    "schedules": "Schedules that fire events.",
+    "deliveries": "Outbound webhook deliveries.",
+    "approvals": "Human approvals of requested actions: list, read, decide.",
+    "runners": "The runners the plugins registered, and the plugin processes.",
+    "artifacts": "Files: upload, metadata, downloads with byte ranges.",
+    "meta": "Liveness, metrics and this document (no API key).",
+}
+"""Every tag an operation has, in the order a reader meets them."""
 
 
 def routes() -> list[BaseRoute]:
@@ -248,14 +291,24 @@ def _parameters(endpoint: _Endpoint) -> list[JSONObject]:
 
 def _operation(endpoint: _Endpoint) -> JSONObject:
     ok = _content(endpoint.answer)
-    if endpoint.handler is run_results or endpoint.handler is ingest_event:
+    if endpoint.stream and endpoint.ok == 200:  # one status, two media types (Accept chooses)
         ok = {**_SSE, **ok}
     responses: JSONObject = {str(endpoint.ok): {"description": "success", "content": ok}}
+    if endpoint.stream and endpoint.ok != 200:  # a query parameter turns the answer into a stream
+        responses["200"] = {
+            "description": "the run's results as they are stored (`stream=true`)",
+            "content": _SSE,
+        }
     if endpoint.partial:
         responses["206"] = {"description": "the requested byte range", "content": ok}
     for status in sorted({*endpoint.errors, *(() if endpoint.public else (401,))}):
         responses[str(status)] = {"description": "error", "content": _content("ErrorBody")}
-    op: JSONObject = {"summary": endpoint.summary, "responses": responses}
+    op: JSONObject = {
+        "operationId": endpoint.handler.__name__,
+        "tags": [endpoint.tag],
+        "summary": endpoint.summary,
+        "responses": dict(sorted(responses.items())),
+    }
     if params := _parameters(endpoint):
         op["parameters"] = params
     if endpoint.body is not None:
@@ -314,5 +367,6 @@ def openapi() -> JSONObject:
             "securitySchemes": {"apiKey": {"type": "http", "scheme": "bearer"}},
         },
         "security": [{"apiKey": []}],
+        "tags": [{"name": name, "description": text} for name, text in TAGS.items()],
         "paths": paths,
     }
