@@ -409,6 +409,7 @@ def _attach(app: Starlette, host: Host, limits: ApiLimits | None) -> None:
         stores=host.stores,
         orchestrator=host.orchestrator,
         registry=host.registry,
+        bindings=host.bindings,
         metrics=host.metrics,
         limits=limits or ApiLimits(),
         hooks=host.settings.hooks,

@@ -55,13 +55,21 @@ class Bindings:
 
     @staticmethod
     def matches(agent: AgentConfig, event: AgentEventEnvelope) -> bool:
+        return Bindings.mismatch(agent, event) is None
+
+    @staticmethod
+    def mismatch(agent: AgentConfig, event: AgentEventEnvelope) -> str | None:
+        """Why `agent` does not take `event` (its event_types, else the first `match` key that fails),
+        or None when it does. `matches` and `resolve` decide by this, so `mcphost explain` cannot drift."""
         if "*" not in agent.event_types and event.event_type not in agent.event_types:
-            return False
+            return f"event_types {agent.event_types} does not include {event.event_type!r}"
         for key, expected in agent.match.items():
             actual = event.scope_value(key)
-            if actual is None or actual not in _values(expected):
-                return False
-        return True
+            if actual is None:
+                return f"match.{key} = {expected!r}, and the event has no {key}"
+            if actual not in _values(expected):
+                return f"match.{key} = {expected!r}, and the event's {key} is {actual!r}"
+        return None
 
     def resolve(self, event: AgentEventEnvelope) -> AgentBinding:
         """The one binding for `event`; `NoBindingError` or `AmbiguousBindingError` with the reason."""

@@ -1,9 +1,16 @@
 """The run grant: the three-layer cut of PROTOCOL §6, token minting, and the checks used per call.
 
 Owns the rule that turns (runner manifest permissions) ∩ (agent policy) ∩ (event scope) into a frozen
-`RunGrant`. Invariants: the cut is computed once per run, here; every later check (the MCP endpoint,
-the journal's `state.updated` check) reads the same frozen grant and never recomputes it. Tokens are
-256-bit random values; only their SHA-256 is stored, and they are compared in constant time.
+`RunGrant`, and `check`, which says of one target (`tool:NAME`, `state:SCOPE:read|write`,
+`storage:AREA`, `knowledge:KB`, `resource:URI`) whether a grant allows it and, when not, which layer
+removed it and which key would add it. `mcphost explain` and every `unauthorized` refusal of the per-run
+MCP server word their answer through `check`.
+
+Invariants: the cut is computed once per run, here; every later check (the MCP endpoint, the journal's
+`state.updated` check) reads the same frozen grant and never recomputes it. `check` decides "allowed"
+from the grant's own sets, the same ones the MCP server enforces; the layers kept with the grant
+(`RunGrant.layers`) only name the reason, and only what the run's own agent and runner declare. Tokens
+are 256-bit random values; only their SHA-256 is stored, and they are compared in constant time.
 """
 
 from __future__ import annotations
@@ -13,9 +20,12 @@ import hashlib
 import hmac
 import secrets
 from collections.abc import Mapping
+from typing import Literal
 
-from mcphost.models import AgentBinding, AgentEventEnvelope, RunGrant
-from mcphost.protocol import AgentRunnerManifest, parse_runner_id
+from pydantic import BaseModel, ConfigDict
+
+from mcphost.models import AgentBinding, AgentEventEnvelope, GrantLayers, RunGrant
+from mcphost.protocol import STATE_SCOPES, AgentRunnerManifest, JSONObject, parse_runner_id
 
 FACTS_TOOLS_BY_PERMISSION: Mapping[tuple[str, str], tuple[str, ...]] = {
     ("history", "page"): ("history_page",),
@@ -121,6 +131,16 @@ def build_grant(
         token_hash=token_hash,
         call_budget=agent.budget.calls,
         byte_budget=agent.budget.bytes,
+        layers=GrantLayers(
+            runner_id=manifest.id,
+            agent_id=agent.id,
+            manifest=perms,
+            tools=tuple(agent.resources.tools),
+            knowledge_bases=tuple(agent.resources.knowledge_bases),
+            state_scopes=tuple(agent.state.scopes),
+            state_write=agent.state.write,
+            storage_areas=tuple(agent.storage.areas),
+        ),
     )
 
 
@@ -131,3 +151,281 @@ def allows_host_tool(grant: RunGrant, tool_name: str) -> bool:
 
 def allows_state(grant: RunGrant, scope: str, *, write: bool) -> bool:
     return scope in (grant.state_write if write else grant.state_read)
+
+
+# -- why a target is allowed or not ------------------------------------------------------------------
+
+Layer = Literal["manifest", "agent", "event"]
+"""The three layers of the cut, in the order they are applied (PROTOCOL §6)."""
+
+CONTEXT_URI = "mcphost://run/context"
+ARTIFACT_URI_PREFIX = "mcphost://artifacts/"
+STORAGE_AREAS: tuple[str, ...] = ("plugin", "workspace", "binding")
+_EVENT_FIELDS: Mapping[str, str] = {
+    "conversation": "conversation.conversation_id",
+    "actor": "actor.actor_id",
+    "subject": "subject.subject_type and subject.subject_id",
+    "workspace": "conversation.workspace_id",
+}
+
+
+class GrantCheck(BaseModel):
+    """One target checked against a grant: allowed, or the layer that removed it and what would add it."""
+
+    model_config = ConfigDict(frozen=True, use_attribute_docstrings=True)
+
+    target: str
+    """What was checked: `tool:NAME`, `state:SCOPE:read|write`, `storage:AREA`, `knowledge:KB` or
+    `resource:URI`."""
+    allowed: bool
+    layer: Layer | None = None
+    """The first layer that removed the target (None when allowed, or for an inspection grant)."""
+    reason: str | None = None
+    """Why that layer removed it."""
+    fix: str | None = None
+    """The config key or manifest field that would add it."""
+
+
+def check(grant: RunGrant, target: str) -> GrantCheck:
+    """Whether `grant` allows `target`, and when not, which layer removed it and how to add it.
+
+    Raises:
+        ValueError: `target` is not one of the forms above, or names no known tool, scope or resource.
+    """
+    kind, _, rest = target.partition(":")
+    match kind:
+        case "tool":
+            allowed, removed = _tool(grant, rest)
+        case "state":
+            scope, _, mode = rest.partition(":")
+            if mode not in ("read", "write"):
+                raise ValueError(f"{target!r}: a state target is 'state:SCOPE:read' or 'state:SCOPE:write'")
+            allowed, removed = _state(grant, scope, write=mode == "write")
+        case "storage":
+            allowed, removed = _storage(grant, rest)
+        case "knowledge":
+            if not rest:
+                raise ValueError(f"{target!r}: name a knowledge base, as in 'knowledge:docs'")
+            allowed = rest in grant.knowledge_bases
+            removed = None if allowed else _knowledge_layers(grant, rest)
+        case "resource":
+            if rest == CONTEXT_URI:
+                allowed, removed = True, None
+            elif rest.startswith(ARTIFACT_URI_PREFIX) and len(rest) > len(ARTIFACT_URI_PREFIX):
+                allowed, removed = _tool(grant, "artifacts_read")
+            else:
+                raise ValueError(
+                    f"{target[:120]!r} names no resource of the per-run MCP server; its resources are "
+                    f"{CONTEXT_URI!r} and '{ARTIFACT_URI_PREFIX}<artifact_id>'"
+                )
+        case _:
+            raise ValueError(
+                f"{target[:120]!r} is not a target; use tool:NAME, state:SCOPE:read|write, storage:AREA, "
+                "knowledge:KB or resource:URI"
+            )
+    if allowed:
+        return GrantCheck(target=target, allowed=True)
+    if removed is None:  # an inspection grant: no layers, only what `mcphost grant` named
+        return GrantCheck(
+            target=target,
+            allowed=False,
+            reason="this inspection grant was created without it",
+            fix="create a grant that names it: mcphost grant --tools NAME / --host-tools GLOB / --write",
+        )
+    layer, reason, fix = removed
+    return GrantCheck(target=target, allowed=False, layer=layer, reason=reason, fix=fix)
+
+
+def refusal(grant: RunGrant, target: str, action: str) -> tuple[str, JSONObject]:
+    """The message and details of an `unauthorized` answer for `target`: `This run may not <action>: ...`.
+
+    Names the layer and the key only; it quotes nothing of the config beyond the run's own agent and
+    runner ids and the target itself.
+    """
+    try:
+        found = check(grant, target)
+    except ValueError:  # a target no layer knows of (a malformed name): nothing to add it
+        return f"This run may not {action}; tools/list shows what it may call.", {"target": target[:200]}
+    assert not found.allowed, f"refusal() of {target[:200]!r}, which the grant allows"
+    where = f" ({found.layer} layer)" if found.layer else ""
+    message = f"This run may not {action}: {found.reason}{where}. To allow it, {found.fix}."
+    details: JSONObject = {"target": target[:200], "layer": found.layer, "fix": found.fix}
+    return message, details
+
+
+_Removed = tuple[Layer, str, str] | None
+
+
+def _tool(grant: RunGrant, name: str) -> tuple[bool, _Removed]:
+    if not name:
+        raise ValueError("name a tool, as in 'tool:state_get'")
+    if name in ALL_FACTS_TOOLS:
+        allowed = name in grant.tools
+        return allowed, None if allowed else _facts_tool_layers(grant.layers, name)
+    if "__" in name:
+        allowed = allows_host_tool(grant, name)
+        return allowed, None if allowed else _host_tool_layers(grant.layers, name)
+    raise ValueError(
+        f"there is no tool {name[:100]!r}: facts tools are {', '.join(sorted(ALL_FACTS_TOOLS))}; "
+        "host tools are named '<server>__<tool>'"
+    )
+
+
+def _runner(layers: GrantLayers) -> str:
+    return f"the manifest of runner {layers.runner_id!r}"
+
+
+def _agent(layers: GrantLayers) -> str:
+    return f"agent {layers.agent_id!r}"
+
+
+def _entry(layers: GrantLayers) -> str:
+    return f"the [[agents]] entry of {layers.agent_id!r}"
+
+
+def _facts_tool_layers(layers: GrantLayers | None, name: str) -> _Removed:
+    if layers is None:
+        return None
+    if name in STORAGE_TOOLS:
+        return _storage_layers(layers, None)
+    area, perm = next(key for key, names in FACTS_TOOLS_BY_PERMISSION.items() if name in names)
+    declared: list[str] = getattr(layers.manifest, area)
+    if perm not in declared:
+        return (
+            "manifest",
+            f"{_runner(layers)} does not declare permissions.{area} {perm!r}",
+            f"add {perm!r} to permissions.{area} in {_runner(layers)} (its author's change)",
+        )
+    if area == "knowledge" and not layers.knowledge_bases:
+        return (
+            "agent",
+            f"{_agent(layers)} lists no resources.knowledge_bases",
+            f"add a knowledge base id to resources.knowledge_bases in {_entry(layers)}",
+        )
+    if area == "state":
+        return _state_agent_layer(layers, None, write=perm == "write")
+    raise AssertionError(f"{name!r} is granted by every layer but missing from the grant")
+
+
+def _host_tool_layers(layers: GrantLayers | None, name: str) -> _Removed:
+    if layers is None:
+        return None
+    if "call" not in layers.manifest.tools:
+        return (
+            "manifest",
+            f"{_runner(layers)} does not declare permissions.tools 'call'",
+            f"add 'call' to permissions.tools in {_runner(layers)} (its author's change)",
+        )
+    server = name.split("__", 1)[0]
+    return (
+        "agent",
+        f"no glob in resources.tools of {_agent(layers)} matches {name[:100]!r}",
+        f"add {name[:100]!r} (or '{server[:60]}__*') to resources.tools in {_entry(layers)}",
+    )
+
+
+def _state(grant: RunGrant, scope: str, *, write: bool) -> tuple[bool, _Removed]:
+    if scope not in STATE_SCOPES:
+        raise ValueError(f"there is no state scope {scope[:100]!r}; known: {', '.join(STATE_SCOPES)}")
+    granted = scope in (grant.state_write if write else grant.state_read)
+    if granted and grant.state_scope_id(scope) is not None:
+        return True, None
+    layers = grant.layers
+    if layers is None:
+        return False, None
+    mode = "write" if write else "read"
+    if mode not in layers.manifest.state:
+        return False, (
+            "manifest",
+            f"{_runner(layers)} does not declare permissions.state {mode!r}",
+            f"add {mode!r} to permissions.state in {_runner(layers)} (its author's change)",
+        )
+    removed = _state_agent_layer(layers, scope, write=write)
+    if removed is not None:
+        return False, removed
+    field = _EVENT_FIELDS.get(scope, scope)
+    return False, (
+        "event",
+        f"the event carries no {field}, so it has no {scope!r} state",
+        f"send the event with {field} set",
+    )
+
+
+def _state_agent_layer(layers: GrantLayers, scope: str | None, *, write: bool) -> _Removed:
+    if write and not layers.state_write:
+        return (
+            "agent",
+            f"state.write is false for {_agent(layers)}",
+            f"set state.write = true in {_entry(layers)}",
+        )
+    if scope is None and not layers.state_scopes:
+        return (
+            "agent",
+            f"state.scopes is empty for {_agent(layers)}",
+            f"add a scope (such as 'conversation') to state.scopes in {_entry(layers)}",
+        )
+    if scope is not None and scope not in layers.state_scopes:
+        return (
+            "agent",
+            f"state.scopes of {_agent(layers)} does not include {scope!r}",
+            f"add {scope!r} to state.scopes in {_entry(layers)}",
+        )
+    return None
+
+
+def _storage(grant: RunGrant, area: str) -> tuple[bool, _Removed]:
+    if area not in STORAGE_AREAS:
+        raise ValueError(f"there is no storage area {area[:100]!r}; known: {', '.join(STORAGE_AREAS)}")
+    if area in grant.storage_areas and (area != "workspace" or grant.workspace_id is not None):
+        return True, None
+    layers = grant.layers
+    if layers is None:
+        return False, None
+    removed = _storage_layers(layers, area)
+    return False, removed or (
+        "event",
+        "the event carries no conversation.workspace_id, so it has no 'workspace' storage",
+        "send the event with conversation.workspace_id set",
+    )
+
+
+def _storage_layers(layers: GrantLayers, area: str | None) -> _Removed:
+    declared = list(layers.manifest.storage)
+    if (area is None and not declared) or (area is not None and area not in declared):
+        what = f"storage area {area!r}" if area else "any storage area"
+        return (
+            "manifest",
+            f"{_runner(layers)} does not declare {what} in permissions.storage",
+            f"add {repr(area) if area else 'an area (plugin, workspace or binding)'} to permissions.storage "
+            f"in {_runner(layers)} (its author's change)",
+        )
+    if area is None and not set(declared) & set(layers.storage_areas):
+        return (
+            "agent",
+            f"storage.areas of {_agent(layers)} shares no area with the manifest's {', '.join(declared)}",
+            f"add one of {', '.join(repr(a) for a in declared)} to storage.areas in {_entry(layers)}",
+        )
+    if area is not None and area not in layers.storage_areas:
+        return (
+            "agent",
+            f"storage.areas of {_agent(layers)} does not include {area!r}",
+            f"add {area!r} to storage.areas in {_entry(layers)}",
+        )
+    return None
+
+
+def _knowledge_layers(grant: RunGrant, kb_id: str) -> _Removed:
+    layers = grant.layers
+    if layers is None:
+        return None
+    if not layers.manifest.knowledge:
+        return (
+            "manifest",
+            f"{_runner(layers)} declares no permissions.knowledge",
+            f"add 'list' and 'retrieve' to permissions.knowledge in {_runner(layers)} (its author's change)",
+        )
+    return (
+        "agent",
+        f"resources.knowledge_bases of {_agent(layers)} does not include {kb_id[:100]!r}",
+        f"add {kb_id[:100]!r} to resources.knowledge_bases in {_entry(layers)}",
+    )

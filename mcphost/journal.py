@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mcphost.errors import HostError, NotFoundError
-from mcphost.grants import allows_state
+from mcphost.grants import allows_state, refusal
 from mcphost.models import AgentEventEnvelope, RunError, RunGrant, RunStatus, new_id
 from mcphost.plugins.process import RawResult
 from mcphost.protocol import (
@@ -355,11 +355,8 @@ class RunJournal:
     async def _update_state(self, result: StateUpdated) -> None:
         data = result.data
         if not allows_state(self._grant, data.scope, write=True):
-            raise _ViolationError(
-                "unauthorized",
-                f"state.updated: this run may not write {data.scope!r} state "
-                f"(writable scopes: {', '.join(sorted(self._grant.state_write)) or 'none'})",
-            )
+            message, _ = refusal(self._grant, f"state:{data.scope}:write", f"write {data.scope!r} state")
+            raise _ViolationError("unauthorized", f"state.updated: {message}")
         owner = self._grant.state_scope_id(data.scope)
         if owner is None:
             raise _ViolationError(

@@ -23,6 +23,7 @@ from mcphost.protocol import (
     Delivery,
     InboundModel,
     JSONObject,
+    Permissions,
     StateScope,
     TriggerSource,
     parse_runner_id,
@@ -317,6 +318,25 @@ class Run(_Frozen):
     """The attempt before this one (None for attempt 1)."""
 
 
+class GrantLayers(_Frozen):
+    """What the manifest and agent layers of a run's cut offered (PROTOCOL §6), kept with its grant.
+
+    Not consulted to decide anything (the grant's own sets do); read only to say which layer removed a
+    refused tool, scope or area and which key would add it. The event layer is the grant's scope ids.
+    """
+
+    runner_id: str
+    agent_id: str
+    manifest: Permissions
+    """The runner manifest's `permissions`."""
+    tools: tuple[str, ...] = ()
+    """The agent's `resources.tools` globs."""
+    knowledge_bases: tuple[str, ...] = ()
+    state_scopes: tuple[str, ...] = ()
+    state_write: bool = True
+    storage_areas: tuple[str, ...] = ()
+
+
 class RunGrant(_Frozen):
     """The frozen authorization snapshot of one run (PROTOCOL §6). Checked on every MCP call."""
 
@@ -347,6 +367,8 @@ class RunGrant(_Frozen):
     call_budget: int | None = None
     byte_budget: int | None = None
     token_hash: str
+    layers: GrantLayers | None = None
+    """What each layer offered, to word refusals; None for inspection grants (they have no layers)."""
 
     def state_scope_id(self, scope: str) -> tuple[str, ...] | None:
         """The owner key of a state scope for this run, or None when the event lacks its id."""

@@ -45,6 +45,7 @@ from mcphost.api._endpoints import (
     run_results,
     show_run,
 )
+from mcphost.api._explain import explain_event
 from mcphost.api._hooks import receive_hook
 from mcphost.api._http import parse_query
 from mcphost.api._models import (
@@ -86,6 +87,7 @@ from mcphost.api._schedules import (
     resume_schedule,
     show_schedule,
 )
+from mcphost.explain import ExplainRequest, Explanation
 from mcphost.models import AgentEventEnvelope
 from mcphost.protocol import ArtifactRef, JSONObject
 from mcphost.schedules import ScheduleStatus
@@ -217,6 +219,11 @@ _ENDPOINTS: tuple[_Endpoint, ...] = (
     _Endpoint("POST", "/v1/approvals/{approval_id}", decide_approval,
               "Approve or deny (idempotent; the other decision, or approving an expired one, is 409)", 200,
               "ApprovalRecord", (400, 404, 409, 413), body="DecisionBody"),
+    _Endpoint("POST", "/v1/explain", explain_event,
+              "Dry run: the agent an event would bind to (and why the others do not), its grant layer by layer, "
+              "and for each named tool, resource or state scope 'allowed' or the layer that removed it and the "
+              "key that would add it. Nothing is stored or run", 200, "Explanation", (400, 404, 413),
+              body="ExplainRequest"),
     _Endpoint("GET", "/v1/runners", list_runners, "Runners, rejected manifests and plugin processes", 200,
               "RunnersView"),
     _Endpoint("POST", "/v1/artifacts", upload_artifact,
@@ -245,6 +252,7 @@ TAGS: dict[str, str] = {
     "schedules": "Schedules that fire events.",
     "deliveries": "Outbound webhook deliveries.",
     "approvals": "Human approvals of requested actions: list, read, decide.",
+    "explain": "Dry runs: the binding and grant an event would get, and why a target is (not) allowed.",
     "runners": "The runners the plugins registered, and the plugin processes.",
     "artifacts": "Files: upload, metadata, downloads with byte ranges.",
     "meta": "Liveness, metrics and this document (no API key).",
@@ -340,6 +348,7 @@ _SCHEMA_MODELS: tuple[type[BaseModel], ...] = (
     DeliveryRecord,
     ApprovalsPage,
     ApprovalRecord,
+    Explanation,
 )
 
 
@@ -350,6 +359,7 @@ def openapi() -> JSONObject:
     modes.append((CancelBody, "validation"))
     modes.append((ScheduleSpec, "validation"))
     modes.append((DecisionBody, "validation"))
+    modes.append((ExplainRequest, "validation"))
     _, top = models_json_schema(modes, ref_template="#/components/schemas/{model}")
     paths: dict[str, JSONObject] = {}
     for endpoint in _ENDPOINTS:

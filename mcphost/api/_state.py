@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from starlette.requests import Request
 
 from mcphost.api._metrics import HostMetrics
+from mcphost.bindings import Bindings
 from mcphost.config import HookConfig, WebhookConfig
 from mcphost.orchestrator import Orchestrator
 from mcphost.plugins.process import PluginProcess
@@ -48,6 +49,8 @@ class ApiState:
     stores: Stores
     orchestrator: Orchestrator
     registry: RunnerRegistry[PluginProcess]
+    bindings: Bindings
+    """The configured agents (`POST /v1/explain` resolves through them, as the orchestrator does)."""
     metrics: HostMetrics
     limits: ApiLimits = field(default_factory=ApiLimits)
     hooks: Mapping[str, HookConfig] = field(default_factory=dict[str, HookConfig])

@@ -367,6 +367,33 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--force", action="store_true", help="overwrite an existing file")
 
+    p = sub.add_parser(
+        "explain",
+        help="dry run: the agent and grant an event would get, and why a tool is (not) allowed",
+        description="Explain an event that has not happened: which agent binds it and why the others do not, the grant it would get layer by layer (the runner's manifest, the agent's config, the event's scope ids) and, for each named tool, resource or state scope, 'allowed' or the layer that removed it and the config key or manifest field that would add it. Nothing is stored or run.",
+    )
+    p.add_argument(
+        "--event", required=True, metavar="FILE.json", help="the event, as POST /v1/events takes it"
+    )
+    p.add_argument(
+        "--tool",
+        dest="tools",
+        action="append",
+        metavar="NAME",
+        help="a facts tool or <server>__<tool> (repeatable)",
+    )
+    p.add_argument(
+        "--resource", dest="resources", action="append", metavar="URI", help="a resource URI (repeatable)"
+    )
+    p.add_argument(
+        "--state-scope",
+        dest="state_scopes",
+        action="append",
+        metavar="SCOPE",
+        help="a state scope, checked for read and write (repeatable)",
+    )
+    _add_common(p)
+
     p = sub.add_parser("config", help="check the configuration", description="Configuration tools.")
     config_sub = p.add_subparsers(dest="config_command", metavar="ACTION", required=True)
     c = config_sub.add_parser(
@@ -561,6 +588,7 @@ _COMMANDS: dict[str, tuple[str, str]] = {
     "gc": ("_gc", "cmd_gc"),
     "deliveries": ("_deliveries", "cmd_deliveries"),
     "approvals": ("_approvals", "cmd_approvals"),
+    "explain": ("_explain", "cmd_explain"),
 }
 """Each command's module (imported only when the command runs: `--help` and `--version` import none of
 them, nor the server, SQLAlchemy or `mcp` they pull in) and its `async (args, settings) -> exit code`."""

@@ -20,10 +20,14 @@ import os
 import shutil
 import sys
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mcphost.cli._common import EXIT_OK, dump
 from mcphost.config import BUNDLED_PLUGINS, PluginConfig, Settings
+from mcphost.protocol import AgentRunnerManifest
+
+if TYPE_CHECKING:
+    from runners.sdk import AgentRunner
 
 
 @dataclass
@@ -67,18 +71,35 @@ def program_found(plugin: PluginConfig) -> bool:
     return shutil.which(program, path=search) is not None
 
 
-def bundled_runners(plugin: PluginConfig, module: str, settings: Settings) -> list[RunnerListing]:
-    """The runners a bundled plugin registers, from their classes; harness CLIs looked up."""
-    from runners.harness import HarnessRunner, resolve_cli
+def _bundled_classes(module: str) -> list[tuple[type[AgentRunner], AgentRunnerManifest]]:
+    """The runner classes of a bundled plugin's module and the manifests they register."""
     from runners.sdk import AgentRunner
 
     loaded = importlib.import_module(module)
     plugin_name = next(name for name, mod in BUNDLED_PLUGINS.items() if mod == module)
+    return [
+        (obj, obj().manifest(author="mcphost", plugin=plugin_name))
+        for obj in vars(loaded).values()
+        if isinstance(obj, type) and issubclass(obj, AgentRunner) and obj.__module__ == module
+    ]
+
+
+def bundled_manifests(settings: Settings) -> dict[str, AgentRunnerManifest]:
+    """The manifests of every configured bundled plugin's runners, built in process (nothing started)."""
+    found: dict[str, AgentRunnerManifest] = {}
+    for plugin in settings.all_plugins():
+        module = bundled_module(plugin)
+        if module is not None:
+            found.update((manifest.id, manifest) for _, manifest in _bundled_classes(module))
+    return found
+
+
+def bundled_runners(plugin: PluginConfig, module: str, settings: Settings) -> list[RunnerListing]:
+    """The runners a bundled plugin registers, from their classes; harness CLIs looked up."""
+    from runners.harness import HarnessRunner, resolve_cli
+
     listed: list[RunnerListing] = []
-    for obj in vars(loaded).values():
-        if not (isinstance(obj, type) and issubclass(obj, AgentRunner) and obj.__module__ == module):
-            continue
-        manifest = obj().manifest(author="mcphost", plugin=plugin_name)
+    for obj, manifest in _bundled_classes(module):
         listing = RunnerListing(id=manifest.id, name=manifest.name, plugin=plugin.display_name)
         if issubclass(obj, HarnessRunner):
             cli_path = next(

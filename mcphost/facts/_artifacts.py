@@ -27,6 +27,7 @@ from mcphost.errors import NotFoundError
 from mcphost.facts._args import MAX_READ_BYTES, ArtifactArgs, ArtifactsCreateArgs, ArtifactsReadArgs
 from mcphost.facts._call import Call
 from mcphost.facts._results import ToolCallError
+from mcphost.grants import refusal
 from mcphost.protocol import MAX_INLINE_ARTIFACT_BYTES
 from mcphost.protocol.facts import ArtifactChunk, ArtifactMetadata
 from mcphost.stores import ArtifactRecord
@@ -102,7 +103,8 @@ async def artifacts_read(call: Call, args: ArtifactsReadArgs) -> ArtifactChunk:
 async def artifacts_create(call: Call, args: ArtifactsCreateArgs) -> ArtifactMetadata:
     """Store new content as an artifact owned by the run."""
     if not call.grant.artifact_create:
-        raise ToolCallError("unauthorized", "This run may not create artifacts.")
+        message, details = refusal(call.grant, "tool:artifacts_create", "create artifacts")
+        raise ToolCallError("unauthorized", message, details=details)
     record = await call.stores.artifacts.put_bytes(
         args.content(),
         name=args.name,
@@ -117,7 +119,8 @@ async def artifacts_create(call: Call, args: ArtifactsCreateArgs) -> ArtifactMet
 async def read_resource(call: Call, uri: str) -> types.ReadResourceResult:
     """`mcphost://artifacts/{artifact_id}`: the whole artifact, up to `MAX_READ_BYTES`."""
     if "artifacts_read" not in call.grant.tools:
-        raise ToolCallError("unauthorized", "This run may not read artifacts.")
+        message, details = refusal(call.grant, "tool:artifacts_read", "read artifacts")
+        raise ToolCallError("unauthorized", message, details=details)
     artifact_id = uri.removeprefix(ARTIFACT_URI_PREFIX)
     if not _ARTIFACT_ID.match(artifact_id):
         raise ToolCallError("invalid_argument", f"{uri[:80]!r} does not name an artifact id.")

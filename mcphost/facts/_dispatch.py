@@ -58,7 +58,7 @@ from mcphost.facts._limits import LimitRegistry
 from mcphost.facts._results import ToolCallError, digest_arguments, error_result, ok_result
 from mcphost.facts._tools import FACTS_TOOLS, input_schema
 from mcphost.facts.providers import ContextProvider, HostToolProvider, KnowledgeRetriever
-from mcphost.grants import allows_host_tool
+from mcphost.grants import allows_host_tool, refusal
 from mcphost.models import RunGrant
 from mcphost.protocol import (
     MAX_JSON_DEPTH,
@@ -362,9 +362,8 @@ class FactsDispatch:
         if spec is None:
             return await self._invoke_host_tool(call, name, arguments)
         if name not in call.grant.tools:
-            raise ToolCallError(
-                "unauthorized", f"This run may not call {name!r}; tools/list shows what it may call."
-            )
+            message, details = refusal(call.grant, f"tool:{name}", f"call {name!r}")
+            raise ToolCallError("unauthorized", message, details=details)
         _check_depth(arguments)
         problem = unstorable(arguments)
         if problem is not None:
@@ -390,9 +389,8 @@ class FactsDispatch:
         if "__" not in name:
             raise ToolCallError("not_found", f"There is no tool {name[:100]!r}; tools/list shows the tools.")
         if not _allows_host_tool(call.grant, name):
-            raise ToolCallError(
-                "unauthorized", f"This run may not call {name[:100]!r}; tools/list shows what it may call."
-            )
+            message, details = refusal(call.grant, f"tool:{name}", f"call {name[:100]!r}")
+            raise ToolCallError("unauthorized", message, details=details)
         if self._host_tools is None:
             raise ToolCallError("not_found", f"Host tool {name[:100]!r} is not available on this host.")
         _check_depth(arguments)

@@ -34,6 +34,7 @@ from mcphost.facts._args import (
 )
 from mcphost.facts._call import Call
 from mcphost.facts._results import ToolCallError
+from mcphost.grants import refusal
 from mcphost.models import RunGrant
 from mcphost.protocol import MAX_JSON_DEPTH
 from mcphost.protocol.facts import (
@@ -57,10 +58,8 @@ def _state_owner(call: Call, scope: str, *, write: bool) -> tuple[str, ...]:
     allowed = grant.state_write if write else grant.state_read
     if scope not in allowed:
         what = "write" if write else "read"
-        raise ToolCallError(
-            "unauthorized",
-            f"This run may not {what} {scope!r} state; it may {what}: {', '.join(sorted(allowed)) or 'none'}.",
-        )
+        message, details = refusal(grant, f"state:{scope}:{what}", f"{what} {scope!r} state")
+        raise ToolCallError("unauthorized", message, details=details)
     owner = grant.state_scope_id(scope)
     if owner is None:
         raise ToolCallError(
@@ -145,11 +144,8 @@ def storage_owner(grant: RunGrant, area: str) -> tuple[str, ...] | None:
 
 def _storage_owner(call: Call, area: str) -> tuple[str, ...]:
     if area not in call.grant.storage_areas:
-        raise ToolCallError(
-            "unauthorized",
-            f"This run may not use {area!r} storage; it may use: "
-            f"{', '.join(sorted(call.grant.storage_areas)) or 'none'}.",
-        )
+        message, details = refusal(call.grant, f"storage:{area}", f"use {area!r} storage")
+        raise ToolCallError("unauthorized", message, details=details)
     owner = storage_owner(call.grant, area)
     if owner is None:
         raise ToolCallError(

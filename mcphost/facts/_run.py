@@ -20,6 +20,7 @@ from mcphost.context import instructions_text
 from mcphost.facts._args import KnowledgeRetrieveArgs, NoArgs
 from mcphost.facts._call import Call
 from mcphost.facts._results import ToolCallError, dumps
+from mcphost.grants import refusal
 from mcphost.protocol import AgentRunContext
 from mcphost.protocol.facts import KnowledgeBase, KnowledgeBases, KnowledgeHits
 
@@ -50,10 +51,10 @@ async def knowledge_list(call: Call, args: NoArgs) -> KnowledgeBases:
 async def knowledge_retrieve(call: Call, args: KnowledgeRetrieveArgs) -> KnowledgeHits:
     """Chunks of a granted knowledge base that match the query."""
     if args.kb_id not in call.grant.knowledge_bases:
-        raise ToolCallError(
-            "unauthorized",
-            f"This run may not search knowledge base {args.kb_id!r}; knowledge_list shows the ones it may.",
+        message, details = refusal(
+            call.grant, f"knowledge:{args.kb_id}", f"search knowledge base {args.kb_id!r}"
         )
+        raise ToolCallError("unauthorized", message, details=details)
     if call.knowledge is None:
         raise ToolCallError(
             "not_found", f"Knowledge base {args.kb_id!r} has no search index yet; nothing can be retrieved."

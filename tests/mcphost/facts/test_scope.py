@@ -19,7 +19,9 @@ from mcphost.protocol import MAX_INLINE_ARTIFACT_BYTES
 from mcphost.stores import AuditRecord
 from tests.mcphost.facts.conftest import (
     ERAS,
+    FULL_PERMISSIONS,
     MODERN,
+    RUNNER,
     RunHandle,
     Served,
     connect,
@@ -358,3 +360,51 @@ async def test_cursors_do_not_show_positions_that_count_other_conversations_rows
         blob = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
         for plain in (b'"v"', b'"k"', b"k1"):
             assert plain not in blob, blob
+
+
+async def test_each_unauthorized_refusal_names_the_layer_that_removed_it_and_the_key_that_adds_it(
+    served: Served,
+) -> None:
+    no_history = {k: v for k, v in FULL_PERMISSIONS.items() if k != "history"}
+    narrow = await served.start_run(
+        permissions=no_history,
+        agent={"state": {"scopes": ["conversation"], "write": False}, "storage": {"areas": ["plugin"]}},
+    )
+    runner = RUNNER
+    async with connect(served, narrow, mode=MODERN) as client:
+        history = await refused(served, client, narrow, "history_page", {}, "unauthorized")
+        assert history["details"]["layer"] == "manifest"
+        assert history["message"] == (
+            f"This run may not call 'history_page': the manifest of runner {runner!r} does not declare "
+            f"permissions.history 'page' (manifest layer). To allow it, add 'page' to permissions.history "
+            f"in the manifest of runner {runner!r} (its author's change)."
+        )
+        write = await refused(
+            served,
+            client,
+            narrow,
+            "state_set",
+            {"scope": "conversation", "key": "k", "value": 1},
+            "unauthorized",
+        )
+        assert (write["details"]["layer"], write["details"]["fix"]) == (
+            "agent",
+            "set state.write = true in the [[agents]] entry of 'agent-a'",
+        )
+        scope = await refused(
+            served, client, narrow, "state_get", {"scope": "actor", "key": "k"}, "unauthorized"
+        )
+        assert scope["details"]["fix"] == "add 'actor' to state.scopes in the [[agents]] entry of 'agent-a'"
+        area = await refused(served, client, narrow, "storage_list", {"area": "binding"}, "unauthorized")
+        assert area["details"]["layer"] == "agent"
+        assert "storage.areas" in area["details"]["fix"]
+        kb = await refused(
+            served, client, narrow, "knowledge_retrieve", {"kb_id": "kb-other", "query": "x"}, "unauthorized"
+        )
+        assert (
+            kb["details"]["fix"]
+            == "add 'kb-other' to resources.knowledge_bases in the [[agents]] entry of 'agent-a'"
+        )
+        host = await refused(served, client, narrow, "github__issues", {}, "unauthorized")
+        assert host["details"]["layer"] == "agent"
+        assert "search__*" not in host["message"]  # the agent's own globs stay unsaid
