@@ -312,7 +312,9 @@ class RunOutput:
         idempotency_key: str | None = None,
         approval_hint: str | None = None,
     ) -> None:
-        """Ask for a platform action (`action.requested`); v1 hosts record it and never execute it."""
+        """Ask for a platform action (`action.requested`). The host records it and never executes it; with
+        an `idempotency_key` it waits for a person's approval and, approved, is announced once per key to
+        the host's webhook receivers (`action.approved`), which execute it."""
         data = ActionRequestedData(
             action=action,
             target=target,

@@ -3,7 +3,8 @@
 A test peer (not a mock): it calls the host's per-run MCP endpoint with the `mcp` SDK client exactly as
 any runner does. `set:KEY` calls `state_set` (conversation scope, value "v") and then `state_get`, and
 replies with JSON `{is_error, answer, stored}`: the `state_set` call's error flag and structured answer,
-and the value read back (null when nothing was written).
+and the value read back (null when nothing was written). `act:KEY` asks for the action `refund` of order
+KEY with idempotency key KEY (`action.requested`) and replies "asked".
 """
 
 from __future__ import annotations
@@ -24,6 +25,11 @@ class AskerRunner(AgentRunner):
     async def run(self, ctx: AgentRunContext, out: RunOutput) -> None:
         text = ctx.input.text or ""
         mcp = ctx.context.mcp
+        if text.startswith("act:"):
+            key = text.removeprefix("act:")
+            await out.action("refund", target={"order": key}, payload={"amount": 5}, idempotency_key=key)
+            await out.message("asked")
+            return
         if mcp is None or not text.startswith("set:"):
             await out.failed("runner.error", "expected set:KEY and an MCP endpoint")
             return

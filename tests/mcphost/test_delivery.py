@@ -22,10 +22,12 @@ from starlette.routing import Route
 
 from mcphost import delivery
 from mcphost.app import Host, open_host
-from mcphost.config import Settings, WebhookConfig
+from mcphost.config import PluginConfig, Settings, WebhookConfig
 from mcphost.serving import bind_socket, serve_http
 from mcphost.stores import DeliveryRecord, Stores
 from tests.e2e.httpkit import api_settings, asgi_client, event_body
+from tests.mcphost.facts.test_approvals import ASKER, asker_ready
+from tests.mcphost.hostkit import agent
 
 SECRET = "whsec_" + base64.b64encode(b"receiver-secret-0123456789abcdef").decode()
 
@@ -179,3 +181,52 @@ async def test_two_hosts_on_postgresql_never_send_one_delivery_twice(
     assert len(rows) == 12
     assert receiver.received == Counter({r.delivery_id: 1 for r in rows})
     assert receiver.requests == 12
+
+
+async def test_an_approved_action_is_delivered_for_execution_once_per_key(
+    database_url: str, tmp_path: Path
+) -> None:
+    port = free_port()
+    receiver = Receiver(fail_first=1)
+    base = webhook_settings(
+        database_url,
+        tmp_path / "data",
+        port,
+        events=["approval.requested", "action.approved"],
+        agents=["asker"],
+    )
+    settings = base.model_copy(
+        update={
+            "plugins": [*base.plugins, PluginConfig(command=ASKER, name="asker")],
+            "agents": [*base.agents, agent("asker", "plugin:test/asker/default")],
+        }
+    )
+    async with receiver.serving(port), open_host(settings) as host, asgi_client(host) as client:
+        await asker_ready(host)
+        for conversation in ("first", "second"):  # the same key asked twice, by two runs
+            answer = await client.post(
+                "/v1/events", json=event_body("act:order-7", bot="asker", conversation=conversation)
+            )
+            assert answer.status_code == 202, answer.text
+            await host.orchestrator.wait(answer.json()["run_id"])
+        (asked,) = (await client.get("/v1/approvals")).json()["items"]
+        assert (asked["kind"], asked["status"], asked["request"]["idempotency_key"]) == (
+            "action",
+            "pending",
+            "order-7",
+        )
+        for _ in range(2):
+            decided = await client.post(f"/v1/approvals/{asked['approval_id']}", json={"decision": "approve"})
+            assert (decided.status_code, decided.json()["status"]) == (200, "approved")
+        await wait_rows(host.stores, "delivered", 2)
+    assert set(receiver.received.values()) == {1}
+    by_type = {str(body["type"]): body for body in receiver.bodies.values()}
+    assert sorted(by_type) == ["action.approved", "approval.requested"]
+    assert by_type["action.approved"]["data"] == {
+        "approval_id": asked["approval_id"],
+        "note": None,
+        "action": "refund",
+        "target": {"order": "order-7"},
+        "payload": {"amount": 5},
+        "idempotency_key": "order-7",
+    }

@@ -31,6 +31,15 @@ def ask_settings(database_url: str, data_dir: Path, **host: Any) -> Settings:
     )
 
 
+async def asker_ready(host: Host) -> None:
+    """Wait until the asker plugin registered its runner (a loaded machine may restart its start-up)."""
+    with anyio.fail_after(120):
+        while True:
+            if any(r.runner_id == "plugin:test/asker/default" for r in host.registry.runners()):
+                return
+            await anyio.sleep(0.05)
+
+
 async def start(client: httpx2.AsyncClient, text: str) -> str:
     admitted = await client.post("/v1/events", json=event_body(text, bot="asker", conversation=text))
     assert admitted.status_code == 202, admitted.text
@@ -69,6 +78,7 @@ async def test_an_approved_write_proceeds_and_a_denied_one_does_nothing(
         serve_app(host) as served,
         httpx2.AsyncClient(base_url=served.url, timeout=30) as client,
     ):
+        await asker_ready(host)
         granted = await start(client, "set:granted")
         asked = await pending_of(client, granted)
         assert (asked["kind"], asked["request"]) == (
@@ -108,6 +118,7 @@ async def test_an_approval_left_to_expire_is_a_denial(database_url: str, tmp_pat
         serve_app(host) as served,
         httpx2.AsyncClient(base_url=served.url, timeout=30) as client,
     ):
+        await asker_ready(host)
         late = await start(client, "set:late")
         reply = await reply_of(host, late)
         assert (reply["is_error"], reply["stored"]) == (True, None)
