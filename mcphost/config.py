@@ -298,7 +298,7 @@ class RetentionSettings(_Section):
     events_days: float | None = Field(default=None, gt=0, le=36500)
     transcript_days: float | None = Field(default=None, gt=0, le=36500)
     artifacts_days: float | None = Field(default=None, gt=0, le=36500)
-    """New artifacts expire this long after creation (an upload may ask for less); at collection,
+    """New artifacts expire this long after creation (an upload's `expires_in_s` wins); at collection,
     artifacts without an expiry that are older go too. Expired artifacts lose their bytes."""
     dead_deliveries_days: float | None = Field(default=None, gt=0, le=36500)
     """Dead outbound deliveries, counted from the end of their `max_age_s`."""

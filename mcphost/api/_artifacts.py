@@ -21,6 +21,7 @@ import email.message
 import email.utils
 import logging
 import re
+import time
 import urllib.parse
 from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass
@@ -221,8 +222,14 @@ async def upload_artifact(request: Request) -> Response:
     name = upload.query.name or upload.filename
     if name is not None and len(name) > 255:
         raise InvalidArgumentError("The file name is longer than 255 characters; pass a shorter name.")
+    expires_in = upload.query.expires_in_s
     record = await state.stores.artifacts.put_stream(
-        upload.chunks, name=name, mime_type=mime, max_bytes=cap, conversation_id=upload.query.conversation_id
+        upload.chunks,
+        name=name,
+        mime_type=mime,
+        max_bytes=cap,
+        conversation_id=upload.query.conversation_id,
+        expires_at=None if expires_in is None else time.time() + expires_in,
     )
     logger.info("artifact %s stored: %d bytes", record.artifact_id, record.size)
     return JSONResponse(

@@ -104,6 +104,9 @@ class UploadQuery(QueryModel):
     """Media type (default: the part's or the request's Content-Type)."""
     conversation_id: str | None = Field(default=None, pattern=ID_PATTERN)
     """The conversation the artifact belongs to: that conversation's runs may read it."""
+    expires_in_s: int | None = Field(default=None, ge=1, le=36500 * 86400)
+    """Seconds until the artifact expires (reads as not found, and retention deletes it); default
+    `[retention] artifacts_days`, else never."""
 
 
 class ConversationPath(QueryModel):

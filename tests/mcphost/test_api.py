@@ -845,3 +845,22 @@ async def test_a_json_body_is_typed_strictly_and_a_query_string_is_not(
     listed = await client.get("/v1/runs", params={"limit": "1"})
     assert listed.status_code == 200, listed.text
     assert len(listed.json()["items"]) == 1
+
+
+async def test_an_upload_may_name_its_expiry_and_a_bad_one_is_400_storing_nothing(
+    host: Host, client: httpx2.AsyncClient, tmp_path: Path
+) -> None:
+    before = time.time()
+    ref = (await client.post("/v1/artifacts", params={"expires_in_s": "60"}, content=b"soon")).json()
+    meta = (await client.get(f"/v1/artifacts/{ref['artifact_id']}")).json()
+    assert before + 60 <= meta["expires_at"] <= time.time() + 60
+    counts, files = await row_counts(host.stores), blob_files(tmp_path / "data")
+    for value in ("0", "-5", "nan", "inf", "1.5", "1e3", "x", "99999999999999999999999", str(36501 * 86400)):
+        error = error_of(
+            await client.post("/v1/artifacts", params={"expires_in_s": value}, content=b"other bytes"),
+            400,
+            "invalid_argument",
+        )
+        assert "expires_in_s" in error["message"], value
+    assert await row_counts(host.stores) == counts
+    assert blob_files(tmp_path / "data") == files
