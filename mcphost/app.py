@@ -46,6 +46,7 @@ from starlette.types import ASGIApp, Lifespan, Message, Receive, Scope, Send
 
 from mcphost.api import ApiLimits, ApiState, HostMetrics, routes
 from mcphost.bindings import Bindings
+from mcphost.common.challenge import bearer_challenge
 from mcphost.config import Settings
 from mcphost.delivery import DeliverySender
 from mcphost.errors import HostError, StorageUnavailableError, UnauthorizedError, find_error
@@ -214,7 +215,7 @@ def error_response(
 def host_error_response(exc: HostError) -> JSONResponse:
     headers: dict[str, str] = {}
     if exc.status == 401:
-        headers["WWW-Authenticate"] = 'Bearer realm="mcphost"'
+        headers["WWW-Authenticate"] = bearer_challenge(exc.message)
     if exc.status == 503:
         headers["Retry-After"] = "5"
     if exc.status == 416 and isinstance(exc.details.get("size"), int):

@@ -7,6 +7,8 @@ not own the app or the host it serves (`app.py`).
 
 Invariants:
 - Without an API key the server listens only on loopback (`check_listen`, DESIGN §10).
+- While `serve` serves, `data_dir/serving.json` names its public URL and pid, so `mcphost grant` and
+  `send` on this machine reach the address really bound (`--listen`) rather than the configured one.
 - The access log never records the values of `REDACTED_QUERY_PARAMS`.
 - Graceful shutdown (`serve`): on SIGTERM/SIGINT the server stops taking events (503) but keeps
   serving, so running runs keep their MCP endpoint and clients their streams; runs get `grace_s` to
@@ -17,12 +19,15 @@ Invariants:
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
+import os
 import signal
 import socket
 import urllib.parse
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Generator
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 import anyio
 import uvicorn
@@ -95,11 +100,64 @@ def socket_url(sock: socket.socket) -> str:
     return local_url(host, port)
 
 
+SERVING_FILE = "serving.json"
+"""Written into `data_dir` by a running `mcphost serve`: `{"url": <its public URL>, "pid": <its pid>}`."""
+
+
 def advertised_url(settings: Settings) -> str:
-    """Where clients reach a `mcphost serve` of these settings: `[host] public_url`, else its `listen`."""
+    """Where clients reach a `mcphost serve` of these settings: the URL a server running on this data
+    directory recorded (`SERVING_FILE`; it follows `--listen`), else `[host] public_url`, else `listen`."""
+    served = served_url(settings.host.data_dir)
+    if served is not None:
+        return served
     if settings.host.public_url is not None:
         return settings.host.public_url
     return local_url(*parse_listen(settings.host.listen))
+
+
+def served_url(data_dir: Path) -> str | None:
+    """The public URL recorded by a `mcphost serve` that is still running on `data_dir`, if any."""
+    try:
+        record = json.loads((data_dir / SERVING_FILE).read_text())
+        url, pid = record["url"], record["pid"]
+    except (OSError, ValueError, TypeError, KeyError):
+        return None
+    if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+        return None
+    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0 or not _alive(pid):
+        return None
+    return url
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process: it exists
+        return True
+    except OverflowError:
+        return False
+    return True
+
+
+@contextlib.contextmanager
+def _serving_record(data_dir: Path, url: str) -> Generator[None]:
+    """`SERVING_FILE` naming `url` while the block runs; removed after it unless another server took it."""
+    path = data_dir / SERVING_FILE
+    mine = json.dumps({"url": url, "pid": os.getpid()})
+    try:
+        path.write_text(mine)
+    except OSError as exc:
+        logger.warning(
+            "could not record the served URL in %s (%s); `mcphost grant` may print another", path, exc
+        )
+    try:
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            if path.read_text() == mine:
+                path.unlink()
 
 
 REDACTED_QUERY_PARAMS: frozenset[str] = frozenset({"access_token", "token", "api_key"})
@@ -248,15 +306,17 @@ async def serve(
                 if settings.host.public_url is None:
                     host.orchestrator.public_url = url
                 app = build_app(host, limits=limits)
+                data_dir, public_url = settings.host.data_dir, host.orchestrator.public_url
                 async with serve_http(app, sock, access_log=True):
-                    logger.info("serving on %s (public URL %s)", url, host.orchestrator.public_url)
-                    if on_ready is not None:
-                        on_ready(url)
-                    async for signum in signals:
-                        logger.warning("received %s", signum.name)
-                        break
-                    state = app.state.api
-                    assert isinstance(state, ApiState)
-                    await drain(host, state, grace_s, signals)
+                    with _serving_record(data_dir, public_url):
+                        logger.info("serving on %s (public URL %s)", url, host.orchestrator.public_url)
+                        if on_ready is not None:
+                            on_ready(url)
+                        async for signum in signals:
+                            logger.warning("received %s", signum.name)
+                            break
+                        state = app.state.api
+                        assert isinstance(state, ApiState)
+                        await drain(host, state, grace_s, signals)
                 logger.info("HTTP server stopped; stopping plugins")
     logger.info("stopped")

@@ -307,6 +307,12 @@ def build_parser() -> argparse.ArgumentParser:
         "a grant has no host tool unless it is named here or in --tools",
     )
     p.add_argument("--write", action="store_true", help="also allow creating artifacts in the conversation")
+    p.add_argument(
+        "--url",
+        metavar="URL",
+        help="the server's base URL as clients reach it (default: the URL of a `mcphost serve` running on "
+        "this data directory, else [host] public_url, else [host] listen)",
+    )
     _add_common(p)
 
     p = sub.add_parser(

@@ -7,7 +7,12 @@ ends a grant or requests a run's cancel, and `cancel`, which does the same throu
 (`mcphost.inspection`, `mcphost.grants`).
 
 Invariants: the token is printed exactly once, in the guide's SECRET block (or the `--json` document);
-every config reads it from `$MCPHOST_RUN_TOKEN` (or asks for it) rather than containing it.
+every config reads it from `$MCPHOST_RUN_TOKEN` (or asks for it) rather than containing it. Shell lines
+are quoted with `shlex`, so `${MCPHOST_RUN_TOKEN}` reaches the client's config unexpanded (the client
+expands it when it starts the server). The bridge is named by absolute path (`bridge_command`), so a
+config works outside `uv run` and from any directory. Codex entries are `required` (Codex drops an
+optional server that is slow to start, without a word) and approve the grant's write tools (`codex exec`
+refuses a tool that needs approval).
 """
 
 from __future__ import annotations
@@ -15,79 +20,110 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import sys
 import time
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from mcphost.app import open_database
 from mcphost.cli._common import EXIT_OK, dump, fail
 from mcphost.config import Settings
 from mcphost.context import TOKEN_ENV, mcp_url
-from mcphost.inspection import create_grant, end_grant
+from mcphost.inspection import INSPECTION_WRITE_TOOLS, create_grant, end_grant
 from mcphost.protocol import JSONObject
 from mcphost.serving import advertised_url
 
-_TOKEN_REF = "@@MCPHOST_RUN_TOKEN@@"
+SERVER_NAME = "mcphost"
+"""The name every printed config gives the server: Claude Code and Codex call its tools `mcp__mcphost__*`."""
+CODEX_STARTUP_TIMEOUT_S = 30
+"""Codex waits this long for the server to start; only `required = true` makes it wait at all (an optional
+server that is not up within about a second is dropped silently)."""
 
 
-def _double_quoted(text: str) -> str:
-    """`text` inside double quotes for a POSIX shell, with the token placeholder left to expand."""
-    escaped = text.replace("\\", "\\\\").replace('"', '\\"').replace("`", "\\`").replace("$", "\\$")
-    return '"' + escaped.replace(_TOKEN_REF, f"${TOKEN_ENV}") + '"'
+def bridge_command() -> list[str]:
+    """The bridge as an absolute command that works from any directory, with or without the venv on PATH:
+    the `mcphost-bridge` script installed next to the running interpreter, else `<python> -m bridge`."""
+    python = Path(sys.executable)
+    script = python.parent / "mcphost-bridge"
+    if script.is_file() and os.access(script, os.X_OK):
+        return [str(script)]
+    return [str(python), "-m", "bridge"]
 
 
-def _toml_str(text: str) -> str:
-    return json.dumps(text)
+def _toml(value: str | bool | int | list[str]) -> str:
+    """A TOML value (JSON's string escapes are TOML's basic-string escapes)."""
+    return json.dumps(value) if not isinstance(value, bool) else str(value).lower()
 
 
-def mcp_client_configs(url: str) -> dict[str, dict[str, Any]]:
-    """Ready-to-paste MCP client configs for `url`, reading the token from $MCPHOST_RUN_TOKEN."""
-    bridge_args = ["--url", url]
+def mcp_client_configs(
+    url: str,
+    *,
+    bridge: Sequence[str] | None = None,
+    write_tools: Sequence[str] = (),
+    approve_all: bool = False,
+) -> dict[str, dict[str, Any]]:
+    """Ready-to-paste MCP client configs for `url`, reading the token from $MCPHOST_RUN_TOKEN.
+
+    Args:
+        bridge: the bridge command (default: `bridge_command()`); `--url URL` is appended.
+        write_tools: tools Codex must run without asking (it refuses tools that need approval when its
+            approval policy is `never`, as in `codex exec`).
+        approve_all: approve every tool of the server in Codex (a grant that names host tools, which
+            cannot be listed here).
+    """
+    command, *bridge_args = [*(bridge or bridge_command()), "--url", url]
     env_ref = "${" + TOKEN_ENV + "}"
     claude_http = {"type": "http", "url": url, "headers": {"Authorization": f"Bearer {env_ref}"}}
-    claude_bridge = {
-        "type": "stdio",
-        "command": "mcphost-bridge",
-        "args": bridge_args,
-        "env": {TOKEN_ENV: env_ref},
-    }
-    shell_http = json.dumps({**claude_http, "headers": {"Authorization": f"Bearer {_TOKEN_REF}"}})
+    claude_bridge = {"type": "stdio", "command": command, "args": bridge_args, "env": {TOKEN_ENV: env_ref}}
     vscode_input = [
         {"type": "promptString", "id": "mcphost-token", "description": "mcphost run token", "password": True}
     ]
-    toml_args = "[" + ", ".join(_toml_str(a) for a in bridge_args) + "]"
+    server = f"mcp_servers.{SERVER_NAME}"
+    codex_common: list[tuple[str, str | bool | int | list[str]]] = [
+        ("required", True),
+        ("startup_timeout_sec", CODEX_STARTUP_TIMEOUT_S),
+    ]
+    if approve_all:
+        codex_common.append(("default_tools_approval_mode", "approve"))
+    codex_tools = [(f"tools.{tool}.approval_mode", "approve") for tool in write_tools]
+    codex_http: list[tuple[str, str | bool | int | list[str]]] = [
+        ("url", url),
+        ("bearer_token_env_var", TOKEN_ENV),
+        *codex_common,
+    ]
+    codex_bridge: list[tuple[str, str | bool | int | list[str]]] = [
+        ("command", command),
+        ("args", bridge_args),
+        ("env_vars", [TOKEN_ENV]),
+        *codex_common,
+    ]
+
+    def codex(settings: list[tuple[str, str | bool | int | list[str]]]) -> dict[str, Any]:
+        overrides = [f"{server}.{key}={_toml(value)}" for key, value in [*settings, *codex_tools]]
+        table = f"[{server}]\n" + "".join(f"{key} = {_toml(value)}\n" for key, value in settings)
+        for tool in write_tools:
+            table += f'\n[{server}.tools.{tool}]\napproval_mode = "approve"\n'
+        shell = shlex.join(["codex", *(arg for o in overrides for arg in ("-c", o))])
+        return {"overrides": overrides, "command": shell, "config_toml": table}
+
     return {
         "claude_code": {
             "http": {
-                "command": f"claude mcp add-json mcphost {_double_quoted(shell_http)}",
-                "mcp_config": {"mcpServers": {"mcphost": claude_http}},
+                "command": shlex.join(["claude", "mcp", "add-json", SERVER_NAME, json.dumps(claude_http)]),
+                "mcp_config": {"mcpServers": {SERVER_NAME: claude_http}},
             },
             "bridge": {
-                "command": "claude mcp add-json mcphost " + "'" + json.dumps(claude_bridge) + "'",
-                "mcp_config": {"mcpServers": {"mcphost": claude_bridge}},
+                "command": shlex.join(["claude", "mcp", "add-json", SERVER_NAME, json.dumps(claude_bridge)]),
+                "mcp_config": {"mcpServers": {SERVER_NAME: claude_bridge}},
             },
         },
-        "codex": {
-            "http": {
-                "overrides": [
-                    f"mcp_servers.mcphost.url={_toml_str(url)}",
-                    f'mcp_servers.mcphost.bearer_token_env_var="{TOKEN_ENV}"',
-                ],
-                "config_toml": f'[mcp_servers.mcphost]\nurl = {_toml_str(url)}\nbearer_token_env_var = "{TOKEN_ENV}"\n',
-            },
-            "bridge": {
-                "overrides": [
-                    'mcp_servers.mcphost.command="mcphost-bridge"',
-                    f"mcp_servers.mcphost.args={toml_args}",
-                    f'mcp_servers.mcphost.env_vars=["{TOKEN_ENV}"]',
-                ],
-                "config_toml": f'[mcp_servers.mcphost]\ncommand = "mcphost-bridge"\nargs = {toml_args}\nenv_vars = ["{TOKEN_ENV}"]\n',
-            },
-        },
+        "codex": {"http": codex(codex_http), "bridge": codex(codex_bridge)},
         "vscode": {
             "http": {
                 "servers": {
-                    "mcphost": {
+                    SERVER_NAME: {
                         "type": "http",
                         "url": url,
                         "headers": {"Authorization": "Bearer ${input:mcphost-token}"},
@@ -97,9 +133,9 @@ def mcp_client_configs(url: str) -> dict[str, dict[str, Any]]:
             },
             "bridge": {
                 "servers": {
-                    "mcphost": {
+                    SERVER_NAME: {
                         "type": "stdio",
-                        "command": "mcphost-bridge",
+                        "command": command,
                         "args": bridge_args,
                         "env": {TOKEN_ENV: "${input:mcphost-token}"},
                     }
@@ -110,13 +146,13 @@ def mcp_client_configs(url: str) -> dict[str, dict[str, Any]]:
         "cursor": {
             "http": {
                 "mcpServers": {
-                    "mcphost": {"url": url, "headers": {"Authorization": "Bearer ${env:" + TOKEN_ENV + "}"}}
+                    SERVER_NAME: {"url": url, "headers": {"Authorization": "Bearer ${env:" + TOKEN_ENV + "}"}}
                 }
             },
             "bridge": {
                 "mcpServers": {
-                    "mcphost": {
-                        "command": "mcphost-bridge",
+                    SERVER_NAME: {
+                        "command": command,
                         "args": bridge_args,
                         "env": {TOKEN_ENV: "${env:" + TOKEN_ENV + "}"},
                     }
@@ -151,9 +187,9 @@ def _print_grant_guide(
     print("# (through the bridge):")
     print(block(cc["bridge"]["mcp_config"]))
     print("\n## Codex\n# direct HTTP:")
-    print("codex " + " ".join(f"-c '{o}'" for o in codex["http"]["overrides"]))
+    print(codex["http"]["command"])
     print("# through the stdio bridge:")
-    print("codex " + " ".join(f"-c '{o}'" for o in codex["bridge"]["overrides"]))
+    print(codex["bridge"]["command"])
     print("# or in ~/.codex/config.toml (direct HTTP):")
     print(codex["http"]["config_toml"], end="")
     print("# (through the bridge):")
@@ -181,8 +217,9 @@ async def cmd_grant(args: argparse.Namespace, settings: Settings) -> int:
             write=args.write,
         )
     run_id = made.run.run_id
-    url = mcp_url(advertised_url(settings), run_id)
-    configs = mcp_client_configs(url)
+    url = mcp_url(args.url or advertised_url(settings), run_id)
+    write_tools = [tool for tool in INSPECTION_WRITE_TOOLS if tool in made.grant.tools]
+    configs = mcp_client_configs(url, write_tools=write_tools, approve_all=bool(made.grant.host_tool_globs))
     expires = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(made.grant.deadline_at))
     if args.json:
         dump(

@@ -118,14 +118,17 @@ def _arguments_error(error: ValidationError) -> ToolCallError:
     return ToolCallError("invalid_argument", f"Invalid arguments: {summary}.", details={"errors": details})
 
 
-def _rpc_error(failure: ToolCallError) -> MCPError:
+def _rpc_error(failure: ToolCallError, *, uri: str | None = None) -> MCPError:
+    """The JSON-RPC error for a failed `resources/read` or `prompts/get`; a read's `data` names its `uri`
+    (the spec asks it of a missing resource; every failed read carries it)."""
     if failure.code in ("invalid_argument", "not_found", "payload_too_large"):
         code = types.INVALID_PARAMS
     elif failure.refused or failure.code == "cancelled":
         code = REFUSED_RPC_CODE
     else:
         code = types.INTERNAL_ERROR
-    return MCPError(code, f"{failure.code}: {failure.message}", data=failure.to_dict())
+    data = failure.to_dict() if uri is None else {**failure.to_dict(), "uri": uri}
+    return MCPError(code, f"{failure.code}: {failure.message}", data=data)
 
 
 class _InFlight:
@@ -449,7 +452,7 @@ class FactsDispatch:
 
         outcome = await self._execute(access, "resources/read", {"uri": uri}, read)
         if isinstance(outcome, ToolCallError):
-            raise _rpc_error(outcome)
+            raise _rpc_error(outcome, uri=uri)
         return outcome[0]
 
     async def _list_prompts(

@@ -48,6 +48,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import BaseRoute, Route, Router
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from mcphost.common.challenge import bearer_challenge
 from mcphost.facts._dispatch import ACCESS_KEY, FactsDispatch
 from mcphost.facts._grants import GrantCache, RunAccess
 from mcphost.facts._limits import LimitRegistry, RefusalBudget
@@ -72,7 +73,7 @@ _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,99}$")
 
 
 def _refusal(status: int, message: str, code: int = UNAUTHORIZED_RPC_CODE) -> JSONResponse:
-    headers = {"WWW-Authenticate": 'Bearer realm="mcphost"'} if status == 401 else None
+    headers = {"WWW-Authenticate": bearer_challenge(message)} if status == 401 else None
     body = {"jsonrpc": "2.0", "id": None, "error": {"code": code, "message": message}}
     return JSONResponse(body, status_code=status, headers=headers)
 

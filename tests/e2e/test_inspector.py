@@ -128,3 +128,17 @@ def test_the_inspector_lists_and_calls_tools_directly_and_through_the_bridge(
         check=False,
     )
     assert refused.returncode != 0  # no token: the endpoint answers 401
+    told = subprocess.run(
+        [
+            *(str(NODE), str(INSPECTOR), "--cli", grant["url"], "--transport", "http"),
+            *("--method", "tools/list", "--stored-auth-only"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+        check=False,
+    )
+    # Not asked to start OAuth, the Inspector reports mcphost's reason: the challenge's error_description.
+    assert told.returncode != 0
+    assert "missing Authorization: Bearer token" in told.stdout + told.stderr, told.stderr[-2000:]

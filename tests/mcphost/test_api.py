@@ -707,7 +707,9 @@ async def test_the_api_key_is_required_on_v1_when_configured(database_url: str, 
     async with open_host(settings) as host, asgi_client(host) as client:
         missing = await client.get("/v1/runs")
         error_of(missing, 401, "unauthorized")
-        assert missing.headers["www-authenticate"].startswith("Bearer")
+        challenge = missing.headers["www-authenticate"]
+        assert challenge.startswith('Bearer realm="mcphost", error="invalid_token", error_description="')
+        assert "Missing or wrong API key: send 'Authorization: Bearer <key>'" in challenge
         error_of(await client.get("/v1/runs", headers={"authorization": "Bearer wrong"}), 401, "unauthorized")
         error_of(
             await client.get("/v1/runs", headers={"authorization": "Basic s3cret-key"}), 401, "unauthorized"

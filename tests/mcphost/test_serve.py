@@ -165,6 +165,21 @@ def test_serve_and_send_stream_a_reply_and_sigterm_stops_cleanly(tmp_path: Path,
     refused = mcphost("send", "x", "--agent", "ghost", "--url", server.url, cwd=tmp_path)
     assert refused.returncode == 1
     assert "not_found" in refused.stderr
+    # `grant` prints the address really bound (--listen), not the configured 127.0.0.1:8787 ...
+    granted = mcphost("grant", "--conversation", "cli", "--json", "--config", str(config), cwd=tmp_path)
+    assert json.loads(granted.stdout)["url"].startswith(f"{server.url}/runs/run_"), granted.stderr
+    told = mcphost(
+        "grant",
+        "--conversation",
+        "cli",
+        "--json",
+        "--url",
+        "https://mcp.example",
+        "--config",
+        str(config),
+        cwd=tmp_path,
+    )
+    assert json.loads(told.stdout)["url"].startswith("https://mcp.example/runs/run_")  # ... unless told
 
     pids = plugin_pids(server.url)
     code, took = server.stop()
@@ -172,6 +187,9 @@ def test_serve_and_send_stream_a_reply_and_sigterm_stops_cleanly(tmp_path: Path,
     assert took < 15, server.log()
     assert "mcphost: stopped" in server.log()
     assert not [pid for pid in pids if group_alive(pid)]
+    assert not (tmp_path / "data" / "serving.json").exists()
+    after = mcphost("grant", "--conversation", "cli", "--json", "--config", str(config), cwd=tmp_path)
+    assert json.loads(after.stdout)["url"].startswith("http://127.0.0.1:8787/runs/run_")
     shown = mcphost("show", run_id, "--config", str(config), "--json", cwd=tmp_path)
     assert json.loads(shown.stdout)["run"]["status"] == "completed"
 
@@ -255,6 +273,7 @@ def test_grant_prints_working_configs_and_revoke_ends_the_grant(tmp_path: Path, 
         line for line in text.stdout.splitlines() if line.startswith("export MCPHOST_RUN_TOKEN=")
     )
     token = token_line.split("=", 1)[1].strip("'")
+    text_run = text.stdout.split()[2]  # "Inspection grant run_... on conversation ..."
     assert text.stdout.count(token) == 1  # printed once, marked secret
     assert "SECRET" in text.stdout
     for marker in (
@@ -276,6 +295,14 @@ def test_grant_prints_working_configs_and_revoke_ends_the_grant(tmp_path: Path, 
         grant["configs"]["codex"]["http"]["overrides"][1]
         == 'mcp_servers.mcphost.bearer_token_env_var="MCPHOST_RUN_TOKEN"'
     )
+    assert Path(bridge_config["command"]).is_absolute()  # works outside `uv run`, from any directory
+    printed_lines = text.stdout.splitlines()
+    for form in ("http", "bridge"):  # the guide prints the very lines of the --json document
+        for line in (
+            grant["configs"]["claude_code"][form]["command"],
+            grant["configs"]["codex"][form]["command"],
+        ):
+            assert line.replace(grant["run_id"], "RUN") in [p.replace(text_run, "RUN") for p in printed_lines]
 
     async def use_grant() -> tuple[list[str], list[str], list[str]]:
         headers = {
@@ -290,7 +317,7 @@ def test_grant_prints_working_configs_and_revoke_ends_the_grant(tmp_path: Path, 
             assert isinstance(page.structured_content, dict)
             history = [item["content"] for item in page.structured_content["items"]]
         bridge = StdioServerParameters(
-            command=str(BIN / bridge_config["command"]),
+            command=bridge_config["command"],
             args=bridge_config["args"],
             env={"MCPHOST_RUN_TOKEN": grant["token"], "PATH": os.environ.get("PATH", "")},
         )

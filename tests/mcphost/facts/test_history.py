@@ -160,7 +160,10 @@ async def test_big_and_expired_artifacts(served: Served) -> None:
         expired = await fails(client, "artifacts_metadata", {"artifact_id": gone.artifact_id})
         assert expired["code"] == "unauthorized"
         assert "does not exist or is not readable" in expired["message"]
-        with raises_mcp_error("not_found"):
+        with raises_mcp_error("not_found") as missing_resource:
             await client.read_resource("mcphost://nothing/here")
+        assert missing_resource[0].error.data is not None
+        assert missing_resource[0].error.data["uri"] == "mcphost://nothing/here"
+        assert missing_resource[0].error.data["code"] == "not_found"
         with raises_mcp_error("not_found"):
             await client.get_prompt("other")

@@ -146,6 +146,8 @@ async def test_another_runs_artifact_is_unauthorized_everywhere(served: Served, 
         assert foreign_read[0].message.replace(artifact_id, "ID") == missing_read[0].message.replace(
             "art_missing", "ID"
         )
+        assert missing_read[0].error.data is not None
+        assert missing_read[0].error.data["uri"] == "mcphost://artifacts/art_missing"
 
 
 async def test_artifacts_of_the_conversation_and_of_the_runs_input_are_readable(served: Served) -> None:

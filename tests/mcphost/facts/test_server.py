@@ -68,7 +68,9 @@ async def assert_refused_and_audited(
 ) -> None:
     assert response.status_code == 401
     assert rpc_error(response) == {"code": -32001, "message": reason}
-    assert response.headers["www-authenticate"].startswith("Bearer")
+    assert response.headers["www-authenticate"] == (
+        f'Bearer realm="mcphost", error="invalid_token", error_description="{reason}"'
+    )
     assert "Traceback" not in response.text
     (row,) = [r for r in await served.audit(run) if r.tool == "http POST"][-1:]
     assert (row.outcome, row.code, row.bytes_out) == ("refused", "unauthorized", len(response.content))
