@@ -101,6 +101,9 @@ class _Side:
     tally: _Tally = field(default_factory=_Tally)
     cpu_per_run_ms: list[float] = field(default_factory=list[float])
     total_runs: int = 0
+    failed: int = 0
+    """Runs that did not complete (their latencies stay in `tally`; they are not counted in runs/s)."""
+    errors: list[str] = field(default_factory=list[str])
 
     def cpu_s(self) -> float:
         return sum(_proctree.cpu_s(s.pid) for s in self.servers)
@@ -111,20 +114,30 @@ class _Side:
     def reset(self) -> None:
         self.tally.clear()
         self.cpu_per_run_ms.clear()
+        self.failed = 0
 
     async def round(self, concurrency: int, seconds: float, batch: str) -> list[float]:
         """One round: `concurrency` workers for `seconds`; returns [runs/s]."""
         servers = itertools.cycle(self.servers)
 
+        failed = 0
+
         async def one(i: int) -> None:
-            await self.run_one(self.client, next(servers), f"{batch}-r{i}")
+            nonlocal failed
+            try:
+                await self.run_one(self.client, next(servers), f"{batch}-r{i}")
+            except (RuntimeError, httpx2.HTTPError) as exc:
+                # Counted and reported (`*_failed_runs`), not fatal: one bad run must not void the table.
+                failed += 1
+                self.errors.append(str(exc)[:300])
 
         runs_before, cpu_before = self.tally.runs, self.cpu_s()
         rate = await _pushed(seconds, concurrency, one, self.tally)
         cpu, runs = self.cpu_s() - cpu_before, self.tally.runs - runs_before
-        self.total_runs += runs
-        self.cpu_per_run_ms.append(1000 * cpu / max(runs, 1))
-        return [rate]
+        self.failed += failed
+        self.total_runs += runs - failed
+        self.cpu_per_run_ms.append(1000 * cpu / max(runs - failed, 1))
+        return [rate * (runs - failed) / max(runs, 1)]
 
     async def warm_up(self) -> None:
         for i in range(WARMUP_RUNS):
@@ -222,14 +235,19 @@ def _rows(
     judged = dialect == "sqlite" and baseline is not None
     base_label = baseline.label if baseline else "—"
     notes: dict[str, float | str] = {
-        "mcphost_runs": float(subject.tally.runs),
+        "mcphost_runs": float(subject.tally.runs - subject.failed),
+        "mcphost_failed_runs": float(subject.failed),
         "mcphost_client_cpu_ms_per_run": subject.tally.cpu_ms_per_run(),
     }
     if baseline is not None:
         notes |= {
-            "langgraph_runs": float(baseline.tally.runs),
+            "langgraph_runs": float(baseline.tally.runs - baseline.failed),
+            "langgraph_failed_runs": float(baseline.failed),
             "langgraph_client_cpu_ms_per_run": baseline.tally.cpu_ms_per_run(),
         }
+    for side, key in ((subject, "mcphost_first_error"), (baseline, "langgraph_first_error")):
+        if side is not None and side.errors:
+            notes[key] = side.errors[0]
     rate_base = Stat.of(base_rates, "runs/s", higher_is_better=True) if base_rates else None
     rate = Stat.of(rates, "runs/s", higher_is_better=True)
     cpu_base = Stat.of(baseline.cpu_per_run_ms, "ms") if baseline else None

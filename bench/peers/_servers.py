@@ -178,6 +178,8 @@ async def mcphost_run(client: httpx2.AsyncClient, server: Server, conversation: 
                 if event == "end":
                     end = data
                     break
+                if event == "error":
+                    raise RuntimeError(f"mcphost sent an error event: {data!r}")
                 echoed = echoed or TEXT in json.dumps(data)
             elif not line:
                 event = ""
