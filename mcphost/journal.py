@@ -1,12 +1,14 @@
 """The persistent side of one run: inbound facts, the result rules of PROTOCOL §4, and their effects.
 
 `RunJournal` owns, for one run, everything the host writes because of it: the inbound event log row,
-the user transcript row, and each runner result — checked, numbered, persisted, then applied
-(assistant transcript rows, telemetry events, artifacts, state). It does not own the run's status or
+the user transcript row, and each runner result — checked, numbered, and persisted with what it causes
+(assistant transcript rows, telemetry and note events, state: `ResultEffects`) in one transaction per
+batch; inline artifacts are stored just before their batch. It does not own the run's status or
 its lifetime (`orchestrator.py`), nor any SQL (`stores/`).
 
 Invariants:
-- A result is persisted with a host sequence **before** anything is published about it.
+- A result is persisted with a host sequence **before** anything is published about it; a batch's
+  results and their effects commit together.
 - Host sequences are 1..N without gaps; the runner's own `sequence` only decides drops and warnings.
 - After a terminal result (the runner's or one the host synthesized) nothing more is accepted; later
   results are recorded in the event log as `result.ignored` and dropped.
@@ -55,7 +57,9 @@ from mcphost.protocol import (
     classify_result,
 )
 from mcphost.stores import Stores
-from mcphost.stores.events import EventKind
+from mcphost.stores.events import EventKind, event_values
+from mcphost.stores.results import ResultEffects, StoredResult
+from mcphost.stores.state import state_values
 from mcphost.stores.transcript import item_values
 
 logger = logging.getLogger(__name__)
@@ -93,7 +97,7 @@ class RunJournal:
         run_id: str,
         grant: RunGrant,
         event: AgentEventEnvelope,
-        publish: Callable[[], None],
+        publish: Callable[[Sequence[StoredResult]], None],
     ) -> None:
         self._stores = stores
         self._run_id = run_id
@@ -162,17 +166,16 @@ class RunJournal:
             accepted.append(result)
             if isinstance(result, RunCompleted | RunFailed):
                 terminal = result
-        if accepted:
-            await self._persist(accepted)
+        effects = ResultEffects()
         for kind, payload in notes:
-            await self._system_event(kind, payload)
+            self._system_event(effects, kind, payload)
         try:
             for result in accepted:
-                await self._apply(result)
+                await self._apply(result, effects)
         except _ViolationError as exc:
             violation = violation or exc
-        if accepted or notes:
-            self._publish()
+        if accepted or effects:
+            await self._persist(accepted, effects)
         if violation is not None and not self.ended:
             return await self.end(RunOutcome.failed(violation.code, violation.message))
         if terminal is not None and not self.ended:
@@ -243,48 +246,56 @@ class RunJournal:
                     f"{result.type}: artifact {artifact_id!r} is not owned by run {self._run_id!r}",
                 )
 
-    async def _persist(self, results: Sequence[AgentRunResult]) -> None:
+    async def _persist(self, results: Sequence[AgentRunResult], effects: ResultEffects) -> None:
+        """One transaction: the results and what they cause; then publish them (persist first)."""
         items = [(r.type, r.model_dump(mode="json", exclude_none=True)) for r in results]
-        await self._stores.results.append_many(self._run_id, items, first_seq=self._next_seq)
+        stored = await self._stores.results.append_many(
+            self._run_id, items, first_seq=self._next_seq, effects=effects
+        )
         self._next_seq += len(items)
+        if stored:
+            self._publish(stored)
 
-    async def _apply(self, result: AgentRunResult) -> None:
+    async def _apply(self, result: AgentRunResult, effects: ResultEffects) -> None:
+        """Add what `result` causes to `effects` (written with the batch); artifacts are stored here."""
         match result:
             case MessageDelta():
                 pass
             case MessageCompleted():
                 self._saw_message = True
-                await self._assistant_row(result.data.message)
+                self._assistant_row(effects, result.data.message)
             case ToolCallStarted() | ToolCallCompleted() | ActionRequested():
-                await self._telemetry(result)
+                self._telemetry(effects, result)
             case ArtifactCreated():
-                await self._register_artifact(result)
+                await self._register_artifact(effects, result)
             case StateUpdated():
-                await self._update_state(result)
+                self._update_state(effects, result)
             case RunCompleted():
                 message = result.data.message
                 if message is not None and not message.is_empty() and not self._saw_message:
                     self._saw_message = True
-                    await self._assistant_row(message)
+                    self._assistant_row(effects, message)
             case RunFailed():
                 pass
 
-    async def _assistant_row(self, message: Message) -> None:
+    def _assistant_row(self, effects: ResultEffects, message: Message) -> None:
         conv = self._event.conversation
         if conv is None or message.is_empty():
             return
-        await self._stores.transcript.append(
-            conversation_id=conv.conversation_id,
-            thread_id=conv.thread_id,
-            role=message.role,
-            content=message.content or "",
-            contents=[self._host_content(c).model_dump(mode="json") for c in message.contents or []],
-            artifacts=[
-                self._inline_refs.get(a.artifact_id, a).model_dump(mode="json") for a in message.artifacts
-            ],
-            event_id=None,
-            run_id=self._run_id,
-            actor_id=None,
+        effects.transcript.append(
+            item_values(
+                conversation_id=conv.conversation_id,
+                thread_id=conv.thread_id,
+                role=message.role,
+                content=message.content or "",
+                contents=[self._host_content(c).model_dump(mode="json") for c in message.contents or []],
+                artifacts=[
+                    self._inline_refs.get(a.artifact_id, a).model_dump(mode="json") for a in message.artifacts
+                ],
+                event_id=None,
+                run_id=self._run_id,
+                actor_id=None,
+            )
         )
 
     def _host_content(self, content: ContentElement) -> ContentElement:
@@ -294,11 +305,13 @@ class RunJournal:
             )
         return content
 
-    async def _telemetry(self, result: ToolCallStarted | ToolCallCompleted | ActionRequested) -> None:
+    def _telemetry(
+        self, effects: ResultEffects, result: ToolCallStarted | ToolCallCompleted | ActionRequested
+    ) -> None:
         kind: EventKind = "action" if isinstance(result, ActionRequested) else "telemetry"
-        await self._log_event(result.type, kind, result.data.model_dump(mode="json"))
+        self._log_event(effects, result.type, kind, result.data.model_dump(mode="json"))
 
-    async def _register_artifact(self, result: ArtifactCreated) -> None:
+    async def _register_artifact(self, effects: ResultEffects, result: ArtifactCreated) -> None:
         ref = result.data.artifact
         inline = result.data.content_base64
         if inline is None:
@@ -346,13 +359,14 @@ class RunJournal:
             max_bytes=MAX_INLINE_ARTIFACT_BYTES,
         )
         self._inline_refs[ref.artifact_id] = record.to_ref()
-        await self._log_event(
+        self._log_event(
+            effects,
             "artifact.created",
             "telemetry",
             {"runner_artifact_id": ref.artifact_id, "artifact": record.to_ref().model_dump(mode="json")},
         )
 
-    async def _update_state(self, result: StateUpdated) -> None:
+    def _update_state(self, effects: ResultEffects, result: StateUpdated) -> None:
         data = result.data
         if not allows_state(self._grant, data.scope, write=True):
             message, _ = refusal(self._grant, f"state:{data.scope}:write", f"write {data.scope!r} state")
@@ -364,9 +378,10 @@ class RunJournal:
                 f"state.updated: the event has no {data.scope!r} id, so that scope is unavailable",
             )
         try:
-            await self._stores.state.set(data.scope, owner, data.key, data.value)
+            _, values = state_values(data.scope, owner, data.key, data.value)
         except HostError as exc:
             raise _ViolationError(exc.code, f"state.updated: {exc.message}") from None
+        effects.state.append(values)
 
     # -- ending ----------------------------------------------------------------------------------------
 
@@ -410,10 +425,12 @@ class RunJournal:
             # Built once: a repeat after a failed write stores the very same result (idempotent).
             self._terminal = (self._next_seq, self._terminal_result(outcome))
         seq, (terminal_type, payload) = self._terminal
-        await self._stores.results.append_many(self._run_id, [(terminal_type, payload)], first_seq=seq)
+        stored = await self._stores.results.append_many(
+            self._run_id, [(terminal_type, payload)], first_seq=seq
+        )
         self._next_seq = seq + 1
         self._terminal_written = True
-        self._publish()
+        self._publish(stored)
 
     def _terminal_result(self, outcome: RunOutcome) -> tuple[str, dict[str, Any]]:
         if outcome.status is RunStatus.COMPLETED:
@@ -448,20 +465,25 @@ class RunJournal:
 
     # -- event log -------------------------------------------------------------------------------------
 
-    async def _system_event(self, event_type: str, payload: dict[str, Any]) -> None:
+    def _system_event(self, effects: ResultEffects, event_type: str, payload: dict[str, Any]) -> None:
         logger.warning("run %s: %s %s", self._run_id, event_type, payload)
-        await self._log_event(event_type, "ignored" if event_type == "result.ignored" else "system", payload)
+        kind: EventKind = "ignored" if event_type == "result.ignored" else "system"
+        self._log_event(effects, event_type, kind, payload)
 
-    async def _log_event(self, event_type: str, kind: EventKind, payload: dict[str, Any]) -> None:
+    def _log_event(
+        self, effects: ResultEffects, event_type: str, kind: EventKind, payload: dict[str, Any]
+    ) -> None:
         conv = self._event.conversation
-        await self._stores.events.append(
-            event_id=new_id("evt"),
-            event_type=event_type,
-            kind=kind,
-            conversation_id=conv.conversation_id if conv else None,
-            thread_id=conv.thread_id if conv else None,
-            run_id=self._run_id,
-            actor_id=None,
-            source="system",
-            payload=payload,
+        effects.events.append(
+            event_values(
+                event_id=new_id("evt"),
+                event_type=event_type,
+                kind=kind,
+                conversation_id=conv.conversation_id if conv else None,
+                thread_id=conv.thread_id if conv else None,
+                run_id=self._run_id,
+                actor_id=None,
+                source="system",
+                payload=payload,
+            )
         )

@@ -17,7 +17,9 @@ Invariants:
   `enqueue`/`reject`/`interrupt` policies hold across host processes sharing one PostgreSQL.
 - The deadline counts from admission: an event that waited in its conversation's queue past its
   agent's timeout is stale and fails with `deadline_exceeded` without starting.
-- Results are persisted before they are published; subscribers read from the store, so a reader that
+- Results are persisted before they are published. A reader of a run active on this process takes them
+  from the run's in-memory feed (`feed.py`), in the order persisted; readers of other processes' runs,
+  of ended runs, or further behind than the feed keeps read the store. Either way a reader that
   resumes after sequence N gets every later result exactly once.
 - No run stays `queued`/`running` without an executor on its live host. The terminal write (the
   journal's terminal result, then `RunStore.finish`) is idempotent and retried with jittered
@@ -77,6 +79,7 @@ from mcphost.errors import (
     StorageUnavailableError,
     find_error,
 )
+from mcphost.feed import ResultFeed, Signal
 from mcphost.grants import build_grant, mint_token
 from mcphost.inspection import GRANT_SWEEP_S, end_expired, end_grant
 from mcphost.journal import RunJournal, RunOutcome
@@ -103,6 +106,8 @@ LOCAL_RECHECK_S = 5.0
 safety net only: signals are not lost, and with many readers a short poll would cost real CPU)."""
 CANCEL_POLL_S = 0.5
 MAX_BATCH = 512
+RECENT_ENDS = 1024
+"""How many of this process's latest run ends `wait` answers from memory (an end never changes)."""
 RESULTS_PAGE = 1000
 """How many results `results()` reads from the store at a time."""
 TERMINAL_RETRY_S = 6.0
@@ -118,29 +123,6 @@ LOST = RunError(
 )
 HOST_FAILED = "The host failed while running this run; the cause is in the host's log under this run id."
 STORAGE_ERRORS = (StorageUnavailableError, StorageFullError)
-
-
-class _Signal:
-    """A wake-up that is never lost: `notify()` wakes every waiter holding a ticket taken before it.
-
-    Take `ticket()` *before* reading the state the signal guards, then `wait(ticket)`: a notify that
-    lands between the read and the wait has already set the ticket, so the wait returns at once.
-    """
-
-    def __init__(self) -> None:
-        self._event = anyio.Event()
-
-    def ticket(self) -> anyio.Event:
-        return self._event
-
-    def notify(self) -> None:
-        self._event.set()
-        self._event = anyio.Event()
-
-    @staticmethod
-    async def wait(ticket: anyio.Event, timeout: float) -> None:
-        with anyio.move_on_after(timeout):
-            await ticket.wait()
 
 
 @dataclass(eq=False)  # identity: also the borrower token of the capacity limiter
@@ -196,8 +178,11 @@ class Orchestrator:
         self.host_id = new_id("host")
         self._tg: TaskGroup | None = None
         self._active: dict[str, _ActiveRun] = {}
-        self._run_signals: dict[str, _Signal] = {}
-        self._conversation_signal = _Signal()
+        self._recent: dict[str, Run] = {}
+        """The latest runs of this process that ended, as recorded (oldest first; `RECENT_ENDS`)."""
+        self._feeds: dict[str, ResultFeed] = {}
+        """The results of each run active here, for this process's readers (persist, then publish)."""
+        self._conversation_signal = Signal()
         self._contexts: dict[str, AgentRunContext] = {}
         self._admitting: set[str] = set()
         """Runs whose admission is under way (the sweeper leaves them alone)."""
@@ -263,7 +248,7 @@ class Orchestrator:
         """Let active runs finish for up to `grace_s`, then cancel the rest."""
         with anyio.move_on_after(grace_s):
             while self._active:
-                await _Signal.wait(self._conversation_signal.ticket(), 0.5)
+                await Signal.wait(self._conversation_signal.ticket(), 0.5)
         for run_id in list(self._active):
             await self.cancel(run_id, reason="the host is shutting down")
 
@@ -343,7 +328,7 @@ class Orchestrator:
         tg = self._tg
         if tg is None:
             raise RuntimeError("Orchestrator.submit() needs `async with orchestrator.running()`")
-        self._run_signals[run_id] = _Signal()
+        self._feeds[run_id] = ResultFeed()
         active = _ActiveRun(run_id=run_id, conversation_id=event.conversation_id, runner=runner)
         self._active[run_id] = active
         tg.start_soon(self._run, active, event, binding, grant, token)
@@ -449,6 +434,8 @@ class Orchestrator:
     async def _poll_cancels(self) -> None:
         while True:
             await anyio.sleep(CANCEL_POLL_S)
+            if not self._active:
+                continue  # nothing here to cancel: no query
             try:
                 for run_id in await self._stores.runs.cancel_requested(self.host_id):
                     if run_id in self._active:
@@ -467,8 +454,8 @@ class Orchestrator:
         token: str,
     ) -> None:
         run_id = active.run_id
-        signal = self._run_signals[run_id]
-        journal = RunJournal(self._stores, run_id=run_id, grant=grant, event=event, publish=signal.notify)
+        feed = self._feeds[run_id]
+        journal = RunJournal(self._stores, run_id=run_id, grant=grant, event=event, publish=feed.publish)
         outcome: RunOutcome | None = None
         started = False
         try:
@@ -498,7 +485,9 @@ class Orchestrator:
         """The run's context builder, called by `runs.try_start` inside the start transaction: the
         token-free context is stored on the run, the one with the token is kept for the runner."""
 
-        async def build(latest: str | None, has_before: bool) -> AgentRunContext:
+        async def build(
+            latest: str | None, has_before: bool, state: Mapping[str, ScopeSnapshot]
+        ) -> AgentRunContext:
             ctx = build_context(
                 run_id=active.run_id,
                 event=event,
@@ -508,7 +497,7 @@ class Orchestrator:
                 public_url=self._public_url,
                 latest_cursor=latest,
                 has_history_before=has_before,
-                state=await self._state_snapshot(grant),
+                state=state,
                 knowledge_bases=self._knowledge_bases,
                 skills=self._skills,
                 tools=self._tool_list(grant),
@@ -538,7 +527,11 @@ class Orchestrator:
             ticket = self._conversation_signal.ticket()
             try:
                 run = await self._stores.runs.try_start(
-                    active.run_id, host_id=self.host_id, user_item=journal.user_item(), context=start
+                    active.run_id,
+                    host_id=self.host_id,
+                    user_item=journal.user_item(),
+                    context=start,
+                    state=self._snapshot_scopes(grant),
                 )
             except BaseException:
                 self._limiter.release_on_behalf_of(active)
@@ -547,7 +540,7 @@ class Orchestrator:
                 return True
             self._limiter.release_on_behalf_of(active)
             # Woken when any run of this process ends or is cancelled; polled for other hosts' runs.
-            await _Signal.wait(ticket, QUEUE_POLL_S)
+            await Signal.wait(ticket, QUEUE_POLL_S)
 
     async def _execute(
         self,
@@ -639,13 +632,14 @@ class Orchestrator:
         async for first in receive:
             await journal.accept([first])
 
-    async def _state_snapshot(self, grant: RunGrant) -> dict[str, ScopeSnapshot]:
-        snapshot: dict[str, ScopeSnapshot] = {}
-        for scope in SNAPSHOT_SCOPES:
-            owner = grant.state_scope_id(scope)
-            if scope in grant.state_read and owner is not None:
-                snapshot[scope] = await self._stores.state.snapshot(scope, owner)
-        return snapshot
+    @staticmethod
+    def _snapshot_scopes(grant: RunGrant) -> list[tuple[str, tuple[str, ...]]]:
+        """The (scope, owner) pairs whose state the run's context shows (read as it starts)."""
+        return [
+            (scope, owner)
+            for scope in SNAPSHOT_SCOPES
+            if scope in grant.state_read and (owner := grant.state_scope_id(scope)) is not None
+        ]
 
     async def _close(
         self, active: _ActiveRun, journal: RunJournal, outcome: RunOutcome | None, *, started: bool
@@ -665,9 +659,13 @@ class Orchestrator:
             self._active.pop(run_id, None)
             self._contexts.pop(run_id, None)
             await self._ended(run_id, ended)
-            signal = self._run_signals.pop(run_id, None)
-            if signal is not None:
-                signal.notify()
+            if ended is not None and ended.status.is_terminal:
+                self._recent[run_id] = ended
+                if len(self._recent) > RECENT_ENDS:
+                    del self._recent[next(iter(self._recent))]
+            feed = self._feeds.pop(run_id, None)
+            if feed is not None:
+                feed.close(ended)
             self._conversation_signal.notify()
             logger.info(
                 "run %s ended %s%s%s",
@@ -819,13 +817,15 @@ class Orchestrator:
     # -- reading ---------------------------------------------------------------------------------------
 
     async def wait(self, run_id: str) -> Run:
-        """Wait until the run is terminal."""
+        """Wait until the run is terminal (the latest ends of this process are answered from memory)."""
+        feed = self._feeds.get(run_id)
+        if feed is not None:
+            # Active here: its feed is closed, with the run as it ended, once its end is written.
+            while not feed.closed:
+                await Signal.wait(feed.signal.ticket(), LOCAL_RECHECK_S)
+        if (recent := self._recent.get(run_id)) is not None:
+            return recent
         while True:
-            signal = self._run_signals.get(run_id)
-            if signal is not None:
-                # Active here: its signal goes away, with a last notify, once its end is written.
-                await _Signal.wait(signal.ticket(), LOCAL_RECHECK_S)
-                continue
             run = await self._stores.runs.get(run_id)
             if run.status.is_terminal:
                 return run
@@ -834,23 +834,25 @@ class Orchestrator:
     async def results(self, run_id: str, *, after: int = 0) -> AsyncIterator[StoredResult]:
         """Every persisted result of the run after host sequence `after`, live, until the run ends.
 
-        A run active on this process is followed by its signal (persist, then notify), with no status
-        reads; any other run by polling the store.
+        A run active on this process is followed in memory (its `ResultFeed`: persist, then publish),
+        with no reads unless the reader is further behind than the feed keeps; any other run (another
+        replica's, or one that has ended) by reading the store, polling while it is active.
         """
-        if run_id not in self._run_signals:
+        feed = self._feeds.get(run_id)
+        if feed is not None:
+            async for item in self._follow(feed, run_id, after):
+                after = item.seq
+                yield item
+            if feed.run is not None and feed.run.status.is_terminal:
+                return
+            # Its end could not be recorded: follow the store until the sweeper records it.
+        else:
             await self._stores.runs.get(run_id)  # RunNotFoundError for unknown ids
         while True:
-            signal = self._run_signals.get(run_id)
-            ticket = None if signal is None else signal.ticket()
             batch = await self._stores.results.list(run_id, after=after, limit=RESULTS_PAGE)
             for item in batch:
                 after = item.seq
                 yield item
-            if ticket is not None and len(batch) < RESULTS_PAGE:
-                # Whatever was persisted before the ticket was taken is in `batch`: anything newer
-                # comes with a notify, which sets the ticket.
-                await _Signal.wait(ticket, LOCAL_RECHECK_S)
-                continue
             if batch:
                 continue
             run = await self._stores.runs.get(run_id)
@@ -860,6 +862,23 @@ class Orchestrator:
                     yield item
                 return
             await anyio.sleep(QUEUE_POLL_S)
+
+    async def _follow(self, feed: ResultFeed, run_id: str, after: int) -> AsyncIterator[StoredResult]:
+        """The results of a run active here after `after`, from its feed, until its end is written."""
+        while True:
+            ticket = feed.signal.ticket()  # before reading: a publish after this sets it
+            closed = feed.closed
+            batch = feed.after(after)
+            if batch is None:  # behind what the feed keeps: catch up from the store
+                batch = await self._stores.results.list(run_id, after=after, limit=RESULTS_PAGE)
+            for item in batch:
+                after = item.seq
+                yield item
+            if batch:
+                continue
+            if closed:
+                return
+            await Signal.wait(ticket, LOCAL_RECHECK_S)
 
 
 def _host_failure(run_id: str, exc: Exception) -> RunOutcome:

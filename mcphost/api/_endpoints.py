@@ -98,7 +98,7 @@ async def _result_events(state: ApiState, run_id: str, after: int) -> AsyncGener
     try:
         async for item in state.orchestrator.results(run_id, after=after):
             yield sse(_compact({"seq": item.seq, **item.payload}), event_id=str(item.seq))
-        run = await state.stores.runs.get(run_id)
+        run = await state.orchestrator.wait(run_id)  # ended: results() stops only then
         end: JSONObject = {"run_id": run_id, "status": run.status.value}
         if run.error is not None:
             end["error"] = run.error.model_dump(mode="json")

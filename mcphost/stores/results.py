@@ -8,6 +8,8 @@ Invariants:
   of deltas costs one round trip per batch, not per result. A batch that repeats a stored sequence
   writes nothing and raises `ConflictError`. The batch's outbox rows and its actions' approvals are
   written in the same transaction (`Outbox.results`, `ApprovalStore.actions`).
+- What a batch causes (`ResultEffects`: its event-log rows, transcript items and state writes) is
+  written in the batch's transaction: a run's batch is one commit, and a crash leaves all or none of it.
 - `list(run_id, after=N)` reads the primary key range (run_id, seq > N) in order: O(limit).
 - A stored payload nested deeper than `MAX_JSON_DEPTH` (stored before nesting was bounded, or straight
   into the database) is served as `{"type": …, "data": null, "data_error": {code, message}}`, so one
@@ -20,19 +22,26 @@ Invariants:
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, field
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 from sqlalchemy import func, insert, select
 from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from mcphost.errors import ConflictError
 from mcphost.protocol import MAX_JSON_DEPTH, JSONObject, json_depth
 from mcphost.stores._cursor import MAX_RUN_SEQ, check_after, check_limit
 from mcphost.stores._retry import idempotent
+from mcphost.stores._sql import Dialect
 from mcphost.stores.approvals import ApprovalStore
 from mcphost.stores.deliveries import Outbox
 from mcphost.stores.engine import Database
+from mcphost.stores.events import insert_event
+from mcphost.stores.state import upsert_state
 from mcphost.stores.tables import RunResultRow
+from mcphost.stores.transcript import add_item
 
 MAX_LIST_LIMIT = 10_000
 
@@ -47,6 +56,15 @@ class StoredResult(BaseModel):
     type: str
     payload: JSONObject
     created_at: float
+
+
+async def _write_effects(session: AsyncSession, dialect: Dialect, effects: ResultEffects) -> None:
+    for event in effects.events:
+        await insert_event(session, dialect, event)
+    for item in effects.transcript:
+        await add_item(session, dialect, item)
+    for values in effects.state:
+        await upsert_state(session, dialect, values)
 
 
 def _served(row: RunResultRow) -> StoredResult:
@@ -66,6 +84,20 @@ def _served(row: RunResultRow) -> StoredResult:
     )
 
 
+@dataclass
+class ResultEffects:
+    """Rows a batch of results causes, written in the batch's transaction, in this order after it:
+    event-log rows (`events.event_values`), transcript items (`transcript.item_values`) and state
+    writes (`state.state_values`), each already checked by its builder."""
+
+    events: list[dict[str, Any]] = field(default_factory=list[dict[str, Any]])
+    transcript: list[dict[str, Any]] = field(default_factory=list[dict[str, Any]])
+    state: list[dict[str, Any]] = field(default_factory=list[dict[str, Any]])
+
+    def __bool__(self) -> bool:
+        return bool(self.events or self.transcript or self.state)
+
+
 class ResultStore:
     """Append and read run results."""
 
@@ -78,18 +110,25 @@ class ResultStore:
 
     @idempotent
     async def append_many(
-        self, run_id: str, items: list[tuple[str, JSONObject]], *, first_seq: int
+        self,
+        run_id: str,
+        items: list[tuple[str, JSONObject]],
+        *,
+        first_seq: int,
+        effects: ResultEffects | None = None,
     ) -> list[StoredResult]:
-        """Store `items` as (type, payload) at sequences first_seq, first_seq + 1, …
+        """Store `items` as (type, payload) at sequences first_seq, first_seq + 1, …, and `effects` in
+        the same transaction (one commit per batch: its results and what they cause land together).
 
-        Storing the same batch again is a no-op that returns the stored results.
+        Storing the same batch again is a no-op that returns the stored results (its effects were
+        committed with it).
 
         Raises:
             ConflictError: one of the sequences is already stored for the run with other content.
         """
         if first_seq < 1:
             raise ValueError(f"result sequences start at 1; got first_seq={first_seq}")
-        if not items:
+        if not items and not effects:
             return []
         now = time.time()
         stored = [
@@ -98,11 +137,14 @@ class ResultStore:
         ]
         try:
             async with self._db.write() as session:
-                await session.execute(insert(RunResultRow), [r.model_dump() for r in stored])
-                if self._outbox is not None:  # announced in the same transaction (stores/deliveries.py)
-                    await self._outbox.results(session, run_id, items)
-                if self._approvals is not None:  # actions with an idempotency key (stores/approvals.py)
-                    await self._approvals.actions(session, run_id, items)
+                if stored:
+                    await session.execute(insert(RunResultRow), [r.model_dump() for r in stored])
+                    if self._outbox is not None:  # announced in the same transaction (stores/deliveries.py)
+                        await self._outbox.results(session, run_id, items)
+                    if self._approvals is not None:  # actions with an idempotency key (stores/approvals.py)
+                        await self._approvals.actions(session, run_id, items)
+                if effects:
+                    await _write_effects(session, self._db.dialect, effects)
         except IntegrityError as exc:
             already = await self.list(run_id, after=first_seq - 1, limit=len(stored))
             if [(r.seq, r.type, r.payload) for r in already] == [(r.seq, r.type, r.payload) for r in stored]:

@@ -20,8 +20,9 @@ Invariants:
   - `try_start` moves a run to `running` only when no other run of its conversation is running and no
     older (`created_seq`) run of it is still queued: one at a time, first in first out. Runs without a
     conversation always start.
-- The start is one transaction: the move to `running`, the run's user transcript row and its context
-  (`context`, the `AgentRunContext` without its token, built from the thread's head after that row).
+- The start is one transaction: the move to `running`, the run's user transcript row, the snapshots of
+  the state scopes its context shows, and its context (`context`, the `AgentRunContext` without its
+  token, built from the thread's head after that row).
   The context is written once and never changed, so every replica serves the same one.
 - `created_seq` only grows (AUTOINCREMENT / a sequence), so it orders runs by admission.
 - Retried when their connection drops (`@idempotent`, `_retry.py`), because repeating them is safe: every
@@ -35,7 +36,7 @@ Invariants:
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
@@ -52,16 +53,18 @@ from mcphost.stores._sql import lock_in_transaction
 from mcphost.stores.deliveries import Outbox
 from mcphost.stores.engine import Database
 from mcphost.stores.events import insert_event
+from mcphost.stores.state import ScopeSnapshot, read_snapshot
 from mcphost.stores.tables import RunRow
-from mcphost.stores.transcript import insert_item, thread_head
+from mcphost.stores.transcript import add_item, thread_head
 
 ACTIVE_STATUSES: tuple[str, ...] = (RunStatus.QUEUED.value, RunStatus.RUNNING.value)
 RESTARTABLE_CODE = "host.restarted"
 """The error of a run its host stopped before it finished: submitting its event again makes a new attempt."""
 _LOCK_NAMESPACE = "conversation"
 
-StartContext = Callable[[str | None, bool], Awaitable[AgentRunContext]]
-"""(latest cursor, has older items) of the run's thread as it starts → the run's context, token-free."""
+StartContext = Callable[[str | None, bool, Mapping[str, ScopeSnapshot]], Awaitable[AgentRunContext]]
+"""(latest cursor, has older items) of the run's thread as it starts, and the snapshots of the state
+scopes it asked for, read in the same transaction → the run's context, token-free."""
 
 
 class GrantRecord(BaseModel):
@@ -245,6 +248,7 @@ class RunStore:
         host_id: str,
         user_item: dict[str, Any] | None = None,
         context: StartContext | None = None,
+        state: Sequence[tuple[str, Sequence[str]]] = (),
     ) -> Run | None:
         """Move a queued run to `running` on `host_id` if it is its conversation's turn, else None.
 
@@ -272,14 +276,15 @@ class RunStore:
             if moved is None:
                 return None
             if user_item is not None:
-                await insert_item(session, self._db.dialect, user_item)
+                await add_item(session, self._db.dialect, user_item)
             if context is not None:
                 latest, has_before = (None, False)
                 if row.conversation_id:
                     latest, has_before = await thread_head(
                         session, self._cursors, row.conversation_id, row.thread_id
                     )
-                snapshot = (await context(latest, has_before)).model_dump(mode="json")
+                snapshots = {scope: await read_snapshot(session, scope, owner) for scope, owner in state}
+                snapshot = (await context(latest, has_before, snapshots)).model_dump(mode="json")
                 await session.execute(update(RunRow).where(RunRow.run_id == run_id).values(context=snapshot))
             return _run(moved)
 

@@ -9,6 +9,9 @@ Invariants:
 - A value is JSON whose compact UTF-8 serialization is at most `MAX_VALUE_BYTES`; that length is
   stored as `size`. Every check happens before anything is written, so a refused write changes nothing.
 - `set` is an upsert on the primary key (scope, owner, key): race-safe, last writer wins.
+  `state_values` (the checks) and `upsert_state` are the same write split in two, so a run's result
+  batch writes its state in its own transaction (`ResultStore.append_many`); `read_snapshot` is
+  `snapshot` inside a caller's transaction (a run's start, `RunStore.try_start`).
 - `snapshot` reads (key, size) in key order and stops at the first key that no longer fits, then reads
   only the chosen values: its cost follows `max_bytes`, not the number of stored keys.
 - Retried when their connection drops (`@idempotent`): the reads, and `set` (writing the same value
@@ -24,16 +27,18 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 from sqlalchemy import ColumnElement, delete, select
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from mcphost.errors import InvalidArgumentError, PayloadTooLargeError
 from mcphost.protocol import MAX_JSON_DEPTH, STATE_SCOPES, JSONValue, json_depth, nesting_message
 from mcphost.stores._cursor import CursorCodec, Page
 from mcphost.stores._keys import check_key, encode_owner, key_page, key_page_query
 from mcphost.stores._retry import idempotent
-from mcphost.stores._sql import upsert
+from mcphost.stores._sql import Dialect, upsert
 from mcphost.stores.engine import Database
 from mcphost.stores.tables import StateRow
 
@@ -143,6 +148,97 @@ def _entry_cost(key: str, size: int) -> int:
     return len(json.dumps(key)) + 1 + size  # "key":value
 
 
+def state_values(
+    scope: str, owner: Sequence[str], key: str, value: JSONValue
+) -> tuple[StateEntry, dict[str, Any]]:
+    """The entry and the `state` row of one write, checked: nothing is written when this raises.
+
+    Raises:
+        InvalidArgumentError: bad scope or key, a value that is not JSON or that nests deeper
+            than `MAX_JSON_DEPTH`.
+        PayloadTooLargeError: the value is over `MAX_VALUE_BYTES` serialized.
+    """
+    if not servable(value):
+        raise InvalidArgumentError(
+            nesting_message(f"State value for {key!r}") + ".",
+            details={"field": "value", "max_depth": MAX_JSON_DEPTH},
+        )
+    entry = StateEntry(key=check_key(key), value=value, size=serialized_size(value), updated_at=time.time())
+    if entry.size > MAX_VALUE_BYTES:
+        raise PayloadTooLargeError(
+            f"State value for {key!r} is {entry.size} bytes as JSON; the limit is {MAX_VALUE_BYTES}. "
+            "Keep state small and put larger data in storage or an artifact.",
+            details={"field": "value", "max_bytes": MAX_VALUE_BYTES},
+        )
+    values = {
+        "scope": _check_scope(scope),
+        "owner": encode_owner(owner),
+        **entry.model_dump(exclude={"unservable"}),
+    }
+    return entry, values
+
+
+async def upsert_state(session: AsyncSession, dialect: Dialect, values: dict[str, Any]) -> None:
+    """Inside `session`: write one checked `state_values` row, replacing what was at its key."""
+    await session.execute(
+        upsert(dialect, StateRow, values, ["scope", "owner", "key"], ["value", "size", "updated_at"])
+    )
+
+
+async def read_snapshot(
+    session: AsyncSession, scope: str, owner: Sequence[str], *, max_bytes: int = SNAPSHOT_MAX_BYTES
+) -> ScopeSnapshot:
+    """Inside `session`: the owner's values in key order, stopping before the first that would push
+    the compact JSON of the result past `max_bytes`. A value that cannot be served is left out and its
+    key listed in `unservable`: one bad value never fails the snapshot."""
+    where = (StateRow.scope == _check_scope(scope), StateRow.owner == encode_owner(owner))
+    chosen: set[str] = set()
+    total = 2  # {}
+    after: str | None = None
+    full = False
+    while not full:
+        query = select(StateRow.key, StateRow.size).where(*where)
+        if after is not None:
+            query = query.where(StateRow.key > after)
+        rows = (await session.execute(query.order_by(StateRow.key).limit(_SNAPSHOT_BATCH))).all()
+        for key, size in rows:
+            cost = _entry_cost(key, size) + (1 if chosen else 0)
+            if total + cost > max_bytes:
+                full = True
+                break
+            chosen.add(key)
+            total += cost
+        if len(rows) < _SNAPSHOT_BATCH:
+            break
+        after = rows[-1][0]
+    if not chosen:
+        return ScopeSnapshot(values={})
+    last = max(chosen)
+    rows = (
+        await session.execute(
+            select(StateRow.key, StateRow.value, StateRow.size)
+            .where(*where, StateRow.key <= last)
+            .order_by(StateRow.key)
+        )
+    ).all()
+    # PostgreSQL reads each statement afresh: count again, skipping keys written in between.
+    snapshot: dict[str, JSONValue] = {}
+    unservable: list[str] = []
+    total = 2
+    for key, value, size in rows:
+        if key not in chosen:
+            continue
+        if not servable(value):
+            unservable.append(key)
+            continue
+        cost = _entry_cost(key, size) + (1 if snapshot else 0)
+        if total + cost > max_bytes:
+            break
+        snapshot[key] = value
+        total += cost
+    return ScopeSnapshot(values=snapshot, unservable=tuple(unservable))
+
+
 class StateStore:
     """Get, set, delete, list and snapshot state values."""
 
@@ -170,30 +266,9 @@ class StateStore:
                 than `MAX_JSON_DEPTH`.
             PayloadTooLargeError: the value is over `MAX_VALUE_BYTES` serialized.
         """
-        if not servable(value):
-            raise InvalidArgumentError(
-                nesting_message(f"State value for {key!r}") + ".",
-                details={"field": "value", "max_depth": MAX_JSON_DEPTH},
-            )
-        entry = StateEntry(
-            key=check_key(key), value=value, size=serialized_size(value), updated_at=time.time()
-        )
-        if entry.size > MAX_VALUE_BYTES:
-            raise PayloadTooLargeError(
-                f"State value for {key!r} is {entry.size} bytes as JSON; the limit is {MAX_VALUE_BYTES}. "
-                "Keep state small and put larger data in storage or an artifact.",
-                details={"field": "value", "max_bytes": MAX_VALUE_BYTES},
-            )
-        values = {
-            "scope": _check_scope(scope),
-            "owner": encode_owner(owner),
-            **entry.model_dump(exclude={"unservable"}),
-        }
-        stmt = upsert(
-            self._db.dialect, StateRow, values, ["scope", "owner", "key"], ["value", "size", "updated_at"]
-        )
+        entry, values = state_values(scope, owner, key, value)
         async with self._db.write() as session:
-            await session.execute(stmt)
+            await upsert_state(session, self._db.dialect, values)
         return entry
 
     async def delete(self, scope: str, owner: Sequence[str], key: str) -> bool:
@@ -211,55 +286,9 @@ class StateStore:
         self, scope: str, owner: Sequence[str], *, max_bytes: int = SNAPSHOT_MAX_BYTES
     ) -> ScopeSnapshot:
         """The owner's values in key order, stopping before the first that would push the compact
-        JSON of the result past `max_bytes`. A value that cannot be served is left out and its key
-        listed in `unservable`: one bad value never fails the snapshot."""
-        where = self._where(scope, owner)
-        chosen: set[str] = set()
-        total = 2  # {}
-        after: str | None = None
+        JSON of the result past `max_bytes` (`read_snapshot`)."""
         async with self._db.read() as session:
-            full = False
-            while not full:
-                query = select(StateRow.key, StateRow.size).where(*where)
-                if after is not None:
-                    query = query.where(StateRow.key > after)
-                rows = (await session.execute(query.order_by(StateRow.key).limit(_SNAPSHOT_BATCH))).all()
-                for key, size in rows:
-                    cost = _entry_cost(key, size) + (1 if chosen else 0)
-                    if total + cost > max_bytes:
-                        full = True
-                        break
-                    chosen.add(key)
-                    total += cost
-                if len(rows) < _SNAPSHOT_BATCH:
-                    break
-                after = rows[-1][0]
-            if not chosen:
-                return ScopeSnapshot(values={})
-            last = max(chosen)
-            rows = (
-                await session.execute(
-                    select(StateRow.key, StateRow.value, StateRow.size)
-                    .where(*where, StateRow.key <= last)
-                    .order_by(StateRow.key)
-                )
-            ).all()
-        # PostgreSQL reads each statement afresh: count again, skipping keys written in between.
-        snapshot: dict[str, JSONValue] = {}
-        unservable: list[str] = []
-        total = 2
-        for key, value, size in rows:
-            if key not in chosen:
-                continue
-            if not servable(value):
-                unservable.append(key)
-                continue
-            cost = _entry_cost(key, size) + (1 if snapshot else 0)
-            if total + cost > max_bytes:
-                break
-            snapshot[key] = value
-            total += cost
-        return ScopeSnapshot(values=snapshot, unservable=tuple(unservable))
+            return await read_snapshot(session, scope, owner, max_bytes=max_bytes)
 
     @idempotent
     async def list(

@@ -189,9 +189,14 @@ def item_values(**fields: Unpack[ItemFields]) -> dict[str, Any]:
     }
 
 
+async def add_item(session: AsyncSession, dialect: Dialect, values: dict[str, Any]) -> None:
+    """Insert one item (`item_values`) inside `session` unless its `item_id` is stored."""
+    await session.execute(insert_ignoring(dialect, TranscriptRow, values, ["item_id"]))
+
+
 async def insert_item(session: AsyncSession, dialect: Dialect, values: dict[str, Any]) -> TranscriptRow:
     """Insert one item (`item_values`) inside `session` unless its `item_id` is stored; the stored row."""
-    await session.execute(insert_ignoring(dialect, TranscriptRow, values, ["item_id"]))
+    await add_item(session, dialect, values)
     stmt = select(TranscriptRow).where(TranscriptRow.item_id == values["item_id"])
     return (await session.execute(stmt)).scalar_one()
 

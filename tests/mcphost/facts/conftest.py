@@ -36,7 +36,7 @@ from mcphost.facts import FactsServer, granted_tools
 from mcphost.grants import build_grant, mint_token
 from mcphost.models import AgentBinding, AgentConfig, AgentEventEnvelope, Run, RunGrant, RunStatus, new_id
 from mcphost.protocol import AgentRunContext, AgentRunnerManifest, JSONObject
-from mcphost.stores import AuditRecord, Stores
+from mcphost.stores import AuditRecord, ScopeSnapshot, Stores
 from mcphost.stores.tables import Base
 from mcphost.stores.transcript import item_values
 
@@ -173,12 +173,17 @@ async def admit_run(
         )
     )
 
-    async def start(latest: str | None, has_before: bool) -> AgentRunContext:
-        state = {
-            scope: await stores.state.snapshot(scope, owner)
-            for scope in SNAPSHOT_SCOPES
-            if scope in grant.state_read and (owner := grant.state_scope_id(scope)) is not None
-        }
+    scopes = [
+        (scope, owner)
+        for scope in SNAPSHOT_SCOPES
+        if scope in grant.state_read and (owner := grant.state_scope_id(scope)) is not None
+    ]
+
+    async def start(
+        latest: str | None, has_before: bool, state: Mapping[str, ScopeSnapshot] | None = None
+    ) -> AgentRunContext:
+        if state is None:  # queued: read outside the start transaction
+            state = {scope: await stores.state.snapshot(scope, owner) for scope, owner in scopes}
         return build_context(
             run_id=run_id,
             event=event,
@@ -193,7 +198,9 @@ async def admit_run(
             tools=granted_tools(grant),
         )
 
-    if await stores.runs.try_start(run_id, host_id="host-test", user_item=user_item, context=start):
+    if await stores.runs.try_start(
+        run_id, host_id="host-test", user_item=user_item, context=start, state=scopes
+    ):
         stored = await stores.runs.context(run_id)
         assert stored is not None
         context = with_token(stored, token)

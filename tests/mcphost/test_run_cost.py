@@ -1,0 +1,125 @@
+"""What a run costs the database: the transactions of one echo run, on both stores.
+
+A design invariant, counted, never timed (docs/architecture.md, "What a run costs the database"): an
+echo run is `admit`, `try_start`, one transaction per result batch (its results together with the
+transcript, event-log and state rows they cause) and `finish`; a reader following the run on the
+process that executes it reads nothing from the store. How the runner's results fall into batches
+depends on when its lines arrive, so the batch count is bounded by the result count, and everything
+else is exact. Transactions are attributed to the run by its ids in their statements' parameters, so
+the host's background loops (sweepers, liveness) do not count.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from sqlalchemy import event
+
+from mcphost import orchestrator as orchestrator_module
+from mcphost.app import Host, open_host
+from tests.mcphost.hostkit import host_settings, message
+
+ECHO_RESULTS = 4
+"""message.delta, message.completed, state.updated, run.completed."""
+
+
+@dataclass
+class _Transaction:
+    statements: list[str] = field(default_factory=list[str])
+    parameters: list[str] = field(default_factory=list[str])
+
+    def mentions(self, *ids: str) -> bool:
+        return any(i in p for p in self.parameters for i in ids)
+
+    def has(self, sql: str) -> bool:
+        return any(sql in s for s in self.statements)
+
+
+@dataclass
+class _Recorder:
+    """Every transaction begun on the engine, with its statements, per connection."""
+
+    transactions: list[_Transaction] = field(default_factory=list[_Transaction])
+    _open: dict[int, _Transaction] = field(default_factory=dict[int, _Transaction])
+
+    def begin(self, conn: object) -> None:
+        tx = _Transaction()
+        self.transactions.append(tx)
+        self._open[id(conn)] = tx
+
+    def statement(self, conn: object, _cursor: object, sql: str, parameters: object, *_: object) -> None:
+        tx = self._open.get(id(conn))
+        if tx is not None and not sql.startswith(("BEGIN", "PRAGMA")):
+            tx.statements.append(" ".join(sql.split()))
+            tx.parameters.append(repr(parameters))
+
+
+@pytest.fixture
+async def host(
+    database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> AsyncGenerator[Host, None]:
+    # The cancel poller asks once per interval for all of this process's runs: a cost of the process,
+    # not of a run, so it is kept out of the count.
+    monkeypatch.setattr(orchestrator_module, "CANCEL_POLL_S", 3600.0)
+    async with open_host(host_settings(database_url, tmp_path / "data")) as opened:
+        yield opened
+
+
+async def _echo_run(host: Host, text: str, conversation: str) -> tuple[str, list[str]]:
+    event_ = message(text, bot="echo", conversation=conversation)
+    admission = await host.orchestrator.submit(event_)
+    run_id = admission.run.run_id
+    types = [item.type async for item in host.orchestrator.results(run_id)]
+    run = await host.orchestrator.wait(run_id)
+    assert run.status.value == "completed", run.error
+    return run_id, types
+
+
+async def test_an_echo_run_is_admit_start_one_transaction_per_result_batch_and_finish(host: Host) -> None:
+    await _echo_run(host, "warm up", "conv-warm")  # first-use work (plugin, caches) is not a run's cost
+    recorder = _Recorder()
+    sync_engine = host.stores.db.engine.sync_engine
+    event.listen(sync_engine, "begin", recorder.begin)
+    event.listen(sync_engine, "before_cursor_execute", recorder.statement)
+    try:
+        event_ = message("hello", bot="echo", conversation="conv-count")
+        admission = await host.orchestrator.submit(event_)
+        run_id = admission.run.run_id
+        types = [item.type async for item in host.orchestrator.results(run_id)]
+        run = await host.orchestrator.wait(run_id)
+    finally:
+        event.remove(sync_engine, "begin", recorder.begin)
+        event.remove(sync_engine, "before_cursor_execute", recorder.statement)
+    assert run.status.value == "completed", run.error
+    assert types == ["message.delta", "message.completed", "state.updated", "run.completed"]
+
+    mine = [tx for tx in recorder.transactions if tx.mentions(run_id, event_.event_id)]
+    admit, start, *batches, finish = mine
+    assert admit.has("INSERT INTO runs")
+    assert admit.has("INSERT INTO events")
+    assert start.has("UPDATE runs SET status")
+    assert start.has("INSERT INTO transcript")
+    assert start.has("FROM state")
+    assert start.has("UPDATE runs SET context")
+    assert finish.has("UPDATE runs SET status")
+    assert not finish.has("run_results")
+    assert 1 <= len(batches) <= ECHO_RESULTS
+    assert all(tx.has("INSERT INTO run_results") for tx in batches)
+    # The assistant's transcript row and the state write commit with the results that cause them.
+    assert sum(tx.has("INSERT INTO transcript") for tx in batches) == 1
+    assert sum(tx.has("INSERT INTO state") for tx in batches) == 1
+    # The reader on this process was served from memory: no transaction read the run's results.
+    assert not any(tx.has("FROM run_results") for tx in mine)
+    assert len(mine) == 3 + len(batches)
+
+
+async def test_a_reader_of_an_ended_run_reads_every_result_from_the_store(host: Host) -> None:
+    run_id, live = await _echo_run(host, "hello", "conv-replay")
+    replayed = [item async for item in host.orchestrator.results(run_id)]
+    assert [item.type for item in replayed] == live
+    assert [item.seq for item in replayed] == [1, 2, 3, 4]
+    resumed = [item.seq async for item in host.orchestrator.results(run_id, after=2)]
+    assert resumed == [3, 4]
