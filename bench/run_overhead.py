@@ -45,7 +45,6 @@ from mcphost.stores.engine import sqlite_path
 NAME = "run-overhead"
 TARGET_P50_MS = 5.0
 CONVERSATIONS = 8
-CLOSE_SETTLE_S = 0.1
 FLOOR_OWNER = ("plugin:bench/floor/default", "floor", "conv-floor", "")
 _UPSERT_COLUMNS = "scope, owner, key, value, size, updated_at"
 
@@ -139,8 +138,8 @@ async def _count_statements(host: Host, runs: int) -> _Counter:
     """Transactions, statements and CPU time (this process, all threads) of `runs` sequential runs,
     each let to close completely.
 
-    Nothing else touches the database meanwhile: each run is followed by a plain sleep (longer than a
-    run's close takes), then the count stops and the run's status is checked.
+    Each run is counted until `orchestrator.wait` returns (its close written; this process answers that
+    from memory, without a read), so a slow machine cannot cut a close off the count.
     """
     sync_engine = host.stores.db.engine.sync_engine
     counts = _Counter()
@@ -151,12 +150,11 @@ async def _count_statements(host: Host, runs: int) -> _Counter:
         counts.on = True
         cpu_start = time.process_time()
         run_id = await host_run(host, message("hello", f"conv-count-{i}"))
-        await anyio.sleep(CLOSE_SETTLE_S)
+        run = await host.orchestrator.wait(run_id)  # its close: answered from memory, no read
         counts.cpu_s += time.process_time() - cpu_start
         counts.on = False
-        run = await host.stores.runs.get(run_id)
         if not run.status.is_terminal:
-            raise RuntimeError(f"run {run_id} still {run.status} {CLOSE_SETTLE_S} s after its last result")
+            raise RuntimeError(f"run {run_id} is still {run.status} after wait()")
     return counts
 
 

@@ -80,6 +80,25 @@ class RunOutcome:
         return cls(RunStatus.FAILED, RunError(code=code, message=message, details=details))
 
 
+def user_item(event: AgentEventEnvelope, run_id: str) -> dict[str, Any] | None:
+    """The user transcript row of a message event (`transcript.item_values`), appended as the run
+    starts (`RunStore.try_start`, or `admit` starting it at once). Non-message events never become
+    user rows: None."""
+    if not event.is_user_message or event.input.is_empty() or event.conversation is None:
+        return None
+    return item_values(
+        conversation_id=event.conversation.conversation_id,
+        thread_id=event.conversation.thread_id,
+        role="user",
+        content=event.input.text or "",
+        contents=[c.model_dump(mode="json") for c in event.input.contents],
+        artifacts=[a.model_dump(mode="json") for a in event.input.attachments],
+        event_id=event.event_id,
+        run_id=run_id,
+        actor_id=event.actor.actor_id if event.actor else None,
+    )
+
+
 class _ViolationError(Exception):
     def __init__(self, code: str, message: str) -> None:
         super().__init__(message)
@@ -120,22 +139,8 @@ class RunJournal:
     # -- inbound ---------------------------------------------------------------------------------------
 
     def user_item(self) -> dict[str, Any] | None:
-        """The user transcript row of a message event (`transcript.item_values`), appended as the run
-        starts (`RunStore.try_start`). Non-message events never become user rows: None."""
-        event = self._event
-        if not event.is_user_message or event.input.is_empty() or event.conversation is None:
-            return None
-        return item_values(
-            conversation_id=event.conversation.conversation_id,
-            thread_id=event.conversation.thread_id,
-            role="user",
-            content=event.input.text or "",
-            contents=[c.model_dump(mode="json") for c in event.input.contents],
-            artifacts=[a.model_dump(mode="json") for a in event.input.attachments],
-            event_id=event.event_id,
-            run_id=self._run_id,
-            actor_id=event.actor.actor_id if event.actor else None,
-        )
+        """The user transcript row of the run's event (`user_item`)."""
+        return user_item(self._event, self._run_id)
 
     # -- results ---------------------------------------------------------------------------------------
 

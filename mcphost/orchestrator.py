@@ -9,6 +9,9 @@ Invariants:
   stored, so an event that cannot run changes nothing; the runs row and the event's inbound event-log
   row are written in one transaction. A repeated `event_id` returns its latest run, unless that run
   failed `host.restarted`: then it is admitted again as the next attempt (`runs.admit`).
+- A run admitted while a slot of `max_concurrent_runs` is free is started by its admission transaction
+  when `try_start` would start it (`_start_at_once`, `RunStart`), holding that slot; otherwise it is
+  admitted `queued`, the slot is given back and `_wait_turn` starts it later.
 - At start-up, runs a stopped host left `running` fail `host.restarted`; the ones it left `queued` are
   adopted and run here (`_resume`) in their original queue order, with their original deadline.
 - Everything after the grant is built sits inside one try/finally: whatever fails, the run gets a
@@ -82,7 +85,7 @@ from mcphost.errors import (
 from mcphost.feed import ResultFeed, Signal
 from mcphost.grants import build_grant, mint_token
 from mcphost.inspection import GRANT_SWEEP_S, end_expired, end_grant
-from mcphost.journal import RunJournal, RunOutcome
+from mcphost.journal import RunJournal, RunOutcome, user_item
 from mcphost.models import AgentBinding, AgentEventEnvelope, Run, RunError, RunGrant, RunStatus, new_id
 from mcphost.plugins.process import PluginProcess, RawResult
 from mcphost.plugins.registry import RegisteredRunner, RunnerRegistry
@@ -90,7 +93,7 @@ from mcphost.protocol import AgentRunContext, JSONObject
 from mcphost.stores import ScopeSnapshot, Stores, event_values
 from mcphost.stores.hosts import HOST_RESTARTED
 from mcphost.stores.results import StoredResult
-from mcphost.stores.runs import StartContext
+from mcphost.stores.runs import RunStart, StartContext
 
 logger = logging.getLogger(__name__)
 
@@ -302,36 +305,82 @@ class Orchestrator:
             deadline_at=grant.deadline_at,
             host_id=self.host_id,
         )
+        active = _ActiveRun(run_id=run_id, conversation_id=event.conversation_id, runner=runner)
+        start = self._start_at_once(active, event, binding, grant, token)
         self._admitting.add(run_id)
         try:
-            run, created = await self._stores.runs.admit(
-                run, grant=grant, concurrency=binding.agent.concurrency, inbound=self._inbound(event, run_id)
-            )
+            try:
+                run, created = await self._stores.runs.admit(
+                    run,
+                    grant=grant,
+                    concurrency=binding.agent.concurrency,
+                    inbound=self._inbound(event, run_id),
+                    start=start,
+                )
+            except BaseException:
+                self._not_started(active, start)
+                raise
+            started = created and run.status is RunStatus.RUNNING
+            if not started:
+                self._not_started(active, start)
             if not created:
                 return Admission(run, created=False)
-            self._start(run_id, event, binding, runner, grant, token)
+            self._start(active, event, binding, grant, token, started=started)
         finally:
             self._admitting.discard(run_id)
         if binding.agent.concurrency == "interrupt" and event.conversation_id is not None:
             await self._interrupt_others(event.conversation_id, keep=run_id)
         return Admission(run, created=True)
 
-    def _start(
+    def _task_group(self) -> TaskGroup:
+        if self._tg is None:
+            raise RuntimeError("Orchestrator.submit() needs `async with orchestrator.running()`")
+        return self._tg
+
+    def _start_at_once(
         self,
-        run_id: str,
+        active: _ActiveRun,
         event: AgentEventEnvelope,
         binding: AgentBinding,
-        runner: RegisteredRunner[PluginProcess],
         grant: RunGrant,
         token: str,
+    ) -> RunStart | None:
+        """What `runs.admit` needs to start the run in its admission transaction, holding a slot of
+        `max_concurrent_runs` for it; None (no slot taken) when every slot is busy."""
+        self._task_group()  # refuse before anything is stored
+        try:
+            self._limiter.acquire_on_behalf_of_nowait(active)
+        except anyio.WouldBlock:
+            return None
+        return RunStart(
+            host_id=self.host_id,
+            user_item=user_item(event, active.run_id),
+            context=self._starter(active, event, binding, grant, token),
+            state=self._snapshot_scopes(grant),
+        )
+
+    def _not_started(self, active: _ActiveRun, start: RunStart | None) -> None:
+        """The admission did not start the run: give back the slot `_start_at_once` took."""
+        if start is not None:
+            self._limiter.release_on_behalf_of(active)
+            self._contexts.pop(active.run_id, None)
+
+    def _start(
+        self,
+        active: _ActiveRun,
+        event: AgentEventEnvelope,
+        binding: AgentBinding,
+        grant: RunGrant,
+        token: str,
+        *,
+        started: bool = False,
     ) -> None:
-        tg = self._tg
-        if tg is None:
-            raise RuntimeError("Orchestrator.submit() needs `async with orchestrator.running()`")
-        self._feeds[run_id] = ResultFeed()
-        active = _ActiveRun(run_id=run_id, conversation_id=event.conversation_id, runner=runner)
-        self._active[run_id] = active
-        tg.start_soon(self._run, active, event, binding, grant, token)
+        """Hand the run to a task of this process: it waits for its turn unless `started` (running
+        already, holding its slot)."""
+        tg = self._task_group()
+        self._feeds[active.run_id] = ResultFeed()
+        self._active[active.run_id] = active
+        tg.start_soon(self._run, active, event, binding, grant, token, started)
 
     async def _resume(self, run_id: str) -> None:
         """Run a queued run this host adopted from a stopped one (`hosts.recover_abandoned`).
@@ -366,7 +415,8 @@ class Orchestrator:
                 update={"token_hash": token_hash}
             )
             if await self._stores.runs.replace_grant(run_id, grant, host_id=self.host_id):
-                self._start(run_id, event, binding, runner, grant, token)
+                active = _ActiveRun(run_id=run_id, conversation_id=event.conversation_id, runner=runner)
+                self._start(active, event, binding, grant, token)
                 logger.info("run %s re-queued after a host restart", run_id)
         except Exception:
             logger.exception("run %s: could not re-queue it after a host restart", run_id)
@@ -452,17 +502,18 @@ class Orchestrator:
         binding: AgentBinding,
         grant: RunGrant,
         token: str,
+        started: bool,
     ) -> None:
         run_id = active.run_id
         feed = self._feeds[run_id]
         journal = RunJournal(self._stores, run_id=run_id, grant=grant, event=event, publish=feed.publish)
         outcome: RunOutcome | None = None
-        started = False
         try:
             with active.scope:
-                started = await self._wait_turn(
-                    active, grant, journal, self._starter(active, event, binding, grant, token)
-                )
+                if not started:
+                    started = await self._wait_turn(
+                        active, grant, journal, self._starter(active, event, binding, grant, token)
+                    )
                 if started:
                     try:
                         outcome = await self._execute(active, event, binding, grant, token, journal)

@@ -20,6 +20,7 @@ Invariants:
   - `try_start` moves a run to `running` only when no other run of its conversation is running and no
     older (`created_seq`) run of it is still queued: one at a time, first in first out. Runs without a
     conversation always start.
+- `admit` with `start` starts a run that may start at once in its admission transaction (same rules).
 - The start is one transaction: the move to `running`, the run's user transcript row, the snapshots of
   the state scopes its context shows, and its context (`context`, the `AgentRunContext` without its
   token, built from the thread's head after that row).
@@ -37,6 +38,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
@@ -65,6 +67,18 @@ _LOCK_NAMESPACE = "conversation"
 StartContext = Callable[[str | None, bool, Mapping[str, ScopeSnapshot]], Awaitable[AgentRunContext]]
 """(latest cursor, has older items) of the run's thread as it starts, and the snapshots of the state
 scopes it asked for, read in the same transaction → the run's context, token-free."""
+
+
+@dataclass(frozen=True)
+class RunStart:
+    """What starting a run writes besides its status (`try_start`, or `admit` starting it at once)."""
+
+    host_id: str
+    user_item: dict[str, Any] | None = None
+    """`transcript.item_values` of the run's input message, appended to its thread as it starts."""
+    context: StartContext | None = None
+    state: Sequence[tuple[str, Sequence[str]]] = ()
+    """The (scope, owner) pairs whose snapshots `context` gets."""
 
 
 class GrantRecord(BaseModel):
@@ -159,6 +173,7 @@ class RunStore:
         grant: RunGrant,
         concurrency: ConcurrencyPolicy,
         inbound: dict[str, Any] | None = None,
+        start: RunStart | None = None,
     ) -> tuple[Run, bool]:
         """Record a new `queued` run for its event; (run, created).
 
@@ -168,6 +183,8 @@ class RunStore:
         run in the conversation raises; with `interrupt`, active runs of the conversation get a cancel
         request and the new run queues behind them. `inbound` (`events.event_values`) is the event-log
         row of the run's event, written in the same transaction as a created run (unless the log has it).
+        With `start`, a created run that may start at once (`try_start`'s rules) is started in the same
+        transaction and returned `running`: one transaction instead of two.
 
         Raises:
             ConcurrencyRejectedError: `reject` while the conversation has a queued or running run.
@@ -202,6 +219,8 @@ class RunStore:
                 row = (await session.execute(insert(RunRow).values(values).returning(RunRow))).scalar_one()
                 if inbound is not None:  # a no-op for a later attempt: the log has its event already
                     await insert_event(session, self._db.dialect, inbound)
+                if start is not None:
+                    row = await self._start_queued(session, row, start) or row
                 return _run(row), True
         except IntegrityError:
             # Another admit of the same event (attempt) won the race, without a conversation lock to
@@ -258,35 +277,49 @@ class RunStore:
         token — is kept on the run (`context()`). A run already running on `host_id` is returned as it
         is, without calling `context` (so a repeat is harmless).
         """
+        start = RunStart(host_id=host_id, user_item=user_item, context=context, state=state)
         async with self._db.write() as session:
             row = await _row(session, run_id)
             if row.conversation_id:
                 await lock_in_transaction(session, self._db.dialect, _LOCK_NAMESPACE, row.conversation_id)
-                # Read again under the lock: another process may have moved it meanwhile.
-                await session.refresh(row)
+                if self._db.dialect == "postgresql":
+                    # Read again under the lock: another process may have moved it meanwhile (SQLite's
+                    # BEGIN IMMEDIATE took the write lock before the first read).
+                    await session.refresh(row)
             if row.status == RunStatus.RUNNING and row.host_id == host_id:
                 return _run(row)  # started by an attempt whose commit was not acknowledged
             if row.status != RunStatus.QUEUED:
                 return None
-            if row.conversation_id and await self._blocked(session, row):
-                return None
-            moved = await _move(
-                session, run_id, RunStatus.QUEUED, RunStatus.RUNNING, started_at=time.time(), host_id=host_id
-            )
-            if moved is None:
-                return None
-            if user_item is not None:
-                await add_item(session, self._db.dialect, user_item)
-            if context is not None:
-                latest, has_before = (None, False)
-                if row.conversation_id:
-                    latest, has_before = await thread_head(
-                        session, self._cursors, row.conversation_id, row.thread_id
-                    )
-                snapshots = {scope: await read_snapshot(session, scope, owner) for scope, owner in state}
-                snapshot = (await context(latest, has_before, snapshots)).model_dump(mode="json")
-                await session.execute(update(RunRow).where(RunRow.run_id == run_id).values(context=snapshot))
-            return _run(moved)
+            moved = await self._start_queued(session, row, start)
+            return None if moved is None else _run(moved)
+
+    async def _start_queued(self, session: AsyncSession, row: RunRow, start: RunStart) -> RunRow | None:
+        """Inside a write transaction holding the conversation's lock: start the queued run `row` if it
+        is its conversation's turn (`try_start`'s rules); the moved row, else None."""
+        if row.conversation_id and await self._blocked(session, row):
+            return None
+        moved = await _move(
+            session,
+            row.run_id,
+            RunStatus.QUEUED,
+            RunStatus.RUNNING,
+            started_at=time.time(),
+            host_id=start.host_id,
+        )
+        if moved is None:
+            return None
+        if start.user_item is not None:
+            await add_item(session, self._db.dialect, start.user_item)
+        if start.context is not None:
+            latest, has_before = (None, False)
+            if row.conversation_id:
+                latest, has_before = await thread_head(
+                    session, self._cursors, row.conversation_id, row.thread_id
+                )
+            snapshots = {scope: await read_snapshot(session, scope, owner) for scope, owner in start.state}
+            snapshot = (await start.context(latest, has_before, snapshots)).model_dump(mode="json")
+            await session.execute(update(RunRow).where(RunRow.run_id == row.run_id).values(context=snapshot))
+        return moved
 
     @idempotent
     async def context(self, run_id: str) -> AgentRunContext | None:

@@ -1,11 +1,11 @@
 """What a run costs the database: the transactions of one echo run, on both stores.
 
 A design invariant, counted, never timed (docs/architecture.md, "What a run costs the database"): an
-echo run is `admit`, `try_start`, one transaction per result batch (its results together with the
-transcript, event-log and state rows they cause) and `finish`; a reader following the run on the
-process that executes it reads nothing from the store. How the runner's results fall into batches
-depends on when its lines arrive, so the batch count is bounded by the result count, and everything
-else is exact. Transactions are attributed to the run by its ids in their statements' parameters, so
+echo run is `admit` (which also starts it), one transaction per result batch (its results together
+with the transcript, event-log and state rows they cause) and `finish`; a reader following the run on
+the process that executes it reads nothing from the store. How the runner's results fall into batches
+depends on when its lines arrive, so the batch count is bounded by the result count (a non-streamed
+echo run has three: at most five transactions), and everything else is exact. Transactions are attributed to the run by its ids in their statements' parameters, so
 the host's background loops (sweepers, liveness) do not count.
 """
 
@@ -20,10 +20,11 @@ from sqlalchemy import event
 
 from mcphost import orchestrator as orchestrator_module
 from mcphost.app import Host, open_host
+from mcphost.models import AgentEventEnvelope
 from tests.mcphost.hostkit import host_settings, message
 
-ECHO_RESULTS = 4
-"""message.delta, message.completed, state.updated, run.completed."""
+RUN_BUDGET = 5
+"""Transactions of a non-streamed echo run (three results): admit, at most three batches, finish."""
 
 
 @dataclass
@@ -78,14 +79,14 @@ async def _echo_run(host: Host, text: str, conversation: str) -> tuple[str, list
     return run_id, types
 
 
-async def test_an_echo_run_is_admit_start_one_transaction_per_result_batch_and_finish(host: Host) -> None:
-    await _echo_run(host, "warm up", "conv-warm")  # first-use work (plugin, caches) is not a run's cost
+async def _count(host: Host, event_: AgentEventEnvelope) -> tuple[list[_Transaction], list[str]]:
+    """The transactions of one run of `event_` (submitted, followed to its end, waited for) and the
+    types of its results."""
     recorder = _Recorder()
     sync_engine = host.stores.db.engine.sync_engine
     event.listen(sync_engine, "begin", recorder.begin)
     event.listen(sync_engine, "before_cursor_execute", recorder.statement)
     try:
-        event_ = message("hello", bot="echo", conversation="conv-count")
         admission = await host.orchestrator.submit(event_)
         run_id = admission.run.run_id
         types = [item.type async for item in host.orchestrator.results(run_id)]
@@ -94,26 +95,43 @@ async def test_an_echo_run_is_admit_start_one_transaction_per_result_batch_and_f
         event.remove(sync_engine, "begin", recorder.begin)
         event.remove(sync_engine, "before_cursor_execute", recorder.statement)
     assert run.status.value == "completed", run.error
-    assert types == ["message.delta", "message.completed", "state.updated", "run.completed"]
+    return [tx for tx in recorder.transactions if tx.mentions(run_id, event_.event_id)], types
 
-    mine = [tx for tx in recorder.transactions if tx.mentions(run_id, event_.event_id)]
-    admit, start, *batches, finish = mine
-    assert admit.has("INSERT INTO runs")
-    assert admit.has("INSERT INTO events")
-    assert start.has("UPDATE runs SET status")
-    assert start.has("INSERT INTO transcript")
-    assert start.has("FROM state")
-    assert start.has("UPDATE runs SET context")
+
+def _check_shape(mine: list[_Transaction], results: int) -> list[_Transaction]:
+    """admit (which starts the run), one transaction per result batch, finish; the batches."""
+    admit, *batches, finish = mine
+    for sql in ("INSERT INTO runs", "INSERT INTO events", "UPDATE runs SET status", "INSERT INTO transcript"):
+        assert admit.has(sql), sql
+    assert admit.has("FROM state")
+    assert admit.has("UPDATE runs SET context")
     assert finish.has("UPDATE runs SET status")
     assert not finish.has("run_results")
-    assert 1 <= len(batches) <= ECHO_RESULTS
+    assert 1 <= len(batches) <= results
     assert all(tx.has("INSERT INTO run_results") for tx in batches)
     # The assistant's transcript row and the state write commit with the results that cause them.
     assert sum(tx.has("INSERT INTO transcript") for tx in batches) == 1
     assert sum(tx.has("INSERT INTO state") for tx in batches) == 1
     # The reader on this process was served from memory: no transaction read the run's results.
     assert not any(tx.has("FROM run_results") for tx in mine)
-    assert len(mine) == 3 + len(batches)
+    return batches
+
+
+async def test_an_echo_run_takes_at_most_five_transactions(host: Host) -> None:
+    await _echo_run(host, "warm up", "conv-warm")  # first-use work (plugin, caches) is not a run's cost
+    event_ = message("hello", bot="echo", conversation="conv-count", delivery={"supports_streaming": False})
+    mine, types = await _count(host, event_)
+    assert types == ["message.completed", "state.updated", "run.completed"]
+    _check_shape(mine, len(types))
+    assert len(mine) <= RUN_BUDGET
+
+
+async def test_a_streamed_echo_run_adds_only_result_batches(host: Host) -> None:
+    await _echo_run(host, "warm up", "conv-warm")
+    mine, types = await _count(host, message("hello", bot="echo", conversation="conv-stream"))
+    assert types == ["message.delta", "message.completed", "state.updated", "run.completed"]
+    batches = _check_shape(mine, len(types))
+    assert len(mine) == 2 + len(batches)
 
 
 async def test_a_reader_of_an_ended_run_reads_every_result_from_the_store(host: Host) -> None:
