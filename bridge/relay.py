@@ -20,6 +20,8 @@ Invariants:
 - The first fatal failure — 401/403, a 404 that is not a JSON-RPC error for a request, an endpoint that cannot
   be reached within `timeout` — cancels everything; each request still awaiting an answer gets a JSON-RPC error
   carrying the reason, and `run_bridge` raises `BridgeError` with a one-line message.
+- After an `initialize` request nothing more is sent until its answer is in (the session id comes with it),
+  so a client may pipeline `initialize`, `notifications/initialized` and `tools/list` without waiting.
 - Every wait on the way out is bounded by `timeout`: draining unanswered requests after stdin ends, the DELETE.
   A signal skips the draining. Connecting is bounded by `timeout` too; reading is not (the client decides how
   long an answer may take and cancels, which the SDK transport turns into a `notifications/cancelled` POST in
@@ -222,6 +224,16 @@ class _Relay:
                 self._settle(request_id)
         metadata = ClientMessageMetadata(headers=headers) if headers else None
         await write.send(SessionMessage(message, metadata=metadata))
+        if isinstance(message, JSONRPCRequest) and message.method == "initialize":
+            # The SDK transport posts each request from a task of its own and takes the session id from
+            # the initialize response: a message a pipelining client sent right behind `initialize` would
+            # go out first, without the id ("Missing session ID"). Hold the rest until the answer is in.
+            await self._settled(message.id)
+
+    async def _settled(self, request_id: RequestId) -> None:
+        while _key(request_id) in self._pending:
+            self._answered = anyio.Event()
+            await self._answered.wait()
 
     async def _server_to_stdout(self, read: ReadStream[SessionMessage | Exception]) -> None:
         async for item in read:
