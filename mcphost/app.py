@@ -28,6 +28,7 @@ Invariants:
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import AsyncGenerator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -44,7 +45,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Lifespan, Message, Receive, Scope, Send
 
-from mcphost.api import ApiLimits, ApiState, HostMetrics, routes
+from mcphost.api import UNMATCHED_ROUTE, ApiLimits, ApiState, HostMetrics, routes
 from mcphost.bindings import Bindings
 from mcphost.common.challenge import bearer_challenge
 from mcphost.config import Settings
@@ -250,6 +251,35 @@ async def _on_disconnect(request: Request, exc: Exception) -> Response:
     return error_response(400, "invalid_argument", "The client disconnected before sending the whole body.")
 
 
+class _Measured:
+    """Counts every HTTP request in `HostMetrics` by method, route template and status, with its duration."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        status = 500  # the answer never started: the client sees the connection end
+        started = time.perf_counter()
+
+        async def recording(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = int(message["status"])
+            await send(message)
+
+        try:
+            await self.app(scope, receive, recording)
+        finally:
+            host = getattr(scope["app"].state, "host", None)
+            if isinstance(host, Host):
+                route = getattr(scope.get("route"), "path", UNMATCHED_ROUTE)
+                method = str(scope.get("method", ""))
+                host.metrics.http_request(method, str(route), status, time.perf_counter() - started)
+
+
 class _CatchAll:
     """The last line: an exception no handler took is logged and answered with a generic 500."""
 
@@ -390,6 +420,7 @@ def _starlette(settings: Settings, lifespan: Lifespan[Starlette] | None = None) 
     return Starlette(
         routes=[*routes(), Route(MCP_PATH, endpoint=_FactsEndpoint(), name="mcphost_facts")],
         middleware=[
+            Middleware(_Measured),
             Middleware(_CatchAll),
             *([Middleware(_Cors, origins=origins)] if origins else []),
             Middleware(_ApiGuard),

@@ -24,14 +24,15 @@ Invariants:
   id, so they never move a client's resume point. A stream ends after the run's terminal result.
 - A stream's producer, its keep-alive and its disconnect watch live in one task group owned by the
   response (`EventStream`); a client that goes away cancels all three.
-- Metrics are this process's counters (Prometheus text, rendered in `_metrics`): runs that ended here by
-  status and their durations, MCP calls by tool and outcome, active runs, plugin restarts.
+- Metrics are this process's (prometheus_client, in `_metrics`): runs that ended here by status and
+  their durations, MCP calls by tool and outcome, HTTP requests by route template, active runs, plugin
+  restarts, build info, and the process and Python collectors.
 """
 
 from __future__ import annotations
 
 from mcphost.api._artifacts import parse_range
-from mcphost.api._metrics import HostMetrics
+from mcphost.api._metrics import UNMATCHED_ROUTE, HostMetrics
 from mcphost.api._routes import openapi, routes
 from mcphost.api._state import DEFAULT_MAX_UPLOAD_BYTES, MAX_EVENT_BODY_BYTES, ApiLimits, ApiState
 from mcphost.errors import RangeNotSatisfiableError, UnavailableError
@@ -39,6 +40,7 @@ from mcphost.errors import RangeNotSatisfiableError, UnavailableError
 __all__ = [
     "DEFAULT_MAX_UPLOAD_BYTES",
     "MAX_EVENT_BODY_BYTES",
+    "UNMATCHED_ROUTE",
     "ApiLimits",
     "ApiState",
     "HostMetrics",

@@ -1,7 +1,7 @@
 """The artifact endpoints: upload (a raw body, or `multipart/form-data` with a `file` part), metadata, and
 downloads with single byte ranges.
 
-Owns the streaming multipart reader, the upload's form and query handling, `Range` parsing (`parse_range`)
+Owns reading a multipart body part by part (python-multipart's streaming parser), the upload's form and query handling, `Range` parsing (`parse_range`)
 and the download headers. Does not own blobs, integrity or ids (`stores/artifacts.py`) or error responses
 (`app.py`).
 
@@ -17,16 +17,18 @@ Invariants:
 
 from __future__ import annotations
 
-import email.message
-import email.utils
 import logging
 import re
 import time
 import urllib.parse
+from collections import deque
 from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
 
 import anyio
+from python_multipart.exceptions import MultipartParseError
+from python_multipart.multipart import MultipartParser, parse_options_header
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
@@ -35,6 +37,9 @@ from mcphost.api._models import MIME_PATTERN, QueryModel, UploadQuery
 from mcphost.api._state import api_state
 from mcphost.errors import InvalidArgumentError, RangeNotSatisfiableError
 from mcphost.stores import ArtifactRecord
+
+if TYPE_CHECKING:
+    from python_multipart.multipart import MultipartCallbacks  # a TypedDict defined for type checkers only
 
 logger = logging.getLogger("mcphost.api")
 
@@ -46,98 +51,85 @@ _ASCII_NAME = re.compile(r"^[\x20-\x7e]*$")
 # -- endpoints: artifacts ----------------------------------------------------------------------------
 
 
-def _header_params(name: str, value: str) -> email.message.Message:
-    message = email.message.Message()
-    message[name] = value
-    return message
-
-
-def _param(message: email.message.Message, header: str, key: str) -> str | None:
-    value = message.get_param(key, header=header)
-    if value is None or isinstance(value, str):
-        return value
-    return email.utils.collapse_rfc2231_value(value)
-
-
 def _malformed(why: str) -> InvalidArgumentError:
     return InvalidArgumentError(f"body: malformed multipart/form-data: {why}.")
 
 
-class _Multipart:
-    """A streaming `multipart/form-data` reader: each part's headers, then its bytes as a stream."""
+def _options(value: str) -> tuple[str, dict[str, str]]:
+    """A header's value and parameters (`form-data; name="file"`), as python-multipart reads them."""
+    kind, params = parse_options_header(value.encode("latin-1", errors="replace"))
+    decoded = {k.decode("latin-1").lower(): v.decode("utf-8", errors="replace") for k, v in params.items()}
+    return kind.decode("latin-1"), decoded
 
-    HEADER_LIMIT = 16 * 1024
+
+_Headers = dict[str, str]
+_Event = (
+    tuple[Literal["headers"], _Headers]
+    | tuple[Literal["data"], bytes]
+    | tuple[Literal["part_end", "end"], None]
+)
+
+
+class _Form:
+    """A `multipart/form-data` body read part by part: python-multipart's push parser is fed one chunk
+    at a time, so a part's bytes stream out as they arrive and nothing is buffered whole."""
+
     FIELD_LIMIT = 4 * 1024
 
     def __init__(self, chunks: AsyncIterator[bytes], boundary: str) -> None:
         self._chunks = chunks
-        self._delimiter = b"\r\n--" + boundary.encode("latin-1")
-        self._buf = bytearray(b"\r\n")  # so the first boundary matches the delimiter as well
-        self._done = False
+        self._events: deque[_Event] = deque()
+        self._headers: _Headers = {}
+        self._name = bytearray()
+        self._value = bytearray()
 
-    async def _fill(self) -> None:
-        try:
-            self._buf += await anext(self._chunks)
-        except StopAsyncIteration:
-            raise _malformed("the body ended before the closing boundary") from None
+        def on_header_end() -> None:
+            self._headers[self._name.decode("latin-1").strip().lower()] = self._value.decode(
+                "latin-1"
+            ).strip()
+            self._name.clear()
+            self._value.clear()
 
-    async def _until(self, marker: bytes, limit: int) -> bytes:
-        start = 0
-        while (index := self._buf.find(marker, start)) < 0:
-            if len(self._buf) > limit:
-                raise _malformed("a preamble or part header block is too long")
-            start = max(len(self._buf) - len(marker) + 1, 0)
-            await self._fill()
-        taken = bytes(self._buf[:index])
-        del self._buf[: index + len(marker)]
-        return taken
+        def on_headers_finished() -> None:
+            self._events.append(("headers", self._headers))
+            self._headers = {}
 
-    async def _after_delimiter(self) -> None:
-        while len(self._buf) < 2:
-            await self._fill()
-        mark = bytes(self._buf[:2])
-        del self._buf[:2]
-        if mark == b"--":
-            self._done = True
-        elif mark != b"\r\n":
-            raise _malformed("a boundary is not followed by a line break")
+        callbacks: MultipartCallbacks = {
+            "on_header_field": lambda data, start, end: self._name.extend(data[start:end]),
+            "on_header_value": lambda data, start, end: self._value.extend(data[start:end]),
+            "on_header_end": on_header_end,
+            "on_headers_finished": on_headers_finished,
+            "on_part_data": lambda data, start, end: self._events.append(("data", data[start:end])),
+            "on_part_end": lambda: self._events.append(("part_end", None)),
+            "on_end": lambda: self._events.append(("end", None)),
+        }
+        self._parser = MultipartParser(boundary, callbacks, max_header_count=8, max_header_size=4096)
 
-    async def start(self) -> None:
-        await self._until(self._delimiter, 64 * 1024)
-        await self._after_delimiter()
+    async def _next(self) -> _Event:
+        while not self._events:
+            try:
+                chunk = await anext(self._chunks)
+            except StopAsyncIteration:
+                raise _malformed("the body ended before the closing boundary") from None
+            try:
+                self._parser.write(chunk)
+            except MultipartParseError as exc:
+                raise _malformed(str(exc).rstrip(".")) from None
+        return self._events.popleft()
 
-    async def next_part(self) -> email.message.Message | None:
-        """The next part's headers, or None after the closing boundary."""
-        if self._done:
+    async def next_part(self) -> _Headers | None:
+        """The next part's headers (names in lower case), or None after the closing boundary."""
+        event = await self._next()
+        if event[0] == "end":
             return None
-        while len(self._buf) < 2:
-            await self._fill()
-        if self._buf.startswith(b"\r\n"):
-            del self._buf[:2]
-            raw = b""
-        else:
-            raw = await self._until(b"\r\n\r\n", self.HEADER_LIMIT)
-        headers = email.message.Message()
-        for line in raw.decode("utf-8", errors="replace").split("\r\n"):
-            name, sep, value = line.partition(":")
-            if not sep:
-                raise _malformed(f"part header line {line[:60]!r} has no colon")
-            headers[name.strip()] = value.strip()
-        return headers
+        assert event[0] == "headers", "each part is read to its end before the next is asked for"
+        return event[1]
 
     async def body(self) -> AsyncGenerator[bytes, None]:
-        """The current part's bytes, up to the next boundary."""
-        keep = len(self._delimiter) - 1
-        while (index := self._buf.find(self._delimiter)) < 0:
-            if len(self._buf) > keep:
-                piece = bytes(self._buf[: len(self._buf) - keep])
-                del self._buf[: len(piece)]
-                yield piece
-            await self._fill()
-        if index:
-            yield bytes(self._buf[:index])
-        del self._buf[: index + len(self._delimiter)]
-        await self._after_delimiter()
+        """The current part's bytes."""
+        while (event := await self._next())[0] == "data":
+            if event[1]:
+                yield event[1]
 
     async def field(self) -> str:
         data = bytearray()
@@ -162,19 +154,17 @@ class _Upload:
 async def _multipart_upload(
     request: Request, query_data: dict[str, str], limit: int, boundary: str
 ) -> _Upload:
-    reader = _Multipart(capped_body(request, limit), boundary)
-    await reader.start()
+    form = _Form(capped_body(request, limit), boundary)
     fields: dict[str, str] = dict(query_data)
-    while (headers := await reader.next_part()) is not None:
+    while (headers := await form.next_part()) is not None:
         disposition = headers.get("content-disposition")
         if disposition is None:
             raise _malformed("a part has no Content-Disposition")
-        params = _header_params("content-disposition", disposition)
-        name = _param(params, "content-disposition", "name")
-        filename = params.get_filename()
+        _, params = _options(disposition)
+        name, filename = params.get("name"), params.get("filename")
         if filename is not None or name == "file":
             query = parse_model(UploadQuery, fields, "form")
-            return _Upload(reader.body(), query, filename, headers.get("content-type"))
+            return _Upload(form.body(), query, filename, headers.get("content-type"))
         if name is None:
             raise _malformed("a part has no name")
         if name not in UploadQuery.model_fields:
@@ -184,7 +174,7 @@ async def _multipart_upload(
             raise InvalidArgumentError(
                 f"form.{name}: given more than once (in the query or the form); pass it once."
             )
-        fields[name] = await reader.field()
+        fields[name] = await form.field()
     raise InvalidArgumentError(
         "form.file: the multipart body has no file part; send the file as a part named 'file'."
     )
@@ -200,7 +190,7 @@ async def upload_artifact(request: Request) -> Response:
         query_data[key] = value
     content_type = request.headers.get("content-type", "")
     if content_type.lower().startswith("multipart/form-data"):
-        boundary = _param(_header_params("content-type", content_type), "content-type", "boundary")
+        boundary = _options(content_type)[1].get("boundary")
         if not boundary or len(boundary) > 70:
             raise InvalidArgumentError(
                 "header Content-Type: multipart/form-data needs a boundary of 1 to 70 characters."

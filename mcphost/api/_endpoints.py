@@ -30,10 +30,11 @@ from collections.abc import AsyncGenerator
 from contextlib import aclosing
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.responses import JSONResponse, Response
 
 from mcphost import __version__
 from mcphost.api._http import EventStream, parse_json, parse_model, parse_query, path_id, read_body, sse
+from mcphost.api._metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from mcphost.api._models import (
     Admitted,
     Attempt,
@@ -142,7 +143,7 @@ async def ingest_event(request: Request) -> Response:
             "The host is shutting down and takes no new events; retry on another replica or after it restarts."
         )
     admission = await state.orchestrator.submit(event)
-    state.metrics.events_admitted["created" if admission.created else "replayed"] += 1
+    state.metrics.event_admitted(created=admission.created)
     run = admission.run
     answer = Admitted(run_id=run.run_id, event_id=run.event_id, status=run.status, created=admission.created)
     location = {"Location": f"/v1/runs/{run.run_id}"}
@@ -371,4 +372,4 @@ async def metrics(request: Request) -> Response:
     state = api_state(request)
     plugins = [(p.name, p.restarts, p.state == "running") for p in state.registry.plugins()]
     text = state.metrics.render(active_runs=len(state.orchestrator.active_run_ids()), plugins=plugins)
-    return PlainTextResponse(text, media_type="text/plain; version=0.0.4; charset=utf-8")
+    return Response(text, media_type=METRICS_CONTENT_TYPE)

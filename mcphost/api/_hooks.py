@@ -60,7 +60,7 @@ async def receive_hook(request: Request) -> Response:
     if verified.delivery_id is not None:
         existing = await state.stores.runs.get_by_event(verified.delivery_id)
         if existing is not None:
-            state.metrics.events_admitted["replayed"] += 1
+            state.metrics.event_admitted(created=False)
             return _admitted(Admission(existing, created=False))
     state.orchestrator.resolve(event)  # no agent takes it: refused before anything is stored
     raw = await state.stores.artifacts.put_bytes(
@@ -71,5 +71,5 @@ async def receive_hook(request: Request) -> Response:
         conversation_id=event.conversation_id,
     )
     admission = await state.orchestrator.submit(event.model_copy(update={"raw_ref": raw.artifact_id}))
-    state.metrics.events_admitted["created" if admission.created else "replayed"] += 1
+    state.metrics.event_admitted(created=admission.created)
     return _admitted(admission)

@@ -1,120 +1,174 @@
-"""`HostMetrics`: this process's counters, rendered as Prometheus text (format 0.0.4) for `/metrics`.
+"""`HostMetrics`: this process's metrics for `/metrics`, kept and rendered by prometheus_client.
 
-Owns the counters and their exposition: runs that ended here by status and their durations, events
-admitted, MCP calls by tool and outcome, rows and bytes the retention job reclaimed by kind; active runs and plugin restarts/up are passed in at render time.
-Does not own the endpoint (`_endpoints.metrics`) or when things are counted (`app.py` counts run ends and
-audited MCP calls and the retention job's passes, the ingest endpoint admitted events).
+Owns the metrics: runs that ended here by status and their durations, events admitted, MCP calls by
+tool and outcome, rows and bytes the retention job reclaimed by kind, HTTP requests by method, route
+and status and their durations, `mcphost_build_info`,
+and prometheus_client's process, platform and garbage-collector collectors; active runs and plugin
+restarts/up are read at render time. Does not own the endpoint (`_endpoints.metrics`) or when things are
+counted (`app.py` counts run ends, audited MCP calls, the retention job's passes and HTTP requests, the
+ingest endpoints admitted events).
 
 Invariants:
-- Counters only grow and are per process (never shared between replicas).
-- Histogram buckets are cumulative: a run is counted in every bucket whose bound it is within.
-- Label values are escaped (backslash, double quote, newline) before they are written.
+- Each `HostMetrics` has its own registry: counters are per process (never shared between replicas) and
+  two hosts in one process (tests) never see each other's counts.
+- Every label value a status or outcome can take is present from the start (at 0), so a rate over a
+  series that has not happened yet is 0, not absent.
+- HTTP requests are labelled by route template (`/v1/runs/{run_id}`), never by raw path: the label
+  set is bounded whatever clients send.
+- `_created` series are not exported (`disable_created_metrics`): the exposition stays the 0.0.4 text it
+  was, and no scraper needs them.
 """
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Sequence
+import platform
+from collections.abc import Iterator, Sequence
 
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    GCCollector,
+    Histogram,
+    Info,
+    PlatformCollector,
+    ProcessCollector,
+    disable_created_metrics,
+    generate_latest,
+)
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
+from prometheus_client.registry import Collector
+
+from mcphost import __version__
 from mcphost.config import RETENTION_KINDS
 from mcphost.models import Run
 
 # -- metrics -----------------------------------------------------------------------------------------
 
+disable_created_metrics()
+
+CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4
 DURATION_BUCKETS: tuple[float, ...] = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
 _TERMINAL = ("completed", "failed", "cancelled")
+UNMATCHED_ROUTE = "<unmatched>"
+"""The `route` label of a request no route matched (a 404)."""
 
 
-def _label(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+class _Live(Collector):
+    """Values read from the host when scraped: active runs, and each plugin's restarts and state."""
+
+    def __init__(self) -> None:
+        self.active_runs = 0
+        self.plugins: Sequence[tuple[str, int, bool]] = ()
+
+    def collect(self) -> Iterator[Metric]:
+        active = GaugeMetricFamily("mcphost_runs_active", "Runs queued or running on this process.")
+        active.add_metric([], self.active_runs)
+        restarts = CounterMetricFamily(
+            "mcphost_plugin_restarts", "Restarts of each plugin process.", labels=["plugin"]
+        )
+        up = GaugeMetricFamily(
+            "mcphost_plugin_up", "1 when the plugin process is running.", labels=["plugin"]
+        )
+        for name, count, running in self.plugins:
+            restarts.add_metric([name], count)
+            up.add_metric([name], int(running))
+        yield from (active, restarts, up)
 
 
 class HostMetrics:
-    """This process's counters, rendered as Prometheus text exposition (format 0.0.4)."""
+    """This process's metrics, in a registry of their own."""
 
     def __init__(self) -> None:
-        self.runs_ended: Counter[str] = Counter()
-        self.events_admitted: Counter[str] = Counter()
-        self.mcp_calls: Counter[tuple[str, str]] = Counter()
-        self.reclaimed_rows: Counter[str] = Counter()
-        self.reclaimed_bytes: Counter[str] = Counter()
-        self._buckets = [0] * len(DURATION_BUCKETS)
-        self._duration_sum = 0.0
-        self._duration_count = 0
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self._runs = Counter(
+            "mcphost_runs", "Runs that ended on this process, by final status.", ["status"], registry=r
+        )
+        self._events = Counter(
+            "mcphost_events_admitted",
+            "Events accepted by POST /v1/events and POST /v1/hooks/{source}.",
+            ["outcome"],
+            registry=r,
+        )
+        self._durations = Histogram(
+            "mcphost_run_duration_seconds",
+            "Run duration from start (or admission) to end.",
+            buckets=DURATION_BUCKETS,
+            registry=r,
+        )
+        self._mcp_calls = Counter(
+            "mcphost_mcp_calls",
+            "Per-run MCP calls served by this process, by tool and outcome.",
+            ["tool", "outcome"],
+            registry=r,
+        )
+        self._requests = Counter(
+            "mcphost_http_requests",
+            "HTTP requests answered, by method, route template and status.",
+            ["method", "route", "status"],
+            registry=r,
+        )
+        self._latency = Histogram(
+            "mcphost_http_request_duration_seconds",
+            "Time to answer an HTTP request, by method and route template (a stream: until it ends).",
+            ["method", "route"],
+            registry=r,
+        )
+        Info("mcphost_build", "The running mcphost.", registry=r).info(
+            {"version": __version__, "python": platform.python_version()}
+        )
+        ProcessCollector(registry=r)
+        PlatformCollector(registry=r)
+        GCCollector(registry=r)
+        self._live = _Live()
+        r.register(self._live)
+        for status in _TERMINAL:
+            self._runs.labels(status)
+        for outcome in ("created", "replayed"):
+            self._events.labels(outcome)
+        self._reclaimed_rows = Counter(
+            "mcphost_retention_reclaimed_rows",
+            "Rows (for run_folders and harness_homes: folders and files) the retention job deleted, by kind.",
+            ["kind"],
+            registry=r,
+        )
+        self._reclaimed_bytes = Counter(
+            "mcphost_retention_reclaimed_bytes",
+            "Bytes the retention job freed, by kind.",
+            ["kind"],
+            registry=r,
+        )
+        for kind in RETENTION_KINDS:
+            self._reclaimed_rows.labels(kind)
+            self._reclaimed_bytes.labels(kind)
 
     def run_ended(self, run: Run) -> None:
         """Count a run that reached a terminal status on this process."""
-        self.runs_ended[run.status.value] += 1
+        self._runs.labels(run.status.value).inc()
         if run.ended_at is not None:
-            duration = max(run.ended_at - (run.started_at or run.created_at), 0.0)
-            self._duration_sum += duration
-            self._duration_count += 1
-            for i, bound in enumerate(DURATION_BUCKETS):
-                if duration <= bound:
-                    self._buckets[i] += 1
+            self._durations.observe(max(run.ended_at - (run.started_at or run.created_at), 0.0))
+
+    def event_admitted(self, *, created: bool) -> None:
+        self._events.labels("created" if created else "replayed").inc()
 
     def mcp_call(self, tool: str, outcome: str) -> None:
-        self.mcp_calls[(tool, outcome)] += 1
+        self._mcp_calls.labels(tool, outcome).inc()
 
     def reclaimed(self, kind: str, rows: int, size: int) -> None:
         """Count what one retention pass deleted of `kind` (rows, or folders and files; bytes)."""
-        self.reclaimed_rows[kind] += rows
-        self.reclaimed_bytes[kind] += size
+        self._reclaimed_rows.labels(kind).inc(rows)
+        self._reclaimed_bytes.labels(kind).inc(size)
 
-    def render(self, *, active_runs: int, plugins: Sequence[tuple[str, int, bool]]) -> str:
-        """The exposition; `plugins` are (name, restarts, up)."""
-        out: list[str] = []
+    def value(self, name: str, **labels: str) -> float | None:
+        """One sample's current value (`mcphost_runs_total`, status="completed"), None when absent."""
+        return self.registry.get_sample_value(name, labels)
 
-        def head(name: str, kind: str, text: str) -> None:
-            out.append(f"# HELP {name} {text}")
-            out.append(f"# TYPE {name} {kind}")
+    def http_request(self, method: str, route: str, status: int, seconds: float) -> None:
+        self._requests.labels(method, route, str(status)).inc()
+        self._latency.labels(method, route).observe(seconds)
 
-        head("mcphost_runs_total", "counter", "Runs that ended on this process, by final status.")
-        for status in _TERMINAL:
-            out.append(f'mcphost_runs_total{{status="{status}"}} {self.runs_ended[status]}')
-        head("mcphost_runs_active", "gauge", "Runs queued or running on this process.")
-        out.append(f"mcphost_runs_active {active_runs}")
-        head(
-            "mcphost_events_admitted_total",
-            "counter",
-            "Events accepted by POST /v1/events and POST /v1/hooks/{source}.",
-        )
-        for outcome in ("created", "replayed"):
-            out.append(
-                f'mcphost_events_admitted_total{{outcome="{outcome}"}} {self.events_admitted[outcome]}'
-            )
-        head("mcphost_run_duration_seconds", "histogram", "Run duration from start (or admission) to end.")
-        # `run_ended` counts a run in every bucket whose bound it is within, so counts are cumulative.
-        for bound, count in zip(DURATION_BUCKETS, self._buckets, strict=True):
-            out.append(f'mcphost_run_duration_seconds_bucket{{le="{bound:g}"}} {count}')
-        out.append(f'mcphost_run_duration_seconds_bucket{{le="+Inf"}} {self._duration_count}')
-        out.append(f"mcphost_run_duration_seconds_sum {self._duration_sum:.6f}")
-        out.append(f"mcphost_run_duration_seconds_count {self._duration_count}")
-        head(
-            "mcphost_mcp_calls_total",
-            "counter",
-            "Per-run MCP calls served by this process, by tool and outcome.",
-        )
-        for (tool, outcome), count in sorted(self.mcp_calls.items()):
-            out.append(
-                f'mcphost_mcp_calls_total{{tool="{_label(tool)}",outcome="{_label(outcome)}"}} {count}'
-            )
-        head(
-            "mcphost_retention_reclaimed_rows_total",
-            "counter",
-            "Rows (for run_folders and harness_homes: folders and files) the retention job deleted, by kind.",
-        )
-        for kind in RETENTION_KINDS:
-            out.append(f'mcphost_retention_reclaimed_rows_total{{kind="{kind}"}} {self.reclaimed_rows[kind]}')
-        head("mcphost_retention_reclaimed_bytes_total", "counter", "Bytes the retention job freed, by kind.")
-        for kind in RETENTION_KINDS:
-            out.append(
-                f'mcphost_retention_reclaimed_bytes_total{{kind="{kind}"}} {self.reclaimed_bytes[kind]}'
-            )
-        head("mcphost_plugin_restarts_total", "counter", "Restarts of each plugin process.")
-        for name, restarts, _ in plugins:
-            out.append(f'mcphost_plugin_restarts_total{{plugin="{_label(name)}"}} {restarts}')
-        head("mcphost_plugin_up", "gauge", "1 when the plugin process is running.")
-        for name, _, up in plugins:
-            out.append(f'mcphost_plugin_up{{plugin="{_label(name)}"}} {int(up)}')
-        return "\n".join(out) + "\n"
+    def render(self, *, active_runs: int, plugins: Sequence[tuple[str, int, bool]]) -> bytes:
+        """The exposition (text format 0.0.4); `plugins` are (name, restarts, up)."""
+        self._live.active_runs, self._live.plugins = active_runs, plugins
+        return generate_latest(self.registry)

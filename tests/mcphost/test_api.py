@@ -17,6 +17,7 @@ import anyio
 import httpx2
 import pytest
 
+from mcphost import __version__
 from mcphost.api import ApiLimits, parse_range
 from mcphost.app import Host, create_app, open_host
 from mcphost.errors import InvalidArgumentError
@@ -472,19 +473,34 @@ async def test_healthz_and_metrics_report_this_process(host: Host, client: httpx
     response = await client.get("/metrics")
     assert response.headers["content-type"].startswith("text/plain; version=0.0.4")
     lines = response.text.splitlines()
-    assert 'mcphost_runs_total{status="completed"} 1' in lines
-    assert 'mcphost_runs_total{status="failed"} 1' in lines
-    assert 'mcphost_events_admitted_total{outcome="created"} 2' in lines
-    assert "mcphost_runs_active 0" in lines
-    assert "mcphost_run_duration_seconds_count 2" in lines
-    assert 'mcphost_run_duration_seconds_bucket{le="+Inf"} 2' in lines
-    assert 'mcphost_plugin_restarts_total{plugin="echo"} 0' in lines
-    assert 'mcphost_plugin_up{plugin="misbehave"} 1' in lines
-    samples = [line for line in lines if not line.startswith("#")]
-    assert all(
-        len(line.rsplit(" ", 1)) == 2 and line.rsplit(" ", 1)[1].replace(".", "").isdigit()
-        for line in samples
+    assert 'mcphost_runs_total{status="completed"} 1.0' in lines
+    assert 'mcphost_runs_total{status="failed"} 1.0' in lines
+    assert 'mcphost_runs_total{status="cancelled"} 0.0' in lines  # every status from the start
+    assert 'mcphost_events_admitted_total{outcome="created"} 2.0' in lines
+    assert 'mcphost_events_admitted_total{outcome="replayed"} 0.0' in lines
+    assert "mcphost_runs_active 0.0" in lines
+    assert "mcphost_run_duration_seconds_count 2.0" in lines
+    assert 'mcphost_run_duration_seconds_bucket{le="+Inf"} 2.0' in lines
+    assert 'mcphost_plugin_restarts_total{plugin="echo"} 0.0' in lines
+    assert 'mcphost_plugin_up{plugin="misbehave"} 1.0' in lines
+    assert any(
+        line.startswith("mcphost_build_info{") and f'version="{__version__}"' in line for line in lines
     )
+    assert any(line.startswith("process_resident_memory_bytes ") for line in lines)
+    assert any(line.startswith("python_info{") for line in lines)
+    # Requests by route template, never by raw path: the label set stays bounded.
+    assert 'mcphost_http_requests_total{method="POST",route="/v1/events",status="202"} 2.0' in lines
+    assert 'mcphost_http_requests_total{method="GET",route="/healthz",status="200"} 1.0' in lines
+    await client.get("/v1/runs/run_nope")
+    await client.get("/no/such/path")
+    again = (await client.get("/metrics")).text.splitlines()
+    assert 'mcphost_http_requests_total{method="GET",route="/v1/runs/{run_id}",status="404"} 1.0' in again
+    assert 'mcphost_http_requests_total{method="GET",route="<unmatched>",status="404"} 1.0' in again
+    assert not any("run_nope" in line or "/no/such" in line for line in again)
+    samples = [line for line in again if not line.startswith("#")]
+    for line in samples:  # every sample is `name{labels} value` with a number for a value
+        float(line.rsplit(" ", 1)[1])
+    assert "_created" not in response.text
 
 
 async def test_unknown_routes_are_404_and_wrong_methods_405_in_json(client: httpx2.AsyncClient) -> None:

@@ -152,12 +152,12 @@ async def test_a_serving_host_collects_at_start_counts_it_in_metrics_and_dates_n
         )
     async with open_host(settings) as host:
         with anyio.fail_after(60):  # the pass runs in the background right after start
-            while host.metrics.reclaimed_rows["artifacts"] == 0:  # noqa: ASYNC110  # a counter, no event
+            while not host.metrics.value("mcphost_retention_reclaimed_rows_total", kind="artifacts"):  # noqa: ASYNC110  # a counter, no event
                 await anyio.sleep(0.05)
-        text = host.metrics.render(active_runs=0, plugins=[])
-        assert 'mcphost_retention_reclaimed_rows_total{kind="artifacts"} 1' in text.splitlines()
-        assert 'mcphost_retention_reclaimed_bytes_total{kind="artifacts"} 321' in text.splitlines()
-        assert 'mcphost_retention_reclaimed_rows_total{kind="transcript"} 0' in text.splitlines()
+        text = host.metrics.render(active_runs=0, plugins=[]).decode()
+        assert 'mcphost_retention_reclaimed_rows_total{kind="artifacts"} 1.0' in text.splitlines()
+        assert 'mcphost_retention_reclaimed_bytes_total{kind="artifacts"} 321.0' in text.splitlines()
+        assert 'mcphost_retention_reclaimed_rows_total{kind="transcript"} 0.0' in text.splitlines()
         assert await host.stores.artifacts.blobs.stored_size(expired.sha256) is None
         before = time.time()
         new = await host.stores.artifacts.put_bytes(b"n", name=None, mime_type="text/plain", max_bytes=8)
