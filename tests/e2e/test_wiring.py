@@ -85,8 +85,8 @@ async def test_a_runner_reads_its_context_and_history_over_the_mcp_endpoint_of_t
         ("history_page", "ok"),
     ]
     metrics = (await http.get("/metrics")).text.splitlines()
-    assert 'mcphost_mcp_calls_total{tool="run_context",outcome="ok"} 1.0' in metrics
-    assert 'mcphost_mcp_calls_total{tool="history_page",outcome="ok"} 1.0' in metrics
+    assert 'mcphost_mcp_calls_total{outcome="ok",tool="run_context"} 1.0' in metrics
+    assert 'mcphost_mcp_calls_total{outcome="ok",tool="history_page"} 1.0' in metrics
     assert await host.orchestrator.context(run_id) is None  # dropped when the run ended
 
 
