@@ -241,6 +241,7 @@ def case_strategies(seeded: Seeded) -> list[tuple[str, st.SearchStrategy[Any]]]:
         "source": "fuzz",
         "schedule_id": seeded.schedule_id,
         "delivery_id": "msg_none",  # the fuzz host has no [[webhooks]]: redelivery answers 404
+        "approval_id": "apr_none",  # no runner of the fuzz host asks: a decision answers 404
     }
     out: list[tuple[str, st.SearchStrategy[Any]]] = []
     for operation in OPERATIONS:
