@@ -23,6 +23,7 @@ from sqlalchemy.pool import NullPool
 
 from mcphost.stores import Database, Stores, migrate, open_stores
 from mcphost.stores.engine import normalize_url
+from tests.fuzz._figures import dump, merge, report
 
 
 @pytest.fixture(scope="session")
@@ -110,3 +111,25 @@ async def stores(database_url: str, tmp_path: Path) -> AsyncGenerator[Stores, No
     """Every store over a migrated `database_url`, blobs on disk under tmp_path/data."""
     async with open_stores(database_url, tmp_path / "data") as opened:
         yield opened
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """A pytest-xdist worker hands the fuzz suite's figures to the controller."""
+    output = getattr(session.config, "workeroutput", None)
+    if output is not None:
+        output["fuzz_figures"] = dump()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: object, error: object) -> None:
+    """The controller adds up the figures of each pytest-xdist worker as it stops."""
+    merge(getattr(node, "workeroutput", {}).get("fuzz_figures", []))
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """The fuzz suite prints its figures (tried, refused, 5xx, -32603, rows changed by refusals) per store."""
+    lines = report()
+    if lines:
+        terminalreporter.section("fuzz figures")
+        for line in lines:
+            terminalreporter.write_line(line)

@@ -3,13 +3,15 @@
 Every generated request or call is counted here by the test that sent it (`tally(suite, store)`), and
 `tests/fuzz/conftest.py` prints the table at the end of the pytest run, so
 `uv run pytest tests/fuzz` (or `uv run python -m tests.fuzz.report`) shows the figures of the run it made.
-Counting is in-process and per run: nothing is written to disk.
+Counting is in-process and per run: nothing is written to disk. Under pytest-xdist each worker hands its
+figures to the controller (`dump`/`merge`, wired in `tests/conftest.py`), which prints the sum.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from typing import Any
 
 
 def examples(default: int) -> int:
@@ -66,3 +68,21 @@ def report() -> list[str]:
         top = sorted(t.statuses.items(), key=lambda kv: -kv[1])
         lines.append(f"{suite}/{store} answers: " + ", ".join(f"{k}: {v}" for k, v in top))
     return lines
+
+
+def dump() -> list[tuple[str, str, dict[str, Any]]]:
+    """FIGURES as plain data, for a pytest-xdist worker to hand to the controller."""
+    return [(suite, store, asdict(t)) for (suite, store), t in FIGURES.items()]
+
+
+def merge(rows: list[tuple[str, str, dict[str, Any]]]) -> None:
+    """Add a worker's `dump()` to this process's FIGURES."""
+    for suite, store, fields in rows:
+        mine, theirs = tally(suite, store), Tally(**fields)
+        mine.tried += theirs.tried
+        mine.refused += theirs.refused
+        mine.server_errors += theirs.server_errors
+        mine.internal_errors += theirs.internal_errors
+        mine.rows_changed_by_refusals += theirs.rows_changed_by_refusals
+        for outcome, n in theirs.statuses.items():
+            mine.statuses[outcome] = mine.statuses.get(outcome, 0) + n
