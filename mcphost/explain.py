@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from mcphost.bindings import Bindings
 from mcphost.errors import AmbiguousBindingError, InvalidArgumentError, NoBindingError
-from mcphost.grants import GrantCheck, build_grant, check
+from mcphost.grants import GrantCheck, GrantView, build_grant, check
 from mcphost.models import AgentBinding, AgentConfig, AgentEventEnvelope, RunGrant
 from mcphost.protocol import STATE_SCOPES, AgentRunnerManifest, InboundModel, JSONObject, StateScope
 
@@ -66,20 +66,6 @@ class ExplainLayers(_Out):
     """The agent's `resources`, `state`, `storage` and `budget`."""
     event: JSONObject
     """The event's scope ids and the state scopes they make available."""
-
-
-class GrantView(_Out):
-    """The grant the event would get (what `GET /v1/runs/{run_id}` shows of a real run's grant)."""
-
-    tools: list[str]
-    host_tool_globs: list[str]
-    knowledge_bases: list[str]
-    state_read: list[str]
-    state_write: list[str]
-    storage_areas: list[str]
-    artifact_create: bool
-    call_budget: int | None
-    byte_budget: int | None
 
 
 class Explanation(_Out):
@@ -138,7 +124,7 @@ def explain(
         runner=manifest.id,
         binding=BindingExplanation(binding_id=binding.binding_id, why=chosen.why, agents=verdicts),
         layers=_layers(binding, manifest, grant),
-        grant=_grant_view(grant),
+        grant=GrantView.of(grant),
         checks=[_check(grant, target) for target in targets],
     )
 
@@ -210,18 +196,4 @@ def _layers(binding: AgentBinding, manifest: AgentRunnerManifest, grant: RunGran
             **scope_ids,
             "state_scopes": [s for s in STATE_SCOPES if grant.state_scope_id(s) is not None],
         },
-    )
-
-
-def _grant_view(grant: RunGrant) -> GrantView:
-    return GrantView(
-        tools=sorted(grant.tools),
-        host_tool_globs=list(grant.host_tool_globs),
-        knowledge_bases=sorted(grant.knowledge_bases),
-        state_read=sorted(grant.state_read),
-        state_write=sorted(grant.state_write),
-        storage_areas=sorted(grant.storage_areas),
-        artifact_create=grant.artifact_create,
-        call_budget=grant.call_budget,
-        byte_budget=grant.byte_budget,
     )

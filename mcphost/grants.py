@@ -20,7 +20,7 @@ import hashlib
 import hmac
 import secrets
 from collections.abc import Mapping
-from typing import Literal
+from typing import Literal, Self
 
 from pydantic import BaseModel, ConfigDict
 
@@ -52,6 +52,41 @@ ALL_FACTS_TOOLS: frozenset[str] = frozenset(
 
 TOKEN_BYTES = 32
 """256-bit run tokens."""
+
+
+class GrantView(BaseModel):
+    """What a grant allows, token-free and sorted: the one projection of a `RunGrant` that answers show
+    (`GET /v1/runs/{run_id}`, with the run's ids added) and explain (`POST /v1/explain`)."""
+
+    model_config = ConfigDict(frozen=True, use_attribute_docstrings=True)
+
+    tools: list[str]
+    host_tool_globs: list[str]
+    knowledge_bases: list[str]
+    state_read: list[str]
+    state_write: list[str]
+    storage_areas: list[str]
+    artifact_create: bool
+    call_budget: int | None
+    byte_budget: int | None
+
+    @classmethod
+    def of(cls, grant: RunGrant, **extra: object) -> Self:
+        """The view of `grant`; a subclass passes its own fields in `extra`."""
+        return cls.model_validate(
+            {
+                "tools": sorted(grant.tools),
+                "host_tool_globs": list(grant.host_tool_globs),
+                "knowledge_bases": sorted(grant.knowledge_bases),
+                "state_read": sorted(grant.state_read),
+                "state_write": sorted(grant.state_write),
+                "storage_areas": sorted(grant.storage_areas),
+                "artifact_create": grant.artifact_create,
+                "call_budget": grant.call_budget,
+                "byte_budget": grant.byte_budget,
+                **extra,
+            }
+        )
 
 
 def mint_token() -> tuple[str, str]:

@@ -176,19 +176,13 @@ async def show_run(request: Request) -> Response:
     run = await state.stores.runs.get(run_id)
     record = await state.stores.runs.grant(run_id)
     grant = record.grant
-    summary = GrantSummary(
+    summary = GrantSummary.of(
+        grant,
         runner_id=grant.runner_id,
         binding_id=grant.binding_id,
         conversation_id=grant.conversation_id,
         thread_id=grant.thread_id,
         actor_id=grant.actor_id,
-        tools=sorted(grant.tools),
-        host_tool_globs=list(grant.host_tool_globs),
-        knowledge_bases=sorted(grant.knowledge_bases),
-        state_read=sorted(grant.state_read),
-        state_write=sorted(grant.state_write),
-        storage_areas=sorted(grant.storage_areas),
-        artifact_create=grant.artifact_create,
         deadline_at=grant.deadline_at,
         revoked=record.revoked,
         active=record.active and time.time() < grant.deadline_at,

@@ -16,6 +16,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from mcphost.grants import GrantView
 from mcphost.models import ID_PATTERN, Run, RunError, RunStatus
 from mcphost.protocol import JSONObject
 from mcphost.schedules import ScheduleStatus
@@ -141,21 +142,14 @@ class Admitted(_Answer):
     """False when the event_id was seen before: this is the existing run."""
 
 
-class GrantSummary(_Answer):
-    """What a run may touch (PROTOCOL §6), without its token hash."""
+class GrantSummary(GrantView):
+    """What a run may touch (PROTOCOL §6), without its token hash: the grant's view plus the run's ids."""
 
     runner_id: str | None
     binding_id: str | None
     conversation_id: str | None
     thread_id: str | None
     actor_id: str | None
-    tools: list[str]
-    host_tool_globs: list[str]
-    knowledge_bases: list[str]
-    state_read: list[str]
-    state_write: list[str]
-    storage_areas: list[str]
-    artifact_create: bool
     deadline_at: float
     revoked: bool
     active: bool
