@@ -8,17 +8,17 @@ Invariants:
 - The pipeline asks only after every other check passed (grant, deadline, limits, permission,
   arguments), so a call that would be refused anyway never bothers a person, and nothing is written
   before an approval: denied, expired or out of time, the call does nothing and answers an error.
-- The wait reads the database (every `POLL_S`), so a decision taken on any replica or by the CLI
-  reaches the waiting call; it is an in-flight call like any other, cancelled with its run.
+- The wait (`ApprovalStore.wait`) wakes at once on a decision taken in this process and reads the
+  database for one taken on another replica or by the CLI; it is an in-flight call like any other,
+  cancelled with its run.
 - Approved: the call proceeds. Denied or expired: `approval_denied` naming the approval, its status and
-  the note. The run's deadline first: `deadline_exceeded`, and the approval stays pending (a decision
-  taken later changes nothing).
+  the note. The run's deadline first: `deadline_exceeded`. A call that stops waiting without a decision
+  (deadline, cancel) marks its approval `expired`, so nobody is left asked about a call that is gone.
 """
 
 from __future__ import annotations
 
 import fnmatch
-import time
 from typing import Any
 
 import anyio
@@ -28,8 +28,8 @@ from mcphost.facts._results import ToolCallError
 from mcphost.models import RunGrant
 from mcphost.protocol import JSONObject, unstorable
 
-POLL_S = 0.2
-"""How often a waiting call reads its approval."""
+ABANDON_TIMEOUT_S = 5.0
+"""How long a call that stops waiting may spend marking its approval expired (shielded from its cancel)."""
 
 
 def asks(grant: RunGrant, tool: str) -> bool:
@@ -49,25 +49,28 @@ async def await_approval(call: Call, tool: str, arguments: dict[str, Any]) -> No
             details={"errors": [{"field": problem.path or "(arguments)", "message": problem.reason}]},
         )
     request: JSONObject = {"tool": tool, "arguments": arguments}
-    approval = await call.stores.approvals.request(call.run_id, "tool", request)
-    with anyio.move_on_after(max(0.0, call.grant.deadline_at - time.time())):
-        while True:  # a poll, not an event: the decision may be taken on another replica
-            current = await call.stores.approvals.get(approval.approval_id)
-            if current.status != "pending":
-                break
-            await anyio.sleep(POLL_S)
-        if current.status == "approved":
-            return
-        note = f" (note: {current.note})" if current.note else ""
+    approvals = call.stores.approvals
+    approval = await approvals.request(call.run_id, "tool", request)
+    current = approval
+    try:
+        current = await approvals.wait(approval.approval_id, until=call.grant.deadline_at)
+    finally:
+        if current.status == "pending":  # out of time, cancelled, or the store failed: nobody waits now
+            with anyio.CancelScope(shield=True), anyio.move_on_after(ABANDON_TIMEOUT_S):
+                await approvals.abandon(approval.approval_id)
+    if current.status == "approved":
+        return
+    if current.status == "pending":
         raise ToolCallError(
-            "approval_denied",
-            f"Calling {tool!r} needed a person's approval and approval {approval.approval_id!r} is "
-            f"{current.status}{note}; the call did nothing. Do not retry it unchanged.",
-            details={"approval_id": approval.approval_id, "status": current.status, "note": current.note},
+            "deadline_exceeded",
+            f"Run {call.run_id!r} reached its deadline while {tool!r} waited for approval "
+            f"{approval.approval_id!r}; the call did nothing and the approval is now expired.",
+            details={"approval_id": approval.approval_id, "deadline_at": call.grant.deadline_at},
         )
+    note = f" (note: {current.note})" if current.note else ""
     raise ToolCallError(
-        "deadline_exceeded",
-        f"Run {call.run_id!r} reached its deadline while {tool!r} waited for approval "
-        f"{approval.approval_id!r}; the call did nothing.",
-        details={"approval_id": approval.approval_id, "deadline_at": call.grant.deadline_at},
+        "approval_denied",
+        f"Calling {tool!r} needed a person's approval and approval {approval.approval_id!r} is "
+        f"{current.status}{note}; the call did nothing. Do not retry it unchanged.",
+        details={"approval_id": approval.approval_id, "status": current.status, "note": current.note},
     )

@@ -12,6 +12,12 @@ Invariants:
 - An approval is created in the same transaction as the `approval.requested` deliveries that announce
   it (`Outbox.announce`); approving an action writes its `action.approved` deliveries in the
   transaction of the decision, so an approved action is announced for execution exactly once.
+- A `tool` approval is only worth deciding while its call waits: the call that stops waiting without a
+  decision (its run's deadline, a cancel, the run's end) marks it `expired` with a note (`abandon`), and
+  a decision on a `tool` approval whose run has ended (a host killed mid-wait) expires it too and is a
+  `ConflictError`, so nobody approves a call that can no longer happen.
+- `wait` wakes at once on a decision taken through this process's store, and reads the row every
+  `OTHER_PROCESS_POLL_S` for decisions taken by another replica or the CLI.
 - Actions are unique per (agent, `idempotency_key`): `action_key` is the agent id and the SHA-256 of
   the key, and a second `action.requested` with a key already seen creates nothing.
 """
@@ -23,12 +29,13 @@ import time
 from collections.abc import Sequence
 from typing import Any, Literal
 
+import anyio
 from pydantic import BaseModel, ConfigDict
-from sqlalchemy import ColumnElement, and_, insert, or_, select, update
+from sqlalchemy import ColumnElement, Update, and_, insert, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from mcphost.errors import ConflictError, NotFoundError
-from mcphost.models import new_id
+from mcphost.models import RunStatus, new_id
 from mcphost.protocol import JSONObject, is_json_object
 from mcphost.stores._cursor import CursorCodec, Page, check_limit
 from mcphost.stores._retry import idempotent
@@ -42,6 +49,11 @@ ApprovalKind = Literal["tool", "action"]
 Decision = Literal["approve", "deny"]
 DEFAULT_APPROVAL_EXPIRY_S = 24 * 3600.0
 MAX_NOTE_CHARS = 2000
+OTHER_PROCESS_POLL_S = 1.0
+"""How often `wait` reads an approval that another process (a replica, the CLI) may decide."""
+ABANDONED_NOTE = (
+    "no decision came while the call waited (its run reached its deadline, was cancelled or ended)"
+)
 
 
 class ApprovalRecord(BaseModel):
@@ -83,6 +95,21 @@ def _status_is(status: ApprovalStatus, now: float) -> ColumnElement[bool]:
     return ApprovalRow.status == status
 
 
+def _abandoning(approval_id: str, now: float) -> Update:
+    """Expire `approval_id` if it is still pending, saying why (`ABANDONED_NOTE`)."""
+    return (
+        update(ApprovalRow)
+        .where(ApprovalRow.approval_id == approval_id, ApprovalRow.status == "pending")
+        .values(status="expired", note=ABANDONED_NOTE, decided_at=now)
+    )
+
+
+async def _ended_run_status(session: AsyncSession, run_id: str) -> str | None:
+    """The terminal status of `run_id`, or None while it may still run."""
+    status = (await session.execute(select(RunRow.status).where(RunRow.run_id == run_id))).scalar_one()
+    return status if RunStatus(status).is_terminal else None
+
+
 def _not_found(approval_id: str) -> NotFoundError:
     return NotFoundError(
         f"Approval {approval_id!r} does not exist; GET /v1/approvals lists them.",
@@ -121,6 +148,8 @@ class ApprovalStore:
         self._outbox = outbox
         self.expiry_s = expiry_s
         """How long an approval stays `pending` before it is `expired` (`[host] approval_expiry_s`)."""
+        self._wakers: dict[str, anyio.Event] = {}
+        """Approval id → the event its waiting call sleeps on; set by `decide` in this process."""
 
     def _values(self, run: RunRow, kind: ApprovalKind, request: JSONObject, now: float) -> dict[str, Any]:
         return {
@@ -217,19 +246,61 @@ class ApprovalStore:
                     + (" (an expired approval counts as denied)." if current.status == "expired" else "."),
                     details={"approval_id": approval_id, "status": current.status},
                 )
-            decided = (
-                await session.execute(
-                    update(ApprovalRow)
-                    .where(ApprovalRow.approval_id == approval_id, ApprovalRow.status == "pending")
-                    .values(status=wanted, note=note, decided_at=now)
-                    .returning(ApprovalRow)
-                )
-            ).scalar_one()
-            record = _record(decided, now)
-            if record.kind == "action" and wanted == "approved":
-                approved: JSONObject = {"approval_id": approval_id, "note": note, **record.request}
-                await self._outbox.announce(session, record.run_id, [("action.approved", approved)])
+            record = current
+            ended = await _ended_run_status(session, current.run_id) if current.kind == "tool" else None
+            if ended is not None:
+                await session.execute(_abandoning(approval_id, now))  # committed, then refused below
+            else:
+                decided = (
+                    await session.execute(
+                        update(ApprovalRow)
+                        .where(ApprovalRow.approval_id == approval_id, ApprovalRow.status == "pending")
+                        .values(status=wanted, note=note, decided_at=now)
+                        .returning(ApprovalRow)
+                    )
+                ).scalar_one()
+                record = _record(decided, now)
+                if record.kind == "action" and wanted == "approved":
+                    approved: JSONObject = {"approval_id": approval_id, "note": note, **record.request}
+                    await self._outbox.announce(session, record.run_id, [("action.approved", approved)])
+        if ended is not None:
+            raise ConflictError(
+                f"Approval {approval_id!r} asked for a call of run {current.run_id!r}, which has ended "
+                f"({ended}): no call waits for this decision, so it is now expired.",
+                details={"approval_id": approval_id, "status": "expired", "run_status": ended},
+            )
+        if (waker := self._wakers.get(approval_id)) is not None:
+            waker.set()  # after the commit: the woken call reads the decision
         return record, True
+
+    async def wait(self, approval_id: str, *, until: float) -> ApprovalRecord:
+        """The approval once it is decided or expired, or still `pending` at `until` (a deadline).
+
+        A decision through this store wakes the wait at once; one taken by another process is read
+        within `OTHER_PROCESS_POLL_S`.
+
+        Raises:
+            NotFoundError: no such approval.
+        """
+        waker = self._wakers[approval_id] = anyio.Event()
+        try:
+            while True:
+                current = await self.get(approval_id)
+                now = time.time()
+                if current.status != "pending" or now >= until:
+                    return current
+                with anyio.move_on_after(min(min(until, current.expires_at) - now, OTHER_PROCESS_POLL_S)):
+                    await waker.wait()
+                if waker.is_set():
+                    waker = self._wakers[approval_id] = anyio.Event()
+        finally:
+            self._wakers.pop(approval_id, None)
+
+    @idempotent
+    async def abandon(self, approval_id: str) -> None:
+        """Expire a `pending` approval whose call stopped waiting (a decided one stays as it is)."""
+        async with self._db.write() as session:
+            await session.execute(_abandoning(approval_id, time.time()))
 
     @idempotent
     async def get(self, approval_id: str) -> ApprovalRecord:

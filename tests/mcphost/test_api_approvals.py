@@ -18,8 +18,9 @@ async def test_an_approval_is_listed_decided_once_and_refused_a_second_decision(
         admitted = await client.post("/v1/events", json=event_body("hi"))
         run_id = admitted.json()["run_id"]
         await host.orchestrator.wait(run_id)
+        # an action: it outlives its run (a tool call's approval ends with the run, see below)
         asked = await host.stores.approvals.request(
-            run_id, "tool", {"tool": "gh__merge", "arguments": {"pr": 1}}
+            run_id, "action", {"action": "merge", "target": {"pr": 1}}
         )
         listed = await client.get("/v1/approvals", params={"status": "pending"})
         assert listed.status_code == 200, listed.text
@@ -27,9 +28,9 @@ async def test_an_approval_is_listed_decided_once_and_refused_a_second_decision(
         assert {k: item[k] for k in ("approval_id", "run_id", "kind", "status", "request")} == {
             "approval_id": asked.approval_id,
             "run_id": run_id,
-            "kind": "tool",
+            "kind": "action",
             "status": "pending",
-            "request": {"tool": "gh__merge", "arguments": {"pr": 1}},
+            "request": {"action": "merge", "target": {"pr": 1}},
         }
         url = f"/v1/approvals/{asked.approval_id}"
         decided = await client.post(url, json={"decision": "deny", "note": "not today"})
@@ -47,6 +48,11 @@ async def test_an_approval_is_listed_decided_once_and_refused_a_second_decision(
             shown.json()
         ]
         assert (await host.stores.runs.get(run_id)).status is RunStatus.COMPLETED
+        call = await host.stores.approvals.request(run_id, "tool", {"tool": "gh__merge", "arguments": {}})
+        late = await client.post(f"/v1/approvals/{call.approval_id}", json={"decision": "approve"})
+        assert late.status_code == 409, late.text
+        assert late.json()["error"]["details"]["run_status"] == "completed"
+        assert (await client.get(f"/v1/approvals/{call.approval_id}")).json()["status"] == "expired"
 
 
 BAD_DECISIONS: list[tuple[bytes, int, str]] = [

@@ -14,6 +14,7 @@ import httpx2
 
 from mcphost.app import Host, open_host
 from mcphost.config import PluginConfig, Settings
+from mcphost.stores.approvals import ABANDONED_NOTE
 from tests.e2e.httpkit import event_body, serve_app
 from tests.mcphost.hostkit import REPO, agent, host_settings
 
@@ -132,3 +133,22 @@ async def test_an_approval_left_to_expire_is_a_denial(database_url: str, tmp_pat
             f"/v1/approvals/{expired.approval_id}", json={"decision": "approve"}
         )
         assert late_approval.status_code == 409
+
+
+async def test_a_run_cancelled_while_its_call_waits_leaves_no_pending_approval(
+    database_url: str, tmp_path: Path
+) -> None:
+    async with (
+        open_host(ask_settings(database_url, tmp_path / "data")) as host,
+        serve_app(host) as served,
+        httpx2.AsyncClient(base_url=served.url, timeout=30) as client,
+    ):
+        await asker_ready(host)
+        waiting = await start(client, "set:cancelled")
+        asked = await pending_of(client, waiting)
+        assert (await client.post(f"/v1/runs/{waiting}/cancel")).status_code in (200, 202)
+        await host.orchestrator.wait(waiting)
+        gone = await client.get(f"/v1/approvals/{asked['approval_id']}")
+        assert (gone.json()["status"], gone.json()["note"]) == ("expired", ABANDONED_NOTE)
+        late = await client.post(f"/v1/approvals/{asked['approval_id']}", json={"decision": "approve"})
+        assert late.status_code == 409, late.text

@@ -4,6 +4,7 @@ expiry as a denial, one approval per action key, and the deliveries written with
 from __future__ import annotations
 
 import base64
+import time
 from collections.abc import AsyncGenerator
 from pathlib import Path
 
@@ -13,8 +14,10 @@ import sqlalchemy as sa
 
 from mcphost.config import WebhookConfig
 from mcphost.errors import ConflictError, NotFoundError
+from mcphost.models import RunStatus
 from mcphost.protocol import JSONObject
 from mcphost.stores import ApprovalRecord, Stores, open_stores
+from mcphost.stores import approvals as approvals_module
 from mcphost.stores.tables import ApprovalRow
 from tests.mcphost.stores.factories import admitted
 
@@ -112,6 +115,82 @@ async def test_an_expired_approval_counts_as_denied(desk: Stores) -> None:
         await desk.approvals.decide(asked.approval_id, "approve")
     denied, changed = await desk.approvals.decide(asked.approval_id, "deny")
     assert (denied.status, changed) == ("expired", False)
+
+
+async def test_a_decision_in_this_process_wakes_the_waiting_call_at_once(
+    desk: Stores, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(approvals_module, "OTHER_PROCESS_POLL_S", 3600.0)  # only the wake can end the wait
+    run = await admitted(desk)
+    asked = await desk.approvals.request(run.run_id, "tool", {"tool": "state_set"})
+    seen: list[ApprovalRecord] = []
+
+    async def waiting() -> None:
+        seen.append(await desk.approvals.wait(asked.approval_id, until=time.time() + 3600))
+
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(waiting)
+            # the wait is asleep once its waker is registered (a store-private detail, read to be sure)
+            while asked.approval_id not in desk.approvals._wakers:  # noqa: ASYNC110  # pyright: ignore[reportPrivateUsage]
+                await anyio.sleep(0.01)
+            await desk.approvals.decide(asked.approval_id, "approve", note="go")
+    assert [(r.status, r.note) for r in seen] == [("approved", "go")]
+    assert asked.approval_id not in desk.approvals._wakers  # pyright: ignore[reportPrivateUsage]  # no leak
+
+
+async def test_a_decision_taken_by_another_process_reaches_the_waiting_call(
+    desk: Stores, database_url: str, tmp_path: Path
+) -> None:
+    run = await admitted(desk)
+    asked = await desk.approvals.request(run.run_id, "tool", {"tool": "state_set"})
+    seen: list[ApprovalRecord] = []
+
+    async def waiting() -> None:
+        seen.append(await desk.approvals.wait(asked.approval_id, until=time.time() + 3600))
+
+    async with open_stores(database_url, tmp_path / "other") as other:  # as a replica or the CLI would
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(waiting)
+                await other.approvals.decide(asked.approval_id, "deny", note="elsewhere")
+    assert [(r.status, r.note) for r in seen] == [("denied", "elsewhere")]
+
+
+async def test_a_wait_that_ends_undecided_leaves_an_expired_approval_saying_why(desk: Stores) -> None:
+    run = await admitted(desk)
+    asked = await desk.approvals.request(run.run_id, "tool", {"tool": "state_set"})
+    still = await desk.approvals.wait(asked.approval_id, until=time.time() + 0.2)
+    assert still.status == "pending"  # the caller's deadline came first
+    await desk.approvals.abandon(asked.approval_id)
+    gone = await desk.approvals.get(asked.approval_id)
+    assert (gone.status, gone.note) == ("expired", approvals_module.ABANDONED_NOTE)
+    with pytest.raises(ConflictError, match="already expired"):
+        await desk.approvals.decide(asked.approval_id, "approve")
+    decided = await desk.approvals.request(run.run_id, "tool", {"tool": "state_set"})
+    await desk.approvals.decide(decided.approval_id, "approve")
+    await desk.approvals.abandon(decided.approval_id)  # a decided approval keeps its decision
+    assert (await desk.approvals.get(decided.approval_id)).status == "approved"
+
+
+async def test_a_tool_approval_of_a_run_that_ended_cannot_be_approved_and_expires(desk: Stores) -> None:
+    run = await admitted(desk)
+    asked = await desk.approvals.request(run.run_id, "tool", {"tool": "state_set"})
+    await desk.runs.finish(run.run_id, RunStatus.CANCELLED)  # as after a host killed mid-wait
+    with pytest.raises(ConflictError, match="which has ended \\(cancelled\\): no call waits") as refused:
+        await desk.approvals.decide(asked.approval_id, "approve")
+    assert refused.value.details == {
+        "approval_id": asked.approval_id,
+        "status": "expired",
+        "run_status": "cancelled",
+    }
+    assert (await desk.approvals.get(asked.approval_id)).status == "expired"
+    # an action outlives its run: it is executed after the decision, so it can still be approved
+    later = await admitted(desk, conversation_id="conv-2")
+    await desk.results.append_many(later.run_id, [action("after-end")], first_seq=1)
+    await desk.runs.finish(later.run_id, RunStatus.CANCELLED)
+    (act,) = (await desk.approvals.list(run_id=later.run_id)).items
+    assert (await desk.approvals.decide(act.approval_id, "approve"))[0].status == "approved"
 
 
 async def test_an_unknown_approval_or_run_is_not_found(desk: Stores) -> None:
