@@ -5,8 +5,9 @@ Owns starting the HTTP server from the command line and `send`, which posts one 
 nor in-process runs (`_runs`).
 
 Invariants: `send` gives every event an id before the first POST, so a retried POST returns the same
-run; it reconnects at most `SEND_RECONNECTS` times with `Last-Event-ID`, and a replayed result is never
-shown twice.
+run; it reconnects at most `SEND_RECONNECTS` times with `Last-Event-ID`, after a jittered exponential
+wait (`mcphost.common.backoff`, `SEND_BACKOFF_INITIAL_S` to `SEND_BACKOFF_MAX_S`), and a replayed result
+is never shown twice.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import httpx2
 
 from mcphost.api import ApiLimits
 from mcphost.cli._common import EXIT_FAILED, EXIT_OK, dump, event_from_args, fail
+from mcphost.common.backoff import Backoff
 from mcphost.config import Settings
 from mcphost.models import RunStatus, new_id
 from mcphost.protocol import JSONObject
@@ -95,6 +97,8 @@ class _ReplyPrinter:
 
 
 SEND_RECONNECTS = 5
+SEND_BACKOFF_INITIAL_S = 0.2
+SEND_BACKOFF_MAX_S = 3.0
 
 
 async def cmd_send(args: argparse.Namespace, settings: Settings) -> int:
@@ -107,6 +111,7 @@ async def cmd_send(args: argparse.Namespace, settings: Settings) -> int:
     printer = _ReplyPrinter(as_json=args.json)
     run_id: str | None = None
     end: JSONObject | None = None
+    backoff = Backoff(SEND_BACKOFF_INITIAL_S, SEND_BACKOFF_MAX_S)
     async with httpx2.AsyncClient(
         base_url=url, headers=headers, timeout=httpx2.Timeout(30, read=None)
     ) as client:
@@ -144,7 +149,7 @@ async def cmd_send(args: argparse.Namespace, settings: Settings) -> int:
             except httpx2.TransportError as exc:
                 if attempt == SEND_RECONNECTS or (run_id is None and isinstance(exc, httpx2.ConnectError)):
                     return fail(f"cannot reach mcphost at {url}: {exc}. Is `mcphost serve` running there?")
-            await anyio.sleep(min(0.2 * 2**attempt, 3))
+            await anyio.sleep(backoff.next())
     printer.finish()
     if end is None or run_id is None:
         return fail(

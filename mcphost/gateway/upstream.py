@@ -8,8 +8,10 @@ Invariants:
 - One client per server, owned by `supervise`, a task the gateway's task group owns: it connects lazily
   (when a caller first needs the server), notices a dead connection (the transport's read stream ends,
   or a call fails with a closed connection) and reconnects on the next need — at once after a connection
-  that was up, after an exponential backoff (`BACKOFF_INITIAL_S` doubling to `BACKOFF_MAX_S`, reset by a
-  good connection) after a failed attempt. While backing off, callers fail at once with the time left.
+  that was up, after a jittered exponential backoff (`mcphost.common.backoff`: `BACKOFF_INITIAL_S`
+  doubling to `BACKOFF_MAX_S`, reset by a good connection) after a failed attempt, so hosts that lost a
+  shared server together do not all come back at the same instant. While backing off, callers fail at
+  once with the time left.
 - Every wait of a caller is bounded by the caller (a cancel scope around `client()`, `tools()`, `call()`);
   a handshake in the background gives up after `connect_timeout`. Failures are `HostError`s:
   `UpstreamError` (`runtime_error`, retryable), `DeadlineExceededError`, or the upstream's JSON-RPC
@@ -53,6 +55,7 @@ from mcp.shared.message import SessionMessage
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from mcphost import __version__
+from mcphost.common.backoff import Backoff
 from mcphost.common.excgroups import first_leaf
 from mcphost.config import ToolServerConfig
 from mcphost.errors import (
@@ -261,9 +264,7 @@ class Upstream:
         self._environ = environ
         self._cwd = cwd
         self._errlog = errlog
-        self._backoff_initial = backoff_initial_s
-        self._backoff_max = backoff_max_s
-        self._backoff = backoff_initial_s
+        self._backoff = Backoff(backoff_initial_s, backoff_max_s)
         self._ttl = tools_ttl_s
         self.state = UpstreamState.IDLE
         self.last_error: str | None = None
@@ -350,8 +351,7 @@ class Upstream:
                     self.retry_at = time.monotonic()
                     self._attempt_failed = False
                 else:
-                    self.retry_at = time.monotonic() + self._backoff
-                    self._backoff = min(self._backoff * 2, self._backoff_max)
+                    self.retry_at = time.monotonic() + self._backoff.next()
                     self._attempt_failed = True
                 self._finish_attempt()
         finally:
@@ -380,7 +380,7 @@ class Upstream:
                 self._was_ready = True
                 self.connects += 1
                 self.last_error = None
-                self._backoff = self._backoff_initial
+                self._backoff.reset()
                 self._stale = True
                 self._move(UpstreamState.READY)
                 logger.info("tool server %s connected (%s %s)", self.name, self.transport, self.target)

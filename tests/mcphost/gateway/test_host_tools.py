@@ -305,7 +305,7 @@ async def test_a_result_nested_too_deep_is_refused_and_the_server_still_answers(
 async def test_a_server_that_is_down_is_left_out_and_calls_fail_fast() -> None:
     dead = ToolServerConfig(url=f"http://127.0.0.1:{_free_port()}/mcp", timeout_s=60.0)
     servers = {"dead": dead, "fake": stdio(), "nocmd": ToolServerConfig(command=["/nonexistent/binary"])}
-    async with gateway(servers, backoff_initial_s=30.0) as gw:
+    async with gateway(servers, backoff_initial_s=30.0, backoff_max_s=60.0) as gw:
         names = {t.name for t in await gw.list_tools(grant("*"))}
         assert "fake__echo" in names
         assert not any(n.startswith(("dead__", "nocmd__")) for n in names)
