@@ -45,6 +45,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Lifespan, Message, Receive, Scope, Send
 
+from mcphost import console
 from mcphost.api import UNMATCHED_ROUTE, ApiLimits, ApiState, HostMetrics, routes
 from mcphost.bindings import Bindings
 from mcphost.common.challenge import bearer_challenge
@@ -321,7 +322,8 @@ HOOKS_PREFIX = "/v1/hooks/"
 
 class _ApiGuard:
     """`/v1` access: the host's `HttpGuard` (Host, Origin, then the API key); a refusal is a 401.
-    Webhooks (`HOOKS_PREFIX`) are let through: their route checks the sender's signature."""
+    Webhooks (`HOOKS_PREFIX`) are let through: their route checks the sender's signature. The console's
+    files get the Host and Origin checks only (421, 403): they hold no data, and the login prompt must load."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -334,6 +336,14 @@ class _ApiGuard:
             refused = host.guard.api_refusal(Headers(scope=scope))
             if refused is not None:
                 await host_error_response(UnauthorizedError(refused.message))(scope, receive, send)
+                return
+        elif console.is_console_path(path):
+            host = scope["app"].state.host
+            assert isinstance(host, Host), "the host is opened before requests are served"
+            refused = host.guard.site_refusal(Headers(scope=scope))
+            if refused is not None:
+                code = "unauthorized" if refused.status == 403 else "invalid_argument"
+                await error_response(refused.status, code, refused.message)(scope, receive, send)
                 return
         await self.app(scope, receive, send)
 
@@ -418,7 +428,11 @@ class _Cors:
 def _starlette(settings: Settings, lifespan: Lifespan[Starlette] | None = None) -> Starlette:
     origins = settings.host.cors_origins
     return Starlette(
-        routes=[*routes(), Route(MCP_PATH, endpoint=_FactsEndpoint(), name="mcphost_facts")],
+        routes=[
+            *routes(),
+            Route(MCP_PATH, endpoint=_FactsEndpoint(), name="mcphost_facts"),
+            *console.routes(),
+        ],
         middleware=[
             Middleware(_Measured),
             Middleware(_CatchAll),
@@ -451,7 +465,8 @@ def _attach(app: Starlette, host: Host, limits: ApiLimits | None) -> None:
 
 
 def build_app(host: Host, *, limits: ApiLimits | None = None) -> Starlette:
-    """The HTTP app over an open host: `/v1`, `/healthz`, `/metrics`, `/openapi.json` and the MCP endpoint."""
+    """The HTTP app over an open host: `/v1`, `/healthz`, `/metrics`, `/openapi.json`, the MCP endpoint and
+    the console (`/`, `/console/`)."""
     app = _starlette(host.settings)
     _attach(app, host, limits)
     return app

@@ -8,7 +8,7 @@ error response in one place, and builds the `ApiState` the routes read. Endpoint
 an error response.
 
 Module map: `_routes` (the route table, `routes()` and the OpenAPI document), `_endpoints` (events, runs,
-conversations, runners, health and metrics endpoints), `_artifacts` (multipart upload, range downloads),
+run records, conversations, agents, runners, health and metrics endpoints), `_artifacts` (multipart upload, range downloads),
 `_models` (request and response models), `_http` (query and body parsing, capped body reads, SSE and
 `EventStream`), `_docs` (the `/docs` page), `_state` (`ApiState`, `ApiLimits`), `_metrics` (`HostMetrics`). The two HTTP-only errors,
 `RangeNotSatisfiableError` (416) and `UnavailableError` (503), live in `mcphost.errors` with the rest of

@@ -2,7 +2,8 @@
 
 Owns what each of these routes does: admission of an event (202, or its results as SSE with
 `?stream=true`), run reads, result pages and resumable result streams, cancellation, audit pages,
-conversation transcript and event pages, deleting a state value (an operator's way out of a value no
+conversation transcript and event pages, what a run left (`run_records`), the configured agents,
+deleting a state value (an operator's way out of a value no
 run can use), the runner registry view, liveness and metrics. Does not own
 artifacts (`_artifacts`), the route table or OpenAPI (`_routes`), authentication or error responses
 (`app.py`). Endpoints raise; they never build an error response.
@@ -37,6 +38,8 @@ from mcphost.api._http import EventStream, parse_json, parse_model, parse_query,
 from mcphost.api._metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from mcphost.api._models import (
     Admitted,
+    AgentInfo,
+    AgentsView,
     Attempt,
     AuditPage,
     AuditQuery,
@@ -56,6 +59,7 @@ from mcphost.api._models import (
     ResultsQuery,
     RunnerInfo,
     RunnersView,
+    RunRecords,
     RunsPage,
     RunsQuery,
     RunView,
@@ -186,6 +190,7 @@ async def show_run(request: Request) -> Response:
         deadline_at=grant.deadline_at,
         revoked=record.revoked,
         active=record.active and time.time() < grant.deadline_at,
+        layers=grant.layers,
     )
     attempts = [
         Attempt(
@@ -245,6 +250,20 @@ def _conflict_terminal(run: Run) -> HostError:
         f"Run {run.run_id!r} is already {run.status}; there is nothing to cancel.",
         details={"run_id": run.run_id, "status": run.status.value},
     )
+
+
+async def run_records(request: Request) -> Response:
+    state = api_state(request)
+    parse_query(request, QueryModel)
+    run_id = path_id(request, "run_id")
+    context = await state.stores.runs.context(run_id)  # 404 for an unknown run
+    answer = RunRecords(
+        run_id=run_id,
+        context=context,
+        events=await state.stores.events.for_run(run_id, limit=1000),
+        transcript=await state.stores.transcript.for_run(run_id, limit=1000),
+    )
+    return JSONResponse(answer.model_dump(mode="json"))
 
 
 async def run_audit(request: Request) -> Response:
@@ -340,6 +359,25 @@ async def list_runners(request: Request) -> Response:
             )
             for p in registry.plugins()
         ],
+    )
+    return JSONResponse(answer.model_dump(mode="json"))
+
+
+async def list_agents(request: Request) -> Response:
+    state = api_state(request)
+    parse_query(request, QueryModel)
+    answer = AgentsView(
+        agents=[
+            AgentInfo(
+                id=a.id,
+                runner=a.runner,
+                event_types=list(a.event_types),
+                match=dict(a.match),
+                concurrency=a.concurrency,
+                timeout_s=a.timeout_s,
+            )
+            for a in state.bindings.agents
+        ]
     )
     return JSONResponse(answer.model_dump(mode="json"))
 

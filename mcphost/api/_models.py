@@ -17,8 +17,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from mcphost.grants import GrantView
-from mcphost.models import ID_PATTERN, Run, RunError, RunStatus
-from mcphost.protocol import JSONObject
+from mcphost.models import ID_PATTERN, GrantLayers, Run, RunError, RunStatus
+from mcphost.protocol import AgentRunContext, JSONObject
 from mcphost.schedules import ScheduleStatus
 from mcphost.stores import (
     MAX_RUN_SEQ,
@@ -153,6 +153,9 @@ class GrantSummary(GrantView):
     deadline_at: float
     revoked: bool
     active: bool
+    layers: GrantLayers | None = None
+    """What the manifest and agent layers offered (the event layer is the scope ids above); None for
+    inspection grants, which have no layers."""
 
 
 class Attempt(_Answer):
@@ -174,6 +177,33 @@ class RunView(_Answer):
     attempts: list[Attempt]
     """Every run of this run's event, first attempt first: one, unless a host restart failed an
     attempt (`host.restarted`) and the event was submitted again."""
+
+
+class RunRecords(_Answer):
+    """What a run left besides its results and audit: the context it was started with (without its token),
+    its event-log entries and its transcript rows, oldest first (at most 1000 of each)."""
+
+    run_id: str
+    context: AgentRunContext | None
+    """None while the run is queued, and for inspection grants (they have no context)."""
+    events: list[StoredEvent]
+    transcript: list[TranscriptRecord]
+
+
+class AgentInfo(_Answer):
+    """A configured agent as a client picks it: which events it takes and what runs it (no prompt, no
+    runner config: those may hold what only the operator should read)."""
+
+    id: str
+    runner: str
+    event_types: list[str]
+    match: dict[str, str | list[str]]
+    concurrency: str
+    timeout_s: float | None
+
+
+class AgentsView(_Answer):
+    agents: list[AgentInfo]
 
 
 class RunsPage(_Answer):

@@ -1,0 +1,251 @@
+// One run: summary and cancel, its results as they are stored (an SSE stream read with fetch), its MCP
+// calls from the audit, its grant by layer, the event, the context projection, transcript rows,
+// event-log entries and artifacts. What the stream does not carry is read again when a result arrives.
+import { ApiError, api, badge, duration, el, getJson, initPage, params, pretty, short, showError, sse, time } from "/console/api.js";
+
+const runId = params().get("id") || "";
+const path = `/v1/runs/${encodeURIComponent(runId)}`;
+const errors = document.getElementById("run-error");
+let lastView = null;
+let refreshing = null;
+let again = false;
+
+function summary(view) {
+  const run = view.run;
+  const cancel = el("button", { type: "button", id: "cancel", class: "danger", disabled: isTerminal(run.status) || null }, "Cancel run");
+  cancel.addEventListener("click", onCancel);
+  const facts = [
+    ["Status", badge(run.status)],
+    ["Agent", run.agent_id ?? "(inspection grant)"],
+    ["Runner", run.runner_id ?? ""],
+    ["Conversation", run.conversation_id ? el("a", { href: `/console/conversation.html?id=${encodeURIComponent(run.conversation_id)}` }, run.conversation_id) : ""],
+    ["Event", `${run.event_type} (${run.event_id})`],
+    ["Created", time(run.created_at)],
+    ["Started", time(run.started_at)],
+    ["Ended", time(run.ended_at)],
+    ["Took", duration(run.started_at, run.ended_at)],
+    ["Deadline", time(run.deadline_at)],
+    ["Attempt", `${run.attempt} of ${view.attempts.length}`],
+  ];
+  if (run.error) facts.push(["Error", el("span", { class: "error", id: "run-error-code" }, `${run.error.code}: ${run.error.message}`)]);
+  if (Object.keys(run.usage || {}).length) facts.push(["Usage", short(run.usage, 200)]);
+  return [
+    el("h1", {}, ["Run ", el("code", {}, run.run_id)]),
+    el("dl", { class: "facts" }, facts.flatMap(([k, v]) => [el("dt", {}, k), el("dd", {}, v)])),
+    el("p", {}, cancel),
+  ];
+}
+
+function isTerminal(status) {
+  return ["completed", "failed", "cancelled"].includes(status);
+}
+
+async function onCancel(event) {
+  const button = event.currentTarget;
+  button.disabled = true;
+  try {
+    await api(`${path}/cancel`, { method: "POST", body: { reason: "cancelled from the console" } });
+  } catch (error) {
+    if (!(error instanceof ApiError && error.status === 409)) showError(errors, error);
+  }
+  schedule();
+}
+
+function list(values) {
+  if (values === undefined || values === null) return el("span", { class: "muted" }, "—");
+  if (typeof values === "boolean") return values ? "yes" : "no";
+  if (!Array.isArray(values)) return short(values, 300);
+  return values.length ? values.join(", ") : el("span", { class: "muted" }, "none");
+}
+
+function grantTable(grant) {
+  const layers = grant.layers;
+  const m = layers?.manifest ?? {};
+  const names = (items) => (items ? items.map((p) => (typeof p === "string" ? p : JSON.stringify(p))) : undefined);
+  const rows = [
+    ["Tools", names(m.tools), layers?.tools, "—", grant.tools.concat(grant.host_tool_globs)],
+    ["Knowledge", names(m.knowledge), layers?.knowledge_bases, "—", grant.knowledge_bases],
+    ["State read", names(m.state), layers?.state_scopes, scopeIds(grant), grant.state_read],
+    ["State write", names(m.state), layers ? (layers.state_write ? "allowed" : "refused") : undefined, scopeIds(grant), grant.state_write],
+    ["Storage", names(m.storage), layers?.storage_areas, "—", grant.storage_areas],
+    ["Artifacts", names(m.artifacts), "—", grant.conversation_id ? `conversation ${grant.conversation_id}` : "—", grant.artifact_create ? "create" : "read"],
+  ];
+  const table = el("table", { class: "cards grant" }, [
+    el("thead", {}, el("tr", {}, ["What", "Manifest", "Agent", "Event", "Granted"].map((h) => el("th", {}, h)))),
+    el("tbody", {}, rows.map(([what, ...cells]) =>
+      el("tr", {}, [el("th", { scope: "row" }, what), ...cells.map((c, i) => el("td", { "data-label": ["Manifest", "Agent", "Event", "Granted"][i] }, list(c)))]))),
+  ]);
+  const note = layers
+    ? el("p", { class: "muted" }, `Runner ${layers.runner_id}, agent ${layers.agent_id}. ${grant.revoked ? "Revoked." : grant.active ? "Active." : "Ended."}`)
+    : el("p", { class: "muted" }, "An inspection grant: no layers.");
+  return [note, table];
+}
+
+function scopeIds(grant) {
+  return ["conversation_id", "thread_id", "actor_id"].filter((k) => grant[k]).map((k) => `${k.replace("_id", "")} ${grant[k]}`);
+}
+
+function resultItem(r) {
+  const data = r.data ?? {};
+  let text;
+  switch (r.type) {
+    case "message.delta": text = data.chunk?.content ?? short(data.chunk); break;
+    case "message.completed": text = data.message?.content ?? short(data.message); break;
+    case "tool.call.started": text = `${data.tool_name} ${short(data.parameters ?? {}, 100)}`; break;
+    case "tool.call.completed":
+      text = `${data.tool_name} ${data.error_code ? `${data.error_code}: ${data.error_message ?? ""}` : short(data.result_preview ?? "ok", 100)}`;
+      break;
+    case "run.failed": text = `${data.code}: ${data.message}`; break;
+    default: text = short(data, 200);
+  }
+  return el("li", { "data-type": r.type, "data-seq": r.seq }, [
+    el("span", { class: "seq" }, r.seq),
+    el("span", { class: `type type-${r.type.replace(".", "-")}` }, r.type),
+    el("span", { class: "text" }, text),
+  ]);
+}
+
+function auditRow(a) {
+  return el("tr", { "data-tool": a.tool, "data-outcome": a.outcome }, [
+    el("td", { "data-label": "#" }, a.seq),
+    el("td", { "data-label": "Tool" }, el("code", {}, a.tool)),
+    el("td", { "data-label": "Outcome" }, el("span", { class: `badge outcome-${a.outcome}` }, a.outcome)),
+    el("td", { "data-label": "Code" }, a.code ?? ""),
+    el("td", { "data-label": "Duration" }, `${a.duration_ms.toFixed(1)} ms`),
+    el("td", { "data-label": "Bytes in/out" }, `${a.bytes_in} / ${a.bytes_out}`),
+    el("td", { "data-label": "At" }, time(a.created_at)),
+  ]);
+}
+
+function artifactIds(...roots) {
+  const found = new Set();
+  const walk = (v) => {
+    if (Array.isArray(v)) v.forEach(walk);
+    else if (v && typeof v === "object") {
+      for (const [k, x] of Object.entries(v)) {
+        if ((k === "artifact_id" || k === "raw_ref") && typeof x === "string") found.add(x);
+        else walk(x);
+      }
+    }
+  };
+  roots.forEach(walk);
+  return [...found];
+}
+
+async function download(id, name) {
+  const res = await api(`/v1/artifacts/${encodeURIComponent(id)}/content`, { accept: "*/*" });
+  const url = URL.createObjectURL(await res.blob());
+  const a = el("a", { href: url, download: name || id });
+  document.body.append(a);
+  a.click();
+  a.remove();
+  setTimeout(() => URL.revokeObjectURL(url), 60_000);
+}
+
+async function artifactItem(id) {
+  try {
+    const meta = await getJson(`/v1/artifacts/${encodeURIComponent(id)}`);
+    const button = el("button", { type: "button", class: "link" }, "download");
+    button.addEventListener("click", () => download(id, meta.name).catch((e) => showError(errors, e)));
+    return el("li", { "data-artifact-id": id }, [el("code", {}, meta.name || id), ` ${meta.mime_type ?? ""}, ${meta.size} bytes `, button]);
+  } catch (error) {
+    return el("li", { "data-artifact-id": id }, [el("code", {}, id), ` ${error.message}`]);
+  }
+}
+
+async function refresh() {
+  const [view, audit, records] = await Promise.all([
+    getJson(path),
+    getJson(`${path}/audit?limit=1000`),
+    getJson(`${path}/records`),
+  ]);
+  lastView = view;
+  document.title = `Run ${view.run.run_id} · mcphost`;
+  document.getElementById("summary").replaceChildren(...summary(view));
+  document.querySelector("#audit tbody").replaceChildren(...audit.items.map(auditRow));
+  document.getElementById("grant").replaceChildren(...grantTable(view.grant));
+  const inbound = records.events.find((e) => e.kind === "inbound");
+  const event = inbound?.payload ?? records.context?.event; // the envelope as it came in
+  document.getElementById("event").replaceChildren(event ? pretty(event) : el("p", { class: "muted" }, "Not stored yet."));
+  const context = document.getElementById("context");
+  context.replaceChildren(context.firstElementChild, records.context ? pretty(records.context) : el("p", { class: "muted" }, "None: the run has not started, or it is an inspection grant."));
+  document.getElementById("transcript").replaceChildren(...records.transcript.map((t) =>
+    el("li", { "data-role": t.role }, [el("span", { class: "role" }, t.role), el("span", { class: "text" }, t.content || short(t.contents))])));
+  document.querySelector("#events tbody").replaceChildren(...records.events.map((e) =>
+    el("tr", {}, [
+      el("td", { "data-label": "#" }, e.seq),
+      el("td", { "data-label": "Type" }, e.event_type),
+      el("td", { "data-label": "Kind" }, e.kind),
+      el("td", { "data-label": "Payload" }, short(e.payload, 160)),
+    ])));
+  const results = [...document.querySelectorAll("#results li")].map((li) => li.dataset.payload && JSON.parse(li.dataset.payload));
+  const ids = artifactIds(records.events.map((e) => e.payload), records.transcript.map((t) => t.artifacts), results);
+  const items = await Promise.all(ids.map(artifactItem));
+  document.getElementById("artifacts").replaceChildren(...(items.length ? items : [el("li", { class: "muted" }, "None.")]));
+}
+
+/** Refresh now, or once more after the refresh in flight (results may arrive in bursts). */
+function schedule() {
+  if (refreshing) {
+    again = true;
+    return;
+  }
+  refreshing = refresh()
+    .catch((error) => showError(errors, error))
+    .finally(() => {
+      refreshing = null;
+      if (again) {
+        again = false;
+        schedule();
+      }
+    });
+}
+
+async function follow() {
+  const list = document.getElementById("results");
+  let after = 0;
+  for (let attempt = 0; attempt < 5; attempt++) {
+    try {
+      const res = await api(`${path}/results?after=${after}`, { accept: "text/event-stream" });
+      for await (const message of sse(res)) {
+        if (message.event === "end" || message.event === "error") {
+          if (message.event === "error") showError(errors, JSON.parse(message.data).error);
+          schedule();
+          return;
+        }
+        const result = JSON.parse(message.data);
+        after = result.seq;
+        const item = resultItem(result);
+        item.dataset.payload = JSON.stringify(result.data ?? null);
+        list.append(item);
+        schedule();
+      }
+      return; // the stream ended without its end marker: the host went away
+    } catch (error) {
+      showError(errors, error);
+      await new Promise((r) => setTimeout(r, 1000));
+    }
+  }
+}
+
+async function main() {
+  initPage();
+  if (!runId) {
+    showError(errors, new Error("No run id: open a run from the runs list."));
+    return;
+  }
+  try {
+    await refresh();
+  } catch (error) {
+    showError(errors, error);
+    return;
+  }
+  await follow();
+  // a run still active without a stream (the host restarted): keep its status current
+  while (lastView && !isTerminal(lastView.run.status)) {
+    await new Promise((r) => setTimeout(r, 2000));
+    schedule();
+  }
+}
+
+main();

@@ -1,0 +1,130 @@
+// Runs: the newest runs, filtered, refreshed every second (a new run or a status change shows without a
+// reload). The agent filter narrows the loaded pages (GET /v1/runs filters by conversation and status).
+import { badge, duration, el, getJson, initPage, params, short, showError, time } from "/console/api.js";
+
+const POLL_MS = 1000;
+const form = document.getElementById("filters");
+const body = document.querySelector("#runs tbody");
+const errors = document.getElementById("runs-error");
+const more = document.getElementById("more");
+let older = []; // runs of the pages loaded with "Older runs"
+let cursor = null;
+let generation = 0; // bumped when the filters change: answers of older requests are dropped
+
+function filters() {
+  const data = new FormData(form);
+  return {
+    agent: data.get("agent") || "",
+    conversation: (data.get("conversation") || "").trim(),
+    status: data.get("status") || "",
+  };
+}
+
+function query(f, after) {
+  const q = new URLSearchParams({ limit: "100" });
+  if (f.conversation) q.set("conversation_id", f.conversation);
+  if (f.status) q.set("status", f.status);
+  if (after) q.set("cursor", after);
+  return "/v1/runs?" + q;
+}
+
+function row(run) {
+  const link = el("a", { href: `/console/run.html?id=${encodeURIComponent(run.run_id)}` }, run.run_id);
+  const conversation = run.conversation_id
+    ? el("a", { href: `/console/conversation.html?id=${encodeURIComponent(run.conversation_id)}` }, run.conversation_id)
+    : "";
+  return el("tr", { "data-run-id": run.run_id, "data-status": run.status }, [
+    el("td", { "data-label": "Created" }, time(run.created_at)),
+    el("td", { "data-label": "Run" }, link),
+    el("td", { "data-label": "Agent" }, run.agent_id ?? "(grant)"),
+    el("td", { "data-label": "Conversation" }, conversation),
+    el("td", { "data-label": "Event" }, run.event_type),
+    el("td", { "data-label": "Status" }, badge(run.status)),
+    el("td", { "data-label": "Took" }, duration(run.started_at, run.ended_at)),
+    el("td", { "data-label": "Error" }, run.error ? short(`${run.error.code}: ${run.error.message}`, 80) : ""),
+  ]);
+}
+
+function render(runs, f) {
+  const seen = new Set();
+  const shown = runs.filter((r) => !seen.has(r.run_id) && seen.add(r.run_id) && (!f.agent || r.agent_id === f.agent));
+  const before = new Set([...body.rows].map((tr) => tr.dataset.runId));
+  const rows = shown.map(row);
+  for (const tr of rows) if (before.size && !before.has(tr.dataset.runId)) tr.classList.add("new");
+  body.replaceChildren(...rows);
+  if (!rows.length) body.append(el("tr", { class: "empty" }, el("td", { colspan: 8 }, "No runs match.")));
+}
+
+async function refresh() {
+  const mine = generation;
+  const f = filters();
+  try {
+    const page = await getJson(query(f));
+    if (mine !== generation) return;
+    if (!older.length) {
+      cursor = page.next_cursor;
+      more.hidden = !page.has_more;
+    }
+    render([...page.items, ...older], f);
+    errors.replaceChildren();
+  } catch (error) {
+    if (mine === generation) showError(errors, error);
+  }
+}
+
+function onFilter() {
+  generation += 1;
+  older = [];
+  const f = filters();
+  const q = new URLSearchParams();
+  for (const [k, v] of Object.entries(f)) if (v) q.set(k, v);
+  history.replaceState(null, "", q.size ? "?" + q : location.pathname);
+  refresh();
+}
+
+async function loadOlder() {
+  if (!cursor) return;
+  const mine = generation;
+  const page = await getJson(query(filters(), cursor));
+  if (mine !== generation) return;
+  older = [...older, ...page.items];
+  cursor = page.next_cursor;
+  more.hidden = !page.has_more;
+  refresh();
+}
+
+async function loadAgents() {
+  const select = document.getElementById("filter-agent");
+  const wanted = params().get("agent") || "";
+  try {
+    const view = await getJson("/v1/agents");
+    for (const agent of view.agents) select.append(el("option", { value: agent.id }, agent.id));
+  } catch (error) {
+    showError(errors, error);
+  }
+  if (wanted && ![...select.options].some((o) => o.value === wanted)) select.append(el("option", { value: wanted }, wanted));
+  select.value = wanted;
+}
+
+async function main() {
+  initPage();
+  const p = params();
+  document.getElementById("filter-conversation").value = p.get("conversation") || "";
+  document.getElementById("filter-status").value = p.get("status") || "";
+  await loadAgents();
+  form.addEventListener("change", onFilter);
+  form.addEventListener("submit", (e) => {
+    e.preventDefault();
+    onFilter();
+  });
+  more.addEventListener("click", () => loadOlder().catch((e) => showError(errors, e)));
+  await refresh();
+  (async function poll() {
+    for (;;) {
+      await new Promise((r) => setTimeout(r, POLL_MS));
+      if (!document.hidden) await refresh();
+    }
+  })();
+}
+
+main();

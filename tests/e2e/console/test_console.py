@@ -1,0 +1,333 @@
+"""The console in a real browser: Playwright driving Debian's chromium against `mcphost serve` subprocesses.
+
+One server (memo and a slow misbehave agent) and one with an API key serve every test of the module; each
+test opens its own browser context. Runs are created over `/v1` with `httpx2`, the way another client
+would, and the pages must show them without a reload. Every page is screenshotted into the test's
+`tmp_path`, and into `$MCPHOST_SCREENSHOTS` when it is set (CI keeps that folder as test output).
+Waits are Playwright's own conditions (a row with a status appears), never fixed sleeps.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import pytest
+
+from tests.mcphost.hostkit import MISBEHAVE
+from tests.mcphost.test_serve import Server, cli_env
+
+CHROMIUM = shutil.which("chromium")
+if CHROMIUM is None:  # pragma: no cover - CI installs chromium (.ci/run)
+    pytest.skip("chromium is not installed: `apt-get install -y chromium` (CI does)", allow_module_level=True)
+
+from playwright.sync_api import Browser, ConsoleMessage, Page, expect, sync_playwright  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+API_KEY = "console-test-key-0123456789"
+UI_TIMEOUT_MS = 30_000
+"""How long an expectation waits for the page (a loaded CI host is slow; nothing here is timed)."""
+expect.set_options(timeout=UI_TIMEOUT_MS)
+
+
+def _config(folder: Path) -> Path:
+    text = (
+        f'[host]\ndata_dir = "{folder / "data"}"\n'
+        f'[[plugins]]\nname = "misbehave"\ncommand = {json.dumps(MISBEHAVE)}\n'
+        '[[agents]]\nid = "memo"\nrunner = "plugin:mcphost/memo/default"\nmatch = { bot_id = "memo" }\n'
+        '[[agents]]\nid = "slow"\nrunner = "plugin:test/misbehave/default"\ntimeout_s = 600\n'
+        'match = { bot_id = "slow" }\n'
+    )
+    path = folder / "mcphost.toml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def _serve(folder: Path, **env: str) -> Iterator[Server]:
+    import subprocess
+    import sys
+
+    folder.mkdir(parents=True, exist_ok=True)
+    stderr = folder / "serve.log"
+    with stderr.open("w") as err:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "mcphost.cli", "serve", "--config", str(_config(folder)), "--listen",
+             "127.0.0.1:0", "--grace", "1"],
+            cwd=folder, env=cli_env(**env), stdout=subprocess.DEVNULL, stderr=err, stdin=subprocess.DEVNULL,
+            text=True,
+        )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            text = stderr.read_text(encoding="utf-8", errors="replace")
+            if "serving on " in text:
+                yield Server(process, text.split("serving on ", 1)[1].split()[0], stderr)
+                return
+            assert process.poll() is None, f"mcphost serve exited with {process.returncode}:\n{text}"
+            assert time.monotonic() < deadline, f"mcphost serve did not start:\n{text}"
+            time.sleep(0.05)
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    yield from _serve(tmp_path_factory.mktemp("console"))
+
+
+@pytest.fixture(scope="module")
+def keyed_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    yield from _serve(tmp_path_factory.mktemp("console-key"), MCPHOST_API_KEY=API_KEY)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    assert CHROMIUM is not None
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=CHROMIUM, headless=True)
+        yield launched
+        launched.close()
+
+
+@pytest.fixture
+def page(browser: Browser) -> Iterator[Page]:
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    context.set_default_timeout(UI_TIMEOUT_MS)
+    opened = context.new_page()
+    problems: list[str] = []
+    opened.on("pageerror", lambda error: problems.append(f"page error: {error}"))
+
+    def on_console(message: ConsoleMessage) -> None:
+        # A refused key is how the login prompt learns it must ask: the browser logs that 401, nothing else.
+        if message.type == "error" and "status of 401" not in message.text:
+            problems.append(f"console {message.type}: {message.text}")
+
+    opened.on("console", on_console)
+    yield opened
+    context.close()
+    assert not problems, problems  # an uncaught script error or a CSP refusal fails the test
+
+
+def screenshot(page: Page, tmp_path: Path, name: str) -> None:
+    page.screenshot(path=tmp_path / f"{name}.png", full_page=True)
+    if folder := os.environ.get("MCPHOST_SCREENSHOTS"):
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        shutil.copy(tmp_path / f"{name}.png", Path(folder) / f"{name}.png")
+
+
+def post_event(url: str, text: str, *, agent: str, conversation: str = "c1", **headers: str) -> str:
+    body: dict[str, Any] = {
+        "event_type": "message.received",
+        "conversation": {"conversation_id": conversation, "bot_id": agent},
+        "actor": {"actor_id": "u1"},
+        "input": {"text": text},
+        "agent_id": agent,
+    }
+    answer = httpx2.post(f"{url}/v1/events", json=body, headers=headers, timeout=30)
+    assert answer.status_code == 202, answer.text
+    return str(answer.json()["run_id"])
+
+
+def wait_ended(url: str, run_id: str) -> dict[str, Any]:
+    deadline = time.monotonic() + 60
+    while True:
+        run = httpx2.get(f"{url}/v1/runs/{run_id}", timeout=30).json()["run"]
+        if run["status"] in ("completed", "failed", "cancelled"):
+            return run
+        assert time.monotonic() < deadline, run
+        time.sleep(0.1)
+
+
+def test_the_runs_list_shows_a_new_run_and_its_status_changes_without_a_reload(
+    server: Server, page: Page, tmp_path: Path
+) -> None:
+    page.goto(f"{server.url}/")
+    expect(page).to_have_url(f"{server.url}/console/")
+    expect(page.locator("#filter-agent option[value='slow']")).to_be_attached()
+
+    slow = post_event(server.url, "slow:600", agent="slow", conversation="live")
+    row = page.locator(f"#runs tr[data-run-id='{slow}']")
+    expect(row).to_have_attribute("data-status", "running")
+    screenshot(page, tmp_path, "runs")
+    answer = httpx2.post(f"{server.url}/v1/runs/{slow}/cancel", json={}, timeout=30)
+    assert answer.status_code == 202, answer.text
+    expect(row).to_have_attribute("data-status", "cancelled")
+
+    memo = post_event(server.url, "hello from the list", agent="memo", conversation="live")
+    expect(page.locator(f"#runs tr[data-run-id='{memo}']")).to_have_attribute("data-status", "completed")
+
+    # filters: by agent (in the page), by status (in the query)
+    page.select_option("#filter-agent", "slow")
+    expect(page.locator(f"#runs tr[data-run-id='{memo}']")).to_have_count(0)
+    expect(page.locator(f"#runs tr[data-run-id='{slow}']")).to_have_count(1)
+    page.select_option("#filter-agent", "")
+    page.select_option("#filter-status", "completed")
+    expect(page.locator(f"#runs tr[data-run-id='{slow}']")).to_have_count(0)
+    expect(page.locator(f"#runs tr[data-run-id='{memo}']")).to_have_count(1)
+    assert "status=completed" in page.url
+
+
+def test_the_run_detail_shows_its_mcp_calls_results_grant_and_records_and_links_its_conversation(
+    server: Server, page: Page, tmp_path: Path
+) -> None:
+    run_id = post_event(server.url, "what did I say before?", agent="memo", conversation="detail")
+    assert wait_ended(server.url, run_id)["status"] == "completed"
+    audit = httpx2.get(f"{server.url}/v1/runs/{run_id}/audit", timeout=30).json()["items"]
+    assert audit, "memo reads host facts over MCP"
+
+    page.goto(f"{server.url}/console/run.html?id={run_id}")
+    expect(page.locator("#summary [data-status]")).to_have_attribute("data-status", "completed")
+    calls = page.locator("#audit tbody tr")
+    expect(calls).to_have_count(len(audit))
+    for call in audit:
+        expect(page.locator(f"#audit tr[data-tool='{call['tool']}']").first).to_have_attribute(
+            "data-outcome", call["outcome"]
+        )
+    expect(page.locator("#results li[data-type='run.completed']")).to_have_count(1)
+    expect(page.locator("#results li[data-type='message.completed']")).to_contain_text("memo has no model")
+    expect(page.locator("#grant")).to_contain_text("Runner plugin:mcphost/memo/default, agent memo")
+    expect(page.locator("#grant table")).to_contain_text("history_page")
+    expect(page.locator("#transcript li[data-role='user']")).to_contain_text("what did I say before?")
+    expect(page.locator("#events tbody tr").first).to_be_visible()
+    expect(page.locator("#cancel")).to_be_disabled()
+    screenshot(page, tmp_path, "run")
+
+    page.click("#summary a[href^='/console/conversation.html']")
+    expect(page.locator("#conv-transcript li[data-role='user']")).to_contain_text("what did I say before?")
+    expect(page.locator("#conv-transcript li[data-role='assistant']")).to_contain_text("memo has no model")
+    expect(page.locator("#conv-events li").first).to_contain_text("message.received")
+    screenshot(page, tmp_path, "conversation")
+
+
+def test_cancel_from_the_run_page_cancels_a_running_run(server: Server, page: Page, tmp_path: Path) -> None:
+    run_id = post_event(server.url, "slow:600", agent="slow", conversation="cancel")
+    page.goto(f"{server.url}/console/run.html?id={run_id}")
+    expect(page.locator("#summary [data-status]")).to_have_attribute("data-status", "running")
+    page.click("#cancel")
+    expect(page.locator("#summary [data-status]")).to_have_attribute("data-status", "cancelled")
+    assert wait_ended(server.url, run_id)["status"] == "cancelled"
+    expect(page.locator("#cancel")).to_be_disabled()
+    screenshot(page, tmp_path, "run-cancelled")
+
+
+def test_the_debug_chat_streams_memos_answer(server: Server, page: Page, tmp_path: Path) -> None:
+    page.goto(f"{server.url}/console/chat.html")
+    page.select_option("#chat-agent", "memo")
+    page.fill("#chat-conversation", "chat-1")
+    page.fill("#chat-text", "remember the blue door")
+    page.click("#chat-send")
+    bubble = page.locator("#chat-log li.assistant").last
+    expect(bubble).to_have_attribute("data-state", "completed")
+    expect(bubble).to_have_attribute("data-final", "true")
+    assert int(bubble.get_attribute("data-deltas") or "0") >= 2, "memo streams its answer as deltas"
+    expect(bubble.locator(".text")).to_contain_text("memo has no model")
+    expect(bubble.locator(".status a")).to_have_attribute("href", re.compile(r"^/console/run\.html\?id=run_"))
+
+    page.fill("#chat-text", "what about the blue door?")
+    page.click("#chat-send")
+    second = page.locator("#chat-log li.assistant").nth(1)
+    expect(second).to_have_attribute("data-state", "completed")
+    expect(second.locator(".text")).to_contain_text("blue door")
+    screenshot(page, tmp_path, "chat")
+
+
+def test_the_explain_and_agents_pages(server: Server, page: Page, tmp_path: Path) -> None:
+    page.goto(f"{server.url}/console/explain.html")
+    event = {
+        "event_type": "message.received",
+        "conversation": {"conversation_id": "c9", "bot_id": "memo"},
+        "actor": {"actor_id": "u1"},
+    }
+    page.fill("#explain-event", json.dumps(event))
+    page.fill("#explain-tools", "history_page, artifacts_create")
+    page.click("#explain-go")
+    expect(page.locator("#explain-agent")).to_contain_text("memo")
+    expect(page.locator("#explain-checks tr[data-target='tool:history_page']")).to_have_attribute(
+        "data-allowed", "true"
+    )
+    refused = page.locator("#explain-checks tr[data-target='tool:artifacts_create']")
+    expect(refused).to_have_attribute("data-allowed", "false")
+    expect(refused.locator("td[data-label='Layer']")).not_to_be_empty()
+    screenshot(page, tmp_path, "explain")
+
+    page.goto(f"{server.url}/console/agents.html")
+    expect(page.locator("#agents tr[data-agent='memo']")).to_contain_text("plugin:mcphost/memo/default")
+    expect(page.locator("#plugins tbody tr").first).to_contain_text("running")
+    screenshot(page, tmp_path, "agents")
+
+    page.goto(f"{server.url}/console/explain.html")
+    page.fill("#explain-event", "{not json")
+    page.click("#explain-go")
+    expect(page.locator("#explain-error [role='alert']")).to_contain_text("Event:")
+
+
+def test_a_host_with_an_api_key_asks_for_it_once_and_keeps_it_for_the_tab(
+    keyed_server: Server, page: Page, tmp_path: Path
+) -> None:
+    assert httpx2.get(f"{keyed_server.url}/v1/runs", timeout=30).status_code == 401
+    run_id = post_event(keyed_server.url, "hi", agent="memo", Authorization=f"Bearer {API_KEY}")
+
+    page.goto(f"{keyed_server.url}/console/")
+    dialog = page.locator("dialog#login")
+    expect(dialog).to_be_visible()
+    screenshot(page, tmp_path, "login")
+    page.fill("#login-key", "wrong-key")
+    page.keyboard.press("Enter")
+    expect(page.locator("#login-reason")).to_contain_text("refused")
+    page.fill("#login-key", API_KEY)
+    page.keyboard.press("Enter")
+    expect(page.locator(f"#runs tr[data-run-id='{run_id}']")).to_be_visible()
+
+    page.goto(f"{keyed_server.url}/console/run.html?id={run_id}")  # same tab: no prompt again
+    expect(page.locator("#summary [data-status]")).to_have_attribute("data-status", "completed")
+    expect(page.locator("dialog#login")).to_have_count(0)
+
+
+def test_the_console_fits_a_phone(server: Server, browser: Browser, tmp_path: Path) -> None:
+    context = browser.new_context(viewport={"width": 390, "height": 844}, is_mobile=True, has_touch=True)
+    context.set_default_timeout(UI_TIMEOUT_MS)
+    phone = context.new_page()
+    try:
+        run_id = post_event(server.url, "hello from a phone", agent="memo", conversation="phone")
+        assert wait_ended(server.url, run_id)["status"] == "completed"
+        for name, path, ready in [
+            ("phone-runs", "/console/", f"#runs tr[data-run-id='{run_id}']"),
+            ("phone-run", f"/console/run.html?id={run_id}", "#audit tbody tr"),
+            ("phone-chat", "/console/chat.html", "#chat-agent option[value='memo']"),
+        ]:
+            phone.goto(server.url + path)
+            expect(phone.locator(ready).first).to_be_attached()
+            overflow = phone.evaluate(
+                "document.documentElement.scrollWidth - document.documentElement.clientWidth"
+            )
+            assert overflow <= 0, f"{path} scrolls sideways by {overflow}px on a 390px screen"
+            screenshot(phone, tmp_path, name)
+        # table rows become labelled cards: the header row is hidden, each cell carries its label
+        expect(phone.locator("#audit thead")).to_be_hidden()
+    finally:
+        context.close()
+
+
+def test_console_files_carry_their_security_headers_and_foreign_hosts_are_refused(server: Server) -> None:
+    answer = httpx2.get(f"{server.url}/console/runs.js", timeout=30)
+    assert answer.status_code == 200
+    assert "javascript" in answer.headers["content-type"]
+    assert "script-src 'self'" in answer.headers["content-security-policy"]
+    assert answer.headers["x-content-type-options"] == "nosniff"
+    assert httpx2.get(f"{server.url}/console/nope.js", timeout=30).status_code == 404
+    rebinding = httpx2.get(f"{server.url}/console/", headers={"Host": "evil.example"}, timeout=30)
+    assert rebinding.status_code == 421
+    assert "DNS-rebinding" in rebinding.json()["error"]["message"]
