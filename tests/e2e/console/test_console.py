@@ -33,7 +33,7 @@ from playwright.sync_api import Browser, ConsoleMessage, Page, expect, sync_play
 pytestmark = pytest.mark.slow
 
 API_KEY = "console-test-key-0123456789"
-UI_TIMEOUT_MS = 30_000
+UI_TIMEOUT_MS = 60_000
 """How long an expectation waits for the page (a loaded CI host is slow; nothing here is timed)."""
 expect.set_options(timeout=UI_TIMEOUT_MS)
 
