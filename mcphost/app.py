@@ -60,6 +60,7 @@ from mcphost.models import Run
 from mcphost.orchestrator import Orchestrator
 from mcphost.plugins.process import PluginProcess, PluginSpec, PluginSupervisor
 from mcphost.plugins.registry import RunnerRegistry
+from mcphost.recording import ReplayBook
 from mcphost.retention import DAY_S, Collector, run_collector
 from mcphost.schedules import Scheduler, run_scheduler
 from mcphost.stores import Stores, open_stores
@@ -109,8 +110,11 @@ async def open_database(settings: Settings) -> AsyncGenerator[Stores, None]:
 
 
 @asynccontextmanager
-async def open_host(settings: Settings) -> AsyncGenerator[Host, None]:
-    """Every part of a running host. Config problems raise before anything starts."""
+async def open_host(settings: Settings, *, replay: ReplayBook | None = None) -> AsyncGenerator[Host, None]:
+    """Every part of a running host. Config problems raise before anything starts.
+
+    With `replay` (`mcphost replay`, on a scratch database), runs start on the recorded context and
+    every MCP call is answered from the recording."""
     bindings = Bindings(settings.agents, source=settings.source)
     metrics = HostMetrics()
     async with open_database(settings) as stores, PluginSupervisor(plugin_specs(settings)) as supervisor:
@@ -125,6 +129,7 @@ async def open_host(settings: Settings) -> AsyncGenerator[Host, None]:
             knowledge_bases={kb: (cfg.name, cfg.description) for kb, cfg in settings.knowledge.items()},
             skills={name: (cfg.display_name, cfg.description) for name, cfg in settings.skills.items()},
             tool_list=granted_tools,
+            revise_context=replay.context if replay is not None else None,
         )
         gateway = Gateway.from_settings(settings, stores)
         knowledge = KnowledgeBases.from_settings(stores.db, settings)
@@ -136,6 +141,7 @@ async def open_host(settings: Settings) -> AsyncGenerator[Host, None]:
             knowledge=knowledge,
             guard=guard,
             on_call=metrics.mcp_call,
+            replay=replay,
         )
 
         async def end_run(run_id: str, _run: Run | None) -> None:

@@ -166,6 +166,7 @@ def build_grant(
         token_hash=token_hash,
         call_budget=agent.budget.calls,
         byte_budget=agent.budget.bytes,
+        record=agent.record or event.options.record,
         layers=GrantLayers(
             runner_id=manifest.id,
             agent_id=agent.id,

@@ -89,6 +89,14 @@ class EventInput(InboundModel):
         return not (self.text or self.contents or self.attachments)
 
 
+class EventOptions(InboundModel):
+    """How the host treats this one event (not passed to the runner)."""
+
+    record: bool = False
+    """Record the run (its envelope, context and every per-run MCP call with its answer) for
+    `mcphost record export` and `mcphost replay`, as `record = true` on its agent does."""
+
+
 class AgentEventEnvelope(InboundModel):
     """One inbound event. `event_id` makes ingest idempotent: a replayed id returns the existing run."""
 
@@ -109,6 +117,7 @@ class AgentEventEnvelope(InboundModel):
     """Small event payload passed to the runner as `ctx.event.data`."""
     agent_id: str | None = Field(default=None, pattern=ID_PATTERN)
     """Optional explicit agent; it must still be bound to this event type."""
+    options: EventOptions = Field(default_factory=EventOptions)
 
     @property
     def conversation_id(self) -> str | None:
@@ -211,6 +220,9 @@ class AgentConfig(InboundModel):
     approvals: dict[str, Literal["ask"]] = Field(default_factory=dict[str, Literal["ask"]], max_length=100)
     """`[agents.approvals]`: tool names or globs (facts tools such as `state_set`, host tools such as
     `github__*`) whose calls wait for a person's decision (`"ask"`)."""
+    record: bool = False
+    """Record every run of this agent for `mcphost record export` and `mcphost replay` (an event can
+    ask for it alone with `options.record`)."""
 
     @field_validator("approvals")
     @classmethod
@@ -369,6 +381,8 @@ class RunGrant(_Frozen):
     token_hash: str
     layers: GrantLayers | None = None
     """What each layer offered, to word refusals; None for inspection grants (they have no layers)."""
+    record: bool = False
+    """Every per-run MCP call of the run is recorded with its answer (`stores/recordings.py`)."""
 
     def state_scope_id(self, scope: str) -> tuple[str, ...] | None:
         """The owner key of a state scope for this run, or None when the event lacks its id."""

@@ -39,6 +39,8 @@ Invariants:
   is active on this process (`context(run_id)`, the facts server's context provider). `on_run_end` callbacks
   run once per run, after its terminal status is written and its grant revoked, inside the shielded,
   bounded close; a failing callback is logged and does not stop the others.
+- A recorded run (`grant.record`) has its recording header (envelope, token-free context, agent entry)
+  written after it started and before its runner is called, so every MCP call it makes is recorded.
 - Inspection grants (runs without a runner, `inspection.py`) end through this class too: `cancel`
   revokes one at once, and the grant sweeper (every `GRANT_SWEEP_S`) completes those past their
   deadline; `on_run_end` runs for them as for any run. Within a host process, nothing else writes a
@@ -90,7 +92,7 @@ from mcphost.models import AgentBinding, AgentEventEnvelope, Run, RunError, RunG
 from mcphost.plugins.process import PluginProcess, RawResult
 from mcphost.plugins.registry import RegisteredRunner, RunnerRegistry
 from mcphost.protocol import AgentRunContext, JSONObject
-from mcphost.stores import ScopeSnapshot, Stores, event_values
+from mcphost.stores import RecordingHeader, ScopeSnapshot, Stores, event_values
 from mcphost.stores.hosts import HOST_RESTARTED
 from mcphost.stores.results import StoredResult
 from mcphost.stores.runs import RunStart, StartContext
@@ -167,8 +169,13 @@ class Orchestrator:
         knowledge_bases: Mapping[str, tuple[str, str]] | None = None,
         skills: Mapping[str, tuple[str, str]] | None = None,
         tool_list: Callable[[RunGrant], Sequence[JSONObject]] | None = None,
+        revise_context: Callable[[AgentRunContext], AgentRunContext] | None = None,
     ) -> None:
         self._stores = stores
+        self._revise_context = revise_context
+        """Replaces each run's freshly built context (a replay runs on the recorded one)."""
+        self._recording: dict[str, AgentRunContext] = {}
+        """The token-free contexts of recorded runs that started, until their recording begins."""
         self._registry = registry
         self._bindings = bindings
         self._public_url = public_url
@@ -364,6 +371,7 @@ class Orchestrator:
         if start is not None:
             self._limiter.release_on_behalf_of(active)
             self._contexts.pop(active.run_id, None)
+            self._recording.pop(active.run_id, None)
 
     def _start(
         self,
@@ -553,6 +561,10 @@ class Orchestrator:
                 skills=self._skills,
                 tools=self._tool_list(grant),
             )
+            if self._revise_context is not None:
+                ctx = self._revise_context(ctx)
+            if grant.record:
+                self._recording[active.run_id] = ctx
             self._contexts[active.run_id] = with_token(ctx, token)
             return ctx
 
@@ -604,6 +616,19 @@ class Orchestrator:
     ) -> RunOutcome:
         run_id = active.run_id
         ctx = self._contexts[run_id]  # built as the run started (`_starter`)
+        recorded = self._recording.pop(run_id, None)
+        if recorded is not None:
+            # Before the runner starts, so its first MCP call finds the recording to append to.
+            await self._stores.recordings.begin(
+                RecordingHeader(
+                    run_id=run_id,
+                    agent_id=binding.agent.id,
+                    runner_id=active.runner.manifest.id,
+                    envelope=event.model_dump(mode="json"),
+                    context=recorded.model_dump(mode="json"),
+                    agent=binding.agent.model_dump(mode="json"),
+                )
+            )
         runner_name = active.runner.manifest.id.rsplit("/", 1)[1]
         plugin = active.runner.plugin
         send, receive = anyio.create_memory_object_stream[RawResult](math.inf)
@@ -709,6 +734,7 @@ class Orchestrator:
                 ended = await self._revoke_after_failed_close(run_id)
             self._active.pop(run_id, None)
             self._contexts.pop(run_id, None)
+            self._recording.pop(run_id, None)
             await self._ended(run_id, ended)
             if ended is not None and ended.status.is_terminal:
                 self._recent[run_id] = ended

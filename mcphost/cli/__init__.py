@@ -9,7 +9,8 @@ This module owns the parser, its argument types and `main`, the entry point of b
 (`mcphost = "mcphost.cli:main"`) and `python -m mcphost.cli` (`__main__`). It does not own what the
 commands do: `_runs` (run, runs, show, runners, schema, db), `_server` (serve, send), `_grants` (grant,
 revoke and the MCP client configs), `_knowledge` (kb, tools), `_state` (state get/list/delete),
-`_schedules` (schedules), `_gc` (gc), `_deliveries` (deliveries), `_approvals` (approvals); `_common` holds exit codes, logging set-up and output helpers.
+`_schedules` (schedules), `_gc` (gc), `_deliveries` (deliveries), `_approvals` (approvals), `_replay`
+(record export, replay); `_common` holds exit codes, logging set-up and output helpers.
 
 Invariants: every subcommand, flag and help text is declared here, in the order `--help` lists them;
 every command but `schema` loads the config before it does anything; a `HostError` (also one wrapped in
@@ -461,6 +462,43 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cursor", metavar="C", help="continue from a previous listing")
     _add_common(p)
 
+    p = sub.add_parser(
+        "record",
+        help="export a recorded run",
+        description="Recorded runs (agents with record = true, events with options.record): export one as a "
+        "JSON document (format mcphost.recording/1) for `mcphost replay --suite`.",
+    )
+    record_sub = p.add_subparsers(dest="record_command", metavar="ACTION", required=True)
+    r = record_sub.add_parser(
+        "export",
+        help="write a recorded run as one JSON document",
+        description="Write the recording of a finished run (envelope, context, every MCP call with its answer, "
+        "the result stream) as one JSON document to FILE or stdout. Exits 2 when the run does not exist, "
+        "was not recorded or has not ended.",
+    )
+    r.add_argument("run_id", metavar="RUN_ID", help="the recorded run")
+    r.add_argument("-o", "--output", metavar="FILE", help="write here instead of stdout")
+    _add_common(r, json_flag=False)
+
+    p = sub.add_parser(
+        "replay",
+        help="replay a recorded run against a runner and show what changed",
+        description="Start the runner (the recorded one, or --runner) on a replay of a recorded run: the same "
+        "context, every MCP call answered from the recording (a call that was not recorded gets a tool error "
+        "and counts as a divergence), writes kept in a scratch database. Then compare the tool calls, final "
+        "messages, state writes and artifacts with the recording. With --suite, replay every exported "
+        "recording (*.json) in DIR. Exits 0 when nothing diverged, 1 when something did, 2 on an error.",
+    )
+    p.add_argument("run_id", nargs="?", metavar="RUN_ID", help="the recorded run (not with --suite)")
+    p.add_argument(
+        "--runner", metavar="RUNNER_ID", help="replay with this runner instead of the recorded one"
+    )
+    p.add_argument("--suite", metavar="DIR", help="replay every exported recording (*.json) in DIR")
+    p.add_argument(
+        "--junit", metavar="FILE", help="with --suite: write JUnit XML (one testcase per recording)"
+    )
+    _add_common(p)
+
     p = sub.add_parser("db", help="database maintenance", description="Database maintenance.")
     db_sub = p.add_subparsers(dest="db_command", metavar="ACTION", required=True)
     u = db_sub.add_parser(
@@ -595,6 +633,8 @@ _COMMANDS: dict[str, tuple[str, str]] = {
     "deliveries": ("_deliveries", "cmd_deliveries"),
     "approvals": ("_approvals", "cmd_approvals"),
     "explain": ("_explain", "cmd_explain"),
+    "record": ("_replay", "cmd_record"),
+    "replay": ("_replay", "cmd_replay"),
 }
 """Each command's module (imported only when the command runs: `--help` and `--version` import none of
 them, nor the server, SQLAlchemy or `mcp` they pull in) and its `async (args, settings) -> exit code`."""

@@ -14,7 +14,13 @@ handlers, `_call` (what a handler gets), `_context` (context loading and token r
 from __future__ import annotations
 
 from mcphost.facts._tools import granted_tools
-from mcphost.facts.providers import ContextProvider, HostToolProvider, KnowledgeChunk, KnowledgeRetriever
+from mcphost.facts.providers import (
+    ContextProvider,
+    HostToolProvider,
+    KnowledgeChunk,
+    KnowledgeRetriever,
+    ReplayAnswers,
+)
 from mcphost.facts.server import MCP_PATH, FactsServer
 
 __all__ = [
@@ -24,5 +30,6 @@ __all__ = [
     "HostToolProvider",
     "KnowledgeChunk",
     "KnowledgeRetriever",
+    "ReplayAnswers",
     "granted_tools",
 ]

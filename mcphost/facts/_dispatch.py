@@ -57,18 +57,21 @@ from mcphost.facts._grants import GrantCache, RunAccess
 from mcphost.facts._limits import LimitRegistry
 from mcphost.facts._results import ToolCallError, digest_arguments, error_result, ok_result
 from mcphost.facts._tools import FACTS_TOOLS, input_schema
-from mcphost.facts.providers import ContextProvider, HostToolProvider, KnowledgeRetriever
+from mcphost.facts.providers import ContextProvider, HostToolProvider, KnowledgeRetriever, ReplayAnswers
 from mcphost.grants import allows_host_tool, refusal
 from mcphost.models import RunGrant
 from mcphost.protocol import (
     MAX_JSON_DEPTH,
+    JSONObject,
     JSONValue,
+    is_error_code,
     is_json_object,
     json_depth,
     nesting_message,
     unstorable,
 )
-from mcphost.stores import AuditEntry, Stores
+from mcphost.recording import TOOLS_LIST, recorded_tool_name, storable_arguments
+from mcphost.stores import AuditEntry, RecordedCallEntry, Stores
 from mcphost.stores.audit import CallOutcome
 
 logger = logging.getLogger(__name__)
@@ -181,9 +184,11 @@ class FactsDispatch:
         host_tools: HostToolProvider | None = None,
         knowledge: KnowledgeRetriever | None = None,
         on_call: Callable[[str, str], None] | None = None,
+        replay: ReplayAnswers | None = None,
     ) -> None:
         self._stores = stores
         self._on_call = on_call
+        self._replay = replay
         self._grants = grants
         self._limits = limits
         self._context_provider = context_provider
@@ -246,11 +251,13 @@ class FactsDispatch:
         self,
         access: RunAccess,
         tool: str,
-        arguments: Any,
+        arguments: dict[str, Any],
         action: Callable[[Call], Awaitable[tuple[ResultT, int]]],
+        kind: type[ResultT],
     ) -> tuple[ResultT, int] | ToolCallError:
-        """Admit, run `action` as a cancellable in-flight call of the run, audit. Raises only the
-        cancellation of the request itself (after auditing it)."""
+        """Admit, run `action` (or, on a replay, take the recorded answer) as a cancellable in-flight
+        call of the run, record it when the run is recorded, audit. Raises only the cancellation of the
+        request itself (after auditing it)."""
         started = time.perf_counter()
         digest, bytes_in = digest_arguments(arguments)
         outcome: tuple[ResultT, int] | ToolCallError
@@ -258,7 +265,10 @@ class FactsDispatch:
             call = await self._admit(access)
             done: tuple[ResultT, int] | None = None
             with self._inflight.track(access.run_id):
-                done = await action(call)
+                if self._replay is not None:
+                    done = _replayed(self._replay, access.run_id, tool, arguments, kind)
+                else:
+                    done = await action(call)
             outcome = done or ToolCallError(
                 "cancelled", f"Run {access.run_id!r} ended while this call was running."
             )
@@ -277,8 +287,37 @@ class FactsDispatch:
             outcome = ToolCallError(
                 "runtime_error", "The host failed to answer this call (it was logged); retry later."
             )
+        if access.record.grant.record and self._replay is None:
+            await self._record(access.run_id, tool, arguments, outcome)
         await self._audit(access.run_id, tool, digest, bytes_in, outcome, started)
         return outcome
+
+    async def _record(
+        self, run_id: str, tool: str, arguments: JSONObject, outcome: tuple[BaseModel, int] | ToolCallError
+    ) -> None:
+        """Store the call and its answer in the run's recording (bounded, shielded like the audit row;
+        a failure is logged, never turned into a different answer)."""
+        if isinstance(outcome, ToolCallError):
+            result, answer = "error", outcome.to_dict()
+        else:
+            result, answer = "ok", outcome[0].model_dump(mode="json", by_alias=True, exclude_none=True)
+        if json_depth(answer) > MAX_JSON_DEPTH or unstorable(answer) is not None:
+            failure = ToolCallError("runtime_error", "The answer of this call could not be recorded.")
+            result, answer = "error", failure.to_dict()
+        entry = RecordedCallEntry(
+            run_id=run_id,
+            tool=recorded_tool_name(tool),
+            arguments=storable_arguments(arguments),
+            outcome=result,
+            answer=answer,
+        )
+        with anyio.CancelScope(shield=True), anyio.move_on_after(AUDIT_WRITE_TIMEOUT_S) as bound:
+            try:
+                await self._stores.recordings.append(entry)
+            except Exception:
+                logger.exception("could not record call %s of run %s", entry.tool, run_id)
+        if bound.cancelled_caught:
+            logger.warning("recording call %s of run %s timed out", entry.tool, run_id)
 
     async def _audit(
         self,
@@ -339,12 +378,19 @@ class FactsDispatch:
     async def _list_tools(
         self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
-        grant = _access_of(ctx).record.grant
+        access = _access_of(ctx)
+        grant = access.record.grant
+        recorded = self._replay.tool_list() if self._replay is not None else None
+        if recorded is not None:
+            return types.ListToolsResult.model_validate(recorded)
         tools = [spec.tool for name, spec in FACTS_TOOLS.items() if name in grant.tools]
         if self._host_tools is not None and grant.host_tool_globs:
             upstream = await self._host_tools.list_tools(grant)
             tools.extend(t for t in upstream if _allows_host_tool(grant, t.name))
-        return types.ListToolsResult(tools=tools)
+        result = types.ListToolsResult(tools=tools)
+        if grant.record and self._replay is None:
+            await self._record(access.run_id, TOOLS_LIST, {}, (result, 0))
+        return result
 
     async def _call_tool(
         self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
@@ -352,7 +398,11 @@ class FactsDispatch:
         access = _access_of(ctx)
         arguments: dict[str, Any] = params.arguments or {}
         outcome = await self._execute(
-            access, params.name, arguments, lambda call: self._invoke(call, params.name, arguments)
+            access,
+            params.name,
+            arguments,
+            lambda call: self._invoke(call, params.name, arguments),
+            types.CallToolResult,
         )
         if isinstance(outcome, ToolCallError):
             return error_result(outcome)[0]
@@ -450,7 +500,7 @@ class FactsDispatch:
                 )
             return result, len(result.model_dump_json(by_alias=True, exclude_none=True).encode())
 
-        outcome = await self._execute(access, "resources/read", {"uri": uri}, read)
+        outcome = await self._execute(access, "resources/read", {"uri": uri}, read, types.ReadResourceResult)
         if isinstance(outcome, ToolCallError):
             raise _rpc_error(outcome, uri=uri)
         return outcome[0]
@@ -481,10 +531,33 @@ class FactsDispatch:
             return result, len(result.model_dump_json(by_alias=True, exclude_none=True).encode())
 
         arguments = {"name": name, "arguments": params.arguments or {}}
-        outcome = await self._execute(access, "prompts/get", arguments, get)
+        outcome = await self._execute(access, "prompts/get", arguments, get, types.GetPromptResult)
         if isinstance(outcome, ToolCallError):
             raise _rpc_error(outcome)
         return outcome[0]
+
+
+def _replayed(
+    replay: ReplayAnswers, run_id: str, tool: str, arguments: JSONObject, kind: type[ResultT]
+) -> tuple[ResultT, int]:
+    """The recorded answer of a replayed call, as the handler would have given it."""
+    outcome, answer = replay.answer(run_id, tool, arguments)
+    if outcome == "error":
+        code, message = answer.get("code"), answer.get("message")
+        details = answer.get("details")
+        raise ToolCallError(
+            code if isinstance(code, str) and is_error_code(code) else "runtime_error",
+            message if isinstance(message, str) else "The recorded call failed.",
+            retryable=answer.get("retryable") is True,
+            details=details if is_json_object(details) else None,
+        )
+    try:
+        result = kind.model_validate(answer)
+    except ValidationError:
+        raise ToolCallError(
+            "runtime_error", f"The recorded answer of {tool[:100]!r} is not a valid result."
+        ) from None
+    return result, len(result.model_dump_json(by_alias=True, exclude_none=True).encode())
 
 
 def _allows_host_tool(grant: RunGrant, name: str) -> bool:

@@ -1,6 +1,7 @@
-"""The seams the host plugs into the facts server: run contexts, host tools and knowledge retrieval.
+"""The seams the host plugs into the facts server: run contexts, host tools, knowledge retrieval and
+the recorded answers of a replay.
 
-Owns three small contracts and nothing behind them. The facts server works without any of them: without
+Owns four small contracts and nothing behind them. The facts server works without any of them: without
 a `ContextProvider` it rebuilds what it can of a run's context from the stores; without a
 `HostToolProvider` no `<server>__<tool>` tools exist; without a `KnowledgeRetriever` every granted
 knowledge base answers `not_found` ("no index yet").
@@ -19,7 +20,7 @@ Invariants every implementation must keep:
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Protocol
+from typing import Literal, Protocol
 
 import mcp_types as types
 
@@ -56,4 +57,19 @@ class KnowledgeRetriever(Protocol):
             NotFoundError: the knowledge base has no index (yet).
             InvalidArgumentError: `filters` the retriever does not understand.
         """
+        ...
+
+
+class ReplayAnswers(Protocol):
+    """A replay's recorded answers (`recording.ReplayBook`): with them, the facts server answers every
+    call from the recording and nothing reaches the stores, host tools or knowledge."""
+
+    def answer(
+        self, run_id: str, tool: str, arguments: JSONObject
+    ) -> tuple[Literal["ok", "error"], JSONObject]:
+        """("ok", the MCP result as JSON) or ("error", a PROTOCOL §5 error `{code, message, …}`)."""
+        ...
+
+    def tool_list(self) -> JSONObject | None:
+        """The recorded `tools/list` result, or None to list the grant's tools as usual."""
         ...

@@ -52,7 +52,7 @@ from mcphost.common.challenge import bearer_challenge
 from mcphost.facts._dispatch import ACCESS_KEY, FactsDispatch
 from mcphost.facts._grants import GrantCache, RunAccess
 from mcphost.facts._limits import LimitRegistry, RefusalBudget
-from mcphost.facts.providers import ContextProvider, HostToolProvider, KnowledgeRetriever
+from mcphost.facts.providers import ContextProvider, HostToolProvider, KnowledgeRetriever, ReplayAnswers
 from mcphost.grants import token_matches
 from mcphost.guard import HttpGuard
 from mcphost.stores import GrantRecord, Stores
@@ -151,6 +151,7 @@ class FactsServer:
         json_response: bool = False,
         refusal_audits_per_s: float = 5.0,
         refusal_audit_burst: int = 20,
+        replay: ReplayAnswers | None = None,
     ) -> None:
         """
         Args:
@@ -167,6 +168,8 @@ class FactsServer:
             json_response: answer POSTs with JSON bodies instead of SSE streams.
             refusal_audits_per_s, refusal_audit_burst: how many refused HTTP requests per run are
                 audited (a token bucket); the rest are refused without an audit row.
+            replay: serve a replay (`mcphost replay`): every call is answered from the recording
+                instead of the stores, host tools or knowledge.
         """
         self._stores = stores
         self._grants = GrantCache(stores.runs, ttl_s=grant_ttl_s)
@@ -179,6 +182,7 @@ class FactsServer:
             host_tools=host_tools,
             knowledge=knowledge,
             on_call=on_call,
+            replay=replay,
         )
         self._guard = guard or HttpGuard()
         self._session_idle_timeout_s = session_idle_timeout_s

@@ -6,7 +6,7 @@ own any policy about what is stored (the journal, orchestrator and facts layer d
 Every store method opens its own transaction and returns pydantic models, never ORM rows; reads are
 O(limit) keyset pages (`Page`). Module map: `engine` (Database, migrations), `tables` (schema),
 `events`, `transcript`, `artifacts` + `blobs`, `state`, `storage`, `runs`, `results`, `audit`, `hosts`,
-`schedules`, `deliveries`, `approvals`.
+`schedules`, `deliveries`, `approvals`, `recordings`.
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ from mcphost.stores.events import EventKind, EventStore, StoredEvent, event_valu
 from mcphost.stores.faults import open_failure
 from mcphost.stores.health import StorageHealth, StorageProbe
 from mcphost.stores.hosts import HostRecord, HostStore
+from mcphost.stores.recordings import RecordedCall, RecordedCallEntry, RecordingHeader, RecordingStore
 from mcphost.stores.results import ResultStore, StoredResult
 from mcphost.stores.runs import GrantRecord, RunStore
 from mcphost.stores.schedules import ScheduleStore, StoredSchedule
@@ -73,6 +74,7 @@ class Stores:
     schedules: ScheduleStore
     deliveries: DeliveryStore
     approvals: ApprovalStore
+    recordings: RecordingStore
 
 
 async def _sweep_staging(staging_dir: Path) -> None:
@@ -157,6 +159,7 @@ async def open_stores(
             schedules=ScheduleStore(db),
             deliveries=DeliveryStore(db, cursors),
             approvals=approvals,
+            recordings=RecordingStore(db),
         )
     finally:
         with anyio.CancelScope(shield=True):
@@ -191,6 +194,10 @@ __all__ = [
     "HostRecord",
     "HostStore",
     "Page",
+    "RecordedCall",
+    "RecordedCallEntry",
+    "RecordingHeader",
+    "RecordingStore",
     "ResultStore",
     "RunStore",
     "ScheduleStore",

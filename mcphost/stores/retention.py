@@ -1,7 +1,7 @@
 """Retention: deleting rows older than their kind's maximum age, and expired artifacts with their bytes,
 in bounded batches.
 
-Owns the deletes of the row kinds (`ROW_KINDS`): run results, audit, the event log, the transcript,
+Owns the deletes of the row kinds (`ROW_KINDS`): run results (with the run's recording, if any), audit, the event log, the transcript,
 artifacts (rows and blobs) and dead deliveries; and the answers the file kinds need from the database
 (`RetentionStore.removable_run_folders`, `held_sessions`). Does not own the maximum ages (`[retention]`
 in `config.py`), the files on disk (`mcphost/retention.py`) or when collection runs.
@@ -43,6 +43,8 @@ from mcphost.stores.tables import (
     AuditRow,
     DeliveryRow,
     EventRow,
+    RecordedCallRow,
+    RecordingRow,
     RunResultRow,
     RunRow,
     StateRow,
@@ -92,9 +94,27 @@ def _length(*columns: Any) -> ColumnElement[Any]:
     return total
 
 
+_Candidates = tuple[Select[*tuple[Any, ...]], Any, ColumnElement[Any]]
+
+
+def _recordings(cutoff: float) -> list[_Candidates]:
+    """A run's recording goes with its results (calls first, then the header they hang from)."""
+    finished = _finished_runs(cutoff)
+    calls = select(RecordedCallRow.run_id, RecordedCallRow.seq).where(RecordedCallRow.run_id.in_(finished))
+    headers = select(RecordingRow.run_id).where(RecordingRow.run_id.in_(finished))
+    return [
+        (
+            calls,
+            RecordedCallRow,
+            _length(RecordedCallRow.tool, RecordedCallRow.arguments, RecordedCallRow.answer),
+        ),
+        (headers, RecordingRow, _length(RecordingRow.envelope, RecordingRow.context, RecordingRow.agent)),
+    ]
+
+
 def _candidates(
     kind: str, cutoff: float, now: float, held_artifacts: frozenset[str] = frozenset()
-) -> tuple[Select[*tuple[Any, ...]], Any, ColumnElement[Any]]:
+) -> _Candidates:
     """The keys of the rows of `kind` that may go, their table, and each row's content size."""
     if kind == "run_results":
         keys = select(RunResultRow.run_id, RunResultRow.seq).where(
@@ -156,7 +176,18 @@ class RetentionStore:
         if kind == "artifacts":
             keys, _, _ = _candidates(kind, cutoff, now, await self._held_inputs())
             return await self._collect_artifacts(keys, cutoff, dry_run=dry_run)
-        keys, table, size = _candidates(kind, cutoff, now)
+        parts = [_candidates(kind, cutoff, now)]
+        if kind == "run_results":
+            parts.extend(_recordings(cutoff))
+        rows = total_bytes = 0
+        for part in parts:
+            count, size = await self._delete_rows(part, dry_run=dry_run)
+            rows, total_bytes = rows + count, total_bytes + size
+        return Collected(kind=kind, rows=rows, bytes=total_bytes, cutoff=cutoff)
+
+    async def _delete_rows(self, candidates: _Candidates, *, dry_run: bool) -> tuple[int, int]:
+        """(rows, bytes) of the candidates, deleted in batches unless `dry_run`."""
+        keys, table, size = candidates
         pk = list(table.__table__.primary_key.columns)
         if dry_run:
             async with self._db.read() as session:
@@ -164,7 +195,7 @@ class RetentionStore:
                 count, total = (
                     await session.execute(select(func.count(), func.coalesce(func.sum(found.c.size), 0)))
                 ).one()
-            return Collected(kind=kind, rows=int(count), bytes=int(total), cutoff=cutoff)
+            return int(count), int(total)
         rows = total_bytes = 0
         while True:
             async with self._db.write() as session:
@@ -177,7 +208,7 @@ class RetentionStore:
                 total_bytes += sum(int(tuple(row)[-1] or 0) for row in batch)
             if len(batch) < BATCH:
                 break
-        return Collected(kind=kind, rows=rows, bytes=total_bytes, cutoff=cutoff)
+        return rows, total_bytes
 
     async def _held_inputs(self) -> frozenset[str]:
         """The artifacts handed to held runs as input: every `artifact_id` and `raw_ref` in their events."""

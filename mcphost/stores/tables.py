@@ -426,3 +426,37 @@ class LeaseRow(Base):
     name: Mapped[str] = mapped_column(String(64), primary_key=True)
     holder: Mapped[str] = mapped_column(String(100))
     expires_at: Mapped[float] = mapped_column(Double)
+
+
+class RecordingRow(Base):
+    """A recorded run (`record = true`): what it started from, for export and replay."""
+
+    __tablename__ = "recordings"
+
+    run_id: Mapped[str] = mapped_column(
+        String(100), ForeignKey("runs.run_id", ondelete="CASCADE"), primary_key=True
+    )
+    agent_id: Mapped[str] = mapped_column(String(100))
+    runner_id: Mapped[str] = mapped_column(String(200))
+    envelope: Mapped[dict[str, Any]]
+    context: Mapped[dict[str, Any]]
+    """The run's context as stored on the run: without its token."""
+    agent: Mapped[dict[str, Any]]
+    """The `[[agents]]` entry the run was bound to, as it was then."""
+    created_at: Mapped[float] = mapped_column(Double)
+
+
+class RecordedCallRow(Base):
+    """Every per-run MCP request of a recorded run with its answer, numbered per run."""
+
+    __tablename__ = "recorded_calls"
+
+    run_id: Mapped[str] = mapped_column(
+        String(100), ForeignKey("recordings.run_id", ondelete="CASCADE"), primary_key=True
+    )
+    seq: Mapped[int] = mapped_column(Integer, primary_key=True)
+    tool: Mapped[str] = mapped_column(String(200))
+    arguments: Mapped[dict[str, Any]]
+    outcome: Mapped[str] = mapped_column(String(16))
+    answer: Mapped[dict[str, Any]]
+    created_at: Mapped[float] = mapped_column(Double)
