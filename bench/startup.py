@@ -9,6 +9,11 @@
 - `mcphost --help` and `mcphost --version` (the console script) versus a bare interpreter start, each
   alternated with it in the same run: the ratio a person feels when asking the CLI what it can do (the
   target is 4x; the parser imports nothing of the server until a command runs).
+- `mcphost-bridge` (`python -m bridge`) to its first answer, in both protocol eras (`initialize`, and
+  `server/discover` with the 2026-07-28 envelope), versus a bare interpreter start: from spawn to the
+  answer's line on its stdout, against a stub endpoint in this process that answers at once (so the time
+  is the bridge's). Clients drop a stdio server that is not up within about a second; the target is
+  0.4 s on an idle machine.
 - `mcphost serve` to the first served request (`GET /healthz` answered 200), versus a bare Starlette
   app under uvicorn in a fresh process answering the same request.
 
@@ -19,14 +24,17 @@ folder, so the cold one also warms the OS caches for the warm one.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import AsyncGenerator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncGenerator, Generator
+from contextlib import asynccontextmanager, contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import anyio
@@ -81,6 +89,81 @@ async def _mcphost_run(cwd: Path) -> float:
         raise RuntimeError(
             f"`mcphost run hello` exited {result.returncode}: {result.stderr.decode(errors='replace')[-2000:]}"
         )
+    return elapsed
+
+
+class _StubEndpoint(BaseHTTPRequestHandler):
+    """Answers `initialize` and `server/discover` at once (JSON bodies), like a Streamable HTTP endpoint."""
+
+    def do_POST(self) -> None:
+        request = json.loads(self.rfile.read(int(self.headers.get("content-length") or 0)))
+        if request.get("method") == "initialize":
+            result = {
+                "protocolVersion": "2025-11-25",
+                "capabilities": {"tools": {}},
+                "serverInfo": {"name": "stub", "version": "0"},
+            }
+        else:
+            result = {"supportedVersions": ["2026-07-28"], "capabilities": {"tools": {}}}
+        body = json.dumps({"jsonrpc": "2.0", "id": request.get("id"), "result": result}).encode()
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(body)))
+        if request.get("method") == "initialize":
+            self.send_header("mcp-session-id", "bench")
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_DELETE(self) -> None:
+        self.send_response(204)
+        self.end_headers()
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@contextmanager
+def _stub_endpoint() -> Generator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _StubEndpoint)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/mcp"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+_OPENING = {
+    "initialize": {
+        "protocolVersion": "2025-11-25",
+        "capabilities": {},
+        "clientInfo": {"name": "bench", "version": "0"},
+    },
+    "server/discover": {"_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28"}},
+}
+
+
+async def _bridge_first_answer_ms(url: str, method: str) -> float:
+    """Spawn the bridge, write the opening message; ms from spawn to the answer's line on stdout."""
+    line = json.dumps({"jsonrpc": "2.0", "id": 1, "method": method, "params": _OPENING[method]}).encode()
+    start = time.perf_counter_ns()
+    async with await anyio.open_process(
+        [sys.executable, "-m", "bridge", "--url", url], env={**clean_env(), "MCPHOST_RUN_TOKEN": "bench"}
+    ) as process:
+        assert process.stdin is not None
+        assert process.stdout is not None
+        await process.stdin.send(line + b"\n")
+        answer = b""
+        with anyio.fail_after(READY_TIMEOUT_S):
+            while b"\n" not in answer:
+                answer += await process.stdout.receive()
+        elapsed = (time.perf_counter_ns() - start) / 1e6
+        if b'"result"' not in answer:
+            raise RuntimeError(f"the bridge answered {method} with {answer[:500]!r}")
+        await process.stdin.aclose()
+        with anyio.fail_after(READY_TIMEOUT_S):
+            await process.wait()
     return elapsed
 
 
@@ -205,6 +288,24 @@ async def run(cfg: BenchConfig) -> list[Row]:
                     subject=Stat.of(samples.subject, "ms"),
                 )
             )
+
+        with _stub_endpoint() as url:
+            for method, era in (("initialize", "2025-11-25"), ("server/discover", "2026-07-28")):
+
+                async def bridge_answer(method: str = method) -> list[float]:
+                    return [await _bridge_first_answer_ms(url, method)]
+
+                samples = await alternate(bare_python, bridge_answer, rounds=rounds, warmup=0, min_rounds=1)
+                rows.append(
+                    Row(
+                        benchmark=NAME,
+                        case=f"mcphost-bridge → first answer, {era} (`{method}`)",
+                        baseline_label="`python -c pass`",
+                        subject_label="`python -m bridge`, spawn to answer line",
+                        baseline=Stat.of(samples.baseline, "ms"),
+                        subject=Stat.of(samples.subject, "ms"),
+                    )
+                )
 
         if not await _has_serve():
             cfg.skipped.append("startup / serve: `mcphost serve` is not in this build")

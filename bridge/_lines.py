@@ -50,10 +50,11 @@ _ID_PATTERN = re.compile(rb'"id"\s*:\s*(-?\d+(?![\d.eE])|"(?:[^"\\\r\n]|\\.)*")'
 class LineReader:
     """stdin lines, read by `mcphost.common.lines` without ever blocking the event loop."""
 
-    def __init__(self, fd: int) -> None:
+    def __init__(self, fd: int, *, unread: bytes = b"") -> None:
+        """`unread`: bytes already taken from `fd` (by `_first`), read before the rest of it."""
         # Keep `MAX_LINE_BYTES` of an over-long line: cut there, it fails to parse like any malformed line
         # and its id (near the start of a JSON-RPC message) is still there for the error reply.
-        self._lines = lines.LineReader.from_fd(fd, MAX_LINE_BYTES, keep=MAX_LINE_BYTES)
+        self._lines = lines.LineReader.from_fd(fd, MAX_LINE_BYTES, keep=MAX_LINE_BYTES, unread=unread)
 
     async def readline(self) -> bytes | None:
         """The next line without its terminator (an over-long one cut at the limit), or None at the end."""

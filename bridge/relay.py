@@ -22,6 +22,10 @@ Invariants:
   carrying the reason, and `run_bridge` raises `BridgeError` with a one-line message.
 - After an `initialize` request nothing more is sent until its answer is in (the session id comes with it),
   so a client may pipeline `initialize`, `notifications/initialized` and `tools/list` without waiting.
+- A first message already answered by `_first` (before this module was imported) is not sent again: it
+  goes through the SDK transport like any other, and `_WatchedClient` answers its POST with the response
+  the endpoint gave then, so the transport takes the session id and the stamp the version from it as from
+  a live one; that answer is not written to stdout a second time.
 - Every wait on the way out is bounded by `timeout`: draining unanswered requests after stdin ends, the DELETE.
   A signal skips the draining. Connecting is bounded by `timeout` too; reading is not (the client decides how
   long an answer may take and cancels, which the SDK transport turns into a `notifications/cancelled` POST in
@@ -30,12 +34,13 @@ Invariants:
 
 from __future__ import annotations
 
+import json
 import logging
 import signal
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, BinaryIO, TypeGuard
+from typing import Any, BinaryIO, TypeGuard, cast
 
 import anyio
 import httpx2
@@ -55,6 +60,7 @@ from mcp_types import (
 )
 from pydantic import ValidationError
 
+from bridge._first import DEFAULT_TOKEN_ENV, FirstExchange, http_headers
 from bridge._lines import LineReader, Rejection, parse_line
 from bridge._stamp import HeaderStamp
 
@@ -62,8 +68,6 @@ __all__ = ["DEFAULT_TOKEN_ENV", "BridgeConfig", "BridgeError", "run_bridge"]
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_TOKEN_ENV = "MCPHOST_RUN_TOKEN"
-"""The environment variable the bearer token is read from unless `--token-env` names another."""
 
 _REFUSED = frozenset({401, 403})
 _WATCHED = frozenset({401, 403, 404})
@@ -104,8 +108,11 @@ async def run_bridge(
     stdin_fd: int | None = None,
     stdout: BinaryIO | None = None,
     handle_signals: bool = True,
+    first: FirstExchange | None = None,
 ) -> int:
     """Relay until stdin ends (returns 0) or SIGINT/SIGTERM (returns 128 + signal).
+
+    `first` is what `_first.first_exchange` left: stdin bytes it read, and the first message it answered.
 
     Raises:
         BridgeError: The endpoint refused the token, was not found, could not be reached, or went away.
@@ -115,6 +122,7 @@ async def run_bridge(
         stdin_fd=sys.stdin.fileno() if stdin_fd is None else stdin_fd,
         stdout=sys.stdout.buffer if stdout is None else stdout,
         handle_signals=handle_signals,
+        first=first or FirstExchange(b""),
     )
     return await relay.run()
 
@@ -123,9 +131,18 @@ class _Relay:
     """One bridge run: the two pumps (stdin → SDK transport, SDK transport → stdout), pending requests, exit."""
 
     def __init__(
-        self, config: BridgeConfig, *, stdin_fd: int, stdout: BinaryIO, handle_signals: bool
+        self,
+        config: BridgeConfig,
+        *,
+        stdin_fd: int,
+        stdout: BinaryIO,
+        handle_signals: bool,
+        first: FirstExchange,
     ) -> None:
         self._config = config
+        self._first = first
+        # The id of the first message when `_first` wrote its answer already: not written again.
+        self._echoed: tuple[type, RequestId] | None = None
         self._endpoint = _display_url(config.url)
         self._stdin_fd = stdin_fd
         self._stdout: BinaryIO | None = stdout
@@ -141,16 +158,14 @@ class _Relay:
 
     async def run(self) -> int:
         config = self._config
-        headers = dict(config.headers)
-        if config.token:
-            # The token wins over an `Authorization` given as an extra header: two would be ambiguous.
-            headers = {name: value for name, value in headers.items() if name.lower() != "authorization"}
-            headers["Authorization"] = f"Bearer {config.token}"
+        headers = http_headers(config.headers, config.token)
         # No read timeout: the GET stream idles for as long as the session lives, and a slow answer is the
         # client's to give up on (it cancels; see the module docstring). A read timeout inside the SDK
         # transport would end the whole transport, not just the one request.
         timeout = httpx2.Timeout(config.timeout, read=None)
-        http = _WatchedClient(config, self._endpoint, self._fail, headers=headers, timeout=timeout)
+        http = _WatchedClient(
+            config, self._endpoint, self._fail, self._first, headers=headers, timeout=timeout
+        )
         try:
             async with http:
                 with self._scope:
@@ -195,7 +210,12 @@ class _Relay:
             logger.warning("stdin ended with %d request(s) still unanswered; giving up", len(self._pending))
 
     async def _stdin_to_server(self, write: WriteStream[SessionMessage]) -> None:
-        lines = LineReader(self._stdin_fd)
+        lines = LineReader(self._stdin_fd, unread=self._first.unread)
+        if self._first.request is not None:
+            opening = jsonrpc_message_adapter.validate_python(self._first.request, by_name=False)
+            if isinstance(opening, JSONRPCRequest):
+                self._echoed = _key(opening.id)
+            await self._forward(opening, write)
         while (line := await lines.readline()) is not None:
             if not line.strip():
                 continue
@@ -245,6 +265,9 @@ class _Relay:
                 method = self._settle(message.id)
                 if method is not None and isinstance(message, JSONRPCResponse):
                     self._stamp.observe_result(method, message.result)
+                if self._echoed is not None and _key(message.id) == self._echoed:
+                    self._echoed = None
+                    continue  # `_first` wrote this answer already
             self._emit(message)
         self._fail(_Failure(f"the connection to {self._endpoint} closed"))
 
@@ -290,14 +313,26 @@ class _WatchedClient(httpx2.AsyncClient):
     """
 
     def __init__(
-        self, config: BridgeConfig, endpoint: str, on_failure: Callable[[_Failure], None], **kwargs: Any
+        self,
+        config: BridgeConfig,
+        endpoint: str,
+        on_failure: Callable[[_Failure], None],
+        first: FirstExchange,
+        **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self._config = config
         self._endpoint = endpoint
         self._on_failure = on_failure
+        self._replay = first if first.request is not None else None
 
     async def send(self, request: httpx2.Request, **kwargs: Any) -> httpx2.Response:
+        if self._replay is not None and self._replays(request, self._replay):
+            first, self._replay = self._replay, None
+            headers = {"content-type": "application/json"}
+            if first.session_id:
+                headers["mcp-session-id"] = first.session_id
+            return httpx2.Response(200, headers=headers, content=first.answer, request=request)
         try:
             response = await super().send(request, **kwargs)
         except (httpx2.ConnectError, httpx2.ConnectTimeout) as exc:
@@ -312,6 +347,22 @@ class _WatchedClient(httpx2.AsyncClient):
             if failure is not None:
                 self._on_failure(failure)
         return response
+
+    @staticmethod
+    def _replays(request: httpx2.Request, first: FirstExchange) -> bool:
+        """Whether `request` is the POST of the first message, answered already by `_first`."""
+        if request.method != "POST" or first.request is None:
+            return False
+        try:
+            sent: Any = json.loads(request.content)
+        except ValueError:
+            return False
+        if not isinstance(sent, dict):
+            return False
+        body = cast("dict[str, Any]", sent)
+        request_id = first.request.get("id")
+        same_id = type(body.get("id")) is type(request_id) and body.get("id") == request_id
+        return same_id and body.get("method") == first.request.get("method")
 
     def _judge(self, status: int, body: bytes, *, has_session: bool) -> _Failure | None:
         error = _jsonrpc_error(body)

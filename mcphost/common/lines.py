@@ -52,13 +52,18 @@ class LineReader:
     """Splits a byte source into lines, holding at most `limit` bytes (+ one chunk) of any line."""
 
     def __init__(
-        self, read_chunk: Callable[[], Awaitable[bytes]], limit: int, *, keep: int = PREFIX_KEPT
+        self,
+        read_chunk: Callable[[], Awaitable[bytes]],
+        limit: int,
+        *,
+        keep: int = PREFIX_KEPT,
+        unread: bytes = b"",
     ) -> None:
-        """`read_chunk` returns the next bytes of the source, or `b""` at its end."""
+        """`read_chunk` returns the next bytes of the source, or `b""` at its end; `unread` comes first."""
         self._read_chunk = read_chunk
         self._limit = limit
         self._keep = keep
-        self._buffer = bytearray()
+        self._buffer = bytearray(unread)
         self._scanned = 0  # bytes of `_buffer` known to hold no newline (a long line arrives in many reads)
         self._dropping: bytes | None = None
         self._dropped = 0
@@ -77,8 +82,10 @@ class LineReader:
         return cls(read_chunk, limit, keep=keep)
 
     @classmethod
-    def from_fd(cls, fd: int, limit: int, *, keep: int = PREFIX_KEPT) -> Self:
-        """Lines of a file descriptor, read without a worker thread and without blocking the loop."""
+    def from_fd(cls, fd: int, limit: int, *, keep: int = PREFIX_KEPT, unread: bytes = b"") -> Self:
+        """Lines of a file descriptor, read without a worker thread and without blocking the loop.
+
+        `unread`: bytes someone already read from `fd`, returned before the rest of it."""
         pollable = True
 
         async def read_chunk() -> bytes:
@@ -94,7 +101,7 @@ class LineReader:
                 await anyio.lowlevel.checkpoint()
             return os.read(fd, READ_CHUNK)
 
-        return cls(read_chunk, limit, keep=keep)
+        return cls(read_chunk, limit, keep=keep, unread=unread)
 
     async def receive(self) -> bytes | TooLong:
         """The next line, or `TooLong`; raises `anyio.EndOfStream` at the end of the source."""
