@@ -32,9 +32,11 @@ import time
 from collections.abc import AsyncGenerator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import anyio
+import anyio.to_thread
 from starlette.applications import Starlette
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
@@ -45,7 +47,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Lifespan, Message, Receive, Scope, Send
 
-from mcphost import console
+from mcphost import console, tracing
 from mcphost.api import UNMATCHED_ROUTE, ApiLimits, ApiState, HostMetrics, routes
 from mcphost.bindings import Bindings
 from mcphost.common.challenge import bearer_challenge
@@ -110,6 +112,17 @@ async def open_database(settings: Settings) -> AsyncGenerator[Stores, None]:
 
 
 @asynccontextmanager
+async def _tracing() -> AsyncGenerator[None, None]:
+    """Tracing as the `OTEL_*` variables ask (off by default); queued spans are exported at the end,
+    off the event loop (the exporter's flush blocks)."""
+    with tracing.from_environment():
+        try:
+            yield
+        finally:
+            await anyio.to_thread.run_sync(tracing.flush)
+
+
+@asynccontextmanager
 async def open_host(settings: Settings, *, replay: ReplayBook | None = None) -> AsyncGenerator[Host, None]:
     """Every part of a running host. Config problems raise before anything starts.
 
@@ -117,7 +130,11 @@ async def open_host(settings: Settings, *, replay: ReplayBook | None = None) -> 
     every MCP call is answered from the recording."""
     bindings = Bindings(settings.agents, source=settings.source)
     metrics = HostMetrics()
-    async with open_database(settings) as stores, PluginSupervisor(plugin_specs(settings)) as supervisor:
+    async with (
+        _tracing(),
+        open_database(settings) as stores,
+        PluginSupervisor(plugin_specs(settings)) as supervisor,
+    ):
         registry = RunnerRegistry(supervisor.plugins)
         orchestrator = Orchestrator(
             stores=stores,
@@ -155,7 +172,7 @@ async def open_host(settings: Settings, *, replay: ReplayBook | None = None) -> 
         scheduler = Scheduler(
             stores,
             settings.schedules,
-            submit=orchestrator.submit,
+            submit=partial(orchestrator.submit, via="schedule"),
             bindings=bindings,
             host_id=orchestrator.host_id,
         )

@@ -355,3 +355,12 @@ def with_token(ctx: AgentRunContext, token: str) -> AgentRunContext:
         }
     )
     return ctx.model_copy(update={"context": ctx.context.model_copy(update={"mcp": full})})
+
+
+def with_trace(ctx: AgentRunContext, trace: Mapping[str, str]) -> AgentRunContext:
+    """`ctx` with the W3C trace context `trace` (`traceparent`, `tracestate`) in `runtime`: the host's
+    span around the runner, which the runner's own spans and MCP calls descend from."""
+    runtime = ctx.runtime.model_copy(
+        update={"traceparent": trace.get("traceparent"), "tracestate": trace.get("tracestate")}
+    )
+    return ctx.model_copy(update={"runtime": runtime})

@@ -383,6 +383,10 @@ class RunGrant(_Frozen):
     """What each layer offered, to word refusals; None for inspection grants (they have no layers)."""
     record: bool = False
     """Every per-run MCP call of the run is recorded with its answer (`stores/recordings.py`)."""
+    traceparent: str | None = None
+    """Not a permission: the W3C trace context of the event's ingest span when tracing is on (token-free),
+    kept with the run so that whichever host starts it parents the run's spans to it."""
+    tracestate: str | None = None
 
     def state_scope_id(self, scope: str) -> tuple[str, ...] | None:
         """The owner key of a state scope for this run, or None when the event lacks its id."""

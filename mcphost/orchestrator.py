@@ -59,7 +59,7 @@ import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Literal
 
 import anyio
 from anyio.abc import TaskGroup
@@ -73,9 +73,10 @@ from tenacity import (
     wait_random_exponential,
 )
 
+from mcphost import tracing
 from mcphost.bindings import Bindings
 from mcphost.common.validation import describe
-from mcphost.context import SNAPSHOT_SCOPES, build_context, runner_config, with_token
+from mcphost.context import SNAPSHOT_SCOPES, build_context, runner_config, with_token, with_trace
 from mcphost.errors import (
     HostError,
     InvalidArgumentError,
@@ -128,6 +129,8 @@ LOST = RunError(
 )
 HOST_FAILED = "The host failed while running this run; the cause is in the host's log under this run id."
 STORAGE_ERRORS = (StorageUnavailableError, StorageFullError)
+IngestVia = Literal["api", "hook", "schedule", "cli"]
+"""Where an event came in: `POST /v1/events`, a signed webhook, a schedule's fire, `mcphost run`."""
 
 
 @dataclass(eq=False)  # identity: also the borrower token of the capacity limiter
@@ -271,18 +274,51 @@ class Orchestrator:
         runner_config(binding, runner.manifest)  # a bad runner config refuses the event up front
         return binding, runner
 
-    async def submit(self, event: AgentEventEnvelope) -> Admission:
-        """Admit `event` and start its run in the background. Idempotent on `event_id`."""
+    async def submit(
+        self, event: AgentEventEnvelope, *, via: IngestVia = "api", parent: tracing.Carrier | None = None
+    ) -> Admission:
+        """Admit `event` and start its run in the background. Idempotent on `event_id`.
+
+        Traced as the ingest span (a child of `parent`, an accepted W3C trace context, else of the
+        current span), with the binding as its child; the run's spans descend from it.
+        """
+        attributes: dict[str, str | int | float | bool] = {
+            tracing.EVENT_ID: event.event_id,
+            tracing.EVENT_TYPE: event.event_type,
+            tracing.INGEST_VIA: via,
+        }
+        if event.conversation_id is not None:
+            attributes[tracing.CONVERSATION_ID] = event.conversation_id
+        with tracing.span("mcphost.ingest", parent=parent or None, attributes=attributes) as current:
+            admission = await self._admit(event)
+            run = admission.run
+            tracing.annotate(
+                current,
+                {
+                    tracing.RUN_ID: run.run_id,
+                    tracing.AGENT_NAME: run.agent_id,
+                    tracing.RUN_STATUS: str(run.status),
+                    tracing.REPLAYED: not admission.created,
+                },
+            )
+            return admission
+
+    async def _admit(self, event: AgentEventEnvelope) -> Admission:
+        bind_ns = time.time_ns()
+        bound: AgentBinding | None = None
         try:
             binding, runner = self.resolve(event)
+            bound = binding
             self._check_inputs(event)
             for ref in event.input.attachments:
                 await self._stores.artifacts.get(ref.artifact_id)  # NotFoundError: nothing stored yet
             if event.raw_ref is not None:
                 await self._stores.artifacts.get(event.raw_ref)
-        except HostError:
+        except HostError as exc:
             # A replay still gets its run when its agent or attachments have gone since.
             existing = await self._stores.runs.get_by_event(event.event_id)
+            refused = exc.code if bound is None else None
+            _trace_binding(bind_ns, event, bound, existing.run_id if existing else None, refused)
             if existing is not None:
                 return Admission(existing, created=False)
             raise
@@ -299,6 +335,14 @@ class Orchestrator:
             token_hash=token_hash,
             deadline_at=now + timeout,
         )
+        if tracing.enabled():  # the ingest span, for whichever host starts the run
+            trace = tracing.carrier()
+            grant = grant.model_copy(
+                update={
+                    "traceparent": trace.get(tracing.TRACEPARENT),
+                    "tracestate": trace.get(tracing.TRACESTATE),
+                }
+            )
         run = Run(
             run_id=run_id,
             event_id=event.event_id,
@@ -330,6 +374,7 @@ class Orchestrator:
             started = created and run.status is RunStatus.RUNNING
             if not started:
                 self._not_started(active, start)
+            _trace_binding(bind_ns, event, binding, run.run_id, None)
             if not created:
                 return Admission(run, created=False)
             self._start(active, event, binding, grant, token, started=started)
@@ -516,22 +561,46 @@ class Orchestrator:
         feed = self._feeds[run_id]
         journal = RunJournal(self._stores, run_id=run_id, grant=grant, event=event, publish=feed.publish)
         outcome: RunOutcome | None = None
-        try:
-            with active.scope:
-                if not started:
-                    started = await self._wait_turn(
-                        active, grant, journal, self._starter(active, event, binding, grant, token)
-                    )
-                if started:
-                    try:
-                        outcome = await self._execute(active, event, binding, grant, token, journal)
-                    finally:
-                        self._limiter.release_on_behalf_of(active)
-        except Exception as exc:
-            outcome = _host_failure(run_id, exc)
-        finally:
-            with anyio.CancelScope(shield=True), anyio.move_on_after(CLOSE_BOUND_S):
-                await self._close(active, journal, outcome, started=started)
+        agent_id = binding.agent.id
+        runner_id = active.runner.manifest.id
+        ids = {tracing.RUN_ID: run_id, tracing.AGENT_NAME: agent_id}
+        with tracing.span(
+            f"invoke_agent {agent_id}",
+            parent=_stored_trace(grant),
+            attributes={**ids, tracing.OPERATION: "invoke_agent", tracing.RUNNER_ID: runner_id}
+            | _conversation(active.conversation_id),
+        ) as run_span:
+            try:
+                with active.scope:
+                    if not started:
+                        with tracing.span("mcphost.run.queued", attributes=ids):
+                            started = await self._wait_turn(
+                                active, grant, journal, self._starter(active, event, binding, grant, token)
+                            )
+                    if started:
+                        tracing.event(run_span, "started")
+                        try:
+                            with tracing.span(
+                                f"mcphost.runner {runner_id}",
+                                kind="client",
+                                attributes={**ids, tracing.RUNNER_ID: runner_id},
+                            ) as runner_span:
+                                if runner_span is not None:  # the runner and its MCP calls descend from it
+                                    self._contexts[run_id] = with_trace(
+                                        self._contexts[run_id], tracing.carrier()
+                                    )
+                                outcome = await self._execute(active, event, binding, grant, token, journal)
+                                tracing.annotate(runner_span, {tracing.OUTCOME: str(outcome.status)})
+                        finally:
+                            self._limiter.release_on_behalf_of(active)
+            except Exception as exc:
+                outcome = _host_failure(run_id, exc)
+            finally:
+                ended: RunOutcome | None = None
+                with anyio.CancelScope(shield=True), anyio.move_on_after(CLOSE_BOUND_S):
+                    ended = await self._close(active, journal, outcome, started=started)
+                if run_span is not None and ended is not None:
+                    _trace_end(run_span, ended)
 
     def _starter(
         self,
@@ -719,7 +788,8 @@ class Orchestrator:
 
     async def _close(
         self, active: _ActiveRun, journal: RunJournal, outcome: RunOutcome | None, *, started: bool
-    ) -> None:
+    ) -> RunOutcome:
+        """End the run: record its end, revoke, wake its readers; the outcome recorded (or to be)."""
         run_id = active.run_id
         outcome = self._settle(active, outcome)
         ended: Run | None = None
@@ -751,6 +821,7 @@ class Orchestrator:
                 f" ({outcome.error.code})" if outcome.error else "",
                 "" if run_id not in self._unfinished else "; its end is not recorded yet",
             )
+        return outcome
 
     async def _ended(self, run_id: str, run: Run | None) -> None:
         """Run the `on_run_end` callbacks of an ended run; a failing one does not stop the others."""
@@ -956,6 +1027,49 @@ class Orchestrator:
             if closed:
                 return
             await Signal.wait(ticket, LOCAL_RECHECK_S)
+
+
+def _stored_trace(grant: RunGrant) -> dict[str, str] | None:
+    """The ingest span's context as the run's admission stored it, else None (the current span)."""
+    if grant.traceparent is None:
+        return None
+    trace = {tracing.TRACEPARENT: grant.traceparent}
+    if grant.tracestate is not None:
+        trace[tracing.TRACESTATE] = grant.tracestate
+    return trace
+
+
+def _trace_end(run_span: tracing.Span, ended: RunOutcome) -> None:
+    status = str(ended.status)
+    tracing.event(run_span, "ended", {tracing.RUN_STATUS: status})
+    tracing.annotate(run_span, {tracing.RUN_STATUS: status})
+    if ended.status is RunStatus.FAILED:
+        tracing.fail(run_span, ended.error.code if ended.error else "failed")
+    elif ended.error is not None:
+        tracing.annotate(run_span, {tracing.ERROR_TYPE: ended.error.code})
+
+
+def _conversation(conversation_id: str | None) -> dict[str, str]:
+    return {} if conversation_id is None else {tracing.CONVERSATION_ID: conversation_id}
+
+
+def _trace_binding(
+    start_ns: int,
+    event: AgentEventEnvelope,
+    binding: AgentBinding | None,
+    run_id: str | None,
+    error: str | None,
+) -> None:
+    """The binding step as a finished child of the ingest span, once the run it chose is known."""
+    if not tracing.enabled():
+        return
+    attributes: dict[str, str | int | float | bool] = {tracing.EVENT_TYPE: event.event_type}
+    if binding is not None:
+        attributes[tracing.AGENT_NAME] = binding.agent.id
+        attributes[tracing.BINDING_ID] = binding.binding_id
+    if run_id is not None:
+        attributes[tracing.RUN_ID] = run_id
+    tracing.record("mcphost.binding", start_ns=start_ns, attributes=attributes, error_type=error)
 
 
 def _host_failure(run_id: str, exc: Exception) -> RunOutcome:

@@ -20,7 +20,7 @@ from typing import ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from mcphost.common.validation import problems
-from mcphost.protocol import ConfigField, JSONObject, MCPAccess, config_schema_of
+from mcphost.protocol import AgentRunContext, ConfigField, JSONObject, MCPAccess, config_schema_of
 
 TOKEN_ENV = "MCPHOST_RUN_TOKEN"
 SERVER_NAME = "mcphost"
@@ -29,7 +29,8 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 _ENV_ALLOWED = frozenset({"PATH", "LANG", "LANGUAGE", "TZ", "TMPDIR", "USER", "LOGNAME", "SHELL"})
-_ENV_ALLOWED_PREFIXES = ("LC_",)
+_ENV_ALLOWED_PREFIXES = ("LC_", "OTEL_")
+"""`OTEL_*`: a CLI that exports telemetry (Claude Code does when enabled) follows the plugin's settings."""
 _RESERVED_ENV = frozenset({"HOME", TOKEN_ENV})
 
 
@@ -135,6 +136,18 @@ def harness_environment(
     env.update(config.environment)
     env.update({name: plugin_env[name] for name in config.pass_env if name in plugin_env})
     env.update(controlled)
+    return env
+
+
+def trace_environment(ctx: AgentRunContext) -> dict[str, str]:
+    """`TRACEPARENT` (and `TRACESTATE`) for the CLI: the host's span around this run's runner, the
+    environment variables OpenTelemetry-instrumented CLIs take their parent from. Empty when the host
+    does not trace."""
+    env: dict[str, str] = {}
+    if ctx.runtime.traceparent:
+        env["TRACEPARENT"] = ctx.runtime.traceparent
+        if ctx.runtime.tracestate:
+            env["TRACESTATE"] = ctx.runtime.tracestate
     return env
 
 

@@ -60,6 +60,7 @@ from runners.harness import (
     harness_environment,
     prompt_of,
     run_token,
+    trace_environment,
 )
 from runners.sdk import RunOutput, serve
 
@@ -144,7 +145,11 @@ class ClaudeCodeRunner(HarnessRunner):
         env = harness_environment(
             config,
             defaults=CLAUDE_DEFAULT_ENV,
-            controlled={"HOME": str(home), "CLAUDE_CONFIG_DIR": str(home / ".claude")},
+            controlled={
+                "HOME": str(home),
+                "CLAUDE_CONFIG_DIR": str(home / ".claude"),
+                **trace_environment(ctx),
+            },
         )
         return Launch(argv, env, secret_files=[mcp_config])
 

@@ -75,6 +75,7 @@ from runners.harness import (
     harness_environment,
     prompt_of,
     run_token,
+    trace_environment,
 )
 from runners.sdk import RunOutput, serve
 
@@ -192,7 +193,12 @@ class CodexRunner(HarnessRunner):
         env = harness_environment(
             config,
             defaults={"NO_COLOR": "1"},
-            controlled={"HOME": str(home), "CODEX_HOME": str(codex_home), TOKEN_ENV: token},
+            controlled={
+                "HOME": str(home),
+                "CODEX_HOME": str(codex_home),
+                TOKEN_ENV: token,
+                **trace_environment(ctx),
+            },
         )
         return Launch(argv, env)
 

@@ -58,6 +58,7 @@ from runners._harness_config import (
     harness_environment,
     resolve_cli,
     run_token,
+    trace_environment,
 )
 from runners._harness_files import (
     CONTEXT_JSON,
@@ -526,6 +527,7 @@ __all__ = [
     "resolve_cli",
     "run_token",
     "session_key",
+    "trace_environment",
     "write_private",
     "write_projection",
 ]

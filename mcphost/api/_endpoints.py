@@ -33,7 +33,7 @@ from contextlib import aclosing
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from mcphost import __version__
+from mcphost import __version__, tracing
 from mcphost.api._http import EventStream, parse_json, parse_model, parse_query, path_id, read_body, sse
 from mcphost.api._metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from mcphost.api._models import (
@@ -146,7 +146,8 @@ async def ingest_event(request: Request) -> Response:
         raise UnavailableError(
             "The host is shutting down and takes no new events; retry on another replica or after it restarts."
         )
-    admission = await state.orchestrator.submit(event)
+    # A W3C trace context of the caller becomes the ingest span's parent; a malformed one is ignored.
+    admission = await state.orchestrator.submit(event, parent=tracing.accept(request.headers))
     state.metrics.event_admitted(created=admission.created)
     run = admission.run
     answer = Admitted(run_id=run.run_id, event_id=run.event_id, status=run.status, created=admission.created)

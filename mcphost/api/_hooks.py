@@ -70,6 +70,8 @@ async def receive_hook(request: Request) -> Response:
         max_bytes=hook.max_bytes,
         conversation_id=event.conversation_id,
     )
-    admission = await state.orchestrator.submit(event.model_copy(update={"raw_ref": raw.artifact_id}))
+    admission = await state.orchestrator.submit(
+        event.model_copy(update={"raw_ref": raw.artifact_id}), via="hook"
+    )
     state.metrics.event_admitted(created=admission.created)
     return _admitted(admission)

@@ -27,7 +27,7 @@ async def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
     event = event_from_args(args)
     # The run's MCP endpoint is served on an ephemeral loopback port for the command's duration.
     async with open_host(settings) as host, serve_locally(host):
-        admission = await host.orchestrator.submit(event)
+        admission = await host.orchestrator.submit(event, via="cli")
         run_id = admission.run.run_id
         streamed = False
         final_text: str | None = None

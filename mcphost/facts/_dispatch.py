@@ -34,7 +34,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Generator
+from collections.abc import Awaitable, Callable, Generator, Mapping
 from contextlib import contextmanager
 from typing import Any, TypeVar, cast
 
@@ -45,7 +45,7 @@ from mcp.server.lowlevel import Server
 from mcp.shared.exceptions import MCPError
 from pydantic import BaseModel, ValidationError
 
-from mcphost import __version__
+from mcphost import __version__, tracing
 from mcphost.common.validation import problems
 from mcphost.errors import HostError
 from mcphost.facts import _artifacts, _run
@@ -101,6 +101,17 @@ def _access_of(ctx: ServerRequestContext[Any, Any]) -> RunAccess:
         # Only reachable when the SDK server is mounted without FactsServer's authenticating endpoint.
         raise MCPError(types.INVALID_REQUEST, "This MCP server is reachable only at /runs/{run_id}/mcp.")
     return access
+
+
+def _trace_of(ctx: ServerRequestContext[Any, Any], meta: object) -> tuple[dict[str, str], str | None]:
+    """The W3C context a request carries in `_meta` (the MCP convention; empty when none or malformed)
+    and the request's MCP session id. Only called while tracing is on."""
+    headers: object = getattr(ctx.request, "headers", None)
+    session = (
+        cast("Mapping[str, str]", headers).get("mcp-session-id") if isinstance(headers, Mapping) else None
+    )
+    found = tracing.accept(cast("Mapping[str, str]", meta)) if isinstance(meta, Mapping) else {}
+    return found, session if isinstance(session, str) and len(session) <= 200 else None
 
 
 def _check_depth(arguments: dict[str, Any]) -> None:
@@ -254,6 +265,56 @@ class FactsDispatch:
         arguments: dict[str, Any],
         action: Callable[[Call], Awaitable[tuple[ResultT, int]]],
         kind: type[ResultT],
+        *,
+        request: ServerRequestContext[Any, Any],
+        meta: object = None,
+    ) -> tuple[ResultT, int] | ToolCallError:
+        """`_run_call` inside the call's span when tracing is on."""
+        if not tracing.enabled():
+            return await self._run_call(access, tool, arguments, action, kind)
+        method = tool if "/" in tool else "tools/call"
+        found, session = _trace_of(request, meta)
+        attributes: dict[str, str | int | float | bool] = {
+            tracing.RUN_ID: access.run_id,
+            tracing.MCP_METHOD: method,
+        }
+        if method == "tools/call":
+            attributes[tracing.TOOL_NAME] = tool[:200]
+            attributes[tracing.OPERATION] = "execute_tool"
+        if session is not None:
+            attributes[tracing.MCP_SESSION] = session
+        name = f"tools/call {tool[:200]}" if method == "tools/call" else method
+        parent = found or await self._trace_parent(access)
+        with tracing.span(name, parent=parent, kind="server", attributes=attributes) as current:
+            outcome = await self._run_call(access, tool, arguments, action, kind)
+            if isinstance(outcome, ToolCallError):
+                tracing.annotate(current, {tracing.OUTCOME: "refused" if outcome.refused else "error"})
+                tracing.fail(current, outcome.code)
+            else:
+                tracing.annotate(current, {tracing.OUTCOME: "ok"})
+            return outcome
+
+    async def _trace_parent(self, access: RunAccess) -> dict[str, str] | None:
+        """Where a call without `_meta.traceparent` hangs in the run's trace: the span around the runner
+        (the context this process gave it), else the run's ingest span (a run of another replica)."""
+        ctx = await self._context_provider(access.run_id) if self._context_provider is not None else None
+        if ctx is not None and ctx.runtime.traceparent is not None:
+            found = {tracing.TRACEPARENT: ctx.runtime.traceparent}
+            if ctx.runtime.tracestate is not None:
+                found[tracing.TRACESTATE] = ctx.runtime.tracestate
+            return found
+        grant = access.record.grant
+        if grant.traceparent is not None:
+            return {tracing.TRACEPARENT: grant.traceparent}
+        return None
+
+    async def _run_call(
+        self,
+        access: RunAccess,
+        tool: str,
+        arguments: Any,
+        action: Callable[[Call], Awaitable[tuple[ResultT, int]]],
+        kind: type[ResultT],
     ) -> tuple[ResultT, int] | ToolCallError:
         """Admit, run `action` (or, on a replay, take the recorded answer) as a cancellable in-flight
         call of the run, record it when the run is recorded, audit. Raises only the cancellation of the
@@ -403,6 +464,8 @@ class FactsDispatch:
             arguments,
             lambda call: self._invoke(call, params.name, arguments),
             types.CallToolResult,
+            request=ctx,
+            meta=params.meta,
         )
         if isinstance(outcome, ToolCallError):
             return error_result(outcome)[0]
@@ -500,7 +563,15 @@ class FactsDispatch:
                 )
             return result, len(result.model_dump_json(by_alias=True, exclude_none=True).encode())
 
-        outcome = await self._execute(access, "resources/read", {"uri": uri}, read, types.ReadResourceResult)
+        outcome = await self._execute(
+            access,
+            "resources/read",
+            {"uri": uri},
+            read,
+            types.ReadResourceResult,
+            request=ctx,
+            meta=params.meta,
+        )
         if isinstance(outcome, ToolCallError):
             raise _rpc_error(outcome, uri=uri)
         return outcome[0]
@@ -531,7 +602,9 @@ class FactsDispatch:
             return result, len(result.model_dump_json(by_alias=True, exclude_none=True).encode())
 
         arguments = {"name": name, "arguments": params.arguments or {}}
-        outcome = await self._execute(access, "prompts/get", arguments, get, types.GetPromptResult)
+        outcome = await self._execute(
+            access, "prompts/get", arguments, get, types.GetPromptResult, request=ctx, meta=params.meta
+        )
         if isinstance(outcome, ToolCallError):
             raise _rpc_error(outcome)
         return outcome[0]

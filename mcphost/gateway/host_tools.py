@@ -43,6 +43,7 @@ from typing import Any, TextIO
 import anyio
 import mcp_types as types
 
+from mcphost import tracing
 from mcphost.config import Settings, ToolServerConfig
 from mcphost.errors import (
     DeadlineExceededError,
@@ -193,7 +194,29 @@ class Gateway:
         return [tool for name in sorted(found) for tool in found[name] if allows_host_tool(grant, tool.name)]
 
     async def call_tool(self, grant: RunGrant, name: str, arguments: JSONObject) -> types.CallToolResult:
-        """Call host tool `name` for the run of `grant`, within its timeout and the run's deadline."""
+        """Call host tool `name` for the run of `grant`, within its timeout and the run's deadline; traced
+        as a client span whose context the upstream gets as `_meta.traceparent`."""
+        if not tracing.enabled():
+            return await self._call_tool(grant, name, arguments)
+        attributes: dict[str, str | int | float | bool] = {
+            tracing.RUN_ID: grant.run_id,
+            tracing.MCP_METHOD: "tools/call",
+            tracing.OPERATION: "execute_tool",
+            tracing.TOOL_NAME: name[:200],
+            tracing.HOST_TOOL_SERVER: name.partition(SEPARATOR)[0][:100],
+        }
+        with tracing.span(f"tools/call {name[:200]}", kind="client", attributes=attributes) as current:
+            try:
+                result = await self._call_tool(grant, name, arguments)
+            except HostError as error:
+                tracing.fail(current, error.code)
+                raise
+            if result.is_error:
+                tracing.fail(current, "tool_error")
+            tracing.annotate(current, {tracing.OUTCOME: "error" if result.is_error else "ok"})
+            return result
+
+    async def _call_tool(self, grant: RunGrant, name: str, arguments: JSONObject) -> types.CallToolResult:
         if not allows_host_tool(grant, name):
             raise UnauthorizedError(
                 f"This run may not call {name[:100]!r}; tools/list shows what it may call."
@@ -221,7 +244,9 @@ class Gateway:
                     f"Tool server {server!r} has no tool {name[:100]!r}; tools/list shows its tools."
                 )
             remaining = timeout - (time.perf_counter() - started)
-            result = await upstream.call(tool, arguments, timeout=max(remaining, 0.001))
+            result = await upstream.call(
+                tool, arguments, timeout=max(remaining, 0.001), meta=tracing.carrier() or None
+            )
             _check_nesting(result, server, name)
             size = len(result.model_dump_json(by_alias=True, exclude_none=True).encode())
             artifact_id: str | None = None

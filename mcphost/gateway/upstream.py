@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 from types import TracebackType
-from typing import Any, TextIO
+from typing import Any, TextIO, cast
 
 import anyio
 import httpx2
@@ -488,8 +488,11 @@ class Upstream:
     def cached_tools(self) -> list[types.Tool]:
         return list(self._catalog.tools) if self._catalog is not None else []
 
-    async def call(self, tool: str, arguments: JSONObject, *, timeout: float) -> types.CallToolResult:
-        """Call `tool` upstream within `timeout` seconds (connecting first if needed).
+    async def call(
+        self, tool: str, arguments: JSONObject, *, timeout: float, meta: Mapping[str, str] | None = None
+    ) -> types.CallToolResult:
+        """Call `tool` upstream within `timeout` seconds (connecting first if needed); `meta` goes into
+        the request's `_meta` (the W3C trace context of the host's span around the call).
 
         Raises:
             DeadlineExceededError: no answer within `timeout`.
@@ -500,7 +503,13 @@ class Upstream:
             for attempt in (1, 2):
                 client = await self.client()
                 try:
-                    return await client.call_tool(tool, dict(arguments), read_timeout_seconds=timeout)
+                    return await client.call_tool(
+                        tool,
+                        dict(arguments),
+                        read_timeout_seconds=timeout,
+                        # `_meta` is open: the MCP convention puts `traceparent` and `tracestate` there.
+                        meta=cast("types.RequestParamsMeta", dict(meta)) if meta else None,
+                    )
                 except MCPError as exc:
                     if exc.code == types.REQUEST_TIMEOUT:
                         break

@@ -132,7 +132,9 @@ _ENV_SYSTEM = (
 _ENV_RUNTIME = ("PYTHONPATH", "VIRTUAL_ENV", "SYSTEMROOT", "SYSTEMDRIVE", "COMSPEC", "PATHEXT")
 _ENV_ALLOWED = frozenset((*_ENV_SYSTEM, *_ENV_RUNTIME))
 """Host variables a plugin inherits (plus `LC_*`); everything else, secrets included, stays behind."""
-_ENV_ALLOWED_PREFIXES = ("LC_",)
+_ENV_ALLOWED_PREFIXES = ("LC_", "OTEL_")
+"""`OTEL_*` (but `*_HEADERS`, which may carry a collector's credentials: set those in `[[plugins]] env`) so
+that runners and their harness CLIs export telemetry as the host does."""
 
 _CANCEL_ON_ABANDON_TIMEOUT = 0.5
 BROKEN_BEFORE_INITIALIZE = "broken before initialize"
@@ -210,7 +212,9 @@ def plugin_environment(extra: Mapping[str, str]) -> dict[str, str]:
     """The environment of a plugin: an allow-list of the host's variables plus the plugin's own `env`."""
     env: dict[str, str] = {}
     for key, value in os.environ.items():
-        allowed = key in _ENV_ALLOWED or key.startswith(_ENV_ALLOWED_PREFIXES)
+        allowed = key in _ENV_ALLOWED or (
+            key.startswith(_ENV_ALLOWED_PREFIXES) and not key.endswith("_HEADERS")
+        )
         if allowed and not value.startswith("()"):  # exported shell functions are code, not settings
             env[key] = value
     env.update(extra)

@@ -198,6 +198,10 @@ class Runtime(ProtocolModel):
     locale: str | None = None
     timezone: str | None = None
     static_refs: dict[str, StaticRef] = Field(default_factory=dict[str, StaticRef])
+    traceparent: str | None = None
+    """W3C trace context of the host's span around this runner's run, when the host traces (else
+    absent): parent your own spans to it, send it as `_meta.traceparent` on MCP requests."""
+    tracestate: str | None = None
 
 
 class AgentRunContext(ProtocolModel):

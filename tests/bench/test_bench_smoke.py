@@ -110,3 +110,12 @@ def test_the_command_line_writes_a_table_and_results_json(
 
 def test_every_benchmark_is_named_once() -> None:
     assert list(BENCHMARKS) == ["run-overhead", "throughput", "mcp-call", "scale", "startup"]
+
+
+async def test_tracing_compares_off_with_the_noop_api_and_on(tmp_path: Path) -> None:
+    rows = await run_benchmark("tracing", tiny(tmp_path, "sqlite"))
+    check(rows, "tracing")
+    assert [r.subject_label for r in rows] == [
+        "tracing off (default)",
+        "tracing on (SDK, batch, spans dropped)",
+    ]
