@@ -109,7 +109,7 @@ def test_the_command_line_writes_a_table_and_results_json(
 
 
 def test_every_benchmark_is_named_once() -> None:
-    assert list(BENCHMARKS) == ["run-overhead", "throughput", "mcp-call", "scale", "startup"]
+    assert list(BENCHMARKS) == ["run-overhead", "throughput", "mcp-call", "scale", "startup", "tracing"]
 
 
 async def test_tracing_compares_off_with_the_noop_api_and_on(tmp_path: Path) -> None:
