@@ -13,7 +13,8 @@ Launch (argv, no secret in it):
            [--resume <external.session_id>] -- <input text>
 in the run's folder, with `HOME` and `CLAUDE_CONFIG_DIR` private to the runner (`<data_dir>/claude-home`;
 `--resume` needs the same folder and config dir), telemetry, auto-update and non-essential traffic off,
-and `ENABLE_TOOL_SEARCH=false` so the model sees the mcphost tools directly.
+`ENABLE_TOOL_SEARCH=false` so the model sees the mcphost tools directly, and
+`MCP_CONNECTION_NONBLOCKING=0` so the first turn waits until the mcphost server has listed its tools.
 
 The MCP config file (mode 0600, removed when the CLI ends) holds the run's server as Streamable HTTP with
 the bearer header, or as the stdio bridge with the token in its environment, plus `extra_mcp_servers`.
@@ -74,6 +75,9 @@ CLAUDE_DEFAULT_ENV = {
     "DISABLE_AUTOUPDATER": "1",
     "DISABLE_ERROR_REPORTING": "1",
     "ENABLE_TOOL_SEARCH": "false",
+    # Claude Code connects MCP servers in the background and may send the first turn before a slow one
+    # (a bridge still importing on a busy host) has listed its tools; "0" makes it wait for them.
+    "MCP_CONNECTION_NONBLOCKING": "0",
     "NO_COLOR": "1",
 }
 """Defaults the agent's `environment` may override."""

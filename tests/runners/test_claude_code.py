@@ -154,6 +154,7 @@ async def test_the_command_line_injects_the_run_server_and_carries_no_secret(tmp
     assert env["HOME"] == str((tmp_path / "data" / "claude-home").resolve())
     assert env["CLAUDE_CONFIG_DIR"] == env["HOME"] + "/.claude"
     assert env["ENABLE_TOOL_SEARCH"] == "false"
+    assert env["MCP_CONNECTION_NONBLOCKING"] == "0"  # the first turn waits for the mcphost tools
     assert env["DISABLE_TELEMETRY"] == "1"
     assert TOKEN not in json.dumps(env)
 
