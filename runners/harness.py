@@ -87,7 +87,10 @@ DEFAULT_DATA_DIR = Path(".mcphost") / "harness"
 """Relative to the plugin's working directory (the host's, for bundled plugins)."""
 
 DEADLINE_MARGIN_S = 1.5
-"""The runner stops its CLI this long before the run's deadline, so it can still report why."""
+"""Time kept before the run's deadline, beyond the bounds of stopping the CLI's group (`timings`), to report
+why the run ended: the CLI is stopped `timings.terminate + timings.kill + DEADLINE_MARGIN_S` before it (never
+more than half the time left, nor less than DEADLINE_MARGIN_S), so a CLI slow to die is still reported as
+`runner.timeout` with its process group instead of being cut off by the host's deadline."""
 EXIT_GRACE_S = 5.0
 """How long a CLI may take to exit after its stream ended."""
 MAX_ARGV_TEXT = 100_000
@@ -281,6 +284,13 @@ class HarnessRunner(AgentRunner):
     ) -> StreamMapper:
         """A fresh mapper of the CLI's native stream."""
 
+    @classmethod
+    def deadline_margin_s(cls, left_s: float) -> float:
+        """How long before the run's deadline the CLI is stopped, with `left_s` seconds left: its group's
+        stop bounds plus the report, at most half of what is left, at least `DEADLINE_MARGIN_S`."""
+        full = cls.timings.terminate + cls.timings.kill + DEADLINE_MARGIN_S
+        return max(DEADLINE_MARGIN_S, min(full, left_s / 2))
+
     def classify_exit(self, state: StreamState, ended: Exit) -> Failure | None:
         """A precise failure for a CLI that ended without its terminal event, if the adapter knows one.
         May set `state.resume_missing` to have the turn retried as a new session."""
@@ -293,7 +303,8 @@ class HarnessRunner(AgentRunner):
             await out.failed("invalid_argument", f"{self.harness}: {describe_config_error(exc)}")
             return
         session = ExternalSession.from_state(ctx) if config.resume else ExternalSession()
-        budget = ctx.runtime.deadline_at - time.time() - DEADLINE_MARGIN_S
+        left = ctx.runtime.deadline_at - time.time()
+        budget = left - self.deadline_margin_s(left)
         with anyio.move_on_after(max(budget, 0)) as waiting:
             async with self.locks.hold(session_key(self.harness, ctx, session)):
                 waiting.deadline = float("inf")  # the lock is ours; the run's own deadline applies now
@@ -367,7 +378,8 @@ class HarnessRunner(AgentRunner):
         diagnostics: Diagnostics,
         deadline_at: float,
     ) -> Exit:
-        budget = deadline_at - time.time() - DEADLINE_MARGIN_S
+        left = deadline_at - time.time()
+        budget = left - self.deadline_margin_s(left)
         try:
             if budget <= 0:
                 return Exit(None, True, "", 0)

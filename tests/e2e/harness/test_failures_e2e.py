@@ -126,7 +126,7 @@ async def test_a_cli_hanging_past_the_deadline_is_stopped_with_its_whole_group(
 ) -> None:
     # The bridge transport gives the CLI a child process (the stdio MCP bridge) that must die with it.
     hang = always(Hang())
-    async with served(harness, hang, tmp_path, mcp_transport="bridge", timeout_s=10) as (fake, host):
+    async with served(harness, hang, tmp_path, mcp_transport="bridge", timeout_s=20) as (fake, host):
         done = await run_event(host, message(harness, unique("conv"), "take your time"))
         bridges = processes_with(f"/runs/{done.run.run_id}/mcp")
     assert fake.agent_turns, "the model was never asked"
