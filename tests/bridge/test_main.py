@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import httpx2
@@ -141,13 +140,14 @@ async def test_a_2026_exchange_relays_without_a_session_and_eof_sends_no_delete(
 async def test_a_wrong_token_exits_non_zero_with_the_servers_message_within_seconds(
     endpoint: Endpoint, tmp_path: Path
 ) -> None:
-    started = time.monotonic()
-    async with open_bridge(endpoint.url, tmp_path, token="not-the-token") as bridge_process:
+    # --timeout 120 and a 60 s wait: the exit comes from the refusal, not from any of the bridge's timeouts
+    async with open_bridge(
+        endpoint.url, tmp_path, token="not-the-token", extra=("--timeout", "120")
+    ) as bridge_process:
         await bridge_process.send(
             {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": INITIALIZE_PARAMS}
         )
-        assert await bridge_process.wait(timeout=5) == 1
-    assert time.monotonic() - started < 5
+        assert await bridge_process.wait(timeout=60) == 1
     stderr_lines = bridge_process.stderr.splitlines()
     assert len(stderr_lines) == 1
     assert "HTTP 401" in stderr_lines[0]
@@ -167,19 +167,18 @@ async def test_a_missing_token_is_named_in_the_refusal(endpoint: Endpoint, tmp_p
         await bridge_process.send(
             {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": INITIALIZE_PARAMS}
         )
-        assert await bridge_process.wait(timeout=5) == 1
+        assert await bridge_process.wait(timeout=60) == 1
     assert "no token was sent: set MCPHOST_RUN_TOKEN" in bridge_process.stderr
 
 
 async def test_an_unreachable_port_exits_quickly_with_a_clear_message(tmp_path: Path) -> None:
     url = f"http://127.0.0.1:{free_port()}/mcp"
-    started = time.monotonic()
-    async with open_bridge(url, tmp_path, token="t") as bridge_process:
+    # --timeout 120 and a 60 s wait: a refused connection ends the bridge, it does not wait out a timeout
+    async with open_bridge(url, tmp_path, token="t", extra=("--timeout", "120")) as bridge_process:
         await bridge_process.send(
             {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": INITIALIZE_PARAMS}
         )
-        assert await bridge_process.wait(timeout=5) == 1
-    assert time.monotonic() - started < 5
+        assert await bridge_process.wait(timeout=60) == 1
     [line] = bridge_process.stderr.splitlines()
     assert line.startswith(f"mcphost-bridge: cannot reach {url}: ")
     [reply] = [json.loads(line) for line in bridge_process.stdout_lines]
@@ -195,7 +194,7 @@ async def test_an_endpoint_that_is_not_there_exits_with_a_404_message(
         await bridge_process.send(
             {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": INITIALIZE_PARAMS}
         )
-        assert await bridge_process.wait(timeout=5) == 1
+        assert await bridge_process.wait(timeout=60) == 1
     [line] = bridge_process.stderr.splitlines()
     assert line == f"mcphost-bridge: {url} was not found (HTTP 404); check --url"
 
@@ -218,7 +217,7 @@ async def test_a_session_the_server_forgot_ends_the_bridge_with_a_clear_message(
             )
             assert deleted.status_code == 200
         # The bridge's GET stream reconnects, learns the session is gone and ends the bridge.
-        assert await bridge_process.wait(timeout=5) == 1
+        assert await bridge_process.wait(timeout=60) == 1
     [line] = bridge_process.stderr.splitlines()
     assert line == (
         f"mcphost-bridge: {endpoint.url} no longer knows this session (HTTP 404: Session not found);"

@@ -5,8 +5,9 @@ over Streamable HTTP with the `mcp` SDK client. Each run's behaviour is chosen b
 
     probe            lists tools, calls run_context and history_page; replies with JSON
                      {tools, prompt, history, url}
-    hold:SECONDS     calls run_context every 0.1 s for SECONDS (a run that needs its MCP endpoint
-                     while the host drains), then replies "held N"
+    hold:SECONDS     calls run_context every 0.1 s for SECONDS and at least HOLD_MIN_CALLS times (a run
+                     that needs its MCP endpoint while the host drains, however slow the machine),
+                     then replies "held N"
     leak:PATH        writes the run token to PATH (so a test can try it after the run), then probes
     keep:SECONDS:PATH
                      writes the run token to PATH, then stays running for SECONDS without MCP calls (so
@@ -27,6 +28,8 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from runners.sdk import AgentRunContext, AgentRunner, Permissions, RunOutput, serve
+
+HOLD_MIN_CALLS = 10
 
 
 def _structured(result: types.CallToolResult) -> dict[str, Any]:
@@ -68,7 +71,7 @@ class ProbeRunner(AgentRunner):
         ):
             if text.startswith("hold:"):
                 until, calls = time.monotonic() + float(text.removeprefix("hold:")), 0
-                while time.monotonic() < until:
+                while time.monotonic() < until or calls < HOLD_MIN_CALLS:
                     result = await client.call_tool("run_context", {})
                     if result.is_error:
                         await out.failed(
