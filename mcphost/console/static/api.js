@@ -166,13 +166,32 @@ export function params() {
   return new URLSearchParams(location.search);
 }
 
-/** Mark the current page in the shared navigation; wire the "forget key" button. */
+/** The pages of the shared navigation, in order. */
+const PAGES = [
+  ["/console/", "Runs"],
+  ["/console/chat.html", "Chat"],
+  ["/console/explain.html", "Explain"],
+  ["/console/conversation.html", "Conversations"],
+  ["/console/agents.html", "Agents"],
+];
+
+/** Fill the page's <header> with the shared navigation (the current page marked) and the "forget key" button. */
 export function initPage() {
-  for (const link of document.querySelectorAll("nav a")) {
-    if (link.getAttribute("href") === location.pathname) link.setAttribute("aria-current", "page");
-  }
-  document.getElementById("forget-key")?.addEventListener("click", () => {
+  const links = PAGES.map(([href, label]) =>
+    el("a", { href, "aria-current": href === location.pathname ? "page" : null }, label),
+  );
+  const forget = el(
+    "button",
+    { type: "button", id: "forget-key", class: "link", title: "Forget the API key kept for this tab" },
+    "Forget key",
+  );
+  forget.addEventListener("click", () => {
     forgetKey();
     location.reload();
   });
+  document.querySelector("body > header").replaceChildren(
+    el("a", { class: "brand", href: "/console/" }, "mcphost"),
+    el("nav", {}, links),
+    forget,
+  );
 }
