@@ -113,15 +113,20 @@ def _read_first_line(fd: int) -> bytes:
     return bytes(data)
 
 
-def _opening(line: bytes) -> dict[str, Any] | None:
-    """The first message as the relay would send it (envelope members only), if it is an opening one."""
+def _json_object(data: bytes) -> dict[str, Any] | None:
+    """`data` parsed, when it is one JSON object."""
     try:
-        parsed: Any = json.loads(line)
+        parsed: Any = json.loads(data)
     except ValueError:
         return None
-    if not isinstance(parsed, dict):
+    return cast("dict[str, Any]", parsed) if isinstance(parsed, dict) else None
+
+
+def _opening(line: bytes) -> dict[str, Any] | None:
+    """The first message as the relay would send it (envelope members only), if it is an opening one."""
+    message = _json_object(line)
+    if message is None:
         return None
-    message = cast("dict[str, Any]", parsed)
     request_id = message.get("id")
     valid_id = isinstance(request_id, str) or (type(request_id) is int and abs(request_id) < 2**53)
     params = message.get("params", {})
@@ -224,26 +229,18 @@ def _from_events(
 
 
 def _answers(payload: bytes, request_id: Any) -> bool:
-    try:
-        message: Any = json.loads(payload)
-    except ValueError:
+    answer = _json_object(payload)
+    if answer is None:
         return False
-    if not isinstance(message, dict):
-        return False
-    answer = cast("dict[str, Any]", message)
     same_id = type(answer.get("id")) is type(request_id) and answer.get("id") == request_id
     return answer.get("jsonrpc") == "2.0" and same_id and (("result" in answer) != ("error" in answer))
 
 
 def _is_notification(payload: bytes) -> bool:
-    try:
-        message: Any = json.loads(payload)
-    except ValueError:
-        return False
-    if not isinstance(message, dict):
-        return False
-    notification = cast("dict[str, Any]", message)
-    return "id" not in notification and isinstance(notification.get("method"), str)
+    notification = _json_object(payload)
+    return (
+        notification is not None and "id" not in notification and isinstance(notification.get("method"), str)
+    )
 
 
 def _write(stdout: BinaryIO, payload: bytes) -> None:
