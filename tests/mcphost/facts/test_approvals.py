@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import AsyncGenerator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +43,18 @@ async def asker_ready(host: Host) -> None:
             await anyio.sleep(0.05)
 
 
+@asynccontextmanager
+async def asking(settings: Settings) -> AsyncGenerator[tuple[Host, httpx2.AsyncClient], None]:
+    """A host with the asker plugin ready, served over real HTTP, and a client of it."""
+    async with (
+        open_host(settings) as host,
+        serve_app(host) as served,
+        httpx2.AsyncClient(base_url=served.url, timeout=30) as client,
+    ):
+        await asker_ready(host)
+        yield host, client
+
+
 async def start(client: httpx2.AsyncClient, text: str) -> str:
     admitted = await client.post("/v1/events", json=event_body(text, bot="asker", conversation=text))
     assert admitted.status_code == 202, admitted.text
@@ -74,12 +88,7 @@ async def reply_of(host: Host, run_id: str) -> dict[str, Any]:
 async def test_an_approved_write_proceeds_and_a_denied_one_does_nothing(
     database_url: str, tmp_path: Path
 ) -> None:
-    async with (
-        open_host(ask_settings(database_url, tmp_path / "data")) as host,
-        serve_app(host) as served,
-        httpx2.AsyncClient(base_url=served.url, timeout=30) as client,
-    ):
-        await asker_ready(host)
+    async with asking(ask_settings(database_url, tmp_path / "data")) as (host, client):
         granted = await start(client, "set:granted")
         asked = await pending_of(client, granted)
         assert (asked["kind"], asked["request"]) == (
@@ -114,12 +123,7 @@ async def test_an_approved_write_proceeds_and_a_denied_one_does_nothing(
 
 async def test_an_approval_left_to_expire_is_a_denial(database_url: str, tmp_path: Path) -> None:
     settings = ask_settings(database_url, tmp_path / "data", approval_expiry_s=0.5)
-    async with (
-        open_host(settings) as host,
-        serve_app(host) as served,
-        httpx2.AsyncClient(base_url=served.url, timeout=30) as client,
-    ):
-        await asker_ready(host)
+    async with asking(settings) as (host, client):
         late = await start(client, "set:late")
         reply = await reply_of(host, late)
         assert (reply["is_error"], reply["stored"]) == (True, None)
@@ -138,12 +142,7 @@ async def test_an_approval_left_to_expire_is_a_denial(database_url: str, tmp_pat
 async def test_a_run_cancelled_while_its_call_waits_leaves_no_pending_approval(
     database_url: str, tmp_path: Path
 ) -> None:
-    async with (
-        open_host(ask_settings(database_url, tmp_path / "data")) as host,
-        serve_app(host) as served,
-        httpx2.AsyncClient(base_url=served.url, timeout=30) as client,
-    ):
-        await asker_ready(host)
+    async with asking(ask_settings(database_url, tmp_path / "data")) as (host, client):
         waiting = await start(client, "set:cancelled")
         asked = await pending_of(client, waiting)
         assert (await client.post(f"/v1/runs/{waiting}/cancel")).status_code in (200, 202)
