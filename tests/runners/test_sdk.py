@@ -75,6 +75,17 @@ def test_the_public_surface_is_pinned() -> None:
     ]
 
 
+def test_every_public_name_imports_from_the_sdk_module() -> None:
+    namespace: dict[str, object] = {}
+    exec("from runners.sdk import *", namespace)
+    missing = [name for name in runners.sdk.__all__ if name not in namespace]
+    assert missing == []
+    # the parts are private modules; the names plugin authors use are the SDK's
+    assert runners.sdk.AgentRunner.__module__ == "runners._runner"
+    assert runners.sdk.RunOutput.__module__ == "runners._output"
+    assert runners.sdk.serve.__module__ == "runners._plugin_server"
+
+
 def collecting(run_id: str = "run_1") -> tuple[RunOutput, list[AgentRunResult]]:
     sent: list[AgentRunResult] = []
 
