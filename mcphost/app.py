@@ -4,20 +4,19 @@ and the HTTP app around them.
 `open_host(settings)` enters every long-lived part once, in dependency order, and leaves them in reverse
 order with bounded shutdowns: the orchestrator (active runs cancelled and closed), then the facts server,
 then the upstream tool servers (`gateway`), then the plugin processes, then the database; the scheduler
-and the retention job (`run_collector`) are tasks of the host. The facts server gets its seams here: run contexts from the orchestrator, host tools from the gateway, retrieval
-from the knowledge bases, the host's `HttpGuard` and the MCP-call metric. `build_app(host)` is the
-Starlette app over an open host (the `/v1` API and the per-run MCP endpoint); `create_app(settings)` is
-the same app with a lifespan that opens the host itself. Serving it is `serving.py`.
+and the retention job (`run_collector`) are tasks of the host. The facts server gets its seams here: run
+contexts from the orchestrator, host tools from the gateway, retrieval from the knowledge bases, the
+host's `HttpGuard` and the MCP-call metric. `build_app(host)` is the Starlette app over an open host (the
+`/v1` API with its middleware and error mapping from `api`, the console, and the facts server, itself the
+endpoint of `/runs/{run_id}/mcp`); `create_app(settings)` is the same app with a lifespan that opens the
+host itself. Serving it is `serving.py`.
 
 Invariants:
-- This module is the one place that maps errors to HTTP: a `HostError` becomes `{error: {code, message,
-  details}}` with its status; an unknown route 404, a wrong method 405; anything else is a bug, logged
-  with its traceback and answered with a generic 500 that carries no internals.
+- Errors become HTTP in one place, `api/_errors.py`; the guards in front of the routes are
+  `api/_middleware.py`.
 - `/v1` and `/runs/{run_id}/mcp` are guarded by one `HttpGuard` instance (`Host.guard`, built from the
-  settings and handed to the facts server): the same Host and Origin headers get the same verdict on
-  both; `/v1` also needs the API key when one is configured. A refusal on `/v1` is a 401 `unauthorized`.
-- CORS is off unless `[host] cors_origins` lists origins; then `/v1` (only) answers their preflights and
-  carries CORS headers on every answer, refusals included (`_Cors`, outside the guard).
+  settings, handed to the facts server and to the API's state): the same Host and Origin headers get the
+  same verdict on both.
 - Wiring: the orchestrator calls `FactsServer.end_run` (and the run metrics) when each run ends,
   inspection grants included; the facts server's context provider is `Orchestrator.context`, which
   holds a run's context (token included) in memory only while the run is active on this process; every
@@ -27,34 +26,22 @@ Invariants:
 
 from __future__ import annotations
 
-import logging
-import time
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
 
 import anyio
 import anyio.to_thread
 from starlette.applications import Starlette
-from starlette.datastructures import Headers
-from starlette.exceptions import HTTPException
-from starlette.middleware import Middleware
-from starlette.middleware.cors import CORSMiddleware
-from starlette.requests import ClientDisconnect, Request
-from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
-from starlette.types import ASGIApp, Lifespan, Message, Receive, Scope, Send
+from starlette.types import Lifespan
 
 from mcphost import console, tracing
-from mcphost.api import UNMATCHED_ROUTE, ApiLimits, ApiState, HostMetrics, routes
+from mcphost.api import EXCEPTION_HANDLERS, ApiLimits, ApiState, HostMetrics, middleware, routes
 from mcphost.bindings import Bindings
-from mcphost.common.challenge import bearer_challenge
 from mcphost.config import Settings
 from mcphost.delivery import DeliverySender
-from mcphost.errors import HostError, StorageUnavailableError, UnauthorizedError, find_error
-from mcphost.facts import MCP_PATH, FactsServer, granted_tools
+from mcphost.facts import FactsServer, granted_tools
 from mcphost.gateway.host_tools import Gateway
 from mcphost.guard import HttpGuard
 from mcphost.knowledge.bases import KnowledgeBases
@@ -67,8 +54,6 @@ from mcphost.retention import DAY_S, Collector, run_collector
 from mcphost.schedules import Scheduler, run_scheduler
 from mcphost.stores import Stores, open_stores
 from mcphost.stores.retention import Collected
-
-logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -213,278 +198,32 @@ async def open_host(settings: Settings, *, replay: ReplayBook | None = None) -> 
                 tg.cancel_scope.cancel()
 
 
-# -- errors → HTTP (the one place) -------------------------------------------------------------------
-
-_HTTP_CODES: dict[int, str] = {
-    400: "invalid_argument",
-    401: "unauthorized",
-    404: "not_found",
-    405: "invalid_argument",
-    409: "conflict",
-    413: "payload_too_large",
-    429: "rate_limited",
-}
-
-
-def error_response(
-    status: int,
-    code: str,
-    message: str,
-    details: dict[str, Any] | None = None,
-    headers: dict[str, str] | None = None,
-) -> JSONResponse:
-    body = {"error": {"code": code, "message": message, "details": details or {}}}
-    return JSONResponse(body, status_code=status, headers=headers)
-
-
-def host_error_response(exc: HostError) -> JSONResponse:
-    headers: dict[str, str] = {}
-    if exc.status == 401:
-        headers["WWW-Authenticate"] = bearer_challenge(exc.message)
-    if exc.status == 503:
-        headers["Retry-After"] = "5"
-    if exc.status == 416 and isinstance(exc.details.get("size"), int):
-        headers["Content-Range"] = f"bytes */{exc.details['size']}"
-    return error_response(exc.status, exc.code, exc.message, exc.details, headers)
-
-
-async def _on_host_error(request: Request, exc: Exception) -> Response:
-    assert isinstance(exc, HostError)
-    if exc.status >= 500:
-        # A storage error's message is fixed; its cause (driver text, SQL) goes to the log only.
-        logger.warning("%s %s failed: %s", request.method, request.url.path, exc.__cause__ or exc.message)
-    return host_error_response(exc)
-
-
-async def _on_http_exception(request: Request, exc: Exception) -> Response:
-    assert isinstance(exc, HTTPException)
-    method, path = request.method, request.url.path
-    if exc.status_code == 404:
-        message = f"No route {path[:200]!r}; the API is described at /openapi.json."
-    elif exc.status_code == 405:
-        allowed = (exc.headers or {}).get("Allow", "")
-        message = f"Method {method} is not allowed on {path[:200]!r}; allowed: {allowed or 'none'}."
-    else:
-        message = exc.detail
-    code = _HTTP_CODES.get(exc.status_code, "runtime_error" if exc.status_code >= 500 else "invalid_argument")
-    return error_response(exc.status_code, code, message, headers=dict(exc.headers or {}))
-
-
-async def _on_disconnect(request: Request, exc: Exception) -> Response:
-    # The client went away while sending its body: nobody reads this answer.
-    return error_response(400, "invalid_argument", "The client disconnected before sending the whole body.")
-
-
-class _Measured:
-    """Counts every HTTP request in `HostMetrics` by method, route template and status, with its duration."""
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        status = 500  # the answer never started: the client sees the connection end
-        started = time.perf_counter()
-
-        async def recording(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = int(message["status"])
-            await send(message)
-
-        try:
-            await self.app(scope, receive, recording)
-        finally:
-            host = getattr(scope["app"].state, "host", None)
-            if isinstance(host, Host):
-                route = getattr(scope.get("route"), "path", UNMATCHED_ROUTE)
-                method = str(scope.get("method", ""))
-                host.metrics.http_request(method, str(route), status, time.perf_counter() - started)
-
-
-class _CatchAll:
-    """The last line: an exception no handler took is logged and answered with a generic 500."""
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        started = False
-
-        async def tracking(message: Message) -> None:
-            nonlocal started
-            if message["type"] == "http.response.start":
-                started = True
-            await send(message)
-
-        try:
-            await self.app(scope, receive, tracking)
-        except Exception as exc:
-            host_error = find_error(exc, HostError)
-            if host_error is not None and not started:
-                await host_error_response(host_error)(scope, receive, send)
-                return
-            if isinstance(exc, ClientDisconnect):
-                return
-            logger.exception("%s %s failed", scope.get("method"), scope.get("path"))
-            if not started:
-                response = error_response(
-                    500, "runtime_error", "The host failed while handling this request; the error is logged."
-                )
-                await response(scope, receive, send)
-
-
-HOOKS_PREFIX = "/v1/hooks/"
-"""Webhook senders authenticate by their signature (`api/_hooks.py`), not by the API key or Host name."""
-
-
-class _ApiGuard:
-    """`/v1` access: the host's `HttpGuard` (Host, Origin, then the API key); a refusal is a 401.
-    Webhooks (`HOOKS_PREFIX`) are let through: their route checks the sender's signature. The console's
-    files get the Host and Origin checks only (421, 403): they hold no data, and the login prompt must load."""
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        path = scope.get("path", "") if scope["type"] == "http" else ""
-        if (path == "/v1" or path.startswith("/v1/")) and not path.startswith(HOOKS_PREFIX):
-            host = scope["app"].state.host
-            assert isinstance(host, Host), "the host is opened before requests are served"
-            refused = host.guard.api_refusal(Headers(scope=scope))
-            if refused is not None:
-                await host_error_response(UnauthorizedError(refused.message))(scope, receive, send)
-                return
-        elif console.is_console_path(path):
-            host = scope["app"].state.host
-            assert isinstance(host, Host), "the host is opened before requests are served"
-            refused = host.guard.site_refusal(Headers(scope=scope))
-            if refused is not None:
-                code = "unauthorized" if refused.status == 403 else "invalid_argument"
-                await error_response(refused.status, code, refused.message)(scope, receive, send)
-                return
-        await self.app(scope, receive, send)
-
-
-def storage_unavailable(reason: str) -> StorageUnavailableError:
-    return StorageUnavailableError(f"The host's storage is unavailable: {reason}", details={"reason": reason})
-
-
-class _StorageGuard:
-    """`/v1` and the MCP endpoints answer 503 `storage_unavailable` while the storage probe says so.
-
-    The probe (`Stores.health`) is cached for a second, so this costs one probe a second at most. Public
-    routes (`/healthz`, which reports the same reason, `/metrics`, `/openapi.json`) are not guarded.
-    """
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        path = scope.get("path", "") if scope["type"] == "http" else ""
-        if path == "/v1" or path.startswith(("/v1/", "/runs/")):
-            host = getattr(scope["app"].state, "host", None)
-            if isinstance(host, Host):
-                health = await host.stores.health.check()
-                if health.reason is not None:
-                    await host_error_response(storage_unavailable(health.reason))(scope, receive, send)
-                    return
-        await self.app(scope, receive, send)
-
-
-class _FactsEndpoint:
-    """`/runs/{run_id}/mcp`: the open host's facts server (the app may open the host in its lifespan)."""
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        host = scope["app"].state.host
-        assert isinstance(host, Host), "the host is opened before requests are served"
-        await host.facts.asgi_app(scope, receive, send)
-
-
-CORS_HEADERS = ("Authorization", "Content-Type", "Accept", "Last-Event-ID", "Idempotency-Key", "Range")
-"""Request headers a browser UI on a `cors_origins` origin may send to `/v1`."""
-CORS_EXPOSED = (
-    "Location",
-    "X-Run-Id",
-    "Retry-After",
-    "WWW-Authenticate",
-    "Accept-Ranges",
-    "Content-Range",
-    "Content-Disposition",
-    "ETag",
-)
-"""Response headers such a UI may read (besides the CORS-safelisted ones)."""
-
-
-class _Cors:
-    """CORS for `/v1` only (`[host] cors_origins`), by Starlette's `CORSMiddleware`.
-
-    Outside `_ApiGuard`, so a preflight (which carries no API key) is answered here, and every answer
-    of `/v1`, refusals included, carries the CORS headers a browser needs to read it. Bearer keys, not
-    cookies: no credentials mode.
-    """
-
-    def __init__(self, app: ASGIApp, origins: Sequence[str]) -> None:
-        self.app = app
-        self.cors = CORSMiddleware(
-            app,
-            allow_origins=origins,
-            allow_methods=["GET", "POST", "DELETE"],
-            allow_headers=CORS_HEADERS,
-            expose_headers=CORS_EXPOSED,
-            max_age=600,
-        )
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        path = scope.get("path", "") if scope["type"] == "http" else ""
-        if path == "/v1" or path.startswith("/v1/"):
-            await self.cors(scope, receive, send)
-        else:
-            await self.app(scope, receive, send)
-
-
 def _starlette(settings: Settings, lifespan: Lifespan[Starlette] | None = None) -> Starlette:
-    origins = settings.host.cors_origins
+    """The app's routes (the facts server's are added by `_attach`), middleware and error handlers."""
     return Starlette(
-        routes=[
-            *routes(),
-            Route(MCP_PATH, endpoint=_FactsEndpoint(), name="mcphost_facts"),
-            *console.routes(),
-        ],
-        middleware=[
-            Middleware(_Measured),
-            Middleware(_CatchAll),
-            *([Middleware(_Cors, origins=origins)] if origins else []),
-            Middleware(_ApiGuard),
-            Middleware(_StorageGuard),
-        ],
-        exception_handlers={
-            HostError: _on_host_error,
-            HTTPException: _on_http_exception,
-            ClientDisconnect: _on_disconnect,
-        },
+        routes=[*routes(), *console.routes()],
+        middleware=middleware(settings.host.cors_origins, site_paths=console.is_console_path),
+        exception_handlers=dict(EXCEPTION_HANDLERS),
         lifespan=lifespan,
     )
 
 
 def _attach(app: Starlette, host: Host, limits: ApiLimits | None) -> None:
-    app.state.host = host
+    """Serve `host` from `app`: the state the routes and middleware read, and the facts server's route
+    (the facts server is itself the endpoint of `/runs/{run_id}/mcp`)."""
     app.state.api = ApiState(
         stores=host.stores,
         orchestrator=host.orchestrator,
         registry=host.registry,
         bindings=host.bindings,
         metrics=host.metrics,
+        guard=host.guard,
         limits=limits or ApiLimits(),
         hooks=host.settings.hooks,
         scheduler=host.scheduler,
         webhooks=host.settings.webhooks,
     )
+    app.router.routes[0:0] = host.facts.routes
 
 
 def build_app(host: Host, *, limits: ApiLimits | None = None) -> Starlette:

@@ -1,9 +1,9 @@
 """`HttpGuard`: the one Host, Origin and API key policy of the host's HTTP server.
 
 Owns which `Host` and `Origin` headers the server answers (protection against DNS rebinding and
-cross-site requests) and the API key of `/v1`. Both `/v1` (through `app.py`; webhooks excepted, they
+cross-site requests) and the API key of `/v1`. Both `/v1` (through `api/_middleware.py`; webhooks excepted, they
 prove their sender by signature) and `/runs/{run_id}/mcp` (through `facts/server.py`) ask the same guard. Does not own how a refusal is written (the `/v1` error
-body in `app.py`, the JSON-RPC body in `facts/server.py`) nor the run token of the MCP endpoint
+body in `api/_errors.py`, the JSON-RPC body in `facts/server.py`) nor the run token of the MCP endpoint
 (`facts/server.py`).
 
 Invariants:

@@ -1,16 +1,18 @@
 """The HTTP API under `/v1` (DESIGN §7): event ingest, runs, resumable result streams, facts reads,
 artifacts, runners, `/healthz`, `/metrics`, `/openapi.json` and `/docs`.
 
-Owns the routes, what each accepts (pydantic query and body models with `extra="forbid"`) and the shape of
-each answer (the response models, which `/openapi.json` publishes). Does not own authentication, error
-responses or the composition of the host: `app.py` checks the API key, maps every `HostError` to its JSON
-error response in one place, and builds the `ApiState` the routes read. Endpoints raise; they never build
-an error response.
+Owns the routes, what each accepts (pydantic query and body models with `extra="forbid"`), the shape of
+each answer (the response models, which `/openapi.json` publishes), the one mapping of errors to HTTP
+(`_errors`: every `HostError` becomes its JSON error response there) and the middleware in front of the
+routes (`_middleware`: the host's `HttpGuard` with the API key, the storage 503, CORS, request metrics).
+Does not own the policy of the guard (`guard.py`) nor the composition of the host: `app.py` builds the
+`ApiState` the routes and middleware read. Endpoints raise; they never build an error response.
 
 Module map: `_routes` (the route table, `routes()` and the OpenAPI document), `_endpoints` (events, runs,
 run records, conversations, agents, runners, health and metrics endpoints), `_artifacts` (multipart upload, range downloads),
 `_models` (request and response models), `_http` (query and body parsing, capped body reads, SSE and
-`EventStream`), `_docs` (the `/docs` page), `_state` (`ApiState`, `ApiLimits`), `_metrics` (`HostMetrics`). The two HTTP-only errors,
+`EventStream`), `_errors` (errors → HTTP, `CatchAll`), `_middleware` (the middleware, outermost first),
+`_docs` (the `/docs` page), `_state` (`ApiState`, `ApiLimits`), `_metrics` (`HostMetrics`). The two HTTP-only errors,
 `RangeNotSatisfiableError` (416) and `UnavailableError` (503), live in `mcphost.errors` with the rest of
 the tree and are re-exported here.
 
@@ -32,13 +34,16 @@ Invariants:
 from __future__ import annotations
 
 from mcphost.api._artifacts import parse_range
+from mcphost.api._errors import EXCEPTION_HANDLERS, error_response, host_error_response
 from mcphost.api._metrics import UNMATCHED_ROUTE, HostMetrics
+from mcphost.api._middleware import middleware
 from mcphost.api._routes import openapi, routes
 from mcphost.api._state import DEFAULT_MAX_UPLOAD_BYTES, MAX_EVENT_BODY_BYTES, ApiLimits, ApiState
 from mcphost.errors import RangeNotSatisfiableError, UnavailableError
 
 __all__ = [
     "DEFAULT_MAX_UPLOAD_BYTES",
+    "EXCEPTION_HANDLERS",
     "MAX_EVENT_BODY_BYTES",
     "UNMATCHED_ROUTE",
     "ApiLimits",
@@ -46,6 +51,9 @@ __all__ = [
     "HostMetrics",
     "RangeNotSatisfiableError",
     "UnavailableError",
+    "error_response",
+    "host_error_response",
+    "middleware",
     "openapi",
     "parse_range",
     "routes",

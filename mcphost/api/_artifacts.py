@@ -3,7 +3,7 @@ downloads with single byte ranges.
 
 Owns reading a multipart body part by part (python-multipart's streaming parser), the upload's form and query handling, `Range` parsing (`parse_range`)
 and the download headers. Does not own blobs, integrity or ids (`stores/artifacts.py`) or error responses
-(`app.py`).
+(`_errors`).
 
 Invariants:
 - Uploads stream into the artifact store under a cap (the upload limit, plus `MULTIPART_OVERHEAD_BYTES`

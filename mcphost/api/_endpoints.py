@@ -6,7 +6,7 @@ conversation transcript and event pages, what a run left (`run_records`), the co
 deleting a state value (an operator's way out of a value no
 run can use), the runner registry view, liveness and metrics. Does not own
 artifacts (`_artifacts`), the route table or OpenAPI (`_routes`), authentication or error responses
-(`app.py`). Endpoints raise; they never build an error response.
+(`_middleware`, `_errors`). Endpoints raise; they never build an error response.
 
 Invariants:
 - Input is validated before anything is stored: a refused request changes nothing.
@@ -19,7 +19,7 @@ Invariants:
   a short message (`storage_unavailable`, `runtime_error`); the client resumes from its last id.
 - While the host drains, ingest and `/healthz` answer 503. While the storage probe (`Stores.health`,
   cached for a second) finds `data_dir` or the database gone or unwritable, `/healthz` answers 503
-  `storage_unavailable` with the reason (and `app.py` refuses `/v1` and MCP requests the same way).
+  `storage_unavailable` with the reason (and `_middleware` refuses `/v1` and MCP requests the same way).
 """
 
 from __future__ import annotations

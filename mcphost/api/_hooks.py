@@ -4,7 +4,7 @@ Owns the order of the steps: find the source, read the body under the source's `
 signature and map the payload (`mcphost.hooks`), answer a replayed delivery with its run, check that an
 agent takes the event, then store the raw payload as an artifact (the event's `raw_ref`) and admit the
 event. Does not own the verification schemes or the mapping (`mcphost.hooks`), nor admission (the
-orchestrator). The route authenticates by the sender's signature, not by the `/v1` API key (`app.py`
+orchestrator). The route authenticates by the sender's signature, not by the `/v1` API key (`_middleware`
 lets it through the key check).
 
 Invariants:

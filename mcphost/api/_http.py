@@ -2,7 +2,7 @@
 
 Owns turning a `ValidationError` or an unstorable value (NaN, NUL, an integer past 64 bits) into a 400
 naming the field, reading bodies under a byte cap, the SSE encoding (`sse`) and the SSE response
-(`EventStream`). Does not own which model a route parses (the routes) or error responses (`app.py`).
+(`EventStream`). Does not own which model a route parses (the routes) or error responses (`_errors`).
 
 Invariants:
 - A body is refused with 413 as soon as it passes its cap: `Content-Length` is checked first, the byte

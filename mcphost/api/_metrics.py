@@ -5,7 +5,7 @@ tool and outcome, rows and bytes the retention job reclaimed by kind, HTTP reque
 and status and their durations, `mcphost_build_info`,
 and prometheus_client's process, platform and garbage-collector collectors; active runs and plugin
 restarts/up are read at render time. Does not own the endpoint (`_endpoints.metrics`) or when things are
-counted (`app.py` counts run ends, audited MCP calls, the retention job's passes and HTTP requests, the
+counted (`app.py` counts run ends, audited MCP calls and the retention job's passes, `_middleware` HTTP requests, the
 ingest endpoints admitted events).
 
 Invariants:

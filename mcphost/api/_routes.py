@@ -2,8 +2,8 @@
 
 Owns which handler serves which method and path, which routes are public (outside `/v1`, no API key), and
 the OpenAPI 3.1 document built from that table and the pydantic models. Does not own what a handler does
-(`_endpoints`, `_artifacts`), authentication (`app.py` checks the key) or the MCP endpoint (`app.py` mounts
-it).
+(`_endpoints`, `_artifacts`), authentication (`_middleware` checks the key) or the MCP endpoint (`app.py` mounts
+the facts server's route).
 
 Invariants:
 - `routes()` and `openapi()` both read `_ENDPOINTS`, so the document cannot drift from the routes served.

@@ -20,6 +20,7 @@ from starlette.requests import Request
 from mcphost.api._metrics import HostMetrics
 from mcphost.bindings import Bindings
 from mcphost.config import HookConfig, WebhookConfig
+from mcphost.guard import HttpGuard
 from mcphost.orchestrator import Orchestrator
 from mcphost.plugins.process import PluginProcess
 from mcphost.plugins.registry import RunnerRegistry
@@ -52,6 +53,8 @@ class ApiState:
     bindings: Bindings
     """The configured agents (`POST /v1/explain` resolves through them, as the orchestrator does)."""
     metrics: HostMetrics
+    guard: HttpGuard
+    """The host's one Host/Origin/API-key policy (the facts server holds the same instance)."""
     limits: ApiLimits = field(default_factory=ApiLimits)
     hooks: Mapping[str, HookConfig] = field(default_factory=dict[str, HookConfig])
     """The `[hooks.<source>]` webhook senders `POST /v1/hooks/{source}` accepts."""

@@ -1,7 +1,7 @@
 """The `WWW-Authenticate` value of a 401: an RFC 6750 bearer challenge that carries mcphost's reason.
 
 Owns spelling the challenge, nothing about deciding to refuse. Both 401 sources use it: the `/v1` API (the
-API key, `app.py`) and the per-run MCP endpoints (the run token, `facts/server.py`).
+API key, `api/_errors.py`) and the per-run MCP endpoints (the run token, `facts/server.py`).
 
 Invariants: the value is always `Bearer realm="mcphost", error="invalid_token", error_description="…"`, and
 `error_description` holds only the characters RFC 6750 §3 allows there (printable ASCII without `"` and

@@ -1,8 +1,8 @@
 """The per-run MCP server (PROTOCOL §7): the host's facts, cut by each run's grant, at `/runs/{run_id}/mcp`.
 
-One `FactsServer` serves every run of a host process. The host mounts `FactsServer.routes` (or serves
-`asgi_app`), enters `running()` in its lifespan and calls `end_run(run_id)` when a run ends. What the
-host may plug in is in `providers`: the run contexts it keeps, upstream host tools, knowledge retrieval.
+One `FactsServer` serves every run of a host process and is itself the ASGI endpoint: the host mounts
+`FactsServer.routes` (or serves `asgi_app`), enters `running()` in its lifespan and calls
+`end_run(run_id)` when a run ends. What the host may plug in is in `providers`: the run contexts it keeps, upstream host tools, knowledge retrieval.
 
 Module map: `server` (HTTP endpoint, authentication, sessions, lifetime), `_dispatch` (the SDK server and
 the call pipeline: checks, limits, audit, cancellation), `_tools` (the tool table), `_args` (argument

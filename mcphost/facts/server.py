@@ -1,8 +1,8 @@
 """`FactsServer`: the per-run MCP endpoint `/runs/{run_id}/mcp`, its authentication and its lifetime.
 
-Owns the ASGI endpoint the host mounts, the checks every HTTP request passes before MCP sees it (DNS
-rebinding, bearer token, run grant), the SDK session manager that serves both protocol eras, the
-sessions each run opened, and `end_run`. Does not own tools or the call pipeline (`_dispatch.py`), nor
+Is the ASGI endpoint the host mounts (`FactsServer.__call__`, the endpoint of `routes`) and owns the
+checks every HTTP request passes before MCP sees it (DNS rebinding, bearer token, run grant), the SDK
+session manager that serves both protocol eras, the sessions each run opened, and `end_run`. Does not own tools or the call pipeline (`_dispatch.py`), nor
 the grant itself (`grants.py`, the `runs` table).
 
 Invariants:
@@ -133,8 +133,8 @@ class _Sessions:
 class FactsServer:
     """The host-wide MCP server behind `/runs/{run_id}/mcp`.
 
-    Mount `routes` in the host's Starlette app (or serve `asgi_app`), enter `running()` in its lifespan,
-    and call `end_run(run_id)` when a run ends.
+    The server is itself the ASGI endpoint of `/runs/{run_id}/mcp`: mount `routes` in the host's Starlette
+    app (or serve `asgi_app`), enter `running()` in its lifespan, and call `end_run(run_id)` when a run ends.
     """
 
     def __init__(
@@ -191,14 +191,20 @@ class FactsServer:
         self._refusals = RefusalBudget(refusal_audits_per_s, refusal_audit_burst)
         self._manager: StreamableHTTPSessionManager | None = None
         self._tg: TaskGroup | None = None
-        self._routes: list[BaseRoute] = [Route(MCP_PATH, endpoint=_Endpoint(self), name="mcphost_facts")]
+        self._routes: list[BaseRoute] = [Route(MCP_PATH, endpoint=self, name="mcphost_facts")]
         self.asgi_app: ASGIApp = Router(routes=self._routes)
         """A standalone ASGI app serving only `/runs/{run_id}/mcp` (no lifespan: enter `running()`)."""
 
     @property
     def routes(self) -> list[BaseRoute]:
-        """The route to mount in the host's Starlette app."""
+        """The route to mount in the host's Starlette app: `MCP_PATH`, served by this server itself."""
         return list(self._routes)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """The ASGI endpoint of `MCP_PATH` (a Starlette `Route` passes the raw ASGI call to an instance)."""
+        if scope["type"] != "http":
+            return
+        await self.handle(scope, receive, send)
 
     # -- lifetime --------------------------------------------------------------------------------------
 
@@ -387,15 +393,3 @@ class FactsServer:
             await send(message)
 
         return watching
-
-
-class _Endpoint:
-    """The ASGI endpoint of the route (a class instance, so Starlette passes the raw ASGI call)."""
-
-    def __init__(self, facts: FactsServer) -> None:
-        self._facts = facts
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            return
-        await self._facts.handle(scope, receive, send)

@@ -554,7 +554,7 @@ async def test_a_bug_is_a_logged_generic_500_without_internals(
         raise RuntimeError("secret internals")
 
     monkeypatch.setattr(host.stores.runs, "list", broken)
-    with caplog.at_level(logging.ERROR, logger="mcphost.app"):
+    with caplog.at_level(logging.ERROR, logger="mcphost.api._errors"):
         response = await client.get("/v1/runs")
     error = error_of(response, 500, "runtime_error")
     assert "secret internals" not in response.text
