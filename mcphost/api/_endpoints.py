@@ -168,7 +168,13 @@ async def list_runs(request: Request) -> Response:
     state = api_state(request)
     query = parse_query(request, RunsQuery)
     page = await state.stores.runs.list(
-        conversation_id=query.conversation_id, status=query.status, limit=query.limit, cursor=query.cursor
+        conversation_id=query.conversation_id,
+        status=query.status,
+        agent_id=query.agent,
+        since=query.since.timestamp() if query.since else None,
+        until=query.until.timestamp() if query.until else None,
+        limit=query.limit,
+        cursor=query.cursor,
     )
     answer = RunsPage(items=page.items, next_cursor=page.next_cursor, has_more=page.has_more)
     return JSONResponse(answer.model_dump(mode="json"))

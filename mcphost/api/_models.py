@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
 from mcphost.grants import GrantView
 from mcphost.models import ID_PATTERN, GrantLayers, Run, RunError, RunStatus
@@ -53,6 +53,12 @@ class IngestQuery(QueryModel):
 class RunsQuery(QueryModel):
     conversation_id: str | None = Field(default=None, pattern=ID_PATTERN)
     status: RunStatus | None = None
+    agent: str | None = Field(default=None, pattern=ID_PATTERN)
+    """Only runs of this agent (its `[[agents]] id`)."""
+    since: AwareDatetime | None = None
+    """Only runs created at or after this time: epoch seconds or ISO 8601 with a time zone."""
+    until: AwareDatetime | None = None
+    """Only runs created before this time: epoch seconds or ISO 8601 with a time zone."""
     limit: int = Field(default=50, ge=1, le=100)
     cursor: str | None = Field(default=None, max_length=500)
 

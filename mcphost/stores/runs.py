@@ -46,7 +46,12 @@ from sqlalchemy import func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from mcphost.errors import ConcurrencyRejectedError, IllegalTransitionError, RunNotFoundError
+from mcphost.errors import (
+    ConcurrencyRejectedError,
+    IllegalTransitionError,
+    InvalidArgumentError,
+    RunNotFoundError,
+)
 from mcphost.models import ALLOWED_TRANSITIONS, ConcurrencyPolicy, Run, RunError, RunGrant, RunStatus
 from mcphost.protocol import AgentRunContext, JSONObject
 from mcphost.stores._cursor import CursorCodec, Page, check_limit
@@ -535,20 +540,47 @@ class RunStore:
         *,
         conversation_id: str | None = None,
         status: RunStatus | None = None,
+        agent_id: str | None = None,
+        since: float | None = None,
+        until: float | None = None,
         limit: int = 50,
         cursor: str | None = None,
     ) -> Page[Run]:
-        """Runs newest first, optionally of one conversation and/or one status."""
+        """Runs newest first, optionally of one conversation, status and/or agent, created at or after
+        `since` and before `until` (epoch seconds).
+
+        A time window becomes a range of `created_seq` first (one index probe per bound on
+        `(created_at, created_seq)`), so every filter reads through an index that ends in `created_seq`
+        and a page reads O(limit) rows. The window's own test on `created_at` stays, so the answer is
+        exact for runs admitted in clock order (one host; replicas whose clocks disagree by more than an
+        admission may miss a run at the window's edge)."""
         check_limit(limit)
+        if since is not None and until is not None and since > until:
+            raise InvalidArgumentError(f"since ({since}) is after until ({until}); swap them.")
         stmt = select(RunRow)
         if conversation_id is not None:
             stmt = stmt.where(RunRow.conversation_id == conversation_id)
         if status is not None:
             stmt = stmt.where(RunRow.status == status.value)
+        if agent_id is not None:
+            stmt = stmt.where(RunRow.agent_id == agent_id)
         if cursor is not None:
             stmt = stmt.where(RunRow.created_seq < self._cursors.decode_seq(cursor, "runs"))
-        stmt = stmt.order_by(RunRow.created_seq.desc()).limit(limit + 1)
         async with self._db.read() as session:
+            if since is not None:
+                first = select(RunRow.created_seq).where(RunRow.created_at >= since)
+                low = await session.scalar(first.order_by(RunRow.created_at, RunRow.created_seq).limit(1))
+                if low is None:
+                    return Page[Run](items=[], next_cursor=None, prev_cursor=None, has_more=False)
+                stmt = stmt.where(RunRow.created_seq >= low, RunRow.created_at >= since)
+            if until is not None:
+                last = select(RunRow.created_seq).where(RunRow.created_at < until)
+                last = last.order_by(RunRow.created_at.desc(), RunRow.created_seq.desc()).limit(1)
+                high = await session.scalar(last)
+                if high is None:
+                    return Page[Run](items=[], next_cursor=None, prev_cursor=None, has_more=False)
+                stmt = stmt.where(RunRow.created_seq <= high, RunRow.created_at < until)
+            stmt = stmt.order_by(RunRow.created_seq.desc()).limit(limit + 1)
             rows = (await session.execute(stmt)).scalars().all()
         has_more = len(rows) > limit
         kept = rows[:limit]

@@ -204,6 +204,9 @@ class RunRow(Base):
         Index(None, "status", "created_seq"),
         Index(None, "conversation_id", "status", "created_seq"),
         Index(None, "conversation_id", "created_seq"),
+        Index(None, "agent_id", "created_seq"),
+        Index(None, "agent_id", "status", "created_seq"),
+        Index(None, "created_at", "created_seq"),
         UniqueConstraint("event_id", "attempt"),
         {"sqlite_autoincrement": True},
     )

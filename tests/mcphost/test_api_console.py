@@ -4,6 +4,7 @@ key), through the real app over a real host on both stores."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncGenerator
 from pathlib import Path
 
@@ -139,3 +140,43 @@ async def test_the_console_needs_no_key_but_keeps_the_host_and_origin_checks(
         foreign = await client.get("/console/run.js", headers={"Origin": "https://attacker.example"})
         assert foreign.status_code == 403
         assert (await client.get("/", headers={"Host": "attacker.example"})).status_code == 421
+
+
+async def test_runs_filter_by_agent_and_time_window_and_refuse_bad_values_precisely(
+    host: Host, client: httpx2.AsyncClient
+) -> None:
+    echo = await ended_run(host, client, "by echo")
+    admitted = await client.post(
+        "/v1/events", json=event_body("slow:1", bot="bad", conversation="console-bad")
+    )
+    assert admitted.status_code == 202, admitted.text
+    bad = str(admitted.json()["run_id"])
+    await host.orchestrator.wait(bad)
+    first = (await client.get(f"/v1/runs/{echo}")).json()["run"]["created_at"]
+    second = (await client.get(f"/v1/runs/{bad}")).json()["run"]["created_at"]
+
+    async def listed(**query: str) -> list[str]:
+        answer = await client.get("/v1/runs", params=query)
+        assert answer.status_code == 200, answer.text
+        return [r["run_id"] for r in answer.json()["items"]]
+
+    assert await listed(agent="bad") == [bad]
+    assert await listed(agent="echo") == [echo]
+    assert await listed(agent="nobody") == []
+    between = f"{(first + second) / 2:.6f}"  # times are read to the microsecond
+    assert await listed(since=between) == [bad]
+    assert await listed(until=between) == [echo]
+    assert await listed(since=f"{first - 1:.6f}", until=between, agent="echo") == [echo]
+    assert await listed(since=between, agent="echo") == []
+    iso = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(first - 3600))
+    assert await listed(since=iso) == [bad, echo]
+
+    for query, where in [
+        ({"since": "yesterday"}, "query.since"),
+        ({"until": "2026-12-03T10:00:00"}, "timezone"),
+        ({"agent": "a b"}, "query.agent"),
+        ({"since": str(second), "until": str(first)}, "is after until"),
+    ]:
+        assert (
+            where in error_of(await client.get("/v1/runs", params=query), 400, "invalid_argument")["message"]
+        )

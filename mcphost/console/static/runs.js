@@ -1,5 +1,6 @@
 // Runs: the newest runs, filtered, refreshed every second (a new run or a status change shows without a
-// reload). The agent filter narrows the loaded pages (GET /v1/runs filters by conversation and status).
+// reload). Every filter is GET /v1/runs's: agent, conversation, status, and a time window (a recent
+// period, or from/to times entered in the browser's time zone and sent as UTC).
 import { badge, duration, el, getJson, initPage, params, short, showError, time } from "/console/api.js";
 
 const POLL_MS = 1000;
@@ -11,19 +12,34 @@ let older = []; // runs of the pages loaded with "Older runs"
 let cursor = null;
 let generation = 0; // bumped when the filters change: answers of older requests are dropped
 
+const WINDOWS = { hour: 3600, day: 86400, week: 7 * 86400 }; // "last …" in seconds
+
 function filters() {
   const data = new FormData(form);
   return {
     agent: data.get("agent") || "",
     conversation: (data.get("conversation") || "").trim(),
     status: data.get("status") || "",
+    window: data.get("window") || "",
+    from: data.get("from") || "",
+    to: data.get("to") || "",
   };
+}
+
+/** A datetime-local value (the browser's time zone) as ISO 8601 UTC, which /v1 requires. */
+function utc(local) {
+  const d = new Date(local);
+  return Number.isNaN(d.getTime()) ? "" : d.toISOString();
 }
 
 function query(f, after) {
   const q = new URLSearchParams({ limit: "100" });
+  if (f.agent) q.set("agent", f.agent);
   if (f.conversation) q.set("conversation_id", f.conversation);
   if (f.status) q.set("status", f.status);
+  if (f.window in WINDOWS) q.set("since", String(Math.floor(Date.now() / 1000) - WINDOWS[f.window]));
+  else if (f.from && utc(f.from)) q.set("since", utc(f.from));
+  if (f.window === "" && f.to && utc(f.to)) q.set("until", utc(f.to));
   if (after) q.set("cursor", after);
   return "/v1/runs?" + q;
 }
@@ -45,9 +61,9 @@ function row(run) {
   ]);
 }
 
-function render(runs, f) {
+function render(runs) {
   const seen = new Set();
-  const shown = runs.filter((r) => !seen.has(r.run_id) && seen.add(r.run_id) && (!f.agent || r.agent_id === f.agent));
+  const shown = runs.filter((r) => !seen.has(r.run_id) && seen.add(r.run_id));
   const before = new Set([...body.rows].map((tr) => tr.dataset.runId));
   const rows = shown.map(row);
   for (const tr of rows) if (before.size && !before.has(tr.dataset.runId)) tr.classList.add("new");
@@ -65,14 +81,20 @@ async function refresh() {
       cursor = page.next_cursor;
       more.hidden = !page.has_more;
     }
-    render([...page.items, ...older], f);
+    render([...page.items, ...older]);
     errors.replaceChildren();
   } catch (error) {
     if (mine === generation) showError(errors, error);
   }
 }
 
+/** From/to apply when no recent period is chosen. */
+function showRange() {
+  document.getElementById("filter-range").hidden = Boolean(document.getElementById("filter-window").value);
+}
+
 function onFilter() {
+  showRange();
   generation += 1;
   older = [];
   const f = filters();
@@ -109,8 +131,10 @@ async function loadAgents() {
 async function main() {
   initPage();
   const p = params();
-  document.getElementById("filter-conversation").value = p.get("conversation") || "";
-  document.getElementById("filter-status").value = p.get("status") || "";
+  for (const name of ["conversation", "status", "window", "from", "to"]) {
+    document.getElementById(`filter-${name}`).value = p.get(name) || "";
+  }
+  showRange();
   await loadAgents();
   form.addEventListener("change", onFilter);
   form.addEventListener("submit", (e) => {

@@ -169,15 +169,30 @@ def test_the_runs_list_shows_a_new_run_and_its_status_changes_without_a_reload(
     memo = post_event(server.url, "hello from the list", agent="memo", conversation="live")
     expect(page.locator(f"#runs tr[data-run-id='{memo}']")).to_have_attribute("data-status", "completed")
 
-    # filters: by agent (in the page), by status (in the query)
+    # filters: each one is GET /v1/runs's (agent, status, time), so the host does the narrowing
+    asked: list[str] = []
+    page.on("request", lambda request: asked.append(request.url) if "/v1/runs?" in request.url else None)
     page.select_option("#filter-agent", "slow")
     expect(page.locator(f"#runs tr[data-run-id='{memo}']")).to_have_count(0)
     expect(page.locator(f"#runs tr[data-run-id='{slow}']")).to_have_count(1)
+    assert any("agent=slow" in url for url in asked), asked
     page.select_option("#filter-agent", "")
     page.select_option("#filter-status", "completed")
     expect(page.locator(f"#runs tr[data-run-id='{slow}']")).to_have_count(0)
     expect(page.locator(f"#runs tr[data-run-id='{memo}']")).to_have_count(1)
     assert "status=completed" in page.url
+    page.select_option("#filter-status", "")
+
+    page.fill("#filter-to", "2001-01-01T00:00:00")  # before any run of this host
+    page.locator("#filter-to").dispatch_event("change")
+    expect(page.locator("#runs tr.empty")).to_have_count(1)
+    assert any("until=2001-01-01T" in url or "until=2000-12-31T" in url for url in asked), asked
+    page.select_option("#filter-window", "hour")  # a recent period replaces from/to
+    expect(page.locator("#filter-to")).to_be_hidden()
+    expect(page.locator(f"#runs tr[data-run-id='{memo}']")).to_have_count(1)
+    assert "window=hour" in page.url
+    assert any("since=" in url for url in asked), asked
+    screenshot(page, tmp_path, "runs-filtered")
 
 
 def test_the_run_detail_shows_its_mcp_calls_results_grant_and_records_and_links_its_conversation(

@@ -17,6 +17,7 @@ def new_run(
     event_id: str | None = None,
     thread_id: str | None = None,
     host_id: str | None = None,
+    agent_id: str | None = "default",
 ) -> tuple[Run, RunGrant]:
     """A queued run and its grant, ready for `runs.admit`."""
     run_id = new_id("run")
@@ -25,7 +26,7 @@ def new_run(
         run_id=run_id,
         event_id=event_id or new_id("evt"),
         event_type="message.received",
-        agent_id="default",
+        agent_id=agent_id,
         runner_id="plugin:mcphost/echo/default",
         conversation_id=conversation_id,
         thread_id=thread_id,

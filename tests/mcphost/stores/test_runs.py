@@ -334,3 +334,25 @@ async def test_list_pages_newest_first_with_filters(stores: Stores) -> None:
     assert [r.run_id for r in failed.items] == [runs[1].run_id]
     with pytest.raises(InvalidArgumentError, match="belongs to 'runs' paging"):
         await stores.events.page("c1", before=first.next_cursor)
+
+
+async def test_list_filters_by_agent_and_time_window_and_pages_within_them(stores: Stores) -> None:
+    runs = [await admitted(stores, "c1", agent_id="a" if i % 2 else "b") for i in range(8)]
+    ids = [r.run_id for r in runs]
+    by_agent = await stores.runs.list(agent_id="a")
+    assert [r.run_id for r in by_agent.items] == ids[7::-2]
+    queued_b = await stores.runs.list(agent_id="b", status=RunStatus.QUEUED, conversation_id="c1")
+    assert [r.run_id for r in queued_b.items] == ids[6::-2]
+    window = await stores.runs.list(since=runs[2].created_at, until=runs[6].created_at, limit=2)
+    assert [r.run_id for r in window.items] == [ids[5], ids[4]]
+    rest = await stores.runs.list(
+        since=runs[2].created_at, until=runs[6].created_at, cursor=window.next_cursor
+    )
+    assert [r.run_id for r in rest.items] == [ids[3], ids[2]]
+    assert not rest.has_more
+    newer = await stores.runs.list(since=runs[5].created_at, agent_id="a")
+    assert [r.run_id for r in newer.items] == [ids[7], ids[5]]
+    assert (await stores.runs.list(until=runs[0].created_at)).items == []
+    assert (await stores.runs.list(since=runs[7].created_at + 3600)).items == []
+    with pytest.raises(InvalidArgumentError, match="is after until"):
+        await stores.runs.list(since=runs[6].created_at, until=runs[2].created_at)
