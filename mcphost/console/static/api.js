@@ -59,9 +59,9 @@ async function errorOf(res) {
 }
 
 /** A /v1 request; a 401 asks for the key and tries again. Other refusals throw ApiError. */
-export async function api(path, { method = "GET", body, accept = "application/json", signal } = {}) {
+export async function api(path, { method = "GET", body, accept = "application/json", signal, headers: extra = {} } = {}) {
   for (;;) {
-    const headers = { Accept: accept };
+    const headers = { ...extra, Accept: accept };
     const key = sessionStorage.getItem(KEY);
     if (key) headers.Authorization = `Bearer ${key}`;
     if (body !== undefined) headers["Content-Type"] = "application/json";

@@ -1,6 +1,9 @@
 // One run: summary and cancel, its results as they are stored (an SSE stream read with fetch), its MCP
 // calls from the audit, its grant by layer, the event, the context projection, transcript rows,
-// event-log entries and artifacts. What the stream does not carry is read again when a result arrives.
+// event-log entries and artifacts (text and JSON previewed inline, at most PREVIEW_BYTES read with a
+// byte range; images as <img> from a blob: URL). What the stream does not carry is read again when a
+// result arrives. A runner's run has "Cancel run"; an inspection grant (no runner) has "Revoke grant":
+// both are POST /v1/runs/{id}/cancel, which revokes a grant.
 import { ApiError, api, badge, duration, el, getJson, initPage, params, pretty, short, showError, sse, time } from "/console/api.js";
 
 const runId = params().get("id") || "";
@@ -10,10 +13,26 @@ let lastView = null;
 let refreshing = null;
 let again = false;
 
+const PREVIEW_BYTES = 64 * 1024;
+const IMAGE_BYTES = 10 * 1024 * 1024;
+const IMAGE_TYPES = ["image/png", "image/jpeg", "image/gif", "image/webp", "image/avif", "image/bmp"];
+
+/** "Cancel run" for a runner's run, "Revoke grant" for an inspection grant; disabled once it cannot act. */
+function stopButton(view) {
+  const run = view.run;
+  const grant = run.runner_id === null;
+  const done = isTerminal(run.status) || (grant && view.grant.revoked);
+  const button = el(
+    "button",
+    { type: "button", id: grant ? "revoke" : "cancel", class: "danger", disabled: done || null },
+    grant ? "Revoke grant" : "Cancel run",
+  );
+  button.addEventListener("click", onCancel);
+  return button;
+}
+
 function summary(view) {
   const run = view.run;
-  const cancel = el("button", { type: "button", id: "cancel", class: "danger", disabled: isTerminal(run.status) || null }, "Cancel run");
-  cancel.addEventListener("click", onCancel);
   const facts = [
     ["Status", badge(run.status)],
     ["Agent", run.agent_id ?? "(inspection grant)"],
@@ -32,7 +51,7 @@ function summary(view) {
   return [
     el("h1", {}, ["Run ", el("code", {}, run.run_id)]),
     el("dl", { class: "facts" }, facts.flatMap(([k, v]) => [el("dt", {}, k), el("dd", {}, v)])),
-    el("p", {}, cancel),
+    el("p", {}, stopButton(view)),
   ];
 }
 
@@ -44,7 +63,8 @@ async function onCancel(event) {
   const button = event.currentTarget;
   button.disabled = true;
   try {
-    await api(`${path}/cancel`, { method: "POST", body: { reason: "cancelled from the console" } });
+    const reason = button.id === "revoke" ? "revoked from the console" : "cancelled from the console";
+    await api(`${path}/cancel`, { method: "POST", body: { reason } });
   } catch (error) {
     if (!(error instanceof ApiError && error.status === 409)) showError(errors, error);
   }
@@ -75,9 +95,10 @@ function grantTable(grant) {
     el("tbody", {}, rows.map(([what, ...cells]) =>
       el("tr", {}, [el("th", { scope: "row" }, what), ...cells.map((c, i) => el("td", { "data-label": ["Manifest", "Agent", "Event", "Granted"][i] }, list(c)))]))),
   ]);
+  const state = grant.revoked ? "Revoked." : grant.active ? "Active." : "Ended.";
   const note = layers
-    ? el("p", { class: "muted" }, `Runner ${layers.runner_id}, agent ${layers.agent_id}. ${grant.revoked ? "Revoked." : grant.active ? "Active." : "Ended."}`)
-    : el("p", { class: "muted" }, "An inspection grant: no layers.");
+    ? el("p", { class: "muted" }, `Runner ${layers.runner_id}, agent ${layers.agent_id}. ${state}`)
+    : el("p", { class: "muted" }, `An inspection grant: no layers. ${state}`);
   return [note, table];
 }
 
@@ -142,12 +163,58 @@ async function download(id, name) {
   setTimeout(() => URL.revokeObjectURL(url), 60_000);
 }
 
+function isText(mime) {
+  const type = (mime || "").split(";")[0].trim().toLowerCase();
+  return type.startsWith("text/") || type === "application/json" || type.endsWith("+json") || type === "application/x-ndjson";
+}
+
+function isImage(mime) {
+  return IMAGE_TYPES.includes((mime || "").split(";")[0].trim().toLowerCase());
+}
+
+/** The first PREVIEW_BYTES of a text or JSON artifact (a byte range), pretty-printed when it is whole JSON. */
+async function textPreview(meta) {
+  const content = `/v1/artifacts/${encodeURIComponent(meta.artifact_id)}/content`;
+  const res = await api(content, { accept: "*/*", headers: { Range: `bytes=0-${PREVIEW_BYTES - 1}` } });
+  const bytes = new Uint8Array(await res.arrayBuffer());
+  const cut = meta.size > bytes.length;
+  let text = new TextDecoder().decode(bytes.subarray(0, PREVIEW_BYTES));
+  if (!cut && /json/i.test(meta.mime_type)) {
+    try {
+      text = JSON.stringify(JSON.parse(text), null, 2);
+    } catch {
+      // not valid JSON after all: show it as it is
+    }
+  }
+  const note = cut ? el("p", { class: "muted preview-note" }, `The first ${bytes.length} of ${meta.size} bytes.`) : null;
+  return el("div", { class: "preview", "data-preview": "text" }, [el("pre", { class: "json" }, text), note]);
+}
+
+/** An image artifact as <img> from a blob: URL (the CSP allows images from this origin and blob: only). */
+async function imagePreview(meta) {
+  if (meta.size > IMAGE_BYTES) return el("p", { class: "muted" }, `An image of ${meta.size} bytes: download it to see it.`);
+  const res = await api(`/v1/artifacts/${encodeURIComponent(meta.artifact_id)}/content`, { accept: "*/*" });
+  const blob = new Blob([await res.arrayBuffer()], { type: meta.mime_type.split(";")[0] });
+  return el("div", { class: "preview", "data-preview": "image" }, el("img", { src: URL.createObjectURL(blob), alt: meta.name || meta.artifact_id }));
+}
+
+const previews = new Map(); // artifact id → its preview node (artifacts never change)
+
+async function preview(meta) {
+  if (!previews.has(meta.artifact_id)) {
+    const make = isImage(meta.mime_type) ? imagePreview : isText(meta.mime_type) ? textPreview : null;
+    previews.set(meta.artifact_id, make ? make(meta).catch((error) => el("p", { class: "error" }, error.message)) : Promise.resolve(null));
+  }
+  return previews.get(meta.artifact_id);
+}
+
 async function artifactItem(id) {
   try {
     const meta = await getJson(`/v1/artifacts/${encodeURIComponent(id)}`);
     const button = el("button", { type: "button", class: "link" }, "download");
     button.addEventListener("click", () => download(id, meta.name).catch((e) => showError(errors, e)));
-    return el("li", { "data-artifact-id": id }, [el("code", {}, meta.name || id), ` ${meta.mime_type ?? ""}, ${meta.size} bytes `, button]);
+    const line = el("div", {}, [el("code", {}, meta.name || id), ` ${meta.mime_type ?? ""}, ${meta.size} bytes `, button]);
+    return el("li", { "data-artifact-id": id, class: "artifact" }, [line, await preview(meta)]);
   } catch (error) {
     return el("li", { "data-artifact-id": id }, [el("code", {}, id), ` ${error.message}`]);
   }

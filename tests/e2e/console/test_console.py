@@ -22,7 +22,7 @@ import httpx2
 import pytest
 
 from tests.mcphost.hostkit import MISBEHAVE
-from tests.mcphost.test_serve import Server, cli_env
+from tests.mcphost.test_serve import Server, cli_env, mcphost
 
 CHROMIUM = shutil.which("chromium")
 if CHROMIUM is None:  # pragma: no cover - CI installs chromium (.ci/run)
@@ -236,6 +236,89 @@ def test_cancel_from_the_run_page_cancels_a_running_run(server: Server, page: Pa
     assert wait_ended(server.url, run_id)["status"] == "cancelled"
     expect(page.locator("#cancel")).to_be_disabled()
     screenshot(page, tmp_path, "run-cancelled")
+
+
+def _png() -> bytes:
+    """A valid 2 by 2 red PNG, made here (no fixture file)."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    rows = b"".join(b"\x00" + b"\xff\x00\x00" * 2 for _ in range(2))
+    header = struct.pack(">IIBBBBB", 2, 2, 8, 2, 0, 0, 0)
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", header)
+        + chunk(b"IDAT", zlib.compress(rows))
+        + chunk(b"IEND", b"")
+    )
+
+
+def test_the_run_detail_previews_text_json_and_image_artifacts_with_a_size_cap(
+    server: Server, page: Page, tmp_path: Path
+) -> None:
+    def upload(name: str, mime: str, data: bytes) -> dict[str, Any]:
+        query = {"name": name, "mime_type": mime, "conversation_id": "preview"}
+        answer = httpx2.post(f"{server.url}/v1/artifacts", params=query, content=data, timeout=30)
+        assert answer.status_code == 201, answer.text
+        return answer.json()
+
+    long_text = "".join(f"line {i:05d} of a long log\n" for i in range(4000))  # > 64 KiB
+    refs = [
+        upload("notes.txt", "text/plain", long_text.encode()),
+        upload("data.json", "application/json", json.dumps({"answer": 42, "items": [1, 2]}).encode()),
+        upload("red.png", "image/png", _png()),
+    ]
+    body = {
+        "event_type": "message.received",
+        "conversation": {"conversation_id": "preview", "bot_id": "memo"},
+        "actor": {"actor_id": "u1"},
+        "input": {"text": "see the attachments", "attachments": refs},
+        "agent_id": "memo",
+    }
+    answer = httpx2.post(f"{server.url}/v1/events", json=body, timeout=30)
+    assert answer.status_code == 202, answer.text
+    run_id = answer.json()["run_id"]
+
+    asked: list[dict[str, str]] = []
+    page.on(
+        "request",
+        lambda r: asked.append(r.headers) if r.url.endswith(f"{refs[0]['artifact_id']}/content") else None,
+    )
+    page.goto(f"{server.url}/console/run.html?id={run_id}")
+    text = page.locator(f"#artifacts li[data-artifact-id='{refs[0]['artifact_id']}'] [data-preview='text']")
+    expect(text.locator("pre")).to_contain_text("line 00000 of a long log")
+    expect(text.locator(".preview-note")).to_contain_text(f"The first 65536 of {len(long_text)} bytes.")
+    assert "line 03999" not in (text.locator("pre").text_content() or "")  # only the range was read
+    assert asked, "the preview reads the content"
+    assert asked[0].get("range") == "bytes=0-65535", asked
+    data = page.locator(
+        f"#artifacts li[data-artifact-id='{refs[1]['artifact_id']}'] [data-preview='text'] pre"
+    )
+    expect(data).to_contain_text('"answer": 42')  # pretty-printed
+    image = page.locator(f"#artifacts li[data-artifact-id='{refs[2]['artifact_id']}'] img")
+    expect(image).to_have_attribute("src", re.compile(r"^blob:"))
+    page.wait_for_function("img => img.complete && img.naturalWidth === 2", arg=image.element_handle())
+    screenshot(page, tmp_path, "run-artifacts")
+
+
+def test_an_inspection_grant_is_revoked_from_its_page(server: Server, page: Page, tmp_path: Path) -> None:
+    made = mcphost("grant", "--config", str(server.stderr.parent / "mcphost.toml"), "--conversation", "granted",
+                   "--json", cwd=server.stderr.parent)  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    run_id = json.loads(made.stdout)["run_id"]
+    page.goto(f"{server.url}/console/run.html?id={run_id}")
+    expect(page.locator("#cancel")).to_have_count(0)
+    revoke = page.locator("#revoke")
+    expect(revoke).to_have_text("Revoke grant")
+    expect(revoke).to_be_enabled()
+    page.click("#revoke")
+    expect(revoke).to_be_disabled()
+    expect(page.locator("#grant")).to_contain_text("Revoked.")
+    assert httpx2.get(f"{server.url}/v1/runs/{run_id}", timeout=30).json()["grant"]["revoked"] is True
+    screenshot(page, tmp_path, "run-revoked")
 
 
 def test_the_debug_chat_streams_memos_answer(server: Server, page: Page, tmp_path: Path) -> None:
