@@ -8,8 +8,9 @@ import pytest
 
 from mcphost.errors import InvalidArgumentError
 from mcphost.stores import Stores
-from mcphost.stores import knowledge as knowledge_store
-from mcphost.stores.knowledge import BulkDocument, ChunkDraft, KnowledgeStore, glob_to_regex
+from mcphost.stores import _knowledge_search as knowledge_search
+from mcphost.stores._knowledge_search import glob_to_regex
+from mcphost.stores.knowledge import BulkDocument, ChunkDraft, KnowledgeStore
 
 
 def _store(stores: Stores) -> KnowledgeStore:
@@ -208,7 +209,7 @@ async def test_bulk_load_indexes_every_chunk(stores: Stores) -> None:
 async def test_past_the_candidate_budget_common_words_rank_but_do_not_select(
     stores: Stores, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(knowledge_store, "CANDIDATE_BUDGET", 3)
+    monkeypatch.setattr(knowledge_search, "CANDIDATE_BUDGET", 3)
     store = _store(stores)
     for i in range(8):
         await _put(store, f"common-{i}.md", [_chunk(f"the gadget manual page {i} with filler words")])
@@ -236,7 +237,7 @@ async def test_past_the_candidate_budget_common_words_rank_but_do_not_select(
 async def test_a_knowledge_base_alone_in_the_index_is_searched_without_its_scope(
     stores: Stores, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(knowledge_store, "CANDIDATE_BUDGET", 3)
+    monkeypatch.setattr(knowledge_search, "CANDIDATE_BUDGET", 3)
     store = _store(stores)
     assert await store.has_documents("solo") is False
     for i in range(6):

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from mcphost.errors import InvalidArgumentError
 from mcphost.stores import Stores, open_stores
-from mcphost.stores import knowledge as knowledge_store
+from mcphost.stores import _knowledge_search as knowledge_search
 from mcphost.stores.knowledge import BulkDocument, ChunkDraft, KnowledgeStore
 from mcphost.stores.transcript import TranscriptDraft
 from tests.mcphost.stores.test_transcript_search import migrate_to
@@ -140,7 +140,7 @@ async def test_a_planted_kb_token_does_not_bring_another_knowledge_bases_chunks(
 ) -> None:
     """Small bases are ranked exhaustively; past the candidate budget SQLite has other plans (the scope in
     the match, or a base that is most of the index): every one stays within the base."""
-    monkeypatch.setattr(knowledge_store, "CANDIDATE_BUDGET", budget)
+    monkeypatch.setattr(knowledge_search, "CANDIDATE_BUDGET", budget)
     store = KnowledgeStore(stores.db)
     planted = " ".join(kb_tokens("kb-a"))
     await store.bulk_load("kb-a", [_doc("kb-a/quokka.md", "the quokka of a", "quokka quokka habitat of a")])
@@ -178,7 +178,7 @@ async def test_a_base_that_was_alone_in_the_index_does_not_see_a_base_added_sinc
     stores: Stores, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The store caches the bases' sizes for a while; a base added meanwhile must not show through."""
-    monkeypatch.setattr(knowledge_store, "CANDIDATE_BUDGET", 1)
+    monkeypatch.setattr(knowledge_search, "CANDIDATE_BUDGET", 1)
     store = KnowledgeStore(stores.db)
     await store.bulk_load("solo", [_doc(f"solo/{i}.md", f"walrus notes {i}") for i in range(4)])
     await store.optimize()
@@ -343,7 +343,7 @@ async def test_every_knowledge_hit_belongs_to_the_searched_base(
         if mine:
             await store.bulk_load(kb, [_doc(f"{kb}/{i}.md", x) for i, x in enumerate(mine)])
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(knowledge_store, "CANDIDATE_BUDGET", budget)
+        patch.setattr(knowledge_search, "CANDIDATE_BUDGET", budget)
         for k, kb in enumerate(kbs):
             for query in [_render(q, tokens) for q in queries] + VOCABULARY:
                 try:

@@ -94,7 +94,7 @@ _POSTGRES_UP = [
         || to_tsvector('english'::regconfig, text)) STORED""",
     "CREATE INDEX ix_kb_chunks_search_vector ON kb_chunks USING gin (search_vector)",
     # More most-common lexemes in the planner's statistics: the knowledge store reads them to tell common
-    # words from selective ones (stores/knowledge.py, CANDIDATE_BUDGET).
+    # words from selective ones (stores/_knowledge_search.py, CANDIDATE_BUDGET).
     "ALTER TABLE kb_chunks ALTER COLUMN search_vector SET STATISTICS 1000",
     f"""ALTER TABLE transcript ADD COLUMN search_vector tsvector GENERATED ALWAYS AS (
         array_to_tsvector(ARRAY['s' || md5(conversation_id || ' ' || thread_id)])

@@ -86,7 +86,7 @@ def _postgres(*, kb_scope: str, transcript_scope: str, kb_index: str, transcript
             || to_tsvector('english'::regconfig, text)) STORED""",
         f"CREATE INDEX ix_kb_chunks_search_vector ON kb_chunks USING gin ({kb_index})",
         # More most-common lexemes in the planner's statistics: the knowledge store reads them to tell
-        # common words from selective ones (stores/knowledge.py, CANDIDATE_BUDGET).
+        # common words from selective ones (stores/_knowledge_search.py, CANDIDATE_BUDGET).
         "ALTER TABLE kb_chunks ALTER COLUMN search_vector SET STATISTICS 1000",
         "DROP INDEX IF EXISTS ix_transcript_search_vector",
         "ALTER TABLE transcript DROP COLUMN IF EXISTS search_vector",
