@@ -4,8 +4,8 @@ Owns reading stdin without a worker thread and turning a line into an SDK envelo
 happens to a message afterwards (the relay does) nor writing stdout.
 
 Invariants:
-- Lines are read by `mcphost.common.lines` (the one bounded reader; this is the bridge's only import of
-  mcphost, and neither `mcphost/__init__.py` nor `mcphost/common/__init__.py` imports anything): never
+- Lines are read by `mcphost.common.lines` (the one bounded reader; the import contract lets the bridge use
+  `mcphost.common` only, and neither `mcphost/__init__.py` nor `mcphost/common/__init__.py` imports anything): never
   blocking the loop, cancellable at any point, the descriptor's flags left alone. POSIX only.
 - A line longer than `MAX_LINE_BYTES` is cut at that length and the rest discarded up to its newline; the cut
   line then fails to parse like any other malformed line.

@@ -67,6 +67,18 @@ def test_the_command_imports_neither_the_sdk_nor_httpx_before_the_first_answer()
     assert out.stdout.strip() == "[]"
 
 
+def test_of_the_host_the_whole_bridge_loads_only_its_common_leaf() -> None:
+    # The import contract allows `mcphost.common`; this pins that loading it costs no more than that.
+    code = (
+        "import sys, bridge.__main__, bridge.relay, bridge._lines; "
+        "print(' '.join(sorted(m for m in sys.modules if m.split('.')[0] in ('mcphost', 'runners'))))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
+    loaded = out.stdout.split()
+    assert "mcphost.common.lines" in loaded
+    assert [m for m in loaded if m != "mcphost" and not m.startswith("mcphost.common")] == []
+
+
 @pytest.mark.parametrize("endpoint", [False, True], indirect=True, ids=["sse", "json"])
 async def test_initialize_is_answered_by_the_endpoint_and_the_pipelined_rest_is_left_unread(
     endpoint: Endpoint,
