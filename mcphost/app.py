@@ -40,12 +40,13 @@ from mcphost import console, tracing
 from mcphost.api import EXCEPTION_HANDLERS, ApiLimits, ApiState, HostMetrics, middleware, routes
 from mcphost.bindings import Bindings
 from mcphost.config import Settings
+from mcphost.continuations import Continuations, run_continuations
 from mcphost.delivery import DeliverySender
 from mcphost.facts import FactsServer, granted_tools
 from mcphost.gateway.host_tools import Gateway
 from mcphost.guard import HttpGuard
 from mcphost.knowledge.bases import KnowledgeBases
-from mcphost.models import Run
+from mcphost.models import AgentEventEnvelope, Run
 from mcphost.orchestrator import Orchestrator
 from mcphost.plugins.process import PluginProcess, PluginSpec, PluginSupervisor
 from mcphost.plugins.registry import RunnerRegistry
@@ -71,6 +72,8 @@ class Host:
     scheduler: Scheduler
     guard: HttpGuard
     """The Host/Origin/API-key policy of `/v1` and of the facts server's MCP endpoint (one instance)."""
+    continuations: Continuations
+    """Starts the continuation run of each decided or expired parked approval."""
 
 
 def plugin_specs(settings: Settings) -> list[PluginSpec]:
@@ -144,6 +147,7 @@ async def open_host(settings: Settings, *, replay: ReplayBook | None = None) -> 
             guard=guard,
             on_call=metrics.mcp_call,
             replay=replay,
+            park=orchestrator.park,
         )
 
         async def end_run(run_id: str, _run: Run | None) -> None:
@@ -161,6 +165,11 @@ async def open_host(settings: Settings, *, replay: ReplayBook | None = None) -> 
             bindings=bindings,
             host_id=orchestrator.host_id,
         )
+
+        async def submit_continuation(event: AgentEventEnvelope) -> str:
+            return (await orchestrator.submit(event, via="approval")).run.run_id
+
+        continuations = Continuations(stores, submit_continuation)
         host = Host(
             settings,
             stores,
@@ -174,6 +183,7 @@ async def open_host(settings: Settings, *, replay: ReplayBook | None = None) -> 
             metrics,
             scheduler,
             guard,
+            continuations,
         )
         sender = DeliverySender(stores.deliveries, settings.webhooks, orchestrator.host_id)
 
@@ -192,6 +202,7 @@ async def open_host(settings: Settings, *, replay: ReplayBook | None = None) -> 
         ):
             await tg.start(run_scheduler, scheduler)
             await tg.start(run_collector, collector)
+            await tg.start(run_continuations, continuations)
             try:
                 yield host
             finally:
@@ -221,6 +232,7 @@ def _attach(app: Starlette, host: Host, limits: ApiLimits | None) -> None:
         limits=limits or ApiLimits(),
         hooks=host.settings.hooks,
         scheduler=host.scheduler,
+        continuations=host.continuations,
         webhooks=host.settings.webhooks,
     )
     app.router.routes[0:0] = host.facts.routes

@@ -157,6 +157,7 @@ def build_grant(
         tools=frozenset(tools),
         host_tool_globs=tuple(agent.resources.tools) if "call" in perms.tools else (),
         ask=tuple(sorted(agent.approvals)),
+        parks=manifest.capabilities.parks,
         knowledge_bases=frozenset(agent.resources.knowledge_bases) if granted["knowledge"] else frozenset(),
         state_read=state_read,
         state_write=state_write,

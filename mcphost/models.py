@@ -275,6 +275,9 @@ class RunStatus(StrEnum):
     COMPLETED = "completed"
     FAILED = "failed"
     CANCELLED = "cancelled"
+    PARKED = "parked"
+    """Stopped on a decision a person has not taken yet (a harness runner's call marked `ask`, or its
+    question to the user); it never runs again: the decision starts a continuation run."""
 
     @property
     def is_terminal(self) -> bool:
@@ -282,15 +285,18 @@ class RunStatus(StrEnum):
 
 
 TERMINAL_STATUSES: frozenset[RunStatus] = frozenset(
-    {RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED}
+    {RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.PARKED}
 )
 
 ALLOWED_TRANSITIONS: dict[RunStatus, frozenset[RunStatus]] = {
     RunStatus.QUEUED: frozenset({RunStatus.RUNNING, RunStatus.FAILED, RunStatus.CANCELLED}),
-    RunStatus.RUNNING: frozenset({RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED}),
+    RunStatus.RUNNING: frozenset(
+        {RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.PARKED}
+    ),
     RunStatus.COMPLETED: frozenset(),
     RunStatus.FAILED: frozenset(),
     RunStatus.CANCELLED: frozenset(),
+    RunStatus.PARKED: frozenset(),
 }
 """The run state machine. The runs store is the only writer of `status` and checks this table."""
 
@@ -368,6 +374,9 @@ class RunGrant(_Frozen):
     host_tool_globs: tuple[str, ...] = ()
     ask: tuple[str, ...] = ()
     """Tool names or globs whose calls wait for a person's approval (the agent's `[agents.approvals]`)."""
+    parks: bool = False
+    """The runner parks instead of waiting (its manifest's `capabilities.parks`): a call marked `ask`
+    is answered `approval_pending` at once and the run ends `parked`; the decision continues it."""
     knowledge_bases: frozenset[str] = frozenset()
     state_read: frozenset[str] = frozenset()
     state_write: frozenset[str] = frozenset()

@@ -41,6 +41,12 @@ Invariants:
   bounded close; a failing callback is logged and does not stop the others.
 - A recorded run (`grant.record`) has its recording header (envelope, token-free context, agent entry)
   written after it started and before its runner is called, so every MCP call it makes is recorded.
+- A run parks (`park`, asked by the facts server when a call of a runner that parks needs a
+  person's decision) like a cancel: `runner/cancel` and `CANCEL_GRACE_S` for the runner to stop its
+  CLI (so the continuation never shares the session folder with a CLI still stopping), but what the
+  runner sends from then on is dropped and the run ends `parked`; its grant is revoked as for any end.
+  What continues it is not this class's business (`continuations.py` submits the continuation as
+  an ordinary event).
 - Inspection grants (runs without a runner, `inspection.py`) end through this class too: `cancel`
   revokes one at once, and the grant sweeper (every `GRANT_SWEEP_S`) completes those past their
   deadline; `on_run_end` runs for them as for any run. Within a host process, nothing else writes a
@@ -129,8 +135,9 @@ LOST = RunError(
 )
 HOST_FAILED = "The host failed while running this run; the cause is in the host's log under this run id."
 STORAGE_ERRORS = (StorageUnavailableError, StorageFullError)
-IngestVia = Literal["api", "hook", "schedule", "cli"]
-"""Where an event came in: `POST /v1/events`, a signed webhook, a schedule's fire, `mcphost run`."""
+IngestVia = Literal["api", "hook", "schedule", "cli", "approval"]
+"""Where an event came in: `POST /v1/events`, a signed webhook, a schedule's fire, `mcphost run`, the
+decision on a parked run's approval (its continuation)."""
 
 
 @dataclass(eq=False)  # identity: also the borrower token of the capacity limiter
@@ -141,6 +148,8 @@ class _ActiveRun:
     scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
     cancel_reason: str | None = None
     cancel_requested: anyio.Event = field(default_factory=anyio.Event)
+    parked_on: str | None = None
+    """The approval the run parks on (`park`): it stops and ends `parked`, whatever it says after."""
 
 
 @dataclass(frozen=True)
@@ -534,6 +543,22 @@ class Orchestrator:
             self._conversation_signal.notify()
         return run
 
+    async def park(self, run_id: str, approval_id: str) -> None:
+        """Stop a running run (as `cancel` does) and end it `parked` on `approval_id` (a call of a run whose runner
+        parks needs a person's decision; the decision starts a continuation run).
+
+        A run of another host process is flagged as cancel-requested in the database; its poller
+        parks it, as the run has a pending parked approval (`ApprovalStore.pending_parked`).
+        """
+        active = self._active.get(run_id)
+        if active is None:
+            await self._stores.runs.request_cancel(run_id)
+            return
+        if active.cancel_reason is None and active.parked_on is None:
+            active.parked_on = approval_id
+            active.cancel_requested.set()
+            self._conversation_signal.notify()
+
     async def _poll_cancels(self) -> None:
         while True:
             await anyio.sleep(CANCEL_POLL_S)
@@ -541,7 +566,12 @@ class Orchestrator:
                 continue  # nothing here to cancel: no query
             try:
                 for run_id in await self._stores.runs.cancel_requested(self.host_id):
-                    if run_id in self._active:
+                    if run_id not in self._active:
+                        continue
+                    parking = await self._stores.approvals.pending_parked(run_id)
+                    if parking is not None:  # another replica's facts server asked to park it
+                        await self.park(run_id, parking.approval_id)
+                    else:
                         await self.cancel(run_id, reason="cancelled by request")
             except Exception:
                 logger.exception("cancel poll failed; will retry")
@@ -714,7 +744,8 @@ class Orchestrator:
 
         async def watch_cancel(scope: anyio.CancelScope) -> None:
             await active.cancel_requested.wait()
-            if await plugin.cancel(run_id, active.cancel_reason or "cancelled"):
+            reason = "parked" if active.parked_on is not None else active.cancel_reason or "cancelled"
+            if await plugin.cancel(run_id, reason):
                 await anyio.sleep(CANCEL_GRACE_S)
             # Else the plugin is not running it (e.g. the run waits for a restart): nothing to let finish.
             scope.cancel()
@@ -724,7 +755,7 @@ class Orchestrator:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(call_plugin)
                 tg.start_soon(watch_cancel, tg.cancel_scope)
-                outcome = await self._pump(receive, journal)
+                outcome = await self._pump(receive, journal, lambda: active.parked_on is not None)
                 if outcome is not None and not outcome.by_runner:
                     # The host ended the run (a violation): stop the runner now.
                     await plugin.cancel(
@@ -737,6 +768,18 @@ class Orchestrator:
                         await self._pump_rest(receive, journal)
                     tg.cancel_scope.cancel()
 
+        if active.parked_on is not None and not journal.ended:
+            return await journal.end(
+                RunOutcome(
+                    RunStatus.PARKED,
+                    RunError(
+                        code="parked",
+                        message=f"The run parked on approval {active.parked_on!r}; its decision starts a "
+                        "continuation run of the same conversation.",
+                        details={"approval_id": active.parked_on},
+                    ),
+                )
+            )
         if active.cancel_reason is not None and not journal.ended:
             return await journal.end(
                 RunOutcome(
@@ -757,10 +800,16 @@ class Orchestrator:
         return await journal.end_of_stream(plugin_status)
 
     async def _pump(
-        self, receive: MemoryObjectReceiveStream[RawResult], journal: RunJournal
+        self,
+        receive: MemoryObjectReceiveStream[RawResult],
+        journal: RunJournal,
+        parked: Callable[[], bool],
     ) -> RunOutcome | None:
-        """Feed results to the journal in batches until the run ends or the stream closes."""
+        """Feed results to the journal in batches until the run ends or the stream closes; once the
+        run is `parked`, what its stopping runner still sends is dropped (it cannot change the end)."""
         async for first in receive:
+            if parked():
+                continue
             batch = [first]
             while len(batch) < MAX_BATCH:
                 try:

@@ -107,7 +107,12 @@ HARNESS_PERMISSIONS = Permissions(
 )
 """A harness reaches everything through MCP; the agent's policy and the event cut this down (§6)."""
 HARNESS_CAPABILITIES = Capabilities(
-    streaming=True, tool_calling=True, knowledge_retrieval=True, interrupt=True, stateful_session=True
+    streaming=True,
+    tool_calling=True,
+    knowledge_retrieval=True,
+    interrupt=True,
+    stateful_session=True,
+    parks=True,
 )
 
 _RUN_ID = re.compile(r"^[A-Za-z0-9_.-]{1,200}$")

@@ -3,9 +3,12 @@ human decisions runs wait for and actions need.
 
 Owns listing approvals (newest first, cursor pages, by status as of now or by run) and taking a
 decision. Does not own the approval rows, their expiry or what a decision sets off
-(`stores/approvals.py`; a waiting tool call reads the decision itself, `facts/_approvals.py`).
+(`stores/approvals.py`; a waiting tool call reads the decision itself, `facts/_approvals.py`; a
+parked run is continued by `continuations.py`).
 
 Invariants:
+- Deciding a `parked` approval starts its continuation run before answering (the answer's
+  `continuation_run_id`); repeating the decision answers the same run.
 - A decision is idempotent: repeating the decision an approval already has answers 200 with it
   unchanged; the other decision is a 409, and so is approving an expired approval.
 """
@@ -44,4 +47,7 @@ async def decide_approval(request: Request) -> Response:
     approval_id = path_id(request, "approval_id")
     body = parse_json(DecisionBody, await read_body(request, MAX_SMALL_BODY_BYTES))
     approval, _ = await state.stores.approvals.decide(approval_id, body.decision, note=body.note)
+    if approval.parked and state.continuations is not None:
+        run_id = await state.continuations.resume(approval)
+        approval = approval.model_copy(update={"continuation_run_id": run_id})
     return JSONResponse(approval.model_dump(mode="json"))

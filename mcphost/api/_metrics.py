@@ -49,7 +49,7 @@ disable_created_metrics()
 
 CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4
 DURATION_BUCKETS: tuple[float, ...] = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
-_TERMINAL = ("completed", "failed", "cancelled")
+_TERMINAL = ("completed", "failed", "cancelled", "parked")
 UNMATCHED_ROUTE = "<unmatched>"
 """The `route` label of a request no route matched (a 404)."""
 

@@ -20,6 +20,7 @@ from starlette.requests import Request
 from mcphost.api._metrics import HostMetrics
 from mcphost.bindings import Bindings
 from mcphost.config import HookConfig, WebhookConfig
+from mcphost.continuations import Continuations
 from mcphost.guard import HttpGuard
 from mcphost.orchestrator import Orchestrator
 from mcphost.plugins.process import PluginProcess
@@ -60,6 +61,9 @@ class ApiState:
     """The `[hooks.<source>]` webhook senders `POST /v1/hooks/{source}` accepts."""
     scheduler: Scheduler | None = None
     """The host's scheduler (the schedule routes answer through it, and wake it after a change)."""
+    continuations: Continuations | None = None
+    """Starts a parked run's continuation as soon as its approval is decided here (else the host's
+    continuation loop does, within seconds)."""
     webhooks: Sequence[WebhookConfig] = ()
     """The `[[webhooks]]` receivers (a redelivery is retried for its receiver's `max_age_s`)."""
     draining: bool = False

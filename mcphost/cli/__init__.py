@@ -54,7 +54,7 @@ __all__ = [
 # Copies of values the parser shows in `--help`, so that building it imports nothing beyond the standard
 # library (pydantic alone costs several times a bare interpreter start). tests/mcphost/test_cli.py pins
 # each to its source.
-RUN_STATUSES: tuple[str, ...] = ("queued", "running", "completed", "failed", "cancelled")
+RUN_STATUSES: tuple[str, ...] = ("queued", "running", "completed", "failed", "cancelled", "parked")
 """`mcphost.models.RunStatus` values."""
 STATE_SCOPES: tuple[str, ...] = ("conversation", "actor", "subject", "runner", "binding", "workspace")
 """`mcphost.protocol.STATE_SCOPES`."""

@@ -11,6 +11,11 @@ Invariants:
 - The wait (`ApprovalStore.wait`) wakes at once on a decision taken in this process and reads the
   database for one taken on another replica or by the CLI; it is an in-flight call like any other,
   cancelled with its run.
+- A run whose runner parks (`grant.parks`, a CLI harness that cannot hold a call open for hours)
+  does not wait: the call creates a `parked` approval, asks the orchestrator to park the run (stop its
+  runner, end it `parked`) and answers `approval_pending` at once, so the runner sees why it stops. The
+  decision starts a continuation run (`continuations.py`); there, the first call with the same tool
+  and arguments uses the approved request (`ApprovalStore.use`) and proceeds without asking again.
 - Approved: the call proceeds. Denied or expired: `approval_denied` naming the approval, its status and
   the note. The run's deadline first: `deadline_exceeded`. A call that stops waiting without a decision
   (deadline, cancel) marks its approval `expired`, so nobody is left asked about a call that is gone.
@@ -19,7 +24,7 @@ Invariants:
 from __future__ import annotations
 
 import fnmatch
-from typing import Any
+from typing import Any, NoReturn
 
 import anyio
 
@@ -50,6 +55,10 @@ async def await_approval(call: Call, tool: str, arguments: dict[str, Any]) -> No
         )
     request: JSONObject = {"tool": tool, "arguments": arguments}
     approvals = call.stores.approvals
+    if call.grant.parks and call.park is not None:
+        if await approvals.use(call.run_id, request) is not None:
+            return  # approved while its run was parked: this continuation's one use of it
+        await _park(call, tool, request)
     approval = await approvals.request(call.run_id, "tool", request)
     current = approval
     try:
@@ -73,4 +82,19 @@ async def await_approval(call: Call, tool: str, arguments: dict[str, Any]) -> No
         f"Calling {tool!r} needed a person's approval and approval {approval.approval_id!r} is "
         f"{current.status}{note}; the call did nothing. Do not retry it unchanged.",
         details={"approval_id": approval.approval_id, "status": current.status, "note": current.note},
+    )
+
+
+async def _park(call: Call, tool: str, request: JSONObject) -> NoReturn:
+    """Create the parked approval, park the run and answer `approval_pending`."""
+    assert call.park is not None
+    approval = await call.stores.approvals.request(call.run_id, "tool", request, parked=True)
+    await call.park(call.run_id, approval.approval_id)
+    raise ToolCallError(
+        "approval_pending",
+        f"Calling {tool!r} needs a person's approval (approval {approval.approval_id!r}); the call did "
+        "nothing yet. This run stops now and ends parked. The decision continues this conversation in "
+        "a new turn that states it; when approved, call the tool again there with the same arguments. "
+        "End your turn now.",
+        details={"approval_id": approval.approval_id, "parked": True},
     )

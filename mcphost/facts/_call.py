@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from mcphost.facts.providers import KnowledgeRetriever
+from mcphost.facts.providers import KnowledgeRetriever, RunParker
 from mcphost.models import RunGrant
 from mcphost.protocol import AgentRunContext, MediaContent
 from mcphost.stores import ArtifactRecord, Stores
@@ -30,6 +30,8 @@ class Call:
     stores: Stores
     load_context: Callable[[], Awaitable[AgentRunContext]]
     knowledge: KnowledgeRetriever | None = None
+    park: RunParker | None = None
+    """Parks the run (a run whose runner parks, `grant.parks`); None on hosts without an orchestrator."""
     _context: AgentRunContext | None = field(default=None, repr=False)
 
     async def context(self) -> AgentRunContext:

@@ -21,7 +21,8 @@ Invariants:
   in the grant (`unauthorized`; an unknown name is `not_found`), the arguments validate
   (`invalid_argument`, which includes arguments nested deeper than `MAX_JSON_DEPTH`, for facts and
   host tools alike); then a call marked `ask` waits for a person's approval (`_approvals.py`:
-  `approval_denied`, or `deadline_exceeded` while waiting). Handlers then check scope. Nothing is
+  `approval_denied`, or `deadline_exceeded` while waiting), or, in a run that parks, answers
+  `approval_pending` and parks the run. Handlers then check scope. Nothing is
   written before all of these pass (but the approval itself).
 - A handler never leaks internals: `HostError`s become their code and message; any other exception is
   logged with its traceback and answered as `runtime_error` with a fixed message.
@@ -57,7 +58,13 @@ from mcphost.facts._grants import GrantCache, RunAccess
 from mcphost.facts._limits import LimitRegistry
 from mcphost.facts._results import ToolCallError, digest_arguments, error_result, ok_result
 from mcphost.facts._tools import FACTS_TOOLS, input_schema
-from mcphost.facts.providers import ContextProvider, HostToolProvider, KnowledgeRetriever, ReplayAnswers
+from mcphost.facts.providers import (
+    ContextProvider,
+    HostToolProvider,
+    KnowledgeRetriever,
+    ReplayAnswers,
+    RunParker,
+)
 from mcphost.grants import allows_host_tool, refusal
 from mcphost.models import RunGrant
 from mcphost.protocol import (
@@ -196,8 +203,10 @@ class FactsDispatch:
         knowledge: KnowledgeRetriever | None = None,
         on_call: Callable[[str, str], None] | None = None,
         replay: ReplayAnswers | None = None,
+        park: RunParker | None = None,
     ) -> None:
         self._stores = stores
+        self._park = park
         self._on_call = on_call
         self._replay = replay
         self._grants = grants
@@ -256,6 +265,7 @@ class FactsDispatch:
             stores=self._stores,
             load_context=lambda: load_context(self._stores, grant, self._context_provider),
             knowledge=self._knowledge,
+            park=self._park,
         )
 
     async def _execute(

@@ -32,6 +32,10 @@ ContextProvider = Callable[[str], Awaitable[AgentRunContext | None]]
 """`run_id` → the context the run was started with (token included; the facts server removes it), or
 None when the host no longer has it. Injected by the host, which builds and keeps the contexts."""
 
+RunParker = Callable[[str, str], Awaitable[None]]
+"""(`run_id`, `approval_id`) → stop the run and end it `parked` on that approval (the orchestrator's
+`park`; on another replica's run it asks that replica through the database). Must not wait for the stop."""
+
 
 class HostToolProvider(Protocol):
     """Upstream MCP tools exposed to runs under their host names `<server>__<tool>` (the gateway)."""

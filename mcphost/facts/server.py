@@ -52,7 +52,13 @@ from mcphost.common.challenge import bearer_challenge
 from mcphost.facts._dispatch import ACCESS_KEY, FactsDispatch
 from mcphost.facts._grants import GrantCache, RunAccess
 from mcphost.facts._limits import LimitRegistry, RefusalBudget
-from mcphost.facts.providers import ContextProvider, HostToolProvider, KnowledgeRetriever, ReplayAnswers
+from mcphost.facts.providers import (
+    ContextProvider,
+    HostToolProvider,
+    KnowledgeRetriever,
+    ReplayAnswers,
+    RunParker,
+)
 from mcphost.grants import token_matches
 from mcphost.guard import HttpGuard
 from mcphost.stores import GrantRecord, Stores
@@ -152,6 +158,7 @@ class FactsServer:
         refusal_audits_per_s: float = 5.0,
         refusal_audit_burst: int = 20,
         replay: ReplayAnswers | None = None,
+        park: RunParker | None = None,
     ) -> None:
         """
         Args:
@@ -170,6 +177,8 @@ class FactsServer:
                 audited (a token bucket); the rest are refused without an audit row.
             replay: serve a replay (`mcphost replay`): every call is answered from the recording
                 instead of the stores, host tools or knowledge.
+            park: parks a run whose runner parks (`grant.parks`) when one of its calls needs an
+                approval; without it such a call waits like any other.
         """
         self._stores = stores
         self._grants = GrantCache(stores.runs, ttl_s=grant_ttl_s)
@@ -183,6 +192,7 @@ class FactsServer:
             knowledge=knowledge,
             on_call=on_call,
             replay=replay,
+            park=park,
         )
         self._guard = guard or HttpGuard()
         self._session_idle_timeout_s = session_idle_timeout_s

@@ -17,6 +17,8 @@ ErrorCode = Literal[
     "storage_full",
     "cancelled",
     "approval_denied",
+    "approval_pending",
+    "parked",
     "runner.error",
     "runner.empty_output",
     "runner.crashed",
@@ -29,7 +31,9 @@ ErrorCode = Literal[
 """Every code a host or runner may report. `host.restarted` marks runs a dead host left behind;
 `host.run_lost` runs a live host stopped executing without recording their end (closed by its sweeper);
 `storage_unavailable` a database that failed or refused the operation, `storage_full` one whose disk is
-full (both: retry later); `approval_denied` a call marked `ask` that a person denied or left to expire."""
+full (both: retry later); `approval_denied` a call marked `ask` that a person denied or left to expire; `approval_pending` the
+answer to such a call in a run that parks (its runner cannot wait: the decision continues the run in a
+new one) and `parked` the `run.failed` code of a run that ended so."""
 
 ERROR_CODES: frozenset[str] = frozenset(get_args(ErrorCode))
 

@@ -50,6 +50,9 @@ class Capabilities(InboundModel):
     interrupt: bool = False
     stateful_session: bool = False
     self_managed_context: bool = True
+    parks: bool = False
+    """The runner cannot hold a call open for hours (a CLI harness): a call marked `ask` parks the run
+    (it ends `parked`) and the person's decision starts a continuation run of the same conversation."""
 
 
 HistoryPermission = Literal["page", "search"]

@@ -18,6 +18,12 @@ Invariants:
   `ConflictError`, so nobody approves a call that can no longer happen.
 - `wait` wakes at once on a decision taken through this process's store, and reads the row every
   `OTHER_PROCESS_POLL_S` for decisions taken by another replica or the CLI.
+- A `parked` approval's run has ended `parked` (its runner cannot wait): deciding it is the point, so
+  the run's end does not expire it. Decided or expired, it is continued once: its continuation run's
+  `event_id` is `continuation_event_id(approval_id)`, unique in the runs table, so every replica (and a
+  retry) that submits it gets the same run; `continued` records that run. An approved parked `tool`
+  request lets exactly one call through: the first call of its continuation run with the same tool and
+  arguments claims it (`use`, one conditional update), any later call asks again.
 - Actions are unique per (agent, `idempotency_key`): `action_key` is the agent id and the SHA-256 of
   the key, and a second `action.requested` with a key already seen creates nothing.
 """
@@ -45,7 +51,7 @@ from mcphost.stores.engine import Database
 from mcphost.stores.tables import ApprovalRow, RunRow
 
 ApprovalStatus = Literal["pending", "approved", "denied", "expired"]
-ApprovalKind = Literal["tool", "action"]
+ApprovalKind = Literal["tool", "action", "interaction"]
 Decision = Literal["approve", "deny"]
 DEFAULT_APPROVAL_EXPIRY_S = 24 * 3600.0
 MAX_NOTE_CHARS = 2000
@@ -68,11 +74,17 @@ class ApprovalRecord(BaseModel):
     kind: ApprovalKind
     status: ApprovalStatus
     request: JSONObject
-    """`tool`: `{tool, arguments}`; `action`: the `action.requested` data."""
+    """`tool`: `{tool, arguments}`; `action`: the `action.requested` data; `interaction`: the
+    `interaction.requested` data (`{questions: [...]}`)."""
     note: str | None
     created_at: float
     expires_at: float
     decided_at: float | None
+    parked: bool = False
+    """Its run parked on it; the decision (or expiry) starts `continuation_run_id`."""
+    continuation_run_id: str | None = None
+    used_by_run_id: str | None = None
+    """The run whose call an approved parked `tool` request let through (at most one)."""
 
 
 def _record(row: ApprovalRow, now: float) -> ApprovalRecord:
@@ -115,6 +127,11 @@ def _not_found(approval_id: str) -> NotFoundError:
         f"Approval {approval_id!r} does not exist; GET /v1/approvals lists them.",
         details={"approval_id": approval_id},
     )
+
+
+def continuation_event_id(approval_id: str) -> str:
+    """The `event_id` of the one run that continues the run parked on `approval_id`."""
+    return f"{approval_id}.continue"
 
 
 def action_key(agent_id: str | None, idempotency_key: str) -> str:
@@ -165,10 +182,16 @@ class ApprovalStore:
             "created_at": now,
             "expires_at": now + self.expiry_s,
             "decided_at": None,
+            "parked": False,
+            "continuation_run_id": None,
+            "used_by_run_id": None,
         }
 
-    async def request(self, run_id: str, kind: ApprovalKind, request: JSONObject) -> ApprovalRecord:
-        """A new pending approval for `run_id`, announced as `approval.requested`.
+    async def request(
+        self, run_id: str, kind: ApprovalKind, request: JSONObject, *, parked: bool = False
+    ) -> ApprovalRecord:
+        """A new pending approval for `run_id`, announced as `approval.requested` (`parked`: the run
+        parks on it instead of waiting).
 
         Raises:
             NotFoundError: the run does not exist.
@@ -178,7 +201,7 @@ class ApprovalStore:
             run = (await session.execute(select(RunRow).where(RunRow.run_id == run_id))).scalar_one_or_none()
             if run is None:
                 raise NotFoundError(f"Run {run_id!r} does not exist.", details={"run_id": run_id})
-            values = self._values(run, kind, request, now)
+            values = self._values(run, kind, request, now) | {"parked": parked}
             row = (
                 await session.execute(insert(ApprovalRow).values(values).returning(ApprovalRow))
             ).scalar_one()
@@ -247,7 +270,8 @@ class ApprovalStore:
                     details={"approval_id": approval_id, "status": current.status},
                 )
             record = current
-            ended = await _ended_run_status(session, current.run_id) if current.kind == "tool" else None
+            waits = current.kind == "tool" and not current.parked  # a parked run ended on purpose
+            ended = await _ended_run_status(session, current.run_id) if waits else None
             if ended is not None:
                 await session.execute(_abandoning(approval_id, now))  # committed, then refused below
             else:
@@ -295,6 +319,83 @@ class ApprovalStore:
                     waker = self._wakers[approval_id] = anyio.Event()
         finally:
             self._wakers.pop(approval_id, None)
+
+    async def use(self, run_id: str, request: JSONObject) -> ApprovalRecord | None:
+        """The approved parked `tool` approval that lets this call of `run_id` through, claimed for it;
+        None when `run_id` is no continuation, its approval was not approved, asked for another call,
+        or was used already."""
+        async with self._db.write() as session:
+            event_id = (
+                await session.execute(select(RunRow.event_id).where(RunRow.run_id == run_id))
+            ).scalar_one_or_none()
+            if event_id is None or not event_id.endswith(".continue"):
+                return None
+            approval_id = event_id.removesuffix(".continue")
+            row = (
+                await session.execute(
+                    select(ApprovalRow).where(ApprovalRow.approval_id == approval_id).with_for_update()
+                )
+            ).scalar_one_or_none()
+            if (
+                row is None
+                or not row.parked
+                or row.kind != "tool"
+                or row.status != "approved"
+                or row.used_by_run_id is not None
+                or row.request != request
+            ):
+                return None
+            used = (
+                await session.execute(
+                    update(ApprovalRow)
+                    .where(ApprovalRow.approval_id == approval_id, ApprovalRow.used_by_run_id.is_(None))
+                    .values(used_by_run_id=run_id)
+                    .returning(ApprovalRow)
+                )
+            ).scalar_one_or_none()
+        return None if used is None else _record(used, time.time())
+
+    @idempotent
+    async def to_continue(self, *, limit: int = 100) -> list[ApprovalRecord]:
+        """Parked approvals that are decided or expired and have no continuation run recorded yet."""
+        now = time.time()
+        stmt = (
+            select(ApprovalRow)
+            .where(
+                ApprovalRow.parked.is_(True),
+                ApprovalRow.continuation_run_id.is_(None),
+                or_(ApprovalRow.status != "pending", ApprovalRow.expires_at <= now),
+            )
+            .order_by(ApprovalRow.seq)
+            .limit(limit)
+        )
+        async with self._db.read() as session:
+            rows = (await session.execute(stmt)).scalars().all()
+        return [_record(row, now) for row in rows]
+
+    @idempotent
+    async def continued(self, approval_id: str, run_id: str) -> None:
+        """Record the continuation run of a parked approval (the first one recorded stays)."""
+        async with self._db.write() as session:
+            await session.execute(
+                update(ApprovalRow)
+                .where(ApprovalRow.approval_id == approval_id, ApprovalRow.continuation_run_id.is_(None))
+                .values(continuation_run_id=run_id)
+            )
+
+    @idempotent
+    async def pending_parked(self, run_id: str) -> ApprovalRecord | None:
+        """The newest pending approval `run_id` parks on, if any."""
+        now = time.time()
+        stmt = (
+            select(ApprovalRow)
+            .where(ApprovalRow.run_id == run_id, ApprovalRow.parked.is_(True), _status_is("pending", now))
+            .order_by(ApprovalRow.seq.desc())
+            .limit(1)
+        )
+        async with self._db.read() as session:
+            row = (await session.execute(stmt)).scalar_one_or_none()
+        return None if row is None else _record(row, now)
 
     @idempotent
     async def abandon(self, approval_id: str) -> None:

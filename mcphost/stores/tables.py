@@ -39,6 +39,7 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    false,
     text,
 )
 from sqlalchemy.dialects import postgresql
@@ -330,12 +331,14 @@ class DeliveryRow(Base):
 
 class ApprovalRow(Base):
     """A human decision a run waits for or an action needs: a host tool or fact write marked `ask`
-    (`kind` `tool`), or an `action.requested` result with an `idempotency_key` (`kind` `action`)."""
+    (`kind` `tool`), an `action.requested` result with an `idempotency_key` (`kind` `action`), or a
+    harness CLI's question to the user (`kind` `interaction`)."""
 
     __tablename__ = "approvals"
     __table_args__ = (
         Index(None, "status", "expires_at"),
         Index(None, "run_id"),
+        Index(None, "parked", "continuation_run_id"),
         {"sqlite_autoincrement": True},
     )
 
@@ -354,6 +357,12 @@ class ApprovalRow(Base):
     expires_at: Mapped[float] = mapped_column(Double)
     """Still `pending` past this, the approval counts as `expired` (a denial)."""
     decided_at: Mapped[float | None] = mapped_column(Double)
+    parked: Mapped[bool] = mapped_column(Boolean, server_default=false())
+    """Its run parked on it (a harness runner): the decision (or expiry) starts a continuation run."""
+    continuation_run_id: Mapped[str | None] = mapped_column(String(100))
+    """The run its decision started (`parked` only), once admitted."""
+    used_by_run_id: Mapped[str | None] = mapped_column(String(100))
+    """The run whose call this approved `tool` request let through (`parked` only; at most one)."""
 
 
 class KbDocumentRow(Base):

@@ -56,7 +56,7 @@ function summary(view) {
 }
 
 function isTerminal(status) {
-  return ["completed", "failed", "cancelled"].includes(status);
+  return ["completed", "failed", "cancelled", "parked"].includes(status);
 }
 
 async function onCancel(event) {

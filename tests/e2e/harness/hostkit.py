@@ -74,14 +74,16 @@ async def harness_host(
     bundled: bool = False,
     knowledge: dict[str, Any] | None = None,
     skills: dict[str, Any] | None = None,
+    host: dict[str, Any] | None = None,
 ) -> AsyncGenerator[Host]:
-    """A host with the two harness plugins (as `[[plugins]]`, or as the bundled ones) and `agents`."""
+    """A host with the two harness plugins (as `[[plugins]]`, or as the bundled ones) and `agents`
+    (`host`: more `[host]` keys)."""
     plugins = [
         {"name": "claude-code", "command": [sys.executable, "-m", "runners.claude_code"]},
         {"name": "codex-agent", "command": [sys.executable, "-m", "runners.codex"]},
     ]
     data: dict[str, Any] = {
-        "host": {"data_dir": str(tmp_path / "host"), "bundled_plugins": bundled},
+        "host": {"data_dir": str(tmp_path / "host"), "bundled_plugins": bundled, **(host or {})},
         "plugins": [] if bundled else plugins,
         "agents": agents,
     }
@@ -90,8 +92,8 @@ async def harness_host(
     if skills:
         data["skills"] = skills
     settings = settings_from_mapping(data, source="<harness e2e>", environ={})
-    async with open_host(settings) as host, serve_locally(host):
-        yield host
+    async with open_host(settings) as opened, serve_locally(opened):
+        yield opened
 
 
 @dataclass(frozen=True)
@@ -147,7 +149,13 @@ async def run_event(host: Host, event: AgentEventEnvelope, timeout: float = 60) 
     """Submit `event`, wait for its run to end, and gather what the host stored about it."""
     with anyio.fail_after(timeout):
         admission = await host.orchestrator.submit(event)
-        run = await host.orchestrator.wait(admission.run.run_id)
+    return await finished(host, admission.run.run_id, timeout)
+
+
+async def finished(host: Host, run_id: str, timeout: float = 60) -> Finished:
+    """Wait for run `run_id` to end and gather what the host stored about it."""
+    with anyio.fail_after(timeout):
+        run = await host.orchestrator.wait(run_id)
     stores = host.stores
     results = [{"seq": r.seq, **r.payload} for r in await stores.results.list(run.run_id)]
     audit = await stores.audit.list(run.run_id, limit=1000)
