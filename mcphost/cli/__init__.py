@@ -15,6 +15,10 @@ revoke and the MCP client configs), `_knowledge` (kb, tools), `_state` (state ge
 Invariants: every subcommand, flag and help text is declared here, in the order `--help` lists them;
 every command but `schema` loads the config before it does anything; a `HostError` (also one wrapped in
 an exception group) becomes a one-line error and exit code 1, or 2 for a `ConfigError`.
+
+Size: past 600 lines because the whole command-line surface is declared in one place, `build_parser`,
+in `--help` order (the first invariant above), so one file shows every command and flag and the shell
+completions are generated from it; the commands themselves live in their own modules.
 """
 
 from __future__ import annotations

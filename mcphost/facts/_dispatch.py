@@ -28,6 +28,10 @@ Invariants:
   logged with its traceback and answered as `runtime_error` with a fixed message.
 - `cancel_run(run_id)` cancels the cancel scope of each of the run's in-flight calls; the call answers
   `cancelled` (is_error) and is audited with that code.
+
+Size: past 600 lines because tools, resources and prompts go through one pipeline (`FactsDispatch`):
+the fixed order of checks, the one audit row and the cancellation above are written once for all three
+kinds of request; the handlers, arguments, limits, grants and audit writer are already modules of their own.
 """
 
 from __future__ import annotations
