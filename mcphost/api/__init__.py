@@ -10,9 +10,10 @@ Does not own the policy of the guard (`guard.py`) nor the composition of the hos
 
 Module map: `_routes` (the route table, `routes()` and the OpenAPI document), `_endpoints` (events, runs,
 run records, conversations, agents, runners, health and metrics endpoints), `_artifacts` (multipart upload, range downloads),
-`_models` (request and response models), `_http` (query and body parsing, capped body reads, SSE and
-`EventStream`), `_errors` (errors → HTTP, `CatchAll`), `_middleware` (the middleware, outermost first),
-`_docs` (the `/docs` page), `_state` (`ApiState`, `ApiLimits`), `_metrics` (`HostMetrics`). The two HTTP-only errors,
+`_models` (request and response models), `_http` (query and body parsing, capped body reads, the
+result streams' sse-starlette settings: `json_event`, `EventStream`), `_errors` (errors → HTTP,
+`CatchAll`), `_middleware` (the middleware, outermost first), `_docs` (the `/docs` page), `_state`
+(`ApiState`, `ApiLimits`), `_metrics` (`HostMetrics`). The two HTTP-only errors,
 `RangeNotSatisfiableError` (416) and `UnavailableError` (503), live in `mcphost.errors` with the rest of
 the tree and are re-exported here.
 
@@ -25,7 +26,9 @@ Invariants:
   SSE event whose `id` is its sequence; admission (`event: run`) and the end marker (`event: end`) carry no
   id, so they never move a client's resume point. A stream ends after the run's terminal result.
 - A stream's producer, its keep-alive and its disconnect watch live in one task group owned by the
-  response (`EventStream`); a client that goes away cancels all three.
+  response (`EventStream`, sse-starlette's `EventSourceResponse`); a client that goes away cancels all
+  three, one that takes nothing for `SEND_TIMEOUT_S` is dropped. Streams end with their runs, also while
+  `mcphost serve` drains (sse-starlette's own exit signal never fires there).
 - Metrics are this process's (prometheus_client, in `_metrics`): runs that ended here by status and
   their durations, MCP calls by tool and outcome, HTTP requests by route template, active runs, plugin
   restarts, build info, and the process and Python collectors.

@@ -24,17 +24,25 @@ Invariants:
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import AsyncGenerator
 from contextlib import aclosing
 
+from sse_starlette import ServerSentEvent
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from mcphost import __version__, tracing
-from mcphost.api._http import EventStream, parse_json, parse_model, parse_query, path_id, read_body, sse
+from mcphost.api._http import (
+    EventStream,
+    json_event,
+    parse_json,
+    parse_model,
+    parse_query,
+    path_id,
+    read_body,
+)
 from mcphost.api._metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from mcphost.api._models import (
     Admitted,
@@ -94,27 +102,23 @@ STREAM_FAILED: JSONObject = {
 }
 
 
-def _compact(obj: object) -> str:
-    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
-
-
-async def _result_events(state: ApiState, run_id: str, after: int) -> AsyncGenerator[bytes, None]:
+async def _result_events(state: ApiState, run_id: str, after: int) -> AsyncGenerator[ServerSentEvent, None]:
     """The run's results after `after` as SSE events, then `event: end` with the final status."""
     try:
         async for item in state.orchestrator.results(run_id, after=after):
-            yield sse(_compact({"seq": item.seq, **item.payload}), event_id=str(item.seq))
+            yield json_event({"seq": item.seq, **item.payload}, event_id=str(item.seq))
         run = await state.orchestrator.wait(run_id)  # ended: results() stops only then
         end: JSONObject = {"run_id": run_id, "status": run.status.value}
         if run.error is not None:
             end["error"] = run.error.model_dump(mode="json")
-        yield sse(_compact(end), event="end")
+        yield json_event(end, event="end")
     except HostError as exc:
         # The response has started: the failure can only be told inside the stream.
         logger.warning("result stream of run %s stopped: %s", run_id, exc.__cause__ or exc.message)
-        yield sse(_compact({"error": exc.to_dict()}), event="error")
+        yield json_event({"error": exc.to_dict()}, event="error")
     except Exception:
         logger.exception("result stream of run %s failed", run_id)
-        yield sse(_compact({"error": STREAM_FAILED}), event="error")
+        yield json_event({"error": STREAM_FAILED}, event="error")
 
 
 def _wants_json(request: Request) -> bool:
@@ -155,11 +159,11 @@ async def ingest_event(request: Request) -> Response:
     if not query.stream:
         return JSONResponse(answer.model_dump(mode="json"), status_code=202, headers=location)
 
-    async def events() -> AsyncGenerator[bytes, None]:
-        yield sse(_compact(answer.model_dump(mode="json")), event="run")
+    async def events() -> AsyncGenerator[ServerSentEvent, None]:
+        yield json_event(answer.model_dump(mode="json"), event="run")
         async with aclosing(_result_events(state, run.run_id, 0)) as results:
-            async for chunk in results:
-                yield chunk
+            async for item in results:
+                yield item
 
     return EventStream(events(), headers={**location, "X-Run-Id": run.run_id})
 

@@ -1,8 +1,9 @@
 """HTTP plumbing the routes share: query and body parsing into models, capped body reads, and SSE.
 
 Owns turning a `ValidationError` or an unstorable value (NaN, NUL, an integer past 64 bits) into a 400
-naming the field, reading bodies under a byte cap, the SSE encoding (`sse`) and the SSE response
-(`EventStream`). Does not own which model a route parses (the routes) or error responses (`_errors`).
+naming the field, reading bodies under a byte cap, and the host's settings of sse-starlette for result
+streams (`json_event`, `EventStream`). Does not own which model a route parses (the routes), error
+responses (`_errors`) or SSE framing, keep-alives and disconnect handling (sse-starlette).
 
 Invariants:
 - A body is refused with 413 as soon as it passes its cap: `Content-Length` is checked first, the byte
@@ -11,30 +12,39 @@ Invariants:
 - Every query and JSON body is checked whole for unstorable values before its model sees it, so the
   answer is the same 400 on SQLite and PostgreSQL.
 - A JSON body nested deeper than `MAX_JSON_DEPTH` is a 400 before any model sees it.
-- `EventStream` owns its producer, its keep-alive (a comment every `KEEPALIVE_S` of quiet) and its
-  disconnect watch in one task group; a client that goes away cancels all three.
+- An `EventStream` runs its producer, its keep-alive (a comment every `KEEPALIVE_S`) and its disconnect
+  watch in one task group (sse-starlette's); a client that goes away cancels all three, and the producer
+  is closed (its `finally` runs) whichever way the stream stops.
+- Streams end when their producer ends, never on sse-starlette's exit signal: that signal comes from
+  uvicorn's own SIGTERM handler (or its patched `Server.handle_exit`), which `serving._Server` never
+  installs, so during `mcphost serve`'s drain a stream stays open until its run ends (`event: end`).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import types
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing
 from typing import TypeVar, Union, get_args, get_origin
 
-import anyio
 from pydantic import BaseModel, ValidationError
+from sse_starlette import EventSourceResponse, JSONServerSentEvent, ServerSentEvent
+from sse_starlette.sse import SendTimeoutError
 from starlette.requests import Request
-from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from mcphost.common.validation import problems
 from mcphost.errors import InvalidArgumentError, PayloadTooLargeError
 from mcphost.protocol import MAX_JSON_DEPTH, JSONObject, json_depth, nesting_message, unstorable
 
+logger = logging.getLogger("mcphost.api")
+
 KEEPALIVE_S = 15.0
-"""An SSE comment is sent when a stream has been quiet this long (proxies close idle connections)."""
+"""An SSE comment is sent this often on every stream (proxies close idle connections)."""
+SEND_TIMEOUT_S = 60.0
+"""A stream whose client has taken no data for this long is dropped; the client resumes with Last-Event-ID."""
 
 
 # -- parsing -----------------------------------------------------------------------------------------
@@ -159,59 +169,58 @@ async def read_body(request: Request, limit: int) -> bytes:
 
 # -- SSE ---------------------------------------------------------------------------------------------
 
-
-def sse(data: str, *, event: str | None = None, event_id: str | None = None) -> bytes:
-    """One server-sent event (`data` must be a single line, as compact JSON is)."""
-    lines: list[str] = []
-    if event_id is not None:
-        lines.append(f"id: {event_id}")
-    if event is not None:
-        lines.append(f"event: {event}")
-    lines.append(f"data: {data}")
-    return ("\n".join(lines) + "\n\n").encode()
+SSE_SEP = "\n"
+"""The line end of every SSE line. sse-starlette writes `\\r\\n` by default; the wire format was and stays
+`\\n` (the console's reader, `mcphost send` and existing clients split on it)."""
 
 
-class EventStream(Response):
-    """An SSE response: events from `events`, keep-alive comments while quiet, stopped on disconnect."""
+def json_event(payload: object, *, event: str | None = None, event_id: str | None = None) -> ServerSentEvent:
+    """One server-sent event whose `data` is `payload` as compact JSON (one line)."""
+    return JSONServerSentEvent(payload, event=event, id=event_id, sep=SSE_SEP)
 
-    media_type = "text/event-stream"
 
-    def __init__(self, events: AsyncGenerator[bytes, None], *, headers: dict[str, str] | None = None) -> None:
-        super().__init__(
-            content=None,
-            status_code=200,
+def _keepalive() -> ServerSentEvent:
+    return ServerSentEvent(comment="keepalive", sep=SSE_SEP)
+
+
+async def _opened(events: AsyncGenerator[ServerSentEvent, None]) -> AsyncGenerator[ServerSentEvent, None]:
+    # A first comment gets the status and headers to the client before any result exists.
+    yield ServerSentEvent(comment="stream open", sep=SSE_SEP)
+    async with aclosing(events) as opened:
+        async for item in opened:
+            yield item
+
+
+class EventStream(EventSourceResponse):
+    """An SSE response (sse-starlette's `EventSourceResponse`) with the host's settings.
+
+    The events of `events` after a `: stream open` comment, a `: keepalive` comment every
+    `KEEPALIVE_S`, `\\n` line ends, `Cache-Control: no-store` and `X-Accel-Buffering: no`; stopped when
+    the client disconnects, dropped when the client has taken nothing for `SEND_TIMEOUT_S` (a warning
+    here; uvicorn adds that the response did not complete, and closes the connection).
+    """
+
+    def __init__(
+        self, events: AsyncGenerator[ServerSentEvent, None], *, headers: dict[str, str] | None = None
+    ) -> None:
+        # sse-starlette types its content with a bare `dict`, which strict pyright calls partly unknown.
+        super().__init__(  # pyright: ignore[reportUnknownMemberType]
+            _opened(events),
             headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no", **(headers or {})},
+            ping=KEEPALIVE_S,
+            ping_message_factory=_keepalive,
+            sep=SSE_SEP,
+            send_timeout=SEND_TIMEOUT_S,
         )
-        self._events = events
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        headers = [(k, v) for k, v in self.raw_headers if k != b"content-length"]
-        await send({"type": "http.response.start", "status": self.status_code, "headers": headers})
-        outbox, inbox = anyio.create_memory_object_stream[bytes](16)
-
-        async def produce() -> None:
-            async with outbox, aclosing(self._events) as events:
-                async for chunk in events:
-                    await outbox.send(chunk)
-
-        async def watch(scope_to_cancel: anyio.CancelScope) -> None:
-            while (await receive())["type"] != "http.disconnect":
-                pass
-            scope_to_cancel.cancel()
-
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(produce)
-            tg.start_soon(watch, tg.cancel_scope)
-            async with inbox:
-                # A first comment gets the status and headers to the client before any result exists.
-                await send({"type": "http.response.body", "body": b": stream open\n\n", "more_body": True})
-                while True:
-                    chunk = b": keepalive\n\n"
-                    with anyio.move_on_after(KEEPALIVE_S):
-                        try:
-                            chunk = await inbox.receive()
-                        except anyio.EndOfStream:
-                            break
-                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
-            tg.cancel_scope.cancel()
+        try:
+            await super().__call__(scope, receive, send)
+        except SendTimeoutError:
+            # The response has started: there is no status left to send. The client resumes with
+            # Last-Event-ID when it reads again.
+            logger.warning(
+                "dropped the event stream of %s: the client took no data for %g s",
+                scope.get("path", "?"),
+                self.send_timeout,
+            )

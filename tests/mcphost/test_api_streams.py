@@ -5,16 +5,24 @@ exactly once, keep-alives, and the ingest stream.
 from __future__ import annotations
 
 import json
+import socket
 from collections.abc import AsyncGenerator
 from pathlib import Path
 
 import anyio
 import httpx2
 import pytest
+from sse_starlette import ServerSentEvent
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, Response
+from starlette.routing import Route
 
 import mcphost.api._http
+from mcphost.api._http import EventStream, json_event
 from mcphost.app import Host, open_host
 from mcphost.models import RunStatus
+from mcphost.serving import bind_socket, serve_http
 from tests.e2e.httpkit import api_settings, event_body, served
 
 
@@ -88,11 +96,14 @@ async def test_a_quiet_stream_sends_keepalive_comments(
 ) -> None:
     monkeypatch.setattr(mcphost.api._http, "KEEPALIVE_S", 0.1)
     run_id = (await http.post("/v1/events", json=event_body("slow:1", bot="bad"))).json()["run_id"]
-    lines: list[str] = []
+    body = b""
     async with http.stream("GET", f"/v1/runs/{run_id}/results") as response:
         assert response.headers["cache-control"] == "no-store"
-        async for line in response.aiter_lines():
-            lines.append(line)
+        assert response.headers["x-accel-buffering"] == "no"
+        async for chunk in response.aiter_bytes():
+            body += chunk
+    assert b"\r" not in body  # lines end in \n, as the console's reader and older clients expect
+    lines = body.decode().split("\n")[:-1]
     first_result = next(i for i, line in enumerate(lines) if line.startswith("id: "))
     assert lines[0] == ": stream open"
     assert lines[:first_result].count(": keepalive") >= 3
@@ -125,3 +136,34 @@ async def test_a_dropped_client_does_not_disturb_the_run_or_the_server(
     assert run.status is RunStatus.COMPLETED
     health = await http.get("/healthz")
     assert health.json()["active_runs"] == 0
+
+
+async def test_a_client_that_stops_reading_is_dropped_after_the_send_timeout_and_its_producer_closed(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(mcphost.api._http, "SEND_TIMEOUT_S", 0.5)
+    closed = anyio.Event()
+
+    async def endless() -> AsyncGenerator[ServerSentEvent, None]:
+        try:
+            while True:
+                yield json_event({"fill": "x" * 65536})
+        finally:
+            closed.set()
+
+    async def results(request: Request) -> Response:
+        return EventStream(endless())
+
+    async def ok(request: Request) -> Response:
+        return PlainTextResponse("ok")
+
+    app = Starlette(routes=[Route("/results", results), Route("/ok", ok)])
+    with bind_socket("127.0.0.1", 0) as listening:
+        async with serve_http(app, listening) as url:
+            with socket.create_connection(listening.getsockname()) as client:
+                client.sendall(b"GET /results HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")  # then never reads
+                with anyio.fail_after(60):
+                    await closed.wait()
+            async with httpx2.AsyncClient(base_url=url, timeout=30) as http:
+                assert (await http.get("/ok")).text == "ok"  # the server serves on
+    assert "dropped the event stream of /results: the client took no data for 0.5 s" in caplog.text

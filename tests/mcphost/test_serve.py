@@ -11,6 +11,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Generator
 from dataclasses import dataclass
@@ -26,7 +27,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcphost.models import RunStatus
 from mcphost.serving import bind_socket, serve_http
 from mcphost.stores import open_stores
-from tests.e2e.httpkit import PROBE, PROBE_PROMPT
+from tests.e2e.httpkit import PROBE, PROBE_PROMPT, parse_sse
 from tests.mcphost.hostkit import MISBEHAVE, REPO
 
 ENV_DROP = ("MCPHOST_CONFIG", "MCPHOST_DATABASE_URL", "MCPHOST_DATA_DIR", "MCPHOST_API_KEY", "MCPHOST_URL")
@@ -205,11 +206,16 @@ def test_sigterm_lets_runs_finish_within_the_grace_period_then_cancels_them_and_
     _wait_running(server.url, slow)
     pids = plugin_pids(server.url)
     assert len(pids) >= 3
+    # Result streams open across the signal: the drain, not the SSE library, ends them, each with its run.
+    streams = {run_id: _Stream(f"{server.url}/v1/runs/{run_id}/results") for run_id in (quick, slow)}
 
     code, took = server.stop()
     assert code == 0, server.log()
     assert took < grace + 10, server.log()
     assert not [pid for pid in pids if group_alive(pid)], "plugin processes survived the shutdown"
+    ends = {run_id: stream.end() for run_id, stream in streams.items()}
+    assert ends[quick] == {"run_id": quick, "status": "completed"}
+    assert ends[slow]["status"] == "cancelled", ends
 
     async def runs() -> tuple[Any, Any]:
         url = f"sqlite+aiosqlite:///{tmp_path / 'data' / 'mcphost.db'}"
@@ -383,6 +389,31 @@ def _event(text: str, conversation: str) -> dict[str, Any]:
         "conversation": {"conversation_id": conversation},
         "input": {"text": text},
     }
+
+
+class _Stream:
+    """A result stream read on its own thread; the constructor returns once the stream is open."""
+
+    def __init__(self, url: str) -> None:
+        self.text = ""
+        self._open = threading.Event()
+        self._thread = threading.Thread(target=self._read, args=(url,), daemon=True)
+        self._thread.start()
+        assert self._open.wait(60), "the result stream did not open within 60 s"
+
+    def _read(self, url: str) -> None:
+        with httpx2.stream("GET", url, timeout=60) as response:
+            self._open.set()
+            for text in response.iter_text():
+                self.text += text
+
+    def end(self) -> dict[str, Any]:
+        """The stream's `event: end` data, after the server closed it."""
+        self._thread.join(60)
+        assert not self._thread.is_alive(), "the result stream was not closed"
+        events = parse_sse(self.text)
+        assert events[-1].event == "end", self.text
+        return events[-1].data
 
 
 def _wait_running(url: str, run_id: str) -> None:
