@@ -205,6 +205,13 @@ def behave(run_id: str, text: str, cancelled: threading.Event) -> str | None:
         message(run_id, f"slept {arg}")
         completed(run_id)
         return "completed"
+    if name == "action":  # an action that needs a human's approval, keyed by `arg`
+        result(
+            run_id,
+            "action.requested",
+            {"action": "deploy", "target": {"env": "staging"}, "idempotency_key": arg},
+        )
+        return ok(run_id)
     if name == "state":
         result(run_id, "state.updated", {"scope": arg, "key": "misbehave", "value": 1})
         return ok(run_id)

@@ -161,6 +161,16 @@ export function showError(where, error) {
   where.replaceChildren(el("p", { class: "error", role: "alert" }, error.message || String(error)));
 }
 
+/** Call `refresh` every `ms` while the tab is visible (after the call before it has ended). */
+export function poll(refresh, ms) {
+  (async function loop() {
+    for (;;) {
+      await new Promise((r) => setTimeout(r, ms));
+      if (!document.hidden) await refresh();
+    }
+  })();
+}
+
 /** The query-string parameters of this page. */
 export function params() {
   return new URLSearchParams(location.search);
@@ -172,6 +182,8 @@ const PAGES = [
   ["/console/chat.html", "Chat"],
   ["/console/explain.html", "Explain"],
   ["/console/conversation.html", "Conversations"],
+  ["/console/approvals.html", "Approvals"],
+  ["/console/deliveries.html", "Deliveries"],
   ["/console/agents.html", "Agents"],
 ];
 
@@ -194,4 +206,100 @@ export function initPage() {
     el("nav", {}, links),
     forget,
   );
+}
+
+/**
+ * Newest-first pages of one /v1 list. `refresh` re-reads the first page (`query(null)`) and renders it
+ * with the older pages the #more button loaded (`query(cursor)`); `reset` drops those (the filters
+ * changed) and answers to requests sent before it are ignored.
+ */
+export function pager({ query, render, more, errors }) {
+  let older = [];
+  let cursor = null;
+  let generation = 0;
+  async function refresh() {
+    const mine = generation;
+    try {
+      const page = await getJson(query(null));
+      if (mine !== generation) return;
+      if (!older.length) {
+        cursor = page.next_cursor;
+        more.hidden = !page.has_more;
+      }
+      render([...page.items, ...older]);
+      errors.replaceChildren();
+    } catch (error) {
+      if (mine === generation) showError(errors, error);
+    }
+  }
+  more.addEventListener("click", async () => {
+    const mine = generation;
+    try {
+      const page = await getJson(query(cursor));
+      if (mine !== generation) return;
+      older = [...older, ...page.items];
+      cursor = page.next_cursor;
+      more.hidden = !page.has_more;
+      await refresh();
+    } catch (error) {
+      showError(errors, error);
+    }
+  });
+  return {
+    refresh,
+    reset() {
+      generation += 1;
+      older = [];
+      return refresh();
+    },
+  };
+}
+
+/**
+ * A live table of one /v1 list filtered by `status` (the page's #filters form), re-read every `ms`. A row
+ * is rebuilt only when `version(item)` changes, so a note being typed into a row survives the
+ * refreshes around it. `row(item, refresh)` builds one; `refresh` is for after an action.
+ */
+export function liveTable({ table, path, key, version, row, columns, errors, ms = 2000 }) {
+  const form = document.getElementById("filters");
+  const status = document.getElementById("filter-status");
+  const body = document.querySelector(`#${table} tbody`);
+  const rows = new Map(); // key → {version, node}
+  const wanted = params().get("status");
+  if (wanted !== null) status.value = wanted;
+
+  const query = (after) => {
+    const q = new URLSearchParams({ limit: "100" });
+    if (status.value) q.set("status", status.value);
+    if (after) q.set("cursor", after);
+    return `${path}?${q}`;
+  };
+
+  function render(items) {
+    const seen = new Set();
+    const nodes = [];
+    for (const item of items) {
+      const id = key(item);
+      if (seen.has(id)) continue;
+      seen.add(id);
+      let kept = rows.get(id);
+      if (!kept || kept.version !== version(item)) {
+        kept = { version: version(item), node: row(item, () => pages.refresh()) };
+        rows.set(id, kept);
+      }
+      nodes.push(kept.node);
+    }
+    for (const id of [...rows.keys()]) if (!seen.has(id)) rows.delete(id);
+    if (!nodes.length) nodes.push(el("tr", { class: "empty" }, el("td", { colspan: columns }, "Nothing matches.")));
+    const same = nodes.length === body.children.length && nodes.every((n, i) => body.children[i] === n);
+    if (!same) body.replaceChildren(...nodes);
+  }
+
+  const pages = pager({ query, render, more: document.getElementById("more"), errors });
+  form.addEventListener("change", () => {
+    history.replaceState(null, "", "?" + new URLSearchParams({ status: status.value }));
+    pages.reset();
+  });
+  form.addEventListener("submit", (e) => e.preventDefault());
+  pages.refresh().then(() => poll(pages.refresh, ms));
 }

@@ -1,16 +1,12 @@
 // Runs: the newest runs, filtered, refreshed every second (a new run or a status change shows without a
 // reload). Every filter is GET /v1/runs's: agent, conversation, status, and a time window (a recent
 // period, or from/to times entered in the browser's time zone and sent as UTC).
-import { badge, duration, el, getJson, initPage, params, short, showError, time } from "/console/api.js";
+import { badge, duration, el, getJson, initPage, pager, params, poll, short, showError, time } from "/console/api.js";
 
 const POLL_MS = 1000;
 const form = document.getElementById("filters");
 const body = document.querySelector("#runs tbody");
 const errors = document.getElementById("runs-error");
-const more = document.getElementById("more");
-let older = []; // runs of the pages loaded with "Older runs"
-let cursor = null;
-let generation = 0; // bumped when the filters change: answers of older requests are dropped
 
 const WINDOWS = { hour: 3600, day: 86400, week: 7 * 86400 }; // "last …" in seconds
 
@@ -71,23 +67,6 @@ function render(runs) {
   if (!rows.length) body.append(el("tr", { class: "empty" }, el("td", { colspan: 8 }, "No runs match.")));
 }
 
-async function refresh() {
-  const mine = generation;
-  const f = filters();
-  try {
-    const page = await getJson(query(f));
-    if (mine !== generation) return;
-    if (!older.length) {
-      cursor = page.next_cursor;
-      more.hidden = !page.has_more;
-    }
-    render([...page.items, ...older]);
-    errors.replaceChildren();
-  } catch (error) {
-    if (mine === generation) showError(errors, error);
-  }
-}
-
 /** From/to apply when no recent period is chosen. */
 function showRange() {
   document.getElementById("filter-range").hidden = Boolean(document.getElementById("filter-window").value);
@@ -95,24 +74,11 @@ function showRange() {
 
 function onFilter() {
   showRange();
-  generation += 1;
-  older = [];
   const f = filters();
   const q = new URLSearchParams();
   for (const [k, v] of Object.entries(f)) if (v) q.set(k, v);
   history.replaceState(null, "", q.size ? "?" + q : location.pathname);
-  refresh();
-}
-
-async function loadOlder() {
-  if (!cursor) return;
-  const mine = generation;
-  const page = await getJson(query(filters(), cursor));
-  if (mine !== generation) return;
-  older = [...older, ...page.items];
-  cursor = page.next_cursor;
-  more.hidden = !page.has_more;
-  refresh();
+  pages.reset();
 }
 
 async function loadAgents() {
@@ -128,6 +94,8 @@ async function loadAgents() {
   select.value = wanted;
 }
 
+const pages = pager({ query: (after) => query(filters(), after), render, more: document.getElementById("more"), errors });
+
 async function main() {
   initPage();
   const p = params();
@@ -141,14 +109,8 @@ async function main() {
     e.preventDefault();
     onFilter();
   });
-  more.addEventListener("click", () => loadOlder().catch((e) => showError(errors, e)));
-  await refresh();
-  (async function poll() {
-    for (;;) {
-      await new Promise((r) => setTimeout(r, POLL_MS));
-      if (!document.hidden) await refresh();
-    }
-  })();
+  await pages.refresh();
+  poll(pages.refresh, POLL_MS);
 }
 
 main();

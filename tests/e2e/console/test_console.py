@@ -38,8 +38,8 @@ UI_TIMEOUT_MS = 60_000
 expect.set_options(timeout=UI_TIMEOUT_MS)
 
 
-def _config(folder: Path) -> Path:
-    text = (
+def _config(folder: Path, extra: str = "") -> Path:
+    text = extra + (
         f'[host]\ndata_dir = "{folder / "data"}"\n'
         f'[[plugins]]\nname = "misbehave"\ncommand = {json.dumps(MISBEHAVE)}\n'
         '[[agents]]\nid = "memo"\nrunner = "plugin:mcphost/memo/default"\nmatch = { bot_id = "memo" }\n'
@@ -51,7 +51,7 @@ def _config(folder: Path) -> Path:
     return path
 
 
-def _serve(folder: Path, **env: str) -> Iterator[Server]:
+def _serve(folder: Path, extra: str = "", **env: str) -> Iterator[Server]:
     import subprocess
     import sys
 
@@ -59,7 +59,7 @@ def _serve(folder: Path, **env: str) -> Iterator[Server]:
     stderr = folder / "serve.log"
     with stderr.open("w") as err:
         process = subprocess.Popen(
-            [sys.executable, "-m", "mcphost.cli", "serve", "--config", str(_config(folder)), "--listen",
+            [sys.executable, "-m", "mcphost.cli", "serve", "--config", str(_config(folder, extra)), "--listen",
              "127.0.0.1:0", "--grace", "1"],
             cwd=folder, env=cli_env(**env), stdout=subprocess.DEVNULL, stderr=err, stdin=subprocess.DEVNULL,
             text=True,
@@ -83,9 +83,48 @@ def _serve(folder: Path, **env: str) -> Iterator[Server]:
             process.wait(timeout=30)
 
 
+class Receiver:
+    """A webhook receiver on 127.0.0.1 that answers 500 until `accept` is set, then 204."""
+
+    def __init__(self) -> None:
+        import http.server
+        import threading
+
+        receiver = self
+        self.accept = False
+        self.received: list[str] = []
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers.get("content-length", "0")))
+                receiver.received.append(self.headers.get("webhook-id", ""))
+                self.send_response(204 if receiver.accept else 500)
+                self.end_headers()
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    yield from _serve(tmp_path_factory.mktemp("console"))
+def receiver() -> Iterator[Receiver]:
+    opened = Receiver()
+    yield opened
+    opened.server.shutdown()
+    opened.server.server_close()
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory, receiver: Receiver) -> Iterator[Server]:
+    # approvals the slow agent asks for are announced to `receiver`, retried for 1 s, then dead
+    webhook = (
+        f'[[webhooks]]\nurl = "{receiver.url}"\nsecret = "whsec_{"A" * 32}"\nevents = ["approval.requested"]\n'
+        'agents = ["slow"]\nmax_age_s = 1\n'
+    )
+    yield from _serve(tmp_path_factory.mktemp("console"), webhook)
 
 
 @pytest.fixture(scope="module")
@@ -319,6 +358,46 @@ def test_an_inspection_grant_is_revoked_from_its_page(server: Server, page: Page
     expect(page.locator("#grant")).to_contain_text("Revoked.")
     assert httpx2.get(f"{server.url}/v1/runs/{run_id}", timeout=30).json()["grant"]["revoked"] is True
     screenshot(page, tmp_path, "run-revoked")
+
+
+def test_an_approval_is_decided_and_its_dead_delivery_redelivered_from_their_pages(
+    server: Server, receiver: Receiver, page: Page, tmp_path: Path
+) -> None:
+    run_id = post_event(server.url, "action:deploy-1", agent="slow", conversation="approve")
+    assert wait_ended(server.url, run_id)["status"] == "completed"
+    (asked,) = httpx2.get(f"{server.url}/v1/approvals", params={"run_id": run_id}, timeout=30).json()["items"]
+
+    page.goto(f"{server.url}/console/approvals.html")
+    row = page.locator(f"#approvals tr[data-approval-id='{asked['approval_id']}']")
+    expect(row).to_have_attribute("data-status", "pending")
+    expect(row).to_have_attribute("data-kind", "action")
+    row.locator("summary").click()
+    expect(row.locator("pre")).to_contain_text('"idempotency_key": "deploy-1"')
+    row.locator("input.note").fill("ship it")
+    screenshot(page, tmp_path, "approvals")
+    row.locator("button.approve").click()
+    expect(row).to_have_count(0)  # the list shows pending ones: it left
+    page.select_option("#filter-status", "approved")
+    decided = page.locator(f"#approvals tr[data-approval-id='{asked['approval_id']}']")
+    expect(decided).to_contain_text("ship it")
+    answer = httpx2.get(f"{server.url}/v1/approvals/{asked['approval_id']}", timeout=30).json()
+    assert (answer["status"], answer["note"]) == ("approved", "ship it")
+
+    # its approval.requested delivery met a receiver answering 500 for longer than max_age_s: dead
+    page.goto(f"{server.url}/console/deliveries.html")
+    dead = page.locator("#deliveries tr[data-status='dead']", has=page.locator(f"a[href$='{run_id}']"))
+    expect(dead).to_have_count(1)
+    expect(dead).to_contain_text("approval.requested")
+    screenshot(page, tmp_path, "deliveries")
+    delivery_id = dead.get_attribute("data-delivery-id")
+    receiver.accept = True
+    dead.locator("button.redeliver").click()
+    expect(dead).to_have_count(0)  # no longer dead
+    page.select_option("#filter-status", "delivered")
+    expect(page.locator(f"#deliveries tr[data-delivery-id='{delivery_id}']")).to_have_attribute(
+        "data-status", "delivered"
+    )
+    assert delivery_id in receiver.received
 
 
 def test_the_debug_chat_streams_memos_answer(server: Server, page: Page, tmp_path: Path) -> None:
