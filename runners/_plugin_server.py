@@ -187,7 +187,8 @@ class _PluginServer:
         if run.context.run_id in self._runs:
             await self._error(request_id, -32602, f"Run {run.context.run_id!r} is already active")
             return
-        api = RunAPI(run.context.context.mcp)
+        runtime = run.context.runtime
+        api = RunAPI(run.context.context.mcp, traceparent=runtime.traceparent, tracestate=runtime.tracestate)
         active = _ActiveRun(RunOutput(run.context.run_id, self._send_result, api=api))
         self._runs[run.context.run_id] = active
         tg.start_soon(self._run, request_id, runner, run.context, active)

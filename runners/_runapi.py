@@ -22,6 +22,8 @@ Invariants:
   `{code, message, retryable, details}`; a refused token (401) is `unauthorized`; a call slower than
   `timeout_s` is `deadline_exceeded`; an unreachable server is `runner.mcp_unavailable`. A connection
   that failed once fails every later call the same way, without retrying.
+- Given the run's W3C trace context (`ctx.runtime.traceparent`, which `serve()` passes), every request
+  carries it in `_meta`, so the host parents each call's span to the span around the run.
 - The bearer token is sent, never logged, and never part of an error message.
 - The `mcp` SDK and `httpx2` are imported when the first connection opens, not with this module: every
   plugin imports the runner SDK, and a runner that never calls the run API (echo) should not pay a
@@ -34,7 +36,7 @@ import base64
 import logging
 from collections.abc import Awaitable
 from types import TracebackType
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, TypeVar, cast
 
 import anyio
 import anyio.abc
@@ -200,13 +202,20 @@ class RunAPI:
         *,
         timeout_s: float = DEFAULT_TIMEOUT_S,
         mode: str | None = None,
+        traceparent: str | None = None,
+        tracestate: str | None = None,
     ) -> None:
         """
         Args:
             access: `ctx.context.mcp`; None makes every call fail with `runner.mcp_unavailable`.
             timeout_s: the longest one call may take.
             mode: the SDK `Client` mode ("legacy", "auto" or a revision); default: `pick_mode`.
+            traceparent: `ctx.runtime.traceparent`: sent as `_meta.traceparent` (with `tracestate`)
+                on every request, so the host hangs each call under the span around this run.
         """
+        self._meta: dict[str, str] | None = None
+        if traceparent:
+            self._meta = {"traceparent": traceparent} | ({"tracestate": tracestate} if tracestate else {})
         self._access = access
         self._timeout_s = timeout_s
         self._mode = mode
@@ -335,7 +344,9 @@ class RunAPI:
         tools: list[RunTool] = []
         cursor: str | None = None
         for _ in range(_LIST_PAGES):
-            listed = await self._guard("tools/list", client.list_tools(cursor=cursor))
+            listed = await self._guard(
+                "tools/list", client.list_tools(cursor=cursor, meta=self._request_meta())
+            )
             tools.extend(
                 RunTool(name=t.name, description=t.description or "", input_schema=dict(t.input_schema))
                 for t in listed.tools
@@ -487,10 +498,14 @@ class RunAPI:
 
     async def _call(self, tool: str, arguments: JSONObject) -> types.CallToolResult:
         client = await self._connected_client()
-        result = await self._guard(tool, client.call_tool(tool, arguments))
+        result = await self._guard(tool, client.call_tool(tool, arguments, meta=self._request_meta()))
         if result.is_error:
             raise _tool_failure(tool, result)
         return result
+
+    def _request_meta(self) -> types.RequestParamsMeta | None:
+        # `_meta` is an open map; a copy per request, as the SDK may add its own keys to it.
+        return cast("types.RequestParamsMeta", dict(self._meta)) if self._meta else None
 
     async def _guard(self, what: str, call: Awaitable[T]) -> T:
         """Await one SDK call, mapping its failures to `RunAPIError`."""

@@ -22,6 +22,9 @@ Invariants:
   a reconnect, or when asked (`mark_stale`). Host names are `<server>__<tool>` with characters outside
   `[A-Za-z0-9_-]` replaced by `_`; tools keep their description and input schema but not their output
   schema (an oversized result is replaced by a preview, which could not satisfy it).
+- A traced call reaches an HTTP upstream with the W3C trace context of the host's client span twice: in
+  the request's `_meta` (the MCP convention; stdio upstreams get only this) and as the HTTP headers
+  `traceparent`/`tracestate` (what HTTP middleware and proxies in front of the upstream read).
 - Header and environment values may reference `${NAME}`; they are expanded from the given environment
   when connecting and never logged. Stdio servers get only the SDK's safe default environment plus their
   `env`, in the given working folder.
@@ -54,7 +57,7 @@ from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from mcphost import __version__
+from mcphost import __version__, tracing
 from mcphost.common.backoff import Backoff
 from mcphost.common.excgroups import first_leaf
 from mcphost.config import ToolServerConfig
@@ -224,6 +227,16 @@ def _with_fileno(stream: TextIO) -> TextIO:
     return stream
 
 
+async def _trace_headers(request: httpx2.Request) -> None:
+    """Put the W3C trace context of the current span on `request` as `traceparent`/`tracestate` headers.
+
+    The SDK sends each request from a task that runs in the context of the task that made the call, so a
+    `tools/call` made inside the host's client span carries that span's context, the same one as its
+    `_meta`; the handshake and the listening stream, made by `supervise`, carry none (nor does anything
+    with tracing off)."""
+    request.headers.update(tracing.carrier())
+
+
 def describe_failure(exc: BaseException) -> str:
     """A one-line reason for a failure, from the innermost exception of a group."""
     exc = first_leaf(exc)
@@ -316,7 +329,11 @@ class Upstream:
             k: expand_env(v, self._environ, where=f"[tools.{self.name}].headers.{k}")
             for k, v in cfg.headers.items()
         }
-        http = httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(cfg.timeout_s, read=None))
+        http = httpx2.AsyncClient(
+            headers=headers,
+            timeout=httpx2.Timeout(cfg.timeout_s, read=None),
+            event_hooks={"request": [_trace_headers]},
+        )
         return _Transport(streamable_http_client(cfg.url or "", http_client=http), lost, http)
 
     async def _on_message(self, message: IncomingMessage) -> None:

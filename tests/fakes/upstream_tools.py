@@ -2,7 +2,8 @@
 
 Tools: `echo`, `forecast` (structured), `picture` (an image), `get.time` (a dotted name), `fail` (an
 `is_error` result), `crash` (the process exits mid-call), `hang` (never answers), `huge` (a result of N
-KiB), `pid` (tells restarts apart), `whoami` (the `x-token` header it got, HTTP only) and `grow` (adds a
+KiB), `pid` (tells restarts apart), `whoami` (the `x-token` header it got, HTTP only), `trace`
+(the `traceparent` it got as a header and in `_meta`) and `grow` (adds a
 tool and sends `tools/list_changed`). Over HTTP, a TOKEN makes every request without `x-token: TOKEN` a
 401. A standalone script (no imports from the repository), so it runs from any working directory.
 """
@@ -84,6 +85,17 @@ def pid() -> int:
 def whoami(ctx: Context) -> str:
     headers = ctx.headers or {}
     return str(headers.get("x-token", "none"))
+
+
+@server.tool(description="The W3C trace context the request carried: HTTP headers and `_meta`.")
+def trace(ctx: Context) -> dict[str, str | None]:
+    headers = ctx.headers or {}
+    meta = ctx.request_context.meta or {}
+    return {
+        "header_traceparent": headers.get("traceparent"),
+        "header_tracestate": headers.get("tracestate"),
+        "meta_traceparent": meta.get("traceparent"),
+    }
 
 
 @server.tool(description="Add a tool named `name` and tell the client the tool list changed.")

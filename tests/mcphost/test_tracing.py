@@ -30,8 +30,12 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from mcphost import tracing
 from mcphost.app import Host, open_host
+from mcphost.config import ToolServerConfig
 from mcphost.errors import ConfigError
+from mcphost.facts._dispatch import FactsDispatch
 from tests.e2e.httpkit import api_settings, event_body, serve_app
+from tests.mcphost.gateway.test_host_tools import HttpUpstream, gateway, grant, text_of
+from tests.mcphost.gateway.test_host_tools import _free_port as free_port
 from tests.mcphost.hostkit import REPO, agent
 
 MEMO_RUNNER = "plugin:mcphost/memo/default"
@@ -151,6 +155,27 @@ async def test_a_memo_run_is_one_tree_from_the_callers_span_to_each_mcp_call(
     assert stored.grant.traceparent.split("-")[2] == f"{span_id(ingest):016x}"
 
 
+async def test_memo_sends_the_runner_spans_context_in_meta_on_its_own_mcp_calls(
+    host: Host, spans: InMemorySpanExporter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def no_fallback(self: FactsDispatch, access: object) -> None:
+        del self, access
+
+    # Without the host's fallback (a call without `_meta.traceparent` hangs under the runner span anyway),
+    # a call starts a trace of its own unless the runner sent the context itself.
+    monkeypatch.setattr(FactsDispatch, "_trace_parent", no_fallback)
+    async with serve_app(host) as served:
+        await post_and_wait(served.url, event_body(SECRET_TEXT, bot="memo"), {"traceparent": CALLER})
+        found = await finished(spans, "invoke_agent")
+    runner = one(found, f"mcphost.runner {MEMO_RUNNER}")
+    calls = [s for s in found if s.name.startswith("tools/call ")]
+    assert len(calls) >= 3, [s.name for s in found]
+    for call in calls:
+        assert call.context is not None
+        assert call.context.trace_id == int(CALLER_TRACE, 16), call.name
+        assert parent_of(call) == span_id(runner), call.name
+
+
 @pytest.mark.parametrize(
     "header",
     [
@@ -179,6 +204,38 @@ async def test_a_bad_traceparent_is_ignored_and_the_run_starts_a_trace_of_its_ow
     assert ingest.parent is None
     assert ingest.context is not None
     assert ingest.context.trace_id != int(CALLER_TRACE, 16)
+
+
+@pytest.fixture
+async def web_upstream() -> AsyncGenerator[ToolServerConfig]:
+    """The fake upstream tool server over HTTP on 127.0.0.1 (a real process)."""
+    upstream = HttpUpstream(free_port(), None)
+    await upstream.start()
+    try:
+        yield ToolServerConfig(url=upstream.url, timeout_s=20)
+    finally:
+        await upstream.stop()
+
+
+async def test_an_http_upstream_gets_the_calls_trace_context_as_headers_and_in_meta(
+    spans: InMemorySpanExporter, web_upstream: ToolServerConfig
+) -> None:
+    async with gateway({"web": web_upstream}) as gw:
+        got = json.loads(text_of(await gw.call_tool(grant("web__*"), "web__trace", {})))
+    call = one(list(spans.get_finished_spans()), "tools/call web__trace")
+    assert call.context is not None
+    sent = f"00-{call.context.trace_id:032x}-{call.context.span_id:016x}-{call.context.trace_flags:02x}"
+    assert got["header_traceparent"] == sent  # what HTTP middleware in front of the upstream reads
+    assert got["meta_traceparent"] == sent  # the MCP convention
+
+
+async def test_an_untraced_call_sends_an_http_upstream_no_trace_headers(
+    web_upstream: ToolServerConfig,
+) -> None:
+    assert not tracing.enabled()
+    async with gateway({"web": web_upstream}) as gw:
+        got = json.loads(text_of(await gw.call_tool(grant("web__*"), "web__trace", {})))
+    assert got == {"header_traceparent": None, "header_tracestate": None, "meta_traceparent": None}
 
 
 def test_accept_keeps_a_valid_context_and_drops_what_does_not_parse(spans: InMemorySpanExporter) -> None:
