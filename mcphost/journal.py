@@ -43,6 +43,7 @@ from mcphost.protocol import (
     ArtifactCreated,
     ArtifactRef,
     ContentElement,
+    InteractionRequested,
     InvalidResult,
     MediaContent,
     Message,
@@ -128,6 +129,9 @@ class RunJournal:
         self._saw_message = False
         self._terminal_written = False
         self._inline_refs: dict[str, ArtifactRef] = {}
+        self.questions: list[dict[str, Any]] = []
+        """The `interaction.requested` data accepted and not yet taken by the orchestrator (which
+        turns each into a parked `interaction` approval and parks the run)."""
         """The host's ref of each inline `artifact.created` of this run, by the runner's artifact id."""
         self._terminal: tuple[int, tuple[str, dict[str, Any]]] | None = None
         self.outcome: RunOutcome | None = None
@@ -271,6 +275,9 @@ class RunJournal:
                 self._assistant_row(effects, result.data.message)
             case ToolCallStarted() | ToolCallCompleted() | ActionRequested():
                 self._telemetry(effects, result)
+            case InteractionRequested():
+                self._log_event(effects, result.type, "telemetry", result.data.model_dump(mode="json"))
+                self.questions.append(result.data.model_dump(mode="json"))
             case ArtifactCreated():
                 await self._register_artifact(effects, result)
             case StateUpdated():

@@ -755,7 +755,7 @@ class Orchestrator:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(call_plugin)
                 tg.start_soon(watch_cancel, tg.cancel_scope)
-                outcome = await self._pump(receive, journal, lambda: active.parked_on is not None)
+                outcome = await self._pump(receive, journal, active)
                 if outcome is not None and not outcome.by_runner:
                     # The host ended the run (a violation): stop the runner now.
                     await plugin.cancel(
@@ -800,15 +800,14 @@ class Orchestrator:
         return await journal.end_of_stream(plugin_status)
 
     async def _pump(
-        self,
-        receive: MemoryObjectReceiveStream[RawResult],
-        journal: RunJournal,
-        parked: Callable[[], bool],
+        self, receive: MemoryObjectReceiveStream[RawResult], journal: RunJournal, active: _ActiveRun
     ) -> RunOutcome | None:
         """Feed results to the journal in batches until the run ends or the stream closes; once the
-        run is `parked`, what its stopping runner still sends is dropped (it cannot change the end)."""
+        run is `parked`, what its stopping runner still sends is dropped (it cannot change the end).
+        An `interaction.requested` (the harness asks the user) becomes a parked `interaction`
+        approval and parks the run."""
         async for first in receive:
-            if parked():
+            if active.parked_on is not None:
                 continue
             batch = [first]
             while len(batch) < MAX_BATCH:
@@ -819,6 +818,12 @@ class Orchestrator:
             outcome = await journal.accept(batch)
             if outcome is not None:
                 return outcome
+            while journal.questions:
+                asked = journal.questions.pop(0)
+                approval = await self._stores.approvals.request(
+                    active.run_id, "interaction", asked, parked=True
+                )
+                await self.park(active.run_id, approval.approval_id)
         return None
 
     async def _pump_rest(self, receive: MemoryObjectReceiveStream[RawResult], journal: RunJournal) -> None:

@@ -21,7 +21,7 @@ the bearer header, or as the stdio bridge with the token in its environment, plu
 
 Stream mapping: `system/init` → fail closed unless `mcphost` is `connected`, else `external.session_id`
 and `external.working_directory` into conversation state; `stream_event` text deltas → `message.delta`
-(when the surface streams); `assistant` tool_use → `tool.call.started`; `user` tool_result →
+(when the surface streams); `assistant` tool_use → `tool.call.started` (and, for `AskUserQuestion`, `interaction.requested`); `user` tool_result →
 `tool.call.completed`; `result` → the final message and `run.completed` with usage and cost, or
 `run.failed` (`error_during_execution`, `error_max_turns`, API errors by status, permission denials).
 """
@@ -34,7 +34,14 @@ from typing import ClassVar, Literal
 
 from pydantic import Field
 
-from mcphost.protocol import AgentRunContext, JSONObject, Usage, is_error_code
+from mcphost.protocol import (
+    AgentRunContext,
+    InteractionRequested,
+    InteractionRequestedData,
+    JSONObject,
+    Usage,
+    is_error_code,
+)
 from runners._harness_files import make_private_dir, write_private
 from runners._harness_stream import (
     Diagnostics,
@@ -66,6 +73,8 @@ from runners.harness import (
 from runners.sdk import RunOutput, serve
 
 PermissionMode = Literal["dontAsk", "default", "acceptEdits", "plan", "auto", "bypassPermissions"]
+ASK_USER_TOOL = "AskUserQuestion"
+"""Claude Code's ask-the-user tool: its use becomes `interaction.requested` (the host parks the run)."""
 MCP_CONFIG_FILE = ".mcphost-mcp.json"
 INPUT_FILE = "INPUT.md"
 
@@ -290,6 +299,15 @@ class ClaudeStreamMapper(StreamMapper):
                 if tool_id and name and tool_id not in self._tools:
                     self._tools[tool_id] = name
                     await self.out.tool_started(tool_id, name, as_dict(part.get("input")))
+                    if name == ASK_USER_TOOL:
+                        await self._ask(tool_id, as_dict(part.get("input")))
+
+    async def _ask(self, tool_id: str, arguments: JSONObject) -> None:
+        """Claude Code asks the user: `interaction.requested`, on which the host parks the run."""
+        listed = [as_dict(q) for q in as_list(arguments.get("questions"))]
+        questions = [q for q in listed if q][:20] or [dict(arguments) or {"question": "(no question text)"}]
+        data = InteractionRequestedData(questions=questions, tool_use_id=tool_id[:200])
+        await self.out.emit(InteractionRequested(run_id=self.ctx.run_id, data=data))
 
     async def _user(self, event: JSONObject) -> None:
         for block in as_list(as_dict(event.get("message")).get("content")):

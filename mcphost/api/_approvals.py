@@ -46,7 +46,8 @@ async def decide_approval(request: Request) -> Response:
     parse_query(request, QueryModel)
     approval_id = path_id(request, "approval_id")
     body = parse_json(DecisionBody, await read_body(request, MAX_SMALL_BODY_BYTES))
-    approval, _ = await state.stores.approvals.decide(approval_id, body.decision, note=body.note)
+    note = body.answer if body.answer is not None else body.note
+    approval, _ = await state.stores.approvals.decide(approval_id, body.decision, note=note)
     if approval.parked and state.continuations is not None:
         run_id = await state.continuations.resume(approval)
         approval = approval.model_copy(update={"continuation_run_id": run_id})

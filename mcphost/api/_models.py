@@ -12,9 +12,9 @@ Invariants:
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import Literal, Self
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validator
 
 from mcphost.grants import GrantView
 from mcphost.models import ID_PATTERN, GrantLayers, Run, RunError, RunStatus
@@ -131,9 +131,20 @@ class DecisionBody(BaseModel):
     model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, allow_inf_nan=False)
 
     decision: Decision
-    """`approve` or `deny`."""
+    """`approve` or `deny`; `answer` for an `interaction` approval (the harness asked the user)."""
     note: str | None = Field(default=None, max_length=2000)
     """Why; stored with the decision and shown to a resumed or waiting run."""
+    answer: str | None = Field(default=None, min_length=1, max_length=2000)
+    """The person's answer to an `interaction` approval (required with `answer`, refused otherwise);
+    stored as the approval's note and given to the continuation run."""
+
+    @model_validator(mode="after")
+    def _answer_goes_with_its_decision(self) -> Self:
+        if (self.decision == "answer") != (self.answer is not None):
+            raise ValueError("`answer` is required with decision 'answer' and allowed with no other")
+        if self.answer is not None and self.note is not None:
+            raise ValueError("an answer is its own note: send `answer` without `note`")
+        return self
 
 
 class _Answer(BaseModel):

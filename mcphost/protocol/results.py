@@ -106,6 +106,12 @@ class ActionRequestedData(InboundModel):
     approval_hint: str | None = None
 
 
+class InteractionRequestedData(InboundModel):
+    questions: list[JSONObject] = Field(min_length=1, max_length=20)
+    """What the harness asks the user, as its tool put it (Claude Code's `AskUserQuestion` input)."""
+    tool_use_id: str | None = Field(default=None, max_length=200)
+
+
 class Usage(InboundModel):
     input_tokens: int | None = Field(default=None, ge=0)
     output_tokens: int | None = Field(default=None, ge=0)
@@ -175,6 +181,11 @@ class ActionRequested(_ResultBase):
     data: ActionRequestedData
 
 
+class InteractionRequested(_ResultBase):
+    type: Literal["interaction.requested"] = "interaction.requested"
+    data: InteractionRequestedData
+
+
 class RunCompleted(_ResultBase):
     type: Literal["run.completed"] = "run.completed"
     data: RunCompletedData = Field(default_factory=RunCompletedData)
@@ -193,6 +204,7 @@ AgentRunResult = Annotated[
     | ArtifactCreated
     | StateUpdated
     | ActionRequested
+    | InteractionRequested
     | RunCompleted
     | RunFailed,
     Field(discriminator="type"),
@@ -208,6 +220,7 @@ RESULT_TYPES: frozenset[str] = frozenset(
         "artifact.created",
         "state.updated",
         "action.requested",
+        "interaction.requested",
         "run.completed",
         "run.failed",
     }

@@ -40,7 +40,7 @@ from pydantic import BaseModel, ConfigDict
 from sqlalchemy import ColumnElement, Update, and_, insert, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from mcphost.errors import ConflictError, NotFoundError
+from mcphost.errors import ConflictError, InvalidArgumentError, NotFoundError
 from mcphost.models import RunStatus, new_id
 from mcphost.protocol import JSONObject, is_json_object
 from mcphost.stores._cursor import CursorCodec, Page, check_limit
@@ -52,7 +52,8 @@ from mcphost.stores.tables import ApprovalRow, RunRow
 
 ApprovalStatus = Literal["pending", "approved", "denied", "expired"]
 ApprovalKind = Literal["tool", "action", "interaction"]
-Decision = Literal["approve", "deny"]
+Decision = Literal["approve", "deny", "answer"]
+"""`answer` (the note carries it) decides an `interaction` approval as `approved`; `approve` cannot."""
 DEFAULT_APPROVAL_EXPIRY_S = 24 * 3600.0
 MAX_NOTE_CHARS = 2000
 OTHER_PROCESS_POLL_S = 1.0
@@ -250,7 +251,7 @@ class ApprovalStore:
             NotFoundError: no such approval.
             ConflictError: it already has the other decision, or it expired and `decision` is approve.
         """
-        wanted: ApprovalStatus = "approved" if decision == "approve" else "denied"
+        wanted: ApprovalStatus = "denied" if decision == "deny" else "approved"
         now = time.time()
         async with self._db.write() as session:
             row = (
@@ -261,6 +262,16 @@ class ApprovalStore:
             if row is None:
                 raise _not_found(approval_id)
             current = _record(row, now)
+            if decision != "deny" and (decision == "answer") != (current.kind == "interaction"):
+                raise InvalidArgumentError(
+                    f"Approval {approval_id!r} is of kind {current.kind!r}: decide it with "
+                    + (
+                        "'answer' (and the answer) or 'deny'."
+                        if current.kind == "interaction"
+                        else "'approve' or 'deny'."
+                    ),
+                    details={"approval_id": approval_id, "kind": current.kind},
+                )
             if current.status == wanted or (current.status == "expired" and decision == "deny"):
                 return current, False
             if current.status != "pending":

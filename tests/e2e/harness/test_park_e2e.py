@@ -213,3 +213,60 @@ async def test_an_expired_parked_approval_continues_as_denied(tmp_path: Path) ->
         assert (await parked.host.stores.approvals.get(approval_id)).status == "expired"
         late = await parked.client.post(f"/v1/approvals/{approval_id}", json={"decision": "approve"})
         assert late.status_code == 409
+
+
+QUESTION = {
+    "question": "Which color do you like?",
+    "header": "Color",
+    "options": [
+        {"label": "green", "description": "The color of grass"},
+        {"label": "blue", "description": "The color of the sky"},
+    ],
+    "multiSelect": False,
+}
+
+
+def asking_script(request: ModelRequest) -> Reply:
+    """Ask the user with Claude Code's AskUserQuestion; once a turn carries the answer, repeat it."""
+    if not request.is_agent_turn:
+        return Text("mcphost fake title")
+    if "The person answered your question" in request.user_text:
+        return Text(f"You said: {request.user_text.rsplit(': ', 1)[-1]}")
+    if not request.tool_results:
+        return ToolCall("AskUserQuestion", {"questions": [QUESTION]})
+    return Text("Waiting for your answer.")
+
+
+async def test_claude_codes_question_to_the_user_parks_the_run_and_the_answer_resumes_it(
+    tmp_path: Path,
+) -> None:
+    async with fake_anthropic(asking_script) as fake:
+        agent = claude_agent("claude", fake.base_url, tmp_path / "harness", timeout_s=120)
+        async with (
+            harness_host(tmp_path, [agent]) as host,
+            httpx2.AsyncClient(base_url=host.orchestrator.public_url, timeout=60) as client,
+        ):
+            conversation = unique("conv")
+            admission = await host.orchestrator.submit(message("claude", conversation, FIRST_TEXT))
+            parked = await finished(host, admission.run.run_id, timeout=120)
+            assert parked.run.status.value == "parked", json.dumps(parked.results)
+            (asked,) = parked.data("interaction.requested")
+            assert asked["questions"] == [QUESTION]
+            (approval,) = (await host.stores.approvals.list(run_id=parked.run.run_id)).items
+            assert (approval.kind, approval.parked, approval.status) == ("interaction", True, "pending")
+            assert approval.request["questions"] == [QUESTION]
+
+            # An interaction is answered, not approved; the body is validated.
+            url = f"/v1/approvals/{approval.approval_id}"
+            assert (await client.post(url, json={"decision": "approve"})).status_code == 400
+            assert (await client.post(url, json={"decision": "answer"})).status_code == 400
+            before = len(fake.requests)
+            answered = await client.post(url, json={"decision": "answer", "answer": "blue"})
+            assert answered.status_code == 200, answered.text
+            assert answered.json()["status"] == "approved"
+            continuation = await finished(host, answered.json()["continuation_run_id"], timeout=120)
+            assert continuation.run.status.value == "completed", json.dumps(continuation.results)
+            assert continuation.session_id == parked.session_id
+            resumed = fake.requests[before]
+            assert FIRST_TEXT in json.dumps(resumed.body)
+            assert continuation.answer == "You said: blue"

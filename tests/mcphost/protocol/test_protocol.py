@@ -52,6 +52,8 @@ PINNED_ALL = [
     "InboundModel",
     "InitializeParams",
     "InitializeResult",
+    "InteractionRequested",
+    "InteractionRequestedData",
     "InvalidResult",
     "JSONObject",
     "JSONValue",
