@@ -9,7 +9,7 @@ console can do nothing a `/v1` client could not, and the API stays its only cont
 Invariants:
 - No build step and nothing fetched from elsewhere: the files under `static/` are what the browser runs,
   so the console works offline and `git diff` shows every change to it.
-- The files hold nothing secret; `app.py` applies the host's Host and Origin checks to them (as to
+- The files hold nothing secret; the API middleware (`api/_middleware.py`) applies the host's Host and Origin checks to them (as to
   `/v1`) but no API key, since the login prompt itself must load. Every datum they show comes from `/v1`,
   which asks for the key.
 """
@@ -61,7 +61,7 @@ async def _home(request: Request) -> Response:
 
 
 def is_console_path(path: str) -> bool:
-    """`/` or a path under `/console`: the pages `app.py` puts behind the Host and Origin checks."""
+    """`/` or a path under `/console`: the pages the API middleware puts behind the Host and Origin checks."""
     return path == "/" or path == PREFIX or path.startswith(f"{PREFIX}/")
 
 
