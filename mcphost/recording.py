@@ -174,7 +174,7 @@ def read_document(path: Path) -> RecordingDocument:
         raise InvalidArgumentError(f"{path}: cannot read it ({exc.strerror or exc}).") from None
     except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
         raise InvalidArgumentError(f"{path}: not a JSON document ({exc}).") from None
-    if not isinstance(data, dict) or data.get("format") != RECORDING_FORMAT:  # pyright: ignore[reportUnknownMemberType]
+    if not isinstance(data, dict) or data.get("format") != RECORDING_FORMAT:  # pyright: ignore[reportUnknownMemberType]  # json.loads: dict[Any, Any]
         raise InvalidArgumentError(
             f'{path}: not an mcphost recording (expected "format": {RECORDING_FORMAT!r}; '
             "write one with `mcphost record export RUN_ID -o FILE`)."

@@ -203,8 +203,7 @@ class EventStream(EventSourceResponse):
     def __init__(
         self, events: AsyncGenerator[ServerSentEvent, None], *, headers: dict[str, str] | None = None
     ) -> None:
-        # sse-starlette types its content with a bare `dict`, which strict pyright calls partly unknown.
-        super().__init__(  # pyright: ignore[reportUnknownMemberType]
+        super().__init__(  # pyright: ignore[reportUnknownMemberType]  # sse-starlette types content as bare dict
             _opened(events),
             headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no", **(headers or {})},
             ping=KEEPALIVE_S,

@@ -304,11 +304,11 @@ def _artifact_ids(value: object) -> set[str]:
     while stack:
         item = stack.pop()
         if isinstance(item, dict):
-            for key, child in item.items():  # pyright: ignore[reportUnknownVariableType]
+            for key, child in item.items():  # pyright: ignore[reportUnknownVariableType]  # a JSON object: dict[Any, Any]
                 if key in ("artifact_id", "raw_ref") and isinstance(child, str):
                     found.add(child)
                 else:
-                    stack.append(child)  # pyright: ignore[reportUnknownArgumentType]
+                    stack.append(child)  # pyright: ignore[reportUnknownArgumentType]  # as above
         elif isinstance(item, list):
-            stack.extend(item)  # pyright: ignore[reportUnknownArgumentType]
+            stack.extend(item)  # pyright: ignore[reportUnknownArgumentType]  # a JSON array: list[Any]
     return found
