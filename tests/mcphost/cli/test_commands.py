@@ -210,7 +210,7 @@ async def test_zsh_and_fish_completion_scripts_name_every_command(tmp_path: Path
             assert command in script
     code, fish, _ = await mcphost("completion", "fish", cwd=tmp_path)
     assert (
-        "-n '__fish_seen_subcommand_from runs' -l status -r -a 'queued running completed failed cancelled'"
+        "-n '__fish_seen_subcommand_from runs' -l status -r -a 'queued running completed failed cancelled parked'"
         in fish
     )
 
