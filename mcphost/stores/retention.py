@@ -8,7 +8,8 @@ in `config.py`), the files on disk (`mcphost/retention.py`) or when collection r
 
 Invariants:
 - Nothing a held run references is deleted. A run is held until it is completed, failed or cancelled
-  (queued, running, and any status that can still resume, such as parked): results and audit rows only
+  (queued, running, and any status that can still resume: a parked run until its decision has started
+  the continuation run, which then holds the conversation itself): results and audit rows only
   of runs finished before the cutoff; event-log and transcript rows only when their run is not held,
   and an event only when no held run was admitted for its `event_id`; an artifact only when its owner
   run is not held, no held run shares its conversation, and no held run's event hands it over as input
@@ -31,7 +32,20 @@ from collections.abc import Sequence
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
-from sqlalchemy import ColumnElement, Select, Text, cast, delete, func, literal, or_, select, tuple_
+from sqlalchemy import (
+    ColumnElement,
+    Select,
+    Text,
+    and_,
+    cast,
+    delete,
+    func,
+    literal,
+    not_,
+    or_,
+    select,
+    tuple_,
+)
 
 from mcphost.models import RunStatus
 from mcphost.stores._sql import lock_in_transaction
@@ -39,6 +53,7 @@ from mcphost.stores.artifacts import BLOB_LOCK
 from mcphost.stores.blobs import BlobBackend
 from mcphost.stores.engine import Database
 from mcphost.stores.tables import (
+    ApprovalRow,
     ArtifactRow,
     AuditRow,
     DeliveryRow,
@@ -58,7 +73,9 @@ FINISHED_STATUSES: tuple[str, ...] = (
     RunStatus.FAILED.value,
     RunStatus.CANCELLED.value,
 )
-"""Runs in these statuses never run again; every other run is held (what it references stays)."""
+"""Runs in these statuses never run again; every other run is held (what it references stays), except a
+parked run whose approval has started its continuation: that run never resumes, the continuation (itself
+held while it can run) carries the conversation on."""
 SESSION_STATE_KEYS: tuple[str, ...] = ("external.session_id", "external.working_directory")
 """Conversation-state keys where harness runners keep the session a conversation continues."""
 
@@ -75,16 +92,27 @@ class Collected(BaseModel):
     cutoff: float
 
 
+def _finished() -> ColumnElement[bool]:
+    """The run will never run again: a finished status, or parked with its continuation started."""
+    continued = select(ApprovalRow.run_id).where(
+        ApprovalRow.parked.is_(True), ApprovalRow.continuation_run_id.is_not(None)
+    )
+    return or_(
+        RunRow.status.in_(FINISHED_STATUSES),
+        and_(RunRow.status == RunStatus.PARKED.value, RunRow.run_id.in_(continued)),
+    )
+
+
 def _held_runs() -> Select[str]:
-    return select(RunRow.run_id).where(RunRow.status.not_in(FINISHED_STATUSES))
+    return select(RunRow.run_id).where(not_(_finished()))
 
 
 def _held_conversations() -> Select[str]:
-    return select(RunRow.conversation_id).where(RunRow.status.not_in(FINISHED_STATUSES))
+    return select(RunRow.conversation_id).where(not_(_finished()))
 
 
 def _finished_runs(cutoff: float) -> Select[str]:
-    return select(RunRow.run_id).where(RunRow.status.in_(FINISHED_STATUSES), RunRow.ended_at < cutoff)
+    return select(RunRow.run_id).where(_finished(), RunRow.ended_at < cutoff)
 
 
 def _length(*columns: Any) -> ColumnElement[Any]:
@@ -128,7 +156,7 @@ def _candidates(
         keys = select(EventRow.seq).where(
             EventRow.created_at < cutoff,
             or_(EventRow.run_id.is_(None), EventRow.run_id.not_in(_held_runs())),
-            EventRow.event_id.not_in(select(RunRow.event_id).where(RunRow.status.not_in(FINISHED_STATUSES))),
+            EventRow.event_id.not_in(select(RunRow.event_id).where(not_(_finished()))),
         )
         return keys, EventRow, _length(EventRow.payload)
     if kind == "transcript":
@@ -215,9 +243,7 @@ class RetentionStore:
         async with self._db.read() as session:
             payloads = await session.scalars(
                 select(EventRow.payload).where(
-                    EventRow.event_id.in_(
-                        select(RunRow.event_id).where(RunRow.status.not_in(FINISHED_STATUSES))
-                    )
+                    EventRow.event_id.in_(select(RunRow.event_id).where(not_(_finished())))
                 )
             )
             return frozenset(_artifact_ids(list(payloads)))

@@ -16,6 +16,7 @@ from mcphost.stores import ArtifactRecord, ArtifactStore, Database, DiskBlobs, S
 from mcphost.stores.blobs import StagedBlob
 from mcphost.stores.retention import BATCH, RetentionStore
 from mcphost.stores.tables import (
+    ApprovalRow,
     ArtifactRow,
     AuditRow,
     DeliveryRow,
@@ -108,6 +109,34 @@ async def test_rows_newer_than_the_cutoff_stay(stores: Stores) -> None:
     done = [await retention.collect(kind, 0.5) for kind in KINDS]  # older than 1970-01-01T00:00:00.5
     assert [c.rows for c in done] == [0, 0, 0, 0]
     assert await _counts(stores, ended.run_id) == dict.fromkeys(KINDS, 2)
+
+
+async def test_a_parked_run_is_held_until_its_decision_starts_the_continuation(stores: Stores) -> None:
+    parked = await admitted(stores, conversation_id="p")
+    async with stores.db.write() as session:
+        await session.execute(
+            update(RunRow).where(RunRow.run_id == parked.run_id).values(status="parked", ended_at=1.0)
+        )
+        await session.execute(
+            insert(ApprovalRow).values(
+                approval_id="ap-1", run_id=parked.run_id, agent_id="a", conversation_id="p", kind="tool",
+                status="pending", request={}, created_at=1.0, expires_at=time.time() + 3600, parked=True,
+            )
+        )  # fmt: skip
+    await _old_rows(stores, parked.run_id, parked.event_id, 2)
+    retention = RetentionStore(stores.db, stores.artifacts.blobs)
+    cutoff = time.time() + 60
+    assert [(await retention.collect(kind, cutoff)).rows for kind in KINDS] == [0, 0, 0, 0]
+    assert await _counts(stores, parked.run_id) == dict.fromkeys(KINDS, 2)  # it may still be continued
+
+    async with stores.db.write() as session:  # decided: the continuation run carries the conversation on
+        await session.execute(
+            update(ApprovalRow)
+            .where(ApprovalRow.approval_id == "ap-1")
+            .values(status="approved", decided_at=2.0, continuation_run_id="run-next")
+        )
+    assert [(await retention.collect(kind, cutoff)).rows for kind in KINDS] == [2, 2, 2, 2]
+    assert await _counts(stores, parked.run_id) == dict.fromkeys(KINDS, 0)
 
 
 # -- artifacts and their bytes, on both blob backends --------------------------------------------------
