@@ -443,19 +443,24 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser(
         "approvals",
-        help="human approvals; approve or deny one",
+        help="human approvals; approve, deny or answer one",
         description="List approvals, newest first (--status pending: what waits for a decision), or decide one "
-        "with `mcphost approvals approve APPROVAL_ID` / `mcphost approvals deny APPROVAL_ID [--note TEXT]`. "
+        "with `mcphost approvals approve APPROVAL_ID` / `mcphost approvals deny APPROVAL_ID [--note TEXT]`; "
+        "a question a harness asked the user (kind interaction) is answered with "
+        "`mcphost approvals answer APPROVAL_ID TEXT`. "
         "Deciding again the same way changes nothing; the other decision is refused.",
     )
     p.add_argument(
         "action",
         nargs="?",
-        choices=["list", "approve", "deny"],
+        choices=["list", "approve", "deny", "answer"],
         default="list",
-        help="list (default), approve or deny",
+        help="list (default), approve, deny or answer",
     )
     p.add_argument("approval_id", nargs="?", metavar="APPROVAL_ID", help="the approval to decide")
+    p.add_argument(
+        "answer", nargs="?", type=_note, metavar="TEXT", help="with answer: the answer to the question"
+    )
     p.add_argument("--note", type=_note, help="why (stored with the decision; at most 2000 characters)")
     p.add_argument(
         "--status",

@@ -1,5 +1,7 @@
-"""`mcphost approvals [--status S]` and `mcphost approvals approve|deny ID [--note TEXT]`: human
-approvals, straight on the database (no server needed; a waiting run on any host reads the decision).
+"""`mcphost approvals [--status S]`, `mcphost approvals approve|deny ID [--note TEXT]` and
+`mcphost approvals answer ID TEXT` (a harness's question to the user): human approvals, straight on the
+database (no server needed; a waiting run on any host reads the decision, and a parked run's
+continuation is started by the host that sweeps decided approvals).
 """
 
 from __future__ import annotations
@@ -24,13 +26,21 @@ def approval_line(a: ApprovalRecord) -> str:
 
 async def cmd_approvals(args: argparse.Namespace, settings: Settings) -> int:
     async with open_database(settings) as stores:
-        if args.action in ("approve", "deny"):
+        if args.action in ("approve", "deny", "answer"):
             if not args.approval_id:
                 return fail(
                     f"mcphost approvals {args.action} needs an APPROVAL_ID (see `mcphost approvals --status pending`)."
                 )
-            decision = "approve" if args.action == "approve" else "deny"
-            approval, changed = await stores.approvals.decide(args.approval_id, decision, note=args.note)
+            if args.answer is not None and args.action != "answer":
+                return fail(f"mcphost approvals {args.action} takes no TEXT; give a reason with --note TEXT.")
+            note = args.note
+            if args.action == "answer":
+                if not (args.answer or "").strip():
+                    return fail(
+                        "mcphost approvals answer needs the answer: `mcphost approvals answer APPROVAL_ID TEXT`."
+                    )
+                note = args.answer
+            approval, changed = await stores.approvals.decide(args.approval_id, args.action, note=note)
             if args.json:
                 dump(approval.model_dump(mode="json"))
             elif changed:

@@ -451,3 +451,41 @@ async def test_approvals_lists_and_decides_one_idempotently(
     assert (await cli("approvals", "deny", "apr_unknown")).returncode != 0
     shown = json.loads((await cli("approvals", "--status", "approved", "--json")).stdout)["approvals"]
     assert [(a["approval_id"], a["note"]) for a in shown] == [(asked.approval_id, "looks fine")]
+
+
+async def test_approvals_answer_decides_a_question_to_the_user_with_its_text(
+    database_url: str, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    async with open_stores(database_url, tmp_path / "data") as stores:
+        run = await admitted(stores)
+        question = {"questions": [{"question": "Which colour?"}], "tool_use_id": "toolu_1"}
+        asked = await stores.approvals.request(run.run_id, "interaction", question, parked=True)
+        tool = await stores.approvals.request(run.run_id, "tool", {"tool": "state_set", "arguments": {}})
+    cli = in_process(write_config(tmp_path, database_url), capfd)
+
+    approve = await cli("approvals", "approve", asked.approval_id)
+    assert approve.returncode != 0
+    assert "decide it with 'answer'" in approve.stderr
+    empty = await cli("approvals", "answer", asked.approval_id)
+    assert empty.returncode == 1
+    assert "needs the answer" in empty.stderr
+    blank = await cli("approvals", "answer", asked.approval_id, "   ")
+    assert blank.returncode == 1
+    stray = await cli("approvals", "deny", asked.approval_id, "no")
+    assert stray.returncode == 1
+    assert "takes no TEXT" in stray.stderr
+    wrong_kind = await cli("approvals", "answer", tool.approval_id, "blue")
+    assert wrong_kind.returncode != 0
+    assert "'approve' or 'deny'" in wrong_kind.stderr
+
+    answered = await cli("approvals", "answer", asked.approval_id, "Blue, please", "--json")
+    assert answered.returncode == 0, answered.stderr
+    shown = json.loads(answered.stdout)
+    assert (shown["status"], shown["note"], shown["kind"]) == ("approved", "Blue, please", "interaction")
+    again = await cli("approvals", "answer", asked.approval_id, "Blue, please")
+    assert again.stdout.strip() == f"{asked.approval_id} was already approved; nothing changed"
+    async with open_stores(database_url, tmp_path / "data") as stores:
+        stored = await stores.approvals.get(asked.approval_id)
+        untouched = await stores.approvals.get(tool.approval_id)
+    assert (stored.status, stored.note) == ("approved", "Blue, please")
+    assert untouched.status == "pending"
