@@ -234,6 +234,8 @@ def _attach(app: Starlette, host: Host, limits: ApiLimits | None) -> None:
         scheduler=host.scheduler,
         continuations=host.continuations,
         webhooks=host.settings.webhooks,
+        knowledge=host.knowledge,
+        gateway=host.gateway,
     )
     app.router.routes[0:0] = host.facts.routes
 

@@ -19,7 +19,7 @@ import fnmatch
 import hashlib
 import hmac
 import secrets
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Literal, Self
 
 from pydantic import BaseModel, ConfigDict
@@ -183,7 +183,12 @@ def build_grant(
 
 def allows_host_tool(grant: RunGrant, tool_name: str) -> bool:
     """True when the host tool `<server>__<tool>` matches one of the agent's granted globs."""
-    return any(fnmatch.fnmatchcase(tool_name, pattern) for pattern in grant.host_tool_globs)
+    return matches_tool_glob(grant.host_tool_globs, tool_name)
+
+
+def matches_tool_glob(globs: Iterable[str], tool_name: str) -> bool:
+    """True when the host tool `<server>__<tool>` matches one of `globs` (an agent's `resources.tools`)."""
+    return any(fnmatch.fnmatchcase(tool_name, pattern) for pattern in globs)
 
 
 def allows_state(grant: RunGrant, scope: str, *, write: bool) -> bool:

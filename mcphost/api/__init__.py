@@ -9,7 +9,7 @@ Does not own the policy of the guard (`guard.py`) nor the composition of the hos
 `ApiState` the routes and middleware read. Endpoints raise; they never build an error response.
 
 Module map: `_routes` (the route table, `routes()` and the OpenAPI document), `_endpoints` (events, runs,
-run records, conversations, agents, runners, health and metrics endpoints), `_artifacts` (multipart upload, range downloads),
+run records, conversations, agents, runners, health and metrics endpoints), `_artifacts` (multipart upload, range downloads), `_resources` (knowledge bases, their search, upstream tools),
 `_models` (request and response models), `_http` (query and body parsing, capped body reads, the
 result streams' sse-starlette settings: `json_event`, `EventStream`), `_errors` (errors → HTTP,
 `CatchAll`), `_middleware` (the middleware, outermost first), `_docs` (the `/docs` page), `_state`

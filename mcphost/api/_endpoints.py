@@ -386,6 +386,14 @@ async def list_agents(request: Request) -> Response:
                 match=dict(a.match),
                 concurrency=a.concurrency,
                 timeout_s=a.timeout_s,
+                hooks=[
+                    source
+                    for source, hook in sorted(state.hooks.items())
+                    if hook.agent == a.id
+                    or (hook.agent is None and ("*" in a.event_types or hook.event_type in a.event_types))
+                ],
+                tools=list(a.resources.tools),
+                knowledge_bases=list(a.resources.knowledge_bases),
             )
             for a in state.bindings.agents
         ]

@@ -16,9 +16,11 @@ from typing import Literal, Self
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validator
 
+from mcphost.gateway.upstream import UpstreamState
 from mcphost.grants import GrantView
 from mcphost.models import ID_PATTERN, GrantLayers, Run, RunError, RunStatus
 from mcphost.protocol import AgentRunContext, JSONObject
+from mcphost.protocol.facts import KnowledgeChunk
 from mcphost.schedules import ScheduleStatus
 from mcphost.stores import (
     MAX_RUN_SEQ,
@@ -31,8 +33,11 @@ from mcphost.stores import (
     StoredEvent,
     TranscriptRecord,
 )
+from mcphost.stores.knowledge import MAX_SEARCH_LIMIT
 
 RESULTS_PAGE_LIMIT = 1000
+MAX_KNOWLEDGE_QUERY_CHARS = 2000
+"""The same cap as the per-run `knowledge_retrieve` tool's `query`."""
 MIME_PATTERN = re.compile(r"^[A-Za-z0-9][\w.+-]{0,99}/[A-Za-z0-9][\w.+-]{0,99}(\s*;.{0,95})?$")
 
 
@@ -114,6 +119,19 @@ class UploadQuery(QueryModel):
     expires_in_s: int | None = Field(default=None, ge=1, le=36500 * 86400)
     """Seconds until the artifact expires (reads as not found, and retention deletes it); default
     `[retention] artifacts_days`, else never."""
+
+
+class KnowledgeSearchQuery(QueryModel):
+    q: str = Field(min_length=1, max_length=MAX_KNOWLEDGE_QUERY_CHARS)
+    """What to look for (the words of the query; punctuation is ignored)."""
+    limit: int = Field(default=10, ge=1, le=MAX_SEARCH_LIMIT)
+    """How many chunks to return, best first (the per-run `knowledge_retrieve` tool's `top_k` range)."""
+
+
+class ToolsQuery(QueryModel):
+    connect: bool = False
+    """Connect every upstream that is not connected and list its tools first (each bounded by the list
+    timeout); without it, the answer is what the host knows now and an idle upstream lists no tools."""
 
 
 class ConversationPath(QueryModel):
@@ -217,6 +235,13 @@ class AgentInfo(_Answer):
     match: dict[str, str | list[str]]
     concurrency: str
     timeout_s: float | None
+    hooks: list[str]
+    """The `[hooks.<source>]` senders whose events come to this agent: those that name it, and those that
+    name no agent and send an event type it takes (its `match` may still turn one away)."""
+    tools: list[str]
+    """Its `resources.tools`: globs of the upstream host tools (`<server>__<tool>`) it may call."""
+    knowledge_bases: list[str]
+    """Its `resources.knowledge_bases`."""
 
 
 class AgentsView(_Answer):
@@ -365,3 +390,78 @@ class SchedulesPage(_Answer):
 class ScheduleDeleted(_Answer):
     schedule_id: str
     deleted: bool
+
+
+class KnowledgeBaseView(_Answer):
+    """A configured knowledge base, what is stored for it and which agents may search it."""
+
+    kb_id: str
+    name: str
+    description: str
+    paths: list[str]
+    """Its configured sources (files, folders, globs), as written in `[knowledge.<kb_id>]`."""
+    documents: int
+    chunks: int
+    bytes: int
+    last_ingested_at: float | None
+    """When a document of it was last (re)ingested; None when it never was."""
+    ready: bool
+    """Whether it has documents to search (`mcphost kb ingest <kb_id>` makes it ready)."""
+    agents: list[str]
+    """The agents whose `resources.knowledge_bases` name it (a runner's manifest may still cut it)."""
+
+
+class KnowledgeView(_Answer):
+    knowledge_bases: list[KnowledgeBaseView]
+
+
+class KnowledgeSearchAnswer(_Answer):
+    kb_id: str
+    query: str
+    hits: list[KnowledgeChunk]
+    """Best first, as the per-run `knowledge_retrieve` tool answers."""
+
+
+class ToolParam(_Answer):
+    """One top-level property of a tool's input schema."""
+
+    name: str
+    type: str
+    """The JSON Schema type (`a|b` for several; empty when the schema names none)."""
+    required: bool
+
+
+class UpstreamToolInfo(_Answer):
+    name: str
+    """The host name an agent calls, `<server>__<tool>`."""
+    tool: str
+    """The upstream's own name."""
+    description: str | None
+    params: list[ToolParam]
+    """The input schema's top-level properties (a summary, not the schema)."""
+    agents: list[str]
+    """The agents whose `resources.tools` globs allow it (a runner's manifest may still cut it)."""
+
+
+class UpstreamInfo(_Answer):
+    """One `[tools.<server>]` upstream MCP server: how it is reached (never its headers or env values)."""
+
+    server: str
+    transport: str
+    """`stdio` or `http`."""
+    target: str
+    """The command without its arguments, or the URL without credentials, query or fragment."""
+    state: UpstreamState
+    """`idle` (nothing needed it yet), `connecting`, `ready` (connected), `backoff` (the last attempt
+    failed or the connection was lost; see `last_error`) or `closed`."""
+    last_error: str | None
+    connects: int
+    """Successful connections since the host started."""
+    tools: list[UpstreamToolInfo]
+    """Its tools as last listed (none before it first connected)."""
+    agents: list[str]
+    """The agents with a `resources.tools` glob that can match a tool of this server."""
+
+
+class ToolsView(_Answer):
+    servers: list[UpstreamInfo]

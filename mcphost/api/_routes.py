@@ -67,6 +67,9 @@ from mcphost.api._models import (
     EventsPageQuery,
     Health,
     IngestQuery,
+    KnowledgeSearchAnswer,
+    KnowledgeSearchQuery,
+    KnowledgeView,
     PageQuery,
     QueryModel,
     ResultsPage,
@@ -80,9 +83,12 @@ from mcphost.api._models import (
     SchedulesPage,
     StateDeleted,
     StateOwnerQuery,
+    ToolsQuery,
+    ToolsView,
     TranscriptPage,
     UploadQuery,
 )
+from mcphost.api._resources import list_knowledge, list_tools, search_knowledge
 from mcphost.api._schedules import (
     create_schedule,
     delete_schedule,
@@ -232,8 +238,20 @@ _ENDPOINTS: tuple[_Endpoint, ...] = (
               "key that would add it. Nothing is stored or run", 200, "Explanation", (400, 404, 413),
               body="ExplainRequest"),
     _Endpoint("GET", "/v1/agents", list_agents,
-              "The configured agents: the events each takes and its runner (no prompt or runner config)", 200,
-              "AgentsView"),
+              "The configured agents: the events and hooks that bind to each, its runner and the tools and "
+              "knowledge bases its config grants (no prompt or runner config)", 200, "AgentsView", (400,)),
+    _Endpoint("GET", "/v1/knowledge", list_knowledge,
+              "Every configured knowledge base: its sources, stored documents and chunks, when it was last "
+              "ingested, whether it is ready, and the agents whose config names it", 200, "KnowledgeView",
+              (400,)),
+    _Endpoint("GET", "/v1/knowledge/{kb_id}/search", search_knowledge,
+              "Search a knowledge base as the per-run knowledge_retrieve tool does (any configured one: the "
+              "API key stands in for a run grant); 404 when it is unknown or not ingested yet", 200,
+              "KnowledgeSearchAnswer", (400, 404), KnowledgeSearchQuery),
+    _Endpoint("GET", "/v1/tools", list_tools,
+              "The upstream tool servers ([tools.<server>]): transport and target (never headers or env), "
+              "state and last error, their tools with an input summary, and the agents whose globs allow "
+              "each", 200, "ToolsView", (400,), ToolsQuery),
     _Endpoint("GET", "/v1/runners", list_runners, "Runners, rejected manifests and plugin processes", 200,
               "RunnersView"),
     _Endpoint("POST", "/v1/artifacts", upload_artifact,
@@ -264,6 +282,8 @@ TAGS: dict[str, str] = {
     "approvals": "Human approvals of requested actions: list, read, decide.",
     "explain": "Dry runs: the binding and grant an event would get, and why a target is (not) allowed.",
     "agents": "The configured agents an event can bind to.",
+    "knowledge": "The knowledge bases agents may search, and an operator's search of them.",
+    "tools": "The upstream tool servers the host exposes to agents, with their state.",
     "runners": "The runners the plugins registered, and the plugin processes.",
     "artifacts": "Files: upload, metadata, downloads with byte ranges.",
     "meta": "Liveness, metrics and this document (no API key).",
@@ -355,6 +375,9 @@ _SCHEMA_MODELS: tuple[type[BaseModel], ...] = (
     ScheduleDeleted,
     RunnersView,
     AgentsView,
+    KnowledgeView,
+    KnowledgeSearchAnswer,
+    ToolsView,
     Health,
     ErrorBody,
     DeliveriesPage,

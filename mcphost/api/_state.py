@@ -21,7 +21,9 @@ from mcphost.api._metrics import HostMetrics
 from mcphost.bindings import Bindings
 from mcphost.config import HookConfig, WebhookConfig
 from mcphost.continuations import Continuations
+from mcphost.gateway.host_tools import Gateway
 from mcphost.guard import HttpGuard
+from mcphost.knowledge.bases import KnowledgeBases
 from mcphost.orchestrator import Orchestrator
 from mcphost.plugins.process import PluginProcess
 from mcphost.plugins.registry import RunnerRegistry
@@ -66,6 +68,10 @@ class ApiState:
     continuation loop does, within seconds)."""
     webhooks: Sequence[WebhookConfig] = ()
     """The `[[webhooks]]` receivers (a redelivery is retried for its receiver's `max_age_s`)."""
+    knowledge: KnowledgeBases | None = None
+    """The configured knowledge bases (`GET /v1/knowledge`, an operator's search)."""
+    gateway: Gateway | None = None
+    """The upstream tool servers (`GET /v1/tools`)."""
     draining: bool = False
     """Set when the server stops taking new events (graceful shutdown)."""
 

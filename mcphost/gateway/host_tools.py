@@ -88,6 +88,7 @@ __all__ = [
     "Upstream",
     "UpstreamError",
     "UpstreamState",
+    "could_match",
     "expand_env",
     "host_name",
 ]
@@ -96,7 +97,7 @@ __all__ = [
 # -- the gateway -----------------------------------------------------------------------------------------
 
 
-def _could_match(globs: Sequence[str], server: str) -> bool:
+def could_match(globs: Sequence[str], server: str) -> bool:
     """Whether any grant glob can match a name `<server>__...` (checks the literal prefix only)."""
     prefix = server + SEPARATOR
     for pattern in globs:
@@ -189,7 +190,7 @@ class Gateway:
 
         async with anyio.create_task_group() as tg:
             for upstream in self.upstreams.values():
-                if _could_match(grant.host_tool_globs, upstream.name):
+                if could_match(grant.host_tool_globs, upstream.name):
                     tg.start_soon(collect, upstream)
         return [tool for name in sorted(found) for tool in found[name] if allows_host_tool(grant, tool.name)]
 

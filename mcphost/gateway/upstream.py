@@ -37,6 +37,7 @@ import math
 import re
 import sys
 import time
+import urllib.parse
 from collections.abc import Mapping
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
@@ -304,9 +305,13 @@ class Upstream:
 
     @property
     def target(self) -> str:
+        """The command without its arguments, or the URL without credentials, query or fragment: what
+        may be shown to anyone who may see the server (arguments and queries can carry secrets)."""
         if self.config.command is not None:
             return self.config.command[0]
-        return (self.config.url or "").split("?", 1)[0]
+        url = urllib.parse.urlsplit(self.config.url or "")
+        host = url.netloc.rpartition("@")[2]
+        return urllib.parse.urlunsplit((url.scheme, host, url.path, "", ""))
 
     def _move(self, state: UpstreamState) -> None:
         assert state in _TRANSITIONS[self.state], f"upstream {self.name!r}: {self.state} → {state}"

@@ -50,7 +50,7 @@ from schemathesis.specs.openapi.checks import (
 
 from mcphost.api import ApiLimits, openapi
 from mcphost.app import Host, open_host
-from mcphost.config import HookConfig
+from mcphost.config import HookConfig, KnowledgeBaseConfig
 from mcphost.grants import mint_token
 from mcphost.models import AgentConfig
 from mcphost.timetable import ScheduleSpec
@@ -107,6 +107,7 @@ class Seeded:
     other_token: str
     """A run token: never an API key."""
     schedule_id: str
+    kb_id: str = "docs"
 
 
 @pytest.fixture
@@ -117,7 +118,16 @@ async def host(database_url: str, tmp_path: Path) -> AsyncGenerator[Host, None]:
     hook = HookConfig(
         verify="bearer", secret=API_KEY, agent="hooked", conversation_id="c-hook", text="$.text"
     )
-    settings_ = base.model_copy(update={"agents": [*base.agents, hooked], "hooks": {"fuzz": hook}})
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "guide.md").write_text(
+        "# Backups\n\nBackups run nightly and keep thirty days.\n", encoding="utf-8"
+    )
+    # `/v1/knowledge/docs/search` searches a real ingested knowledge base (ingested in `seed`).
+    knowledge = {"docs": KnowledgeBaseConfig(name="Docs", paths=[str(docs)])}
+    settings_ = base.model_copy(
+        update={"agents": [*base.agents, hooked], "hooks": {"fuzz": hook}, "knowledge": knowledge}
+    )
     async with open_host(settings_) as opened:
         yield opened
 
@@ -131,6 +141,7 @@ async def seed(host: Host, client: httpx2.AsyncClient) -> Seeded:
     run_id = admitted.json()["run_id"]
     with anyio.fail_after(30):
         await host.orchestrator.wait(run_id)
+    await host.knowledge.ingest("docs")
     token, _ = mint_token()
     # Stored straight (no agent takes schedule events here) with a period that never comes due in a test,
     # so no fire writes rows behind the requests' backs.
@@ -242,6 +253,7 @@ def case_strategies(seeded: Seeded) -> list[tuple[str, st.SearchStrategy[Any]]]:
         "schedule_id": seeded.schedule_id,
         "delivery_id": "msg_none",  # the fuzz host has no [[webhooks]]: redelivery answers 404
         "approval_id": "apr_none",  # no runner of the fuzz host asks: a decision answers 404
+        "kb_id": "docs",
     }
     out: list[tuple[str, st.SearchStrategy[Any]]] = []
     for operation in OPERATIONS:
@@ -414,6 +426,8 @@ GET_PATHS = [
     "/v1/artifacts/{artifact_id}",
     "/v1/artifacts/{artifact_id}/content",
     "/v1/runners",
+    "/v1/knowledge/{kb_id}/search",
+    "/v1/tools",
 ]
 QUERY_NAMES = ["limit", "cursor", "after", "before", "status", "thread_id", "event_type", "stream", "name"]
 BOUND_VALUES = [

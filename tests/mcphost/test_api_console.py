@@ -101,6 +101,9 @@ async def test_agents_lists_every_configured_agent_without_prompt_or_config(
         "match": {"bot_id": "echo"},
         "concurrency": "enqueue",
         "timeout_s": None,
+        "hooks": [],
+        "tools": [],
+        "knowledge_bases": [],
     }
     assert "You are the probe." not in answer.text  # the probe agent's prompt stays in the config
     error_of(await client.get("/v1/agents?x=1"), 400, "invalid_argument")

@@ -13,6 +13,7 @@ import json
 import os
 import re
 import shutil
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +22,7 @@ from typing import Any
 import httpx2
 import pytest
 
+from tests.mcphost.gateway.test_host_tools import UPSTREAM
 from tests.mcphost.hostkit import MISBEHAVE
 from tests.mcphost.test_serve import Server, cli_env, mcphost
 
@@ -124,7 +126,36 @@ def server(tmp_path_factory: pytest.TempPathFactory, receiver: Receiver) -> Iter
         f'[[webhooks]]\nurl = "{receiver.url}"\nsecret = "whsec_{"A" * 32}"\nevents = ["approval.requested"]\n'
         'agents = ["slow"]\nmax_age_s = 1\n'
     )
-    yield from _serve(tmp_path_factory.mktemp("console"), webhook)
+    folder = tmp_path_factory.mktemp("console")
+    yield from _serve(folder, webhook + _resources(folder))
+
+
+GUIDE = """# Backups
+
+Backups run every night at two and keep thirty days of snapshots.
+
+# Restores
+
+A restore takes minutes; pick a snapshot by date.
+"""
+
+
+def _resources(folder: Path) -> str:
+    """A knowledge base (ingested by the test that searches it), a real upstream tool server, and an agent
+    granted both and bound to a source, a conversation and a hook."""
+    docs = folder / "docs"
+    docs.mkdir()
+    (docs / "guide.md").write_text(GUIDE, encoding="utf-8")
+    return (
+        f'[knowledge.docs]\nname = "Product docs"\ndescription = "How backups work"\npaths = ["{docs}"]\n'
+        f"[tools.fake]\ncommand = {json.dumps([sys.executable, UPSTREAM, 'stdio'])}\n"
+        '[hooks.tickets]\nverify = "bearer"\nsecret = "ticket-secret-0123456789"\nagent = "librarian"\n'
+        'event_type = "ticket.opened"\n'
+        '[[agents]]\nid = "librarian"\nrunner = "plugin:mcphost/memo/default"\n'
+        'event_types = ["message.received", "ticket.opened"]\n'
+        'match = { bot_id = "librarian", source = "helpdesk", conversation_id = ["support", "billing"] }\n'
+        'resources = { knowledge_bases = ["docs"], tools = ["fake__echo"] }\n'
+    )
 
 
 @pytest.fixture(scope="module")
@@ -451,6 +482,46 @@ def test_the_explain_and_agents_pages(server: Server, page: Page, tmp_path: Path
     expect(page.locator("#explain-error [role='alert']")).to_contain_text("Event:")
 
 
+def test_the_agents_page_searches_a_knowledge_base_and_shows_upstream_tools_and_bindings(
+    server: Server, page: Page, tmp_path: Path
+) -> None:
+    config = str(server.stderr.parent / "mcphost.toml")
+    ingested = mcphost("kb", "ingest", "docs", "--config", config, cwd=server.stderr.parent)
+    assert ingested.returncode == 0, ingested.stderr
+
+    page.goto(f"{server.url}/console/agents.html")
+    kb = page.locator("article[data-kb='docs']")
+    expect(kb).to_contain_text("Product docs")
+    expect(kb).to_contain_text("ready")
+    expect(kb.locator("dd").nth(3)).to_have_text("librarian")
+    kb.locator("input[name='q']").fill("snapshots by date")
+    kb.locator("button[type='submit']").click()
+    first = kb.locator("ol.hits li.hit").first
+    expect(first.locator(".snippet")).to_contain_text("pick a snapshot by date")
+    expect(first.locator(".source")).to_contain_text("guide.md")
+    score = first.locator(".score").inner_text()
+    assert float(score) > 0, score  # a relevance, shown to three significant digits
+
+    fake = page.locator("article[data-server='fake']")
+    expect(fake.locator("[data-status]")).to_have_attribute("data-status", "ready")
+    echo = fake.locator("tr[data-tool='fake__echo']")
+    expect(echo).to_contain_text("Repeat the text back.")
+    expect(echo.locator("td[data-label='Parameters']")).to_have_text("text: string")
+    expect(echo.locator("td[data-label='Agents']")).to_have_text("librarian")
+    expect(fake.locator("tr[data-tool='fake__forecast'] td[data-label='Agents']")).to_have_text("none")
+
+    binding = page.locator("#bindings tr[data-agent='librarian']")
+    expect(binding.locator("td[data-label='Event types']")).to_have_text("message.received, ticket.opened")
+    expect(binding.locator("td[data-label='Sources']")).to_have_text("helpdesk")
+    expect(binding.locator("td[data-label='Conversations']")).to_have_text("support, billing")
+    expect(binding.locator("td[data-label='Hooks']")).to_have_text("/v1/hooks/tickets")
+    expect(binding.locator("td[data-label='Other match keys']")).to_have_text("bot_id = librarian")
+    expect(page.locator("#bindings tr[data-agent='memo'] td[data-label='Other match keys']")).to_have_text(
+        "bot_id = memo"
+    )
+    screenshot(page, tmp_path, "agents-resources")
+
+
 def test_a_host_with_an_api_key_asks_for_it_once_and_keeps_it_for_the_tab(
     keyed_server: Server, page: Page, tmp_path: Path
 ) -> None:
@@ -484,6 +555,7 @@ def test_the_console_fits_a_phone(server: Server, browser: Browser, tmp_path: Pa
             ("phone-runs", "/console/", f"#runs tr[data-run-id='{run_id}']"),
             ("phone-run", f"/console/run.html?id={run_id}", "#audit tbody tr"),
             ("phone-chat", "/console/chat.html", "#chat-agent option[value='memo']"),
+            ("phone-agents", "/console/agents.html", "article[data-server='fake'] [data-status='ready']"),
         ]:
             phone.goto(server.url + path)
             expect(phone.locator(ready).first).to_be_attached()
