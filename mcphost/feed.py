@@ -1,6 +1,7 @@
 """Live delivery inside one host process: wake-up signals and each active run's result feed.
 
-Owns `Signal` (a wake-up that is never lost) and `ResultFeed`, the results of one run this process
+Owns `Signal` (a wake-up that is never lost), `RunSignals` (a signal per run that readers here are
+waiting on, woken by other processes' wake-ups, `stores/wakeups.py`) and `ResultFeed`, the results of one run this process
 executes, handed to the readers of this process in memory as they are persisted. Does not persist
 anything (the journal does, then publishes here) and does not serve runs of other processes, nor
 resumes past what the feed keeps: those readers read the store (`Orchestrator.results`).
@@ -16,7 +17,8 @@ Invariants:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Generator, Sequence
+from contextlib import contextmanager
 
 import anyio
 
@@ -48,6 +50,35 @@ class Signal:
     async def wait(ticket: anyio.Event, timeout: float) -> None:
         with anyio.move_on_after(timeout):
             await ticket.wait()
+
+
+class RunSignals:
+    """A `Signal` per run id while someone waits on it (`watch`); `notify` of an unwatched id is free."""
+
+    def __init__(self) -> None:
+        self._signals: dict[str, tuple[Signal, int]] = {}
+
+    @contextmanager
+    def watch(self, run_id: str) -> Generator[Signal]:
+        signal, users = self._signals.get(run_id, (None, 0))
+        signal = signal or Signal()
+        self._signals[run_id] = (signal, users + 1)
+        try:
+            yield signal
+        finally:
+            signal, users = self._signals[run_id]
+            if users == 1:
+                del self._signals[run_id]
+            else:
+                self._signals[run_id] = (signal, users - 1)
+
+    def notify(self, run_id: str) -> None:
+        if (entry := self._signals.get(run_id)) is not None:
+            entry[0].notify()
+
+    def notify_all(self) -> None:
+        for signal, _ in self._signals.values():
+            signal.notify()
 
 
 class ResultFeed:

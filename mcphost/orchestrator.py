@@ -24,6 +24,10 @@ Invariants:
   from the run's in-memory feed (`feed.py`), in the order persisted; readers of other processes' runs,
   of ended runs, or further behind than the feed keeps read the store. Either way a reader that
   resumes after sequence N gets every later result exactly once.
+- Waiting on another process (following or waiting for its run, a queued run behind its run, a cancel
+  it wrote for a run here) is woken by its notifications on PostgreSQL (`stores/wakeups.py`, `_woken`)
+  and polled only as a safety net (`NOTIFIED_RECHECK_S`); without a listening connection (SQLite, or
+  while it reconnects) at `QUEUE_POLL_S` / `CANCEL_POLL_S`.
 - No run stays `queued`/`running` without an executor on its live host. The terminal write (the
   journal's terminal result, then `RunStore.finish`) is idempotent and retried with jittered
   exponential back-off for up to `TERMINAL_RETRY_S` when storage fails; a run whose end still could not
@@ -91,7 +95,7 @@ from mcphost.errors import (
     StorageUnavailableError,
     find_error,
 )
-from mcphost.feed import ResultFeed, Signal
+from mcphost.feed import ResultFeed, RunSignals, Signal
 from mcphost.grants import build_grant, mint_token
 from mcphost.inspection import GRANT_SWEEP_S, end_expired, end_grant
 from mcphost.journal import RunJournal, RunOutcome, user_item
@@ -103,6 +107,7 @@ from mcphost.stores import RecordingHeader, ScopeSnapshot, Stores, event_values
 from mcphost.stores.hosts import HOST_RESTARTED
 from mcphost.stores.results import StoredResult
 from mcphost.stores.runs import RunStart, StartContext
+from mcphost.stores.wakeups import Listener, Wake
 
 logger = logging.getLogger(__name__)
 
@@ -112,11 +117,16 @@ TERMINAL_DRAIN_S = 5.0
 """How long after a terminal result the host waits for the plugin's `runner/run` response."""
 QUEUE_POLL_S = 0.25
 """Poll interval for runs waiting on another host's run of the same conversation, and for following
-another host's run."""
+another host's run, while no wake-up connection listens (SQLite, or PostgreSQL while it reconnects)."""
+NOTIFIED_RECHECK_S = 5.0
+"""The same poll while this process listens for other processes' wake-ups (PostgreSQL `LISTEN`,
+`stores/wakeups.py`): a safety net only, so a lost notification delays a waiter but never hangs it."""
 LOCAL_RECHECK_S = 5.0
 """How long a reader of a run active on this process waits for its signal before looking again (a
 safety net only: signals are not lost, and with many readers a short poll would cost real CPU)."""
 CANCEL_POLL_S = 0.5
+"""How often cancel requests other processes wrote for this process's runs are looked for (one query,
+only while runs are active), while no wake-up connection listens; `NOTIFIED_RECHECK_S` while one does."""
 MAX_BATCH = 512
 RECENT_ENDS = 1024
 """How many of this process's latest run ends `wait` answers from memory (an end never changes)."""
@@ -205,6 +215,12 @@ class Orchestrator:
         self._feeds: dict[str, ResultFeed] = {}
         """The results of each run active here, for this process's readers (persist, then publish)."""
         self._conversation_signal = Signal()
+        self._cancel_signal = Signal()
+        """Woken when another process asked to cancel a run active here (`_poll_cancels`)."""
+        self._remote = RunSignals()
+        """Readers here of runs other processes execute, woken by those processes' wake-ups."""
+        self._listener: Listener | None = None
+        """This process's `LISTEN` for other processes' wake-ups (PostgreSQL only)."""
         self._contexts: dict[str, AgentRunContext] = {}
         self._admitting: set[str] = set()
         """Runs whose admission is under way (the sweeper leaves them alone)."""
@@ -243,6 +259,9 @@ class Orchestrator:
             try:
                 async with anyio.create_task_group() as tg:
                     self._tg = tg
+                    if self._stores.db.dialect == "postgresql":
+                        self._listener = Listener(self._stores.db, self._woken)
+                        await tg.start(self._listener.run)
                     tg.start_soon(self._poll_cancels)
                     for run_id in recovery.requeued:
                         await self._resume(run_id)
@@ -257,6 +276,7 @@ class Orchestrator:
                             active.scope.cancel()
                         tg.cancel_scope.cancel()
                         self._tg = None
+                        self._listener = None
             finally:
                 # A last chance for ends that could not be written; what remains is failed
                 # (`host.restarted`) by the next host that starts on this database.
@@ -559,9 +579,37 @@ class Orchestrator:
             active.cancel_requested.set()
             self._conversation_signal.notify()
 
+    @property
+    def listener(self) -> Listener | None:
+        """The wake-up listener (PostgreSQL, while `running`), else None."""
+        return self._listener
+
+    def _poll_s(self, fallback: float) -> float:
+        """How long a waiter on other processes may sleep: `fallback` unless wake-ups are heard."""
+        listening = self._listener is not None and self._listener.server_pid is not None
+        return NOTIFIED_RECHECK_S if listening else fallback
+
+    def _woken(self, wake: Wake | None) -> None:
+        """Another process committed a change this process may be waiting for (None: maybe several)."""
+        if wake is None:
+            self._remote.notify_all()
+            self._conversation_signal.notify()
+            self._cancel_signal.notify()
+            return
+        kind, run_id = wake
+        if kind == "cancel":
+            if run_id in self._active:
+                self._cancel_signal.notify()
+            return
+        self._remote.notify(run_id)
+        if kind == "end" and run_id not in self._recent:  # our own ends wake our queue already
+            self._conversation_signal.notify()
+
     async def _poll_cancels(self) -> None:
+        ticket = self._cancel_signal.ticket()
         while True:
-            await anyio.sleep(CANCEL_POLL_S)
+            await Signal.wait(ticket, self._poll_s(CANCEL_POLL_S))
+            ticket = self._cancel_signal.ticket()  # before the query: a request after it wakes the next wait
             if not self._active:
                 continue  # nothing here to cancel: no query
             try:
@@ -701,8 +749,9 @@ class Orchestrator:
             if run is not None:
                 return True
             self._limiter.release_on_behalf_of(active)
-            # Woken when any run of this process ends or is cancelled; polled for other hosts' runs.
-            await Signal.wait(ticket, QUEUE_POLL_S)
+            # Woken when any run of this process ends or is cancelled, and by other processes' run ends
+            # (their wake-ups); polled as a safety net.
+            await Signal.wait(ticket, self._poll_s(QUEUE_POLL_S))
 
     async def _execute(
         self,
@@ -1027,11 +1076,13 @@ class Orchestrator:
                 await Signal.wait(feed.signal.ticket(), LOCAL_RECHECK_S)
         if (recent := self._recent.get(run_id)) is not None:
             return recent
-        while True:
-            run = await self._stores.runs.get(run_id)
-            if run.status.is_terminal:
-                return run
-            await anyio.sleep(QUEUE_POLL_S)  # another host's run (or one whose end was not recorded)
+        with self._remote.watch(run_id) as signal:  # another host's run (or one whose end was not recorded)
+            while True:
+                ticket = signal.ticket()
+                run = await self._stores.runs.get(run_id)
+                if run.status.is_terminal:
+                    return run
+                await Signal.wait(ticket, self._poll_s(QUEUE_POLL_S))
 
     async def results(self, run_id: str, *, after: int = 0) -> AsyncIterator[StoredResult]:
         """Every persisted result of the run after host sequence `after`, live, until the run ends.
@@ -1050,20 +1101,22 @@ class Orchestrator:
             # Its end could not be recorded: follow the store until the sweeper records it.
         else:
             await self._stores.runs.get(run_id)  # RunNotFoundError for unknown ids
-        while True:
-            batch = await self._stores.results.list(run_id, after=after, limit=RESULTS_PAGE)
-            for item in batch:
-                after = item.seq
-                yield item
-            if batch:
-                continue
-            run = await self._stores.runs.get(run_id)
-            if run.status.is_terminal:
-                for item in await self._stores.results.list(run_id, after=after, limit=RESULTS_PAGE):
+        with self._remote.watch(run_id) as signal:
+            while True:
+                ticket = signal.ticket()  # before reading: another process's wake-up after it sets it
+                batch = await self._stores.results.list(run_id, after=after, limit=RESULTS_PAGE)
+                for item in batch:
                     after = item.seq
                     yield item
-                return
-            await anyio.sleep(QUEUE_POLL_S)
+                if batch:
+                    continue
+                run = await self._stores.runs.get(run_id)
+                if run.status.is_terminal:
+                    for item in await self._stores.results.list(run_id, after=after, limit=RESULTS_PAGE):
+                        after = item.seq
+                        yield item
+                    return
+                await Signal.wait(ticket, self._poll_s(QUEUE_POLL_S))
 
     async def _follow(self, feed: ResultFeed, run_id: str, after: int) -> AsyncIterator[StoredResult]:
         """The results of a run active here after `after`, from its feed, until its end is written."""

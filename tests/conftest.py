@@ -107,6 +107,15 @@ async def database_url(
 
 
 @pytest.fixture
+async def shared_postgres(postgres_template: str | None) -> AsyncGenerator[str, None]:
+    """A fresh migrated PostgreSQL database for several hosts at once (skipped without PostgreSQL)."""
+    if not POSTGRES_URL:
+        pytest.skip(NO_POSTGRES)
+    async with fresh_postgres_database(POSTGRES_URL, template=postgres_template) as url:
+        yield url
+
+
+@pytest.fixture
 async def stores(database_url: str, tmp_path: Path) -> AsyncGenerator[Stores, None]:
     """Every store over a migrated `database_url`, blobs on disk under tmp_path/data."""
     async with open_stores(database_url, tmp_path / "data") as opened:

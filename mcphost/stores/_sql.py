@@ -1,6 +1,7 @@
 """The few statements whose SQL differs between SQLite and PostgreSQL.
 
-Owns "insert unless it exists", "insert or update", and transaction-scoped serialization locks. Stores
+Owns "insert unless it exists", "insert or update", transaction-scoped serialization locks, and
+discarding a dedicated (session-locked or listening) connection. Stores
 call these instead of branching on the dialect themselves.
 
 Invariants:
@@ -16,13 +17,18 @@ Invariants:
 from __future__ import annotations
 
 import hashlib
+import logging
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
+import anyio
 from sqlalchemy import Insert, func, select
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 from sqlalchemy.orm import DeclarativeBase
+
+log = logging.getLogger(__name__)
 
 Dialect = Literal["sqlite", "postgresql"]
 
@@ -68,3 +74,14 @@ def upsert(
     return lite.on_conflict_do_update(
         index_elements=conflict, set_={name: lite.excluded[name] for name in update}
     )
+
+
+async def discard_connection(conn: AsyncConnection) -> None:
+    """Close a dedicated connection for good, never back to the pool: closing its server session is what
+    releases its session locks and `LISTEN`s, whatever state the connection is in."""
+    with anyio.CancelScope(shield=True):
+        try:
+            await conn.invalidate()
+            await conn.close()
+        except (SQLAlchemyError, OSError):
+            log.debug("closing a dedicated connection failed", exc_info=True)

@@ -48,7 +48,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from mcphost.errors import ConflictError
 from mcphost.models import RunError, RunStatus
-from mcphost.stores._sql import advisory_key, upsert
+from mcphost.stores._sql import advisory_key, discard_connection, upsert
 from mcphost.stores.engine import Database
 from mcphost.stores.runs import ACTIVE_STATUSES, RESTARTABLE_CODE, RunStore
 from mcphost.stores.tables import HostRow, RunRow
@@ -94,17 +94,6 @@ class HostRecord(BaseModel):
     hostname: str
     started_at: float
     heartbeat_at: float
-
-
-async def _discard(conn: AsyncConnection) -> None:
-    """Close `conn` without returning it to the pool: closing the server session is what releases the
-    lock, whatever state the connection is in."""
-    with anyio.CancelScope(shield=True):
-        try:
-            await conn.invalidate()
-            await conn.close()
-        except (SQLAlchemyError, OSError):
-            log.debug("closing a dropped liveness connection failed", exc_info=True)
 
 
 def pid_alive(pid: int) -> bool:
@@ -160,7 +149,7 @@ class HostStore:
                     tg.cancel_scope.cancel()
                     await self._unregister(host_id)
         finally:
-            await _discard(held[0])
+            await discard_connection(held[0])
 
     async def _lock(self, key: int) -> AsyncConnection | None:
         """A dedicated connection holding the session lock `key`, or None when another session holds it."""
@@ -170,9 +159,9 @@ class HostStore:
             if (await conn.execute(select(func.pg_try_advisory_lock(key)))).scalar_one():
                 return conn
         except BaseException:
-            await _discard(conn)
+            await discard_connection(conn)
             raise
-        await _discard(conn)
+        await discard_connection(conn)
         return None
 
     async def _keep_lock(self, host_id: str, key: int, held: list[AsyncConnection]) -> None:
@@ -184,7 +173,7 @@ class HostStore:
                 continue
             except (SQLAlchemyError, OSError):
                 log.warning("host %s lost the connection that proves it alive; reconnecting", host_id)
-            await _discard(held[0])
+            await discard_connection(held[0])
             while True:
                 try:
                     holder = await self._lock(key)

@@ -42,6 +42,7 @@ from mcphost.stores.events import insert_event
 from mcphost.stores.state import upsert_state
 from mcphost.stores.tables import RunResultRow
 from mcphost.stores.transcript import add_item
+from mcphost.stores.wakeups import announce
 
 MAX_LIST_LIMIT = 10_000
 
@@ -143,6 +144,7 @@ class ResultStore:
                         await self._outbox.results(session, run_id, items)
                     if self._approvals is not None:  # actions with an idempotency key (stores/approvals.py)
                         await self._approvals.actions(session, run_id, items)
+                    await announce(session, self._db.dialect, "results", run_id)  # stores/wakeups.py
                 if effects:
                     await _write_effects(session, self._db.dialect, effects)
         except IntegrityError as exc:

@@ -8,7 +8,8 @@ Invariants:
   checked against `ALLOWED_TRANSITIONS`. `transition` re-reads and retries when another writer moved the
   run first, so the check and the write are atomic together and an illegal move always raises
   `IllegalTransitionError` ("Run 'run_…' is completed; cannot move to running.").
-- A run that reaches a terminal status gets `ended_at` and has its grant revoked in the same write.
+- A run that reaches a terminal status gets `ended_at` and has its grant revoked in the same write,
+  which also wakes other processes (`wakeups.announce`), as a cancel request's write does.
 - Per conversation, admission and start are serialized across processes: inside the write transaction,
   PostgreSQL takes `pg_advisory_xact_lock` on the conversation (`_sql.lock_in_transaction`); SQLite's
   `BEGIN IMMEDIATE` already serializes all writers. Under that lock:
@@ -63,6 +64,7 @@ from mcphost.stores.events import insert_event
 from mcphost.stores.state import ScopeSnapshot, read_snapshot
 from mcphost.stores.tables import RunRow
 from mcphost.stores.transcript import add_item, thread_head
+from mcphost.stores.wakeups import announce
 
 ACTIVE_STATUSES: tuple[str, ...] = (RunStatus.QUEUED.value, RunStatus.RUNNING.value)
 RESTARTABLE_CODE = "host.restarted"
@@ -166,9 +168,11 @@ class RunStore:
         self._outbox = outbox
 
     async def _announce(self, session: AsyncSession, moved: RunRow) -> None:
-        """The outbox rows of a run end, in the transaction that ended it (`stores/deliveries.py`)."""
-        if self._outbox is not None and RunStatus(moved.status).is_terminal:
-            await self._outbox.run_ended(session, moved)
+        """A run end's outbox rows and wake-up, in the transaction that ended it (deliveries, wakeups)."""
+        if RunStatus(moved.status).is_terminal:
+            if self._outbox is not None:
+                await self._outbox.run_ended(session, moved)
+            await announce(session, self._db.dialect, "end", moved.run_id)
 
     @idempotent
     async def admit(
@@ -254,7 +258,7 @@ class RunStore:
                 "agent's concurrency policy is 'reject'; retry after it ends, or use 'enqueue' or 'interrupt'.",
                 details={"active_run_id": active.run_id},
             )
-        await session.execute(
+        requested = (
             update(RunRow)
             .where(
                 RunRow.conversation_id == conversation,
@@ -262,7 +266,10 @@ class RunStore:
                 RunRow.cancel_requested_at.is_(None),
             )
             .values(cancel_requested_at=time.time())
+            .returning(RunRow.run_id)
         )
+        for run_id in (await session.execute(requested)).scalars().all():
+            await announce(session, self._db.dialect, "cancel", run_id)
 
     @idempotent
     async def try_start(
@@ -521,6 +528,7 @@ class RunStore:
         )
         async with self._db.write() as session:
             await session.execute(stmt)
+            await announce(session, self._db.dialect, "cancel", run_id)  # its host acts if it still runs it
             return _run(await _row(session, run_id))
 
     @idempotent

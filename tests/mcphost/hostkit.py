@@ -10,7 +10,7 @@ import anyio
 
 from mcphost.app import Host
 from mcphost.config import HostSettings, PluginConfig, Settings
-from mcphost.models import AgentConfig, AgentEventEnvelope, Run
+from mcphost.models import AgentConfig, AgentEventEnvelope, Run, RunStatus
 
 REPO = Path(__file__).resolve().parents[2]
 MISBEHAVE = [sys.executable, str(REPO / "tests" / "plugins" / "misbehave.py")]
@@ -66,3 +66,12 @@ async def run_event(host: Host, event: AgentEventEnvelope) -> Run:
 def error_code(run: Run) -> str | None:
     """The code the run failed with, None when it did not fail."""
     return run.error.code if run.error else None
+
+
+async def wait_running(host: Host, run_id: str) -> None:
+    """Wait (at most about 30 s) until the run is `running`."""
+    for _ in range(1500):
+        if (await host.stores.runs.get(run_id)).status is RunStatus.RUNNING:
+            return
+        await anyio.sleep(0.02)
+    raise AssertionError(f"run {run_id} never started")

@@ -22,7 +22,7 @@ from mcphost.models import AgentEventEnvelope, Run, RunStatus, new_id
 from mcphost.stores import event_values
 from mcphost.stores import runs as runs_store_module
 from mcphost.stores.results import StoredResult
-from tests.mcphost.hostkit import ECHO_RUNNER, error_code, host_settings, message, run_event
+from tests.mcphost.hostkit import ECHO_RUNNER, error_code, host_settings, message, run_event, wait_running
 from tests.mcphost.stores.factories import nested_json, overwrite_json
 
 
@@ -41,14 +41,6 @@ async def results_of(host: Host, run: Run) -> list[StoredResult]:
 
 async def event_types_of(host: Host, run: Run) -> list[str]:
     return [e.event_type for e in await host.stores.events.for_run(run.run_id, limit=1000)]
-
-
-async def wait_running(host: Host, run_id: str) -> None:
-    for _ in range(500):
-        if (await host.stores.runs.get(run_id)).status is RunStatus.RUNNING:
-            return
-        await anyio.sleep(0.02)
-    raise AssertionError(f"run {run_id} never started")
 
 
 async def test_one_message_through_echo_leaves_every_fact(host: Host) -> None:

@@ -28,7 +28,6 @@ from mcphost.schedules import MISFIRE_GRACE_S, Scheduler
 from mcphost.stores import Database, Stores
 from mcphost.stores.tables import RunRow, ScheduleFireRow
 from mcphost.timetable import ScheduleSpec, fire_event_id
-from tests.conftest import NO_POSTGRES, POSTGRES_URL, fresh_postgres_database
 from tests.e2e.httpkit import api_settings, asgi_client, row_counts
 from tests.mcphost.hostkit import ECHO_RUNNER
 from tests.mcphost.test_serve import Server, mcphost
@@ -370,14 +369,6 @@ async def test_an_every_second_schedule_created_through_the_api_runs_its_agent_e
 
 
 # -- two hosts sharing PostgreSQL ---------------------------------------------------------------------
-
-
-@pytest.fixture
-async def shared_postgres(postgres_template: str | None) -> AsyncGenerator[str, None]:
-    if not POSTGRES_URL:
-        pytest.skip(NO_POSTGRES)
-    async with fresh_postgres_database(POSTGRES_URL, template=postgres_template) as url:
-        yield url
 
 
 @pytest.mark.postgres
