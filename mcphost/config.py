@@ -100,6 +100,9 @@ class HostSettings(_Section):
     """Browser origins (`https://console.example.com`) that may call `/v1` from another origin: CORS
     answers (preflight included) for exactly these, and `/v1` accepts their `Origin`. Off when empty."""
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    uvloop: bool = True
+    """`mcphost serve` runs on uvloop when it is installed (the `mcphost[speed]` extra); false keeps
+    asyncio's own event loop."""
     approval_expiry_s: float = Field(default=24 * 3600.0, gt=0, le=30 * 24 * 3600)
     """How long an approval waits for a decision before it expires (an expired approval is a denial)."""
 

@@ -699,6 +699,10 @@ def _main(argv: Sequence[str] | None) -> int:
         settings = load_settings(args.config)
         module, name = _COMMANDS[args.command]
         command: Any = getattr(importlib.import_module(f"mcphost.cli.{module}"), name)
+        if args.command == "serve":
+            from mcphost.cli._server import loop_options
+
+            return anyio.run(command, args, settings, backend_options=loop_options(settings))
         return anyio.run(command, args, settings)
     except Exception as exc:
         # Errors raised inside task groups arrive wrapped in exception groups.

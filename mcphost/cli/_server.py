@@ -4,7 +4,8 @@ Owns starting the HTTP server from the command line and `send`, which posts one 
 `mcphost serve` and follows its result stream (SSE). Does not own the server itself (`mcphost.serving`)
 nor in-process runs (`_runs`).
 
-Invariants: `send` gives every event an id before the first POST, so a retried POST returns the same
+Invariants: `serve` runs on uvloop exactly when `loop_options` asks for it (the CLI passes it to
+`anyio.run`); `send` gives every event an id before the first POST, so a retried POST returns the same
 run; it reconnects at most `SEND_RECONNECTS` times with `Last-Event-ID`, after a jittered exponential
 wait (`mcphost.common.backoff`, `SEND_BACKOFF_INITIAL_S` to `SEND_BACKOFF_MAX_S`), and a replayed result
 is never shown twice.
@@ -13,6 +14,8 @@ is never shown twice.
 from __future__ import annotations
 
 import argparse
+import asyncio
+import importlib.util
 import json
 import os
 import sys
@@ -29,10 +32,20 @@ from mcphost.protocol import JSONObject
 from mcphost.serving import advertised_url, serve
 
 
+def loop_options(settings: Settings) -> dict[str, bool]:
+    """anyio's asyncio backend options for `mcphost serve`: uvloop when it is installed (the
+    `mcphost[speed]` extra) and `[host] uvloop` (`MCPHOST_UVLOOP`) is not false."""
+    if settings.host.uvloop and importlib.util.find_spec("uvloop") is not None:
+        return {"use_uvloop": True}
+    return {}
+
+
 async def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     def ready(url: str) -> None:
+        loop = type(asyncio.get_running_loop()).__module__.partition(".")[0]  # uvloop or asyncio
         print(
-            f"mcphost: serving on {url} (API at {url}/v1, per-run MCP at {url}/runs/<run_id>/mcp)",
+            f"mcphost: serving on {url} (API at {url}/v1, per-run MCP at {url}/runs/<run_id>/mcp; "
+            f"on the {loop} event loop)",
             file=sys.stderr,
             flush=True,
         )

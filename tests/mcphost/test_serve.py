@@ -147,6 +147,7 @@ def group_alive(pgid: int) -> bool:
 def test_serve_and_send_stream_a_reply_and_sigterm_stops_cleanly(tmp_path: Path, start_server: Any) -> None:
     config = write_config(tmp_path)
     server: Server = start_server("--config", str(config), "--listen", "127.0.0.1:0", "--grace", "2")
+    assert "on the uvloop event loop" in server.log()  # installed with the dev group (the `speed` extra)
     sent = mcphost("send", "hello over http", "--url", server.url, "--config", str(config), cwd=tmp_path)
     assert sent.returncode == 0, sent.stderr
     assert sent.stdout == "hello over http\n"
@@ -193,6 +194,16 @@ def test_serve_and_send_stream_a_reply_and_sigterm_stops_cleanly(tmp_path: Path,
     assert json.loads(after.stdout)["url"].startswith("http://127.0.0.1:8787/runs/run_")
     shown = mcphost("show", run_id, "--config", str(config), "--json", cwd=tmp_path)
     assert json.loads(shown.stdout)["run"]["status"] == "completed"
+
+
+def test_uvloop_can_be_switched_off_and_asyncio_serves_the_same(tmp_path: Path, start_server: Any) -> None:
+    config = write_config(tmp_path)
+    server: Server = start_server("--config", str(config), "--listen", "127.0.0.1:0", MCPHOST_UVLOOP="false")
+    assert "on the asyncio event loop" in server.log()
+    sent = mcphost("send", "hello on asyncio", "--url", server.url, cwd=tmp_path)
+    assert (sent.returncode, sent.stdout) == (0, "hello on asyncio\n"), sent.stderr
+    code, _took = server.stop()
+    assert code == 0, server.log()
 
 
 def test_sigterm_lets_runs_finish_within_the_grace_period_then_cancels_them_and_leaves_no_plugin(
