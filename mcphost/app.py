@@ -55,6 +55,7 @@ from mcphost.retention import DAY_S, Collector, run_collector
 from mcphost.schedules import Scheduler, run_scheduler
 from mcphost.stores import Stores, open_stores
 from mcphost.stores.retention import Collected
+from mcphost.warm import WarmSessions
 
 
 @dataclass(frozen=True)
@@ -124,6 +125,11 @@ async def open_host(settings: Settings, *, replay: ReplayBook | None = None) -> 
         PluginSupervisor(plugin_specs(settings)) as supervisor,
     ):
         registry = RunnerRegistry(supervisor.plugins)
+        warm = WarmSessions(
+            max_sessions=settings.host.warm_max_sessions,
+            idle_timeout_s=settings.host.warm_idle_timeout_s,
+            max_rss_mb=settings.host.warm_max_rss_mb,
+        )
         orchestrator = Orchestrator(
             stores=stores,
             registry=registry,
@@ -135,6 +141,7 @@ async def open_host(settings: Settings, *, replay: ReplayBook | None = None) -> 
             skills={name: (cfg.display_name, cfg.description) for name, cfg in settings.skills.items()},
             tool_list=granted_tools,
             revise_context=replay.context if replay is not None else None,
+            warm=warm,
         )
         gateway = Gateway.from_settings(settings, stores)
         knowledge = KnowledgeBases.from_settings(stores.db, settings)
@@ -148,6 +155,7 @@ async def open_host(settings: Settings, *, replay: ReplayBook | None = None) -> 
             on_call=metrics.mcp_call,
             replay=replay,
             park=orchestrator.park,
+            warm=warm,
         )
 
         async def end_run(run_id: str, _run: Run | None) -> None:

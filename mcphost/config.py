@@ -105,6 +105,14 @@ class HostSettings(_Section):
     asyncio's own event loop."""
     approval_expiry_s: float = Field(default=24 * 3600.0, gt=0, le=30 * 24 * 3600)
     """How long an approval waits for a decision before it expires (an expired approval is a denial)."""
+    warm_max_sessions: int = Field(default=8, ge=1, le=1000)
+    """Warm harness sessions (`[agents.config] warm = true`): at most this many warm CLI processes per
+    harness plugin; past it the least recently used idle one is stopped."""
+    warm_idle_timeout_s: float = Field(default=600.0, gt=0, le=24 * 3600)
+    """A warm harness process with no turn for this long is stopped (the next turn starts a new one)."""
+    warm_max_rss_mb: int = Field(default=2048, ge=64, le=1_000_000)
+    """The warm processes of one harness plugin together stay under this resident memory (MiB): past it
+    the least recently used idle ones are stopped."""
 
     @field_validator("listen")
     @classmethod

@@ -108,6 +108,7 @@ from mcphost.stores.hosts import HOST_RESTARTED
 from mcphost.stores.results import StoredResult
 from mcphost.stores.runs import RunStart, StartContext
 from mcphost.stores.wakeups import Listener, Wake
+from mcphost.warm import WarmSessions, wants_warm
 
 logger = logging.getLogger(__name__)
 
@@ -192,9 +193,12 @@ class Orchestrator:
         skills: Mapping[str, tuple[str, str]] | None = None,
         tool_list: Callable[[RunGrant], Sequence[JSONObject]] | None = None,
         revise_context: Callable[[AgentRunContext], AgentRunContext] | None = None,
+        warm: WarmSessions | None = None,
     ) -> None:
         self._stores = stores
         self._revise_context = revise_context
+        self._warm = warm
+        """Warm harness sessions: agents with `warm = true` get the session endpoint, bound per run."""
         """Replaces each run's freshly built context (a replay runs on the recorded one)."""
         self._recording: dict[str, AgentRunContext] = {}
         """The token-free contexts of recorded runs that started, until their recording begins."""
@@ -710,9 +714,13 @@ class Orchestrator:
             )
             if self._revise_context is not None:
                 ctx = self._revise_context(ctx)
+            warm = self._warm if self._warm is not None and wants_warm(binding.agent.config) else None
+            if warm is not None:
+                ctx = warm.offer(ctx, agent_id=binding.agent.id, public_url=self._public_url)
             if grant.record:
                 self._recording[active.run_id] = ctx
-            self._contexts[active.run_id] = with_token(ctx, token)
+            runner_ctx = with_token(ctx, token)
+            self._contexts[active.run_id] = warm.with_token(runner_ctx) if warm is not None else runner_ctx
             return ctx
 
         return build

@@ -68,6 +68,10 @@ class HarnessConfig(BaseModel):
     """More MCP servers for the CLI, in the harness's own config shape, keyed by name."""
     resume: bool = Field(default=True, title="Resume the conversation's session")
     """Resume the conversation's external session (from conversation state) instead of starting anew."""
+    warm: bool = Field(default=False, title="Keep a warm CLI process per conversation")
+    """Keep one CLI process per conversation alive between its turns (the host's `[host] warm_*` limits),
+    talking to the host's stable session endpoint; turns after the first skip the CLI's start-up. A CLI
+    without a long-lived mode runs cold, with a log line saying so."""
     save_session: bool = Field(default=True, title="Save the session in conversation state")
     """Save `external.session_id` and `external.working_directory` in conversation state (needs the
     agent's state policy to allow writing `conversation`, the default)."""

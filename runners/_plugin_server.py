@@ -13,6 +13,7 @@ import json
 import logging
 import os
 import sys
+from contextlib import AsyncExitStack
 from importlib import metadata
 
 import anyio
@@ -111,7 +112,9 @@ class _PluginServer:
 
     async def serve(self, in_fd: int, out_fd: int) -> None:
         self._out_fd = out_fd
-        async with anyio.create_task_group() as tg:
+        async with AsyncExitStack() as lifespans, anyio.create_task_group() as tg:
+            for runner in self._runners.values():
+                await lifespans.enter_async_context(runner.lifespan())
             reader = LineReader.from_fd(in_fd, MAX_LINE_BYTES, keep=0)
             while True:
                 try:

@@ -7,6 +7,8 @@ protocol (`_plugin_server`).
 
 from __future__ import annotations
 
+from collections.abc import AsyncGenerator
+from contextlib import asynccontextmanager
 from typing import ClassVar
 
 from mcphost.protocol import (
@@ -55,3 +57,9 @@ class AgentRunner:
     async def run(self, ctx: AgentRunContext, out: RunOutput) -> None:
         """Handle one run: emit results through `out`. Returning without a terminal result completes it."""
         raise NotImplementedError(f"{type(self).__name__} must implement run()")
+
+    @asynccontextmanager
+    async def lifespan(self) -> AsyncGenerator[None]:
+        """What outlives one run (a harness's warm pool): entered before the plugin serves its first
+        run, left after the last one ended. The default holds nothing."""
+        yield

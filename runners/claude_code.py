@@ -76,6 +76,7 @@ PermissionMode = Literal["dontAsk", "default", "acceptEdits", "plan", "auto", "b
 ASK_USER_TOOL = "AskUserQuestion"
 """Claude Code's ask-the-user tool: its use becomes `interaction.requested` (the host parks the run)."""
 MCP_CONFIG_FILE = ".mcphost-mcp.json"
+WARM_MCP_CONFIG_FILE = ".mcphost-warm-mcp.json"
 INPUT_FILE = "INPUT.md"
 
 CLAUDE_DEFAULT_ENV = {
@@ -112,6 +113,7 @@ class ClaudeCodeRunner(HarnessRunner):
     description = {"en": "Claude Code (claude -p) with the run's mcphost MCP server injected."}
     harness = "claude-code"
     cli_name = "claude"
+    warm_capable = True
     config_model = ClaudeCodeConfig
     skills_folder = ".claude/skills"
     config_schema = harness_config_schema(ClaudeCodeConfig)
@@ -126,12 +128,48 @@ class ClaudeCodeRunner(HarnessRunner):
         session: ExternalSession,
     ) -> Launch:
         assert isinstance(config, ClaudeCodeConfig)
-        assert ctx.context.mcp is not None
         mcp_config = write_private(
             workspace.root,
             workspace.relative(MCP_CONFIG_FILE),
             json.dumps(mcp_servers(ctx, config), indent=2),
         )
+        argv = self._argv(ctx, config, workspace, cli, session, mcp_config)
+        argv += ["--", self._prompt(ctx, workspace)]
+        return Launch(argv, self._environment(ctx, config, workspace), secret_files=[mcp_config])
+
+    def launch_warm(
+        self,
+        ctx: AgentRunContext,
+        config: HarnessConfig,
+        workspace: Workspace,
+        cli: Path,
+        session: ExternalSession,
+    ) -> Launch:
+        """`claude -p --input-format stream-json`: reads one user message per line from stdin and answers
+        each with its events, ending in a `result`; its MCP server is the warm session endpoint."""
+        assert isinstance(config, ClaudeCodeConfig)
+        mcp_config = write_private(
+            workspace.root,
+            workspace.relative(WARM_MCP_CONFIG_FILE),
+            json.dumps(mcp_servers(ctx, config, warm=True), indent=2),
+        )
+        argv = self._argv(ctx, config, workspace, cli, session, mcp_config)
+        argv[2:2] = ["--input-format", "stream-json"]
+        return Launch(argv, self._environment(ctx, config, workspace), secret_files=[mcp_config])
+
+    def turn_message(self, ctx: AgentRunContext, workspace: Workspace) -> bytes:
+        message = {"type": "user", "message": {"role": "user", "content": self._prompt(ctx, workspace)}}
+        return (json.dumps(message) + "\n").encode()
+
+    def _argv(
+        self,
+        ctx: AgentRunContext,
+        config: ClaudeCodeConfig,
+        workspace: Workspace,
+        cli: Path,
+        session: ExternalSession,
+        mcp_config: Path,
+    ) -> list[str]:
         argv = [str(cli), "-p", "--output-format", "stream-json", "--verbose"]
         if ctx.delivery.supports_streaming:
             argv.append("--include-partial-messages")
@@ -146,6 +184,9 @@ class ClaudeCodeRunner(HarnessRunner):
         argv += ["--append-system-prompt", system[:MAX_ARGV_TEXT]]
         if session.session_id:
             argv += ["--resume", session.session_id]
+        return argv
+
+    def _prompt(self, ctx: AgentRunContext, workspace: Workspace) -> str:
         prompt = prompt_of(ctx)
         if len(prompt.encode()) > MAX_ARGV_TEXT:
             write_private(workspace.root, workspace.relative(INPUT_FILE), prompt)
@@ -153,9 +194,13 @@ class ClaudeCodeRunner(HarnessRunner):
                 "The message is too long for the command line; read it from "
                 f"{workspace.relative(INPUT_FILE)} first."
             )
-        argv += ["--", prompt]
+        return prompt
+
+    def _environment(
+        self, ctx: AgentRunContext, config: ClaudeCodeConfig, workspace: Workspace
+    ) -> dict[str, str]:
         home = make_private_dir(workspace.data_dir / "claude-home")
-        env = harness_environment(
+        return harness_environment(
             config,
             defaults=CLAUDE_DEFAULT_ENV,
             controlled={
@@ -164,7 +209,6 @@ class ClaudeCodeRunner(HarnessRunner):
                 **trace_environment(ctx),
             },
         )
-        return Launch(argv, env, secret_files=[mcp_config])
 
     def mapper(
         self, ctx: AgentRunContext, out: RunOutput, diagnostics: Diagnostics, on_session: SessionCallback
@@ -172,13 +216,17 @@ class ClaudeCodeRunner(HarnessRunner):
         return ClaudeStreamMapper(ctx, out, diagnostics, on_session)
 
 
-def mcp_servers(ctx: AgentRunContext, config: HarnessConfig) -> JSONObject:
-    """The `--mcp-config` document: the run's server (HTTP with the bearer header, or the bridge)."""
+def mcp_servers(ctx: AgentRunContext, config: HarnessConfig, *, warm: bool = False) -> JSONObject:
+    """The `--mcp-config` document: the run's server (HTTP with the bearer header, or the bridge), or
+    with `warm` the session's stable endpoint and token."""
     mcp = ctx.context.mcp
     assert mcp is not None
     token = run_token(mcp) or ""
     server: JSONObject
-    if config.mcp_transport == "bridge":
+    if warm:
+        assert mcp.session is not None
+        server = {"type": "http", "url": mcp.session.url, "headers": dict(mcp.session.headers)}
+    elif config.mcp_transport == "bridge":
         command = list(mcp.bridge.command)
         server = {"type": "stdio", "command": command[0], "args": command[1:], "env": dict(mcp.bridge.env)}
     else:

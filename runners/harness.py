@@ -20,10 +20,16 @@ Invariants:
   stream and the external session facts in its metadata.
 - Turns on one external session run one at a time in this plugin process; other sessions run in
   parallel. Waiting for the lock counts against the run's deadline.
+- A warm turn (`warm = true`, `_warm_turn`) either emits nothing and hands the turn to a cold spawn, or
+  is decided by the same `_finish` as a cold one.
+
+Size: past 600 lines because a turn, cold or warm, is one life with one terminal decision (`_finish`)
+under one session lock; the warm pool and its turn pump live in `_harness_warm.py`.
 """
 
 from __future__ import annotations
 
+import logging
 import re
 import time
 from abc import abstractmethod
@@ -79,7 +85,19 @@ from runners._harness_stream import (
     StreamState,
     pump_native_stream,
 )
+from runners._harness_warm import (
+    WARM_START_S,
+    PoolLimits,
+    WarmPool,
+    WarmProcess,
+    WarmProcessGoneError,
+    pump_turn,
+    start_warm,
+    warm_fingerprint,
+)
 from runners.sdk import AgentRunner, RunOutput
+
+logger = logging.getLogger(__name__)
 
 SESSION_KEY = "external.session_id"
 WORKDIR_KEY = "external.working_directory"
@@ -271,6 +289,9 @@ class HarnessRunner(AgentRunner):
     capabilities = HARNESS_CAPABILITIES
     timings: ClassVar[StopTimings] = StopTimings()
     locks: ClassVar[SessionLocks] = SessionLocks()
+    warm_capable: ClassVar[bool] = False
+    """The CLI has a long-lived mode this adapter drives (`launch_warm`, `turn_message`)."""
+    pool: ClassVar[WarmPool] = WarmPool()
 
     @abstractmethod
     def launch(
@@ -295,6 +316,28 @@ class HarnessRunner(AgentRunner):
         stop bounds plus the report, at most half of what is left, at least `DEADLINE_MARGIN_S`."""
         full = cls.timings.terminate + cls.timings.kill + DEADLINE_MARGIN_S
         return max(DEADLINE_MARGIN_S, min(full, left_s / 2))
+
+    def launch_warm(
+        self,
+        ctx: AgentRunContext,
+        config: HarnessConfig,
+        workspace: Workspace,
+        cli: Path,
+        session: ExternalSession,
+    ) -> Launch:
+        """The command line of a warm process (`warm_capable` adapters): the CLI's long-lived mode,
+        its MCP server the session endpoint (`ctx.context.mcp.session`)."""
+        raise NotImplementedError(f"{self.harness} has no warm mode")
+
+    def turn_message(self, ctx: AgentRunContext, workspace: Workspace) -> bytes:
+        """The line written to a warm process's stdin to start the run's turn."""
+        raise NotImplementedError(f"{self.harness} has no warm mode")
+
+    @asynccontextmanager
+    async def lifespan(self) -> AsyncGenerator[None]:
+        """The warm pool lives while the plugin serves; its processes stop with it."""
+        async with self.pool.running():
+            yield
 
     def classify_exit(self, state: StreamState, ended: Exit) -> Failure | None:
         """A precise failure for a CLI that ended without its terminal event, if the adapter knows one.
@@ -351,6 +394,10 @@ class HarnessRunner(AgentRunner):
             )
             return
         saver = _SessionSaver(ctx, out, config, session, workspace)
+        if config.warm and await self._warm_turn(
+            ctx, out, config, session, workspace, cli, diagnostics, saver
+        ):
+            return
         while True:
             mapper = self.mapper(ctx, out, diagnostics, saver)
             try:
@@ -374,6 +421,92 @@ class HarnessRunner(AgentRunner):
             )
             session = saver.session = ExternalSession()
         await self._finish(out, workspace, mapper.state, ended, exit_failure, diagnostics)
+
+    async def _warm_turn(
+        self,
+        ctx: AgentRunContext,
+        out: RunOutput,
+        config: HarnessConfig,
+        session: ExternalSession,
+        workspace: Workspace,
+        cli: Path,
+        diagnostics: Diagnostics,
+        saver: _SessionSaver,
+    ) -> bool:
+        """Run the turn on the session's warm process. False (nothing emitted) when it cannot: the
+        caller spawns the CLI cold instead."""
+        mcp = ctx.context.mcp
+        assert mcp is not None
+        why = None
+        if not self.warm_capable:
+            why = f"{self.harness} has no long-lived mode mcphost drives; every turn spawns the CLI"
+        elif mcp.session is None:
+            why = "the host offered no warm session endpoint (the run belongs to no conversation)"
+        elif config.mcp_transport != "http":
+            why = "a warm process reaches the host over HTTP; config.mcp_transport is 'bridge'"
+        if why is not None or mcp.session is None:
+            logger.info("%s run %s: warm = true, spawning cold: %s", self.harness, ctx.run_id, why)
+            diagnostics.add("warm_unavailable", why or "no warm session")
+            return False
+        warm = mcp.session
+        self.pool.limits = PoolLimits(warm.max_sessions, warm.idle_timeout_s, warm.max_rss_mb)
+        key = warm.session_id
+        fingerprint = warm_fingerprint(ctx, config, workspace.cwd, cli)
+
+        async def start() -> WarmProcess:
+            launch = self.launch_warm(ctx, config, workspace, cli, session)
+            stderr = workspace.data_dir / f"warm-{key}.stderr"
+            return await start_warm(
+                key,
+                fingerprint,
+                launch.argv,
+                cwd=workspace.cwd,
+                env=launch.env,
+                stderr_path=stderr,
+                secrets=launch.secret_files,
+            )
+
+        try:
+            process, fresh = await self.pool.acquire(key, fingerprint, start)
+        except OSError as exc:
+            diagnostics.add("warm_fallback", f"the warm process could not start ({exc}); spawning cold")
+            return False
+        except WarmProcessGoneError as exc:
+            diagnostics.add(
+                "warm_fallback", f"{exc}; this turn spawns the CLI cold, the next starts a new one"
+            )
+            return False
+        mapper = self.mapper(ctx, out, diagnostics, saver)
+        clean = started = False
+        left = ctx.runtime.deadline_at - time.time()
+        try:
+            with anyio.move_on_after(max(left - self.deadline_margin_s(left), 0)) as deadline:
+                started = await pump_turn(
+                    process,
+                    self.turn_message(ctx, workspace),
+                    mapper,
+                    diagnostics,
+                    start_s=None if fresh else WARM_START_S,
+                )
+            clean = started and mapper.state.finished and not mapper.state.stop
+        finally:
+            if clean:
+                self.pool.release(process)
+                process.forget_secrets()
+            else:
+                await self.pool.discard(key, "its turn did not end with its result")
+        if not started and not deadline.cancelled_caught:
+            diagnostics.add(
+                "warm_fallback",
+                f"the warm process {process.pid} did not start the turn (it crashed or hung); it was "
+                "stopped and the turn spawns the CLI cold",
+            )
+            return False
+        mapper.state.extra["warm"] = {"pid": process.pid, "reused": not fresh, "turns": process.turns}
+        ended = Exit(process.returncode, deadline.cancelled_caught, process.stderr_tail(), process.pid)
+        exit_failure = None if mapper.state.finished else self.classify_exit(mapper.state, ended)
+        await self._finish(out, workspace, mapper.state, ended, exit_failure, diagnostics)
+        return True
 
     async def _drive(
         self,

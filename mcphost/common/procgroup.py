@@ -28,6 +28,7 @@ from collections.abc import Mapping, Sequence
 from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 import anyio
 import anyio.abc
@@ -53,8 +54,10 @@ async def spawn(
     env: Mapping[str, str],
     cwd: str | os.PathLike[str] | None = None,
     stdin: int | None = subprocess.PIPE,
+    stderr: int | IO[bytes] = subprocess.PIPE,
 ) -> anyio.abc.Process:
-    """Start `argv` as the leader of a new session with exactly `env`; stdout and stderr are pipes.
+    """Start `argv` as the leader of a new session with exactly `env`; stdout is a pipe, stderr too
+    unless the caller gives a file (a long-lived child whose stderr nobody drains).
 
     Raises what `anyio.open_process` raises (`OSError` for a missing or unrunnable executable).
     """
@@ -64,7 +67,7 @@ async def spawn(
             list(argv),
             stdin=stdin,
             stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
+            stderr=stderr,
             cwd=cwd,
             env=dict(env),
             start_new_session=True,

@@ -21,6 +21,11 @@ Invariants:
   yet), cancels the run's in-flight calls (they answer `cancelled`), forgets its limits and closes the
   sessions it opened here. Runs ended by another process are noticed within the grant cache TTL; the
   sweeper then closes their sessions here too.
+- `/sessions/{session_id}/mcp` (with `warm`, `mcphost.warm`): a warm harness session's stable endpoint.
+  Checked in this order: Host/Origin, the session id's form (404), its session token (401, constant
+  time), a bound run whose grant is active (else 403: refused between runs); then served exactly as a
+  request of that run (its `RunAccess`: grant, limits, audit). Its handshake-era MCP sessions belong to
+  the warm session, not to one run, and are not closed by `end_run`; `end_run` unbinds the session first.
 - Host and Origin are checked by the host's one `HttpGuard` (`guard.py`), the same policy `/v1` uses
   (DNS-rebinding and cross-site protection): 421 for a Host it does not serve, 403 for a foreign Origin.
 - Everything that runs in the background (the SDK session manager, the audit writer, the sweeper) is
@@ -62,6 +67,7 @@ from mcphost.facts.providers import (
 from mcphost.grants import token_matches
 from mcphost.guard import HttpGuard
 from mcphost.stores import GrantRecord, Stores
+from mcphost.warm import SESSION_ID, SESSION_PATH, WarmSessions
 
 logger = logging.getLogger(__name__)
 
@@ -159,6 +165,7 @@ class FactsServer:
         refusal_audit_burst: int = 20,
         replay: ReplayAnswers | None = None,
         park: RunParker | None = None,
+        warm: WarmSessions | None = None,
     ) -> None:
         """
         Args:
@@ -179,6 +186,8 @@ class FactsServer:
                 instead of the stores, host tools or knowledge.
             park: parks a run whose runner parks (`grant.parks`) when one of its calls needs an
                 approval; without it such a call waits like any other.
+            warm: the warm sessions whose endpoint `/sessions/{session_id}/mcp` this server serves (the
+                grant of the run each is bound to); without it that path answers 404.
         """
         self._stores = stores
         self._grants = GrantCache(stores.runs, ttl_s=grant_ttl_s)
@@ -201,9 +210,18 @@ class FactsServer:
         self._refusals = RefusalBudget(refusal_audits_per_s, refusal_audit_burst)
         self._manager: StreamableHTTPSessionManager | None = None
         self._tg: TaskGroup | None = None
-        self._routes: list[BaseRoute] = [Route(MCP_PATH, endpoint=self, name="mcphost_facts")]
+        self._warm = warm
+        self._routes: list[BaseRoute] = [
+            Route(MCP_PATH, endpoint=self, name="mcphost_facts"),
+            Route(SESSION_PATH, endpoint=self, name="mcphost_warm_session"),
+        ]
         self.asgi_app: ASGIApp = Router(routes=self._routes)
         """A standalone ASGI app serving only `/runs/{run_id}/mcp` (no lifespan: enter `running()`)."""
+
+    @property
+    def warm(self) -> WarmSessions | None:
+        """The warm sessions this server serves at `/sessions/{session_id}/mcp` (None: that path is 404)."""
+        return self._warm
 
     @property
     def routes(self) -> list[BaseRoute]:
@@ -213,6 +231,9 @@ class FactsServer:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """The ASGI endpoint of `MCP_PATH` (a Starlette `Route` passes the raw ASGI call to an instance)."""
         if scope["type"] != "http":
+            return
+        if "session_id" in scope.get("path_params", {}):
+            await self.handle_session(scope, receive, send)
             return
         await self.handle(scope, receive, send)
 
@@ -248,6 +269,8 @@ class FactsServer:
         Returns once the cancelled calls have answered (`cancelled`), at most `END_RUN_WAIT_S` later;
         the run's sessions close in the background a moment after, so those answers reach the client.
         """
+        if self._warm is not None:
+            self._warm.unbind_run(run_id)
         self._grants.end(run_id)
         cancelled = self._dispatch.cancel_run(run_id)
         self._limits.drop(run_id)
@@ -350,13 +373,8 @@ class FactsServer:
         if not _RUN_ID.match(run_id):
             await _refusal(404, f"run {run_id[:100]!r} does not exist", -32600)(scope, receive, send)
             return
-        try:
-            record = await self._grants.get(run_id)
-        except Exception:
-            logger.exception("could not read the grant of run %s", run_id)
-            await _refusal(503, "the host cannot read run grants right now; retry", -32603)(
-                scope, receive, send
-            )
+        read, record = await self._read_grant(run_id, scope, receive, send)
+        if not read:
             return
         if record is None:
             await _refusal(404, f"run {run_id} does not exist", -32600)(scope, receive, send)
@@ -383,6 +401,68 @@ class FactsServer:
         await manager.handle_request(inner, receive, send)
         if session_id is not None and scope["method"] == "DELETE":
             self._sessions.closed(run_id, session_id)
+
+    async def handle_session(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Authenticate one HTTP request to `/sessions/{session_id}/mcp` and serve it as a request of the
+        run the session is bound to (its grant, its audit, its limits), or refuse it (403) between runs."""
+        headers = Headers(scope=scope)
+        refused = self._guard.site_refusal(headers)
+        if refused is not None:
+            await _refusal(refused.status, refused.message, -32600)(scope, receive, send)
+            return
+        session_id = str(scope.get("path_params", {}).get("session_id", ""))
+        warm = self._warm
+        if warm is None or not SESSION_ID.match(session_id):
+            await _refusal(404, f"warm session {session_id[:100]!r} does not exist", -32600)(
+                scope, receive, send
+            )
+            return
+        token = _bearer(headers)
+        if token is None or not warm.token_matches(session_id, token):
+            reason = (
+                "missing Authorization: Bearer token"
+                if token is None
+                else "token does not belong to this session"
+            )
+            await _refusal(401, reason)(scope, receive, send)
+            return
+        run_id = warm.run_of(session_id)
+        record = None
+        if run_id is not None:
+            read, record = await self._read_grant(run_id, scope, receive, send)
+            if not read:
+                return
+        if run_id is None or record is None or not record.active:
+            message = (
+                f"warm session {session_id} has no active run: the host refuses every call between the "
+                "runs of a session; the next run of its conversation binds it again"
+            )
+            await _refusal(403, message, UNAUTHORIZED_RPC_CODE)(scope, receive, send)
+            return
+        manager = self._manager
+        if manager is None:
+            await _refusal(503, "the MCP server is not running", -32603)(scope, receive, send)
+            return
+        # The SDK binds handshake-era sessions to the session (stable across runs), not to one run.
+        principal = AuthenticatedUser(
+            AccessToken(token=session_id, client_id=session_id, scopes=[], subject=session_id)
+        )
+        inner: dict[str, Any] = {**scope, "user": principal, ACCESS_KEY: RunAccess(run_id, record)}
+        await manager.handle_request(inner, receive, send)
+
+    async def _read_grant(
+        self, run_id: str, scope: Scope, receive: Receive, send: Send
+    ) -> tuple[bool, GrantRecord | None]:
+        """(True, the run's grant record or None when there is no such run), or (False, None) when the
+        stores could not answer (503 sent)."""
+        try:
+            return True, await self._grants.get(run_id)
+        except Exception:
+            logger.exception("could not read the grant of run %s", run_id)
+            await _refusal(503, "the host cannot read run grants right now; retry", -32603)(
+                scope, receive, send
+            )
+            return False, None
 
     async def _refuse(
         self, run_id: str, reason: str, started: float, scope: Scope, receive: Receive, send: Send

@@ -61,6 +61,7 @@ from mcphost.protocol.context import (
     ToolInfo,
     Trigger,
     TriggerSource,
+    WarmSessionAccess,
 )
 from mcphost.protocol.facts import FACTS_TOOL_NAMES, FactsToolName, answer_schema
 from mcphost.protocol.manifest import (
@@ -251,6 +252,7 @@ __all__ = [
     "UnknownResult",
     "Unstorable",
     "Usage",
+    "WarmSessionAccess",
     "classify_result",
     "config_schema_of",
     "is_error_code",

@@ -142,6 +142,23 @@ class BridgeCommand(ProtocolModel):
     env: dict[str, str] = Field(default_factory=dict[str, str])
 
 
+class WarmSessionAccess(ProtocolModel):
+    """The stable MCP endpoint of a warm harness session (PROTOCOL §9): offered when the agent's config
+    says `warm = true` and the run belongs to a conversation. `headers` carries the session token: a
+    secret. The endpoint serves the grant of whichever run of the session is current and refuses every
+    call between runs; the pool limits are the host's `[host] warm_*` settings."""
+
+    session_id: str
+    url: str
+    headers: dict[str, str] = Field(default_factory=dict[str, str])
+    max_sessions: int = 8
+    """At most this many warm processes per plugin process (least recently used stopped first)."""
+    idle_timeout_s: float = 600.0
+    """A warm process with no turn for this long is stopped."""
+    max_rss_mb: int = 2048
+    """The warm processes of a plugin together stay under this resident memory (LRU eviction)."""
+
+
 class MCPAccess(ProtocolModel):
     """How to reach the run's MCP server. `headers` carries the run token: a secret."""
 
@@ -149,6 +166,8 @@ class MCPAccess(ProtocolModel):
     headers: dict[str, str] = Field(default_factory=dict[str, str])
     bridge: BridgeCommand = Field(default_factory=BridgeCommand)
     protocol_versions: list[str] = Field(default_factory=list[str])
+    session: WarmSessionAccess | None = None
+    """The warm session endpoint, when the agent asked for one (`warm = true`); else absent."""
 
 
 class ContextAccess(ProtocolModel):

@@ -119,6 +119,7 @@ PINNED_ALL = [
     "UnknownResult",
     "Unstorable",
     "Usage",
+    "WarmSessionAccess",
     "classify_result",
     "config_schema_of",
     "is_error_code",
