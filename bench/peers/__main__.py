@@ -7,6 +7,7 @@ LangGraph's environment is its own uv project: `uv sync --locked --directory ben
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -30,6 +31,9 @@ def settings() -> dict[str, object]:
             "request": "POST /v1/events?stream=true, read to `event: end` (the run closed)",
             "host": MCPHOST_SETTINGS,
             "database": "a fresh SQLite file (WAL, synchronous=NORMAL) or a fresh PostgreSQL database",
+            "event_loop": "uvloop"
+            if os.environ.get("MCPHOST_BENCH_UVLOOP", "true") != "false"
+            else "asyncio",
         },
         "langgraph": {
             "server": "langgraph_api.cli.run_server (what `langgraph dev` runs): in-memory runtime, no reload",

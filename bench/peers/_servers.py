@@ -139,9 +139,9 @@ async def mcphost_server(ws: Workspace, folder: Path) -> AsyncGenerator[Server, 
     config = folder / f"mcphost-{port}.toml"
     await anyio.Path(config).write_text(_toml_config(ws, f"127.0.0.1:{port}"))
     argv = [str(BIN / "mcphost"), "serve", "--config", str(config)]
-    async with _started(
-        f"mcphost-{port}", argv, f"http://127.0.0.1:{port}", "/healthz", folder, clean_env()
-    ) as s:
+    # uvloop is used when installed; MCPHOST_BENCH_UVLOOP=false measures asyncio's own loop instead.
+    env = clean_env() | {"MCPHOST_UVLOOP": os.environ.get("MCPHOST_BENCH_UVLOOP", "true")}
+    async with _started(f"mcphost-{port}", argv, f"http://127.0.0.1:{port}", "/healthz", folder, env) as s:
         yield s
 
 
