@@ -141,11 +141,11 @@ async def _count_statements(host: Host, runs: int) -> _Counter:
     Each run is counted until `orchestrator.wait` returns (its close written; this process answers that
     from memory, without a read), so a slow machine cannot cut a close off the count.
     """
-    sync_engine = host.stores.db.engine.sync_engine
     counts = _Counter()
     counts.on = False
-    event.listen(sync_engine, "begin", counts.begin)
-    event.listen(sync_engine, "before_cursor_execute", counts.statement)
+    for sync_engine in host.stores.db.sync_engines:  # the writer thread's engine too, on SQLite
+        event.listen(sync_engine, "begin", counts.begin)
+        event.listen(sync_engine, "before_cursor_execute", counts.statement)
     for i in range(runs):
         counts.on = True
         cpu_start = time.process_time()

@@ -693,7 +693,8 @@ class Orchestrator:
         token: str,
     ) -> StartContext:
         """The run's context builder, called by `runs.try_start` inside the start transaction: the
-        token-free context is stored on the run, the one with the token is kept for the runner."""
+        token-free context is stored on the run, the one with the token is kept for the runner. It
+        awaits nothing: on SQLite it runs on the writer thread (`Database.run_write`)."""
 
         async def build(
             latest: str | None, has_before: bool, state: Mapping[str, ScopeSnapshot]

@@ -75,10 +75,10 @@ async def capture(tmp_root: Path | None = None) -> tuple[Capture, Path, Path]:
 
     async with workspace("sqlite", tmp_root) as ws:
         async with bench_host(ws) as host:
-            engine = host.stores.db.engine.sync_engine
-            event.listen(engine, "before_cursor_execute", on_statement)
-            event.listen(engine, "commit", lambda conn: on_end(conn, "COMMIT"))
-            event.listen(engine, "rollback", lambda conn: on_end(conn, "ROLLBACK"))
+            for engine in host.stores.db.sync_engines:  # the writer thread's engine too
+                event.listen(engine, "before_cursor_execute", on_statement)
+                event.listen(engine, "commit", lambda conn: on_end(conn, "COMMIT"))
+                event.listen(engine, "rollback", lambda conn: on_end(conn, "ROLLBACK"))
             for i in range(WARMUP_RUNS):
                 await host.orchestrator.wait(await host_run(host, message("hello", f"conv-warm-{i}")))
             recording = True

@@ -20,6 +20,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import case, func, insert, select
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from mcphost.stores._cursor import MAX_RUN_SEQ, check_after, check_limit
 from mcphost.stores._sql import lock_in_transaction
@@ -76,21 +77,25 @@ class AuditStore:
 
     async def append(self, entry: AuditEntry) -> AuditRecord:
         """Store `entry` as the run's next audit row."""
-        async with self._db.write() as session:
+
+        async def append_in(session: AsyncSession) -> AuditRecord:
             await lock_in_transaction(session, self._db.dialect, "audit", entry.run_id)
             last = (
                 await session.execute(select(func.max(AuditRow.seq)).where(AuditRow.run_id == entry.run_id))
             ).scalar_one()
             record = AuditRecord(**entry.model_dump(), seq=(last or 0) + 1, created_at=time.time())
             await session.execute(insert(AuditRow).values(record.model_dump()))
-        return record
+            return record
+
+        return await self._db.run_write(append_in)
 
     async def append_many(self, entries: Sequence[AuditEntry]) -> list[AuditRecord]:
         """Store `entries` in one transaction, each as its run's next row, in the order given."""
         if not entries:
             return []
         runs = sorted({entry.run_id for entry in entries})
-        async with self._db.write() as session:
+
+        async def append_in(session: AsyncSession) -> list[AuditRecord]:
             for run_id in runs:
                 await lock_in_transaction(session, self._db.dialect, "audit", run_id)
             stored = await session.execute(
@@ -106,7 +111,9 @@ class AuditStore:
                 last[entry.run_id] = seq
                 records.append(AuditRecord(**entry.model_dump(), seq=seq, created_at=now))
             await session.execute(insert(AuditRow), [record.model_dump() for record in records])
-        return records
+            return records
+
+        return await self._db.run_write(append_in)
 
     async def list(self, run_id: str, *, after: int = 0, limit: int = 100) -> list[AuditRecord]:
         """The run's audit rows with seq > `after`, oldest first, at most `limit` (1..1000)."""

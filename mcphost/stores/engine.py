@@ -37,6 +37,16 @@ Invariants:
   later one never opens the file while it is still empty: its connect pragma would then try to switch
   the file to WAL after the first had, upgrading a read lock, which SQLite refuses at once with
   "database is locked" (no busy handler runs for a lock upgrade).
+- On a SQLite file, hot-path write transactions (`run_write`: a run's admission and start, its result
+  batches, its end, MCP audit rows) cost one hop off the event loop: the whole transaction runs
+  synchronously on a worker thread (one at a time, `CapacityLimiter(1)`) through a second, sync
+  `sqlite3` engine with the same connect and begin listeners (WAL, pragmas, `BEGIN IMMEDIATE`), queued
+  on the same `anyio.Lock` as every other writer and shielded the same way. Through aiosqlite every
+  DBAPI call (checkout, BEGIN, each statement and fetch, COMMIT, reset) is its own round trip between
+  the loop and the connection's thread. The body is written once for `AsyncSession`; on the thread it
+  gets `_ThreadSession`, whose methods never suspend, so `_drive` runs it to its end without an event
+  loop (a body that awaits anything else fails loudly). PostgreSQL and in-memory SQLite run the same
+  body in `write()`. `sync_engines` lists every engine, for listeners that must see all statements.
 - The busy timeout is given to `sqlite3.connect` itself too (`timeout`), so it covers the connect
   listener's own pragmas (switching a new file to WAL takes the write lock), which run before the
   `busy_timeout` pragma could.
@@ -47,21 +57,23 @@ from __future__ import annotations
 import fcntl
 import json
 import logging
-from collections.abc import AsyncGenerator
-from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
+from collections.abc import AsyncGenerator, Callable, Coroutine, Generator
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager, nullcontext
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, TypeVar, cast
 
 import anyio
 import anyio.lowlevel
+import anyio.to_thread
 from alembic import command
 from alembic.config import Config
 from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import Connection, event
+from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.engine.interfaces import DBAPIConnection
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
+from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import ConnectionPoolEntry
 
 from mcphost.protocol import MAX_JSON_DEPTH
@@ -74,6 +86,9 @@ MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 SQLITE_BUSY_TIMEOUT_S = 30.0
 _WRITE_OPTION = "mcphost_write"
 _NO_FOREIGN_KEYS_OPTION = "mcphost_no_foreign_keys"
+T = TypeVar("T")
+WriteBody = Callable[[AsyncSession], Coroutine[Any, Any, T]]
+"""A write transaction's body: its statements through the session it is given, no other awaits."""
 
 
 def load_stored_json(text: str) -> Any:
@@ -167,6 +182,22 @@ class Database:
         )
         """Sessions for writes (BEGIN IMMEDIATE on SQLite). Prefer `write()`, which also queues."""
         self._write_lock = anyio.Lock() if self.dialect == "sqlite" else None
+        self._writer: sessionmaker[Session] | None = None
+        self._writer_limiter = anyio.CapacityLimiter(1)
+        self.sync_engines: list[Engine] = [self.engine.sync_engine]
+        """Every engine this database runs statements on (event listeners that must see them all)."""
+        if self.dialect == "sqlite" and sqlite_path(self.url) is not None:
+            writer = create_engine(
+                make_url(self.url).set(drivername="sqlite+pysqlite"),
+                json_deserializer=load_stored_json,
+                connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S, "check_same_thread": False},
+            )
+            event.listen(writer, "connect", _sqlite_on_connect)
+            event.listen(writer, "begin", _sqlite_on_begin)
+            self._writer = sessionmaker(
+                writer.execution_options(**{_WRITE_OPTION: True}), expire_on_commit=False
+            )
+            self.sync_engines.append(writer)
 
     def read(self) -> AbstractAsyncContextManager[AsyncSession]:
         """A session inside a read transaction, committed on exit."""
@@ -178,6 +209,31 @@ class Database:
         async with self._write_lock or nullcontext(), self._shielded(self.write_sessions) as session:
             yield session
 
+    async def run_write(self, body: WriteBody[T]) -> T:
+        """`body`'s result, run inside a write transaction as `write()` would (committed on return,
+        rolled back on an exception, shielded, queued); on a SQLite file in one hop to the writer thread."""
+        if self._writer is None:
+            async with self.write() as session:
+                return await body(session)
+        async with self._writer_turn():
+            return await anyio.to_thread.run_sync(self._write_on_thread, body, limiter=self._writer_limiter)
+
+    @asynccontextmanager
+    async def _writer_turn(self) -> AsyncGenerator[None, None]:
+        """The writer queue, then a shielded scope (as in `_shielded`: a cancelled caller is stopped
+        before its transaction, never inside it)."""
+        assert self._write_lock is not None  # set for every SQLite database
+        async with self._write_lock:
+            await anyio.lowlevel.checkpoint_if_cancelled()
+            with _storage_errors(), anyio.CancelScope(shield=True):
+                yield
+
+    def _write_on_thread(self, body: WriteBody[T]) -> T:
+        assert self._writer is not None
+        with self._writer.begin() as session:
+            # The facade has the AsyncSession methods the stores call, each one returning at once.
+            return _drive(body(cast(AsyncSession, _ThreadSession(session))))
+
     @staticmethod
     @asynccontextmanager
     async def _shielded(
@@ -186,19 +242,60 @@ class Database:
         # See the module docstring: a transaction is never abandoned half way. A cancelled caller is
         # stopped here, before it starts one: a loop of transactions must stay cancellable.
         await anyio.lowlevel.checkpoint_if_cancelled()
-        try:
-            with anyio.CancelScope(shield=True):
-                async with factory.begin() as session:
-                    yield session
-        except Exception as exc:
-            translated = storage_error(exc)
-            if translated is None:
-                raise
-            raise translated from exc
+        with _storage_errors(), anyio.CancelScope(shield=True):
+            async with factory.begin() as session:
+                yield session
 
     async def dispose(self) -> None:
         """Close every pooled connection."""
         await self.engine.dispose()
+        for engine in self.sync_engines[1:]:
+            engine.dispose()
+
+
+@contextmanager
+def _storage_errors() -> Generator[None, None, None]:
+    """Database failures leave as `StorageUnavailableError` (see the module docstring)."""
+    try:
+        yield
+    except Exception as exc:
+        translated = storage_error(exc)
+        if translated is None:
+            raise
+        raise translated from exc
+
+
+class _ThreadSession:
+    """The `AsyncSession` methods the stores' write bodies call, over a sync `Session` on the writer
+    thread: each one does its work before its first await, so a body never suspends (`_drive`)."""
+
+    def __init__(self, session: Session) -> None:
+        self.sync_session = session
+
+    async def execute(self, statement: Any, params: Any = None, **kwargs: Any) -> Any:
+        return self.sync_session.execute(statement, params, **kwargs)
+
+    async def scalar(self, statement: Any, params: Any = None, **kwargs: Any) -> Any:
+        return self.sync_session.scalar(statement, params, **kwargs)
+
+    async def scalars(self, statement: Any, params: Any = None, **kwargs: Any) -> Any:
+        return self.sync_session.scalars(statement, params, **kwargs)
+
+    async def get(self, entity: Any, ident: Any, **kwargs: Any) -> Any:
+        return self.sync_session.get(entity, ident, **kwargs)
+
+    async def refresh(self, instance: object, **kwargs: Any) -> None:
+        self.sync_session.refresh(instance, **kwargs)
+
+
+def _drive(coroutine: Coroutine[Any, Any, T]) -> T:
+    """Run a coroutine that never suspends to its end, on the calling thread, without an event loop."""
+    try:
+        coroutine.send(None)
+    except StopIteration as stop:
+        return cast(T, stop.value)
+    coroutine.close()
+    raise AssertionError("a writer-thread transaction body awaited something other than its session")
 
 
 # -- migrations ---------------------------------------------------------------------------------------

@@ -136,17 +136,20 @@ class ResultStore:
             StoredResult(run_id=run_id, seq=first_seq + i, type=type_, payload=payload, created_at=now)
             for i, (type_, payload) in enumerate(items)
         ]
+
+        async def append_in(session: AsyncSession) -> None:
+            if stored:
+                await session.execute(insert(RunResultRow), [r.model_dump() for r in stored])
+                if self._outbox is not None:  # announced in the same transaction (stores/deliveries.py)
+                    await self._outbox.results(session, run_id, items)
+                if self._approvals is not None:  # actions with an idempotency key (stores/approvals.py)
+                    await self._approvals.actions(session, run_id, items)
+                await announce(session, self._db.dialect, "results", run_id)  # stores/wakeups.py
+            if effects:
+                await _write_effects(session, self._db.dialect, effects)
+
         try:
-            async with self._db.write() as session:
-                if stored:
-                    await session.execute(insert(RunResultRow), [r.model_dump() for r in stored])
-                    if self._outbox is not None:  # announced in the same transaction (stores/deliveries.py)
-                        await self._outbox.results(session, run_id, items)
-                    if self._approvals is not None:  # actions with an idempotency key (stores/approvals.py)
-                        await self._approvals.actions(session, run_id, items)
-                    await announce(session, self._db.dialect, "results", run_id)  # stores/wakeups.py
-                if effects:
-                    await _write_effects(session, self._db.dialect, effects)
+            await self._db.run_write(append_in)
         except IntegrityError as exc:
             already = await self.list(run_id, after=first_seq - 1, limit=len(stored))
             if [(r.seq, r.type, r.payload) for r in already] == [(r.seq, r.type, r.payload) for r in stored]:

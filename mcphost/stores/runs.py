@@ -1,7 +1,8 @@
 """Runs: admission, per-conversation ordering, the status state machine, grants and cancel requests.
 
 Owns the `runs` table. Does not run anything (the orchestrator does) or decide what a grant allows
-(`grants.py`).
+(`grants.py`). Size: past 600 lines because admission, start and the terminal moves share the private
+`_move` (the one writer of `status`) and `_start_queued`, which must not leave this module.
 
 Invariants:
 - `status` is written in exactly one place, `_move`: a conditional `UPDATE … WHERE status = :current`
@@ -73,7 +74,8 @@ _LOCK_NAMESPACE = "conversation"
 
 StartContext = Callable[[str | None, bool, Mapping[str, ScopeSnapshot]], Awaitable[AgentRunContext]]
 """(latest cursor, has older items) of the run's thread as it starts, and the snapshots of the state
-scopes it asked for, read in the same transaction → the run's context, token-free."""
+scopes it asked for, read in the same transaction → the run's context, token-free. It runs inside the
+transaction (on SQLite on the writer thread, `Database.run_write`), so it only computes: no awaits."""
 
 
 @dataclass(frozen=True)
@@ -128,6 +130,12 @@ def _run(row: RunRow) -> Run:
 def _restartable(run: Run) -> bool:
     """Whether `run` failed because its host stopped, so its event may start a next attempt."""
     return run.status is RunStatus.FAILED and run.error is not None and run.error.code == RESTARTABLE_CODE
+
+
+def _outcome(error: RunError | None, usage: JSONObject | None) -> dict[str, Any]:
+    """The `error` and `usage` columns a move to a terminal status writes, when given."""
+    values: dict[str, Any] = {} if error is None else {"error": error.model_dump(mode="json")}
+    return values if usage is None else values | {"usage": usage}
 
 
 def _not_found(run_id: str) -> RunNotFoundError:
@@ -209,28 +217,31 @@ class RunStore:
             "grant": grant.model_dump(mode="json"),
             "token_hash": grant.token_hash,
         }
+
+        async def admit_in(session: AsyncSession) -> tuple[Run, bool]:
+            if conversation:
+                await lock_in_transaction(session, self._db.dialect, _LOCK_NAMESPACE, conversation)
+            existing = await self._by_event(session, run.event_id)
+            if existing is not None and existing.run_id == run.run_id:
+                # Our own row when an earlier attempt committed before its connection dropped.
+                return _run(existing), True
+            if existing is None:
+                values.update(attempt=1, previous_run_id=None)
+            elif not _restartable(prior := _run(existing)):
+                return prior, False
+            else:
+                values.update(attempt=prior.attempt + 1, previous_run_id=prior.run_id)
+            if conversation and concurrency != "enqueue":
+                await self._apply_policy(session, conversation, concurrency)
+            row = (await session.execute(insert(RunRow).values(values).returning(RunRow))).scalar_one()
+            if inbound is not None:  # a no-op for a later attempt: the log has its event already
+                await insert_event(session, self._db.dialect, inbound)
+            if start is not None:
+                row = await self._start_queued(session, row, start) or row
+            return _run(row), True
+
         try:
-            async with self._db.write() as session:
-                if conversation:
-                    await lock_in_transaction(session, self._db.dialect, _LOCK_NAMESPACE, conversation)
-                existing = await self._by_event(session, run.event_id)
-                if existing is not None and existing.run_id == run.run_id:
-                    # Our own row when an earlier attempt committed before its connection dropped.
-                    return _run(existing), True
-                if existing is None:
-                    values |= {"attempt": 1, "previous_run_id": None}
-                elif not _restartable(prior := _run(existing)):
-                    return prior, False
-                else:
-                    values |= {"attempt": prior.attempt + 1, "previous_run_id": prior.run_id}
-                if conversation and concurrency != "enqueue":
-                    await self._apply_policy(session, conversation, concurrency)
-                row = (await session.execute(insert(RunRow).values(values).returning(RunRow))).scalar_one()
-                if inbound is not None:  # a no-op for a later attempt: the log has its event already
-                    await insert_event(session, self._db.dialect, inbound)
-                if start is not None:
-                    row = await self._start_queued(session, row, start) or row
-                return _run(row), True
+            return await self._db.run_write(admit_in)
         except IntegrityError:
             # Another admit of the same event (attempt) won the race, without a conversation lock to
             # order them: its run is the answer.
@@ -290,7 +301,8 @@ class RunStore:
         is, without calling `context` (so a repeat is harmless).
         """
         start = RunStart(host_id=host_id, user_item=user_item, context=context, state=state)
-        async with self._db.write() as session:
+
+        async def try_start_in(session: AsyncSession) -> Run | None:
             row = await _row(session, run_id)
             if row.conversation_id:
                 await lock_in_transaction(session, self._db.dialect, _LOCK_NAMESPACE, row.conversation_id)
@@ -304,6 +316,8 @@ class RunStore:
                 return None
             moved = await self._start_queued(session, row, start)
             return None if moved is None else _run(moved)
+
+        return await self._db.run_write(try_start_in)
 
     async def _start_queued(self, session: AsyncSession, row: RunRow, start: RunStart) -> RunRow | None:
         """Inside a write transaction holding the conversation's lock: start the queued run `row` if it
@@ -375,11 +389,7 @@ class RunStore:
             RunNotFoundError: no such run.
             IllegalTransitionError: `ALLOWED_TRANSITIONS` does not allow the move from the current status.
         """
-        values: dict[str, Any] = {}
-        if error is not None:
-            values["error"] = error.model_dump(mode="json")
-        if usage is not None:
-            values["usage"] = usage
+        values = _outcome(error, usage)
         # A run moves at most twice (queued → running → terminal), so a lost race repeats at most twice.
         for _ in range(3):
             async with self._db.write() as session:
@@ -410,21 +420,20 @@ class RunStore:
         """
         if not status.is_terminal:
             raise ValueError(f"finish takes a terminal status; got {status}")
-        values: dict[str, Any] = {}
-        if error is not None:
-            values["error"] = error.model_dump(mode="json")
-        if usage is not None:
-            values["usage"] = usage
+        values = _outcome(error, usage)
+
+        async def finish_in(session: AsyncSession) -> Run | None:
+            row = await _row(session, run_id)
+            if RunStatus(row.status).is_terminal:
+                return _run(row)
+            moved = await _move(session, run_id, RunStatus(row.status), status, **values)
+            if moved is not None:
+                await self._announce(session, moved)
+            return None if moved is None else _run(moved)
+
         for _ in range(3):  # queued → running → terminal: a lost race repeats at most twice
-            async with self._db.write() as session:
-                row = await _row(session, run_id)
-                current = RunStatus(row.status)
-                if current.is_terminal:
-                    return _run(row)
-                moved = await _move(session, run_id, current, status, **values)
-                if moved is not None:
-                    await self._announce(session, moved)
-                    return _run(moved)
+            if (ended := await self._db.run_write(finish_in)) is not None:
+                return ended
         raise AssertionError(f"run {run_id!r} kept changing status under finish()")
 
     @idempotent

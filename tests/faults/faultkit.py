@@ -63,12 +63,14 @@ class SqlFault:
 
     @asynccontextmanager
     async def installed(self) -> AsyncGenerator[SqlFault, None]:
-        target = self._db.engine.sync_engine
-        event.listen(target, "before_cursor_execute", self._before)
+        targets = self._db.sync_engines  # the async engine's and, on a SQLite file, the writer's
+        for target in targets:
+            event.listen(target, "before_cursor_execute", self._before)
         try:
             yield self
         finally:
-            event.remove(target, "before_cursor_execute", self._before)
+            for target in targets:
+                event.remove(target, "before_cursor_execute", self._before)
 
 
 def terminal_run_update(statement: str) -> bool:

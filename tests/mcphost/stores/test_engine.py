@@ -5,15 +5,19 @@ from __future__ import annotations
 import itertools
 import random
 import sys
+import threading
+from collections.abc import Generator
 from pathlib import Path
 
 import anyio
 import pytest
-from sqlalchemy import func, select, text
+from sqlalchemy import event, func, select, text
+from sqlalchemy.ext.asyncio import AsyncSession
 
 import mcphost.stores as stores_package
 from mcphost.stores import AuditEntry, Database, Stores, engine, open_stores
 from mcphost.stores.engine import normalize_url, sqlite_path
+from mcphost.stores.events import event_values, insert_event
 from mcphost.stores.tables import EventRow
 from tests.mcphost.stores.factories import admitted
 
@@ -159,6 +163,99 @@ async def test_writers_cancelled_mid_transaction_leave_no_lock_behind(
     async with stores.db.read() as session:
         after = select(func.count()).select_from(EventRow).where(EventRow.event_id.like("after-%"))
         assert (await session.execute(after)).scalar_one() == 60
+
+
+def _on_threads(stores: Stores) -> list[tuple[str, int]]:
+    """(statement, thread id) of every statement on any of the database's engines, BEGIN included."""
+    seen: list[tuple[str, int]] = []
+
+    def record(_conn: object, _cursor: object, sql: str, *_: object) -> None:
+        seen.append((sql.split()[0], threading.get_ident()))
+
+    for target in stores.db.sync_engines:
+        event.listen(target, "before_cursor_execute", record)
+    return seen
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+async def test_a_hot_path_write_on_a_sqlite_file_runs_whole_on_the_writer_thread(stores: Stores) -> None:
+    # One hop per transaction: BEGIN IMMEDIATE, every statement and the commit run on one worker
+    # thread, none on the event loop's (through aiosqlite each of them is a round trip of its own).
+    run = await admitted(stores)
+    seen = _on_threads(stores)
+    await stores.audit.append(
+        AuditEntry(
+            run_id=run.run_id, tool="t", args_digest="", bytes_in=0, bytes_out=0, outcome="ok", duration_ms=0
+        )
+    )
+    assert [sql for sql, _ in seen] == ["BEGIN", "SELECT", "INSERT"]
+    threads = {thread for _, thread in seen}
+    assert len(threads) == 1
+    assert threads != {threading.get_ident()}
+
+
+async def test_a_write_body_that_raises_rolls_back_everything(stores: Stores) -> None:
+    async def body(session: AsyncSession) -> None:
+        await insert_event(
+            session,
+            stores.db.dialect,
+            event_values(
+                event_id="rolled-back", event_type="a.b", kind="system", source="system", payload={}
+            ),
+        )
+        raise ValueError("the body changed its mind")
+
+    with pytest.raises(ValueError, match="changed its mind"):
+        await stores.db.run_write(body)
+    assert await _count_events(stores) == 0
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+async def test_a_write_body_that_awaits_something_else_fails_loudly_and_rolls_back(stores: Stores) -> None:
+    # The writer thread has no event loop: a body that waits on anything but its session is a bug.
+    class Suspends:
+        def __await__(self) -> Generator[None, None, None]:
+            yield  # what an await on a real event loop's future does
+
+    async def body(session: AsyncSession) -> None:
+        await insert_event(
+            session,
+            stores.db.dialect,
+            event_values(event_id="half-done", event_type="a.b", kind="system", source="system", payload={}),
+        )
+        await Suspends()
+
+    with pytest.raises(AssertionError, match="awaited something other than its session"):
+        await stores.db.run_write(body)
+    assert await _count_events(stores) == 0
+
+
+async def test_a_cancelled_caller_of_run_write_commits_first_and_leaves_no_lock_behind(
+    stores: Stores, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(engine, "SQLITE_BUSY_TIMEOUT_S", 1.0)
+    await stores.db.dispose()  # new connections pick up the short busy timeout
+    run = await admitted(stores)
+    delays = random.Random(11)
+    entry = AuditEntry(
+        run_id=run.run_id, tool="t", args_digest="", bytes_in=0, bytes_out=0, outcome="ok", duration_ms=0
+    )
+
+    async def write_forever() -> None:
+        while True:
+            await stores.audit.append(entry)
+
+    for _ in range(40):
+        with anyio.move_on_after(delays.random() * 0.01):
+            async with anyio.create_task_group() as tg:
+                for _ in range(4):
+                    tg.start_soon(write_forever)
+        with anyio.fail_after(10):
+            await stores.audit.append(entry)
+    # Every row that committed took the next number: no transaction was cut in half.
+    seqs = [a.seq for a in await stores.audit.list(run.run_id, limit=1000)]
+    assert seqs == list(range(1, len(seqs) + 1))
+    assert len(seqs) >= 40
 
 
 async def test_open_stores_creates_the_data_dir_and_the_sqlite_folder(tmp_path: Path) -> None:
