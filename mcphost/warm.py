@@ -24,6 +24,7 @@ import hmac
 import logging
 import re
 import secrets
+import threading
 
 from mcphost.protocol import AgentRunContext, WarmSessionAccess
 
@@ -56,6 +57,9 @@ class WarmSessions:
         }
         self._run_of: dict[str, str] = {}
         self._session_of: dict[str, str] = {}
+        self._lock = threading.Lock()
+        """`bind` runs inside a run's start transaction, on SQLite on the writer thread
+        (`Database.run_write`), while `unbind_run` runs on the event loop: each move is atomic."""
 
     @staticmethod
     def session_id(agent_id: str, conversation_id: str, thread_id: str | None) -> str:
@@ -71,18 +75,20 @@ class WarmSessions:
 
     def bind(self, session_id: str, run_id: str) -> None:
         """From now on the session endpoint serves `run_id` (its grant, its token's run)."""
-        earlier = self._run_of.get(session_id)
-        if earlier is not None and earlier != run_id:
-            logger.warning("warm session %s moves from run %s to run %s", session_id, earlier, run_id)
-            self._session_of.pop(earlier, None)
-        self._run_of[session_id] = run_id
-        self._session_of[run_id] = session_id
+        with self._lock:
+            earlier = self._run_of.get(session_id)
+            if earlier is not None and earlier != run_id:
+                logger.warning("warm session %s moves from run %s to run %s", session_id, earlier, run_id)
+                self._session_of.pop(earlier, None)
+            self._run_of[session_id] = run_id
+            self._session_of[run_id] = session_id
 
     def unbind_run(self, run_id: str) -> str | None:
         """The run ended: its session (if any) serves nothing until the next bind; the session id."""
-        session_id = self._session_of.pop(run_id, None)
-        if session_id is not None and self._run_of.get(session_id) == run_id:
-            del self._run_of[session_id]
+        with self._lock:
+            session_id = self._session_of.pop(run_id, None)
+            if session_id is not None and self._run_of.get(session_id) == run_id:
+                del self._run_of[session_id]
         return session_id
 
     def run_of(self, session_id: str) -> str | None:
