@@ -43,6 +43,8 @@ class Sizes:
     scale_rounds: int
     # startup
     startup_rounds: int
+    # warm: measured rounds (one cold and one warm turn each), after one warm-up turn per side
+    warm_rounds: int
 
 
 FULL = Sizes(
@@ -65,6 +67,7 @@ FULL = Sizes(
     scale_calls=100,
     scale_rounds=10,
     startup_rounds=5,
+    warm_rounds=10,
 )
 
 QUICK = Sizes(
@@ -87,6 +90,7 @@ QUICK = Sizes(
     scale_calls=30,
     scale_rounds=3,
     startup_rounds=1,
+    warm_rounds=3,
 )
 
 TINY = Sizes(
@@ -109,6 +113,7 @@ TINY = Sizes(
     scale_calls=3,
     scale_rounds=1,
     startup_rounds=1,
+    warm_rounds=1,
 )
 
 PRESETS = {"full": FULL, "quick": QUICK, "tiny": TINY}

@@ -38,7 +38,14 @@ import anyio
 import anyio.abc
 
 from mcphost.common.lines import LineReader, TooLong
-from mcphost.common.procgroup import StopTimings, group_members, release_process, spawn, stop_group
+from mcphost.common.procgroup import (
+    StopTimings,
+    group_members,
+    group_rss_mb,
+    release_process,
+    spawn,
+    stop_group,
+)
 from mcphost.protocol import AgentRunContext, JSONObject
 from runners._harness_config import HarnessConfig
 from runners._harness_stream import Diagnostics, StreamMapper, pump_native_stream
@@ -106,16 +113,8 @@ class WarmProcess:
         self._secrets = []
 
     def rss_mb(self) -> float:
-        """Resident memory of the process group (MiB), from /proc; 0 where it cannot be read."""
-        total = 0
-        for pid in group_members(self.pid) or [self.pid]:
-            try:
-                for row in Path(f"/proc/{pid}/status").read_text().splitlines():
-                    if row.startswith("VmRSS:"):
-                        total += int(row.split()[1])
-            except (OSError, ValueError, IndexError):
-                continue
-        return total / 1024
+        """Resident memory of the process group (MiB); 0 where it cannot be read."""
+        return group_rss_mb(self.pid)
 
     @property
     def returncode(self) -> int | None:

@@ -196,6 +196,19 @@ def descendants(pid: int) -> list[int]:
     return found
 
 
+def group_rss_mb(pgid: int) -> float:
+    """Resident memory of the live members of a process group (MiB), from /proc; 0 where unreadable."""
+    total = 0
+    for pid in group_members(pgid) or [pgid]:
+        try:
+            for row in Path(f"/proc/{pid}/status").read_text().splitlines():
+                if row.startswith("VmRSS:"):
+                    total += int(row.split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+    return total / 1024
+
+
 def strays_of(pgid: int) -> list[int]:
     """Live descendants of the group's leader that left its group (a session of their own)."""
     return [pid for pid in descendants(pgid) if _group_of(pid) != pgid]

@@ -109,7 +109,15 @@ def test_the_command_line_writes_a_table_and_results_json(
 
 
 def test_every_benchmark_is_named_once() -> None:
-    assert list(BENCHMARKS) == ["run-overhead", "throughput", "mcp-call", "scale", "startup", "tracing"]
+    assert list(BENCHMARKS) == [
+        "run-overhead",
+        "throughput",
+        "mcp-call",
+        "scale",
+        "startup",
+        "tracing",
+        "warm",
+    ]
 
 
 async def test_tracing_compares_off_with_the_noop_api_and_on(tmp_path: Path) -> None:
@@ -119,3 +127,14 @@ async def test_tracing_compares_off_with_the_noop_api_and_on(tmp_path: Path) -> 
         "tracing off (default)",
         "tracing on (SDK, batch, spans dropped)",
     ]
+
+
+@pytest.mark.slow
+async def test_warm_compares_cold_and_warm_claude_code_turns(tmp_path: Path) -> None:
+    cfg = tiny(tmp_path, "sqlite")
+    rows = await run_benchmark("warm", cfg)
+    if not rows:
+        pytest.skip("; ".join(cfg.skipped))
+    check(rows, "warm")
+    [row] = rows
+    assert float(row.extra["warm_process_rss_mb"]) > 0  # the warm process was alive and measured
