@@ -53,6 +53,8 @@ from runners._harness_stream import Diagnostics, StreamMapper, pump_native_strea
 logger = logging.getLogger(__name__)
 
 SWEEP_INTERVAL_S = 1.0
+MAX_EXITED_KEPT = 1024
+"""How many sessions whose process died while idle are remembered until their next turn."""
 MAX_LINE_BYTES = 16 * 1024 * 1024
 
 
@@ -89,7 +91,12 @@ class WarmProcess:
 
     @property
     def alive(self) -> bool:
-        return self._process.returncode is None and bool(group_members(self.pid) or [self.pid])
+        # The CLI itself (the group's leader) must be live: an exited one stays a zombie, its returncode
+        # unset, until the event loop's child watcher reaps it. Without /proc only the returncode tells.
+        if self._process.returncode is not None:
+            return False
+        members = group_members(self.pid)
+        return members is None or self.pid in members
 
     async def send(self, line: bytes) -> None:
         """Write one line to the CLI's stdin. Raises `anyio.BrokenResourceError` when it is gone."""
@@ -223,6 +230,9 @@ class WarmPool:
     timings: StopTimings = field(default_factory=StopTimings)
     limits: PoolLimits = field(default_factory=PoolLimits)
     _processes: dict[str, WarmProcess] = field(default_factory=dict[str, WarmProcess])
+    _exited: dict[str, int] = field(default_factory=dict[str, int])
+    """Sessions whose idle process the sweeper found dead, with its pid: their next turn is told and runs
+    cold, like a turn that finds the process dead itself (the turn after starts a new one)."""
 
     def __len__(self) -> int:
         return len(self._processes)
@@ -264,6 +274,9 @@ class WarmPool:
         elif current is not None and not current.alive:
             await self.discard(key, "it exited")
             raise WarmProcessGoneError(f"the warm process {current.pid} of session {key} exited")
+        elif current is None and key in self._exited:
+            pid = self._exited.pop(key)
+            raise WarmProcessGoneError(f"the warm process {pid} of session {key} exited")
         if current is None:
             await self.sweep(room_for=1)
             current = await start()
@@ -296,6 +309,9 @@ class WarmPool:
                 await self.discard(key, f"idle for {limits.idle_timeout_s:g} s")
             elif not process.busy and not process.alive:
                 await self.discard(key, "it exited")
+                self._exited[key] = process.pid
+                while len(self._exited) > MAX_EXITED_KEPT:  # sessions that never came back
+                    del self._exited[next(iter(self._exited))]
         idle = sorted((p for p in self._processes.values() if not p.busy), key=lambda p: p.last_used)
         while idle and len(self._processes) > max(limits.max_sessions - room_for, 0):
             oldest = idle.pop(0)

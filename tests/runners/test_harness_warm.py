@@ -126,6 +126,24 @@ async def test_past_the_memory_cap_idle_processes_are_stopped_oldest_first(tmp_p
     await pool.discard("b", "test over")
 
 
+async def test_a_process_the_sweeper_found_dead_is_reported_to_the_next_turn(tmp_path: Path) -> None:
+    pool = WarmPool(timings=FAST)
+    dead, _ = await pool.acquire("s", "f1", starter(tmp_path, "s"))
+    pool.release(dead)
+    os.killpg(dead.pid, signal.SIGKILL)
+    with anyio.fail_after(10):
+        while not gone(dead.pid):  # noqa: ASYNC110  # no event tells a process died
+            await anyio.sleep(0.02)
+    await pool.sweep()  # the background sweeper's pass, before the session's next turn
+    assert len(pool) == 0
+    with pytest.raises(WarmProcessGoneError, match=f"warm process {dead.pid} of session s exited"):
+        await pool.acquire("s", "f1", starter(tmp_path, "s"))  # this turn runs cold
+    replaced, fresh = await pool.acquire("s", "f1", starter(tmp_path, "s"))
+    assert fresh
+    assert replaced.pid != dead.pid
+    await pool.discard("s", "test over")
+
+
 async def test_a_process_that_died_between_turns_is_removed_and_reported(tmp_path: Path) -> None:
     pool = WarmPool(timings=FAST)
     dead, _ = await pool.acquire("s", "f1", starter(tmp_path, "s"))
