@@ -12,6 +12,7 @@ The CLI missing is a skip with the reason, not an error.
 
 from __future__ import annotations
 
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,13 @@ TARGET = 5.0
 
 
 async def run(cfg: BenchConfig) -> list[Row]:
+    """Measure in a fresh folder under `cfg.tmp_root` (or the system's temp dir), removed afterwards:
+    the CLIs write their homes, caches and session files there."""
+    with tempfile.TemporaryDirectory(prefix="mcphost-bench-warm-", dir=cfg.tmp_root) as folder:
+        return await _measure(cfg, Path(folder))
+
+
+async def _measure(cfg: BenchConfig, root: Path) -> list[Row]:
     from tests.e2e.harness.hostkit import claude_agent, finished, harness_host, message, unique
     from tests.fakes.anthropic import fake_anthropic
     from tests.fakes.harness_support import cli_path
@@ -34,8 +42,6 @@ async def run(cfg: BenchConfig) -> list[Row]:
     if not cli_path("claude").is_file():
         cfg.skipped.append(f"{NAME}: the pinned Claude Code CLI is not installed (npm ci)")
         return []
-    root = Path(cfg.tmp_root) if cfg.tmp_root is not None else Path(".bench-warm")
-    root.mkdir(parents=True, exist_ok=True)
     warm_pid = 0
     async with fake_anthropic(always(Text("ok"))) as fake:
         agents = [
