@@ -49,10 +49,10 @@ async def host(
 
 
 UPSTREAM_TIMEOUT_S = 5.0
-HTTP_SERVERS: dict[str, HttpUpstream] = {}
-"""The running HTTP upstream of each URL the `upstream` fixture handed out (to restart it)."""
 """Per-call upstream timeout: long enough for a stdio upstream's lazy start on a loaded 2-core machine, short
 enough that the hanging-upstream test stays quick."""
+HTTP_SERVERS: dict[str, HttpUpstream] = {}
+"""The running HTTP upstream of each URL the `upstream` fixture handed out (to restart it)."""
 
 
 async def _run(served: Served, tools: list[str], knowledge_bases: list[str] | None = None) -> RunHandle:
