@@ -1,11 +1,14 @@
 """The warm pool of a harness plugin: one long-lived CLI process per warm session, reused across turns.
 
-Owns the warm processes (`WarmProcess`: a CLI in its streaming-input mode, its stdin, its stdout lines
-and its group), which session each serves, and when each is stopped: idle past `idle_timeout_s`, past
+Owns the warm processes (`WarmProcess`: a CLI in its long-lived mode, its stdin, its stdout lines, its
+group and the CLI's session it holds), which session each serves, and when each is stopped: idle past `idle_timeout_s`, past
 `max_sessions` or the memory cap `max_rss_mb` (least recently used idle first), on a config change it
 cannot follow (`warm_fingerprint`), on any turn that did not end cleanly, and when the plugin stops; and
-`pump_turn`, one turn on a warm process (write the user message, map its events up to the terminal
-one). Does not own what a turn's message is or what its events mean (the adapters), nor its terminal
+`pump_turn`, one turn on a warm process (write the turn's opening line, map what comes back up to the
+terminal event). The line protocol is the adapter's: Claude Code's stream-json (one user message in,
+events out) or a JSON-RPC conversation (Codex's app-server: the mapper writes its next requests and its
+answers to the server's requests through `WarmProcess.send` as the answers come in). Does not own what a
+turn's messages are or what its events mean (the adapters), nor its terminal
 result (`harness.py`), nor the session endpoint (the host).
 
 Invariants:
@@ -83,6 +86,9 @@ class WarmProcess:
         self.turns = 0
         self.busy = False
         self.last_used = time.monotonic()
+        self.session_id: str | None = None
+        """The CLI's own session this process holds, for adapters that name it in every turn (Codex's
+        thread, learned on its first turn); None until then."""
         self._process = process
         self._stderr = stderr
         self._secrets = secrets

@@ -1,7 +1,8 @@
 """`plugin:mcphost/codex-agent/default`: Codex (`codex exec --json`) as a runner (`python -m runners.codex`).
 
-Owns Codex's command line, its config and the mapping of its JSONL events onto results. The shared
-frame (working folder, projection, process group, session lock, terminal result) is `runners.harness`.
+Owns Codex's command lines (cold and warm) and its config. The mapping of its events onto results and
+the JSON-RPC turn of a warm process are `_codex_stream.py`; the shared frame (working folder, projection,
+process group, session lock, warm pool, terminal result) is `runners.harness`.
 
 Launch (argv, no secret in it):
     codex exec --json --skip-git-repo-check --sandbox <config.sandbox=read-only>
@@ -19,14 +20,18 @@ in the run's folder, with `HOME` and `CODEX_HOME` private to the runner (`<data_
 environment variable `MCPHOST_RUN_TOKEN`. The server is `required`, so Codex refuses to start a thread
 without it; approval is granted to this server's tools only.
 
+Warm launch (`warm = true`): `codex app-server --listen stdio://` with the same `-c` settings (the model
+as `-c model=`, the sandbox as `-c sandbox_mode=` and again on the thread, as exec's `--sandbox` does),
+its `mcphost` server the session endpoint (`context.mcp.session`) with the session token in
+`MCPHOST_RUN_TOKEN`, in the same folder and homes as a cold turn, so a cold turn resumes the thread a
+warm process wrote and the other way round. Codex's own long-lived integration mode (its IDE
+extension's); its `mcp-server` mode is gone from the pinned CLI. Each turn is `AppServerTurn`.
+
 Model endpoint: `config.base_url` (or `OPENAI_BASE_URL` in the agent's environment) defines a Responses
 provider whose key is read from the variable named by `config.api_key_env` (default `OPENAI_API_KEY`).
 
-Stream mapping: `thread.started` → the server is connected (it is required) and `external.session_id`;
-`item.*` `agent_message` → the answer (and a `message.delta` when the surface streams), `mcp_tool_call`,
-`command_execution`, `file_change`, `web_search` → `tool.call.*`; `turn.completed` → `run.completed` with
-usage; `turn.failed` → `run.failed`. A CLI that exits before `thread.started` naming our server on
-stderr failed to reach it: `runner.mcp_unavailable`.
+A CLI that exits before `thread.started` naming our server on stderr failed to reach it:
+`runner.mcp_unavailable`.
 """
 
 from __future__ import annotations
@@ -38,28 +43,11 @@ from typing import ClassVar, Literal
 
 from pydantic import Field, field_validator
 
-from mcphost.protocol import (
-    AgentRunContext,
-    JSONObject,
-    JSONValue,
-    Usage,
-    is_error_code,
-    is_json_array,
-    is_json_object,
-)
+from mcphost.protocol import AgentRunContext, JSONObject, JSONValue, is_json_array, is_json_object
+from runners._codex_stream import AppServerTurn, CodexStreamMapper, ThreadSettings
 from runners._harness_files import make_private_dir, write_private
-from runners._harness_stream import (
-    Diagnostics,
-    Failure,
-    SessionCallback,
-    StreamMapper,
-    StreamState,
-    as_dict,
-    as_int,
-    as_list,
-    as_str,
-    preview,
-)
+from runners._harness_stream import Diagnostics, Failure, SessionCallback, StreamMapper, StreamState
+from runners._harness_warm import WarmProcess
 from runners.harness import (
     MAX_ARGV_TEXT,
     SERVER_NAME,
@@ -126,6 +114,7 @@ class CodexRunner(HarnessRunner):
     description = {"en": "OpenAI Codex (codex exec) with the run's mcphost MCP server injected."}
     harness = "codex"
     cli_name = "codex"
+    warm_capable = True
     config_model = CodexConfig
     skills_folder = ".agents/skills"
     config_schema = harness_config_schema(CodexConfig)
@@ -142,21 +131,88 @@ class CodexRunner(HarnessRunner):
         assert isinstance(config, CodexConfig)
         mcp = ctx.context.mcp
         assert mcp is not None
-        home = make_private_dir(workspace.data_dir / "codex-home")
-        codex_home = make_private_dir(home / ".codex")
-        write_private(codex_home, "config.toml", CODEX_CONFIG)
         argv = [str(cli), "exec", "--json", "--skip-git-repo-check", "--sandbox", config.sandbox]
-        settings: list[tuple[str, JSONValue]] = [("approval_policy", "never")]
         server = f"mcp_servers.{SERVER_NAME}"
+        endpoint: list[tuple[str, JSONValue]]
         if config.mcp_transport == "bridge":
             command: list[JSONValue] = [*mcp.bridge.command]
-            settings += [
+            endpoint = [
                 (f"{server}.command", command[0]),
                 (f"{server}.args", command[1:]),
                 (f"{server}.env_vars", [TOKEN_ENV]),
             ]
         else:
-            settings += [(f"{server}.url", mcp.url), (f"{server}.bearer_token_env_var", TOKEN_ENV)]
+            endpoint = [(f"{server}.url", mcp.url), (f"{server}.bearer_token_env_var", TOKEN_ENV)]
+        for key, value in self._settings(config, workspace, endpoint):
+            argv += ["-c", f"{key}={toml_value(value)}"]
+        if config.model:
+            argv += ["-m", config.model]
+        if session.session_id:
+            argv += ["resume", session.session_id]
+        argv += ["--", self._prompt(ctx, workspace)]
+        return Launch(argv, self._environment(ctx, config, workspace, run_token(mcp) or ""))
+
+    def launch_warm(
+        self,
+        ctx: AgentRunContext,
+        config: HarnessConfig,
+        workspace: Workspace,
+        cli: Path,
+        session: ExternalSession,
+    ) -> Launch:
+        """`codex app-server` on stdio, its `mcphost` server the warm session endpoint (module docstring);
+        the thread is opened by the first turn (`AppServerTurn`)."""
+        assert isinstance(config, CodexConfig)
+        mcp = ctx.context.mcp
+        assert mcp is not None
+        assert mcp.session is not None
+        server = f"mcp_servers.{SERVER_NAME}"
+        endpoint: list[tuple[str, JSONValue]] = [
+            (f"{server}.url", mcp.session.url),
+            (f"{server}.bearer_token_env_var", TOKEN_ENV),
+        ]
+        settings = self._settings(config, workspace, endpoint)
+        settings.insert(1, ("sandbox_mode", config.sandbox))
+        if config.model:
+            settings.append(("model", config.model))
+        argv = [str(cli), "app-server", "--listen", "stdio://"]
+        for key, value in settings:
+            argv += ["-c", f"{key}={toml_value(value)}"]
+        token = mcp.session.headers.get("Authorization", "").removeprefix("Bearer ").strip()
+        return Launch(argv, self._environment(ctx, config, workspace, token))
+
+    def warm_turn(
+        self,
+        ctx: AgentRunContext,
+        config: HarnessConfig,
+        out: RunOutput,
+        diagnostics: Diagnostics,
+        on_session: SessionCallback,
+        workspace: Workspace,
+        session: ExternalSession,
+        process: WarmProcess,
+        fresh: bool,
+    ) -> tuple[bytes, StreamMapper]:
+        assert isinstance(config, CodexConfig)
+        turn = AppServerTurn(
+            ctx,
+            out,
+            diagnostics,
+            on_session,
+            process=process,
+            settings=ThreadSettings(cwd=str(workspace.cwd), sandbox=config.sandbox),
+            prompt=self._prompt(ctx, workspace),
+            resume=session.session_id,
+            fresh=fresh,
+        )
+        return turn.opening(), turn
+
+    def _settings(
+        self, config: CodexConfig, workspace: Workspace, endpoint: list[tuple[str, JSONValue]]
+    ) -> list[tuple[str, JSONValue]]:
+        """The `-c` settings of both launches, with `endpoint` (how to reach the `mcphost` server)."""
+        server = f"mcp_servers.{SERVER_NAME}"
+        settings: list[tuple[str, JSONValue]] = [("approval_policy", "never"), *endpoint]
         settings += [
             (f"{server}.required", True),
             (f"{server}.default_tools_approval_mode", "approve"),
@@ -175,12 +231,9 @@ class CodexRunner(HarnessRunner):
         instructions = "\n\n".join(part for part in (config.prompt, context_hint(workspace)) if part)
         settings.append(("developer_instructions", instructions[:MAX_ARGV_TEXT]))
         settings += list(config.config_overrides.items())
-        for key, value in settings:
-            argv += ["-c", f"{key}={toml_value(value)}"]
-        if config.model:
-            argv += ["-m", config.model]
-        if session.session_id:
-            argv += ["resume", session.session_id]
+        return settings
+
+    def _prompt(self, ctx: AgentRunContext, workspace: Workspace) -> str:
         prompt = prompt_of(ctx)
         if len(prompt.encode()) > MAX_ARGV_TEXT:
             write_private(workspace.root, workspace.relative(INPUT_FILE), prompt)
@@ -188,9 +241,15 @@ class CodexRunner(HarnessRunner):
                 "The message is too long for the command line; read it from "
                 f"{workspace.relative(INPUT_FILE)} first."
             )
-        argv += ["--", prompt]
-        token = run_token(mcp) or ""
-        env = harness_environment(
+        return prompt
+
+    def _environment(
+        self, ctx: AgentRunContext, config: CodexConfig, workspace: Workspace, token: str
+    ) -> dict[str, str]:
+        home = make_private_dir(workspace.data_dir / "codex-home")
+        codex_home = make_private_dir(home / ".codex")
+        write_private(codex_home, "config.toml", CODEX_CONFIG)
+        return harness_environment(
             config,
             defaults={"NO_COLOR": "1"},
             controlled={
@@ -200,7 +259,6 @@ class CodexRunner(HarnessRunner):
                 **trace_environment(ctx),
             },
         )
-        return Launch(argv, env)
 
     def mapper(
         self, ctx: AgentRunContext, out: RunOutput, diagnostics: Diagnostics, on_session: SessionCallback
@@ -246,160 +304,6 @@ def toml_value(value: JSONValue) -> str:
         raise ValueError(f"TOML cannot hold {value!r} here")
     items = ", ".join(f"{json.dumps(key)} = {toml_value(item)}" for key, item in value.items())
     return "{" + items + "}"
-
-
-_TOOL_ITEMS = {"mcp_tool_call", "command_execution", "file_change", "web_search"}
-_QUIET_ITEMS = {"reasoning", "todo_list"}
-
-
-class CodexStreamMapper(StreamMapper):
-    """`codex exec --json` JSONL events → results."""
-
-    known_events = frozenset(
-        {
-            "thread.started",
-            "turn.started",
-            "turn.completed",
-            "turn.failed",
-            "item.started",
-            "item.updated",
-            "item.completed",
-            "error",
-        }
-    )
-
-    def __init__(
-        self, ctx: AgentRunContext, out: RunOutput, diagnostics: Diagnostics, on_session: SessionCallback
-    ) -> None:
-        super().__init__(ctx, out, diagnostics, on_session)
-        self._started: dict[str, str] = {}
-        """Open tool calls: item id → tool name."""
-        self._ended: set[str] = set()
-        self._last_error: str | None = None
-
-    async def feed(self, event: JSONObject) -> None:
-        match event.get("type"):
-            case "thread.started":
-                # The mcphost server is `required`: Codex starts no thread unless it initialized.
-                self.state.mcp_connected = True
-                thread_id = as_str(event.get("thread_id"))
-                if thread_id:
-                    await self.session_started(thread_id)
-            case "turn.started":
-                pass
-            case "item.started" | "item.updated" | "item.completed":
-                await self._item(str(event["type"]), as_dict(event.get("item")), event)
-            case "turn.completed":
-                self.state.finished = True
-                self.state.usage = _usage(as_dict(event.get("usage")))
-            case "turn.failed":
-                self.state.finished = True
-                message = as_str(as_dict(event.get("error")).get("message")) or self._last_error
-                self.fail(_turn_failure(message or "Codex reported a failed turn"))
-            case "error":
-                self._last_error = as_str(event.get("message"))
-                self.diagnostics.add("cli_error", self._last_error or "error", line=self.line)
-            case _:
-                self.unknown(event)
-
-    async def _item(self, phase: str, item: JSONObject, event: JSONObject) -> None:
-        kind, item_id = as_str(item.get("type")), as_str(item.get("id"))
-        if kind == "agent_message":
-            text = as_str(item.get("text"))
-            if phase == "item.completed" and text:
-                self.state.final_text = text
-                if self.ctx.delivery.supports_streaming:
-                    await self.out.delta(text)
-        elif kind in _TOOL_ITEMS and item_id:
-            await self._tool(phase, kind, item_id, item)
-        elif kind == "error":
-            self.diagnostics.add("cli_warning", as_str(item.get("message")) or "error item", line=self.line)
-        elif kind not in _QUIET_ITEMS:
-            self.unknown(item if kind else event, "item")
-
-    async def _tool(self, phase: str, kind: str, item_id: str, item: JSONObject) -> None:
-        if item_id in self._ended:
-            return
-        if item_id not in self._started:
-            name, parameters = _tool_call(kind, item)
-            self._started[item_id] = name
-            await self.out.tool_started(item_id, name, parameters)
-        if phase != "item.completed":
-            return
-        name = self._started.pop(item_id)
-        self._ended.add(item_id)
-        error = _tool_error(kind, item)
-        if error is not None:
-            await self.out.tool_completed(item_id, name, error_code=error[0], error_message=error[1])
-        else:
-            await self.out.tool_completed(item_id, name, result_preview=_tool_output(kind, item))
-
-
-def _tool_call(kind: str, item: JSONObject) -> tuple[str, JSONObject]:
-    if kind == "mcp_tool_call":
-        server, tool = as_str(item.get("server")) or "?", as_str(item.get("tool")) or "?"
-        return f"mcp__{server}__{tool}", as_dict(item.get("arguments"))
-    if kind == "command_execution":
-        return "shell", {"command": as_str(item.get("command")) or ""}
-    if kind == "file_change":
-        return "apply_patch", {"changes": as_list(item.get("changes"))}
-    return "web_search", {"query": as_str(item.get("query")) or ""}
-
-
-def _tool_error(kind: str, item: JSONObject) -> tuple[str, str] | None:
-    status = as_str(item.get("status"))
-    if kind == "mcp_tool_call":
-        error, result = as_dict(item.get("error")), as_dict(item.get("result"))
-        is_error = result.get("is_error") is True or result.get("isError") is True
-        if not (error or is_error or status == "failed"):
-            return None
-        # A tool error answered by the server (`code: message`, PROTOCOL §5) is in the result's content;
-        # a call that never got an answer has only Codex's own error message.
-        text = preview(result.get("content")) or as_str(error.get("message")) or "the tool call failed"
-        code, sep, rest = text.partition(": ")
-        return (code, rest) if sep and is_error_code(code) else ("runtime_error", text)
-    if kind == "command_execution":
-        exit_code = item.get("exit_code")
-        if status in ("failed", "declined") or (isinstance(exit_code, int) and exit_code != 0):
-            code = "unauthorized" if status == "declined" else "runtime_error"
-            return code, f"exit code {exit_code}: {preview(item.get('aggregated_output'), 500)}"
-        return None
-    if status == "failed":
-        return "runtime_error", f"{kind} failed"
-    return None
-
-
-def _tool_output(kind: str, item: JSONObject) -> str:
-    if kind == "mcp_tool_call":
-        result = as_dict(item.get("result"))
-        structured = result.get("structured_content")
-        return preview(structured if structured is not None else result.get("content"))
-    if kind == "command_execution":
-        return preview(item.get("aggregated_output"))
-    return preview(item.get("changes") if kind == "file_change" else item.get("query"))
-
-
-def _turn_failure(message: str) -> Failure:
-    lowered = message.lower()
-    if "401" in message or "unauthorized" in lowered or "invalid api key" in lowered:
-        return Failure("unauthorized", f"The model API refused the request: {message}")
-    if "429" in message or "rate limit" in lowered:
-        return Failure("rate_limited", f"The model API is rate limited: {message}", retryable=True)
-    return Failure("runner.error", message, details={"error": message})
-
-
-def _usage(usage: JSONObject) -> Usage:
-    fresh = as_int(usage.get("input_tokens")) or 0
-    output = as_int(usage.get("output_tokens")) or 0
-    return Usage(
-        input_tokens=fresh,
-        output_tokens=output,
-        total_tokens=fresh + output,
-        extra={
-            "cached_input_tokens": as_int(usage.get("cached_input_tokens")),
-            "reasoning_output_tokens": as_int(usage.get("reasoning_output_tokens")),
-        },
-    )
 
 
 def main() -> None:

@@ -333,6 +333,24 @@ class HarnessRunner(AgentRunner):
         """The line written to a warm process's stdin to start the run's turn."""
         raise NotImplementedError(f"{self.harness} has no warm mode")
 
+    def warm_turn(
+        self,
+        ctx: AgentRunContext,
+        config: HarnessConfig,
+        out: RunOutput,
+        diagnostics: Diagnostics,
+        on_session: SessionCallback,
+        workspace: Workspace,
+        session: ExternalSession,
+        process: WarmProcess,
+        fresh: bool,
+    ) -> tuple[bytes, StreamMapper]:
+        """What is written to the warm process to start the run's turn, and the mapper of what comes
+        back (`fresh`: the process was started for this turn). By default `turn_message` and the cold
+        mapper, for a CLI whose long-lived mode speaks its cold stream (Claude Code); a JSON-RPC CLI
+        returns its first request and a mapper that writes the rest (Codex)."""
+        return self.turn_message(ctx, workspace), self.mapper(ctx, out, diagnostics, on_session)
+
     @asynccontextmanager
     async def lifespan(self) -> AsyncGenerator[None]:
         """The warm pool lives while the plugin serves; its processes stop with it."""
@@ -476,14 +494,16 @@ class HarnessRunner(AgentRunner):
                 "warm_fallback", f"{exc}; this turn spawns the CLI cold, the next starts a new one"
             )
             return False
-        mapper = self.mapper(ctx, out, diagnostics, saver)
+        message, mapper = self.warm_turn(
+            ctx, config, out, diagnostics, saver, workspace, session, process, fresh
+        )
         clean = started = False
         left = ctx.runtime.deadline_at - time.time()
         try:
             with anyio.move_on_after(max(left - self.deadline_margin_s(left), 0)) as deadline:
                 started = await pump_turn(
                     process,
-                    self.turn_message(ctx, workspace),
+                    message,
                     mapper,
                     diagnostics,
                     start_s=None if fresh else WARM_START_S,

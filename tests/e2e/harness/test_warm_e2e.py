@@ -1,10 +1,14 @@
-"""Warm Claude Code sessions through a real host: one long-lived `claude -p --input-format stream-json`
-per conversation behind `/sessions/{session_id}/mcp`, against the fake Messages API."""
+"""Warm harness sessions through a real host, for both harnesses: one long-lived CLI per conversation
+behind `/sessions/{session_id}/mcp` — Claude Code's `claude -p --input-format stream-json` against the
+fake Messages API, Codex's `codex app-server` against the fake Responses API."""
 
 from __future__ import annotations
 
 import os
 import signal
+from collections.abc import AsyncGenerator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -16,12 +20,49 @@ from mcp.client.streamable_http import streamable_http_client
 
 from mcphost.app import Host
 from mcphost.warm import WarmSessions
-from tests.e2e.harness.hostkit import Finished, claude_agent, harness_host, message, run_event, unique
+from tests.e2e.harness.hostkit import (
+    Finished,
+    claude_agent,
+    codex_agent,
+    harness_host,
+    message,
+    run_event,
+    unique,
+)
 from tests.fakes.anthropic import fake_anthropic
-from tests.fakes.script import ModelRequest, Reply, Text, ToolCall
+from tests.fakes.openai import fake_openai
+from tests.fakes.script import ModelRequest, Reply, Script, Text, ToolCall
 from tests.mcphost.facts.conftest import raises_mcp_error
 
 pytestmark = pytest.mark.slow
+
+
+@dataclass(frozen=True)
+class Harness:
+    """One harness under test: its agent and the fake model API it talks to."""
+
+    agent_id: str
+    agent: Callable[..., dict[str, Any]]
+    fake: Callable[[Script], AbstractAsyncContextManager[Any]]
+
+    def warm_agent(self, base_url: str, tmp_path: Path) -> dict[str, Any]:
+        return self.agent(self.agent_id, base_url, tmp_path / "harness", warm=True)
+
+
+@asynccontextmanager
+async def warm_host(harness: Harness, tmp_path: Path) -> AsyncGenerator[tuple[Any, Host]]:
+    """The harness's fake model API answering `script`, and a host with its warm agent."""
+    async with (
+        harness.fake(script) as fake,
+        harness_host(tmp_path, [harness.warm_agent(fake.base_url, tmp_path)]) as host,
+    ):
+        yield fake, host
+
+
+HARNESSES = [
+    pytest.param(Harness("claude", claude_agent, fake_anthropic), id="claude-code"),
+    pytest.param(Harness("codex", codex_agent, fake_openai), id="codex"),
+]
 
 OUTSIDE = "Please write the actor scope."
 
@@ -39,15 +80,16 @@ def script(request: ModelRequest) -> Reply:
 
 
 def _user_texts(body: Any) -> list[str]:
+    """The user messages of a Messages API (`messages`) or Responses API (`input`) request, in order."""
     texts: list[str] = []
-    for item in body.get("messages", []):
-        if item.get("role") != "user":
+    for item in body.get("messages") or body.get("input") or []:
+        if item.get("role") != "user" or item.get("type", "message") != "message":
             continue
         content = item.get("content")
         parts = (
             [content]
             if isinstance(content, str)
-            else [p.get("text", "") for p in content if p.get("type") == "text"]
+            else [p.get("text", "") for p in content if p.get("type") in ("text", "input_text")]
         )
         texts.extend(p for p in parts if p)
     return texts
@@ -75,42 +117,46 @@ def alive(pid: int) -> bool:
     return True
 
 
+@pytest.mark.parametrize("harness", HARNESSES)
 async def test_warm_turns_keep_memory_in_one_process_and_the_endpoint_refuses_between_runs(
-    tmp_path: Path,
+    tmp_path: Path, harness: Harness
 ) -> None:
-    async with fake_anthropic(script) as fake:
-        agent = claude_agent("claude", fake.base_url, tmp_path / "harness", warm=True)
-        async with harness_host(tmp_path, [agent]) as host:
-            conversation = unique("conv")
-            first = await run_event(host, message("claude", conversation, "Remember that I like green."))
-            assert first.run.status.value == "completed", first.terminal
-            pid = warm_pid(first)
-            assert warm_of(first) == {"pid": pid, "reused": False, "turns": 1}
-            assert alive(pid)  # the warm process outlives its first turn
+    name = harness.agent_id
+    async with warm_host(harness, tmp_path) as (fake, host):
+        conversation = unique("conv")
+        first = await run_event(host, message(name, conversation, "Remember that I like green."))
+        assert first.run.status.value == "completed", first.terminal
+        pid = warm_pid(first)
+        assert warm_of(first) == {"pid": pid, "reused": False, "turns": 1}
+        assert alive(pid)  # the warm process outlives its first turn
 
-            second = await run_event(host, message("claude", conversation, "What do I like?"))
-            assert second.run.status.value == "completed", second.terminal
-            assert warm_of(second) == {"pid": pid, "reused": True, "turns": 2}
-            assert "Remember that I like green." in second.answer  # the process kept the first turn
-            assert second.session_id == first.session_id
+        before = len(fake.requests)
+        second = await run_event(host, message(name, conversation, "What do I like?"))
+        assert second.run.status.value == "completed", second.terminal
+        assert warm_of(second) == {"pid": pid, "reused": True, "turns": 2}
+        # The model was sent the first turn's history by the same process.
+        sent = [t for r in fake.requests[before:] if r.is_agent_turn for t in _user_texts(r.body)]
+        assert "Remember that I like green." in sent
+        assert "Remember that I like green." in second.answer  # the process kept the first turn
+        assert second.session_id == first.session_id
 
-            # A tool outside the current run's grant is refused by the session endpoint, under the run.
-            third = await run_event(host, message("claude", conversation, OUTSIDE))
-            assert third.run.status.value == "completed", third.terminal
-            assert warm_pid(third) == pid
-            assert [(a.tool, a.outcome, a.code) for a in third.audit] == [
-                ("state_set", "refused", "unauthorized")
-            ]
-            assert "unauthorized" in third.answer
+        # A tool outside the current run's grant is refused by the session endpoint, under the run.
+        third = await run_event(host, message(name, conversation, OUTSIDE))
+        assert third.run.status.value == "completed", third.terminal
+        assert warm_pid(third) == pid
+        assert [(a.tool, a.outcome, a.code) for a in third.audit] == [
+            ("state_set", "refused", "unauthorized")
+        ]
+        assert "unauthorized" in third.answer
 
-            # Between runs a real MCP client with the session's URL and token is refused.
-            await _assert_refused_between_runs(host, conversation)
+        # Between runs a real MCP client with the session's URL and token is refused.
+        await _assert_refused_between_runs(host, name, conversation)
 
 
-async def _assert_refused_between_runs(host: Host, conversation: str) -> None:
+async def _assert_refused_between_runs(host: Host, agent_id: str, conversation: str) -> None:
     warm = host.facts.warm
     assert warm is not None
-    session_id = WarmSessions.session_id("claude", conversation, None)
+    session_id = WarmSessions.session_id(agent_id, conversation, None)
     assert warm.run_of(session_id) is None
     url = f"{host.orchestrator.public_url.rstrip('/')}/sessions/{session_id}/mcp"
     headers = {"Authorization": f"Bearer {warm.token(session_id)}"}
@@ -121,32 +167,34 @@ async def _assert_refused_between_runs(host: Host, conversation: str) -> None:
         assert caught
 
 
-async def test_a_killed_warm_process_falls_back_to_a_cold_spawn_and_is_replaced(tmp_path: Path) -> None:
-    async with fake_anthropic(script) as fake:
-        agent = claude_agent("claude", fake.base_url, tmp_path / "harness", warm=True)
-        async with harness_host(tmp_path, [agent]) as host:
-            conversation = unique("conv")
-            first = await run_event(host, message("claude", conversation, "Remember that I like green."))
-            assert first.run.status.value == "completed", first.terminal
-            pid = warm_pid(first)
-            os.killpg(pid, signal.SIGKILL)
-            with anyio.fail_after(10):
-                while alive(pid) and not _zombie(pid):  # noqa: ASYNC110  # no event tells a process died
-                    await anyio.sleep(0.05)
+@pytest.mark.parametrize("harness", HARNESSES)
+async def test_a_killed_warm_process_falls_back_to_a_cold_spawn_and_is_replaced(
+    tmp_path: Path, harness: Harness
+) -> None:
+    name = harness.agent_id
+    async with warm_host(harness, tmp_path) as (_, host):
+        conversation = unique("conv")
+        first = await run_event(host, message(name, conversation, "Remember that I like green."))
+        assert first.run.status.value == "completed", first.terminal
+        pid = warm_pid(first)
+        os.killpg(pid, signal.SIGKILL)
+        with anyio.fail_after(10):
+            while alive(pid) and not _zombie(pid):  # noqa: ASYNC110  # no event tells a process died
+                await anyio.sleep(0.05)
 
-            second = await run_event(host, message("claude", conversation, "What do I like?"))
-            assert second.run.status.value == "completed", second.terminal
-            assert warm_of(second) is None  # a cold spawn answered
-            assert "warm_fallback" in diagnostics_of(second)
-            assert "Remember that I like green." in second.answer  # it resumed the session
+        second = await run_event(host, message(name, conversation, "What do I like?"))
+        assert second.run.status.value == "completed", second.terminal
+        assert warm_of(second) is None  # a cold spawn answered
+        assert "warm_fallback" in diagnostics_of(second)
+        assert "Remember that I like green." in second.answer  # it resumed the session
 
-            third = await run_event(host, message("claude", conversation, "And now?"))
-            assert third.run.status.value == "completed", third.terminal
-            replaced = warm_of(third)
-            assert replaced is not None
-            assert replaced["pid"] != pid
-            assert replaced["reused"] is False
-            assert "Remember that I like green." in third.answer
+        third = await run_event(host, message(name, conversation, "And now?"))
+        assert third.run.status.value == "completed", third.terminal
+        replaced = warm_of(third)
+        assert replaced is not None
+        assert replaced["pid"] != pid
+        assert replaced["reused"] is False
+        assert "Remember that I like green." in third.answer
 
 
 def _zombie(pid: int) -> bool:
@@ -156,28 +204,30 @@ def _zombie(pid: int) -> bool:
         return True
 
 
-async def test_two_warm_sessions_run_in_parallel_in_their_own_processes(tmp_path: Path) -> None:
-    async with fake_anthropic(script) as fake:
-        agent = claude_agent("claude", fake.base_url, tmp_path / "harness", warm=True)
-        async with harness_host(tmp_path, [agent]) as host:
-            a, b = unique("conv-a"), unique("conv-b")
-            results: dict[str, Finished] = {}
+@pytest.mark.parametrize("harness", HARNESSES)
+async def test_two_warm_sessions_run_in_parallel_in_their_own_processes(
+    tmp_path: Path, harness: Harness
+) -> None:
+    name = harness.agent_id
+    async with warm_host(harness, tmp_path) as (_, host):
+        a, b = unique("conv-a"), unique("conv-b")
+        results: dict[str, Finished] = {}
 
-            async def turn(conversation: str, text: str) -> None:
-                results[conversation] = await run_event(host, message("claude", conversation, text))
+        async def turn(conversation: str, text: str) -> None:
+            results[conversation] = await run_event(host, message(name, conversation, text))
 
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(turn, a, "I am A.")
-                tg.start_soon(turn, b, "I am B.")
-            first_a, first_b = results[a], results[b]
-            assert first_a.run.status.value == first_b.run.status.value == "completed"
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(turn, a, "Who am I?")
-                tg.start_soon(turn, b, "Who am I?")
-            assert "I am A." in results[a].answer
-            assert "I am B." not in results[a].answer
-            assert "I am B." in results[b].answer
-            assert "I am A." not in results[b].answer
-            assert warm_pid(results[a]) == warm_pid(first_a)
-            assert warm_pid(results[b]) == warm_pid(first_b)
-            assert warm_pid(first_a) != warm_pid(first_b)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(turn, a, "I am A.")
+            tg.start_soon(turn, b, "I am B.")
+        first_a, first_b = results[a], results[b]
+        assert first_a.run.status.value == first_b.run.status.value == "completed"
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(turn, a, "Who am I?")
+            tg.start_soon(turn, b, "Who am I?")
+        assert "I am A." in results[a].answer
+        assert "I am B." not in results[a].answer
+        assert "I am B." in results[b].answer
+        assert "I am A." not in results[b].answer
+        assert warm_pid(results[a]) == warm_pid(first_a)
+        assert warm_pid(results[b]) == warm_pid(first_b)
+        assert warm_pid(first_a) != warm_pid(first_b)
