@@ -55,6 +55,7 @@ from mcphost.retention import DAY_S, Collector, run_collector
 from mcphost.schedules import Scheduler, run_scheduler
 from mcphost.stores import Stores, open_stores
 from mcphost.stores.retention import Collected
+from mcphost.stores.warm import WarmSessionStore
 from mcphost.warm import WarmSessions
 
 
@@ -125,7 +126,8 @@ async def open_host(settings: Settings, *, replay: ReplayBook | None = None) -> 
         PluginSupervisor(plugin_specs(settings)) as supervisor,
     ):
         registry = RunnerRegistry(supervisor.plugins)
-        warm = WarmSessions(
+        warm = await WarmSessions.open(
+            WarmSessionStore(stores.db),
             max_sessions=settings.host.warm_max_sessions,
             idle_timeout_s=settings.host.warm_idle_timeout_s,
             max_rss_mb=settings.host.warm_max_rss_mb,

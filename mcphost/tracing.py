@@ -66,6 +66,7 @@ CONVERSATION_ID = "gen_ai.conversation.id"
 TOOL_NAME = "gen_ai.tool.name"
 MCP_METHOD = "mcp.method.name"
 MCP_SESSION = "mcp.session.id"
+WARM_SESSION = "mcphost.warm_session.id"
 ERROR_TYPE = "error.type"
 
 EXPORTERS = ("otlp", "console", "none")

@@ -2,33 +2,28 @@
 
 A warm harness process (`[agents.config] warm = true`) lives across the runs of one conversation, so its
 MCP config cannot carry a run's URL and token. It is given `/sessions/{session_id}/mcp` and a session
-token instead; this module names the session, derives its token, and keeps which run the endpoint
-currently serves. Does not own serving the endpoint (`facts/server.py`) nor the warm processes (they live
-in the runner's plugin, `runners/_harness_warm.py`).
+token instead; this module names the session, derives its token, and answers which run the endpoint
+currently serves. Does not own serving the endpoint (`facts/server.py`), the SQL behind the binding
+(`stores/warm.py`), nor the warm processes (they live in the runner's plugin, `runners/_harness_warm.py`).
 
 Invariants:
 - A session id names (agent, conversation, thread): `ses_` + 32 hex digits of their SHA-256. The token is
-  an HMAC of the session id under a key drawn when this host process starts, so it is stable for the
-  session while the host (and the plugins it supervises) live, is never stored, and a restart changes it.
-- The binding lives in this process's memory only: the session endpoint URL handed out is this host's
-  own `public_url`, and a run is bound on the host that runs it (docs/architecture.md § warm sessions).
-- Fail closed: a session is bound to at most one run; `unbind_run` removes the binding of a run that
-  ended, and a session without a binding serves nothing. Binding a session that another run holds moves
-  it (the conversation queue runs one run at a time, so that other run has ended or is about to).
+  an HMAC of the session id under a key kept in the database (`WarmSessionStore.key`, created once), so
+  every host on one database derives and verifies the same token; it is never stored.
+- The binding is the database's: `offer` puts the session into the run's context, and the run's start
+  transaction records it on the run (`runs.warm_session_id`). A session's current run is its running run
+  with an unrevoked grant, read fresh for every request (`current_run`), never cached: a run that ended
+  stops being served by every replica at the commit that ended it, and between runs there is none.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
-import logging
 import re
-import secrets
-import threading
 
 from mcphost.protocol import AgentRunContext, WarmSessionAccess
-
-logger = logging.getLogger(__name__)
+from mcphost.stores.warm import WarmSessionStore
 
 SESSION_PATH = "/sessions/{session_id}/mcp"
 SESSION_ID = re.compile(r"^ses_[0-9a-f]{32}$")
@@ -39,27 +34,45 @@ def session_url(public_url: str, session_id: str) -> str:
 
 
 class WarmSessions:
-    """Session ids, session tokens and the session → run bindings of this host process."""
+    """Session ids and tokens, and the session → run bindings the database holds."""
 
     def __init__(
         self,
+        store: WarmSessionStore,
         *,
+        key: bytes,
         max_sessions: int = 8,
         idle_timeout_s: float = 600.0,
         max_rss_mb: int = 2048,
-        key: bytes | None = None,
     ) -> None:
-        self._key = key or secrets.token_bytes(32)
+        """Use `open` to get the database's key; `key` here is for tests of other keys."""
+        if len(key) < 16:
+            raise ValueError(f"a warm session key needs at least 16 bytes; got {len(key)}")
+        self._store = store
+        self._key = key
         self._limits = {
             "max_sessions": max_sessions,
             "idle_timeout_s": idle_timeout_s,
             "max_rss_mb": max_rss_mb,
         }
-        self._run_of: dict[str, str] = {}
-        self._session_of: dict[str, str] = {}
-        self._lock = threading.Lock()
-        """`bind` runs inside a run's start transaction, on SQLite on the writer thread
-        (`Database.run_write`), while `unbind_run` runs on the event loop: each move is atomic."""
+
+    @classmethod
+    async def open(
+        cls,
+        store: WarmSessionStore,
+        *,
+        max_sessions: int = 8,
+        idle_timeout_s: float = 600.0,
+        max_rss_mb: int = 2048,
+    ) -> WarmSessions:
+        """The warm sessions of the database behind `store`, with its token key (created if missing)."""
+        return cls(
+            store,
+            key=await store.key(),
+            max_sessions=max_sessions,
+            idle_timeout_s=idle_timeout_s,
+            max_rss_mb=max_rss_mb,
+        )
 
     @staticmethod
     def session_id(agent_id: str, conversation_id: str, thread_id: str | None) -> str:
@@ -73,30 +86,19 @@ class WarmSessions:
     def token_matches(self, session_id: str, token: str) -> bool:
         return hmac.compare_digest(self.token(session_id), token)
 
-    def bind(self, session_id: str, run_id: str) -> None:
-        """From now on the session endpoint serves `run_id` (its grant, its token's run)."""
-        with self._lock:
-            earlier = self._run_of.get(session_id)
-            if earlier is not None and earlier != run_id:
-                logger.warning("warm session %s moves from run %s to run %s", session_id, earlier, run_id)
-                self._session_of.pop(earlier, None)
-            self._run_of[session_id] = run_id
-            self._session_of[run_id] = session_id
+    async def current_run(self, session_id: str) -> str | None:
+        """The run the session endpoint serves now (read from the database), or None between runs.
+        Store errors propagate."""
+        return await self._store.current_run(session_id)
 
-    def unbind_run(self, run_id: str) -> str | None:
-        """The run ended: its session (if any) serves nothing until the next bind; the session id."""
-        with self._lock:
-            session_id = self._session_of.pop(run_id, None)
-            if session_id is not None and self._run_of.get(session_id) == run_id:
-                del self._run_of[session_id]
-        return session_id
-
-    def run_of(self, session_id: str) -> str | None:
-        return self._run_of.get(session_id)
+    async def latest_run(self, session_id: str) -> str | None:
+        """The session's most recently started run, ended or not (where a refused call is audited)."""
+        return await self._store.latest_run(session_id)
 
     def offer(self, ctx: AgentRunContext, *, agent_id: str, public_url: str) -> AgentRunContext:
-        """`ctx` with its warm session endpoint (token-free) and the session bound to the run; `ctx`
-        itself when the run has no conversation or no MCP endpoint."""
+        """`ctx` with its warm session endpoint (token-free), or `ctx` itself when the run has no
+        conversation or no MCP endpoint. Called while the run's context is built in its start
+        transaction, which records the session on the run: that is what binds it."""
         mcp = ctx.context.mcp
         if ctx.conversation is None or mcp is None:
             return ctx
@@ -108,7 +110,6 @@ class WarmSessions:
             idle_timeout_s=float(self._limits["idle_timeout_s"]),
             max_rss_mb=int(self._limits["max_rss_mb"]),
         )
-        self.bind(session_id, ctx.run_id)
         full = mcp.model_copy(update={"session": access})
         return ctx.model_copy(update={"context": ctx.context.model_copy(update={"mcp": full})})
 

@@ -297,6 +297,11 @@ class FactsDispatch:
             attributes[tracing.OPERATION] = "execute_tool"
         if session is not None:
             attributes[tracing.MCP_SESSION] = session
+        if access.session_id is not None:
+            # A warm process keeps the trace context it was spawned with (an earlier run's): its calls
+            # hang under the run the session serves now, not under whatever its `_meta` names.
+            attributes[tracing.WARM_SESSION] = access.session_id
+            found = {}
         name = f"tools/call {tool[:200]}" if method == "tools/call" else method
         parent = found or await self._trace_parent(access)
         with tracing.span(name, parent=parent, kind="server", attributes=attributes) as current:

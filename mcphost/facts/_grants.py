@@ -33,6 +33,8 @@ class RunAccess:
 
     run_id: str
     record: GrantRecord
+    session_id: str | None = None
+    """The warm session the request came through (`/sessions/{session_id}/mcp`), else None."""
 
 
 class GrantCache:

@@ -21,11 +21,16 @@ Invariants:
   yet), cancels the run's in-flight calls (they answer `cancelled`), forgets its limits and closes the
   sessions it opened here. Runs ended by another process are noticed within the grant cache TTL; the
   sweeper then closes their sessions here too.
-- `/sessions/{session_id}/mcp` (with `warm`, `mcphost.warm`): a warm harness session's stable endpoint.
-  Checked in this order: Host/Origin, the session id's form (404), its session token (401, constant
-  time), a bound run whose grant is active (else 403: refused between runs); then served exactly as a
-  request of that run (its `RunAccess`: grant, limits, audit). Its handshake-era MCP sessions belong to
-  the warm session, not to one run, and are not closed by `end_run`; `end_run` unbinds the session first.
+- `/sessions/{session_id}/mcp` (with `warm`, `mcphost.warm`): a warm harness session's stable endpoint,
+  served by every replica on the database. Checked in this order: Host/Origin, the session id's form
+  (404), its session token (401, constant time, under the database's key), the session's current run
+  read fresh from the database for this request and its grant still active here (else 403: refused
+  between runs; `end_run` makes this process refuse at once, the run's end commit every replica); then
+  served exactly as a request of that run (its `RunAccess`: grant, limits, audit), each call a span
+  under that run's trace whatever `_meta` the warm process sends. Its handshake-era MCP sessions belong
+  to the warm session, not to one run, and are not closed by `end_run`. A refused session request is
+  audited on the session's current or latest run (tool `http <METHOD> session`, within the refusal
+  budget); with no run to hold it, it is logged and counted (`_refuse_session`).
 - Host and Origin are checked by the host's one `HttpGuard` (`guard.py`), the same policy `/v1` uses
   (DNS-rebinding and cross-site protection): 421 for a Host it does not serve, 403 for a foreign Origin.
 - Everything that runs in the background (the SDK session manager, the audit writer, the sweeper) is
@@ -82,6 +87,10 @@ SESSION_CLOSE_GRACE_S = 0.5
 REFUSED_BODY_DIGEST_BYTES = 1024 * 1024
 UNAUTHORIZED_RPC_CODE = -32001
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,99}$")
+_SESSION_METHODS = frozenset({"GET", "POST", "DELETE"})
+"""The methods a session refusal is recorded under by name (others as `OTHER`: bounded metric labels)."""
+_UNATTRIBUTED = "session:*"
+"""The refusal budget shared by refusals on sessions that no run ever served (their log lines)."""
 
 
 def _refusal(status: int, message: str, code: int = UNAUTHORIZED_RPC_CODE) -> JSONResponse:
@@ -211,6 +220,7 @@ class FactsServer:
         self._manager: StreamableHTTPSessionManager | None = None
         self._tg: TaskGroup | None = None
         self._warm = warm
+        self._on_call = on_call
         self._routes: list[BaseRoute] = [
             Route(MCP_PATH, endpoint=self, name="mcphost_facts"),
             Route(SESSION_PATH, endpoint=self, name="mcphost_warm_session"),
@@ -269,8 +279,6 @@ class FactsServer:
         Returns once the cancelled calls have answered (`cancelled`), at most `END_RUN_WAIT_S` later;
         the run's sessions close in the background a moment after, so those answers reach the client.
         """
-        if self._warm is not None:
-            self._warm.unbind_run(run_id)
         self._grants.end(run_id)
         cancelled = self._dispatch.cancel_run(run_id)
         self._limits.drop(run_id)
@@ -404,7 +412,8 @@ class FactsServer:
 
     async def handle_session(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Authenticate one HTTP request to `/sessions/{session_id}/mcp` and serve it as a request of the
-        run the session is bound to (its grant, its audit, its limits), or refuse it (403) between runs."""
+        session's current run (its grant, its audit, its limits), or refuse it (403) between runs."""
+        started = time.perf_counter()
         headers = Headers(scope=scope)
         refused = self._guard.site_refusal(headers)
         if refused is not None:
@@ -424,9 +433,17 @@ class FactsServer:
                 if token is None
                 else "token does not belong to this session"
             )
-            await _refusal(401, reason)(scope, receive, send)
+            await self._refuse_session(session_id, 401, reason, started, scope, receive, send)
             return
-        run_id = warm.run_of(session_id)
+        try:
+            # Read fresh for every request (never cached): the run that ended stops here at its commit.
+            run_id = await warm.current_run(session_id)
+        except Exception:
+            logger.exception("could not read the current run of warm session %s", session_id)
+            await _refusal(503, "the host cannot read warm sessions right now; retry", -32603)(
+                scope, receive, send
+            )
+            return
         record = None
         if run_id is not None:
             read, record = await self._read_grant(run_id, scope, receive, send)
@@ -437,7 +454,7 @@ class FactsServer:
                 f"warm session {session_id} has no active run: the host refuses every call between the "
                 "runs of a session; the next run of its conversation binds it again"
             )
-            await _refusal(403, message, UNAUTHORIZED_RPC_CODE)(scope, receive, send)
+            await self._refuse_session(session_id, 403, message, started, scope, receive, send)
             return
         manager = self._manager
         if manager is None:
@@ -447,8 +464,54 @@ class FactsServer:
         principal = AuthenticatedUser(
             AccessToken(token=session_id, client_id=session_id, scopes=[], subject=session_id)
         )
-        inner: dict[str, Any] = {**scope, "user": principal, ACCESS_KEY: RunAccess(run_id, record)}
+        access = RunAccess(run_id, record, session_id=session_id)
+        inner: dict[str, Any] = {**scope, "user": principal, ACCESS_KEY: access}
         await manager.handle_request(inner, receive, send)
+
+    async def _refuse_session(
+        self,
+        session_id: str,
+        status: int,
+        reason: str,
+        started: float,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+    ) -> None:
+        """Answer a refused session request with `status` and `reason`, leaving evidence of it.
+
+        Within the session's refusal budget, the refusal is audited (tool `http <METHOD> session`,
+        `unauthorized`) on the session's current run, else on its latest run (the one that just ended,
+        whose warm process made the call); a session no run ever served has no run to hold the row, so
+        the refusal is logged (within a host-wide budget) and counted in `mcphost_mcp_calls_total`
+        instead. Past the budgets the request is still refused, only not recorded."""
+        code = UNAUTHORIZED_RPC_CODE
+        response = _refusal(status, reason, code)
+        method = scope["method"] if scope["method"] in _SESSION_METHODS else "OTHER"
+        tool = f"{method} session"
+        warm = self._warm
+        if warm is not None and self._refusals.allow(f"session:{session_id}"):
+            run_id: str | None = None
+            try:
+                run_id = await warm.current_run(session_id) or await warm.latest_run(session_id)
+            except Exception:
+                logger.exception("could not find the run of warm session %s to audit a refusal", session_id)
+            if run_id is not None:
+                body = await _read_body(receive, REFUSED_BODY_DIGEST_BYTES)
+                await self._dispatch.audit_refusal(run_id, tool, body, len(response.body), started)
+                await response(scope, receive, send)
+                return
+            if self._refusals.allow(_UNATTRIBUTED):
+                logger.warning(
+                    "refused %s on warm session %s, which no run serves or served (HTTP %d): %s",
+                    method,
+                    session_id,
+                    status,
+                    reason,
+                )
+        if self._on_call is not None:
+            self._on_call(f"http {tool}", "refused")
+        await response(scope, receive, send)
 
     async def _read_grant(
         self, run_id: str, scope: Scope, receive: Receive, send: Send

@@ -26,7 +26,9 @@ Invariants:
 - The start is one transaction: the move to `running`, the run's user transcript row, the snapshots of
   the state scopes its context shows, and its context (`context`, the `AgentRunContext` without its
   token, built from the thread's head after that row).
-  The context is written once and never changed, so every replica serves the same one.
+  The context is written once and never changed, so every replica serves the same one. When the
+  context offers a warm session (`context.mcp.session`), the run's `warm_session_id` is written with it:
+  from that commit on, every replica serves the session endpoint as this run (`stores/warm.py`).
 - `created_seq` only grows (AUTOINCREMENT / a sequence), so it orders runs by admission.
 - Retried when their connection drops (`@idempotent`, `_retry.py`), because repeating them is safe: every
   read; `admit` (a retry finds the row the first attempt may have committed, and recognizes it as its
@@ -343,8 +345,14 @@ class RunStore:
                     session, self._cursors, row.conversation_id, row.thread_id
                 )
             snapshots = {scope: await read_snapshot(session, scope, owner) for scope, owner in start.state}
-            snapshot = (await start.context(latest, has_before, snapshots)).model_dump(mode="json")
-            await session.execute(update(RunRow).where(RunRow.run_id == row.run_id).values(context=snapshot))
+            context = await start.context(latest, has_before, snapshots)
+            mcp = context.context.mcp
+            warm = None if mcp is None or mcp.session is None else mcp.session.session_id
+            await session.execute(
+                update(RunRow)
+                .where(RunRow.run_id == row.run_id)
+                .values(context=context.model_dump(mode="json"), warm_session_id=warm)
+            )
         return moved
 
     @idempotent

@@ -208,6 +208,7 @@ class RunRow(Base):
         Index(None, "agent_id", "created_seq"),
         Index(None, "agent_id", "status", "created_seq"),
         Index(None, "created_at", "created_seq"),
+        Index(None, "warm_session_id", "created_seq"),
         UniqueConstraint("event_id", "attempt"),
         {"sqlite_autoincrement": True},
     )
@@ -239,6 +240,9 @@ class RunRow(Base):
     context: Mapped[dict[str, Any] | None]
     """The run's `AgentRunContext` without its token, written as the run starts (`try_start`); NULL
     while queued, and for runs started before migration 0007."""
+    warm_session_id: Mapped[str | None] = mapped_column(String(40))
+    """The warm session whose endpoint this run serves (`ses_…`, written with `context` as the run
+    starts); NULL without one. The session's current run is its running run (`stores/warm.py`)."""
 
 
 class RunResultRow(Base):

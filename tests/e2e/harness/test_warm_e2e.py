@@ -157,7 +157,7 @@ async def _assert_refused_between_runs(host: Host, agent_id: str, conversation: 
     warm = host.facts.warm
     assert warm is not None
     session_id = WarmSessions.session_id(agent_id, conversation, None)
-    assert warm.run_of(session_id) is None
+    assert await warm.current_run(session_id) is None
     url = f"{host.orchestrator.public_url.rstrip('/')}/sessions/{session_id}/mcp"
     headers = {"Authorization": f"Bearer {warm.token(session_id)}"}
     async with httpx2.AsyncClient(headers=headers, timeout=10) as http:

@@ -16,7 +16,7 @@ import json
 import socket
 import ssl
 import time
-from collections.abc import AsyncGenerator, Generator, Mapping
+from collections.abc import AsyncGenerator, Callable, Generator, Mapping
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -87,8 +87,10 @@ async def admit_run(
     raw_ref: str | None = None,
     timeout_s: float = 300.0,
     limits: Mapping[str, Any] | None = None,
+    revise: Callable[[AgentRunContext], AgentRunContext] | None = None,
 ) -> RunHandle:
-    """Admit (and, when its conversation allows, start) a run the way the orchestrator does."""
+    """Admit (and, when its conversation allows, start) a run the way the orchestrator does; `revise`
+    changes its context as it is built (e.g. `WarmSessions.offer`)."""
     event = AgentEventEnvelope.model_validate(
         {
             "event_type": "message.received",
@@ -184,7 +186,7 @@ async def admit_run(
     ) -> AgentRunContext:
         if state is None:  # queued: read outside the start transaction
             state = {scope: await stores.state.snapshot(scope, owner) for scope, owner in scopes}
-        return build_context(
+        ctx = build_context(
             run_id=run_id,
             event=event,
             binding=binding,
@@ -197,6 +199,7 @@ async def admit_run(
             knowledge_bases={"kb-docs": ("Docs", "Product documentation")},
             tools=granted_tools(grant),
         )
+        return ctx if revise is None else revise(ctx)
 
     if await stores.runs.try_start(
         run_id, host_id="host-test", user_item=user_item, context=start, state=scopes
