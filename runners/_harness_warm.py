@@ -39,11 +39,11 @@ from typing import IO
 
 import anyio
 import anyio.abc
+import anyio.to_thread
 
 from mcphost.common.lines import LineReader, TooLong
 from mcphost.common.procgroup import (
     StopTimings,
-    group_members,
     group_rss_mb,
     release_process,
     spawn,
@@ -101,8 +101,7 @@ class WarmProcess:
         # unset, until the event loop's child watcher reaps it. Without /proc only the returncode tells.
         if self._process.returncode is not None:
             return False
-        members = group_members(self.pid)
-        return members is None or self.pid in members
+        return _leader_live(self.pid)
 
     async def send(self, line: bytes) -> None:
         """Write one line to the CLI's stdin. Raises `anyio.BrokenResourceError` when it is gone."""
@@ -152,6 +151,19 @@ class WarmProcess:
             await release_process(self._process)
             self._stderr.close()
             self.forget_secrets()
+
+
+def _leader_live(pid: int) -> bool:
+    """Whether `pid` runs and is not a zombie, from its own `/proc/<pid>/stat`: one read, not a scan of
+    every process (`procgroup.group_members`), because it is on every warm turn's path and a scan costs
+    tens of milliseconds on a busy machine. True where /proc is unavailable."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return not Path("/proc/self").exists()
+    except OSError:
+        return True
+    return text.rsplit(")", 1)[-1].split()[:1] != ["Z"]
 
 
 async def start_warm(
@@ -321,13 +333,24 @@ class WarmPool:
         idle = sorted((p for p in self._processes.values() if not p.busy), key=lambda p: p.last_used)
         while idle and len(self._processes) > max(limits.max_sessions - room_for, 0):
             oldest = idle.pop(0)
-            await self.discard(oldest.key, f"the pool holds more than {limits.max_sessions} sessions")
-        total = sum(p.rss_mb() for p in self._processes.values())
+            if self._idle(oldest):
+                await self.discard(oldest.key, f"the pool holds more than {limits.max_sessions} sessions")
+        if not idle:
+            return  # memory only matters when an idle process could be stopped
+        # Reading the groups' memory scans /proc once per process: off the event loop, which meanwhile
+        # carries the turns of busy processes (a turn may take an idle one meanwhile: `_idle` rechecks).
+        pids = [p.pid for p in self._processes.values()]
+        used = await anyio.to_thread.run_sync(lambda: {pid: group_rss_mb(pid) for pid in pids})
+        total = sum(used.values())
         while idle and total > limits.max_rss_mb:
             oldest = idle.pop(0)
-            used = oldest.rss_mb()
-            await self.discard(oldest.key, f"the pool uses {total:.0f} MiB, over {limits.max_rss_mb} MiB")
-            total -= used
+            if self._idle(oldest):
+                await self.discard(oldest.key, f"the pool uses {total:.0f} MiB, over {limits.max_rss_mb} MiB")
+                total -= used.get(oldest.pid, 0.0)
+
+    def _idle(self, process: WarmProcess) -> bool:
+        """Still in the pool and not taken by a turn (checked again after every wait of a sweep)."""
+        return not process.busy and self._processes.get(process.key) is process
 
     def pids(self) -> dict[str, int]:
         return {key: process.pid for key, process in self._processes.items()}
