@@ -12,6 +12,10 @@ over Streamable HTTP with the `mcp` SDK client. Each run's behaviour is chosen b
     keep:SECONDS:PATH
                      writes the run token to PATH, then stays running for SECONDS without MCP calls (so
                      a test can use the run's endpoint itself), then replies "kept"
+    warm:SECONDS:PATH
+                     writes the warm session's URL and token (`context.mcp.session`, offered when the
+                     agent's config says `warm = true`) to PATH as JSON, then stays running for SECONDS
+                     like `keep:` (so a test can use the session endpoint while the run is current)
     anything else    replies with the text
 """
 
@@ -49,6 +53,16 @@ class ProbeRunner(AgentRunner):
         mcp = ctx.context.mcp
         if mcp is None:
             await out.failed("runner.mcp_unavailable", "no MCP access in the context")
+            return
+        if text.startswith("warm:"):
+            seconds, path = text.removeprefix("warm:").split(":", 1)
+            session = mcp.session
+            found = {} if session is None else {"url": session.url, "headers": session.headers}
+            written = anyio.Path(path + ".part")
+            await written.write_text(json.dumps(found))
+            await written.rename(path)
+            await anyio.sleep(float(seconds))
+            await out.message("kept")
             return
         if text.startswith("keep:"):
             seconds, path = text.removeprefix("keep:").split(":", 1)
