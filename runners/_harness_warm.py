@@ -326,10 +326,12 @@ class WarmPool:
             if not process.busy and now - process.last_used >= limits.idle_timeout_s:
                 await self.discard(key, f"idle for {limits.idle_timeout_s:g} s")
             elif not process.busy and not process.alive:
-                await self.discard(key, "it exited")
+                # Told before stopping it: a turn that comes while it is being stopped (no longer in
+                # the pool) must learn it died, not start a new process as if there had been none.
                 self._exited[key] = process.pid
                 while len(self._exited) > MAX_EXITED_KEPT:  # sessions that never came back
                     del self._exited[next(iter(self._exited))]
+                await self.discard(key, "it exited")
         idle = sorted((p for p in self._processes.values() if not p.busy), key=lambda p: p.last_used)
         while idle and len(self._processes) > max(limits.max_sessions - room_for, 0):
             oldest = idle.pop(0)

@@ -10,6 +10,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import anyio
+import anyio.lowlevel
 import pytest
 
 from mcphost.common.lines import TooLong
@@ -142,6 +143,26 @@ async def test_a_process_the_sweeper_found_dead_is_reported_to_the_next_turn(tmp
     assert fresh
     assert replaced.pid != dead.pid
     await pool.discard("s", "test over")
+
+
+async def test_a_turn_that_comes_while_the_sweeper_stops_a_dead_process_is_told_it_died(
+    tmp_path: Path,
+) -> None:
+    pool = WarmPool(timings=FAST)
+    dead, _ = await pool.acquire("s", "f1", starter(tmp_path, "s"))
+    pool.release(dead)
+    os.killpg(dead.pid, signal.SIGKILL)
+    with anyio.fail_after(10):
+        while not gone(dead.pid):  # noqa: ASYNC110  # no event tells a process died
+            await anyio.sleep(0.02)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(pool.sweep)
+        # Until the sweep has taken it out of the pool and is stopping it (nothing signals that).
+        while pool.get("s") is not None:
+            await anyio.lowlevel.checkpoint()
+        with pytest.raises(WarmProcessGoneError, match=f"warm process {dead.pid} of session s exited"):
+            await pool.acquire("s", "f1", starter(tmp_path, "s"))  # not a new process: this turn runs cold
+    assert len(pool) == 0
 
 
 async def test_a_process_that_died_between_turns_is_removed_and_reported(tmp_path: Path) -> None:
