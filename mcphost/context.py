@@ -246,18 +246,27 @@ def content_sha256(content: str | JSONValue) -> str:
 
 
 def static_refs(
-    config: Mapping[str, Any], resources: Resources, tools: Sequence[JSONObject]
+    config: Mapping[str, Any],
+    resources: Resources,
+    tools: Sequence[JSONObject],
+    tools_sha256: str | None = None,
 ) -> dict[str, StaticRef]:
     """Hashes of the parts of a run's prompt prefix that change only when the agent or grant does:
     the `instructions` prompt text, the granted facts tools as `tools/list` shows them, and the
-    context's `resources` (host tool patterns, knowledge bases, skills, storage areas)."""
+    context's `resources` (host tool patterns, knowledge bases, skills, storage areas).
+    `tools_sha256` is `content_sha256(list(tools))` when the caller keeps it (it costs more than the
+    rest of a run's context to compute)."""
 
     def ref(name: str, content: str | JSONValue) -> StaticRef:
         return StaticRef(ref=name, version=STATIC_REFS_VERSION, sha256=content_sha256(content))
 
     return {
         "instructions": ref("prompts/instructions", instructions_text(config, resources.skills)),
-        "tools": ref("tools/list", list(tools)),
+        "tools": StaticRef(
+            ref="tools/list",
+            version=STATIC_REFS_VERSION,
+            sha256=content_sha256(list(tools)) if tools_sha256 is None else tools_sha256,
+        ),
         "resources": ref("context/resources", resources.model_dump(mode="json")),
     }
 
@@ -276,11 +285,12 @@ def build_context(
     knowledge_bases: Mapping[str, tuple[str, str]] | None = None,
     skills: Mapping[str, tuple[str, str]] | None = None,
     tools: Sequence[JSONObject] = (),
+    tools_sha256: str | None = None,
 ) -> AgentRunContext:
     """Assemble the run context, without its token (`with_token` adds it). `knowledge_bases` maps kb_id → (name, description), `skills` a skill's
     name → (display name, description); the agent's `resources.skills` picks the skills it is told of.
     `tools` are the facts tools the grant allows, as `tools/list` shows them (hashed into
-    `runtime.static_refs`)."""
+    `runtime.static_refs`; `tools_sha256` is that hash when the caller keeps it)."""
     if grant.run_id != run_id:
         raise ValueError(f"build_context takes the run's own grant; got {grant.run_id!r} for {run_id!r}")
     told = [
@@ -301,7 +311,7 @@ def build_context(
         resources=resources,
         context=_access(grant, latest_cursor, has_history_before, mcp_access(public_url, run_id)),
         state=state_snapshot(state),
-        runtime=_runtime(grant, static_refs(config, resources, tools)),
+        runtime=_runtime(grant, static_refs(config, resources, tools, tools_sha256)),
         config=config,
     )
 

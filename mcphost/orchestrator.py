@@ -86,7 +86,14 @@ from tenacity import (
 from mcphost import tracing
 from mcphost.bindings import Bindings
 from mcphost.common.validation import describe
-from mcphost.context import SNAPSHOT_SCOPES, build_context, runner_config, with_token, with_trace
+from mcphost.context import (
+    SNAPSHOT_SCOPES,
+    build_context,
+    content_sha256,
+    runner_config,
+    with_token,
+    with_trace,
+)
 from mcphost.errors import (
     HostError,
     InvalidArgumentError,
@@ -128,6 +135,8 @@ safety net only: signals are not lost, and with many readers a short poll would 
 CANCEL_POLL_S = 0.5
 """How often cancel requests other processes wrote for this process's runs are looked for (one query,
 only while runs are active), while no wake-up connection listens; `NOTIFIED_RECHECK_S` while one does."""
+TOOL_LISTS_KEPT = 256
+"""Sets of allowed tools whose `tools/list` the orchestrator keeps built (`_tools_of`)."""
 MAX_BATCH = 512
 RECENT_ENDS = 1024
 """How many of this process's latest run ends `wait` answers from memory (an end never changes)."""
@@ -210,7 +219,9 @@ class Orchestrator:
         self._knowledge_bases = dict(knowledge_bases or {})
         self._skills = dict(skills or {})
         self._tool_list: Callable[[RunGrant], Sequence[JSONObject]] = tool_list or _no_tools
-        """The facts tools a grant allows, as `tools/list` shows them (hashed into `static_refs`)."""
+        """The facts tools a grant allows, as `tools/list` shows them (hashed into `static_refs`): a
+        function of the grant's `tools` alone, so kept per set of tools (`_tools_of`)."""
+        self._tool_lists: dict[frozenset[str], tuple[Sequence[JSONObject], str]] = {}
         self.host_id = new_id("host")
         self._tg: TaskGroup | None = None
         self._active: dict[str, _ActiveRun] = {}
@@ -699,6 +710,7 @@ class Orchestrator:
         async def build(
             latest: str | None, has_before: bool, state: Mapping[str, ScopeSnapshot]
         ) -> AgentRunContext:
+            tools, tools_sha256 = self._tools_of(grant)
             ctx = build_context(
                 run_id=active.run_id,
                 event=event,
@@ -711,7 +723,8 @@ class Orchestrator:
                 state=state,
                 knowledge_bases=self._knowledge_bases,
                 skills=self._skills,
-                tools=self._tool_list(grant),
+                tools=tools,
+                tools_sha256=tools_sha256,
             )
             if self._revise_context is not None:
                 ctx = self._revise_context(ctx)
@@ -725,6 +738,17 @@ class Orchestrator:
             return ctx
 
         return build
+
+    def _tools_of(self, grant: RunGrant) -> tuple[Sequence[JSONObject], str]:
+        """`tool_list(grant)` and its hash (`static_refs`), built once per set of allowed tools (agents
+        reuse a handful of sets)."""
+        kept = self._tool_lists.get(grant.tools)
+        if kept is None:
+            if len(self._tool_lists) >= TOOL_LISTS_KEPT:
+                self._tool_lists.clear()
+            tools = tuple(self._tool_list(grant))
+            kept = self._tool_lists[grant.tools] = (tools, content_sha256(list(tools)))
+        return kept
 
     async def _wait_turn(
         self, active: _ActiveRun, grant: RunGrant, journal: RunJournal, start: StartContext

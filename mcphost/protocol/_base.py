@@ -91,8 +91,13 @@ and every `ProtocolModel` nested in it, refuses fields it does not know instead 
 
 
 def _is_strict(context: object) -> bool:
-    # pydantic hands the context over untyped; STRICT_CONTEXT is a mapping of str to bool.
-    return isinstance(context, Mapping) and cast("Mapping[str, object]", context).get(_STRICT_KEY) is True
+    # pydantic hands the context over untyped; STRICT_CONTEXT is a mapping of str to bool. Usually
+    # there is none: that test comes first (it runs for every nested model; `Mapping`'s is an ABC's).
+    return (
+        context is not None
+        and isinstance(context, Mapping)
+        and cast("Mapping[str, object]", context).get(_STRICT_KEY) is True
+    )
 
 
 class ProtocolModel(BaseModel):

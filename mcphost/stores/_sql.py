@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 import anyio
-from sqlalchemy import Insert, func, select
+from sqlalchemy import Insert, Table, func, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
@@ -57,6 +57,12 @@ def insert_ignoring(
     return sqlite.insert(table).values(dict(values)).on_conflict_do_nothing(index_elements=conflict)
 
 
+def ignoring_insert(dialect: Dialect, table: Table[Any], conflict: Sequence[str]) -> Insert:
+    """`insert_ignoring` without its values, to build once and execute with each row's parameters."""
+    insert = postgresql.insert(table) if dialect == "postgresql" else sqlite.insert(table)
+    return insert.on_conflict_do_nothing(index_elements=conflict)
+
+
 def upsert(
     dialect: Dialect,
     table: type[DeclarativeBase],
@@ -74,6 +80,17 @@ def upsert(
     return lite.on_conflict_do_update(
         index_elements=conflict, set_={name: lite.excluded[name] for name in update}
     )
+
+
+def upserting_insert(
+    dialect: Dialect, table: Table[Any], conflict: Sequence[str], update: Sequence[str]
+) -> Insert:
+    """`upsert` without its values, to build once and execute with each row's parameters."""
+    if dialect == "postgresql":
+        pg = postgresql.insert(table)
+        return pg.on_conflict_do_update(index_elements=conflict, set_={n: pg.excluded[n] for n in update})
+    lite = sqlite.insert(table)
+    return lite.on_conflict_do_update(index_elements=conflict, set_={n: lite.excluded[n] for n in update})
 
 
 async def discard_connection(conn: AsyncConnection) -> None:

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from typing import Any, Literal, cast
 
 from pydantic import BaseModel, ConfigDict
-from sqlalchemy import CursorResult, insert, select, update
+from sqlalchemy import CursorResult, Row, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from mcphost.config import WebhookConfig
@@ -100,7 +100,9 @@ class Outbox:
         target: object = delivery.get("reply_target") if is_json_object(delivery) else None
         return target if isinstance(target, str) else None
 
-    async def _insert(self, session: AsyncSession, run: RunRow, facts: list[tuple[str, JSONObject]]) -> None:
+    async def _insert(
+        self, session: AsyncSession, run: RunRow | Row[Any], facts: list[tuple[str, JSONObject]]
+    ) -> None:
         wanted = [(t, data, w) for t, data in facts for w in self._targets(t, run.agent_id)]
         if not wanted:
             return
@@ -140,8 +142,9 @@ class Outbox:
             )
         await session.execute(insert(DeliveryRow), rows)
 
-    async def run_ended(self, session: AsyncSession, run: RunRow) -> None:
-        """Rows for a run that just moved to `completed` or `failed` (in that transaction)."""
+    async def run_ended(self, session: AsyncSession, run: RunRow | Row[Any]) -> None:
+        """Rows for a run that just moved to `completed` or `failed` (in that transaction); `run` is its
+        `runs` row, as an ORM object or a Core row."""
         if not self.webhooks or run.agent_id is None:
             return
         status = RunStatus(run.status)

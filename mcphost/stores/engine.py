@@ -47,6 +47,10 @@ Invariants:
   gets `_ThreadSession`, whose methods never suspend, so `_drive` runs it to its end without an event
   loop (a body that awaits anything else fails loudly). PostgreSQL and in-memory SQLite run the same
   body in `write()`. `sync_engines` lists every engine, for listeners that must see all statements.
+- The hot bodies run SQLAlchemy Core statements built once at import (`bindparam`s for the values) on
+  the session's connection (`core(session)`), not ORM statements through the session: an ORM
+  statement built per call pays for its construction, its cache key and the ORM's execution and
+  loading layers on every execution, several times the driver's own cost.
 - The busy timeout is given to `sqlite3.connect` itself too (`timeout`), so it covers the connect
   listener's own pragmas (switching a new file to WAL takes the write lock), which run before the
   `busy_timeout` pragma could.
@@ -72,7 +76,13 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.engine.interfaces import DBAPIConnection
-from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
+from sqlalchemy.ext.asyncio import (
+    AsyncConnection,
+    AsyncEngine,
+    AsyncSession,
+    async_sessionmaker,
+    create_async_engine,
+)
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import ConnectionPoolEntry
 
@@ -271,6 +281,7 @@ class _ThreadSession:
 
     def __init__(self, session: Session) -> None:
         self.sync_session = session
+        self._connection: _ThreadConnection | None = None
 
     async def execute(self, statement: Any, params: Any = None, **kwargs: Any) -> Any:
         return self.sync_session.execute(statement, params, **kwargs)
@@ -286,6 +297,31 @@ class _ThreadSession:
 
     async def refresh(self, instance: object, **kwargs: Any) -> None:
         self.sync_session.refresh(instance, **kwargs)
+
+    async def connection(self) -> _ThreadConnection:
+        if self._connection is None:  # the session's one connection: asked for once per transaction
+            self._connection = _ThreadConnection(self.sync_session.connection())
+        return self._connection
+
+
+class _ThreadConnection:
+    """The `AsyncConnection` methods the hot write bodies call (`core`), over the writer thread's sync
+    `Connection`, each one returning at once."""
+
+    def __init__(self, connection: Connection) -> None:
+        self.sync_connection = connection
+
+    async def execute(self, statement: Any, parameters: Any = None, **kwargs: Any) -> Any:
+        return self.sync_connection.execute(statement, parameters, **kwargs)
+
+    async def scalar(self, statement: Any, parameters: Any = None, **kwargs: Any) -> Any:
+        return self.sync_connection.scalar(statement, parameters, **kwargs)
+
+
+async def core(session: AsyncSession) -> AsyncConnection:
+    """The connection under a write body's session, for SQLAlchemy Core statements (see the module
+    docstring): on the writer thread its facade, elsewhere the session's `AsyncConnection`."""
+    return await session.connection()
 
 
 def _drive(coroutine: Coroutine[Any, Any, T]) -> T:

@@ -32,9 +32,9 @@ from mcphost.errors import InvalidArgumentError, NotFoundError
 from mcphost.protocol import MAX_JSON_DEPTH, JSONObject, json_depth
 from mcphost.stores._cursor import CursorCodec, Page, check_limit
 from mcphost.stores._retry import idempotent
-from mcphost.stores._sql import Dialect, insert_ignoring
-from mcphost.stores.engine import Database
-from mcphost.stores.tables import EventRow
+from mcphost.stores._sql import Dialect, ignoring_insert
+from mcphost.stores.engine import Database, core
+from mcphost.stores.tables import EventRow, table_of
 
 EventKind = Literal["inbound", "telemetry", "action", "ignored", "system"]
 EVENT_KINDS: frozenset[str] = frozenset({"inbound", "telemetry", "action", "ignored", "system"})
@@ -124,10 +124,16 @@ def event_values(**fields: Unpack[EventFields]) -> dict[str, Any]:
     }
 
 
+_INSERT = {
+    dialect: ignoring_insert(dialect, table_of(EventRow), ["event_id"]).returning(table_of(EventRow).c.seq)
+    for dialect in ("sqlite", "postgresql")
+}
+"""`insert_event`'s statement per dialect, built once: every run's event goes through it (`engine.core`)."""
+
+
 async def insert_event(session: AsyncSession, dialect: Dialect, values: dict[str, Any]) -> int | None:
     """Insert one event-log row unless its `event_id` is stored already; its seq, or None if it was."""
-    stmt = insert_ignoring(dialect, EventRow, values, ["event_id"]).returning(EventRow.seq)
-    return (await session.execute(stmt)).scalar_one_or_none()
+    return (await (await core(session)).execute(_INSERT[dialect], values)).scalar_one_or_none()
 
 
 class EventStore:

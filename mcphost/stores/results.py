@@ -37,14 +37,16 @@ from mcphost.stores._retry import idempotent
 from mcphost.stores._sql import Dialect
 from mcphost.stores.approvals import ApprovalStore
 from mcphost.stores.deliveries import Outbox
-from mcphost.stores.engine import Database
+from mcphost.stores.engine import Database, core
 from mcphost.stores.events import insert_event
 from mcphost.stores.state import upsert_state
-from mcphost.stores.tables import RunResultRow
+from mcphost.stores.tables import RunResultRow, table_of
 from mcphost.stores.transcript import add_item
 from mcphost.stores.wakeups import announce
 
 MAX_LIST_LIMIT = 10_000
+_INSERT = insert(table_of(RunResultRow))
+"""A batch's rows, as one executemany (`engine.core`: built once)."""
 
 
 class StoredResult(BaseModel):
@@ -132,14 +134,20 @@ class ResultStore:
         if not items and not effects:
             return []
         now = time.time()
-        stored = [
-            StoredResult(run_id=run_id, seq=first_seq + i, type=type_, payload=payload, created_at=now)
+        stored = [  # the caller's validated results: built, not validated again
+            StoredResult.model_construct(
+                run_id=run_id, seq=first_seq + i, type=type_, payload=payload, created_at=now
+            )
             for i, (type_, payload) in enumerate(items)
         ]
 
         async def append_in(session: AsyncSession) -> None:
             if stored:
-                await session.execute(insert(RunResultRow), [r.model_dump() for r in stored])
+                rows = [
+                    {"run_id": run_id, "seq": r.seq, "type": r.type, "payload": r.payload, "created_at": now}
+                    for r in stored
+                ]
+                await (await core(session)).execute(_INSERT, rows)
                 if self._outbox is not None:  # announced in the same transaction (stores/deliveries.py)
                     await self._outbox.results(session, run_id, items)
                 if self._approvals is not None:  # actions with an idempotency key (stores/approvals.py)

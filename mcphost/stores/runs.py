@@ -30,6 +30,8 @@ Invariants:
   context offers a warm session (`context.mcp.session`), the run's `warm_session_id` is written with it:
   from that commit on, every replica serves the session endpoint as this run (`stores/warm.py`).
 - `created_seq` only grows (AUTOINCREMENT / a sequence), so it orders runs by admission.
+- Admission, start and every status move run SQLAlchemy Core statements built once (`engine.core`,
+  `_MOVES`) and read Core rows, never ORM objects: they are every run's statements.
 - Retried when their connection drops (`@idempotent`, `_retry.py`), because repeating them is safe: every
   read; `admit` (a retry finds the row the first attempt may have committed, and recognizes it as its
   own by run id); `try_start` (a run already running on the same host counts as started); `finish`
@@ -46,7 +48,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
-from sqlalchemy import func, insert, select, update
+from sqlalchemy import Insert, Row, Update, bindparam, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -62,10 +64,10 @@ from mcphost.stores._cursor import CursorCodec, Page, check_limit
 from mcphost.stores._retry import idempotent
 from mcphost.stores._sql import lock_in_transaction
 from mcphost.stores.deliveries import Outbox
-from mcphost.stores.engine import Database
+from mcphost.stores.engine import Database, core
 from mcphost.stores.events import insert_event
 from mcphost.stores.state import ScopeSnapshot, read_snapshot
-from mcphost.stores.tables import RunRow
+from mcphost.stores.tables import RunRow, table_of
 from mcphost.stores.transcript import add_item, thread_head
 from mcphost.stores.wakeups import announce
 
@@ -73,6 +75,34 @@ ACTIVE_STATUSES: tuple[str, ...] = (RunStatus.QUEUED.value, RunStatus.RUNNING.va
 RESTARTABLE_CODE = "host.restarted"
 """The error of a run its host stopped before it finished: submitting its event again makes a new attempt."""
 _LOCK_NAMESPACE = "conversation"
+
+# The hot path's statements, built once (`engine.core`): admission, start and end of every run.
+_RUNS = table_of(RunRow)
+_C = _RUNS.c
+_BY_RUN = select(_RUNS).where(_C.run_id == bindparam("w_run_id"))
+_BY_EVENT = select(_RUNS).where(_C.event_id == bindparam("w_event_id")).order_by(_C.attempt.desc()).limit(1)
+_INSERT: Insert = insert(_RUNS).returning(_RUNS)
+_RUNNING_IN = (
+    select(_C.run_id)
+    .where(_C.conversation_id == bindparam("w_conversation"), _C.status == RunStatus.RUNNING.value)
+    .limit(1)
+)
+_QUEUED_BEFORE = (
+    select(_C.run_id)
+    .where(
+        _C.conversation_id == bindparam("w_conversation"),
+        _C.status == RunStatus.QUEUED.value,
+        _C.created_seq < bindparam("w_created_seq"),
+    )
+    .limit(1)
+)
+_SET_CONTEXT = (
+    update(_RUNS)
+    .where(_C.run_id == bindparam("w_run_id"))
+    .values(context=bindparam("v_context", type_=_C.context.type), warm_session_id=bindparam("v_warm"))
+)
+_MOVES: dict[tuple[bool, tuple[str, ...]], Update] = {}
+"""`_move`'s statements by (terminal, the other columns it sets): a handful, built on first use."""
 
 StartContext = Callable[[str | None, bool, Mapping[str, ScopeSnapshot]], Awaitable[AgentRunContext]]
 """(latest cursor, has older items) of the run's thread as it starts, and the snapshots of the state
@@ -107,7 +137,7 @@ class GrantRecord(BaseModel):
         return not self.revoked and not self.status.is_terminal
 
 
-def _run(row: RunRow) -> Run:
+def _run(row: RunRow | Row[Any]) -> Run:
     return Run(
         run_id=row.run_id,
         event_id=row.event_id,
@@ -144,29 +174,44 @@ def _not_found(run_id: str) -> RunNotFoundError:
     return RunNotFoundError(f"Run {run_id!r} does not exist; list runs with GET /v1/runs to find its id.")
 
 
-async def _row(session: AsyncSession, run_id: str) -> RunRow:
-    row = (await session.execute(select(RunRow).where(RunRow.run_id == run_id))).scalar_one_or_none()
+async def _row(session: AsyncSession, run_id: str) -> Row[Any]:
+    row = (await (await core(session)).execute(_BY_RUN, {"w_run_id": run_id})).one_or_none()
     if row is None:
         raise _not_found(run_id)
     return row
 
 
+def _move_statement(terminal: bool, columns: tuple[str, ...]) -> Update:
+    stmt = _MOVES.get((terminal, columns))
+    if stmt is None:
+        values: dict[str, Any] = {c: bindparam(f"v_{c}", type_=_C[c].type) for c in (*columns, "status")}
+        if terminal:
+            ended = bindparam("v_ended_at", type_=_C.ended_at.type)
+            values |= {"ended_at": ended, "revoked_at": func.coalesce(_C.revoked_at, ended)}
+        built: Update = (
+            update(_RUNS)
+            .where(_C.run_id == bindparam("w_run_id"), _C.status == bindparam("w_status"))
+            .values(values)
+            .returning(_RUNS)
+        )
+        stmt = _MOVES[terminal, columns] = built
+    return stmt
+
+
 async def _move(
     session: AsyncSession, run_id: str, current: RunStatus, new: RunStatus, **values: Any
-) -> RunRow | None:
+) -> Row[Any] | None:
     """The one writer of `status`: move `current` → `new` unless another writer moved the run first."""
     if new not in ALLOWED_TRANSITIONS[current]:
         raise IllegalTransitionError(f"Run {run_id!r} is {current}; cannot move to {new}.")
-    now = time.time()
-    if new.is_terminal:
-        values |= {"ended_at": now, "revoked_at": func.coalesce(RunRow.revoked_at, now)}
-    stmt = (
-        update(RunRow)
-        .where(RunRow.run_id == run_id, RunRow.status == current.value)
-        .values(status=new.value, **values)
-        .returning(RunRow)
-    )
-    return (await session.execute(stmt)).scalar_one_or_none()
+    stmt = _move_statement(new.is_terminal, tuple(sorted(values)))
+    params = {f"v_{c}": v for c, v in values.items()} | {
+        "v_status": new.value,
+        "v_ended_at": time.time(),
+        "w_run_id": run_id,
+        "w_status": current.value,
+    }
+    return (await (await core(session)).execute(stmt, params)).one_or_none()
 
 
 class RunStore:
@@ -177,7 +222,7 @@ class RunStore:
         self._cursors = cursors
         self._outbox = outbox
 
-    async def _announce(self, session: AsyncSession, moved: RunRow) -> None:
+    async def _announce(self, session: AsyncSession, moved: Row[Any]) -> None:
         """A run end's outbox rows and wake-up, in the transaction that ended it (deliveries, wakeups)."""
         if RunStatus(moved.status).is_terminal:
             if self._outbox is not None:
@@ -235,7 +280,7 @@ class RunStore:
                 values.update(attempt=prior.attempt + 1, previous_run_id=prior.run_id)
             if conversation and concurrency != "enqueue":
                 await self._apply_policy(session, conversation, concurrency)
-            row = (await session.execute(insert(RunRow).values(values).returning(RunRow))).scalar_one()
+            row = (await (await core(session)).execute(_INSERT, values)).one()
             if inbound is not None:  # a no-op for a later attempt: the log has its event already
                 await insert_event(session, self._db.dialect, inbound)
             if start is not None:
@@ -311,7 +356,7 @@ class RunStore:
                 if self._db.dialect == "postgresql":
                     # Read again under the lock: another process may have moved it meanwhile (SQLite's
                     # BEGIN IMMEDIATE took the write lock before the first read).
-                    await session.refresh(row)
+                    row = await _row(session, run_id)
             if row.status == RunStatus.RUNNING and row.host_id == host_id:
                 return _run(row)  # started by an attempt whose commit was not acknowledged
             if row.status != RunStatus.QUEUED:
@@ -321,7 +366,7 @@ class RunStore:
 
         return await self._db.run_write(try_start_in)
 
-    async def _start_queued(self, session: AsyncSession, row: RunRow, start: RunStart) -> RunRow | None:
+    async def _start_queued(self, session: AsyncSession, row: Row[Any], start: RunStart) -> Row[Any] | None:
         """Inside a write transaction holding the conversation's lock: start the queued run `row` if it
         is its conversation's turn (`try_start`'s rules); the moved row, else None."""
         if row.conversation_id and await self._blocked(session, row):
@@ -348,11 +393,8 @@ class RunStore:
             context = await start.context(latest, has_before, snapshots)
             mcp = context.context.mcp
             warm = None if mcp is None or mcp.session is None else mcp.session.session_id
-            await session.execute(
-                update(RunRow)
-                .where(RunRow.run_id == row.run_id)
-                .values(context=context.model_dump(mode="json"), warm_session_id=warm)
-            )
+            values = {"w_run_id": row.run_id, "v_context": context.model_dump(mode="json"), "v_warm": warm}
+            await (await core(session)).execute(_SET_CONTEXT, values)
         return moved
 
     @idempotent
@@ -371,17 +413,12 @@ class RunStore:
             raise _not_found(run_id)
         return None if stored.context is None else AgentRunContext.model_validate(stored.context)
 
-    async def _blocked(self, session: AsyncSession, row: RunRow) -> bool:
-        same = RunRow.conversation_id == row.conversation_id
-        running = select(RunRow.run_id).where(same, RunRow.status == RunStatus.RUNNING.value).limit(1)
-        older = (
-            select(RunRow.run_id)
-            .where(same, RunRow.status == RunStatus.QUEUED.value, RunRow.created_seq < row.created_seq)
-            .limit(1)
-        )
-        return (await session.execute(running)).first() is not None or (
-            await session.execute(older)
-        ).first() is not None
+    async def _blocked(self, session: AsyncSession, row: Row[Any]) -> bool:
+        conn = await core(session)
+        if (await conn.execute(_RUNNING_IN, {"w_conversation": row.conversation_id})).first() is not None:
+            return True
+        older = {"w_conversation": row.conversation_id, "w_created_seq": row.created_seq}
+        return (await conn.execute(_QUEUED_BEFORE, older)).first() is not None
 
     async def transition(
         self,
@@ -461,9 +498,8 @@ class RunStore:
         async with self._db.read() as session:
             return _run(await _row(session, run_id))
 
-    async def _by_event(self, session: AsyncSession, event_id: str) -> RunRow | None:
-        stmt = select(RunRow).where(RunRow.event_id == event_id).order_by(RunRow.attempt.desc()).limit(1)
-        return (await session.execute(stmt)).scalar_one_or_none()
+    async def _by_event(self, session: AsyncSession, event_id: str) -> Row[Any] | None:
+        return (await (await core(session)).execute(_BY_EVENT, {"w_event_id": event_id})).one_or_none()
 
     @idempotent
     async def get_by_event(self, event_id: str) -> Run | None:

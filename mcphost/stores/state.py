@@ -30,7 +30,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
-from sqlalchemy import ColumnElement, delete, select
+from sqlalchemy import ColumnElement, bindparam, delete, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from mcphost.errors import InvalidArgumentError, PayloadTooLargeError
@@ -38,9 +38,9 @@ from mcphost.protocol import MAX_JSON_DEPTH, STATE_SCOPES, JSONValue, json_depth
 from mcphost.stores._cursor import CursorCodec, Page
 from mcphost.stores._keys import check_key, encode_owner, key_page, key_page_query
 from mcphost.stores._retry import idempotent
-from mcphost.stores._sql import Dialect, upsert
-from mcphost.stores.engine import Database
-from mcphost.stores.tables import StateRow
+from mcphost.stores._sql import Dialect, upserting_insert
+from mcphost.stores.engine import Database, core
+from mcphost.stores.tables import StateRow, table_of
 
 MAX_VALUE_BYTES = 256 * 1024
 SNAPSHOT_MAX_BYTES = 64 * 1024
@@ -178,11 +178,25 @@ def state_values(
     return entry, values
 
 
+# Statements every run may execute (its state writes and the snapshots its context shows), built once
+# (`engine.core`).
+_STATE = table_of(StateRow)
+_key, _value, _size = _STATE.c["key"], _STATE.c["value"], _STATE.c["size"]
+_OF_OWNER = (_STATE.c["scope"] == bindparam("w_scope"), _STATE.c["owner"] == bindparam("w_owner"))
+_SIZES = select(_key, _size).where(*_OF_OWNER).order_by(_key).limit(_SNAPSHOT_BATCH)
+_SIZES_AFTER = (
+    select(_key, _size).where(*_OF_OWNER, _key > bindparam("w_after")).order_by(_key).limit(_SNAPSHOT_BATCH)
+)
+_VALUES_UP_TO = select(_key, _value, _size).where(*_OF_OWNER, _key <= bindparam("w_last")).order_by(_key)
+_UPSERT = {
+    dialect: upserting_insert(dialect, _STATE, ["scope", "owner", "key"], ["value", "size", "updated_at"])
+    for dialect in ("sqlite", "postgresql")
+}
+
+
 async def upsert_state(session: AsyncSession, dialect: Dialect, values: dict[str, Any]) -> None:
     """Inside `session`: write one checked `state_values` row, replacing what was at its key."""
-    await session.execute(
-        upsert(dialect, StateRow, values, ["scope", "owner", "key"], ["value", "size", "updated_at"])
-    )
+    await (await core(session)).execute(_UPSERT[dialect], values)
 
 
 async def read_snapshot(
@@ -191,16 +205,17 @@ async def read_snapshot(
     """Inside `session`: the owner's values in key order, stopping before the first that would push
     the compact JSON of the result past `max_bytes`. A value that cannot be served is left out and its
     key listed in `unservable`: one bad value never fails the snapshot."""
-    where = (StateRow.scope == _check_scope(scope), StateRow.owner == encode_owner(owner))
+    conn = await core(session)
+    where = {"w_scope": _check_scope(scope), "w_owner": encode_owner(owner)}
     chosen: set[str] = set()
     total = 2  # {}
     after: str | None = None
     full = False
     while not full:
-        query = select(StateRow.key, StateRow.size).where(*where)
-        if after is not None:
-            query = query.where(StateRow.key > after)
-        rows = (await session.execute(query.order_by(StateRow.key).limit(_SNAPSHOT_BATCH))).all()
+        if after is None:
+            rows = (await conn.execute(_SIZES, where)).all()
+        else:
+            rows = (await conn.execute(_SIZES_AFTER, where | {"w_after": after})).all()
         for key, size in rows:
             cost = _entry_cost(key, size) + (1 if chosen else 0)
             if total + cost > max_bytes:
@@ -214,13 +229,7 @@ async def read_snapshot(
     if not chosen:
         return ScopeSnapshot(values={})
     last = max(chosen)
-    rows = (
-        await session.execute(
-            select(StateRow.key, StateRow.value, StateRow.size)
-            .where(*where, StateRow.key <= last)
-            .order_by(StateRow.key)
-        )
-    ).all()
+    rows = (await conn.execute(_VALUES_UP_TO, where | {"w_last": last})).all()
     # PostgreSQL reads each statement afresh: count again, skipping keys written in between.
     snapshot: dict[str, JSONValue] = {}
     unservable: list[str] = []

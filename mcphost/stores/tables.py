@@ -19,12 +19,13 @@ Conventions:
   columns (btree_gin: (kb_id, search_vector), (conversation_id, thread_id, search_vector)). Migrations
   create them; `described_by_metadata` tells autogenerate (and the migration test) to leave them out of
   the comparison. Their names are listed here so both places agree.
+- `table_of` gives a class's Core `Table`, for the statements the hot path builds once (`engine.core`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy import (
     JSON,
@@ -37,6 +38,7 @@ from sqlalchemy import (
     LargeBinary,
     MetaData,
     String,
+    Table,
     Text,
     UniqueConstraint,
     false,
@@ -476,3 +478,10 @@ class RecordedCallRow(Base):
     outcome: Mapped[str] = mapped_column(String(16))
     answer: Mapped[dict[str, Any]]
     created_at: Mapped[float] = mapped_column(Double)
+
+
+def table_of(row: type[Base]) -> Table[Any]:
+    """The Core `Table` of a row class (for statements built once, executed on a connection)."""
+    table = row.__table__
+    assert isinstance(table, Table), f"{row.__name__} is not mapped to a table"
+    return cast("Table[Any]", table)

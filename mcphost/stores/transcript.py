@@ -39,6 +39,7 @@ from sqlalchemy import (
     Integer,
     String,
     and_,
+    bindparam,
     column,
     func,
     insert,
@@ -63,9 +64,9 @@ from mcphost.stores._fulltext import (
     thread_scope_sqlite,
 )
 from mcphost.stores._retry import idempotent
-from mcphost.stores._sql import Dialect, insert_ignoring
-from mcphost.stores.engine import Database
-from mcphost.stores.tables import TranscriptRow
+from mcphost.stores._sql import Dialect, ignoring_insert
+from mcphost.stores.engine import Database, core
+from mcphost.stores.tables import TranscriptRow, table_of
 
 ROLES: frozenset[str] = frozenset({"user", "assistant", "system", "event"})
 _CONTENT: TypeAdapter[ContentElement] = TypeAdapter(ContentElement)
@@ -189,9 +190,16 @@ def item_values(**fields: Unpack[ItemFields]) -> dict[str, Any]:
     }
 
 
+_ADD_ITEM = {
+    dialect: ignoring_insert(dialect, table_of(TranscriptRow), ["item_id"])
+    for dialect in ("sqlite", "postgresql")
+}
+"""`add_item`'s statement per dialect, built once: every run appends through it (`engine.core`)."""
+
+
 async def add_item(session: AsyncSession, dialect: Dialect, values: dict[str, Any]) -> None:
     """Insert one item (`item_values`) inside `session` unless its `item_id` is stored."""
-    await session.execute(insert_ignoring(dialect, TranscriptRow, values, ["item_id"]))
+    await (await core(session)).execute(_ADD_ITEM[dialect], values)
 
 
 async def insert_item(session: AsyncSession, dialect: Dialect, values: dict[str, Any]) -> TranscriptRow:
@@ -201,20 +209,24 @@ async def insert_item(session: AsyncSession, dialect: Dialect, values: dict[str,
     return (await session.execute(stmt)).scalar_one()
 
 
+_HEAD = (
+    select(TranscriptRow.seq)
+    .where(
+        TranscriptRow.conversation_id == bindparam("w_conversation"),
+        TranscriptRow.thread_id == bindparam("w_thread"),
+    )
+    .order_by(TranscriptRow.seq.desc())
+    .limit(2)
+)
+"""`thread_head`'s statement, built once: every run's start reads it (`engine.core`)."""
+
+
 async def thread_head(
     session: AsyncSession, cursors: CursorCodec, conversation_id: str, thread_id: str | None
 ) -> tuple[str | None, bool]:
     """Inside `session`: the thread's newest cursor (None when empty) and whether it has older items."""
-    query = (
-        select(TranscriptRow.seq)
-        .where(
-            TranscriptRow.conversation_id == conversation_id,
-            TranscriptRow.thread_id == (thread_id or ""),
-        )
-        .order_by(TranscriptRow.seq.desc())
-        .limit(2)
-    )
-    seqs = (await session.execute(query)).scalars().all()
+    params = {"w_conversation": conversation_id, "w_thread": thread_id or ""}
+    seqs = (await (await core(session)).execute(_HEAD, params)).scalars().all()
     if not seqs:
         return None, False
     return cursors.encode("transcript", seqs[0]), len(seqs) > 1
