@@ -6,7 +6,10 @@ the SDK's `Client` calls `history_page {limit: 50}` on the run's endpoint with i
 check, token check, grant check, rate limit, audit, the page, the result shape). Baseline: a bare
 `mcp` `MCPServer` in this same process and event loop, under uvicorn on its own port, whose
 `history_page` tool runs the same store query on a conversation of the same size and returns the same
-JSON shape. Both protocol eras: the 2025-11-25 handshake era (a session) and the stateless 2026-07-28 era.
+answer model (`HistoryPage`), so it declares the same `outputSchema` and the SDK client validates the
+same structured content against the same schema on both sides (a bare tool returning a plain dict
+declares `{"type": "object"}`, and the client's schema check of 50 items alone then made up most of the
+difference). Both protocol eras: the 2025-11-25 handshake era (a session) and the stateless 2026-07-28 era.
 
 Bridge: the same call on the same run through `mcphost-bridge` (the stdio ⇄ HTTP relay a stdio MCP
 client launches, started from the run context's `bridge` command) versus the SDK client over HTTP
@@ -44,6 +47,7 @@ from bench._host import bench_host, message
 from bench._stats import Row, Stat, judge
 from mcphost.app import Host
 from mcphost.protocol import AgentRunContext
+from mcphost.protocol.facts import HistoryPage, TranscriptItem
 from mcphost.stores import Stores, TranscriptRecord, open_stores
 
 NAME = "mcp-call"
@@ -73,26 +77,28 @@ def _serve_available() -> str | None:
     return None
 
 
-def _item(record: TranscriptRecord) -> dict[str, Any]:
+def _item(record: TranscriptRecord) -> TranscriptItem:
     """What the facts tool returns per item, built the plain way."""
-    return {
-        "cursor": record.cursor,
-        "item_id": record.item_id,
-        "role": record.role,
-        "content": record.content[:4000],
-        "truncated": len(record.content) > 4000,
-        "contents": [c for c in record.contents if c.get("type") == "text"],
-        "artifacts": [],
-        "artifact_count": len(record.artifacts),
-        "event_id": record.event_id,
-        "run_id": record.run_id,
-        "actor_id": record.actor_id,
-        "created_at": record.created_at,
-    }
+    return TranscriptItem(
+        cursor=record.cursor,
+        item_id=record.item_id,
+        role=record.role,
+        content=record.content[:4000],
+        truncated=len(record.content) > 4000,
+        contents=[c for c in record.contents if c.get("type") == "text"],
+        contents_error=None,
+        artifacts=[],
+        artifact_count=len(record.artifacts),
+        event_id=record.event_id,
+        run_id=record.run_id,
+        actor_id=record.actor_id,
+        created_at=record.created_at,
+    )
 
 
 def bare_server(stores: Stores) -> MCPServer:
-    """A bare SDK server with the same `history_page` query and result shape as the facts tool."""
+    """A bare SDK server with the same `history_page` query, answer model and output schema as the facts
+    tool."""
     server = MCPServer("bare", log_level="WARNING")  # it configures root logging: keep it quiet
 
     @server.tool()
@@ -101,17 +107,17 @@ def bare_server(stores: Stores) -> MCPServer:
         after_cursor: str | None = None,
         limit: int = PAGE,
         include_artifacts: bool = False,
-    ) -> dict[str, Any]:
+    ) -> HistoryPage:
         """A page of the conversation's history, newest first."""
         page = await stores.transcript.page(
             BARE_CONVERSATION, before=before_cursor, after=after_cursor, limit=limit
         )
-        return {
-            "items": [_item(r) for r in page.items],
-            "next_cursor": page.next_cursor,
-            "prev_cursor": page.prev_cursor,
-            "has_more": page.has_more,
-        }
+        return HistoryPage(
+            items=[_item(r) for r in page.items],
+            next_cursor=page.next_cursor,
+            prev_cursor=page.prev_cursor,
+            has_more=page.has_more,
+        )
 
     return server
 
