@@ -96,6 +96,7 @@ MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 SQLITE_BUSY_TIMEOUT_S = 30.0
 _WRITE_OPTION = "mcphost_write"
 _NO_FOREIGN_KEYS_OPTION = "mcphost_no_foreign_keys"
+_CORE_CONNECTION = "mcphost_core_connection"
 T = TypeVar("T")
 WriteBody = Callable[[AsyncSession], Coroutine[Any, Any, T]]
 """A write transaction's body: its statements through the session it is given, no other awaits."""
@@ -281,7 +282,7 @@ class _ThreadSession:
 
     def __init__(self, session: Session) -> None:
         self.sync_session = session
-        self._connection: _ThreadConnection | None = None
+        self.info: dict[str, Any] = {}
 
     async def execute(self, statement: Any, params: Any = None, **kwargs: Any) -> Any:
         return self.sync_session.execute(statement, params, **kwargs)
@@ -299,9 +300,7 @@ class _ThreadSession:
         self.sync_session.refresh(instance, **kwargs)
 
     async def connection(self) -> _ThreadConnection:
-        if self._connection is None:  # the session's one connection: asked for once per transaction
-            self._connection = _ThreadConnection(self.sync_session.connection())
-        return self._connection
+        return _ThreadConnection(self.sync_session.connection())
 
 
 class _ThreadConnection:
@@ -320,8 +319,12 @@ class _ThreadConnection:
 
 async def core(session: AsyncSession) -> AsyncConnection:
     """The connection under a write body's session, for SQLAlchemy Core statements (see the module
-    docstring): on the writer thread its facade, elsewhere the session's `AsyncConnection`."""
-    return await session.connection()
+    docstring): on the writer thread its facade, elsewhere the session's `AsyncConnection`, asked for
+    once per session (each transaction has a session of its own)."""
+    connection = session.info.get(_CORE_CONNECTION)
+    if connection is None:
+        connection = session.info[_CORE_CONNECTION] = await session.connection()
+    return cast(AsyncConnection, connection)
 
 
 def _drive(coroutine: Coroutine[Any, Any, T]) -> T:
