@@ -14,6 +14,9 @@ Invariants:
   serving, so running runs keep their MCP endpoint and clients their streams; runs get `grace_s` to
   finish, then are cancelled; then the HTTP server stops (bounded), then the host (plugins last). A second
   signal skips the rest of the grace period.
+- Before uvicorn stops, the facts server closes the MCP streams still open (`FactsServer.close`: a warm
+  harness process keeps a GET stream on its session endpoint until its plugin stops, which comes after
+  the HTTP server), so uvicorn has no response to wait its `HTTP_SHUTDOWN_S` for and cancel.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ import os
 import signal
 import socket
 import urllib.parse
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Generator
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Generator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -202,12 +205,17 @@ class _Server(uvicorn.Server):
 
 @asynccontextmanager
 async def serve_http(
-    app: ASGIApp, sock: socket.socket, *, access_log: bool = False
+    app: ASGIApp,
+    sock: socket.socket,
+    *,
+    access_log: bool = False,
+    before_stop: Callable[[], Awaitable[None]] | None = None,
 ) -> AsyncGenerator[str, None]:
     """Serve `app` on the bound `sock` until the block ends; yields the base URL.
 
     With `access_log`, uvicorn logs one line per request, with the values of `REDACTED_QUERY_PARAMS`
-    replaced by `***`.
+    replaced by `***`. `before_stop` is awaited (shielded) when the block ends, before uvicorn stops: it
+    ends the responses that would otherwise stay open (`FactsServer.close`).
     """
     if access_log:
         access = logging.getLogger("uvicorn.access")
@@ -231,6 +239,9 @@ async def serve_http(
         try:
             yield socket_url(sock)
         finally:
+            if before_stop is not None:
+                with anyio.CancelScope(shield=True):
+                    await before_stop()
             server.should_exit = True
 
 
@@ -239,7 +250,7 @@ async def serve_locally(host: Host) -> AsyncGenerator[str, None]:
     """The host's app on an ephemeral loopback port for the block, with `public_url` pointing at it."""
     sock = bind_socket("127.0.0.1", 0)
     with sock:
-        async with serve_http(build_app(host), sock) as url:
+        async with serve_http(build_app(host), sock, before_stop=host.facts.close) as url:
             previous = host.orchestrator.public_url
             host.orchestrator.public_url = url
             try:
@@ -307,7 +318,7 @@ async def serve(
                     host.orchestrator.public_url = url
                 app = build_app(host, limits=limits)
                 data_dir, public_url = settings.host.data_dir, host.orchestrator.public_url
-                async with serve_http(app, sock, access_log=True):
+                async with serve_http(app, sock, access_log=True, before_stop=host.facts.close):
                     with _serving_record(data_dir, public_url):
                         logger.info("serving on %s (public URL %s)", url, host.orchestrator.public_url)
                         if on_ready is not None:

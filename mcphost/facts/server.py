@@ -36,6 +36,10 @@ Invariants:
 - Everything that runs in the background (the SDK session manager, the audit writer, the sweeper) is
   owned by `running()` and stopped when it exits, queued audit rows stored first; requests arriving
   while it is not entered get 503.
+- `close()`, awaited before the HTTP server stops (`serving.serve_http`), refuses every request from then
+  on (503) and closes each handshake-era session a request is in flight on (a client's open GET stream,
+  say, which a warm process keeps for its whole life): the HTTP server then finds no response to wait
+  for, instead of waiting its graceful timeout and cancelling the stream with a traceback.
 """
 
 from __future__ import annotations
@@ -43,8 +47,8 @@ from __future__ import annotations
 import logging
 import re
 import time
-from collections.abc import AsyncGenerator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import AsyncGenerator, Callable, Generator
+from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
 import anyio
@@ -219,6 +223,9 @@ class FactsServer:
         self._refusals = RefusalBudget(refusal_audits_per_s, refusal_audit_burst)
         self._manager: StreamableHTTPSessionManager | None = None
         self._tg: TaskGroup | None = None
+        self._closing = False
+        self._in_flight: dict[object, tuple[str, str, AuthenticatedUser]] = {}
+        """The requests being served on a handshake-era session: (path, MCP session id, principal)."""
         self._warm = warm
         self._on_call = on_call
         self._routes: list[BaseRoute] = [
@@ -273,6 +280,19 @@ class FactsServer:
                 await self._dispatch.audit.close()
                 tg.cancel_scope.cancel()
 
+    async def close(self) -> None:
+        """Stop serving: refuse every request from now on (503) and close the sessions requests are in
+        flight on, so those responses end. Await it before the HTTP server stops; the sessions close
+        concurrently, each bounded like `end_run`'s."""
+        self._closing = True
+        sessions = {session_id: (path, user) for path, session_id, user in self._in_flight.values()}
+        if not sessions:
+            return
+        logger.info("the MCP server is closing: closing %d sessions with requests in flight", len(sessions))
+        async with anyio.create_task_group() as tg:
+            for session_id, (path, principal) in sessions.items():
+                tg.start_soon(self._close_session, path, session_id, principal)
+
     async def end_run(self, run_id: str) -> None:
         """The run ended: refuse its token from now on, cancel its calls and close its sessions here.
 
@@ -299,7 +319,7 @@ class FactsServer:
     async def _close_sessions(self, run_id: str, sessions: dict[str, AuthenticatedUser]) -> None:
         await anyio.sleep(SESSION_CLOSE_GRACE_S)
         for session_id, principal in sessions.items():
-            await self._close_session(run_id, session_id, principal)
+            await self._close_session(MCP_PATH.format(run_id=run_id), session_id, principal)
 
     def in_flight(self, run_id: str) -> int:
         """How many facts calls of the run are running on this process."""
@@ -326,9 +346,10 @@ class FactsServer:
             if record is None or not record.active:
                 await self.end_run(run_id)
 
-    async def _close_session(self, run_id: str, session_id: str, principal: AuthenticatedUser) -> None:
+    async def _close_session(self, path: str, session_id: str, principal: AuthenticatedUser) -> None:
         """End one session the way its client would: a DELETE through the session manager, the only
-        public way to terminate a session (it also cancels the session's pending requests)."""
+        public way to terminate a session (it also cancels the session's pending requests and ends
+        its open streams)."""
         manager = self._manager
         if manager is None:
             return
@@ -338,8 +359,8 @@ class FactsServer:
             "http_version": "1.1",
             "method": "DELETE",
             "scheme": "http",
-            "path": f"/runs/{run_id}/mcp",
-            "raw_path": f"/runs/{run_id}/mcp".encode(),
+            "path": path,
+            "raw_path": path.encode(),
             "root_path": "",
             "query_string": b"",
             "headers": [(MCP_SESSION_ID_HEADER.lower().encode(), session_id.encode())],
@@ -365,7 +386,7 @@ class FactsServer:
             try:
                 await manager.handle_request(scope, receive, send)
             except Exception:
-                logger.exception("closing session of run %s failed", run_id)
+                logger.exception("closing MCP session %s of %s failed", session_id, path)
 
     # -- requests --------------------------------------------------------------------------------------
 
@@ -398,15 +419,16 @@ class FactsServer:
         if reason is not None:
             await self._refuse(run_id, reason, started, scope, receive, send)
             return
-        manager = self._manager
+        manager = self._serving()
         if manager is None:
-            await _refusal(503, "the MCP server is not running", -32603)(scope, receive, send)
+            await _refusal(503, self._not_serving(), -32603)(scope, receive, send)
             return
         principal = _principal(run_id, record)
         inner: dict[str, Any] = {**scope, "user": principal, ACCESS_KEY: RunAccess(run_id, record)}
         session_id = headers.get(MCP_SESSION_ID_HEADER)
         send = send if session_id is not None else self._watch_new_session(run_id, principal, send)
-        await manager.handle_request(inner, receive, send)
+        with self._request_in_flight(scope, session_id, principal):
+            await manager.handle_request(inner, receive, send)
         if session_id is not None and scope["method"] == "DELETE":
             self._sessions.closed(run_id, session_id)
 
@@ -456,9 +478,9 @@ class FactsServer:
             )
             await self._refuse_session(session_id, 403, message, started, scope, receive, send)
             return
-        manager = self._manager
+        manager = self._serving()
         if manager is None:
-            await _refusal(503, "the MCP server is not running", -32603)(scope, receive, send)
+            await _refusal(503, self._not_serving(), -32603)(scope, receive, send)
             return
         # The SDK binds handshake-era sessions to the session (stable across runs), not to one run.
         principal = AuthenticatedUser(
@@ -466,7 +488,32 @@ class FactsServer:
         )
         access = RunAccess(run_id, record, session_id=session_id)
         inner: dict[str, Any] = {**scope, "user": principal, ACCESS_KEY: access}
-        await manager.handle_request(inner, receive, send)
+        with self._request_in_flight(scope, headers.get(MCP_SESSION_ID_HEADER), principal):
+            await manager.handle_request(inner, receive, send)
+
+    def _serving(self) -> StreamableHTTPSessionManager | None:
+        """The session manager, or None when requests are refused (not running, or closing)."""
+        return None if self._closing else self._manager
+
+    def _not_serving(self) -> str:
+        if self._closing:
+            return "the MCP server is shutting down"
+        return "the MCP server is not running"
+
+    @contextmanager
+    def _request_in_flight(
+        self, scope: Scope, session_id: str | None, principal: AuthenticatedUser
+    ) -> Generator[None]:
+        """Record a request on a handshake-era session while it is served, for `close`."""
+        if session_id is None:
+            yield
+            return
+        key = object()
+        self._in_flight[key] = (str(scope["path"]), session_id, principal)
+        try:
+            yield
+        finally:
+            del self._in_flight[key]
 
     async def _refuse_session(
         self,

@@ -4,10 +4,11 @@ fake Messages API, Codex's `codex app-server` against the fake Responses API."""
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
-from collections.abc import AsyncGenerator, Callable
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from collections.abc import AsyncGenerator, Callable, Generator
+from contextlib import AbstractAsyncContextManager, ExitStack, asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -231,3 +232,48 @@ async def test_two_warm_sessions_run_in_parallel_in_their_own_processes(
         assert warm_pid(results[a]) == warm_pid(first_a)
         assert warm_pid(results[b]) == warm_pid(first_b)
         assert warm_pid(first_a) != warm_pid(first_b)
+
+
+class _Records(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__()
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+@contextmanager
+def uvicorn_log() -> Generator[list[logging.LogRecord]]:
+    """What uvicorn logs (its INFO lines included) while the block runs. Entered after the fake model API
+    started: its uvicorn configures these loggers and drops handlers added before."""
+    logger = logging.getLogger("uvicorn.error")
+    handler, level = _Records(), logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        yield handler.records
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+
+
+@pytest.mark.parametrize("harness", HARNESSES)
+async def test_a_host_stops_without_waiting_on_the_connection_of_a_live_warm_process(
+    tmp_path: Path, harness: Harness, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Codex's app-server keeps a GET stream open on its session endpoint for its whole life; the host
+    # closes it before uvicorn stops, so uvicorn neither waits for the connection nor cancels it.
+    with ExitStack() as stack:
+        async with warm_host(harness, tmp_path) as (_, host):
+            first = await run_event(host, message(harness.agent_id, unique("conv"), "Hello."))
+            assert first.run.status.value == "completed", first.terminal
+            pid = warm_pid(first)
+            assert alive(pid)
+            records = stack.enter_context(uvicorn_log())  # until the host and the fake stopped
+    said = [r.getMessage() for r in records]
+    assert "Shutting down" in said  # the host's uvicorn stopped while we listened
+    assert not [m for m in said if m.startswith("Waiting for connections to close")], said
+    errors = [r for r in [*records, *caplog.records] if r.levelno >= logging.ERROR or r.exc_info]
+    assert not errors, [r.getMessage() for r in errors]
+    assert not alive(pid) or _zombie(pid)  # the warm process stopped with its plugin

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncGenerator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -303,8 +305,9 @@ async def test_a_request_while_the_server_is_not_running_is_503(stores: Stores) 
     assert rpc_error(response)["message"] == "the MCP server is not running"
 
 
-async def test_end_run_closes_the_runs_sessions_and_ends_their_streams(served: Served) -> None:
-    run = await served.start_run()
+@asynccontextmanager
+async def session_stream(served: Served, run: RunHandle) -> AsyncGenerator[httpx2.Response]:
+    """The run's open GET stream on a handshake-era session it just opened."""
     opened = await post(served, run.run_id, token=run.token)
     session = {"mcp-session-id": opened.headers["mcp-session-id"], "mcp-protocol-version": "2025-11-25"}
     initialized = {"jsonrpc": "2.0", "method": "notifications/initialized"}
@@ -317,8 +320,29 @@ async def test_end_run_closes_the_runs_sessions_and_ends_their_streams(served: S
         http.stream("GET", served.url(run.run_id), headers=headers) as stream,
     ):
         assert stream.status_code == 200
+        yield stream
+
+
+async def test_end_run_closes_the_runs_sessions_and_ends_their_streams(served: Served) -> None:
+    run = await served.start_run()
+    async with session_stream(served, run) as stream:
         await served.finish(run)
         with anyio.fail_after(5):
             async for _ in stream.aiter_bytes():
                 pass  # the stream ends once the session is closed
     assert served.facts.open_sessions(run.run_id) == 0
+
+
+async def test_close_ends_the_streams_of_open_sessions_and_refuses_every_request_after(
+    served: Served,
+) -> None:
+    # What the host awaits before its HTTP server stops: no response is left for it to wait on.
+    run = await served.start_run()
+    async with session_stream(served, run) as stream:
+        with anyio.fail_after(5):
+            await served.facts.close()  # the run stays active: only the server stops serving
+            async for _ in stream.aiter_bytes():
+                pass  # the stream ends once its session is closed
+    response = await post(served, run.run_id, token=run.token)
+    assert response.status_code == 503
+    assert rpc_error(response) == {"code": -32603, "message": "the MCP server is shutting down"}
