@@ -8,7 +8,8 @@ Module map: `server` (HTTP endpoint, authentication, sessions, lifetime), `_disp
 the call pipeline: checks, limits, audit, cancellation), `_tools` (the tool table), `_args` (argument
 models), `_history`, `_artifacts`, `_keyed` (state and storage), `_run` (context, knowledge, prompt)
 handlers, `_call` (what a handler gets), `_context` (context loading and token redaction), `_grants`
-(grant cache), `_limits` (rate and budgets), `_results` (result and error shapes).
+(grant cache), `_limits` (rate and budgets), `_sessions` (handshake-era sessions held, closing one),
+`_results` (result and error shapes).
 """
 
 from __future__ import annotations

@@ -2,8 +2,9 @@
 
 Is the ASGI endpoint the host mounts (`FactsServer.__call__`, the endpoint of `routes`) and owns the
 checks every HTTP request passes before MCP sees it (DNS rebinding, bearer token, run grant), the SDK
-session manager that serves both protocol eras, the sessions each run opened, and `end_run`. Does not own tools or the call pipeline (`_dispatch.py`), nor
-the grant itself (`grants.py`, the `runs` table).
+session manager that serves both protocol eras, when sessions close (`end_run`, `close`, the sweeper).
+Does not own tools or the call pipeline (`_dispatch.py`), the session bookkeeping and how a session is
+closed (`_sessions.py`), nor the grant itself (`grants.py`, the `runs` table).
 
 Invariants:
 - One SDK server and one tool table serve every run; the path's run id and the bearer token select the
@@ -31,6 +32,10 @@ Invariants:
   to the warm session, not to one run, and are not closed by `end_run`. A refused session request is
   audited on the session's current or latest run (tool `http <METHOD> session`, within the refusal
   budget); with no run to hold it, it is logged and counted (`_refuse_session`).
+- A storage outage (`StorageUnavailableError`) while reading a run's grant or a session's run is a 503
+  that says to retry, logged as a warning with the driver's error; finding the run to audit a refusal
+  on during one only skips the audit row. Any other error propagates to the app's error handling (a
+  500 there, logged with its traceback): it is a bug, not an outage.
 - Host and Origin are checked by the host's one `HttpGuard` (`guard.py`), the same policy `/v1` uses
   (DNS-rebinding and cross-site protection): 421 for a Host it does not serve, 403 for a foreign Origin.
 - Everything that runs in the background (the SDK session manager, the audit writer, the sweeper) is
@@ -47,8 +52,8 @@ from __future__ import annotations
 import logging
 import re
 import time
-from collections.abc import AsyncGenerator, Callable, Generator
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import AsyncGenerator, Callable
+from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
@@ -63,9 +68,11 @@ from starlette.routing import BaseRoute, Route, Router
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from mcphost.common.challenge import bearer_challenge
+from mcphost.errors import StorageUnavailableError
 from mcphost.facts._dispatch import ACCESS_KEY, FactsDispatch
 from mcphost.facts._grants import GrantCache, RunAccess
 from mcphost.facts._limits import LimitRegistry, RefusalBudget
+from mcphost.facts._sessions import InFlight, RunSessions, close_session
 from mcphost.facts.providers import (
     ContextProvider,
     HostToolProvider,
@@ -103,6 +110,11 @@ def _refusal(status: int, message: str, code: int = UNAUTHORIZED_RPC_CODE) -> JS
     return JSONResponse(body, status_code=status, headers=headers)
 
 
+def _cause(exc: StorageUnavailableError) -> object:
+    """What the log says about a storage outage: the driver's error behind the fixed message."""
+    return exc.__cause__ or exc.message
+
+
 def _bearer(headers: Headers) -> str | None:
     value = headers.get("authorization", "")
     scheme, _, token = value.partition(" ")
@@ -127,32 +139,6 @@ def _principal(run_id: str, record: GrantRecord) -> AuthenticatedUser:
     """The identity the SDK binds sessions to: the run and its token's hash (never the token)."""
     token_hash = record.grant.token_hash
     return AuthenticatedUser(AccessToken(token=token_hash, client_id=run_id, scopes=[], subject=token_hash))
-
-
-class _Sessions:
-    """The handshake-era sessions each run opened on this process, with the principal that owns each."""
-
-    def __init__(self) -> None:
-        self._by_run: dict[str, dict[str, AuthenticatedUser]] = {}
-
-    def opened(self, run_id: str, session_id: str, principal: AuthenticatedUser) -> None:
-        self._by_run.setdefault(run_id, {})[session_id] = principal
-
-    def closed(self, run_id: str, session_id: str) -> None:
-        sessions = self._by_run.get(run_id)
-        if sessions is not None:
-            sessions.pop(session_id, None)
-            if not sessions:
-                del self._by_run[run_id]
-
-    def pop(self, run_id: str) -> dict[str, AuthenticatedUser]:
-        return self._by_run.pop(run_id, {})
-
-    def runs(self) -> list[str]:
-        return list(self._by_run)
-
-    def count(self, run_id: str) -> int:
-        return len(self._by_run.get(run_id, {}))
 
 
 class FactsServer:
@@ -219,13 +205,12 @@ class FactsServer:
         self._guard = guard or HttpGuard()
         self._session_idle_timeout_s = session_idle_timeout_s
         self._json_response = json_response
-        self._sessions = _Sessions()
+        self._sessions = RunSessions()
         self._refusals = RefusalBudget(refusal_audits_per_s, refusal_audit_burst)
         self._manager: StreamableHTTPSessionManager | None = None
         self._tg: TaskGroup | None = None
         self._closing = False
-        self._in_flight: dict[object, tuple[str, str, AuthenticatedUser]] = {}
-        """The requests being served on a handshake-era session: (path, MCP session id, principal)."""
+        self._in_flight = InFlight()
         self._warm = warm
         self._on_call = on_call
         self._routes: list[BaseRoute] = [
@@ -285,13 +270,13 @@ class FactsServer:
         flight on, so those responses end. Await it before the HTTP server stops; the sessions close
         concurrently, each bounded like `end_run`'s."""
         self._closing = True
-        sessions = {session_id: (path, user) for path, session_id, user in self._in_flight.values()}
-        if not sessions:
+        sessions, manager = self._in_flight.sessions(), self._manager
+        if not sessions or manager is None:
             return
         logger.info("the MCP server is closing: closing %d sessions with requests in flight", len(sessions))
         async with anyio.create_task_group() as tg:
             for session_id, (path, principal) in sessions.items():
-                tg.start_soon(self._close_session, path, session_id, principal)
+                tg.start_soon(close_session, manager, path, session_id, principal)
 
     async def end_run(self, run_id: str) -> None:
         """The run ended: refuse its token from now on, cancel its calls and close its sessions here.
@@ -319,7 +304,8 @@ class FactsServer:
     async def _close_sessions(self, run_id: str, sessions: dict[str, AuthenticatedUser]) -> None:
         await anyio.sleep(SESSION_CLOSE_GRACE_S)
         for session_id, principal in sessions.items():
-            await self._close_session(MCP_PATH.format(run_id=run_id), session_id, principal)
+            if (manager := self._manager) is not None:
+                await close_session(manager, MCP_PATH.format(run_id=run_id), session_id, principal)
 
     def in_flight(self, run_id: str) -> int:
         """How many facts calls of the run are running on this process."""
@@ -345,48 +331,6 @@ class FactsServer:
             record = await self._grants.get(run_id)
             if record is None or not record.active:
                 await self.end_run(run_id)
-
-    async def _close_session(self, path: str, session_id: str, principal: AuthenticatedUser) -> None:
-        """End one session the way its client would: a DELETE through the session manager, the only
-        public way to terminate a session (it also cancels the session's pending requests and ends
-        its open streams)."""
-        manager = self._manager
-        if manager is None:
-            return
-        scope: Scope = {
-            "type": "http",
-            "asgi": {"version": "3.0"},
-            "http_version": "1.1",
-            "method": "DELETE",
-            "scheme": "http",
-            "path": path,
-            "raw_path": path.encode(),
-            "root_path": "",
-            "query_string": b"",
-            "headers": [(MCP_SESSION_ID_HEADER.lower().encode(), session_id.encode())],
-            "client": None,
-            "server": None,
-            "user": principal,
-            "state": {},
-        }
-        delivered = False
-
-        async def receive() -> Message:
-            nonlocal delivered
-            if not delivered:
-                delivered = True
-                return {"type": "http.request", "body": b"", "more_body": False}
-            await anyio.sleep_forever()
-            raise AssertionError("unreachable")
-
-        async def send(message: Message) -> None:
-            pass
-
-        with anyio.CancelScope(shield=True), anyio.move_on_after(5):
-            try:
-                await manager.handle_request(scope, receive, send)
-            except Exception:
-                logger.exception("closing MCP session %s of %s failed", session_id, path)
 
     # -- requests --------------------------------------------------------------------------------------
 
@@ -427,7 +371,7 @@ class FactsServer:
         inner: dict[str, Any] = {**scope, "user": principal, ACCESS_KEY: RunAccess(run_id, record)}
         session_id = headers.get(MCP_SESSION_ID_HEADER)
         send = send if session_id is not None else self._watch_new_session(run_id, principal, send)
-        with self._request_in_flight(scope, session_id, principal):
+        with self._in_flight.serving(scope["path"], session_id, principal):
             await manager.handle_request(inner, receive, send)
         if session_id is not None and scope["method"] == "DELETE":
             self._sessions.closed(run_id, session_id)
@@ -460,8 +404,8 @@ class FactsServer:
         try:
             # Read fresh for every request (never cached): the run that ended stops here at its commit.
             run_id = await warm.current_run(session_id)
-        except Exception:
-            logger.exception("could not read the current run of warm session %s", session_id)
+        except StorageUnavailableError as exc:
+            logger.warning("could not read the current run of warm session %s: %s", session_id, _cause(exc))
             await _refusal(503, "the host cannot read warm sessions right now; retry", -32603)(
                 scope, receive, send
             )
@@ -488,7 +432,7 @@ class FactsServer:
         )
         access = RunAccess(run_id, record, session_id=session_id)
         inner: dict[str, Any] = {**scope, "user": principal, ACCESS_KEY: access}
-        with self._request_in_flight(scope, headers.get(MCP_SESSION_ID_HEADER), principal):
+        with self._in_flight.serving(scope["path"], headers.get(MCP_SESSION_ID_HEADER), principal):
             await manager.handle_request(inner, receive, send)
 
     def _serving(self) -> StreamableHTTPSessionManager | None:
@@ -499,21 +443,6 @@ class FactsServer:
         if self._closing:
             return "the MCP server is shutting down"
         return "the MCP server is not running"
-
-    @contextmanager
-    def _request_in_flight(
-        self, scope: Scope, session_id: str | None, principal: AuthenticatedUser
-    ) -> Generator[None]:
-        """Record a request on a handshake-era session while it is served, for `close`."""
-        if session_id is None:
-            yield
-            return
-        key = object()
-        self._in_flight[key] = (str(scope["path"]), session_id, principal)
-        try:
-            yield
-        finally:
-            del self._in_flight[key]
 
     async def _refuse_session(
         self,
@@ -541,8 +470,12 @@ class FactsServer:
             run_id: str | None = None
             try:
                 run_id = await warm.current_run(session_id) or await warm.latest_run(session_id)
-            except Exception:
-                logger.exception("could not find the run of warm session %s to audit a refusal", session_id)
+            except StorageUnavailableError as exc:
+                logger.warning(
+                    "could not find the run of warm session %s to audit a refusal on: %s",
+                    session_id,
+                    _cause(exc),
+                )
             if run_id is not None:
                 body = await _read_body(receive, REFUSED_BODY_DIGEST_BYTES)
                 await self._dispatch.audit_refusal(run_id, tool, body, len(response.body), started)
@@ -567,8 +500,8 @@ class FactsServer:
         stores could not answer (503 sent)."""
         try:
             return True, await self._grants.get(run_id)
-        except Exception:
-            logger.exception("could not read the grant of run %s", run_id)
+        except StorageUnavailableError as exc:
+            logger.warning("could not read the grant of run %s: %s", run_id, _cause(exc))
             await _refusal(503, "the host cannot read run grants right now; retry", -32603)(
                 scope, receive, send
             )

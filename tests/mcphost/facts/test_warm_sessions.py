@@ -19,6 +19,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from mcphost import tracing
 from mcphost.context import with_trace
+from mcphost.errors import StorageUnavailableError
+from mcphost.facts import FactsServer
 from mcphost.protocol import AgentRunContext
 from mcphost.stores import Stores, open_stores
 from mcphost.stores.warm import WarmSessionStore
@@ -136,6 +138,82 @@ async def test_refusals_are_audited_on_the_sessions_run_or_logged_when_it_never_
     # Three refused while the run was current, one after it ended: each an audit row of that run.
     assert audit == [REFUSED] * 4
     assert calls.count(("http POST session", "refused")) == 5
+
+
+class FailingWarmStore(WarmSessionStore):
+    """The session store, its run reads raising `failure` while it is set (a database that went away)."""
+
+    failure: Exception | None = None
+
+    async def current_run(self, session_id: str) -> str | None:
+        if self.failure is not None:
+            raise self.failure
+        return await super().current_run(session_id)
+
+    async def latest_run(self, session_id: str) -> str | None:
+        if self.failure is not None:
+            raise self.failure
+        return await super().latest_run(session_id)
+
+
+OUTAGE = StorageUnavailableError("The host's storage is unavailable: the database cannot be reached.")
+
+
+@asynccontextmanager
+async def failing_session_endpoint(
+    stores: Stores,
+) -> AsyncGenerator[tuple[FailingWarmStore, httpx2.AsyncClient]]:
+    """The facts server over a session store that fails on demand, called in-process: an exception the
+    endpoint lets through reaches the test instead of becoming uvicorn's 500."""
+    store = FailingWarmStore(stores.db)
+    facts = FactsServer(stores, warm=WarmSessions(store, key=await store.key()))
+    transport = httpx2.ASGITransport(app=facts.asgi_app)
+    async with (
+        facts.running(),
+        httpx2.AsyncClient(transport=transport, base_url="http://127.0.0.1", headers=JSON_HEADERS) as http,
+    ):
+        yield store, http
+
+
+async def test_a_storage_outage_reading_the_sessions_run_is_503_and_any_other_error_propagates(
+    stores: Stores, caplog: pytest.LogCaptureFixture
+) -> None:
+    async with failing_session_endpoint(stores) as (store, http):
+        token = {"authorization": f"Bearer {WarmSessions(store, key=await store.key()).token(SESSION)}"}
+        store.failure = OUTAGE
+        with caplog.at_level(logging.WARNING, logger="mcphost.facts.server"):
+            response = await http.post(f"/sessions/{SESSION}/mcp", json=PING, headers=token)
+        assert response.status_code == 503
+        assert response.json()["error"] == {
+            "code": -32603,
+            "message": "the host cannot read warm sessions right now; retry",
+        }
+        [record] = [r for r in caplog.records if SESSION in r.getMessage()]
+        assert "the database cannot be reached" in record.getMessage()
+        assert record.exc_info is None  # an outage, not a bug: no traceback
+
+        store.failure = RuntimeError("a bug in the session store")
+        with pytest.raises(RuntimeError, match="a bug in the session store"):
+            await http.post(f"/sessions/{SESSION}/mcp", json=PING, headers=token)
+
+
+async def test_a_storage_outage_finding_the_run_to_audit_a_refusal_on_still_refuses_and_any_other_error_propagates(
+    stores: Stores, caplog: pytest.LogCaptureFixture
+) -> None:
+    async with failing_session_endpoint(stores) as (store, http):
+        wrong = {"authorization": "Bearer mst_nope"}
+        store.failure = OUTAGE
+        with caplog.at_level(logging.WARNING, logger="mcphost.facts.server"):
+            response = await http.post(f"/sessions/{SESSION}/mcp", json=PING, headers=wrong)
+        assert response.status_code == 401
+        assert response.json()["error"]["message"] == "token does not belong to this session"
+        [record] = [r for r in caplog.records if "to audit a refusal on" in r.getMessage()]
+        assert "the database cannot be reached" in record.getMessage()
+        assert record.exc_info is None
+
+        store.failure = RuntimeError("a bug in the session store")
+        with pytest.raises(RuntimeError, match="a bug in the session store"):
+            await http.post(f"/sessions/{SESSION}/mcp", json=PING, headers=wrong)
 
 
 async def test_without_warm_sessions_the_session_path_is_404(served: Served) -> None:
