@@ -6,18 +6,13 @@ LangGraph's environment is its own uv project: `uv sync --locked --directory ben
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
 
-import anyio
-
 from bench._databases import dialects
-from bench._report import load_average, publish
-from bench.peers import PRESETS, PeerConfig, run
+from bench.peers import PRESETS, PeerConfig, _command, run
 from bench.peers._servers import MCPHOST_SETTINGS, PEER_ENV, PEER_JOBS
 
 RESULTS = Path(__file__).parent / "results.json"
@@ -48,36 +43,24 @@ def settings() -> dict[str, object]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m bench.peers", description="mcphost vs LangGraph's agent server, side by side."
+    parser = _command.parser(
+        "python -m bench.peers",
+        "mcphost vs LangGraph's agent server, side by side.",
+        quick="smaller sizes; under 2 minutes",
+        results=RESULTS,
     )
-    parser.add_argument("--quick", action="store_true", help="smaller sizes; under 2 minutes")
-    parser.add_argument(
-        "--tiny", action="store_true", help="smoke-test sizes: proves it runs, measures nothing"
-    )
-    parser.add_argument("--no-peer", action="store_true", help="measure the mcphost side only")
-    parser.add_argument("--sqlite-only", action="store_true", help="skip PostgreSQL even when configured")
-    parser.add_argument("--output", type=Path, default=RESULTS, help=f"JSON results (default: {RESULTS})")
     args = parser.parse_args(argv)
-    preset = "tiny" if args.tiny else "quick" if args.quick else "full"
+    preset = _command.preset(args)
     cfg = PeerConfig(sizes=PRESETS[preset], dialects=tuple(dialects(args.sqlite_only)), peer=not args.no_peer)
-    load_before = load_average()
-    started = time.perf_counter()
-    rows = anyio.run(run, cfg, backend="asyncio")
-    elapsed = time.perf_counter() - started
-    publish(
-        rows,
+    return _command.measure(
+        run,
+        cfg,
         module="bench.peers",
         argv=argv,
         preset=preset,
-        dialects=cfg.dialects,
-        skipped=cfg.skipped,
-        load_before=load_before,
-        elapsed_s=elapsed,
-        path=args.output,
+        output=args.output,
         details={"settings": settings()},
     )
-    return 0
 
 
 if __name__ == "__main__":

@@ -1,8 +1,9 @@
 """bench/peers/soak: endurance — memory over many runs, latency over one long conversation (issue 12).
 
-`uv run python -m bench.peers.soak [--quick | --tiny] [--no-peer] [--sqlite-only]`. The same servers and
-echo work as `bench.peers` (`_servers.py`): `mcphost serve` with the bundled echo runner, on SQLite and,
-when a server is configured, PostgreSQL; LangGraph's in-memory server with its one-node graph.
+`uv run python -m bench.peers.soak [--quick | --tiny] [--part {all,memory,turns}] [--no-peer]
+[--sqlite-only]`. The same servers and echo work as `bench.peers` (`_servers.py`): `mcphost serve` with
+the bundled echo runner, on SQLite and, when a server is configured, PostgreSQL; LangGraph's in-memory
+server with its one-node graph.
 
 Measured per database, the two sides taking turns so that both see the same machine:
 - **memory**: `runs` runs (full 10,000), each in a new conversation / thread, `concurrency` in flight,
@@ -13,12 +14,16 @@ Measured per database, the two sides taking turns so that both see the same mach
   (mcphost) / thread (LangGraph), turn by turn alternating the sides. Growth = p50 latency of the last
   tenth of the turns / p50 of the first tenth (after `TURN_WARMUP` turns) - 1. Target: < 20 %.
 
+`--part memory` or `--part turns` measures one of the two alone (the full memory part takes about 90
+minutes, the 1,000 turns about 6). Failed runs and turns are counted and their first `KEPT_ERRORS`
+messages are kept, in the row of the part they failed in (`*_failed_runs` / `*_failed_turns`,
+`*_first_errors`), as `bench.peers` does; they never stop the measurement.
+
 Reported, never asserted (`tests/bench/test_soak.py` runs it at the smallest size to prove it works).
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import sys
 import time
@@ -27,14 +32,14 @@ from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal, get_args
 
 import anyio
 import httpx2
 
 from bench._databases import DialectName, dialects, workspace
-from bench._report import load_average, publish
 from bench._stats import Row, Stat, judge, percentile
-from bench.peers import _proctree
+from bench.peers import _command, _proctree
 from bench.peers._servers import (
     TEXT,
     Server,
@@ -50,6 +55,11 @@ TURN_WARMUP = 5
 """Turns of the long conversation not counted (the first run of a conversation creates it)."""
 MEMORY_TARGET_MIB = 20.0
 GROWTH_TARGET = 0.20
+KEPT_ERRORS = 3
+"""How many failure messages of each part a side keeps for its row."""
+
+Part = Literal["all", "memory", "turns"]
+"""What to measure: both parts, the memory over many runs only, or the one long conversation only."""
 
 
 @dataclass(frozen=True)
@@ -75,6 +85,7 @@ class SoakConfig:
     sizes: SoakSizes
     dialects: tuple[DialectName, ...]
     peer: bool = True
+    part: Part = "all"
     tmp_root: Path | None = None
     skipped: list[str] = field(default_factory=list[str])
 
@@ -91,6 +102,26 @@ async def langgraph_turn(client: httpx2.AsyncClient, server: Server, thread: str
 
 
 @dataclass
+class _Failures:
+    """Failed runs (or turns): how many, and the first `KEPT_ERRORS` messages."""
+
+    count: int = 0
+    first: list[str] = field(default_factory=list[str])
+
+    def add(self, exc: Exception) -> None:
+        self.count += 1
+        if len(self.first) < KEPT_ERRORS:
+            self.first.append(str(exc)[:300])
+
+    def notes(self, key: str, what: str) -> dict[str, float | str]:
+        """`{key}_failed_{what}` and, when any failed, `{key}_first_errors` (joined by ` | `)."""
+        notes: dict[str, float | str] = {f"{key}_failed_{what}": float(self.count)}
+        if self.first:
+            notes[f"{key}_first_errors"] = " | ".join(self.first)
+        return notes
+
+
+@dataclass
 class _Side:
     label: str
     server: Server
@@ -100,7 +131,8 @@ class _Side:
     rss_mib: list[float] = field(default_factory=list[float])
     """The tree's RSS after each block."""
     turn_ms: list[float] = field(default_factory=list[float])
-    failed: int = 0
+    failed_runs: _Failures = field(default_factory=_Failures)
+    failed_turns: _Failures = field(default_factory=_Failures)
 
     async def block(self, runs: int, concurrency: int) -> None:
         """`runs` runs, each in a new conversation, `concurrency` at a time; then samples the RSS."""
@@ -110,8 +142,8 @@ class _Side:
             for _ in left:
                 try:
                     await self.run_one(self.client, self.server, self.new_id())
-                except (RuntimeError, httpx2.HTTPError):
-                    self.failed += 1
+                except (RuntimeError, httpx2.HTTPError) as exc:
+                    self.failed_runs.add(exc)
 
         async with anyio.create_task_group() as tg:
             for _ in range(concurrency):
@@ -122,8 +154,8 @@ class _Side:
         started = time.perf_counter()
         try:
             await self.run_one(self.client, self.server, conversation)
-        except (RuntimeError, httpx2.HTTPError):
-            self.failed += 1
+        except (RuntimeError, httpx2.HTTPError) as exc:
+            self.failed_turns.add(exc)
             return
         self.turn_ms.append(1000 * (time.perf_counter() - started))
 
@@ -173,15 +205,20 @@ async def _dialect(dialect: DialectName, cfg: SoakConfig, root: Path | None, *, 
                     lambda: str(uuid.uuid4()),
                 ),
             )
-        blocks = max(sizes.runs // sizes.block, 2)
-        for i in range(blocks):
-            for side in sides if i % 2 == 0 else reversed(sides):
-                await side.block(sizes.block, sizes.concurrency)
-        conversations = {side.label: side.new_id() for side in sides}
-        for i in range(sizes.turns + TURN_WARMUP):
-            for side in sides if i % 2 == 0 else reversed(sides):
-                await side.turn(conversations[side.label])
-        return [_memory_row(dialect, sides, sizes.block), _thread_row(dialect, sides, sizes.turns)]
+        rows: list[Row] = []
+        if cfg.part in ("all", "memory"):
+            blocks = max(sizes.runs // sizes.block, 2)
+            for i in range(blocks):
+                for side in sides if i % 2 == 0 else reversed(sides):
+                    await side.block(sizes.block, sizes.concurrency)
+            rows.append(_memory_row(dialect, sides, sizes.block))
+        if cfg.part in ("all", "turns"):
+            conversations = {side.label: side.new_id() for side in sides}
+            for i in range(sizes.turns + TURN_WARMUP):
+                for side in sides if i % 2 == 0 else reversed(sides):
+                    await side.turn(conversations[side.label])
+            rows.append(_thread_row(dialect, sides, sizes.turns))
+        return rows
 
 
 def _memory_row(dialect: DialectName, sides: list[_Side], block: int) -> Row:
@@ -191,8 +228,8 @@ def _memory_row(dialect: DialectName, sides: list[_Side], block: int) -> Row:
     for side in sides:
         key = "mcphost" if side is mine else "langgraph"
         extra[f"{key}_rss_mib_per_block"] = " ".join(f"{x:.1f}" for x in side.rss_mib)
-        extra[f"{key}_failed_runs"] = float(side.failed)
-    ok = growth[mine.label] < MEMORY_TARGET_MIB and mine.failed == 0
+        extra |= side.failed_runs.notes(key, "runs")
+    ok = growth[mine.label] < MEMORY_TARGET_MIB and mine.failed_runs.count == 0
     return Row(
         benchmark=NAME,
         case=f"{dialect}: RSS growth over {block * (len(mine.rss_mib) - 1):,} runs after {block:,} to warm up",
@@ -225,10 +262,10 @@ def _thread_row(dialect: DialectName, sides: list[_Side], turns: int) -> Row:
             f"{key}_first_tenth_p50_ms": first,
             f"{key}_last_tenth_p50_ms": last,
             f"{key}_latency_p99_ms": percentile(side.turn_ms, 99),
-            f"{key}_failed_turns": float(side.failed),
+            **side.failed_turns.notes(key, "turns"),
         }
         stats[side.label] = Stat(100 * growth, 100 * growth, len(side.turn_ms), "%")
-    ok = stats[mine.label].p50 < 100 * GROWTH_TARGET and mine.failed == 0
+    ok = stats[mine.label].p50 < 100 * GROWTH_TARGET and mine.failed_turns.count == 0
     return Row(
         benchmark=NAME,
         case=f"{dialect}: latency growth over {turns:,} turns of one conversation (last tenth vs first, p50)",
@@ -243,37 +280,35 @@ def _thread_row(dialect: DialectName, sides: list[_Side], turns: int) -> Row:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m bench.peers.soak",
-        description="Memory over many runs and latency over one long conversation, mcphost vs LangGraph.",
+    parser = _command.parser(
+        "python -m bench.peers.soak",
+        "Memory over many runs and latency over one long conversation, mcphost vs LangGraph.",
+        quick="2,000 runs and 300 turns per side",
+        results=RESULTS,
     )
-    size = parser.add_mutually_exclusive_group()
-    size.add_argument("--quick", action="store_true", help="2,000 runs and 300 turns per side")
-    size.add_argument(
-        "--tiny", action="store_true", help="smoke-test sizes: proves it runs, measures nothing"
+    parser.add_argument(
+        "--part",
+        choices=get_args(Part),
+        default="all",
+        help="measure both parts (default), only the memory over many runs, or only the long conversation",
     )
-    parser.add_argument("--no-peer", action="store_true", help="measure the mcphost side only")
-    parser.add_argument("--sqlite-only", action="store_true", help="skip PostgreSQL even when configured")
-    parser.add_argument("--output", type=Path, default=RESULTS, help=f"JSON results (default: {RESULTS})")
     args = parser.parse_args(argv)
-    preset = "tiny" if args.tiny else "quick" if args.quick else "full"
-    cfg = SoakConfig(sizes=PRESETS[preset], dialects=tuple(dialects(args.sqlite_only)), peer=not args.no_peer)
-    load_before = load_average()
-    started = time.perf_counter()
-    rows = anyio.run(run, cfg, backend="asyncio")
-    publish(
-        rows,
+    preset = _command.preset(args)
+    cfg = SoakConfig(
+        sizes=PRESETS[preset],
+        dialects=tuple(dialects(args.sqlite_only)),
+        peer=not args.no_peer,
+        part=args.part,
+    )
+    return _command.measure(
+        run,
+        cfg,
         module="bench.peers.soak",
         argv=argv,
         preset=preset,
-        dialects=cfg.dialects,
-        skipped=cfg.skipped,
-        load_before=load_before,
-        elapsed_s=time.perf_counter() - started,
-        path=args.output,
-        details={"sizes": dataclasses.asdict(cfg.sizes)},
+        output=args.output,
+        details={"sizes": dataclasses.asdict(cfg.sizes), "part": cfg.part},
     )
-    return 0
 
 
 if __name__ == "__main__":

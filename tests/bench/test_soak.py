@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import cast
 
 import anyio
+import httpx2
 import pytest
 
-from bench.peers._servers import peer_available
-from bench.peers.soak import PRESETS, TURN_WARMUP, SoakConfig, main, run
+from bench._stats import judge
+from bench.peers._servers import Server, peer_available
+from bench.peers.soak import KEPT_ERRORS, PRESETS, TURN_WARMUP, SoakConfig, _Side, _thread_row, main, run
 
 pytestmark = pytest.mark.timeout(600)
 TINY = PRESETS["tiny"]
@@ -50,6 +53,47 @@ def test_the_command_prints_the_table_and_writes_json(
     assert "| soak | sqlite: latency growth over" in printed
     doc = json.loads(output.read_text())
     assert [row["case"].split(":")[0] for row in doc["rows"]] == ["sqlite", "sqlite"]
+
+
+def test_part_turns_measures_only_the_long_conversation(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    output = tmp_path / "soak.json"
+    assert main(["--tiny", "--part", "turns", "--sqlite-only", "--no-peer", "--output", str(output)]) == 0
+    printed = capsys.readouterr().out
+    assert "RSS growth" not in printed
+    doc = json.loads(output.read_text())
+    [row] = doc["rows"]
+    assert row["case"].startswith(f"sqlite: latency growth over {TINY.turns} turns")
+    assert row["subject"]["n"] == TINY.turns + TURN_WARMUP
+    assert doc["part"] == "turns"
+
+
+def test_an_unknown_part_is_refused_with_the_choices(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["--tiny", "--part", "cpu"])
+    assert exited.value.code == 2
+    assert "invalid choice: 'cpu' (choose from 'all', 'memory', 'turns')" in capsys.readouterr().err
+
+
+async def test_failed_turns_are_counted_and_their_first_messages_kept_in_the_row() -> None:
+    failing = range(TURN_WARMUP + 2, TURN_WARMUP + 7)
+
+    async def run_one(client: httpx2.AsyncClient, server: Server, conversation: str) -> None:
+        turn = len(side.turn_ms) + side.failed_turns.count
+        if turn in failing:
+            raise RuntimeError(f"turn {turn} did not echo")
+
+    # The side's server and client are only handed to run_one, which uses neither.
+    side = _Side("mcphost serve", cast(Server, None), run_one, cast(httpx2.AsyncClient, None), str)
+    for _ in range(TURN_WARMUP + 20):
+        await side.turn("conversation")
+    row = _thread_row("sqlite", [side], 20)
+    assert row.extra["mcphost_failed_turns"] == len(failing)
+    assert row.extra["mcphost_first_errors"] == " | ".join(
+        f"turn {turn} did not echo" for turn in failing[:KEPT_ERRORS]
+    )
+    assert row.verdict == judge(False)  # a failed turn fails the target, whatever the latency
 
 
 @pytest.mark.skipif(
