@@ -9,9 +9,11 @@ it keeps are listed in that module's docstring. It logs as `runners.sdk`, the na
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import logging
 import os
+import stat
 import sys
 from contextlib import AsyncExitStack
 from importlib import metadata
@@ -71,13 +73,26 @@ def serve(*runners: AgentRunner, author: str, plugin: str, version: str | None =
         for chatty in ("httpx2", "httpcore", "mcp"):  # a line per MCP request would drown the host's log
             logging.getLogger(chatty).setLevel(logging.WARNING)
     proto_in, proto_out = _claim_stdio()
-    anyio.run(server.serve, proto_in, proto_out, backend="asyncio")
+    anyio.run(server.serve, proto_in, proto_out, backend="asyncio", backend_options=_loop_options())
+
+
+def _loop_options() -> dict[str, bool]:
+    """uvloop when it is installed (mcphost's `speed` extra) and `MCPHOST_UVLOOP` is not false, as for
+    `mcphost serve`: a plugin's loop wakes for every host message and every result it writes."""
+    if os.environ.get("MCPHOST_UVLOOP", "").strip().lower() in ("0", "false", "no", "off"):
+        return {}
+    return {"use_uvloop": True} if importlib.util.find_spec("uvloop") is not None else {}
 
 
 def _claim_stdio() -> tuple[int, int]:
     """Keep the protocol pipes on private descriptors; fd 0 becomes /dev/null and fd 1 stderr."""
     sys.stdout.flush()
     proto_in, proto_out = os.dup(0), os.dup(1)  # dup'ed descriptors are not inherited by children
+    if stat.S_ISFIFO(os.fstat(proto_out).st_mode):
+        # Results are written without a worker thread (`_write_all`). The pipe's write end is this
+        # process's alone once fd 1 points at stderr, so non-blocking mode changes nobody else's
+        # writes (a terminal's would: a plugin started by hand keeps blocking writes on a thread).
+        os.set_blocking(proto_out, False)
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
     os.close(devnull)
@@ -251,7 +266,11 @@ class _PluginServer:
                 return
             try:
                 # Not abandoned on cancel: a line is either written whole or not started.
-                await anyio.to_thread.run_sync(_write_all, self._out_fd, data)
+                with anyio.CancelScope(shield=True):
+                    if os.get_blocking(self._out_fd):
+                        await anyio.to_thread.run_sync(_write_blocking, self._out_fd, data)
+                    else:
+                        await _write_all(self._out_fd, data)
             except OSError as exc:
                 self._out_broken = True
                 logger.error("The host stopped reading stdout (%s); dropping further output.", exc)
@@ -263,7 +282,18 @@ def _describe(exc: BaseException) -> str:
     return str(exc) or type(exc).__name__
 
 
-def _write_all(fd: int, data: bytes) -> None:
+def _write_blocking(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view) :]
+
+
+async def _write_all(fd: int, data: bytes) -> None:
+    """Write `data` whole to the non-blocking `fd`: on the loop's thread while the pipe has room (a
+    result line almost always fits at once), waiting for room when the host reads slowly."""
+    view = memoryview(data)
+    while view:
+        try:
+            view = view[os.write(fd, view) :]
+        except BlockingIOError:
+            await anyio.wait_writable(fd)

@@ -2,7 +2,8 @@
 
 Runners: `everything` (one result of every builder method), `boom` (raises), `sleepy` (sleeps until
 cancelled), `quiet` (returns without a result), `printer` (print()s to stdout, then replies), `after-end`
-(emits after run.completed), `parallel` (emits from two tasks at once).
+(emits after run.completed), `parallel` (emits from two tasks at once), `bulk` (emits ~1 MiB, far
+more than a pipe holds, so its writes must wait for the reader).
 """
 
 from __future__ import annotations
@@ -80,6 +81,15 @@ class Parallel(AgentRunner):
         await out.completed("both done")
 
 
+class Bulk(AgentRunner):
+    name = "bulk"
+
+    async def run(self, ctx: AgentRunContext, out: RunOutput) -> None:
+        for i in range(250):
+            await out.delta(f"{i:03d}" + "x" * 4096)
+        await out.completed("bulk done")
+
+
 if __name__ == "__main__":
     serve(
         Everything(),
@@ -89,6 +99,7 @@ if __name__ == "__main__":
         Printer(),
         AfterEnd(),
         Parallel(),
+        Bulk(),
         author="test",
         plugin="sdk",
         version="0.0.1",

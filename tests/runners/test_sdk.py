@@ -334,7 +334,7 @@ async def test_initialize_answers_with_the_plugin_and_its_manifests() -> None:
         assert answer["result"]["plugin"] == {"author": "test", "name": "sdk", "version": "0.0.1"}
         ids = [m["id"] for m in answer["result"]["runners"]]
         assert ids[:2] == ["plugin:test/sdk/everything", "plugin:test/sdk/boom"]
-        assert len(ids) == 7
+        assert len(ids) == 8
 
 
 async def test_unknown_methods_and_runners_are_json_rpc_errors() -> None:
@@ -358,6 +358,23 @@ async def test_a_line_over_the_limit_from_the_host_is_skipped() -> None:
         await plugin.send(b"x" * (4 * 1024 * 1024 + 10))
         answer = await plugin.request(7, "no/such", {})
         assert answer["id"] == 7
+
+
+async def test_output_larger_than_the_pipe_waits_for_the_host_and_arrives_whole_in_order() -> None:
+    # The plugin writes its non-blocking stdout on the event loop: a full pipe must make it wait for
+    # the reader and resume mid-line, never drop, split or reorder a line.
+    async with raw_plugin() as plugin:
+        await plugin.send({"jsonrpc": "2.0", "id": 1, "method": "runner/run", "params": run_params("bulk")})
+        first = await plugin.receive()
+        await anyio.sleep(0.3)  # let the plugin fill the pipe (and this side's buffer) before reading on
+        messages = [first, *[await plugin.receive() for _ in range(251)]]
+    results = [m["params"]["result"] for m in messages[:-1]]
+    assert [r["sequence"] for r in results] == list(range(1, 252))
+    assert [r["data"]["chunk"]["content"] for r in results[:-1]] == [
+        f"{i:03d}" + "x" * 4096 for i in range(250)
+    ]
+    assert results[-1]["type"] == "run.completed"
+    assert messages[-1] == {"jsonrpc": "2.0", "id": 1, "result": {"status": "completed"}}
 
 
 async def test_shutdown_cancels_in_flight_runs_answers_and_exits() -> None:
