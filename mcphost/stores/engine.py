@@ -40,8 +40,11 @@ Invariants:
 - On a SQLite file, hot-path write transactions (`run_write`: a run's admission and start, its result
   batches, its end, MCP audit rows) cost one hop off the event loop: the whole transaction runs
   synchronously on a worker thread (one at a time, `CapacityLimiter(1)`) through a second, sync
-  `sqlite3` engine with the same connect and begin listeners (WAL, pragmas, `BEGIN IMMEDIATE`), queued
-  on the same `anyio.Lock` as every other writer and shielded the same way. Through aiosqlite every
+  `sqlite3` engine with the same connect listener (WAL, pragmas) and `BEGIN IMMEDIATE` (sent straight
+  to sqlite3), queued on the same `anyio.Lock` as every other writer and shielded the same way. The
+  thread keeps one connection open between transactions (closed and reopened after a transaction that
+  did not roll back cleanly, closed on its turn by `dispose`), and a body gets a sync ORM `Session`
+  joined to the transaction only when it makes an ORM call. Through aiosqlite every
   DBAPI call (checkout, BEGIN, each statement and fetch, COMMIT, reset) is its own round trip between
   the loop and the connection's thread. The body is written once for `AsyncSession`; on the thread it
   gets `_ThreadSession`, whose methods never suspend, so `_drive` runs it to its end without an event
@@ -83,7 +86,7 @@ from sqlalchemy.ext.asyncio import (
     async_sessionmaker,
     create_async_engine,
 )
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.orm import Session
 from sqlalchemy.pool import ConnectionPoolEntry
 
 from mcphost.protocol import MAX_JSON_DEPTH
@@ -158,6 +161,14 @@ def _sqlite_on_connect(dbapi_connection: DBAPIConnection, _record: ConnectionPoo
         cursor.close()
 
 
+def _sqlite_on_begin_immediate(conn: Connection) -> None:
+    # The writer engine's every transaction writes: BEGIN IMMEDIATE straight on the sqlite3 connection,
+    # without an execution context of SQLAlchemy's around it.
+    dbapi_connection = conn.connection.dbapi_connection
+    assert dbapi_connection is not None
+    dbapi_connection.execute("BEGIN IMMEDIATE")  # type: ignore[attr-defined]  # sqlite3.Connection has it
+
+
 def _sqlite_on_begin(conn: Connection) -> None:
     options = conn.get_execution_options()
     if options.get(_NO_FOREIGN_KEYS_OPTION, False):
@@ -193,7 +204,9 @@ class Database:
         )
         """Sessions for writes (BEGIN IMMEDIATE on SQLite). Prefer `write()`, which also queues."""
         self._write_lock = anyio.Lock() if self.dialect == "sqlite" else None
-        self._writer: sessionmaker[Session] | None = None
+        self._writer: Engine | None = None
+        self._writer_connection: Connection | None = None
+        """The writer thread's connection, kept open between transactions (see `_write_on_thread`)."""
         self._writer_limiter = anyio.CapacityLimiter(1)
         self.sync_engines: list[Engine] = [self.engine.sync_engine]
         """Every engine this database runs statements on (event listeners that must see them all)."""
@@ -204,10 +217,8 @@ class Database:
                 connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S, "check_same_thread": False},
             )
             event.listen(writer, "connect", _sqlite_on_connect)
-            event.listen(writer, "begin", _sqlite_on_begin)
-            self._writer = sessionmaker(
-                writer.execution_options(**{_WRITE_OPTION: True}), expire_on_commit=False
-            )
+            event.listen(writer, "begin", _sqlite_on_begin_immediate)
+            self._writer = writer
             self.sync_engines.append(writer)
 
     def read(self) -> AbstractAsyncContextManager[AsyncSession]:
@@ -240,10 +251,28 @@ class Database:
                 yield
 
     def _write_on_thread(self, body: WriteBody[T]) -> T:
+        # One connection for the thread's whole life (the limiter lets one transaction run at a time):
+        # a session and a pool checkout per transaction cost more than most of its statements.
         assert self._writer is not None
-        with self._writer.begin() as session:
-            # The facade has the AsyncSession methods the stores call, each one returning at once.
-            return _drive(body(cast(AsyncSession, _ThreadSession(session))))
+        connection = self._writer_connection
+        if connection is None:
+            connection = self._writer_connection = self._writer.connect()
+        session = _ThreadSession(connection)
+        try:
+            with connection.begin():
+                # The facade has the AsyncSession methods the stores call, each one returning at once.
+                return _drive(body(cast(AsyncSession, session)))
+        except BaseException:
+            if connection.invalidated or connection.in_transaction():  # not rolled back cleanly
+                self._close_writer_connection()
+            raise
+        finally:
+            session.close()
+
+    def _close_writer_connection(self) -> None:
+        connection, self._writer_connection = self._writer_connection, None
+        if connection is not None:
+            connection.close()
 
     @staticmethod
     @asynccontextmanager
@@ -260,6 +289,8 @@ class Database:
     async def dispose(self) -> None:
         """Close every pooled connection."""
         await self.engine.dispose()
+        if self._writer_connection is not None:  # closed on the writer's turn: never under a transaction
+            await anyio.to_thread.run_sync(self._close_writer_connection, limiter=self._writer_limiter)
         for engine in self.sync_engines[1:]:
             engine.dispose()
 
@@ -277,12 +308,27 @@ def _storage_errors() -> Generator[None, None, None]:
 
 
 class _ThreadSession:
-    """The `AsyncSession` methods the stores' write bodies call, over a sync `Session` on the writer
-    thread: each one does its work before its first await, so a body never suspends (`_drive`)."""
+    """The `AsyncSession` methods the stores' write bodies call, on the writer thread's connection:
+    each one does its work before its first await, so a body never suspends (`_drive`). ORM calls
+    get a sync `Session` joined to the connection's transaction, made on first use (the hot bodies
+    use `core` and never make one)."""
 
-    def __init__(self, session: Session) -> None:
-        self.sync_session = session
+    def __init__(self, connection: Connection) -> None:
+        self._connection = connection
+        self._session: Session | None = None
         self.info: dict[str, Any] = {}
+
+    @property
+    def sync_session(self) -> Session:
+        if self._session is None:
+            # Bound to a connection inside a transaction, the session joins it and leaves its end to
+            # `_write_on_thread`.
+            self._session = Session(bind=self._connection, expire_on_commit=False)
+        return self._session
+
+    def close(self) -> None:
+        if self._session is not None:
+            self._session.close()
 
     async def execute(self, statement: Any, params: Any = None, **kwargs: Any) -> Any:
         return self.sync_session.execute(statement, params, **kwargs)
@@ -300,7 +346,7 @@ class _ThreadSession:
         self.sync_session.refresh(instance, **kwargs)
 
     async def connection(self) -> _ThreadConnection:
-        return _ThreadConnection(self.sync_session.connection())
+        return _ThreadConnection(self._connection)
 
 
 class _ThreadConnection:

@@ -166,13 +166,18 @@ async def test_writers_cancelled_mid_transaction_leave_no_lock_behind(
 
 
 def _on_threads(stores: Stores) -> list[tuple[str, int]]:
-    """(statement, thread id) of every statement on any of the database's engines, BEGIN included."""
+    """(statement, thread id) of every statement on any of the database's engines, and ("begin",
+    thread id) where a transaction begins (the writer's BEGIN IMMEDIATE goes straight to sqlite3)."""
     seen: list[tuple[str, int]] = []
 
     def record(_conn: object, _cursor: object, sql: str, *_: object) -> None:
         seen.append((sql.split()[0], threading.get_ident()))
 
+    def begin(_conn: object) -> None:
+        seen.append(("begin", threading.get_ident()))
+
     for target in stores.db.sync_engines:
+        event.listen(target, "begin", begin)
         event.listen(target, "before_cursor_execute", record)
     return seen
 
@@ -188,7 +193,7 @@ async def test_a_hot_path_write_on_a_sqlite_file_runs_whole_on_the_writer_thread
             run_id=run.run_id, tool="t", args_digest="", bytes_in=0, bytes_out=0, outcome="ok", duration_ms=0
         )
     )
-    assert [sql for sql, _ in seen] == ["BEGIN", "SELECT", "INSERT"]
+    assert [sql for sql, _ in seen] == ["begin", "SELECT", "INSERT"]
     threads = {thread for _, thread in seen}
     assert len(threads) == 1
     assert threads != {threading.get_ident()}
