@@ -88,7 +88,8 @@ def _claim_stdio() -> tuple[int, int]:
     """Keep the protocol pipes on private descriptors; fd 0 becomes /dev/null and fd 1 stderr."""
     sys.stdout.flush()
     proto_in, proto_out = os.dup(0), os.dup(1)  # dup'ed descriptors are not inherited by children
-    if stat.S_ISFIFO(os.fstat(proto_out).st_mode):
+    mode = os.fstat(proto_out).st_mode
+    if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode):  # a pipe, or the socket pair libuv (uvloop) makes
         # Results are written without a worker thread (`_write_all`). The pipe's write end is this
         # process's alone once fd 1 points at stderr, so non-blocking mode changes nobody else's
         # writes (a terminal's would: a plugin started by hand keeps blocking writes on a thread).

@@ -360,6 +360,13 @@ async def test_a_line_over_the_limit_from_the_host_is_skipped() -> None:
         assert answer["id"] == 7
 
 
+@pytest.mark.parametrize(
+    "anyio_backend",
+    [
+        pytest.param(("asyncio", {}), id="pipe"),  # asyncio gives the plugin a pipe for stdout
+        pytest.param(("asyncio", {"use_uvloop": True}), id="socket"),  # uvloop (libuv): a socket pair
+    ],
+)
 async def test_output_larger_than_the_pipe_waits_for_the_host_and_arrives_whole_in_order() -> None:
     # The plugin writes its non-blocking stdout on the event loop: a full pipe must make it wait for
     # the reader and resume mid-line, never drop, split or reorder a line.
