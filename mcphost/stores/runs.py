@@ -45,12 +45,13 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from pydantic import BaseModel, ConfigDict
-from sqlalchemy import Insert, Row, Update, bindparam, func, insert, select, update
+from sqlalchemy import Row, Select, bindparam, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.sql.dml import ReturningInsert, ReturningUpdate
 
 from mcphost.errors import (
     ConcurrencyRejectedError,
@@ -79,9 +80,17 @@ _LOCK_NAMESPACE = "conversation"
 # The hot path's statements, built once (`engine.core`): admission, start and end of every run.
 _RUNS = table_of(RunRow)
 _C = _RUNS.c
-_BY_RUN = select(_RUNS).where(_C.run_id == bindparam("w_run_id"))
-_BY_EVENT = select(_RUNS).where(_C.event_id == bindparam("w_event_id")).order_by(_C.attempt.desc()).limit(1)
-_INSERT: Insert = insert(_RUNS).returning(_RUNS)
+_ROW: tuple[Any, ...] = tuple(c for c in _C if c.name not in ("context", "grant"))
+"""The columns the hot statements read back: all but the two large JSON documents, which none of
+their callers reads (the context is read by the run's facts requests, the grant by `grant`); each
+would be decoded again on every status move."""
+_BY_RUN = cast("Select[Any]", select(*_ROW).where(_C.run_id == bindparam("w_run_id")))
+_GRANT_BY_RUN = select(_C.grant, _C.status, _C.revoked_at).where(_C.run_id == bindparam("w_run_id"))
+_BY_EVENT = cast(
+    "Select[Any]",
+    select(*_ROW).where(_C.event_id == bindparam("w_event_id")).order_by(_C.attempt.desc()).limit(1),
+)
+_INSERT = cast("ReturningInsert[Any]", insert(_RUNS).returning(*_ROW))
 _RUNNING_IN = (
     select(_C.run_id)
     .where(_C.conversation_id == bindparam("w_conversation"), _C.status == RunStatus.RUNNING.value)
@@ -101,7 +110,7 @@ _SET_CONTEXT = (
     .where(_C.run_id == bindparam("w_run_id"))
     .values(context=bindparam("v_context", type_=_C.context.type), warm_session_id=bindparam("v_warm"))
 )
-_MOVES: dict[tuple[bool, tuple[str, ...]], Update] = {}
+_MOVES: dict[tuple[bool, tuple[str, ...]], ReturningUpdate[Any]] = {}
 """`_move`'s statements by (terminal, the other columns it sets): a handful, built on first use."""
 
 StartContext = Callable[[str | None, bool, Mapping[str, ScopeSnapshot]], Awaitable[AgentRunContext]]
@@ -181,18 +190,19 @@ async def _row(session: AsyncSession, run_id: str) -> Row[Any]:
     return row
 
 
-def _move_statement(terminal: bool, columns: tuple[str, ...]) -> Update:
+def _move_statement(terminal: bool, columns: tuple[str, ...]) -> ReturningUpdate[Any]:
     stmt = _MOVES.get((terminal, columns))
     if stmt is None:
         values: dict[str, Any] = {c: bindparam(f"v_{c}", type_=_C[c].type) for c in (*columns, "status")}
         if terminal:
             ended = bindparam("v_ended_at", type_=_C.ended_at.type)
             values |= {"ended_at": ended, "revoked_at": func.coalesce(_C.revoked_at, ended)}
-        built: Update = (
+        built = cast(
+            "ReturningUpdate[Any]",
             update(_RUNS)
             .where(_C.run_id == bindparam("w_run_id"), _C.status == bindparam("w_status"))
             .values(values)
-            .returning(_RUNS)
+            .returning(*_ROW),
         )
         stmt = _MOVES[terminal, columns] = built
     return stmt
@@ -551,7 +561,9 @@ class RunStore:
     async def grant(self, run_id: str) -> GrantRecord:
         """The run's grant, its status and whether the grant was revoked."""
         async with self._db.read() as session:
-            row = await _row(session, run_id)
+            row = (await (await core(session)).execute(_GRANT_BY_RUN, {"w_run_id": run_id})).one_or_none()
+        if row is None:
+            raise _not_found(run_id)
         return GrantRecord(
             grant=RunGrant.model_validate(row.grant),
             status=RunStatus(row.status),
