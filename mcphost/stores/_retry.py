@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import random
 from collections.abc import Awaitable, Callable
 from typing import ParamSpec, TypeVar
 
@@ -94,29 +95,45 @@ def storage_error(exc: BaseException) -> StorageUnavailableError | StorageFullEr
     return StorageUnavailableError(UNAVAILABLE_MESSAGE)
 
 
-def _log_retry(name: str, state: RetryCallState) -> None:
-    outcome = state.outcome
-    cause = None if outcome is None else outcome.exception()
+def _log_retry(name: str, attempt: int, cause: BaseException | None) -> None:
     log.warning(
         "%s lost its database connection (attempt %d of %d); retrying: %s",
         name,
-        state.attempt_number,
+        attempt,
         ATTEMPTS,
         getattr(cause, "__cause__", None) or cause,
     )
 
 
+def _log_tenacity_retry(name: str, state: RetryCallState) -> None:
+    outcome = state.outcome
+    # tenacity counts from the second attempt (the first ran before it; see `idempotent`)
+    _log_retry(name, state.attempt_number + 1, None if outcome is None else outcome.exception())
+
+
 def idempotent(method: Callable[P, Awaitable[T]]) -> Callable[P, Awaitable[T]]:
-    """Retry `method` (one transaction, safe to repeat) when its database connection was dropped."""
+    """Retry `method` (one transaction, safe to repeat) when its database connection was dropped.
+
+    The first attempt runs bare: it is the only one nearly every call makes, and tenacity's retry
+    object, built per call, cost more than some of the transactions it wraps. The later attempts, if
+    any, run under tenacity with the same back-off (the first wait is its wait after attempt one)."""
+    name = method.__qualname__
 
     @functools.wraps(method)
     async def retrying(*args: P.args, **kwargs: P.kwargs) -> T:
+        try:
+            return await method(*args, **kwargs)
+        except Exception as exc:
+            if not is_disconnect(exc):
+                raise
+            _log_retry(name, 1, exc)
+        await anyio.sleep(random.uniform(0, min(WAIT_BASE_S, WAIT_MAX_S)))  # full jitter, as tenacity's
         async for attempt in AsyncRetrying(
-            stop=stop_after_attempt(ATTEMPTS),
-            wait=wait_random_exponential(multiplier=WAIT_BASE_S, max=WAIT_MAX_S),
+            stop=stop_after_attempt(ATTEMPTS - 1),
+            wait=wait_random_exponential(multiplier=2 * WAIT_BASE_S, max=WAIT_MAX_S),
             retry=retry_if_exception(is_disconnect),
             sleep=anyio.sleep,
-            before_sleep=functools.partial(_log_retry, method.__qualname__),
+            before_sleep=functools.partial(_log_tenacity_retry, name),
             reraise=True,
         ):
             with attempt:
