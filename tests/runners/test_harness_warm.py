@@ -127,7 +127,8 @@ async def test_past_the_memory_cap_idle_processes_are_stopped_oldest_first(tmp_p
     await pool.discard("b", "test over")
 
 
-async def test_a_process_the_sweeper_found_dead_is_reported_to_the_next_turn(tmp_path: Path) -> None:
+async def a_pool_whose_idle_process_died(tmp_path: Path) -> tuple[WarmPool, WarmProcess]:
+    """A pool holding session `s`'s idle process, killed behind the pool's back."""
     pool = WarmPool(timings=FAST)
     dead, _ = await pool.acquire("s", "f1", starter(tmp_path, "s"))
     pool.release(dead)
@@ -135,6 +136,11 @@ async def test_a_process_the_sweeper_found_dead_is_reported_to_the_next_turn(tmp
     with anyio.fail_after(10):
         while not gone(dead.pid):  # noqa: ASYNC110  # no event tells a process died
             await anyio.sleep(0.02)
+    return pool, dead
+
+
+async def test_a_process_the_sweeper_found_dead_is_reported_to_the_next_turn(tmp_path: Path) -> None:
+    pool, dead = await a_pool_whose_idle_process_died(tmp_path)
     await pool.sweep()  # the background sweeper's pass, before the session's next turn
     assert len(pool) == 0
     with pytest.raises(WarmProcessGoneError, match=f"warm process {dead.pid} of session s exited"):
@@ -148,13 +154,7 @@ async def test_a_process_the_sweeper_found_dead_is_reported_to_the_next_turn(tmp
 async def test_a_turn_that_comes_while_the_sweeper_stops_a_dead_process_is_told_it_died(
     tmp_path: Path,
 ) -> None:
-    pool = WarmPool(timings=FAST)
-    dead, _ = await pool.acquire("s", "f1", starter(tmp_path, "s"))
-    pool.release(dead)
-    os.killpg(dead.pid, signal.SIGKILL)
-    with anyio.fail_after(10):
-        while not gone(dead.pid):  # noqa: ASYNC110  # no event tells a process died
-            await anyio.sleep(0.02)
+    pool, dead = await a_pool_whose_idle_process_died(tmp_path)
     async with anyio.create_task_group() as tg:
         tg.start_soon(pool.sweep)
         # Until the sweep has taken it out of the pool and is stopping it (nothing signals that).
@@ -166,13 +166,7 @@ async def test_a_turn_that_comes_while_the_sweeper_stops_a_dead_process_is_told_
 
 
 async def test_a_process_that_died_between_turns_is_removed_and_reported(tmp_path: Path) -> None:
-    pool = WarmPool(timings=FAST)
-    dead, _ = await pool.acquire("s", "f1", starter(tmp_path, "s"))
-    pool.release(dead)
-    os.killpg(dead.pid, signal.SIGKILL)
-    with anyio.fail_after(10):
-        while not gone(dead.pid):  # noqa: ASYNC110  # no event tells a process died
-            await anyio.sleep(0.02)
+    pool, dead = await a_pool_whose_idle_process_died(tmp_path)
     with pytest.raises(WarmProcessGoneError, match=f"warm process {dead.pid} of session s exited"):
         await pool.acquire("s", "f1", starter(tmp_path, "s"))
     assert len(pool) == 0
