@@ -12,7 +12,6 @@ import json
 import signal
 from pathlib import Path
 
-import anyio
 import httpx2
 import mcp_types as types
 import pytest
@@ -20,27 +19,11 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from mcphost.stores import open_stores
-from tests.e2e.httpkit import PROBE, PROBE_PROMPT
+from tests.e2e.httpkit import PROBE_PROMPT
+from tests.e2e.replicas import CONTEXT_CONVERSATION, Replicas, start_held_run
 from tests.faults.test_host_kill import Server
 
 pytestmark = pytest.mark.timeout(300)  # three server start-ups on a loaded machine
-
-PROBE_RUNNER = "plugin:test/probe/default"
-
-
-def write_config(tmp_path: Path, database_url: str) -> Path:
-    path = tmp_path / "mcphost.toml"
-    path.write_text(
-        f'[host]\ndatabase_url = "{database_url}"\ndata_dir = "{tmp_path / "data"}"\n'
-        f'[[plugins]]\nname = "probe"\ncommand = {json.dumps(PROBE)}\n'
-        '[knowledge.handbook]\nname = "Handbook"\ndescription = "How we work"\n'
-        '[skills.triage]\ndisplay_name = "Ticket triage"\ndescription = "Sort new tickets by urgency."\n'
-        f'[[agents]]\nid = "probe"\nrunner = "{PROBE_RUNNER}"\nprompt = "{PROBE_PROMPT}"\n'
-        'match = { conversation_id = "r1" }\n'
-        'resources = { knowledge_bases = ["handbook"], skills = ["triage"] }\n',
-        encoding="utf-8",
-    )
-    return path
 
 
 async def answers(base_url: str, run_id: str, token: str) -> dict[str, str]:
@@ -71,53 +54,36 @@ async def answers(base_url: str, run_id: str, token: str) -> dict[str, str]:
 
 
 async def test_two_hosts_on_one_database_serve_the_same_run_context(
-    database_url: str, tmp_path: Path
+    replicas: Replicas, tmp_path: Path
 ) -> None:
-    config = write_config(tmp_path, database_url)
     token_file = tmp_path / "token"
-    first = Server(config, tmp_path / "serve-1.log")
-    second = Server(config, tmp_path / "serve-2.log")
-    try:
-        first_url, second_url = await first.ready(), await second.ready()
-        async with httpx2.AsyncClient(base_url=first_url, timeout=10) as api:
-            event = {
-                "event_type": "message.received",
-                "conversation": {"conversation_id": "r1"},
-                "input": {"text": f"keep:120:{token_file}"},
-            }
-            run_id = (await api.post("/v1/events", json=event)).json()["run_id"]
-            with anyio.fail_after(60):
-                while not token_file.exists():  # noqa: ASYNC110  # written by the plugin's process
-                    await anyio.sleep(0.05)
-            token = token_file.read_text()
+    first_url, second_url = replicas.urls
+    async with httpx2.AsyncClient(base_url=first_url, timeout=10) as api:
+        run_id, token = await start_held_run(api, CONTEXT_CONVERSATION, "keep", token_file)
 
-            on_owner = await answers(first_url, run_id, token)  # the host running it (its memory)
-            on_replica = await answers(second_url, run_id, token)  # the other host (the runs table)
-            assert on_replica == on_owner
+        on_owner = await answers(first_url, run_id, token)  # the host running it (its memory)
+        on_replica = await answers(second_url, run_id, token)  # the other host (the runs table)
+        assert on_replica == on_owner
 
-            ctx = json.loads(on_owner["run_context"])
-            assert token not in json.dumps(on_owner)
-            assert ctx["config"]["prompt"] == PROBE_PROMPT
-            assert ctx["context"]["latest_cursor"] is not None
-            assert set(ctx["runtime"]["static_refs"]) == {"instructions", "tools", "resources"}
-            assert on_owner["instructions"] == (
-                f"{PROBE_PROMPT}\n\nSkills:\n- triage (Ticket triage): Sort new tickets by urgency."
-            )
-            assert json.loads(on_owner["knowledge_list"]) == {
-                "knowledge_bases": [{"kb_id": "handbook", "name": "Handbook", "description": "How we work"}]
-            }
-            await api.post(f"/v1/runs/{run_id}/cancel")
-    finally:
-        for server in (first, second):
-            if server.process.poll() is None:
-                server.process.send_signal(signal.SIGTERM)
-                server.process.wait(timeout=60)
+        ctx = json.loads(on_owner["run_context"])
+        assert token not in json.dumps(on_owner)
+        assert ctx["config"]["prompt"] == PROBE_PROMPT
+        assert ctx["context"]["latest_cursor"] is not None
+        assert set(ctx["runtime"]["static_refs"]) == {"instructions", "tools", "resources"}
+        assert on_owner["instructions"] == (
+            f"{PROBE_PROMPT}\n\nSkills:\n- triage (Ticket triage): Sort new tickets by urgency."
+        )
+        assert json.loads(on_owner["knowledge_list"]) == {
+            "knowledge_bases": [{"kb_id": "handbook", "name": "Handbook", "description": "How we work"}]
+        }
+        await api.post(f"/v1/runs/{run_id}/cancel")
+    replicas.stop()
 
     # A restarted host (and anything else that opens the database) finds the context as it was served.
-    restarted = Server(config, tmp_path / "serve-3.log")
+    restarted = Server(replicas.config, tmp_path / "serve-3.log")
     try:
         await restarted.ready()
-        async with open_stores(database_url, tmp_path / "data") as stores:
+        async with open_stores(replicas.database_url, tmp_path / "data") as stores:
             stored = await stores.runs.context(run_id)
             run = await stores.runs.get(run_id)
     finally:

@@ -9,7 +9,6 @@ session's URL and token to a file and stays running (`warm:`), so the test talks
 from __future__ import annotations
 
 import json
-import signal
 from pathlib import Path
 
 import anyio
@@ -19,25 +18,11 @@ import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from tests.e2e.httpkit import PROBE, PROBE_PROMPT
-from tests.faults.test_host_kill import Server
+from tests.e2e.replicas import WARM_CONVERSATION, Replicas, start_held_run
 
 pytestmark = pytest.mark.timeout(300)  # two server start-ups on a loaded machine
 
-PROBE_RUNNER = "plugin:test/probe/default"
 PING = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
-
-
-def write_config(tmp_path: Path, database_url: str) -> Path:
-    path = tmp_path / "mcphost.toml"
-    path.write_text(
-        f'[host]\ndatabase_url = "{database_url}"\ndata_dir = "{tmp_path / "data"}"\n'
-        f'[[plugins]]\nname = "probe"\ncommand = {json.dumps(PROBE)}\n'
-        f'[[agents]]\nid = "probe"\nrunner = "{PROBE_RUNNER}"\nprompt = "{PROBE_PROMPT}"\n'
-        'match = { conversation_id = "w1" }\nconfig = { warm = true }\n',
-        encoding="utf-8",
-    )
-    return path
 
 
 async def run_context_via(url: str, headers: dict[str, str]) -> dict[str, object]:
@@ -58,47 +43,30 @@ async def refused(url: str, headers: dict[str, str]) -> httpx2.Response:
 
 
 async def test_a_warm_session_is_served_by_the_other_replica_and_refused_by_both_once_its_run_ends(
-    database_url: str, tmp_path: Path
+    replicas: Replicas, tmp_path: Path
 ) -> None:
-    config = write_config(tmp_path, database_url)
     session_file = tmp_path / "session.json"
-    first = Server(config, tmp_path / "serve-1.log")
-    second = Server(config, tmp_path / "serve-2.log")
-    try:
-        first_url, second_url = await first.ready(), await second.ready()
-        async with httpx2.AsyncClient(base_url=first_url, timeout=10) as api:
-            event = {
-                "event_type": "message.received",
-                "conversation": {"conversation_id": "w1"},
-                "input": {"text": f"warm:120:{session_file}"},
-            }
-            run_id = (await api.post("/v1/events", json=event)).json()["run_id"]
-            with anyio.fail_after(120):  # a hang guard: a plugin start on a loaded machine
-                while not session_file.exists():  # noqa: ASYNC110  # written by the plugin's process
-                    await anyio.sleep(0.05)
-            session = json.loads(session_file.read_text())
-            url: str = session["url"]
-            headers: dict[str, str] = session["headers"]
-            assert url.startswith(first_url)  # handed out by the host that runs it
-            path = url.removeprefix(first_url)
-            assert path.startswith("/sessions/ses_")
+    first_url, second_url = replicas.urls
+    async with httpx2.AsyncClient(base_url=first_url, timeout=10) as api:
+        run_id, text = await start_held_run(api, WARM_CONVERSATION, "warm", session_file)
+        session = json.loads(text)
+        url: str = session["url"]
+        headers: dict[str, str] = session["headers"]
+        assert url.startswith(first_url)  # handed out by the host that runs it
+        path = url.removeprefix(first_url)
+        assert path.startswith("/sessions/ses_")
 
-            on_replica = await run_context_via(second_url + path, headers)
-            assert on_replica["run_id"] == run_id
+        on_replica = await run_context_via(second_url + path, headers)
+        assert on_replica["run_id"] == run_id
 
-            await api.post(f"/v1/runs/{run_id}/cancel")
-            with anyio.fail_after(60):
-                while (await api.get(f"/v1/runs/{run_id}")).json()["run"]["status"] == "running":  # noqa: ASYNC110  # the end is written by the host's process
-                    await anyio.sleep(0.05)
-            answers = [await refused(base + path, headers) for base in (first_url, second_url)]
-            assert [a.status_code for a in answers] == [403, 403]
-            assert all("has no active run" in a.json()["error"]["message"] for a in answers)
-            audit = (await api.get(f"/v1/runs/{run_id}/audit")).json()
-    finally:
-        for server in (first, second):
-            if server.process.poll() is None:
-                server.process.send_signal(signal.SIGTERM)
-                server.process.wait(timeout=60)
+        await api.post(f"/v1/runs/{run_id}/cancel")
+        with anyio.fail_after(60):
+            while (await api.get(f"/v1/runs/{run_id}")).json()["run"]["status"] == "running":  # noqa: ASYNC110  # the end is written by the host's process
+                await anyio.sleep(0.05)
+        answers = [await refused(base + path, headers) for base in (first_url, second_url)]
+        assert [a.status_code for a in answers] == [403, 403]
+        assert all("has no active run" in a.json()["error"]["message"] for a in answers)
+        audit = (await api.get(f"/v1/runs/{run_id}/audit")).json()
     rows = [(row["tool"], row["outcome"]) for row in audit["items"]]
     # The replica's call, then both refusals, audited on the run that ended.
     assert rows == [("run_context", "ok"), ("http POST session", "refused"), ("http POST session", "refused")]
