@@ -66,6 +66,7 @@ HARNESSES = [
 ]
 
 OUTSIDE = "Please write the actor scope."
+REMEMBER = "Remember that I like green."
 
 
 def script(request: ModelRequest) -> Reply:
@@ -96,6 +97,14 @@ def _user_texts(body: Any) -> list[str]:
     return texts
 
 
+async def first_turn(host: Host, agent_id: str) -> tuple[str, Finished]:
+    """A new conversation and its first turn (REMEMBER), completed."""
+    conversation = unique("conv")
+    first = await run_event(host, message(agent_id, conversation, REMEMBER))
+    assert first.run.status.value == "completed", first.terminal
+    return conversation, first
+
+
 def warm_of(finished: Finished) -> dict[str, Any] | None:
     return finished.terminal.get("metadata", {}).get("external", {}).get("warm")
 
@@ -124,9 +133,7 @@ async def test_warm_turns_keep_memory_in_one_process_and_the_endpoint_refuses_be
 ) -> None:
     name = harness.agent_id
     async with warm_host(harness, tmp_path) as (fake, host):
-        conversation = unique("conv")
-        first = await run_event(host, message(name, conversation, "Remember that I like green."))
-        assert first.run.status.value == "completed", first.terminal
+        conversation, first = await first_turn(host, name)
         pid = warm_pid(first)
         assert warm_of(first) == {"pid": pid, "reused": False, "turns": 1}
         assert alive(pid)  # the warm process outlives its first turn
@@ -137,8 +144,8 @@ async def test_warm_turns_keep_memory_in_one_process_and_the_endpoint_refuses_be
         assert warm_of(second) == {"pid": pid, "reused": True, "turns": 2}
         # The model was sent the first turn's history by the same process.
         sent = [t for r in fake.requests[before:] if r.is_agent_turn for t in _user_texts(r.body)]
-        assert "Remember that I like green." in sent
-        assert "Remember that I like green." in second.answer  # the process kept the first turn
+        assert REMEMBER in sent
+        assert REMEMBER in second.answer  # the process kept the first turn
         assert second.session_id == first.session_id
 
         # A tool outside the current run's grant is refused by the session endpoint, under the run.
@@ -174,9 +181,7 @@ async def test_a_killed_warm_process_falls_back_to_a_cold_spawn_and_is_replaced(
 ) -> None:
     name = harness.agent_id
     async with warm_host(harness, tmp_path) as (_, host):
-        conversation = unique("conv")
-        first = await run_event(host, message(name, conversation, "Remember that I like green."))
-        assert first.run.status.value == "completed", first.terminal
+        conversation, first = await first_turn(host, name)
         pid = warm_pid(first)
         os.killpg(pid, signal.SIGKILL)
         with anyio.fail_after(10):
@@ -187,7 +192,7 @@ async def test_a_killed_warm_process_falls_back_to_a_cold_spawn_and_is_replaced(
         assert second.run.status.value == "completed", second.terminal
         assert warm_of(second) is None  # a cold spawn answered
         assert "warm_fallback" in diagnostics_of(second)
-        assert "Remember that I like green." in second.answer  # it resumed the session
+        assert REMEMBER in second.answer  # it resumed the session
 
         third = await run_event(host, message(name, conversation, "And now?"))
         assert third.run.status.value == "completed", third.terminal
@@ -195,7 +200,7 @@ async def test_a_killed_warm_process_falls_back_to_a_cold_spawn_and_is_replaced(
         assert replaced is not None
         assert replaced["pid"] != pid
         assert replaced["reused"] is False
-        assert "Remember that I like green." in third.answer
+        assert REMEMBER in third.answer
 
 
 def _zombie(pid: int) -> bool:
