@@ -31,7 +31,7 @@ pytestmark = pytest.mark.timeout(300)  # two server start-ups and a few seconds 
 CONVERSATIONS = ("k0", "k1", "k2", "k3")
 PER_CONVERSATION = 25
 KILL_AFTER_ACKS = 12
-SLOW_S = 1.0
+SLOW_S = 0.5
 """Each run sleeps this long, so runs are running and queued when the server is killed."""
 TERMINAL = {"completed", "failed", "cancelled"}
 
@@ -39,7 +39,7 @@ TERMINAL = {"completed", "failed", "cancelled"}
 def write_config(tmp_path: Path, database_url: str) -> Path:
     path = tmp_path / "mcphost.toml"
     path.write_text(
-        f'[host]\ndatabase_url = "{database_url}"\ndata_dir = "{tmp_path / "data"}"\n'
+        f'[host]\ndatabase_url = "{database_url}"\ndata_dir = "{tmp_path / "data"}"\nbundled_plugins = false\n'
         f'[[plugins]]\nname = "misbehave"\ncommand = {json.dumps(MISBEHAVE)}\n'
         f'[[agents]]\nid = "burst"\nrunner = "{MISBEHAVE_RUNNER}"\n'
         f"match = {{ conversation_id = {json.dumps(list(CONVERSATIONS))} }}\n",
