@@ -1,4 +1,8 @@
-"""Test helpers: a host configured with the echo and misbehave plugins, and event builders."""
+"""Test helpers: a host configured with the echo and misbehave plugins, and event builders.
+
+The host starts only the plugins its agents use: echo (a bundled runner, listed here as a plugin) and
+misbehave. The other bundled runners (memo, claude-code, codex-agent) are off (`bundled_plugins =
+false`): each would be one more process to start and stop with every host of every test."""
 
 from __future__ import annotations
 
@@ -15,6 +19,7 @@ from mcphost.models import AgentConfig, AgentEventEnvelope, Run, RunStatus
 REPO = Path(__file__).resolve().parents[2]
 MISBEHAVE = [sys.executable, str(REPO / "tests" / "plugins" / "misbehave.py")]
 MISBEHAVE_RUNNER = "plugin:test/misbehave/default"
+ECHO = [sys.executable, "-m", "runners.echo"]
 ECHO_RUNNER = "plugin:mcphost/echo/default"
 
 
@@ -24,10 +29,11 @@ def agent(agent_id: str, runner: str, **kw: Any) -> AgentConfig:
 
 def host_settings(database_url: str, data_dir: Path, **host: Any) -> Settings:
     """Agents are selected by bot_id: echo, bad (misbehave), short (1 s deadline), rej, int."""
+    options: dict[str, Any] = {"bundled_plugins": False, **host}
     return Settings(
         source="<test>",
-        host=HostSettings(database_url=database_url, data_dir=data_dir, **host),
-        plugins=[PluginConfig(command=MISBEHAVE, name="misbehave")],
+        host=HostSettings(database_url=database_url, data_dir=data_dir, **options),
+        plugins=[PluginConfig(command=ECHO, name="echo"), PluginConfig(command=MISBEHAVE, name="misbehave")],
         agents=[
             agent("echo", ECHO_RUNNER),
             agent("bad", MISBEHAVE_RUNNER, timeout_s=30),

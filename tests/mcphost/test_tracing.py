@@ -30,7 +30,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from mcphost import tracing
 from mcphost.app import Host, open_host
-from mcphost.config import ToolServerConfig
+from mcphost.config import PluginConfig, ToolServerConfig
 from mcphost.errors import ConfigError
 from mcphost.facts._dispatch import FactsDispatch
 from tests.e2e.httpkit import api_settings, event_body, serve_app
@@ -62,7 +62,13 @@ def spans() -> Generator[InMemorySpanExporter]:
 async def host(database_url: str, tmp_path: Path, spans: InMemorySpanExporter) -> AsyncGenerator[Host]:
     del spans  # tracing is on before the host opens
     settings = api_settings(database_url, tmp_path / "data")
-    settings = settings.model_copy(update={"agents": [*settings.agents, agent("memo", MEMO_RUNNER)]})
+    memo = PluginConfig(command=[sys.executable, "-m", "runners.memo"], name="memo")
+    settings = settings.model_copy(
+        update={
+            "plugins": [*settings.plugins, memo],
+            "agents": [*settings.agents, agent("memo", MEMO_RUNNER)],
+        }
+    )
     async with open_host(settings) as opened:
         yield opened
 
