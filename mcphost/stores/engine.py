@@ -53,7 +53,12 @@ Invariants:
 - The hot bodies run SQLAlchemy Core statements built once at import (`bindparam`s for the values) on
   the session's connection (`core(session)`), not ORM statements through the session: an ORM
   statement built per call pays for its construction, its cache key and the ORM's execution and
-  loading layers on every execution, several times the driver's own cost.
+  loading layers on every execution, several times the driver's own cost. On the writer thread those
+  statements go one step further down (`_direct`): compiled once by SQLAlchemy into a plan (SQL,
+  parameter order and processors, result processors) and run straight on the sqlite3 connection —
+  the same SQL, values and rows, `before_cursor_execute` listeners called and driver errors wrapped
+  as SQLAlchemy's, without the per-execution context SQLAlchemy builds; anything a plan could not
+  reproduce exactly runs through `Connection.execute`.
 - The busy timeout is given to `sqlite3.connect` itself too (`timeout`), so it covers the connect
   listener's own pragmas (switching a new file to WAL takes the write lock), which run before the
   `busy_timeout` pragma could.
@@ -64,7 +69,7 @@ from __future__ import annotations
 import fcntl
 import json
 import logging
-from collections.abc import AsyncGenerator, Callable, Coroutine, Generator
+from collections.abc import AsyncGenerator, Callable, Coroutine, Generator, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager, nullcontext
 from pathlib import Path
 from typing import Any, BinaryIO, TypeVar, cast
@@ -90,6 +95,7 @@ from sqlalchemy.orm import Session
 from sqlalchemy.pool import ConnectionPoolEntry
 
 from mcphost.protocol import MAX_JSON_DEPTH
+from mcphost.stores import _direct
 from mcphost.stores._retry import storage_error
 from mcphost.stores._sql import Dialect, lock_in_transaction
 
@@ -357,7 +363,18 @@ class _ThreadConnection:
         self.sync_connection = connection
 
     async def execute(self, statement: Any, parameters: Any = None, **kwargs: Any) -> Any:
-        return self.sync_connection.execute(statement, parameters, **kwargs)
+        if not kwargs:  # the hot bodies' prebuilt statements, straight through sqlite3 (`_direct`)
+            many = isinstance(parameters, list)
+            given: list[Mapping[str, Any]] = cast(
+                "list[Mapping[str, Any]]", parameters if many else [parameters or {}]
+            )
+            keys: tuple[str, ...] = tuple(sorted(given[0])) if given else ()
+            plan = _direct.plan(statement, keys, self.sync_connection.dialect, many=many)
+            if plan is not None:
+                result = _direct.execute(plan, self.sync_connection, given if many else given[0])
+                if result is not None:
+                    return result
+        return self.sync_connection.execute(statement, cast(Any, parameters), **kwargs)
 
     async def scalar(self, statement: Any, parameters: Any = None, **kwargs: Any) -> Any:
         return self.sync_connection.scalar(statement, parameters, **kwargs)

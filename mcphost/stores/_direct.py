@@ -1,0 +1,222 @@
+"""Prebuilt Core statements executed straight through `sqlite3` on the SQLite writer thread.
+
+Owns turning a Core statement into a plan once — its SQL for the writer engine's dialect, the order
+of its parameters with SQLAlchemy's own bind processors (JSON encoding), the literal values it carries
+(`LIMIT 1`), and its result columns with SQLAlchemy's own result processors (JSON decoding) — and
+running a plan on a DBAPI connection. Used by `engine._ThreadConnection` only, under the transaction
+the writer thread began; does not own transactions, pooling or the statements themselves.
+
+Invariants:
+- A plan is what SQLAlchemy itself would execute: the statement compiled for the same dialect with the
+  same column keys, the parameters through the same processors, rows through the same processors.
+  What a plan cannot reproduce exactly falls back to `Connection.execute` (`plan` returns None):
+  post-compile or expanding parameters, Python-side column defaults, a missing required parameter,
+  RETURNING under executemany, result column names that are not identifiers.
+- `before_cursor_execute` listeners on the engine still see every statement (tests count statements
+  and inject faults with them), and driver errors leave as SQLAlchemy's `DBAPIError` subclasses, as
+  from `Connection.execute` (the stores catch `IntegrityError`; `_retry.storage_error` translates the
+  rest).
+- Plans are cached by statement identity and column keys, at most `MAX_PLANS`; the writer engines are
+  all built alike (`Database.__init__`: pysqlite, the same JSON (de)serializers), so a plan serves
+  every one of them. Only the hot bodies' module-level statements come here (`engine.core`); a
+  statement built per call would only fill the cache, after which plans are built and not kept.
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, NoReturn, cast
+
+from sqlalchemy import Connection
+from sqlalchemy.engine.interfaces import Dialect
+from sqlalchemy.exc import DBAPIError, MultipleResultsFound, NoResultFound
+from sqlalchemy.sql.base import Executable
+from sqlalchemy.sql.compiler import SQLCompiler
+from sqlalchemy.sql.elements import ClauseElement
+
+MAX_PLANS = 512
+_MISSING = object()
+Processor = Callable[[Any], Any] | None
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    statement: Executable
+    """Kept so that the statement's id, the cache key, is not reused while the plan is cached."""
+    sql: str
+    binds: tuple[tuple[str, Processor, Any], ...]
+    """(name, processor, literal value or `_MISSING` when the caller must give it), in SQL order."""
+    row: type[tuple[Any, ...]] | None
+    """The row class (a namedtuple of the result columns) when the statement returns rows."""
+    processors: tuple[Processor, ...]
+
+
+_PLANS: dict[tuple[int, tuple[str, ...]], Plan | None] = {}
+
+
+def plan(statement: Executable, keys: tuple[str, ...], dialect: Dialect, *, many: bool) -> Plan | None:
+    """The plan of `statement` given parameters named `keys`, or None to let SQLAlchemy run it."""
+    cache_key = (id(statement), keys)
+    found = _PLANS.get(cache_key, _MISSING)
+    if found is _MISSING:
+        try:
+            found = _build(statement, keys, dialect)
+        except Exception:
+            found = None
+        if len(_PLANS) < MAX_PLANS:
+            _PLANS[cache_key] = found
+    if not isinstance(found, Plan) or found.statement is not statement:
+        return None
+    if many and found.row is not None:
+        return None
+    return found
+
+
+def _build(statement: Executable, keys: tuple[str, ...], dialect: Dialect) -> Plan | None:
+    if not isinstance(statement, ClauseElement):
+        return None
+    compiled = statement.compile(dialect=dialect, column_keys=list(keys))
+    if not isinstance(compiled, SQLCompiler) or not compiled.positional or compiled.positiontup is None:
+        return None
+    if compiled.literal_execute_params or compiled.post_compile_params:
+        return None
+    if getattr(compiled, "insert_prefetch", None) or getattr(compiled, "update_prefetch", None):
+        return None  # Python-side column defaults: SQLAlchemy's execution context computes them
+    # What SQLAlchemy's own execution context uses, from the same compiled statement.
+    processors = compiled._bind_processors  # pyright: ignore[reportPrivateUsage]
+    binds: list[tuple[str, Processor, Any]] = []
+    for name in compiled.positiontup:
+        bind = compiled.binds[name]
+        if bind.callable is not None or bind.expanding:
+            return None
+        literal = _MISSING if bind.required else bind.effective_value
+        binds.append((name, cast(Processor, processors.get(name)), literal))
+    row: type[tuple[Any, ...]] | None = None
+    result_processors: tuple[Processor, ...] = ()
+    columns = compiled._result_columns  # pyright: ignore[reportPrivateUsage]
+    if columns:
+        names = [entry[0] for entry in columns]
+        try:
+            row = collections.namedtuple("Row", names)  # pyright: ignore[reportUntypedNamedTuple]
+        except ValueError:
+            return None
+        result_processors = tuple(
+            entry[3]._cached_result_processor(dialect, None)  # pyright: ignore[reportPrivateUsage]
+            for entry in columns
+        )
+    return Plan(statement, compiled.string, tuple(binds), row, result_processors)
+
+
+def _positional(plan_: Plan, params: Mapping[str, Any]) -> tuple[Any, ...] | None:
+    values: list[Any] = []
+    for name, processor, literal in plan_.binds:
+        value = params.get(name, literal)
+        if value is _MISSING:
+            return None
+        values.append(value if processor is None or value is None else processor(value))
+    return tuple(values)
+
+
+def execute(
+    plan_: Plan, connection: Connection, parameters: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None
+) -> DirectResult | None:
+    """Run `plan_` on `connection`'s DBAPI connection; None when a required parameter is missing (the
+    caller then lets SQLAlchemy run the statement and raise its own error)."""
+    many = isinstance(parameters, Sequence) and not isinstance(parameters, Mapping)
+    if many:
+        rows = [_positional(plan_, p) for p in parameters]  # type: ignore[union-attr]  # a sequence here
+        if any(r is None for r in rows):
+            return None
+        args: Any = rows
+    else:
+        args = _positional(plan_, parameters or {})  # type: ignore[arg-type]  # a mapping here
+        if args is None:
+            return None
+    dbapi_connection: Any = connection.connection.dbapi_connection
+    cursor = dbapi_connection.cursor()
+    dispatch = connection.dispatch.before_cursor_execute
+    try:
+        for listener in dispatch:
+            listener(connection, cursor, plan_.sql, args, None, many)
+        if many:
+            cursor.executemany(plan_.sql, args)
+            return DirectResult((), cursor.rowcount)
+        cursor.execute(plan_.sql, args)
+        rows_: list[tuple[Any, ...]] = []
+        if plan_.row is not None:
+            make, processors = plan_.row, plan_.processors
+            rows_ = [
+                make(*(v if p is None else p(v) for p, v in zip(processors, raw, strict=True)))
+                for raw in cursor.fetchall()
+            ]
+        return DirectResult(rows_, cursor.rowcount)
+    except connection.dialect.loaded_dbapi.Error as exc:
+        _raise_wrapped(exc, plan_.sql, args, connection.dialect)
+    finally:
+        cursor.close()
+
+
+def _raise_wrapped(exc: Exception, sql: str, args: Any, dialect: Dialect) -> NoReturn:
+    raise DBAPIError.instance(sql, args, exc, dialect.loaded_dbapi.Error, dialect=dialect) from exc
+
+
+class DirectResult:
+    """The part of SQLAlchemy's `Result` the hot bodies use, over rows already fetched."""
+
+    __slots__ = ("_rows", "rowcount")
+
+    def __init__(self, rows: Sequence[tuple[Any, ...]], rowcount: int) -> None:
+        self._rows = rows
+        self.rowcount = rowcount
+
+    def all(self) -> list[Any]:
+        return list(self._rows)
+
+    def first(self) -> Any:
+        return self._rows[0] if self._rows else None
+
+    def one_or_none(self) -> Any:
+        if len(self._rows) > 1:
+            raise _multiple()
+        return self.first()
+
+    def one(self) -> Any:
+        if len(self._rows) != 1:
+            raise _multiple() if self._rows else _none()
+        return self._rows[0]
+
+    def scalar(self) -> Any:
+        return self._rows[0][0] if self._rows else None
+
+    def scalar_one_or_none(self) -> Any:
+        row = self.one_or_none()
+        return None if row is None else row[0]
+
+    def scalar_one(self) -> Any:
+        return self.one()[0]
+
+    def scalars(self) -> _Scalars:
+        return _Scalars([row[0] for row in self._rows])
+
+
+class _Scalars:
+    __slots__ = ("_values",)
+
+    def __init__(self, values: list[Any]) -> None:
+        self._values = values
+
+    def all(self) -> list[Any]:
+        return list(self._values)
+
+    def first(self) -> Any:
+        return self._values[0] if self._values else None
+
+
+def _multiple() -> Exception:
+    return MultipleResultsFound("Multiple rows were found when one or none was required")
+
+
+def _none() -> Exception:
+    return NoResultFound("No row was found when one was required")

@@ -1,0 +1,112 @@
+"""The SQLite writer thread's direct path (`_direct`): prebuilt Core statements through sqlite3 give
+what SQLAlchemy's `Connection.execute` gives, raise what it raises, and fall back to it when a plan
+could not reproduce it exactly."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from sqlalchemy import Row, bindparam, select
+from sqlalchemy.exc import IntegrityError, StatementError
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from mcphost.errors import StorageUnavailableError
+from mcphost.models import RunStatus
+from mcphost.stores import Stores, runs
+from mcphost.stores.engine import core
+from mcphost.stores.tables import RunRow, table_of
+from tests.mcphost.stores.factories import admitted
+
+pytestmark = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+
+
+async def _on_writer(stores: Stores, body: Any) -> Any:
+    async def run(session: AsyncSession) -> Any:
+        conn: Any = await core(session)
+        return await body(conn)
+
+    return await stores.db.run_write(run)
+
+
+async def test_rows_are_what_sqlalchemy_reads_json_decoded_and_by_name(stores: Stores) -> None:
+    run = await admitted(stores)
+    error = {"code": "runner.error", "message": "boom", "retryable": False, "details": {"n": [1, 2.5, None]}}
+
+    async def body(conn: Any) -> tuple[Any, Any, Any]:
+        moved = await conn.execute(
+            runs._move_statement(True, ("error",)),  # pyright: ignore[reportPrivateUsage]
+            {
+                "v_error": error,
+                "v_status": RunStatus.FAILED.value,
+                "v_ended_at": 123.5,
+                "w_run_id": run.run_id,
+                "w_status": run.status.value,
+            },
+        )
+        direct = (await conn.execute(runs._BY_RUN, {"w_run_id": run.run_id})).one()  # pyright: ignore[reportPrivateUsage]
+        via_sqlalchemy = conn.sync_connection.execute(runs._BY_RUN, {"w_run_id": run.run_id}).one()  # pyright: ignore[reportPrivateUsage]
+        return moved.one(), direct, via_sqlalchemy
+
+    moved, direct, via_sqlalchemy = await _on_writer(stores, body)
+    assert not isinstance(direct, Row)  # the direct path served it
+    assert isinstance(via_sqlalchemy, Row)
+    assert tuple(direct) == tuple(via_sqlalchemy)
+    assert tuple(moved) == tuple(via_sqlalchemy)
+    assert direct.error == error
+    assert direct.status == "failed"
+    assert direct.ended_at == 123.5
+    assert direct.revoked_at == 123.5  # the same bind twice in one statement
+
+
+async def test_literal_values_of_a_statement_are_bound_and_scalars_read(stores: Stores) -> None:
+    run = await admitted(stores)
+    assert await stores.runs.try_start(run.run_id, host_id="h") is not None
+
+    async def body(conn: Any) -> tuple[Any, Any]:
+        running = await conn.execute(runs._RUNNING_IN, {"w_conversation": "conv-1"})  # pyright: ignore[reportPrivateUsage]
+        nothing = await conn.execute(runs._RUNNING_IN, {"w_conversation": "conv-other"})  # pyright: ignore[reportPrivateUsage]
+        return running.scalars().all(), nothing.first()
+
+    running, nothing = await _on_writer(stores, body)
+    assert running == [run.run_id]  # status = 'running' and LIMIT 1 came from the statement itself
+    assert nothing is None
+
+
+async def test_a_constraint_violation_is_sqlalchemys_integrity_error_and_rolls_back(stores: Stores) -> None:
+    run = await admitted(stores)
+    values = {c: getattr(run, c, None) for c in ("run_id", "event_id", "event_type")}
+
+    async def body(conn: Any) -> None:
+        await conn.execute(runs._INSERT, values | {"status": "queued"})  # pyright: ignore[reportPrivateUsage]
+
+    with pytest.raises(IntegrityError, match=r"\(sqlite3.IntegrityError\) NOT NULL constraint failed"):
+        await _on_writer(stores, body)
+    assert (await stores.runs.get(run.run_id)).status == run.status
+
+    async def after(conn: Any) -> Any:  # the writer's connection is still good for the next transaction
+        return (await conn.execute(runs._BY_RUN, {"w_run_id": run.run_id})).one().run_id  # pyright: ignore[reportPrivateUsage]
+
+    assert await _on_writer(stores, after) == run.run_id
+
+
+async def test_a_missing_parameter_is_sqlalchemys_error(stores: Stores) -> None:
+    async def body(conn: Any) -> None:
+        await conn.execute(runs._BY_RUN, {})  # pyright: ignore[reportPrivateUsage]
+
+    with pytest.raises(StorageUnavailableError) as raised:  # as any SQLAlchemy error of a store
+        await _on_writer(stores, body)
+    assert isinstance(raised.value.__cause__, StatementError)
+    assert "A value is required for bind parameter 'w_run_id'" in str(raised.value.__cause__)
+
+
+async def test_a_statement_with_expanding_parameters_runs_through_sqlalchemy(stores: Stores) -> None:
+    first, second = await admitted(stores, "conv-a"), await admitted(stores, "conv-b")
+    table = table_of(RunRow)
+    statement = select(table.c.run_id).where(table.c.run_id.in_(bindparam("ids", expanding=True)))
+
+    async def body(conn: Any) -> Any:
+        return await conn.execute(statement, {"ids": [first.run_id, second.run_id, "nope"]})
+
+    result = await _on_writer(stores, body)
+    assert sorted(result.scalars().all()) == sorted([first.run_id, second.run_id])
