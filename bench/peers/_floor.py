@@ -1,9 +1,10 @@
 """The raw-statement floor: one echo run's SQL, captured from mcphost once, replayed through bare `sqlite3`.
 
 Owns the capture and the replay. Capture: an in-process host (`bench._host.bench_host`) on a fresh SQLite
-file runs a few echo runs to warm up, then one more with SQLAlchemy engine events recording every statement
-the engine sends (`BEGIN`/`BEGIN IMMEDIATE` included: the host emits them itself) and every commit and
-rollback, until the run is closed. Replay: the same transactions, statements and parameters on a stdlib
+file runs a few echo runs to warm up, then one more with SQLAlchemy engine events recording every
+transaction begun, every statement sent (`BEGIN`/`BEGIN IMMEDIATE` included; the writer thread sends its
+`BEGIN IMMEDIATE` to sqlite3 itself, so its transactions get it added) and every commit and rollback,
+until the run is closed. Replay: the same transactions, statements and parameters on a stdlib
 `sqlite3` connection to that file with the host's pragmas (WAL, `synchronous=NORMAL`, foreign keys), each
 SELECT's rows fetched. Every string parameter that is an id of the captured run (`run_…`, `evt_…`, the
 conversation id, tokens) is renamed per replay, so the inserts insert new rows instead of failing on their
@@ -60,22 +61,29 @@ async def capture(tmp_root: Path | None = None) -> tuple[Capture, Path, Path]:
     open_: dict[int, list[tuple[str, Any, bool]]] = {}
     recording = False
 
+    def on_begin(conn: object) -> None:
+        # A transaction counts only from its begin: one begun before recording started is not the run's.
+        if recording:
+            open_[id(conn)] = []
+
     def on_statement(
         conn: object, _cur: object, statement: str, parameters: Any, _ctx: object, many: bool
     ) -> None:
-        # A transaction counts only from its BEGIN: one begun before recording started is not the run's.
-        if recording and (id(conn) in open_ or statement.startswith("BEGIN")):
-            open_.setdefault(id(conn), []).append((statement, parameters, many))
+        if recording and id(conn) in open_:
+            open_[id(conn)].append((statement, parameters, many))
 
     def on_end(conn: object, word: str) -> None:
         tx = open_.pop(id(conn), None)
         if recording and tx:
+            if not tx[0][0].startswith("BEGIN"):  # the writer thread sends BEGIN IMMEDIATE to sqlite3 itself
+                tx.insert(0, ("BEGIN IMMEDIATE", (), False))
             tx.append((word, (), False))
             out.transactions.append(tx)
 
     async with workspace("sqlite", tmp_root) as ws:
         async with bench_host(ws) as host:
             for engine in host.stores.db.sync_engines:  # the writer thread's engine too
+                event.listen(engine, "begin", on_begin)
                 event.listen(engine, "before_cursor_execute", on_statement)
                 event.listen(engine, "commit", lambda conn: on_end(conn, "COMMIT"))
                 event.listen(engine, "rollback", lambda conn: on_end(conn, "ROLLBACK"))
