@@ -21,6 +21,11 @@ HUGE: list[Any] = [2**63, 2**64, 10**100, -(2**63) - 1]
 NOT_INTEGERS: list[Any] = ["abc", "1e3", 1.5, None, [], {}, "12", True, 10.0]  # JSON types are strict
 
 
+UNTHROTTLED = {"rate_per_s": 10_000.0, "rate_burst": 10_000}
+"""A run here makes ~130 calls back to back, past the default burst of 100 once calls are fast; the
+rate limit has tests of its own (test_limits.py, test_scope.py), these are about argument bounds."""
+
+
 def cursor(served: Served, kind: CursorKind, value: Any) -> str:
     """A cursor the server's own key signed (so only its content can be wrong)."""
     return served.stores.cursors.encode(kind, value)
@@ -54,7 +59,7 @@ async def test_every_integer_argument_refuses_values_outside_its_range(served: S
     artifact = await served.stores.artifacts.put_bytes(
         b"0123456789", name="n.txt", mime_type="text/plain", max_bytes=1024, conversation_id="conv-1"
     )
-    run = await served.start_run()
+    run = await served.start_run(limits=UNTHROTTLED)
     before = await table_fingerprint(served.stores)
     async with connect(served, run, mode=MODERN) as client:
         for tool, others, field, out_of_range in INTEGER_ARGUMENTS:
@@ -71,7 +76,7 @@ async def test_every_integer_argument_refuses_values_outside_its_range(served: S
 
 
 async def test_cursors_past_64_bits_are_invalid_argument_not_runtime_error(served: Served) -> None:
-    run = await served.start_run()
+    run = await served.start_run(limits=UNTHROTTLED)
     async with connect(served, run, mode=MODERN) as client:
         for value in [-1, *HUGE, "x", 1.5]:
             pairs: list[tuple[str, CursorKind]] = [("history_page", "transcript"), ("events_page", "events")]
@@ -92,7 +97,7 @@ async def test_a_cursor_forged_with_the_source_code_key_is_refused_before_the_sc
     served: Served,
 ) -> None:
     await served.stores.transcript.append(conversation_id="other", role="user", content="not yours")
-    run = await served.start_run()
+    run = await served.start_run(limits=UNTHROTTLED)
     forged = signed_with_the_old_source_key("transcript", 0)
     foreign = served.stores.cursors.encode("transcript", 1)  # genuine, but another conversation's item
     async with connect(served, run, mode=MODERN) as client:
@@ -120,7 +125,7 @@ UNSTORABLE: list[tuple[str, dict[str, Any], str]] = [
 async def test_unstorable_strings_and_values_in_arguments_are_refused_naming_the_field(
     served: Served,
 ) -> None:
-    run = await served.start_run()
+    run = await served.start_run(limits=UNTHROTTLED)
     before = await table_fingerprint(served.stores)
     async with connect(served, run, mode=MODERN) as client:
         for tool, arguments, field in UNSTORABLE:
@@ -130,7 +135,7 @@ async def test_unstorable_strings_and_values_in_arguments_are_refused_naming_the
 
 async def test_nan_and_infinity_sent_as_raw_json_are_invalid_argument(served: Served) -> None:
     """The SDK client cannot send these (it writes NaN as null): raw JSON-RPC, as Python's json writes it."""
-    run = await served.start_run()
+    run = await served.start_run(limits=UNTHROTTLED)
     before = await table_fingerprint(served.stores)
     headers = {
         "accept": "application/json, text/event-stream",
