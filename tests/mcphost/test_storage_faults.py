@@ -51,7 +51,9 @@ def _config(tmp_path: Path, *, data_dir: Path, database_url: str | None = None) 
 
 
 def _start(command: str, config: Path, cwd: Path) -> subprocess.CompletedProcess[str]:
-    args = ["run", "hello"] if command == "run" else ["serve", "--listen", f"127.0.0.1:{_free_port()}"]
+    # serve binds an ephemeral port (:0): a port picked free here can be taken by another test before
+    # the child binds it, and these tests are about storage, not the address.
+    args = ["run", "hello"] if command == "run" else ["serve", "--listen", "127.0.0.1:0"]
     return subprocess.run(
         [sys.executable, "-m", "mcphost.cli", *args, "--config", str(config)],
         cwd=cwd,
