@@ -9,9 +9,12 @@ Invariants:
   temporary folder (removed afterwards), with no upstream tool servers, knowledge bases, schedules,
   hooks, webhooks or retention; its MCP endpoint answers every call from the recording (unrecorded ones
   with a tool error), so nothing reaches the recorded run's database, conversation, state or transcript.
-- The runner gets the recorded context (with the replay's run id, MCP access and deadline) for the
-  recorded event and agent entry: the agent of `--config` with the recorded id when there is one, else
-  the recorded entry; `--runner` replaces its runner.
+- What runs comes from the local config only (a recording is untrusted input, `recording.py`): the
+  agent of `--config` with the recorded id when there is one, else the recorded entry as data (no
+  runner config) on its recorded runner, which must be one the config's plugins serve (else
+  `RunnerNotFoundError` naming the configured runners); `--runner` replaces the runner. The runner
+  gets the recorded context with the replay's run id, runner config, MCP access, deadline and trace
+  context (`ReplayBook.context`).
 - The comparison covers the tool-call sequence (`tools/list` left out), the final messages, the state
   writes (but the harness runners' `external.session_id` / `external.working_directory`, new each
   run), the artifacts and the final status; each is aligned as a sequence (difflib), so one changed
@@ -33,7 +36,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from mcphost.app import open_host
 from mcphost.common.validation import describe
 from mcphost.config import RetentionSettings, Settings
-from mcphost.errors import InvalidArgumentError
+from mcphost.errors import InvalidArgumentError, RunnerNotFoundError
 from mcphost.models import AgentConfig, AgentEventEnvelope, EventOptions
 from mcphost.protocol import JSONObject, JSONValue, is_json_object
 from mcphost.recording import TOOLS_LIST, RecordingDocument, ReplayBook, call_key
@@ -77,20 +80,23 @@ async def replay_document(
         HostError: the runner is not registered (`RunnerNotFoundError`), the agent's config does not
             fit it, or the scratch host cannot start.
     """
-    configured = next((a for a in base.agents if a.id == document.agent_id), None)
-    agent = configured or document.agent_config()
-    runner = runner_id or (agent.runner if configured is not None else document.runner_id)
-    try:  # validated again: a malformed --runner id is refused here, worded
-        agent = AgentConfig.model_validate({**agent.model_dump(), "runner": runner, "record": False})
-    except ValidationError as exc:
-        raise InvalidArgumentError(
-            f"Cannot replay with runner {runner!r}: {describe(exc, root='runner')}"
-        ) from None
-    book = ReplayBook(document, runner_id=runner)
+    agent, runner, named_by = _replay_agent(document, base, runner_id)
+    book = ReplayBook(document)
     event = _replayable(document.event(), agent)
     with tempfile.TemporaryDirectory(prefix="mcphost-replay-") as scratch:
         settings = _scratch_settings(base, agent, Path(scratch))
         async with open_host(settings, replay=book) as host, serve_locally(host):
+            try:
+                host.registry.get(runner)
+            except RunnerNotFoundError:
+                known = sorted(r.runner_id for r in host.registry.runners())
+                raise RunnerNotFoundError(
+                    f"Cannot replay run {document.run_id!r}: runner {runner!r} ({named_by}) is not one "
+                    f"this config runs; configured runners: {', '.join(known) or 'none'}. Name one with "
+                    f"--runner RUNNER_ID, or configure agent {document.agent_id!r} in {base.source} "
+                    "([[agents]], [[plugins]]).",
+                    details={"runner_id": runner, "known_runners": known},
+                ) from None
             admission = await host.orchestrator.submit(event)
             replay_run_id = admission.run.run_id
             results: list[JSONObject] = []
@@ -130,6 +136,31 @@ async def replay_document(
         differences=differences,
         unrecorded_calls=unrecorded,
     )
+
+
+def _replay_agent(
+    document: RecordingDocument, base: Settings, runner_id: str | None
+) -> tuple[AgentConfig, str, str]:
+    """The agent entry a replay runs, its runner, and what named that runner (for messages).
+
+    The entry of the local config with the recorded id, whole; else the recorded entry, which is data
+    only (its runner config is empty, `RecordingDocument.check`) and whose runner must be one the local
+    config runs. `--runner` replaces the runner either way."""
+    configured = next((a for a in base.agents if a.id == document.agent_id), None)
+    if configured is not None:
+        agent, runner, named_by = configured, configured.runner, f"agent {configured.id!r} of {base.source}"
+    else:
+        agent, runner, named_by = document.agent_config(), document.runner_id, "named by the recording"
+    if runner_id is not None:
+        runner, named_by = runner_id, "--runner"
+    update = {"runner": runner, "record": False, "config": agent.config if configured is not None else {}}
+    try:  # validated again: a malformed runner id is refused here, worded
+        agent = AgentConfig.model_validate({**agent.model_dump(), **update})
+    except ValidationError as exc:
+        raise InvalidArgumentError(
+            f"Cannot replay with runner {runner!r} ({named_by}): {describe(exc, root='runner')}"
+        ) from None
+    return agent, runner, named_by
 
 
 def _replayable(event: AgentEventEnvelope, agent: AgentConfig) -> AgentEventEnvelope:

@@ -7,7 +7,9 @@ comparing a replay (`mcphost/replay.py`).
 Invariants: `replay` exits 0 when nothing diverged, 1 when something did, 2 on an error (an unknown or
 unrecorded run, an unknown runner, a malformed export), which is one line on stderr, never a traceback.
 With `--json` it prints exactly one document. `--suite` replays every `*.json` file of DIR in name
-order; a file that cannot be replayed is an error testcase and makes the exit code 2.
+order; a file that cannot be replayed (refused as a recording, `recording.read_document`, or failing
+to start) is an error testcase and makes the exit code 2, and the other files are still replayed:
+each is judged alone, and nothing of a refused one runs.
 """
 
 from __future__ import annotations

@@ -16,6 +16,7 @@ from mcphost.app import open_host
 from mcphost.cli import main
 from mcphost.config import HostSettings, PluginConfig, Settings
 from mcphost.errors import NotFoundError
+from mcphost.protocol import AgentRunContext
 from mcphost.recording import RECORDING_FORMAT, RecordingDocument, export_recording, read_document
 from mcphost.replay import replay_document
 from mcphost.serving import serve_locally
@@ -68,6 +69,7 @@ async def test_a_recorded_memo_run_replays_against_memo_without_divergence_and_w
     run_id = await record_memo_turns(settings)
     async with open_stores(settings.database_url, tmp_path / "data", migrate=False) as stores:
         calls = await stores.recordings.calls(run_id)
+        header = await stores.recordings.header(run_id)
         document = await export_recording(stores, run_id)
         before = await counts(stores)
     assert [c.seq for c in calls] == list(range(1, len(calls) + 1))
@@ -76,9 +78,14 @@ async def test_a_recorded_memo_run_replays_against_memo_without_divergence_and_w
     assert all(c.outcome == "ok" for c in calls)
     assert document.format == RECORDING_FORMAT
     assert document.status == "completed"
-    mcp = document.run_context().context.mcp
-    assert mcp is not None
-    assert not mcp.headers  # the context is stored without its token
+    assert header is not None
+    stored = AgentRunContext.model_validate(header.context).context.mcp
+    assert stored is not None
+    assert not stored.headers  # the context is stored without its token
+    # The export names nothing a replay could run or reach: no MCP access, no runner config.
+    assert document.run_context().context.mcp is None
+    assert document.run_context().config == {}
+    assert document.agent["config"] == {}
 
     report = await replay_document(document, settings)
 
