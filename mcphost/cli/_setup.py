@@ -50,6 +50,8 @@ event_types = ["message.received"]
 # id = "coder"
 # runner = "plugin:mcphost/claude-code/default"
 # match = { conversation_id = "code" }
+# actions = { allow = ["message.edit"] }   # platform actions its runs may ask for (action.requested);
+#                                          # the runner's manifest must list them in platform_api too
 
 # Upstream MCP tool servers the agents may call (`mcphost tools` lists them):
 # [tools.weather]
