@@ -11,6 +11,8 @@ Invariants:
 - Nothing is stored for a refused request: an unknown source (404), an oversized body (413), a bad
   signature or stale timestamp (401), and a payload that is not a JSON object or cannot be mapped (400)
   are all refused before the artifact is written; so is an event no agent takes (404/409).
+- A verified GitHub `ping`, and an event outside the source's `events`, is answered 200
+  (`{"ignored": true, "reason"}`), logged and counted, and stores and admits nothing.
 - A replayed delivery id answers 202 with the existing run (`created: false`) and stores nothing again.
   Two copies of one delivery racing each other both get the one run; the loser's artifact is left
   unreferenced (for retention).
@@ -18,17 +20,20 @@ Invariants:
 
 from __future__ import annotations
 
+import logging
 import time
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from mcphost.api._http import check_storable, path_id, read_body
-from mcphost.api._models import Admitted
+from mcphost.api._models import Admitted, HookIgnored
 from mcphost.api._state import api_state
 from mcphost.errors import NotFoundError, UnavailableError
-from mcphost.hooks import envelope, verify
+from mcphost.hooks import envelope, ignored, verify
 from mcphost.orchestrator import Admission
+
+logger = logging.getLogger(__name__)
 
 
 def _admitted(admission: Admission) -> Response:
@@ -51,6 +56,18 @@ async def receive_hook(request: Request) -> Response:
         )
     body = await read_body(request, hook.max_bytes)
     verified = verify(source, hook, request.headers, body, now=time.time())
+    reason = ignored(hook, verified)
+    if reason is not None:
+        logger.info(
+            "hook %s: delivery %s (%s) ignored: %s",
+            source,
+            verified.delivery_id,
+            (verified.source_event_type or "no event name")[:100],
+            reason,
+        )
+        state.metrics.hook_ignored(source, reason)
+        answer = HookIgnored(reason=reason, source_event_type=verified.source_event_type)
+        return JSONResponse(answer.model_dump(mode="json"), status_code=200)
     event = envelope(source, hook, verified)
     check_storable(event.model_dump(mode="json"), "mapped event")
     if state.draining:

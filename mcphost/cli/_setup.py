@@ -57,6 +57,13 @@ event_types = ["message.received"]
 # [tools.weather]
 # command = ["python", "tools/weather_server.py"]
 
+# A signed inbound webhook at POST /v1/hooks/github (GitHub: ping is answered 200 without a run):
+# [hooks.github]
+# verify = "github"
+# secret = "a-long-random-string-also-set-on-github"
+# events = ["push", "pull_request"]        # others are answered 200 and ignored; unset: every event
+# conversation_id = "$.repository.full_name"   # event types github.push, github.pull_request
+
 # Knowledge bases the agents may search (`mcphost kb ingest docs` indexes them):
 # [knowledge.docs]
 # name = "Project docs"
