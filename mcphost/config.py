@@ -247,6 +247,10 @@ class HookConfig(_Section):
     `github` (`push`, `pull_request`), the payload's `type` for the others. Others are answered 200 and
     ignored (logged, counted in `mcphost_hook_events_ignored_total`). Unset: every event. A GitHub `ping`
     is always answered 200 without a run."""
+    replay_window_s: float | None = Field(default=None, gt=0, le=7 * 24 * 3600)
+    """Refuse (409 `replayed_body`) a delivery whose exact signed body was admitted in the last this
+    many seconds under another delivery id; kept in the database, so it holds across replicas. Meant
+    for `github`, which signs neither its delivery id nor a time. Unset: no window."""
     conversation_id: str | None = Field(default=None, max_length=400)
     actor_id: str | None = Field(default=None, max_length=400)
     text: str | None = Field(default=None, max_length=400)

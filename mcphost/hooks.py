@@ -17,7 +17,9 @@ Invariants:
 - The sender's delivery id (`webhook-id`, `X-GitHub-Delivery`; for `bearer`, `webhook-id` or
   `Idempotency-Key` when sent) becomes the envelope's `event_id`, so a redelivery is a replay of the same
   event. GitHub signs neither a timestamp nor `X-GitHub-Delivery` (only the body): a captured delivery
-  sent again under a new id verifies, and is a new event. Standard Webhooks signs the id and the time.
+  sent again under a new id verifies, and is a new event — unless the source sets `replay_window_s`,
+  whose lease (`replay_lease`) refuses the same body under another id within the window. Standard
+  Webhooks signs the id and the time.
 - A verified delivery that is a GitHub `ping`, or an event outside the source's `events`, is not an
   event at all (`ignored` names why): the caller answers it 200 and admits nothing.
 """
@@ -30,6 +32,7 @@ import hashlib
 import hmac
 import json
 import re
+import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -207,6 +210,19 @@ def ignored(hook: HookConfig, verified: Verified) -> IgnoreReason | None:
     if hook.events is not None and verified.source_event_type not in hook.events:
         return "event_not_selected"
     return None
+
+
+REPLAY_LEASE_PREFIX = "hook:"
+
+
+def replay_lease(source: str, body: bytes, delivery_id: str | None) -> tuple[str, str]:
+    """The lease (name, holder) that holds a body for a source's `replay_window_s`: the name is a hash
+    of the source and the body (fits the 64-character lease name), the holder a hash of the delivery id
+    (a redelivery of the same id holds it again; without an id, each request is a holder of its own)."""
+    digest = hashlib.sha256(source.encode() + b"\0" + body).hexdigest()
+    name = REPLAY_LEASE_PREFIX + digest[: 64 - len(REPLAY_LEASE_PREFIX)]
+    holder = hashlib.sha256(delivery_id.encode()).hexdigest() if delivery_id else secrets.token_hex(32)
+    return name, holder
 
 
 def event_type(hook: HookConfig, verified: Verified) -> str:

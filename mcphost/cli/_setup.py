@@ -63,6 +63,7 @@ event_types = ["message.received"]
 # secret = "a-long-random-string-also-set-on-github"
 # events = ["push", "pull_request"]        # others are answered 200 and ignored; unset: every event
 # conversation_id = "$.repository.full_name"   # event types github.push, github.pull_request
+# replay_window_s = 3600                   # GitHub signs no delivery id: refuse its body again under a new one
 
 # Knowledge bases the agents may search (`mcphost kb ingest docs` indexes them):
 # [knowledge.docs]

@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import anyio
 import httpx2
 import pytest
 from standardwebhooks import Webhook
@@ -68,6 +69,12 @@ def hooked_settings(database_url: str, data_dir: Path) -> Settings:
             events=["push", "pull_request"],
             conversation_id="$.repository.full_name",
             actor_id="$.sender.login",
+        ),
+        "ghr": HookConfig(  # a replay window of ten minutes
+            verify="github", secret=GH_SECRET, agent="hooked", replay_window_s=600, conversation_id="r"
+        ),
+        "ghs": HookConfig(  # a replay window of a second
+            verify="github", secret=GH_SECRET, agent="hooked", replay_window_s=1.0, conversation_id="r"
         ),
         "tok": HookConfig(
             verify="bearer", secret=BEARER, agent="hooked", conversation_id="ops", text="$.msg"
@@ -277,6 +284,44 @@ async def test_an_event_outside_the_hooks_events_is_answered_200_and_ignored(
     assert ignored_count(host, source, "event_not_selected") == 1
     assert await row_counts(host.stores) == before
     assert blob_files(tmp_path / "data") == files
+
+
+async def test_a_captured_github_body_under_a_new_delivery_id_is_refused_within_the_replay_window(
+    host: Host, client: httpx2.AsyncClient, database_url: str, tmp_path: Path
+) -> None:
+    body = gh_payload()
+    first = admitted(
+        await client.post("/v1/hooks/ghr", content=body, headers=gh_headers(body, delivery="d-1"))
+    )
+    await host.orchestrator.wait(first["run_id"])
+    before, files = await row_counts(host.stores), blob_files(tmp_path / "data")
+    replayed = await client.post("/v1/hooks/ghr", content=body, headers=gh_headers(body, delivery="d-forged"))
+    assert replayed.status_code == 409, replayed.text
+    assert replayed.json()["error"]["details"] == {"reason": "replayed_body"}
+    assert await row_counts(host.stores) == before
+    assert blob_files(tmp_path / "data") == files
+    # GitHub's own redelivery keeps the delivery id: it is the same run, as without a window.
+    again = admitted(
+        await client.post("/v1/hooks/ghr", content=body, headers=gh_headers(body, delivery="d-1"))
+    )
+    assert (again["run_id"], again["created"]) == (first["run_id"], False)
+    # Another source's window is its own; another replica on the same database sees the same window.
+    other = admitted(
+        await client.post("/v1/hooks/ghs", content=body, headers=gh_headers(body, delivery="d-2"))
+    )
+    await host.orchestrator.wait(other["run_id"])
+    async with (
+        open_host(hooked_settings(database_url, tmp_path / "data2")) as replica,
+        asgi_client(replica) as peer,
+    ):
+        refused = await peer.post("/v1/hooks/ghr", content=body, headers=gh_headers(body, delivery="d-3"))
+        assert refused.status_code == 409, refused.text
+        await anyio.sleep(1.2)  # the one-second window of `ghs` has passed
+        later = admitted(
+            await peer.post("/v1/hooks/ghs", content=body, headers=gh_headers(body, delivery="d-4"))
+        )
+        assert later["created"] is True
+        await replica.orchestrator.wait(later["run_id"])
 
 
 async def test_a_bearer_hook_takes_literals_and_its_idempotency_key(
