@@ -239,7 +239,18 @@ class HookConfig(_Section):
     """How far a Standard Webhooks `webhook-timestamp` may be from now, either way."""
     agent: str | None = Field(default=None, pattern=ID_PATTERN)
     """The agent to run; it must be bound to `event_type`. Default: whichever agent the bindings pick."""
-    event_type: str = Field(default=DEFAULT_HOOK_EVENT_TYPE, pattern=EVENT_TYPE_PATTERN, max_length=100)
+    event_type: str | None = Field(default=None, pattern=EVENT_TYPE_PATTERN, max_length=100)
+    """The event type of every delivery. Unset: `github.<X-GitHub-Event>` for `verify = "github"`
+    (`github.push`, `github.pull_request`, …), `webhook.received` for the others."""
+    events: list[str] | None = Field(default=None, min_length=1, max_length=100)
+    """Which of the sender's events become runs, by the sender's name for them: `X-GitHub-Event` for
+    `github` (`push`, `pull_request`), the payload's `type` for the others. Others are answered 200 and
+    ignored (logged, counted in `mcphost_hook_events_ignored_total`). Unset: every event. A GitHub `ping`
+    is always answered 200 without a run."""
+    replay_window_s: float | None = Field(default=None, gt=0, le=7 * 24 * 3600)
+    """Refuse (409 `replayed_body`) a delivery whose exact signed body was admitted in the last this
+    many seconds under another delivery id; kept in the database, so it holds across replicas. Meant
+    for `github`, which signs neither its delivery id nor a time. Unset: no window."""
     conversation_id: str | None = Field(default=None, max_length=400)
     actor_id: str | None = Field(default=None, max_length=400)
     text: str | None = Field(default=None, max_length=400)
@@ -250,6 +261,14 @@ class HookConfig(_Section):
     @classmethod
     def _secret_form(cls, value: str, info: ValidationInfo) -> str:
         return _whsec(value) if info.data.get("verify") == "standard-webhooks" else value
+
+    @field_validator("events")
+    @classmethod
+    def _event_names(cls, value: list[str] | None) -> list[str] | None:
+        for name in value or []:
+            if not 1 <= len(name) <= 200 or not name.isprintable():
+                raise ValueError(f"event name {name[:50]!r} must be 1-200 printable characters")
+        return value
 
     @field_validator("conversation_id", "actor_id", "text")
     @classmethod

@@ -63,7 +63,7 @@ class ExplainLayers(_Out):
     manifest: JSONObject
     """The runner and its manifest's `permissions`: the most any of its runs may get."""
     agent: JSONObject
-    """The agent's `resources`, `state`, `storage` and `budget`."""
+    """The agent's `resources`, `state`, `storage`, `actions` and `budget`."""
     event: JSONObject
     """The event's scope ids and the state scopes they make available."""
 
@@ -190,6 +190,7 @@ def _layers(binding: AgentBinding, manifest: AgentRunnerManifest, grant: RunGran
             "resources": agent.resources.model_dump(mode="json"),
             "state": agent.state.model_dump(mode="json"),
             "storage": agent.storage.model_dump(mode="json"),
+            "actions": agent.actions.model_dump(mode="json"),
             "budget": agent.budget.model_dump(mode="json"),
         },
         event={

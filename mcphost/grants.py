@@ -2,9 +2,10 @@
 
 Owns the rule that turns (runner manifest permissions) ∩ (agent policy) ∩ (event scope) into a frozen
 `RunGrant`, and `check`, which says of one target (`tool:NAME`, `state:SCOPE:read|write`,
-`storage:AREA`, `knowledge:KB`, `resource:URI`) whether a grant allows it and, when not, which layer
+`storage:AREA`, `knowledge:KB`, `resource:URI`, `action:NAME`) whether a grant allows it and, when not, which layer
 removed it and which key would add it. `mcphost explain` and every `unauthorized` refusal of the per-run
-MCP server word their answer through `check`.
+MCP server word their answer through `check`. `action_out_of_scope` is the event layer of a platform
+action (`action.requested`): whether the scope ids its target names are the run's own.
 
 Invariants: the cut is computed once per run, here; every later check (the MCP endpoint, the journal's
 `state.updated` check) reads the same frozen grant and never recomputes it. `check` decides "allowed"
@@ -25,7 +26,14 @@ from typing import Literal, Self
 from pydantic import BaseModel, ConfigDict
 
 from mcphost.models import AgentBinding, AgentEventEnvelope, GrantLayers, RunGrant
-from mcphost.protocol import STATE_SCOPES, AgentRunnerManifest, JSONObject, parse_runner_id
+from mcphost.protocol import (
+    STATE_SCOPES,
+    AgentRunnerManifest,
+    JSONObject,
+    JSONValue,
+    is_json_object,
+    parse_runner_id,
+)
 
 FACTS_TOOLS_BY_PERMISSION: Mapping[tuple[str, str], tuple[str, ...]] = {
     ("history", "page"): ("history_page",),
@@ -67,6 +75,8 @@ class GrantView(BaseModel):
     state_write: list[str]
     storage_areas: list[str]
     artifact_create: bool
+    actions: list[str]
+    """Platform actions the run may ask for (`action.requested`), before the target's scope check."""
     call_budget: int | None
     byte_budget: int | None
 
@@ -82,6 +92,7 @@ class GrantView(BaseModel):
                 "state_write": sorted(grant.state_write),
                 "storage_areas": sorted(grant.storage_areas),
                 "artifact_create": grant.artifact_create,
+                "actions": sorted(grant.actions),
                 "call_budget": grant.call_budget,
                 "byte_budget": grant.byte_budget,
                 **extra,
@@ -163,6 +174,7 @@ def build_grant(
         state_write=state_write,
         storage_areas=storage_areas,
         artifact_create="create" in granted["artifacts"],
+        actions=frozenset(perms.platform_api) & frozenset(agent.actions.allow),
         deadline_at=deadline_at,
         token_hash=token_hash,
         call_budget=agent.budget.calls,
@@ -177,6 +189,7 @@ def build_grant(
             state_scopes=tuple(agent.state.scopes),
             state_write=agent.state.write,
             storage_areas=tuple(agent.storage.areas),
+            actions=tuple(agent.actions.allow),
         ),
     )
 
@@ -217,8 +230,8 @@ class GrantCheck(BaseModel):
     model_config = ConfigDict(frozen=True, use_attribute_docstrings=True)
 
     target: str
-    """What was checked: `tool:NAME`, `state:SCOPE:read|write`, `storage:AREA`, `knowledge:KB` or
-    `resource:URI`."""
+    """What was checked: `tool:NAME`, `state:SCOPE:read|write`, `storage:AREA`, `knowledge:KB`,
+    `resource:URI` or `action:NAME` (a platform action; its target's scope is checked per request)."""
     allowed: bool
     layer: Layer | None = None
     """The first layer that removed the target (None when allowed, or for an inspection grant)."""
@@ -250,6 +263,11 @@ def check(grant: RunGrant, target: str) -> GrantCheck:
                 raise ValueError(f"{target!r}: name a knowledge base, as in 'knowledge:docs'")
             allowed = rest in grant.knowledge_bases
             removed = None if allowed else _knowledge_layers(grant, rest)
+        case "action":
+            if not rest:
+                raise ValueError(f"{target!r}: name a platform action, as in 'action:message.edit'")
+            allowed = rest in grant.actions
+            removed = None if allowed else _action_layers(grant.layers, rest)
         case "resource":
             if rest == CONTEXT_URI:
                 allowed, removed = True, None
@@ -263,7 +281,7 @@ def check(grant: RunGrant, target: str) -> GrantCheck:
         case _:
             raise ValueError(
                 f"{target[:120]!r} is not a target; use tool:NAME, state:SCOPE:read|write, storage:AREA, "
-                "knowledge:KB or resource:URI"
+                "knowledge:KB, resource:URI or action:NAME"
             )
     if allowed:
         return GrantCheck(target=target, allowed=True)
@@ -471,3 +489,66 @@ def _knowledge_layers(grant: RunGrant, kb_id: str) -> _Removed:
         f"resources.knowledge_bases of {_agent(layers)} does not include {kb_id[:100]!r}",
         f"add {kb_id[:100]!r} to resources.knowledge_bases in {_entry(layers)}",
     )
+
+
+def _action_layers(layers: GrantLayers | None, name: str) -> _Removed:
+    if layers is None:
+        return None
+    if name not in layers.manifest.platform_api:
+        return (
+            "manifest",
+            f"{_runner(layers)} does not list {name[:100]!r} in permissions.platform_api",
+            f"add {name[:100]!r} to permissions.platform_api in {_runner(layers)} (its author's change)",
+        )
+    return (
+        "agent",
+        f"actions.allow of {_agent(layers)} does not include {name[:100]!r}",
+        f"add {name[:100]!r} to actions.allow in {_entry(layers)}",
+    )
+
+
+ACTION_SCOPE_KEYS: tuple[str, ...] = (
+    "conversation_id",
+    "thread_id",
+    "bot_id",
+    "workspace_id",
+    "actor_id",
+    "subject_type",
+    "subject_id",
+)
+"""Keys of an action's `target` that name a scope: each one given must be the run's event's own."""
+MESSAGE_KEY = "message_id"
+"""A target key naming a message: it must be a message of the run's conversation (the journal looks
+it up, `TranscriptStore.holds_message`)."""
+
+
+def action_out_of_scope(grant: RunGrant, target: JSONValue) -> str | None:
+    """Why an action's `target` lies outside the run's event scope, or None when it does not.
+
+    The event layer of a platform action: a null target means the event's own scope; an object's scope
+    keys (`ACTION_SCOPE_KEYS`) must each equal the id the event carries, and a `message_id` needs the
+    event to have a conversation (whether the message is in it is the journal's lookup). Other keys are
+    the receiver's to interpret, within that scope. Any other target cannot be checked and is refused.
+    """
+    if target is None:
+        return None
+    if not is_json_object(target):
+        return "its target is not a JSON object, so the host cannot check that it lies in the event's scope"
+    for key in ACTION_SCOPE_KEYS:
+        if key not in target:
+            continue
+        own = getattr(grant, key)
+        if own is None:
+            return f"its target names {key} {_shown(target[key])}, and the event carries no {key}"
+        if target[key] != own:
+            return f"its target names {key} {_shown(target[key])}, and the event's {key} is {own!r}"
+    if MESSAGE_KEY in target:
+        if not isinstance(target[MESSAGE_KEY], str):
+            return f"its target's {MESSAGE_KEY} is not a string"
+        if grant.conversation_id is None:
+            return f"its target names a {MESSAGE_KEY}, and the event has no conversation"
+    return None
+
+
+def _shown(value: JSONValue) -> str:
+    return repr(value[:100]) if isinstance(value, str) else "(not a string)"

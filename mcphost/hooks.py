@@ -16,7 +16,12 @@ Invariants:
   echoed in a message.
 - The sender's delivery id (`webhook-id`, `X-GitHub-Delivery`; for `bearer`, `webhook-id` or
   `Idempotency-Key` when sent) becomes the envelope's `event_id`, so a redelivery is a replay of the same
-  event. GitHub's scheme has no timestamp: its replays are stopped by that id only.
+  event. GitHub signs neither a timestamp nor `X-GitHub-Delivery` (only the body): a captured delivery
+  sent again under a new id verifies, and is a new event — unless the source sets `replay_window_s`,
+  whose lease (`replay_lease`) refuses the same body under another id within the window. Standard
+  Webhooks signs the id and the time.
+- A verified delivery that is a GitHub `ping`, or an event outside the source's `events`, is not an
+  event at all (`ignored` names why): the caller answers it 200 and admits nothing.
 """
 
 from __future__ import annotations
@@ -27,15 +32,17 @@ import hashlib
 import hmac
 import json
 import re
+import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Literal
 
 from pydantic import ValidationError
 from standardwebhooks import Webhook
 
 from mcphost.common.validation import problems
-from mcphost.config import HookConfig
+from mcphost.config import DEFAULT_HOOK_EVENT_TYPE, HookConfig
 from mcphost.errors import InvalidArgumentError, UnauthorizedError
 from mcphost.models import ID_PATTERN, AgentEventEnvelope
 from mcphost.protocol import JSONObject, JSONValue, is_json_array, is_json_object
@@ -192,6 +199,43 @@ def verify(source: str, hook: HookConfig, headers: Mapping[str, str], body: byte
             return Verified(delivery, kind if isinstance(kind, str) else None, payload)
 
 
+IgnoreReason = Literal["ping", "event_not_selected"]
+
+
+def ignored(hook: HookConfig, verified: Verified) -> IgnoreReason | None:
+    """Why a verified delivery makes no run: `ping` (GitHub's hello when a webhook is created or
+    tested), `event_not_selected` (its event is not in the source's `events`); None when it is an event."""
+    if hook.verify == "github" and verified.source_event_type == "ping":
+        return "ping"
+    if hook.events is not None and verified.source_event_type not in hook.events:
+        return "event_not_selected"
+    return None
+
+
+REPLAY_LEASE_PREFIX = "hook:"
+
+
+def replay_lease(source: str, body: bytes, delivery_id: str | None) -> tuple[str, str]:
+    """The lease (name, holder) that holds a body for a source's `replay_window_s`: the name is a hash
+    of the source and the body (fits the 64-character lease name), the holder a hash of the delivery id
+    (a redelivery of the same id holds it again; without an id, each request is a holder of its own)."""
+    digest = hashlib.sha256(source.encode() + b"\0" + body).hexdigest()
+    name = REPLAY_LEASE_PREFIX + digest[: 64 - len(REPLAY_LEASE_PREFIX)]
+    holder = hashlib.sha256(delivery_id.encode()).hexdigest() if delivery_id else secrets.token_hex(32)
+    return name, holder
+
+
+def event_type(hook: HookConfig, verified: Verified) -> str:
+    """The configured `event_type`; unset, `github.<X-GitHub-Event>` for GitHub (when the name fits an
+    event type, as every GitHub event name does), else `webhook.received`."""
+    if hook.event_type is not None:
+        return hook.event_type
+    name = verified.source_event_type
+    if hook.verify == "github" and name is not None and re.fullmatch(r"[a-z0-9_]{1,90}", name):
+        return f"github.{name}"
+    return DEFAULT_HOOK_EVENT_TYPE
+
+
 def field_value(payload: JSONValue, path: str) -> JSONValue:
     """The value at a field path (`$.a.b[0]`), or raise `KeyError` with the step that has none."""
     value = payload
@@ -234,12 +278,16 @@ def envelope(source: str, hook: HookConfig, verified: Verified) -> AgentEventEnv
     conversation_id = _mapped(source, "conversation_id", hook.conversation_id, payload)
     actor_id = _mapped(source, "actor_id", hook.actor_id, payload)
     text = _mapped(source, "text", hook.text, payload)
+    data: JSONObject = {"hook": source}
+    action = payload.get("action")
+    if hook.verify == "github" and isinstance(action, str) and 0 < len(action) <= 100:
+        data["action"] = action  # what happened to a pull request, an issue, …: `opened`, `closed`
     fields: JSONObject = {
-        "event_type": hook.event_type,
+        "event_type": event_type(hook, verified),
         "source": "platform",
         "source_event_type": verified.source_event_type,
         "input": {"text": text},
-        "data": {"hook": source},
+        "data": data,
         "agent_id": hook.agent,
     }
     if verified.delivery_id is not None:

@@ -18,6 +18,11 @@ Invariants:
   `artifact.created` applies; checked before it is persisted, so a message naming another run's or
   conversation's artifact is never stored, streamed nor written to the transcript. The runner's own id
   of an inline `artifact.created` becomes the host's id in the transcript.
+- An `action.requested` is checked before it is persisted: the run's grant must hold the action (the
+  manifest's `platform_api` ∩ the agent's `actions.allow`) and its target must lie in the event's scope
+  (`grants.action_out_of_scope`; a `message_id` must be a message of the run's conversation). A refused
+  one is never stored, so it makes no approval and no outbound delivery; it gets an audit row
+  (`action <name>`, `refused`, `unauthorized`) and the run fails with `unauthorized`.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
+import json
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -32,7 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mcphost.errors import HostError, NotFoundError
-from mcphost.grants import allows_state, refusal
+from mcphost.grants import MESSAGE_KEY, action_out_of_scope, allows_state, refusal
 from mcphost.models import AgentEventEnvelope, RunError, RunGrant, RunStatus, new_id
 from mcphost.plugins.process import RawResult
 from mcphost.protocol import (
@@ -56,8 +62,9 @@ from mcphost.protocol import (
     ToolCallStarted,
     UnknownResult,
     classify_result,
+    is_json_object,
 )
-from mcphost.stores import Stores
+from mcphost.stores import AuditEntry, Stores
 from mcphost.stores.events import EventKind, event_values
 from mcphost.stores.results import ResultEffects, StoredResult
 from mcphost.stores.state import state_values
@@ -165,6 +172,8 @@ class RunJournal:
                 result = self._check(raw, notes)
                 if result is not None:
                     await self._check_message_artifacts(result, inline_ids)
+                    if isinstance(result, ActionRequested):
+                        await self._check_action(result, raw.nbytes)
             except _ViolationError as exc:
                 violation = exc
                 break
@@ -254,6 +263,48 @@ class RunJournal:
                     "unauthorized",
                     f"{result.type}: artifact {artifact_id!r} is not owned by run {self._run_id!r}",
                 )
+
+    async def _check_action(self, result: ActionRequested, nbytes: int) -> None:
+        """An action the grant does not hold, or whose target lies outside the event's scope, is refused
+        before it is stored (no approval, no delivery), audited, and fails the run with `unauthorized`."""
+        data = result.data
+        why: str | None = None
+        if data.action not in self._grant.actions:
+            why, _ = refusal(
+                self._grant, f"action:{data.action}", f"ask for the action {data.action[:100]!r}"
+            )
+        else:
+            outside = action_out_of_scope(self._grant, data.target)
+            if outside is None and is_json_object(data.target) and MESSAGE_KEY in data.target:
+                message_id = data.target[MESSAGE_KEY]
+                conversation_id = self._grant.conversation_id
+                assert isinstance(message_id, str)
+                assert conversation_id is not None
+                if not await self._stores.transcript.holds_message(conversation_id, message_id):
+                    outside = (
+                        f"its target's message_id {message_id[:100]!r} is not a message of the run's "
+                        f"conversation {conversation_id!r}"
+                    )
+            if outside is not None:
+                why = (
+                    f"This run may not ask for the action {data.action[:100]!r} here: {outside} (event "
+                    "layer). Actions act only within the event's conversation, actor, bot and workspace."
+                )
+        if why is None:
+            return
+        canonical = json.dumps(data.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+        entry = AuditEntry(
+            run_id=self._run_id,
+            tool="".join(c if c.isprintable() else "?" for c in f"action {data.action}")[:200],
+            args_digest=hashlib.sha256(canonical.encode()).hexdigest(),
+            bytes_in=nbytes,
+            bytes_out=0,
+            outcome="refused",
+            code="unauthorized",
+            duration_ms=0.0,
+        )
+        await self._stores.audit.append(entry)
+        raise _ViolationError("unauthorized", f"action.requested: {why}")
 
     async def _persist(self, results: Sequence[AgentRunResult], effects: ResultEffects) -> None:
         """One transaction: the results and what they cause; then publish them (persist first)."""

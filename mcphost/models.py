@@ -191,6 +191,29 @@ class DeliveryPolicy(InboundModel):
     streaming: bool = True
 
 
+ACTION_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:/-]{0,199}$"
+"""A platform action's name as an agent allows it (`message.edit`, `friend.request.accept`)."""
+
+
+class ActionPolicy(InboundModel):
+    """`[agents.actions]`: which platform actions (`action.requested`) the agent's runs may ask for."""
+
+    allow: list[str] = Field(default_factory=list[str], max_length=100)
+    """Exact action names; the runner's manifest must also list each in `permissions.platform_api`.
+    Empty: none (an `action.requested` fails the run with `unauthorized`)."""
+
+    @field_validator("allow")
+    @classmethod
+    def _action_names(cls, value: list[str]) -> list[str]:
+        for name in value:
+            if not re.fullmatch(ACTION_NAME_PATTERN, name):
+                raise ValueError(
+                    f"action {name[:50]!r} must be an action name such as 'message.edit' (1-200 letters, "
+                    "digits and ._:/-, starting with a letter or digit; no globs)"
+                )
+        return value
+
+
 class RunBudget(InboundModel):
     """Caps on what one run may do through its MCP endpoint, besides the rate limit (unset: no cap)."""
 
@@ -217,6 +240,7 @@ class AgentConfig(InboundModel):
     timeout_s: float | None = Field(default=None, gt=0, le=24 * 3600)
     """Run deadline in seconds; the host's `run_timeout_s` (300 s) when unset."""
     budget: RunBudget = Field(default_factory=RunBudget)
+    actions: ActionPolicy = Field(default_factory=ActionPolicy)
     approvals: dict[str, Literal["ask"]] = Field(default_factory=dict[str, Literal["ask"]], max_length=100)
     """`[agents.approvals]`: tool names or globs (facts tools such as `state_set`, host tools such as
     `github__*`) whose calls wait for a person's decision (`"ask"`)."""
@@ -353,6 +377,8 @@ class GrantLayers(_Frozen):
     state_scopes: tuple[str, ...] = ()
     state_write: bool = True
     storage_areas: tuple[str, ...] = ()
+    actions: tuple[str, ...] = ()
+    """The agent's `actions.allow`."""
 
 
 class RunGrant(_Frozen):
@@ -382,6 +408,9 @@ class RunGrant(_Frozen):
     state_write: frozenset[str] = frozenset()
     storage_areas: frozenset[str] = frozenset()
     artifact_create: bool = False
+    actions: frozenset[str] = frozenset()
+    """Platform actions the run may ask for (`action.requested`): the manifest's `platform_api` ∩ the
+    agent's `actions.allow`; the target must also lie in the event's scope (`grants.action_out_of_scope`)."""
     deadline_at: float
     rate_per_s: float = 50.0
     rate_burst: int = 100

@@ -198,7 +198,9 @@ class RunOutput:
         idempotency_key: str | None = None,
         approval_hint: str | None = None,
     ) -> None:
-        """Ask for a platform action (`action.requested`). The host records it and never executes it; with
+        """Ask for a platform action (`action.requested`). The host checks it (your manifest's
+        `permissions.platform_api`, the agent's `actions.allow`, a `target` in the event's scope; refused,
+        the run fails `unauthorized`), records it and never executes it; with
         an `idempotency_key` it waits for a person's approval and, approved, is announced once per key to
         the host's webhook receivers (`action.approved`), which execute it."""
         data = ActionRequestedData(

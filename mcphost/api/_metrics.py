@@ -1,7 +1,7 @@
 """`HostMetrics`: this process's metrics for `/metrics`, kept and rendered by prometheus_client.
 
 Owns the metrics: runs that ended here by status and their durations, events admitted, MCP calls by
-tool and outcome, rows and bytes the retention job reclaimed by kind, HTTP requests by method, route
+tool and outcome, verified webhooks answered without a run, rows and bytes the retention job reclaimed by kind, HTTP requests by method, route
 and status and their durations, `mcphost_build_info`,
 and prometheus_client's process, platform and garbage-collector collectors; active runs and plugin
 restarts/up are read at render time. Does not own the endpoint (`_endpoints.metrics`) or when things are
@@ -142,6 +142,14 @@ class HostMetrics:
         for kind in RETENTION_KINDS:
             self._reclaimed_rows.labels(kind)
             self._reclaimed_bytes.labels(kind)
+        # Verified webhooks answered 200 without a run (`hooks.ignored`); `source` is a configured
+        # [hooks.<source>] name (an unknown one is a 404 before this), so the label set stays bounded.
+        self._hooks_ignored = Counter(
+            "mcphost_hook_events_ignored",
+            "Verified webhook deliveries answered without a run, by hook source and reason.",
+            ["source", "reason"],
+            registry=r,
+        )
 
     def run_ended(self, run: Run) -> None:
         """Count a run that reached a terminal status on this process."""
@@ -151,6 +159,10 @@ class HostMetrics:
 
     def event_admitted(self, *, created: bool) -> None:
         self._events.labels("created" if created else "replayed").inc()
+
+    def hook_ignored(self, source: str, reason: str) -> None:
+        """Count a verified webhook answered without a run (`ping`, `event_not_selected`)."""
+        self._hooks_ignored.labels(source, reason).inc()
 
     def mcp_call(self, tool: str, outcome: str) -> None:
         self._mcp_calls.labels(tool, outcome).inc()

@@ -18,6 +18,7 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validato
 
 from mcphost.gateway.upstream import UpstreamState
 from mcphost.grants import GrantView
+from mcphost.hooks import IgnoreReason
 from mcphost.models import ID_PATTERN, GrantLayers, Run, RunError, RunStatus
 from mcphost.protocol import AgentRunContext, JSONObject
 from mcphost.protocol.facts import KnowledgeChunk
@@ -175,6 +176,16 @@ class Admitted(_Answer):
     status: RunStatus
     created: bool
     """False when the event_id was seen before: this is the existing run."""
+
+
+class HookIgnored(_Answer):
+    """A verified webhook that makes no run (`POST /v1/hooks/{source}`, 200)."""
+
+    ignored: Literal[True] = True
+    reason: IgnoreReason
+    """`ping`: GitHub's hello; `event_not_selected`: the event is not in `[hooks.<source>] events`."""
+    source_event_type: str | None
+    """The sender's name for the event (`X-GitHub-Event`, a payload's `type`)."""
 
 
 class GrantSummary(GrantView):

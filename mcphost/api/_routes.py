@@ -66,6 +66,7 @@ from mcphost.api._models import (
     EventsPage,
     EventsPageQuery,
     Health,
+    HookIgnored,
     IngestQuery,
     KnowledgeSearchAnswer,
     KnowledgeSearchQuery,
@@ -173,6 +174,8 @@ class _Endpoint:
     """Also answers 206 (a byte range) with the same content."""
     stream: bool = False
     """Also answers 200 with `text/event-stream` (an SSE stream of the run's results)."""
+    ignored: str | None = None
+    """Also answers 200 with this component: a request taken and deliberately not acted on."""
 
     @property
     def tag(self) -> str:
@@ -188,7 +191,8 @@ _ENDPOINTS: tuple[_Endpoint, ...] = (
               "signature: Standard Webhooks headers, X-Hub-Signature-256 or a bearer secret; not the API key)",
               202, "Admitted", (400, 401, 404, 409, 413, 503), body={"application/json": {"schema": {"type": "object"}}},
               headers=("webhook-id", "webhook-timestamp", "webhook-signature", "X-Hub-Signature-256",
-                       "X-GitHub-Delivery", "X-GitHub-Event", "Idempotency-Key"), signed=True),
+                       "X-GitHub-Delivery", "X-GitHub-Event", "Idempotency-Key"), signed=True,
+              ignored="HookIgnored"),
     _Endpoint("GET", "/v1/runs", list_runs, "Runs, newest first", 200, "RunsPage", (400,), RunsQuery),
     _Endpoint("GET", "/v1/runs/{run_id}", show_run, "A run and its grant (never its token)", 200, "RunView", (404,)),
     _Endpoint("GET", "/v1/runs/{run_id}/results", run_results,
@@ -338,6 +342,11 @@ def _operation(endpoint: _Endpoint) -> JSONObject:
             "description": "the run's results as they are stored (`stream=true`)",
             "content": _SSE,
         }
+    if endpoint.ignored is not None:
+        responses["200"] = {
+            "description": "taken, no run (a ping, an event not selected)",
+            "content": _content(endpoint.ignored),
+        }
     if endpoint.partial:
         responses["206"] = {"description": "the requested byte range", "content": ok}
     for status in sorted({*endpoint.errors, *(() if endpoint.public else (401,))}):
@@ -361,6 +370,7 @@ _SCHEMA_MODELS: tuple[type[BaseModel], ...] = (
     ArtifactRef,
     ArtifactRecord,
     Admitted,
+    HookIgnored,
     RunView,
     RunRecords,
     RunsPage,

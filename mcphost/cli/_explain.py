@@ -121,6 +121,7 @@ def render(answer: Explanation) -> str:
         lines.append(f"  state write      {', '.join(grant.state_write) or 'none'}")
         lines.append(f"  storage          {', '.join(grant.storage_areas) or 'none'}")
         lines.append(f"  knowledge bases  {', '.join(grant.knowledge_bases) or 'none'}")
+        lines.append(f"  actions          {', '.join(grant.actions) or 'none'}")
     if answer.checks:
         lines.append("")
         lines.append("Checks:")

@@ -50,10 +50,20 @@ event_types = ["message.received"]
 # id = "coder"
 # runner = "plugin:mcphost/claude-code/default"
 # match = { conversation_id = "code" }
+# actions = { allow = ["message.edit"] }   # platform actions its runs may ask for (action.requested);
+#                                          # the runner's manifest must list them in platform_api too
 
 # Upstream MCP tool servers the agents may call (`mcphost tools` lists them):
 # [tools.weather]
 # command = ["python", "tools/weather_server.py"]
+
+# A signed inbound webhook at POST /v1/hooks/github (GitHub: ping is answered 200 without a run):
+# [hooks.github]
+# verify = "github"
+# secret = "a-long-random-string-also-set-on-github"
+# events = ["push", "pull_request"]        # others are answered 200 and ignored; unset: every event
+# conversation_id = "$.repository.full_name"   # event types github.push, github.pull_request
+# replay_window_s = 3600                   # GitHub signs no delivery id: refuse its body again under a new one
 
 # Knowledge bases the agents may search (`mcphost kb ingest docs` indexes them):
 # [knowledge.docs]

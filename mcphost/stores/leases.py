@@ -1,13 +1,15 @@
 """Leases: a named job that one host at a time may run, across every process sharing the database.
 
 Owns the `leases` table (migration 0006). Does not own what a lease guards (the retention job,
-`mcphost/retention.py`) or how long a holder needs it.
+`mcphost/retention.py`; a webhook body's replay window, `api/_hooks.py`, names `hook:<hash>`) or how
+long a holder needs it.
 
 Invariants:
 - `acquire` is one write transaction serialized per lease name (`lock_in_transaction`), so of hosts
   racing for a free or lapsed lease exactly one gets it; a holder that acquires again extends its own.
 - A lease lapses at `expires_at`: a host that dies holding it blocks the job for at most its term.
 - `release` ends only the caller's own lease (a lapsed one another host took since stays theirs).
+- `sweep(prefix)` deletes lapsed leases of one name prefix by a primary-key range, never a held one.
 """
 
 from __future__ import annotations
@@ -53,6 +55,17 @@ class LeaseStore:
         """End `holder`'s lease on `name` now (nothing when someone else holds it)."""
         async with self._db.write() as session:
             await session.execute(delete(LeaseRow).where(LeaseRow.name == name, LeaseRow.holder == holder))
+
+    async def sweep(self, prefix: str) -> None:
+        """Delete the lapsed leases whose name starts with `prefix` (a name range of the primary key)."""
+        assert prefix, "a sweep names a prefix"
+        upper = prefix[:-1] + chr(ord(prefix[-1]) + 1)
+        async with self._db.write() as session:
+            await session.execute(
+                delete(LeaseRow).where(
+                    LeaseRow.name >= prefix, LeaseRow.name < upper, LeaseRow.expires_at <= time.time()
+                )
+            )
 
     async def holder(self, name: str) -> str | None:
         """Who holds `name` now, or None when it is free or lapsed."""

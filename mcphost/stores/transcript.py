@@ -44,6 +44,7 @@ from sqlalchemy import (
     func,
     insert,
     literal_column,
+    or_,
     select,
     table,
     text,
@@ -286,6 +287,22 @@ class TranscriptStore:
         async with self._db.read() as session:
             rows = (await session.execute(query)).scalars().all()
         return [_record(row, self._cursors) for row in rows]
+
+    @idempotent
+    async def holds_message(self, conversation_id: str, message_id: str) -> bool:
+        """Whether `message_id` is a message of the conversation: an item's `item_id`, or the `event_id`
+        of the event a user item came from (the platform's id of a message event). Reads the
+        conversation's index range."""
+        query = (
+            select(TranscriptRow.seq)
+            .where(
+                TranscriptRow.conversation_id == conversation_id,
+                or_(TranscriptRow.item_id == message_id, TranscriptRow.event_id == message_id),
+            )
+            .limit(1)
+        )
+        async with self._db.read() as session:
+            return (await session.execute(query)).first() is not None
 
     @idempotent
     async def head(self, conversation_id: str, thread_id: str | None = None) -> tuple[str | None, bool]:

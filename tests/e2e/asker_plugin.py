@@ -4,7 +4,9 @@ A test peer (not a mock): it calls the host's per-run MCP endpoint with the `mcp
 any runner does. `set:KEY` calls `state_set` (conversation scope, value "v") and then `state_get`, and
 replies with JSON `{is_error, answer, stored}`: the `state_set` call's error flag and structured answer,
 and the value read back (null when nothing was written). `act:KEY` asks for the action `refund` of order
-KEY with idempotency key KEY (`action.requested`) and replies "asked".
+KEY with idempotency key KEY (`action.requested`) and replies "asked"; `act-json:DATA` asks for the
+action whose `action.requested` data is the JSON object DATA, and replies "asked". Its manifest lists
+the platform actions `refund` and `message.edit` (`permissions.platform_api`).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from runners.sdk import AgentRunContext, AgentRunner, Permissions, RunOutput, se
 
 class AskerRunner(AgentRunner):
     name = "default"
-    permissions = Permissions(state=["read", "write"])
+    permissions = Permissions(state=["read", "write"], platform_api=["refund", "message.edit"])
 
     async def run(self, ctx: AgentRunContext, out: RunOutput) -> None:
         text = ctx.input.text or ""
@@ -28,6 +30,16 @@ class AskerRunner(AgentRunner):
         if text.startswith("act:"):
             key = text.removeprefix("act:")
             await out.action("refund", target={"order": key}, payload={"amount": 5}, idempotency_key=key)
+            await out.message("asked")
+            return
+        if text.startswith("act-json:"):
+            data = json.loads(text.removeprefix("act-json:"))
+            await out.action(
+                data["action"],
+                target=data.get("target"),
+                payload=data.get("payload", {}),
+                idempotency_key=data.get("idempotency_key"),
+            )
             await out.message("asked")
             return
         if mcp is None or not text.startswith("set:"):

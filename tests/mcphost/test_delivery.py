@@ -198,7 +198,10 @@ async def test_an_approved_action_is_delivered_for_execution_once_per_key(
     settings = base.model_copy(
         update={
             "plugins": [*base.plugins, PluginConfig(command=ASKER, name="asker")],
-            "agents": [*base.agents, agent("asker", "plugin:test/asker/default")],
+            "agents": [
+                *base.agents,
+                agent("asker", "plugin:test/asker/default", actions={"allow": ["refund"]}),
+            ],
         }
     )
     async with receiver.serving(port), open_host(settings) as host, asgi_client(host) as client:

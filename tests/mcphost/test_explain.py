@@ -14,7 +14,7 @@ import pytest
 from mcphost.bindings import Bindings
 from mcphost.errors import InvalidArgumentError, RunnerNotFoundError
 from mcphost.explain import Explanation, explain, targets_of
-from mcphost.grants import ALL_FACTS_TOOLS, build_grant, check, refusal
+from mcphost.grants import ALL_FACTS_TOOLS, action_out_of_scope, build_grant, check, refusal
 from mcphost.models import AgentBinding, AgentConfig, AgentEventEnvelope
 from mcphost.protocol import STATE_SCOPES, AgentRunnerManifest
 
@@ -261,3 +261,57 @@ def test_a_refusal_names_the_layer_and_the_fix_and_nothing_of_other_agents() -> 
     message, _ = refusal(grant, "tool:github__issues", "call 'github__issues'")
     assert "search__*" not in message  # the agent's other globs are not the caller's business
     assert "sales" not in message
+
+
+def test_a_platform_action_is_granted_only_when_manifest_and_agent_both_name_it() -> None:
+    manifest = MANIFEST.model_copy(
+        update={
+            "permissions": MANIFEST.permissions.model_copy(
+                update={"platform_api": ["message.edit", "refund"]}
+            )
+        }
+    )
+    actor = agent("actor", actions={"allow": ["message.edit", "deploy"]})
+    answer = explain(
+        event(),
+        Bindings([actor]),
+        lambda _: manifest,
+        ["action:message.edit", "action:deploy", "action:refund"],
+    )
+    assert answer.layers is not None
+    assert answer.grant is not None
+    assert answer.layers.agent["actions"] == {"allow": ["message.edit", "deploy"]}
+    assert answer.grant.actions == ["message.edit"]
+    edit, deploy, refund = answer.checks
+    assert edit.allowed
+    assert (deploy.layer, deploy.fix) == (
+        "manifest",
+        f"add 'deploy' to permissions.platform_api in the manifest of runner {RUNNER!r} (its author's change)",
+    )
+    assert (refund.layer, refund.fix) == (
+        "agent",
+        "add 'refund' to actions.allow in the [[agents]] entry of 'actor'",
+    )
+
+
+def test_an_action_target_is_in_scope_only_when_every_scope_id_it_names_is_the_events() -> None:
+    binding = AgentBinding(binding_id="support", agent=SUPPORT)
+    grant = build_grant(
+        run_id="run_x",
+        event=event(actor={"actor_id": "u1"}),
+        binding=binding,
+        manifest=MANIFEST,
+        token_hash="",
+        deadline_at=0.0,
+    )
+    assert action_out_of_scope(grant, None) is None
+    assert action_out_of_scope(grant, {"conversation_id": "c1", "actor_id": "u1", "order": 7}) is None
+    assert action_out_of_scope(grant, {"message_id": "m1"}) is None  # the journal looks the message up
+    assert action_out_of_scope(grant, {"conversation_id": "c2"}) == (
+        "its target names conversation_id 'c2', and the event's conversation_id is 'c1'"
+    )
+    assert action_out_of_scope(grant, {"workspace_id": "w"}) == (
+        "its target names workspace_id 'w', and the event carries no workspace_id"
+    )
+    assert action_out_of_scope(grant, {"bot_id": ["support-bot"]}) is not None
+    assert action_out_of_scope(grant, "c1") is not None

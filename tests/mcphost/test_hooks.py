@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import anyio
 import httpx2
 import pytest
 from standardwebhooks import Webhook
@@ -35,7 +36,11 @@ API_KEY = "the-api-key-of-this-host"
 
 def hooked_settings(database_url: str, data_dir: Path) -> Settings:
     base = api_settings(database_url, data_dir, api_key=API_KEY)
-    hooked = AgentConfig(id="hooked", runner=ECHO_RUNNER, event_types=["webhook.received", "github.push"])
+    hooked = AgentConfig(
+        id="hooked",
+        runner=ECHO_RUNNER,
+        event_types=["webhook.received", "github.push", "github.pull_request"],
+    )
     hooks = {
         "sw": HookConfig(
             verify="standard-webhooks",
@@ -46,6 +51,9 @@ def hooked_settings(database_url: str, data_dir: Path) -> Settings:
             actor_id="$.data.user.id",
             text="$.data.text",
         ),
+        "swf": HookConfig(
+            verify="standard-webhooks", secret=SW_SECRET, agent="hooked", events=["chat.message"]
+        ),
         "gh": HookConfig(
             verify="github",
             secret=GH_SECRET,
@@ -53,6 +61,20 @@ def hooked_settings(database_url: str, data_dir: Path) -> Settings:
             event_type="github.push",
             conversation_id="$.repository.full_name",
             text="$.commits[0].message",
+        ),
+        "ghf": HookConfig(  # GitHub's own event types, and only these two events
+            verify="github",
+            secret=GH_SECRET,
+            agent="hooked",
+            events=["push", "pull_request"],
+            conversation_id="$.repository.full_name",
+            actor_id="$.sender.login",
+        ),
+        "ghr": HookConfig(  # a replay window of ten minutes
+            verify="github", secret=GH_SECRET, agent="hooked", replay_window_s=600, conversation_id="r"
+        ),
+        "ghs": HookConfig(  # a replay window of a second
+            verify="github", secret=GH_SECRET, agent="hooked", replay_window_s=1.0, conversation_id="r"
         ),
         "tok": HookConfig(
             verify="bearer", secret=BEARER, agent="hooked", conversation_id="ops", text="$.msg"
@@ -104,12 +126,16 @@ def gh_payload() -> bytes:
 
 
 def gh_headers(
-    body: bytes, *, delivery: str | None = "72d3162e-cc78-11e3-81ab-4c9367dc0958", secret: str = GH_SECRET
+    body: bytes,
+    *,
+    delivery: str | None = "72d3162e-cc78-11e3-81ab-4c9367dc0958",
+    secret: str = GH_SECRET,
+    event: str = "push",
 ) -> dict[str, str]:
     """What GitHub sends: the HMAC-SHA256 of the raw body, hex, in X-Hub-Signature-256."""
     headers = {
         "X-Hub-Signature-256": "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest(),
-        "X-GitHub-Event": "push",
+        "X-GitHub-Event": event,
         "content-type": "application/json",
     }
     if delivery is not None:
@@ -178,6 +204,124 @@ async def test_a_github_signed_push_maps_its_repository_and_event_name(
     replay = admitted(await client.post("/v1/hooks/gh", content=body, headers=gh_headers(body)))
     assert replay["run_id"] == run.run_id
     assert replay["created"] is False
+
+
+def ignored_count(host: Host, source: str, reason: str) -> float:
+    return host.metrics.value("mcphost_hook_events_ignored_total", source=source, reason=reason) or 0.0
+
+
+async def test_a_github_ping_is_answered_200_and_starts_nothing(
+    host: Host, client: httpx2.AsyncClient, tmp_path: Path
+) -> None:
+    # What GitHub sends when a webhook is created: no commits, so the push mapping finds nothing.
+    body = json.dumps(
+        {"zen": "Design for failure.", "hook_id": 7, "repository": {"full_name": "a/b"}}
+    ).encode()
+    before, files = await row_counts(host.stores), blob_files(tmp_path / "data")
+    for source in ("gh", "ghf"):
+        answer = await client.post(
+            f"/v1/hooks/{source}", content=body, headers=gh_headers(body, event="ping")
+        )
+        assert answer.status_code == 200, answer.text
+        assert answer.json() == {"ignored": True, "reason": "ping", "source_event_type": "ping"}
+        assert ignored_count(host, source, "ping") == 1
+    assert await row_counts(host.stores) == before
+    assert blob_files(tmp_path / "data") == files
+    # A ping with a wrong signature is still refused: only a verified sender is answered.
+    forged = await client.post(
+        "/v1/hooks/gh", content=body, headers=gh_headers(body, event="ping", secret="x" * 20)
+    )
+    assert forged.status_code == 401
+
+
+async def test_a_github_event_beyond_push_gets_its_own_event_type_and_action(
+    host: Host, client: httpx2.AsyncClient
+) -> None:
+    body = json.dumps(
+        {
+            "action": "opened",
+            "pull_request": {"title": "Add a widget"},
+            "repository": {"full_name": "acme/widgets"},
+            "sender": {"login": "octocat"},
+        }
+    ).encode()
+    headers = gh_headers(body, event="pull_request", delivery="d-pr-1")
+    answer = admitted(await client.post("/v1/hooks/ghf", content=body, headers=headers))
+    run = await host.orchestrator.wait(answer["run_id"])
+    assert run.event_type == "github.pull_request"
+    assert run.conversation_id == "acme/widgets"
+    event = (await host.stores.events.for_run(run.run_id))[0].payload
+    assert (event["source_event_type"], event["data"]) == (
+        "pull_request",
+        {"hook": "ghf", "action": "opened"},
+    )
+    assert event["actor"]["actor_id"] == "octocat"
+    push = json.dumps({"repository": {"full_name": "acme/widgets"}, "sender": {"login": "o"}}).encode()
+    pushed = admitted(
+        await client.post("/v1/hooks/ghf", content=push, headers=gh_headers(push, delivery="d-p"))
+    )
+    assert (await host.orchestrator.wait(pushed["run_id"])).event_type == "github.push"
+
+
+@pytest.mark.parametrize(
+    ("source", "event"),
+    [("ghf", "issues"), ("swf", "chat.deleted")],
+    ids=["github-header", "standard-webhooks-type"],
+)
+async def test_an_event_outside_the_hooks_events_is_answered_200_and_ignored(
+    host: Host, client: httpx2.AsyncClient, tmp_path: Path, source: str, event: str
+) -> None:
+    if source == "swf":
+        body = json.dumps({"type": event, "data": {"room": "room-1"}}).encode()
+        headers = sw_headers(body)
+    else:
+        body = json.dumps({"action": "opened", "issue": {"title": "t"}}).encode()
+        headers = gh_headers(body, event=event)
+    before, files = await row_counts(host.stores), blob_files(tmp_path / "data")
+    answer = await client.post(f"/v1/hooks/{source}", content=body, headers=headers)
+    assert answer.status_code == 200, answer.text
+    assert answer.json() == {"ignored": True, "reason": "event_not_selected", "source_event_type": event}
+    assert ignored_count(host, source, "event_not_selected") == 1
+    assert await row_counts(host.stores) == before
+    assert blob_files(tmp_path / "data") == files
+
+
+async def test_a_captured_github_body_under_a_new_delivery_id_is_refused_within_the_replay_window(
+    host: Host, client: httpx2.AsyncClient, database_url: str, tmp_path: Path
+) -> None:
+    body = gh_payload()
+    first = admitted(
+        await client.post("/v1/hooks/ghr", content=body, headers=gh_headers(body, delivery="d-1"))
+    )
+    await host.orchestrator.wait(first["run_id"])
+    before, files = await row_counts(host.stores), blob_files(tmp_path / "data")
+    replayed = await client.post("/v1/hooks/ghr", content=body, headers=gh_headers(body, delivery="d-forged"))
+    assert replayed.status_code == 409, replayed.text
+    assert replayed.json()["error"]["details"] == {"reason": "replayed_body"}
+    assert await row_counts(host.stores) == before
+    assert blob_files(tmp_path / "data") == files
+    # GitHub's own redelivery keeps the delivery id: it is the same run, as without a window.
+    again = admitted(
+        await client.post("/v1/hooks/ghr", content=body, headers=gh_headers(body, delivery="d-1"))
+    )
+    assert (again["run_id"], again["created"]) == (first["run_id"], False)
+    # Another source's window is its own; another replica on the same database sees the same window.
+    other = admitted(
+        await client.post("/v1/hooks/ghs", content=body, headers=gh_headers(body, delivery="d-2"))
+    )
+    await host.orchestrator.wait(other["run_id"])
+    async with (
+        open_host(hooked_settings(database_url, tmp_path / "data2")) as replica,
+        asgi_client(replica) as peer,
+    ):
+        refused = await peer.post("/v1/hooks/ghr", content=body, headers=gh_headers(body, delivery="d-3"))
+        assert refused.status_code == 409, refused.text
+        await anyio.sleep(1.2)  # the one-second window of `ghs` has passed
+        later = admitted(
+            await peer.post("/v1/hooks/ghs", content=body, headers=gh_headers(body, delivery="d-4"))
+        )
+        assert later["created"] is True
+        await replica.orchestrator.wait(later["run_id"])
 
 
 async def test_a_bearer_hook_takes_literals_and_its_idempotency_key(

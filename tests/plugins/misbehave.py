@@ -25,6 +25,8 @@ by `ctx.input.text`:
     flood:N          N deltas (sequence 1..N), then run.completed with a message
     slow:SECONDS     sleeps (honouring runner/cancel → run.failed cancelled), then ok
     state:SCOPE      state.updated on SCOPE, then ok
+    action:KEY       action.requested `deploy` (target {"env": "staging"}, idempotency key KEY; the manifest
+                     lists `deploy` in permissions.platform_api), then ok
     artifact-inline  artifact.created with content_base64 and its correct sha256, then ok
     artifact-bad-sha the same with a wrong sha256
     artifact-inline-msg  artifact-inline, then a message.completed naming it by the runner's id (in
@@ -327,7 +329,11 @@ def main(argv: list[str]) -> None:
                 "name": "default",
                 "label": {"en": "Misbehave"},
                 "protocol_version": "1",
-                "permissions": {"state": ["read", "write"], "artifacts": ["metadata", "read", "create"]},
+                "permissions": {
+                    "state": ["read", "write"],
+                    "artifacts": ["metadata", "read", "create"],
+                    "platform_api": ["deploy"],
+                },
             }
             answer(
                 request_id,

@@ -46,7 +46,7 @@ def _config(folder: Path, extra: str = "") -> Path:
         f'[[plugins]]\nname = "misbehave"\ncommand = {json.dumps(MISBEHAVE)}\n'
         '[[agents]]\nid = "memo"\nrunner = "plugin:mcphost/memo/default"\nmatch = { bot_id = "memo" }\n'
         '[[agents]]\nid = "slow"\nrunner = "plugin:test/misbehave/default"\ntimeout_s = 600\n'
-        'match = { bot_id = "slow" }\n'
+        'match = { bot_id = "slow" }\nactions = { allow = ["deploy"] }\n'
     )
     path = folder / "mcphost.toml"
     path.write_text(text, encoding="utf-8")
