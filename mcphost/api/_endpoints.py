@@ -4,9 +4,10 @@ Owns what each of these routes does: admission of an event (202, or its results 
 `?stream=true`), run reads, result pages and resumable result streams, cancellation, audit pages,
 conversation transcript and event pages, what a run left (`run_records`), the configured agents,
 deleting a state value (an operator's way out of a value no
-run can use), the runner registry view, liveness and metrics. Does not own
-artifacts (`_artifacts`), the route table or OpenAPI (`_routes`), authentication or error responses
-(`_middleware`, `_errors`). Endpoints raise; they never build an error response.
+run can use), the runner registry view, liveness and metrics, and what a `sender` key's request
+sees of runs (its own: `_access.own_run`, `created_by` on its lists and admissions). Does not own
+artifacts (`_artifacts`), the route table or OpenAPI (`_routes`), authentication, the role check or
+error responses (`_middleware`, `_access`, `_errors`). Endpoints raise; they never build an error response.
 
 Invariants:
 - Input is validated before anything is stored: a refused request changes nothing.

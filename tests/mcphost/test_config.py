@@ -10,7 +10,6 @@ import pytest
 from mcphost.config import DEFAULT_AGENT_RUNNER, load_settings, settings_from_mapping
 from mcphost.errors import ConfigError
 
-
 KEY = '[[api_keys]]\nname = "{name}"\n{source}\nrole = "{role}"\n'
 ENV_A = 'key_env = "CI_KEY"'
 ENV_B = 'key_env = "OTHER_KEY"'
