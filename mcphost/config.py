@@ -64,6 +64,19 @@ _ORIGIN = re.compile(
 """A browser origin: scheme, host name or address, optional port."""
 
 
+ApiRole = Literal["admin", "operator", "sender", "reader"]
+"""What an API key may do on `/v1` (README, "Serving over HTTP"): everything; decide, cancel, redeliver and
+manage schedules besides reading; post events and read its own runs; read (GET) only."""
+API_ROLES: tuple[ApiRole, ...] = get_args(ApiRole)
+PublicEndpoint = Literal["metrics", "openapi", "docs"]
+DEFAULT_PUBLIC: tuple[PublicEndpoint, ...] = ("openapi", "docs")
+"""`[host] public` by default: the API description (no data) answers without a key, `/metrics` does not."""
+LEGACY_KEY_NAME = "api_key"
+"""The name of `[host] api_key` among the keys (an `admin` key): runs it creates record this name."""
+KEY_NAME_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,63}$"
+ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]{0,199}$"
+
+
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, frozen=True)
 
@@ -80,7 +93,12 @@ class HostSettings(_Section):
     public_url: str | None = None
     """Base URL runners use to reach the host (default `http://<listen>`)."""
     api_key: str | None = None
-    """Bearer key required on `/v1`. Without one the server only listens on loopback."""
+    """Bearer key required on `/v1`, with the `admin` role (named `api_key`; `[[api_keys]]` add keys with
+    other roles). Without any key the server only listens on loopback."""
+    public: list[PublicEndpoint] = Field(default_factory=lambda: list[PublicEndpoint](DEFAULT_PUBLIC))
+    """Which of `metrics` (`/metrics`), `openapi` (`/openapi.json`) and `docs` (`/docs`) answer without an
+    API key; the others need a key with the `reader` role. Default: the API description only; `/metrics`
+    needs a key once the host has one."""
     cursor_secret: str | None = Field(default=None, min_length=16, max_length=1000)
     """Signs paging cursors (at least 16 characters). Default: a random secret generated into the database
     on first start and shared by every host on it. Changing it makes outstanding cursors a 400."""
@@ -142,6 +160,36 @@ class HostSettings(_Section):
         if value is not None and not value.startswith(("http://", "https://")):
             raise ValueError(f"expected an http:// or https:// URL, got {value!r}")
         return value.rstrip("/") if value else value
+
+
+class ApiKeyConfig(_Section):
+    """One `[[api_keys]]` entry: a bearer key for `/v1` and the role it has."""
+
+    name: str = Field(pattern=KEY_NAME_PATTERN)
+    """Shown in errors and recorded on the runs the key creates (never the key itself)."""
+    key_env: str | None = Field(default=None, pattern=ENV_NAME_PATTERN)
+    """The environment variable holding the key, read when the server starts."""
+    key_sha256: str | None = Field(default=None, pattern=r"^[0-9A-Fa-f]{64}$")
+    """The hex SHA-256 of the key (`printf %s "$KEY" | sha256sum`), so the config holds no secret."""
+    role: ApiRole
+    agents: list[str] = Field(default_factory=list[str], max_length=1000)
+    """`sender` only: the agents its events may bind to (another agent's event is a 403); empty: any."""
+
+    @field_validator("key_sha256")
+    @classmethod
+    def _lower_hex(cls, value: str | None) -> str | None:
+        return None if value is None else value.lower()
+
+    @model_validator(mode="after")
+    def _one_source(self) -> ApiKeyConfig:
+        if (self.key_env is None) == (self.key_sha256 is None):
+            raise ValueError(
+                "set exactly one of 'key_env' (the environment variable holding the key) or 'key_sha256' "
+                "(the key's hex SHA-256)"
+            )
+        if self.agents and self.role != "sender":
+            raise ValueError(f"'agents' limits a 'sender' key; a {self.role!r} key reaches every agent")
+        return self
 
 
 class PluginConfig(_Section):
@@ -397,6 +445,8 @@ class Settings(_Section):
     """How long each kind of record is kept (everything, by default)."""
     webhooks: list[WebhookConfig] = Field(default_factory=list[WebhookConfig])
     """Outbound webhooks: results and run ends delivered to receivers."""
+    api_keys: list[ApiKeyConfig] = Field(default_factory=list[ApiKeyConfig], max_length=1000)
+    """`[[api_keys]]`: bearer keys for `/v1`, each with a role (besides `[host] api_key`, an admin key)."""
 
     @field_validator("hooks")
     @classmethod
@@ -539,6 +589,37 @@ def _check_hooks(settings: Settings) -> None:
             )
 
 
+def _check_api_keys(settings: Settings) -> None:
+    """Key names, variables and hashes are unique (`[host] api_key` is named `api_key`); a sender's
+    agents are configured. Whether each `key_env` is set is checked when the server starts
+    (`guard.api_keys`): a client command on another machine loads the same file without the keys."""
+    names = {LEGACY_KEY_NAME} if settings.host.api_key else set[str]()
+    sources: dict[tuple[str, str], str] = {}
+    known = {agent.id for agent in settings.agents}
+    for index, key in enumerate(settings.api_keys):
+        where = f"{settings.source}: api_keys[{index}] (name {key.name!r})"
+        if key.name in names:
+            also = " ([host] api_key is named so)" if key.name == LEGACY_KEY_NAME else ""
+            raise ConfigError(
+                f"{where}.name: the name {key.name!r} is used twice{also}; names must be unique."
+            )
+        names.add(key.name)
+        source = ("key_env", key.key_env) if key.key_env is not None else ("key_sha256", key.key_sha256 or "")
+        if (other := sources.get(source)) is not None:
+            said = f"key_env {key.key_env!r}" if key.key_env is not None else "key_sha256"
+            raise ConfigError(
+                f"{where}: its {said} is also the key of {other!r}; one key has one role, so give each "
+                "entry its own key."
+            )
+        sources[source] = key.name
+        for agent_id in key.agents:
+            if agent_id not in known:
+                raise ConfigError(
+                    f"{where}.agents: agent {agent_id!r} is not configured; known agents: "
+                    f"{', '.join(sorted(known)) or 'none'}."
+                )
+
+
 def settings_from_mapping(data: Mapping[str, Any], *, source: str, environ: Mapping[str, str]) -> Settings:
     """Validate a parsed config mapping plus environment overrides into `Settings`."""
     merged: dict[str, Any] = dict(data)
@@ -559,6 +640,7 @@ def settings_from_mapping(data: Mapping[str, Any], *, source: str, environ: Mapp
         settings = settings.model_copy(update={"agents": [default_agent()]})
     _check_agents(settings)
     _check_hooks(settings)
+    _check_api_keys(settings)
     return settings
 
 

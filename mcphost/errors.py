@@ -15,6 +15,7 @@ HostError                          code            HTTP
 │   ├── IllegalTransitionError     (a run status move the table does not allow)
 │   └── ConcurrencyRejectedError   (a run is already active under the `reject` policy)
 ├── UnauthorizedError              unauthorized    401
+├── ForbiddenError                 unauthorized    403 (an API key whose role does not reach the route)
 ├── RateLimitedError               rate_limited    429
 ├── DeadlineExceededError          deadline_exceeded 504
 ├── UnavailableError               runtime_error   503 (the host is draining and takes no new work)
@@ -110,6 +111,14 @@ class ConcurrencyRejectedError(ConflictError):
 class UnauthorizedError(HostError):
     code = "unauthorized"
     status = 401
+
+
+class ForbiddenError(HostError):
+    """A known API key whose role does not reach the route (`[[api_keys]] role`); `details` names the
+    role the route needs. PROTOCOL §5 has one code for "not granted", `unauthorized`."""
+
+    code = "unauthorized"
+    status = 403
 
 
 class RateLimitedError(HostError):

@@ -358,6 +358,10 @@ class Run(_Frozen):
     after attempt n failed `host.restarted` (the one case in which an `event_id` gets a second run)."""
     previous_run_id: str | None = None
     """The attempt before this one (None for attempt 1)."""
+    created_by: str | None = None
+    """The name of the API key whose event created the run (`[[api_keys]]`, `api_key` for `[host]
+    api_key`); None without keys, and for runs from hooks, schedules and continuations. A `sender` key
+    sees only its own runs. Later attempts keep the first one's."""
 
 
 class GrantLayers(_Frozen):

@@ -319,9 +319,15 @@ class Orchestrator:
         return binding, runner
 
     async def submit(
-        self, event: AgentEventEnvelope, *, via: IngestVia = "api", parent: tracing.Carrier | None = None
+        self,
+        event: AgentEventEnvelope,
+        *,
+        via: IngestVia = "api",
+        parent: tracing.Carrier | None = None,
+        created_by: str | None = None,
     ) -> Admission:
-        """Admit `event` and start its run in the background. Idempotent on `event_id`.
+        """Admit `event` and start its run in the background. Idempotent on `event_id`; `created_by`
+        is the name of the API key that posted it (`Run.created_by`).
 
         Traced as the ingest span (a child of `parent`, an accepted W3C trace context, else of the
         current span), with the binding as its child; the run's spans descend from it.
@@ -334,7 +340,7 @@ class Orchestrator:
         if event.conversation_id is not None:
             attributes[tracing.CONVERSATION_ID] = event.conversation_id
         with tracing.span("mcphost.ingest", parent=parent or None, attributes=attributes) as current:
-            admission = await self._admit(event)
+            admission = await self._admit(event, created_by)
             run = admission.run
             tracing.annotate(
                 current,
@@ -347,7 +353,7 @@ class Orchestrator:
             )
             return admission
 
-    async def _admit(self, event: AgentEventEnvelope) -> Admission:
+    async def _admit(self, event: AgentEventEnvelope, created_by: str | None) -> Admission:
         bind_ns = time.time_ns()
         bound: AgentBinding | None = None
         try:
@@ -399,6 +405,7 @@ class Orchestrator:
             created_at=now,
             deadline_at=grant.deadline_at,
             host_id=self.host_id,
+            created_by=created_by,
         )
         active = _ActiveRun(run_id=run_id, conversation_id=event.conversation_id, runner=runner)
         start = self._start_at_once(active, event, binding, grant, token)

@@ -197,6 +197,7 @@ def _scratch_settings(base: Settings, agent: AgentConfig, folder: Path) -> Setti
             "schedules": [],
             "hooks": {},
             "webhooks": [],
+            "api_keys": [],  # a scratch host on loopback: like api_key, no key (nor its variable) needed
             "retention": RetentionSettings(),
         }
     )

@@ -40,7 +40,7 @@ from mcphost.api import ApiLimits, ApiState
 from mcphost.app import Host, build_app, open_host
 from mcphost.config import Settings
 from mcphost.errors import ConfigError, HostError, InvalidArgumentError
-from mcphost.guard import is_loopback
+from mcphost.guard import api_keys, is_loopback
 from mcphost.orchestrator import CANCEL_GRACE_S, Orchestrator
 
 logger = logging.getLogger(__name__)
@@ -59,12 +59,12 @@ def parse_listen(listen: str) -> tuple[str, int]:
     return host.removeprefix("[").removesuffix("]"), int(port)
 
 
-def check_listen(host: str, api_key: str | None) -> None:
-    """Refuse a non-loopback address without an API key (DESIGN §10)."""
-    if not api_key and not is_loopback(host):
+def check_listen(host: str, keyed: bool) -> None:
+    """Refuse a non-loopback address without an API key (DESIGN §10); `keyed`: any key is configured."""
+    if not keyed and not is_loopback(host):
         raise ConfigError(
             f"Refusing to listen on {host!r} without an API key: /v1 would be open to the network. Set "
-            "[host] api_key (or MCPHOST_API_KEY), or listen on 127.0.0.1."
+            "[host] api_key (or MCPHOST_API_KEY) or add [[api_keys]], or listen on 127.0.0.1."
         )
 
 
@@ -308,7 +308,7 @@ async def serve(
     if listen is not None:  # the guard and the default public URL follow the address actually bound
         settings = settings.model_copy(update={"host": settings.host.model_copy(update={"listen": listen})})
     bind_host, port = parse_listen(settings.host.listen)
-    check_listen(bind_host, settings.host.api_key)
+    check_listen(bind_host, bool(api_keys(settings)))  # also: every key_env is set, before anything starts
     with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         sock = bind_socket(bind_host, port)
         with sock:

@@ -3,8 +3,10 @@ artifacts, runners, `/healthz`, `/metrics`, `/openapi.json` and `/docs`.
 
 Owns the routes, what each accepts (pydantic query and body models with `extra="forbid"`), the shape of
 each answer (the response models, which `/openapi.json` publishes), the one mapping of errors to HTTP
-(`_errors`: every `HostError` becomes its JSON error response there) and the middleware in front of the
-routes (`_middleware`: the host's `HttpGuard` with the API key, the storage 503, CORS, request metrics).
+(`_errors`: every `HostError` becomes its JSON error response there), the middleware in front of the
+routes (`_middleware`: the host's `HttpGuard` with the API keys, the storage 503, CORS, request metrics)
+and the role check every route makes before its handler (`_access`, with the role each row of the route
+table declares).
 Does not own the policy of the guard (`guard.py`) nor the composition of the host: `app.py` builds the
 `ApiState` the routes and middleware read. Endpoints raise; they never build an error response.
 
@@ -12,7 +14,8 @@ Module map: `_routes` (the route table, `routes()` and the OpenAPI document), `_
 run records, conversations, agents, runners, health and metrics endpoints), `_artifacts` (multipart upload, range downloads), `_resources` (knowledge bases, their search, upstream tools),
 `_models` (request and response models), `_http` (query and body parsing, capped body reads, the
 result streams' sse-starlette settings: `json_event`, `EventStream`), `_errors` (errors → HTTP,
-`CatchAll`), `_middleware` (the middleware, outermost first), `_docs` (the `/docs` page), `_state`
+`CatchAll`), `_middleware` (the middleware, outermost first), `_access` (the caller, the role check, a
+sender key's own runs), `_docs` (the `/docs` page), `_state`
 (`ApiState`, `ApiLimits`), `_metrics` (`HostMetrics`). The two HTTP-only errors,
 `RangeNotSatisfiableError` (416) and `UnavailableError` (503), live in `mcphost.errors` with the rest of
 the tree and are re-exported here.

@@ -4,9 +4,10 @@ Owns what each of these routes does: admission of an event (202, or its results 
 `?stream=true`), run reads, result pages and resumable result streams, cancellation, audit pages,
 conversation transcript and event pages, what a run left (`run_records`), the configured agents,
 deleting a state value (an operator's way out of a value no
-run can use), the runner registry view, liveness and metrics. Does not own
-artifacts (`_artifacts`), the route table or OpenAPI (`_routes`), authentication or error responses
-(`_middleware`, `_errors`). Endpoints raise; they never build an error response.
+run can use), the runner registry view, liveness and metrics, and what a `sender` key's request
+sees of runs (its own: `_access.own_run`, `created_by` on its lists and admissions). Does not own
+artifacts (`_artifacts`), the route table or OpenAPI (`_routes`), authentication, the role check or
+error responses (`_middleware`, `_access`, `_errors`). Endpoints raise; they never build an error response.
 
 Invariants:
 - Input is validated before anything is stored: a refused request changes nothing.
@@ -34,6 +35,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from mcphost import __version__, tracing
+from mcphost.api._access import caller_of, own_run
 from mcphost.api._http import (
     EventStream,
     json_event,
@@ -80,12 +82,14 @@ from mcphost.api._state import ApiState, api_state
 from mcphost.context import mcp_url
 from mcphost.errors import (
     ConflictError,
+    ForbiddenError,
     HostError,
     InvalidArgumentError,
     NotFoundError,
     StorageUnavailableError,
     UnavailableError,
 )
+from mcphost.guard import Caller
 from mcphost.models import AgentEventEnvelope, Run
 from mcphost.protocol import JSONObject
 from mcphost.stores import MAX_RUN_SEQ
@@ -150,10 +154,21 @@ async def ingest_event(request: Request) -> Response:
         raise UnavailableError(
             "The host is shutting down and takes no new events; retry on another replica or after it restarts."
         )
+    caller = caller_of(request)
+    if caller.agents:
+        _check_agent(state, event, caller)
     # A W3C trace context of the caller becomes the ingest span's parent; a malformed one is ignored.
-    admission = await state.orchestrator.submit(event, parent=tracing.accept(request.headers))
-    state.metrics.event_admitted(created=admission.created)
+    admission = await state.orchestrator.submit(
+        event, parent=tracing.accept(request.headers), created_by=caller.key
+    )
     run = admission.run
+    if caller.own_runs_only and run.created_by != caller.key:  # nothing was stored: the event had a run
+        raise ConflictError(
+            f"Event id {event.event_id!r} is taken by another key's event; send this event with an "
+            "event_id of its own.",
+            details={"event_id": event.event_id},
+        )
+    state.metrics.event_admitted(created=admission.created)
     answer = Admitted(run_id=run.run_id, event_id=run.event_id, status=run.status, created=admission.created)
     location = {"Location": f"/v1/runs/{run.run_id}"}
     if not query.stream:
@@ -168,10 +183,26 @@ async def ingest_event(request: Request) -> Response:
     return EventStream(events(), headers={**location, "X-Run-Id": run.run_id})
 
 
+def _check_agent(state: ApiState, event: AgentEventEnvelope, caller: Caller) -> None:
+    """A sender key limited to `agents` posts only events that bind to one of them."""
+    try:
+        agent_id = state.bindings.resolve(event).agent.id
+    except HostError:
+        return  # the admission says why (or answers a replay with its run, which must be this key's)
+    if agent_id not in caller.agents:
+        raise ForbiddenError(
+            f"Key {caller.key!r} may post events only for the agents {sorted(caller.agents)!r}; this event "
+            f"binds to {agent_id!r}. Address one of those agents ([[api_keys]] agents).",
+            details={"key": caller.key, "agent_id": agent_id, "agents": sorted(caller.agents)},
+        )
+
+
 async def list_runs(request: Request) -> Response:
     state = api_state(request)
     query = parse_query(request, RunsQuery)
+    caller = caller_of(request)
     page = await state.stores.runs.list(
+        created_by=caller.key if caller.own_runs_only else None,
         conversation_id=query.conversation_id,
         status=query.status,
         agent_id=query.agent,
@@ -188,7 +219,7 @@ async def show_run(request: Request) -> Response:
     state = api_state(request)
     parse_query(request, QueryModel)
     run_id = path_id(request, "run_id")
-    run = await state.stores.runs.get(run_id)
+    run = own_run(request, await state.stores.runs.get(run_id))
     record = await state.stores.runs.grant(run_id)
     grant = record.grant
     summary = GrantSummary.of(
@@ -225,7 +256,7 @@ async def run_results(request: Request) -> Response:
     query = parse_query(request, ResultsQuery)
     after = _resume_point(request, query)
     run_id = path_id(request, "run_id")
-    run = await state.stores.runs.get(run_id)  # 404 before any stream starts
+    run = own_run(request, await state.stores.runs.get(run_id))  # 404 before any stream starts
     if _wants_json(request):
         items = await state.stores.results.list(run_id, after=after, limit=query.limit)
         # Read the status after the page: a terminal run read here has every result already stored.
@@ -248,7 +279,7 @@ async def cancel_run(request: Request) -> Response:
     raw = await read_body(request, MAX_SMALL_BODY_BYTES)
     body = parse_json(CancelBody, raw) if raw.strip() else CancelBody()
     run_id = path_id(request, "run_id")
-    run = await state.stores.runs.get(run_id)
+    run = own_run(request, await state.stores.runs.get(run_id))
     if run.status.is_terminal:
         raise _conflict_terminal(run)
     run = await state.orchestrator.cancel(run_id, reason=body.reason or "cancelled through the API")

@@ -9,8 +9,10 @@ Invariants:
 - Every middleware reads the host through `app.state.api` (`ApiState`), set before requests are served,
   so the app may open its host in its lifespan.
 - `/v1` and `/runs/{run_id}/mcp` are guarded by the same `HttpGuard` instance the facts server holds: the
-  same Host and Origin headers get the same verdict on both; `/v1` also needs the API key when one is
-  configured, and a refusal there is a 401 `unauthorized`.
+  same Host and Origin headers get the same verdict on both; `/v1` also needs an API key when any is
+  configured, and a refusal there is a 401 `unauthorized`. The role a route requires is checked by the
+  route (`_access`); `/metrics`, `/openapi.json` and `/docs` find their key there, unless `[host] public`
+  opens them.
 - CORS is off unless `[host] cors_origins` lists origins; then `/v1` (only) answers their preflights and
   carries CORS headers on every answer, refusals included (`Cors`, outside `ApiGuard`).
 """
@@ -25,10 +27,12 @@ from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from mcphost.api._access import remember
 from mcphost.api._errors import CatchAll, error_response, host_error_response, storage_unavailable
 from mcphost.api._metrics import UNMATCHED_ROUTE
 from mcphost.api._state import ApiState
 from mcphost.errors import UnauthorizedError
+from mcphost.guard import Refusal
 
 
 def middleware(cors_origins: Sequence[str], *, site_paths: Callable[[str], bool]) -> list[Middleware]:
@@ -83,7 +87,9 @@ HOOKS_PREFIX = "/v1/hooks/"
 
 
 class ApiGuard:
-    """`/v1` access: the host's `HttpGuard` (Host, Origin, then the API key); a refusal is a 401.
+    """`/v1` access: the host's `HttpGuard` (Host, Origin, then the API key); a refusal is a 401, and
+    the key's caller is kept for the route, which checks its role (`_access`). Every `/v1` route needs a
+    key here, before the storage check, whatever its role: a route the table forgot cannot be open.
     Webhooks (`HOOKS_PREFIX`) are let through: their route checks the sender's signature. The site's
     files (`site_paths`: the console's) get the Host and Origin checks only (421, 403): they hold no data, and the login prompt must load."""
 
@@ -94,10 +100,11 @@ class ApiGuard:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope.get("path", "") if scope["type"] == "http" else ""
         if (path == "/v1" or path.startswith("/v1/")) and not path.startswith(HOOKS_PREFIX):
-            refused = _state(scope).guard.api_refusal(Headers(scope=scope))
-            if refused is not None:
-                await host_error_response(UnauthorizedError(refused.message))(scope, receive, send)
+            verdict = _state(scope).guard.authenticate(Headers(scope=scope))
+            if isinstance(verdict, Refusal):
+                await host_error_response(UnauthorizedError(verdict.message))(scope, receive, send)
                 return
+            remember(scope, verdict)  # the route checks its role (`_access.check_access`)
         elif self.site_paths(path):
             refused = _state(scope).guard.site_refusal(Headers(scope=scope))
             if refused is not None:

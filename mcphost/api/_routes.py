@@ -1,12 +1,15 @@
 """The route table and the OpenAPI document: `routes()` and `openapi()` read the same `_ENDPOINTS`.
 
-Owns which handler serves which method and path, which routes are public (outside `/v1`, no API key), and
-the OpenAPI 3.1 document built from that table and the pydantic models. Does not own what a handler does
-(`_endpoints`, `_artifacts`), authentication (`_middleware` checks the key) or the MCP endpoint (`app.py` mounts
-the facts server's route).
+Owns which handler serves which method and path, the one role each route requires (declared in its
+row: `role`, and `own_runs` / `public_as` where they apply), and the OpenAPI 3.1 document built from that
+table and the pydantic models (the role as each operation's `x-mcphost-role`). Does not own what a handler
+does (`_endpoints`, `_artifacts`), authentication and the role check (`_middleware` finds the key,
+`_access` checks the role) or the MCP endpoint (`app.py` mounts the facts server's route).
 
 Invariants:
 - `routes()` and `openapi()` both read `_ENDPOINTS`, so the document cannot drift from the routes served.
+- Every row names its role (a keyword without default: a row without one does not import), and every
+  route `routes()` returns checks it before its handler runs and carries it (`guard.declared_access`).
 - The document is built once per process, on the first request to `/openapi.json` or `/docs`; `/docs`
   renders that same document (`_docs`), so the page cannot drift from it either.
 - Every operation has a unique `operationId` (its handler's name) and one tag (the first path segment
@@ -18,7 +21,7 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pydantic import BaseModel
 from pydantic.json_schema import JsonSchemaMode, models_json_schema
@@ -27,6 +30,7 @@ from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from mcphost import __version__
+from mcphost.api._access import check_access
 from mcphost.api._approvals import decide_approval, list_approvals, show_approval
 from mcphost.api._artifacts import artifact_content, artifact_metadata, upload_artifact
 from mcphost.api._deliveries import list_deliveries, redeliver
@@ -98,7 +102,9 @@ from mcphost.api._schedules import (
     resume_schedule,
     show_schedule,
 )
+from mcphost.config import PublicEndpoint
 from mcphost.explain import ExplainRequest, Explanation
+from mcphost.guard import Access, declare_access
 from mcphost.models import AgentEventEnvelope
 from mcphost.protocol import ArtifactRef, JSONObject
 from mcphost.schedules import ScheduleStatus
@@ -166,10 +172,14 @@ class _Endpoint:
     query: type[BaseModel] | None = None
     body: str | JSONObject | None = None
     headers: tuple[str, ...] = ()
-    public: bool = False
-    """Outside `/v1`: no API key."""
-    signed: bool = False
-    """Authenticated by the sender's signature instead of the API key (`/v1/hooks/{source}`)."""
+    role: Access = field(kw_only=True)
+    """What the route requires (`guard.Access`): a key of this role or one that reaches it
+    (`guard.ROLE_REACHES`), or `public` (no key) or `signed` (the sender's signature,
+    `/v1/hooks/{source}`). Every route names one; `_access.check_access` enforces it."""
+    own_runs: bool = False
+    """A `sender` key may use it too, on the runs its events created (others: 404; lists: its own)."""
+    public_as: PublicEndpoint | None = None
+    """The `[host] public` entry that lets it answer without a key."""
     partial: bool = False
     """Also answers 206 (a byte range) with the same content."""
     stream: bool = False
@@ -185,93 +195,93 @@ class _Endpoint:
 
 _ENDPOINTS: tuple[_Endpoint, ...] = (
     _Endpoint("POST", "/v1/events", ingest_event, "Ingest an event; with stream=true, the run's results as SSE",
-              202, "Admitted", (400, 404, 409, 413, 503), IngestQuery, "AgentEventEnvelope", stream=True),
+              202, "Admitted", (400, 404, 409, 413, 503), IngestQuery, "AgentEventEnvelope", stream=True, role="sender"),
     _Endpoint("POST", "/v1/hooks/{source}", receive_hook,
               "A signed webhook from a [hooks.<source>] sender, admitted as an event (authenticated by its "
               "signature: Standard Webhooks headers, X-Hub-Signature-256 or a bearer secret; not the API key)",
               202, "Admitted", (400, 401, 404, 409, 413, 503), body={"application/json": {"schema": {"type": "object"}}},
               headers=("webhook-id", "webhook-timestamp", "webhook-signature", "X-Hub-Signature-256",
-                       "X-GitHub-Delivery", "X-GitHub-Event", "Idempotency-Key"), signed=True,
+                       "X-GitHub-Delivery", "X-GitHub-Event", "Idempotency-Key"), role="signed",
               ignored="HookIgnored"),
-    _Endpoint("GET", "/v1/runs", list_runs, "Runs, newest first", 200, "RunsPage", (400,), RunsQuery),
-    _Endpoint("GET", "/v1/runs/{run_id}", show_run, "A run and its grant (never its token)", 200, "RunView", (404,)),
+    _Endpoint("GET", "/v1/runs", list_runs, "Runs, newest first", 200, "RunsPage", (400,), RunsQuery, role="reader", own_runs=True),
+    _Endpoint("GET", "/v1/runs/{run_id}", show_run, "A run and its grant (never its token)", 200, "RunView", (404,), role="reader", own_runs=True),
     _Endpoint("GET", "/v1/runs/{run_id}/results", run_results,
               "The run's results: SSE (resumable), or JSON with Accept: application/json",
-              200, "ResultsPage", (400, 404), ResultsQuery, headers=("Last-Event-ID",), stream=True),
+              200, "ResultsPage", (400, 404), ResultsQuery, headers=("Last-Event-ID",), stream=True, role="reader", own_runs=True),
     _Endpoint("POST", "/v1/runs/{run_id}/cancel", cancel_run, "Cancel a run (an inspection grant is revoked)",
-              202, "CancelAnswer", (400, 404, 409, 413), body="CancelBody"),
+              202, "CancelAnswer", (400, 404, 409, 413), body="CancelBody", role="operator", own_runs=True),
     _Endpoint("GET", "/v1/runs/{run_id}/audit", run_audit, "The run's MCP call audit", 200, "AuditPage",
-              (400, 404), AuditQuery),
+              (400, 404), AuditQuery, role="reader"),
     _Endpoint("GET", "/v1/runs/{run_id}/records", run_records,
               "What the run left: the context it was started with (without its token), its event-log entries "
-              "and transcript rows", 200, "RunRecords", (400, 404)),
+              "and transcript rows", 200, "RunRecords", (400, 404), role="reader"),
     _Endpoint("GET", "/v1/conversations/{conversation_id}/transcript", conversation_transcript,
-              "A page of a conversation's transcript", 200, "TranscriptPage", (400,), PageQuery),
+              "A page of a conversation's transcript", 200, "TranscriptPage", (400,), PageQuery, role="reader"),
     _Endpoint("GET", "/v1/conversations/{conversation_id}/events", conversation_events,
-              "A page of a conversation's event log", 200, "EventsPage", (400,), EventsPageQuery),
+              "A page of a conversation's event log", 200, "EventsPage", (400,), EventsPageQuery, role="reader"),
     _Endpoint("DELETE", "/v1/state/{scope}/{key}", delete_state,
               "Delete one state value (also one too deep to be served); the query names the owner's ids",
-              200, "StateDeleted", (400, 404), StateOwnerQuery),
+              200, "StateDeleted", (400, 404), StateOwnerQuery, role="admin"),
     _Endpoint("GET", "/v1/schedules", list_schedules, "Every schedule with its next and newest fire times", 200,
-              "SchedulesPage"),
+              "SchedulesPage", role="reader"),
     _Endpoint("POST", "/v1/schedules", create_schedule, "Create a schedule (stored; fires on every replica once)",
-              201, "ScheduleStatus", (400, 404, 409, 413), body="ScheduleSpec"),
-    _Endpoint("GET", "/v1/schedules/{schedule_id}", show_schedule, "One schedule", 200, "ScheduleStatus", (400, 404)),
+              201, "ScheduleStatus", (400, 404, 409, 413), body="ScheduleSpec", role="operator"),
+    _Endpoint("GET", "/v1/schedules/{schedule_id}", show_schedule, "One schedule", 200, "ScheduleStatus", (400, 404), role="reader"),
     _Endpoint("DELETE", "/v1/schedules/{schedule_id}", delete_schedule,
               "Delete a schedule created through the API (config ones are read-only)", 200, "ScheduleDeleted",
-              (400, 404, 409)),
+              (400, 404, 409), role="operator"),
     _Endpoint("POST", "/v1/schedules/{schedule_id}/pause", pause_schedule, "Pause a schedule created through the API",
-              200, "ScheduleStatus", (400, 404, 409)),
+              200, "ScheduleStatus", (400, 404, 409), role="operator"),
     _Endpoint("POST", "/v1/schedules/{schedule_id}/resume", resume_schedule,
-              "Resume a paused schedule created through the API", 200, "ScheduleStatus", (400, 404, 409)),
+              "Resume a paused schedule created through the API", 200, "ScheduleStatus", (400, 404, 409), role="operator"),
     _Endpoint("GET", "/v1/deliveries", list_deliveries,
               "Outbound webhook deliveries, newest first (status=dead: the dead-letter list)", 200,
-              "DeliveriesPage", (400,), DeliveriesQuery),
+              "DeliveriesPage", (400,), DeliveriesQuery, role="reader"),
     _Endpoint("POST", "/v1/deliveries/{delivery_id}/redeliver", redeliver,
-              "Send a delivery again (same webhook-id), due now", 202, "DeliveryRecord", (400, 404)),
+              "Send a delivery again (same webhook-id), due now", 202, "DeliveryRecord", (400, 404), role="operator"),
     _Endpoint("GET", "/v1/approvals", list_approvals,
               "Approvals, newest first (status=pending: what waits for a decision)", 200, "ApprovalsPage", (400,),
-              ApprovalsQuery),
-    _Endpoint("GET", "/v1/approvals/{approval_id}", show_approval, "One approval", 200, "ApprovalRecord", (400, 404)),
+              ApprovalsQuery, role="reader"),
+    _Endpoint("GET", "/v1/approvals/{approval_id}", show_approval, "One approval", 200, "ApprovalRecord", (400, 404), role="reader"),
     _Endpoint("POST", "/v1/approvals/{approval_id}", decide_approval,
               "Approve or deny (idempotent; the other decision, or approving an expired one, is 409)", 200,
-              "ApprovalRecord", (400, 404, 409, 413), body="DecisionBody"),
+              "ApprovalRecord", (400, 404, 409, 413), body="DecisionBody", role="operator"),
     _Endpoint("POST", "/v1/explain", explain_event,
               "Dry run: the agent an event would bind to (and why the others do not), its grant layer by layer, "
               "and for each named tool, resource or state scope 'allowed' or the layer that removed it and the "
               "key that would add it. Nothing is stored or run", 200, "Explanation", (400, 404, 413),
-              body="ExplainRequest"),
+              body="ExplainRequest", role="operator"),
     _Endpoint("GET", "/v1/agents", list_agents,
               "The configured agents: the events and hooks that bind to each, its runner and the tools and "
-              "knowledge bases its config grants (no prompt or runner config)", 200, "AgentsView", (400,)),
+              "knowledge bases its config grants (no prompt or runner config)", 200, "AgentsView", (400,), role="reader"),
     _Endpoint("GET", "/v1/knowledge", list_knowledge,
               "Every configured knowledge base: its sources, stored documents and chunks, when it was last "
               "ingested, whether it is ready, and the agents whose config names it", 200, "KnowledgeView",
-              (400,)),
+              (400,), role="reader"),
     _Endpoint("GET", "/v1/knowledge/{kb_id}/search", search_knowledge,
               "Search a knowledge base as the per-run knowledge_retrieve tool does (any configured one: the "
               "API key stands in for a run grant); 404 when it is unknown or not ingested yet", 200,
-              "KnowledgeSearchAnswer", (400, 404), KnowledgeSearchQuery),
+              "KnowledgeSearchAnswer", (400, 404), KnowledgeSearchQuery, role="reader"),
     _Endpoint("GET", "/v1/tools", list_tools,
               "The upstream tool servers ([tools.<server>]): transport and target (never headers or env), "
               "state and last error, their tools with an input summary, and the agents whose globs allow "
-              "each", 200, "ToolsView", (400,), ToolsQuery),
+              "each", 200, "ToolsView", (400,), ToolsQuery, role="reader"),
     _Endpoint("GET", "/v1/runners", list_runners, "Runners, rejected manifests and plugin processes", 200,
-              "RunnersView"),
+              "RunnersView", role="reader"),
     _Endpoint("POST", "/v1/artifacts", upload_artifact,
               "Upload an artifact (raw body, or multipart/form-data with a 'file' part) for input.attachments",
               201, "ArtifactRef", (400, 413), UploadQuery,
-              {**_BINARY, "multipart/form-data": {"schema": {"type": "object", "properties": {"file": {"type": "string", "format": "binary"}}}}}),
+              {**_BINARY, "multipart/form-data": {"schema": {"type": "object", "properties": {"file": {"type": "string", "format": "binary"}}}}}, role="sender"),
     _Endpoint("GET", "/v1/artifacts/{artifact_id}", artifact_metadata, "An artifact's metadata", 200,
-              "ArtifactRecord", (404,)),
+              "ArtifactRecord", (404,), role="reader"),
     _Endpoint("GET", "/v1/artifacts/{artifact_id}/content", artifact_content,
               "An artifact's bytes; a single byte range answers 206", 200, _BINARY, (404, 416), headers=("Range",),
-              partial=True),
-    _Endpoint("GET", "/healthz", healthz, "Liveness (503 while draining)", 200, "Health", (503,), public=True),
-    _Endpoint("GET", "/metrics", metrics, "Prometheus text metrics", 200, _TEXT, public=True),
-    _Endpoint("GET", "/openapi.json", openapi_document, "This document", 200, {"application/json": {}}, public=True),
+              partial=True, role="reader"),
+    _Endpoint("GET", "/healthz", healthz, "Liveness (503 while draining)", 200, "Health", (503,), role="public"),
+    _Endpoint("GET", "/metrics", metrics, "Prometheus text metrics", 200, _TEXT, role="reader", public_as="metrics"),
+    _Endpoint("GET", "/openapi.json", openapi_document, "This document", 200, {"application/json": {}}, role="reader", public_as="openapi"),
     _Endpoint("GET", "/docs", docs_page, "This document as a web page (self-contained: no scripts, no CDN)", 200,
-              _HTML, public=True),
+              _HTML, role="reader", public_as="docs"),
 )  # fmt: skip
 
 
@@ -295,9 +305,33 @@ TAGS: dict[str, str] = {
 """Every tag an operation has, in the order a reader meets them."""
 
 
+def _guarded(endpoint: _Endpoint) -> Callable[[Request], Awaitable[Response]]:
+    """The endpoint's handler behind the check of its role."""
+
+    async def guarded(request: Request) -> Response:
+        check_access(request, endpoint.role, own_runs=endpoint.own_runs, public_as=endpoint.public_as)
+        return await endpoint.handler(request)
+
+    return guarded
+
+
 def routes() -> list[BaseRoute]:
-    """Every route of the API (the MCP endpoint is mounted by `app.py`)."""
-    return [Route(e.path, e.handler, methods=[e.method]) for e in _ENDPOINTS]
+    """Every route of the API, each behind its role and marked with it (`guard.declare_access`); the MCP
+    endpoint is mounted by `app.py`."""
+    return [
+        declare_access(Route(e.path, _guarded(e), methods=[e.method], name=e.handler.__name__), e.role)
+        for e in _ENDPOINTS
+    ]
+
+
+ROLES_DESCRIPTION = (
+    "A bearer API key ([[api_keys]] or [host] api_key). Each operation's x-mcphost-role names the role it "
+    "requires: an admin key reaches every operation; an operator key those of operator and reader; a "
+    "reader key those of reader; a sender key those of sender, and those marked x-mcphost-own-runs for "
+    "the runs its events created (another run is 404). A key that does not reach an operation gets 403 "
+    "naming the role. 'public' needs no key; 'signed' is authenticated by the sender's signature; "
+    "x-mcphost-public names the [host] public entry that opens an operation to requests without a key."
+)
 
 
 def _content(what: str | JSONObject) -> JSONObject:
@@ -349,7 +383,8 @@ def _operation(endpoint: _Endpoint) -> JSONObject:
         }
     if endpoint.partial:
         responses["206"] = {"description": "the requested byte range", "content": ok}
-    for status in sorted({*endpoint.errors, *(() if endpoint.public else (401,))}):
+    keyed = endpoint.role not in ("public", "signed")
+    for status in sorted({*endpoint.errors, *((401, 403) if keyed else ())}):
         responses[str(status)] = {"description": "error", "content": _content("ErrorBody")}
     op: JSONObject = {
         "operationId": endpoint.handler.__name__,
@@ -361,8 +396,13 @@ def _operation(endpoint: _Endpoint) -> JSONObject:
         op["parameters"] = params
     if endpoint.body is not None:
         op["requestBody"] = {"required": endpoint.body != "CancelBody", "content": _content(endpoint.body)}
-    if endpoint.public or endpoint.signed:
+    if not keyed:
         op["security"] = []
+    op["x-mcphost-role"] = endpoint.role
+    if endpoint.own_runs:
+        op["x-mcphost-own-runs"] = True
+    if endpoint.public_as is not None:
+        op["x-mcphost-public"] = endpoint.public_as
     return op
 
 
@@ -420,7 +460,9 @@ def openapi() -> JSONObject:
         },
         "components": {
             "schemas": top.get("$defs", {}),
-            "securitySchemes": {"apiKey": {"type": "http", "scheme": "bearer"}},
+            "securitySchemes": {
+                "apiKey": {"type": "http", "scheme": "bearer", "description": ROLES_DESCRIPTION}
+            },
         },
         "security": [{"apiKey": []}],
         "tags": [{"name": name, "description": text} for name, text in TAGS.items()],

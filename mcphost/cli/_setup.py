@@ -29,9 +29,18 @@ INIT_TEMPLATE = """\
 data_dir = ".mcphost"              # the SQLite database, blobs and run folders
 listen = "127.0.0.1:8787"          # where `mcphost serve` listens
 # public_url = "https://agents.example.com"   # how runners reach the host (default http://<listen>)
-# api_key = "..."                  # required on /v1; without it the server stays on loopback
+# api_key = "..."                  # an admin key for /v1; without any key the server stays on loopback
+public = ["openapi", "docs"]       # which of metrics, openapi, docs answer without a key
 run_timeout_s = 300                # default run deadline (seconds)
 bundled_plugins = true             # start the bundled runners: echo, memo, claude-code, codex-agent
+
+# API keys with roles (README, "API keys and roles"): admin | operator (decide, cancel, redeliver,
+# schedules, and read) | sender (post events, read its own runs) | reader (GET only).
+# [[api_keys]]
+# name = "ci"
+# key_env = "MCPHOST_CI_KEY"       # the variable holding the key; or key_sha256 = "<hex SHA-256 of the key>"
+# role = "sender"
+# agents = ["default"]             # sender only: the agents its events may bind to
 
 # A plugin of your own: a long-lived process speaking the stdio protocol (README, "Writing a runner").
 # `python` here is mcphost's own interpreter.

@@ -24,6 +24,8 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import Message, Receive, Scope, Send
 
+from mcphost.guard import declare_access
+
 STATIC_DIR = Path(__file__).parent / "static"
 PREFIX = "/console"
 
@@ -67,4 +69,7 @@ def is_console_path(path: str) -> bool:
 
 def routes() -> list[BaseRoute]:
     """`/` (a redirect to `/console/`) and the console's files under `/console/`."""
-    return [Route("/", _home, methods=["GET"]), Mount(PREFIX, app=_Files(), name="console")]
+    return [
+        declare_access(Route("/", _home, methods=["GET"]), "site"),
+        declare_access(Mount(PREFIX, app=_Files(), name="console"), "site"),
+    ]

@@ -81,7 +81,7 @@ from mcphost.facts.providers import (
     RunParker,
 )
 from mcphost.grants import token_matches
-from mcphost.guard import HttpGuard
+from mcphost.guard import HttpGuard, declare_access
 from mcphost.stores import GrantRecord, Stores
 from mcphost.warm import SESSION_ID, SESSION_PATH, WarmSessions
 
@@ -214,8 +214,9 @@ class FactsServer:
         self._warm = warm
         self._on_call = on_call
         self._routes: list[BaseRoute] = [
-            Route(MCP_PATH, endpoint=self, name="mcphost_facts"),
-            Route(SESSION_PATH, endpoint=self, name="mcphost_warm_session"),
+            # The run's (or the warm session's) token, not an API key: no role applies.
+            declare_access(Route(MCP_PATH, endpoint=self, name="mcphost_facts"), "run-token"),
+            declare_access(Route(SESSION_PATH, endpoint=self, name="mcphost_warm_session"), "run-token"),
         ]
         self.asgi_app: ASGIApp = Router(routes=self._routes)
         """A standalone ASGI app serving only `/runs/{run_id}/mcp` (no lifespan: enter `running()`)."""

@@ -165,6 +165,7 @@ def _run(row: RunRow | Row[Any]) -> Run:
         host_id=row.host_id,
         attempt=row.attempt,
         previous_run_id=row.previous_run_id,
+        created_by=row.created_by,
     )
 
 
@@ -179,14 +180,15 @@ def _outcome(error: RunError | None, usage: JSONObject | None) -> dict[str, Any]
     return values if usage is None else values | {"usage": usage}
 
 
-def _not_found(run_id: str) -> RunNotFoundError:
+def run_not_found(run_id: str) -> RunNotFoundError:
+    """The one answer for a run that does not exist, also to a key that may not see it (`api/_access`)."""
     return RunNotFoundError(f"Run {run_id!r} does not exist; list runs with GET /v1/runs to find its id.")
 
 
 async def _row(session: AsyncSession, run_id: str) -> Row[Any]:
     row = (await (await core(session)).execute(_BY_RUN, {"w_run_id": run_id})).one_or_none()
     if row is None:
-        raise _not_found(run_id)
+        raise run_not_found(run_id)
     return row
 
 
@@ -252,8 +254,9 @@ class RunStore:
         """Record a new `queued` run for its event; (run, created).
 
         An event that already has a run returns its latest run with `created=False`, unless that run
-        failed `host.restarted`: then the run is stored as the next attempt (`attempt`,
-        `previous_run_id` are set here; the caller's values are ignored). With `reject`, an active
+        failed `host.restarted` and `run.created_by` is its creator: then the run is stored as the next
+        attempt (`attempt`, `previous_run_id` are set here; the caller's values are ignored). Another
+        key's event gets no attempt of its own: its latest run is returned (the API refuses it). With `reject`, an active
         run in the conversation raises; with `interrupt`, active runs of the conversation get a cancel
         request and the new run queues behind them. `inbound` (`events.event_values`) is the event-log
         row of the run's event, written in the same transaction as a created run (unless the log has it).
@@ -284,7 +287,7 @@ class RunStore:
                 return _run(existing), True
             if existing is None:
                 values.update(attempt=1, previous_run_id=None)
-            elif not _restartable(prior := _run(existing)):
+            elif not _restartable(prior := _run(existing)) or prior.created_by != run.created_by:
                 return prior, False
             else:
                 values.update(attempt=prior.attempt + 1, previous_run_id=prior.run_id)
@@ -420,7 +423,7 @@ class RunStore:
                 await session.execute(select(RunRow.context).where(RunRow.run_id == run_id))
             ).one_or_none()
         if stored is None:
-            raise _not_found(run_id)
+            raise run_not_found(run_id)
         return None if stored.context is None else AgentRunContext.model_validate(stored.context)
 
     async def _blocked(self, session: AsyncSession, row: Row[Any]) -> bool:
@@ -563,7 +566,7 @@ class RunStore:
         async with self._db.read() as session:
             row = (await (await core(session)).execute(_GRANT_BY_RUN, {"w_run_id": run_id})).one_or_none()
         if row is None:
-            raise _not_found(run_id)
+            raise run_not_found(run_id)
         return GrantRecord(
             grant=RunGrant.model_validate(row.grant),
             status=RunStatus(row.status),
@@ -581,7 +584,7 @@ class RunStore:
         )
         async with self._db.write() as session:
             if (await session.execute(stmt)).first() is None:
-                raise _not_found(run_id)
+                raise run_not_found(run_id)
 
     @idempotent
     async def request_cancel(self, run_id: str) -> Run:
@@ -618,9 +621,10 @@ class RunStore:
         until: float | None = None,
         limit: int = 50,
         cursor: str | None = None,
+        created_by: str | None = None,
     ) -> Page[Run]:
-        """Runs newest first, optionally of one conversation, status and/or agent, created at or after
-        `since` and before `until` (epoch seconds).
+        """Runs newest first, optionally of one conversation, status, agent and/or creating key
+        (`created_by`), created at or after `since` and before `until` (epoch seconds).
 
         A time window becomes a range of `created_seq` first (one index probe per bound on
         `(created_at, created_seq)`), so every filter reads through an index that ends in `created_seq`
@@ -637,6 +641,8 @@ class RunStore:
             stmt = stmt.where(RunRow.status == status.value)
         if agent_id is not None:
             stmt = stmt.where(RunRow.agent_id == agent_id)
+        if created_by is not None:
+            stmt = stmt.where(RunRow.created_by == created_by)
         if cursor is not None:
             stmt = stmt.where(RunRow.created_seq < self._cursors.decode_seq(cursor, "runs"))
         async with self._db.read() as session:

@@ -211,6 +211,7 @@ class RunRow(Base):
         Index(None, "agent_id", "status", "created_seq"),
         Index(None, "created_at", "created_seq"),
         Index(None, "warm_session_id", "created_seq"),
+        Index(None, "created_by", "created_seq"),
         UniqueConstraint("event_id", "attempt"),
         {"sqlite_autoincrement": True},
     )
@@ -245,6 +246,9 @@ class RunRow(Base):
     warm_session_id: Mapped[str | None] = mapped_column(String(40))
     """The warm session whose endpoint this run serves (`ses_…`, written with `context` as the run
     starts); NULL without one. The session's current run is its running run (`stores/warm.py`)."""
+    created_by: Mapped[str | None] = mapped_column(String(100))
+    """The name of the API key whose event created the run (migration 0014); NULL without one. A
+    `sender` key lists its runs through `(created_by, created_seq)`."""
 
 
 class RunResultRow(Base):

@@ -190,7 +190,7 @@ async def test_delete_state_removes_a_value_too_deep_to_serve_and_refuses_precis
     assert kept.value == 1
     operation = (await client.get("/openapi.json")).json()["paths"]["/v1/state/{scope}/{key}"]["delete"]
     assert {"runner_id", "conversation_id", "thread_id"} <= {p["name"] for p in operation["parameters"]}
-    assert set(operation["responses"]) == {"200", "400", "401", "404"}
+    assert set(operation["responses"]) == {"200", "400", "401", "403", "404"}
 
 
 async def test_an_event_no_agent_takes_is_404_and_ambiguous_query_is_400(
@@ -739,7 +739,12 @@ async def test_the_api_key_is_required_on_v1_when_configured(database_url: str, 
         ok = await client.get("/v1/runs", headers={"authorization": "Bearer s3cret-key"})
         assert ok.status_code == 200
         assert (await client.get("/healthz")).status_code == 200  # outside /v1
-        assert (await client.get("/metrics")).status_code == 200
+        # /metrics needs a key once the host has one ([host] public opens it), the API description not.
+        error_of(await client.get("/metrics"), 401, "unauthorized")
+        assert (
+            await client.get("/metrics", headers={"authorization": "Bearer s3cret-key"})
+        ).status_code == 200
+        assert (await client.get("/openapi.json")).status_code == 200
         # A key does not lift the Host and Origin checks of a loopback-bound server (guard.py).
         far = {"authorization": "Bearer s3cret-key", "host": "agents.example.com"}
         error_of(await client.get("/v1/runs", headers=far), 401, "unauthorized")

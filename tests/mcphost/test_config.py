@@ -10,6 +10,11 @@ import pytest
 from mcphost.config import DEFAULT_AGENT_RUNNER, load_settings, settings_from_mapping
 from mcphost.errors import ConfigError
 
+KEY = '[[api_keys]]\nname = "{name}"\n{source}\nrole = "{role}"\n'
+ENV_A = 'key_env = "CI_KEY"'
+ENV_B = 'key_env = "OTHER_KEY"'
+HASH = "ab" * 32
+
 
 def write(tmp_path: Path, text: str) -> Path:
     path = tmp_path / "mcphost.toml"
@@ -83,6 +88,55 @@ def test_a_config_file_without_agents_keeps_the_default_agent(tmp_path: Path) ->
         ('[skills.triage]\ndisplay_name = "Triage"\n', "skills.triage.description: required key is missing"),
         ('[tools.x]\ncommand = ["a"]\nurl = "http://x"\n', "tools.x: set exactly one of 'command'"),
         ("[host\n", "not valid TOML"),
+        (
+            KEY.format(name="ci", source=ENV_A, role="sender")
+            + KEY.format(name="ci", source=ENV_B, role="reader"),
+            "api_keys[1] (name 'ci').name: the name 'ci' is used twice; names must be unique.",
+        ),
+        (
+            '[host]\napi_key = "k"\n' + KEY.format(name="api_key", source=ENV_A, role="reader"),
+            "the name 'api_key' is used twice ([host] api_key is named so)",
+        ),
+        (
+            KEY.format(name="ci", source=f"{ENV_A}\nkey_sha256 = '{HASH}'", role="sender"),
+            "api_keys[0]: set exactly one of 'key_env' (the environment variable holding the key) or "
+            "'key_sha256'",
+        ),
+        (KEY.format(name="ci", source="", role="sender"), "api_keys[0]: set exactly one of 'key_env'"),
+        (
+            KEY.format(name="ci", source=ENV_A, role="sender")
+            + KEY.format(name="cd", source=ENV_A, role="admin"),
+            "api_keys[1] (name 'cd'): its key_env 'CI_KEY' is also the key of 'ci'; one key has one role",
+        ),
+        (
+            KEY.format(name="a", source=f"key_sha256 = '{HASH}'", role="reader")
+            + KEY.format(name="b", source=f"key_sha256 = '{HASH.upper()}'", role="admin"),
+            "api_keys[1] (name 'b'): its key_sha256 is also the key of 'a'",
+        ),
+        (
+            KEY.format(name="ci", source="key_sha256 = 'abc'", role="reader"),
+            "api_keys[0].key_sha256: String should match",
+        ),
+        (
+            KEY.format(name="CI Bot", source=ENV_A, role="reader"),
+            "api_keys[0].name: String should match pattern",
+        ),
+        (
+            KEY.format(name="ci", source=ENV_A, role="root"),
+            "api_keys[0].role: Input should be 'admin', 'operator'",
+        ),
+        (
+            KEY.format(name="ci", source=ENV_A, role="reader") + 'agents = ["default"]\n',
+            "'agents' limits a 'sender' key; a 'reader' key reaches every agent",
+        ),
+        (
+            KEY.format(name="ci", source=ENV_A, role="sender") + 'agents = ["nope"]\n',
+            "api_keys[0] (name 'ci').agents: agent 'nope' is not configured; known agents: default.",
+        ),
+        (
+            '[host]\npublic = ["metrics", "everything"]\n',
+            "host.public[1]: Input should be 'metrics', 'openapi' or 'docs'",
+        ),
     ],
 )
 def test_config_errors_name_the_file_the_key_and_the_expectation(
@@ -93,6 +147,15 @@ def test_config_errors_name_the_file_the_key_and_the_expectation(
         load_settings(path, environ={})
     assert str(path) in str(info.value)
     assert expected in str(info.value)
+
+
+def test_api_keys_load_without_their_variables_set_which_serve_checks(tmp_path: Path) -> None:
+    """A client command loads the same file on a machine without the server's keys."""
+    path = write(tmp_path, KEY.format(name="ci", source=ENV_A, role="sender") + 'agents = ["default"]\n')
+    settings = load_settings(path, environ={})
+    [key] = settings.api_keys
+    assert (key.name, key.key_env, key.role, key.agents) == ("ci", "CI_KEY", "sender", ["default"])
+    assert settings.host.public == ["openapi", "docs"]
 
 
 def test_a_named_config_file_that_does_not_exist_is_an_error(tmp_path: Path) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +12,7 @@ from starlette.datastructures import Headers
 
 from mcphost.app import open_host
 from mcphost.config import Settings
-from mcphost.guard import HttpGuard, Refusal, is_loopback
+from mcphost.guard import OPEN, ApiKey, Caller, HttpGuard, Refusal, Role, is_loopback
 from mcphost.inspection import create_grant
 from tests.e2e.httpkit import api_settings, serve_app
 
@@ -121,6 +122,23 @@ def test_the_api_key_is_checked_after_host_and_origin() -> None:
         assert "s3cret" not in refused.message
     assert status(guard.api_refusal(headers("evil.example", authorization="Bearer s3cret"))) == 421
     assert HttpGuard().api_refusal(headers("127.0.0.1")) is None  # no key configured
+
+
+def test_each_key_authenticates_as_its_name_and_role_and_an_empty_key_never_does() -> None:
+    def key(name: str, role: Role, secret: str) -> ApiKey:
+        return ApiKey(Caller(name, role), hashlib.sha256(secret.encode()).digest())
+
+    guard = HttpGuard(api_key="adm", keys=[key("ro", "reader", "r-key"), key("blank", "admin", "")])
+    found = guard.authenticate(headers("127.0.0.1", authorization="Bearer r-key"))
+    assert found == Caller("ro", "reader")
+    assert guard.authenticate(headers("127.0.0.1", authorization="Bearer adm")) == Caller("api_key", "admin")
+    # A hash of the empty key configured by mistake does not open the host to requests without a key.
+    for value in ["", "Bearer", "Bearer ", "Bearer  "]:
+        assert status(guard.api_refusal(headers("127.0.0.1", authorization=value))) == 401, value
+    assert HttpGuard().authenticate(headers("127.0.0.1")) == OPEN
+    assert guard.is_public("openapi") is False
+    assert HttpGuard().is_public("metrics") is True  # without keys nothing needs one
+    assert HttpGuard(keys=[key("ro", "reader", "r")], public=["metrics"]).is_public("metrics") is True
 
 
 def test_the_guard_of_the_settings_follows_listen_public_url_and_allowed_lists(tmp_path: Path) -> None:

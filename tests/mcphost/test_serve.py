@@ -4,6 +4,7 @@ SQLite file, real plugin processes, real HTTP, the real MCP client and the real 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -257,6 +258,45 @@ def test_serve_refuses_a_public_address_without_an_api_key_and_requires_the_key_
     with_key = mcphost("send", "hi", "--url", server.url, "--api-key-env", "MY_KEY", cwd=tmp_path, MY_KEY=key)
     assert with_key.returncode == 0, with_key.stderr
     assert with_key.stdout == "hi\n"
+    assert server.stop()[0] == 0
+
+
+def test_serve_needs_each_key_variable_and_the_cli_commands_get_what_their_keys_role_allows(
+    tmp_path: Path, start_server: Any
+) -> None:
+    sender, reader = "ci-" + "s" * 30, "ro-" + "r" * 30
+    config = write_config(tmp_path)
+    digest = hashlib.sha256(reader.encode()).hexdigest()
+    with config.open("a", encoding="utf-8") as file:
+        file.write(
+            '[[api_keys]]\nname = "ci"\nkey_env = "CI_KEY"\nrole = "sender"\n'
+            f'[[api_keys]]\nname = "ro"\nkey_sha256 = "{digest}"\nrole = "reader"\n'
+        )
+    refused = mcphost("serve", "--config", str(config), "--listen", "127.0.0.1:0", cwd=tmp_path, timeout=30)
+    assert refused.returncode == 2
+    assert "api_keys[0] (name 'ci').key_env: the environment variable 'CI_KEY' is not set" in refused.stderr
+    assert "Traceback" not in refused.stderr
+
+    server: Server = start_server("--config", str(config), "--listen", "127.0.0.1:0", CI_KEY=sender)
+    sent = mcphost("send", "hi", "--url", server.url, "--json", cwd=tmp_path, MCPHOST_API_KEY=sender)
+    assert sent.returncode == 0, sent.stderr
+    run_id = json.loads(sent.stdout.splitlines()[-1])["run_id"]
+    as_reader = mcphost("send", "hi", "--url", server.url, cwd=tmp_path, MCPHOST_API_KEY=reader)
+    assert as_reader.returncode == 1
+    assert (
+        "unauthorized: POST /v1/events needs a key with the role 'sender'; key 'ro' has the role 'reader'"
+        in (as_reader.stderr)
+    )
+    cancel = mcphost("cancel", run_id, "--url", server.url, cwd=tmp_path, MCPHOST_API_KEY=reader)
+    assert cancel.returncode == 1
+    assert "needs a key with the role 'operator' (or a 'sender' key, for the runs its events created)" in (
+        cancel.stderr
+    )
+    mine = mcphost("cancel", run_id, "--url", server.url, cwd=tmp_path, MCPHOST_API_KEY=sender)
+    assert "conflict: Run" in mine.stderr  # its own run, found: it has ended already
+    assert "Traceback" not in as_reader.stderr + cancel.stderr + mine.stderr
+    assert sender not in server.log()
+    assert reader not in server.log()
     assert server.stop()[0] == 0
 
 

@@ -22,11 +22,11 @@ def test_a_listen_address_is_host_and_port_with_ipv6_in_brackets() -> None:
 
 def test_only_loopback_addresses_are_served_without_an_api_key() -> None:
     for host in ["127.0.0.1", "localhost", "::1", "127.0.0.5"]:
-        check_listen(host, None)
+        check_listen(host, False)
     for host in ["0.0.0.0", "::", "10.0.0.1", "agents.example.com"]:
         with pytest.raises(ConfigError, match="without an API key"):
-            check_listen(host, None)
-        check_listen(host, "a-key")
+            check_listen(host, False)
+        check_listen(host, True)
 
 
 def test_clients_on_this_machine_reach_wildcard_addresses_through_loopback(tmp_path: Path) -> None:

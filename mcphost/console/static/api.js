@@ -21,7 +21,7 @@ function login(reason) {
     const dialog = el("dialog", { id: "login", "aria-labelledby": "login-title" }, [
       el("form", {}, [
         el("h2", { id: "login-title" }, "API key"),
-        el("p", { class: "muted" }, "This host needs its API key ([host] api_key). It is kept for this browser tab only."),
+        el("p", { class: "muted" }, "This host needs an API key ([[api_keys]] or [host] api_key); what the console can show and do is what its role allows. It is kept for this browser tab only."),
         el("p", { class: "error", id: "login-reason" }, reason),
         el("input", { type: "password", name: "key", id: "login-key", autocomplete: "current-password", required: "", placeholder: "API key" }),
         el("button", { type: "submit" }, "Sign in"),

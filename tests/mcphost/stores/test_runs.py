@@ -80,6 +80,50 @@ async def test_an_event_whose_run_failed_host_restarted_is_admitted_again_as_a_l
     assert await stores.runs.admit(third, grant=grant3, concurrency="enqueue") == (second, False)
 
 
+async def test_a_run_keeps_the_key_that_created_it_and_lists_filter_by_it(stores: Stores) -> None:
+    mine = [await _admitted_by(stores, "sender-a") for _ in range(3)]
+    theirs = await _admitted_by(stores, "sender-b")
+    keyless = await admitted(stores)
+    assert (await stores.runs.get(mine[0].run_id)).created_by == "sender-a"
+    assert keyless.created_by is None
+    first = await stores.runs.list(created_by="sender-a", limit=2)
+    assert [r.run_id for r in first.items] == [mine[2].run_id, mine[1].run_id]
+    assert first.next_cursor is not None
+    rest = await stores.runs.list(created_by="sender-a", limit=2, cursor=first.next_cursor)
+    assert [r.run_id for r in rest.items] == [mine[0].run_id]
+    assert not rest.has_more
+    assert [r.run_id for r in (await stores.runs.list(created_by="sender-b")).items] == [theirs.run_id]
+    assert len((await stores.runs.list()).items) == 5
+
+
+async def _admitted_by(stores: Stores, key: str, event_id: str | None = None) -> Run:
+    run, grant = new_run("c1", event_id=event_id)
+    stored, created = await stores.runs.admit(
+        run.model_copy(update={"created_by": key}), grant=grant, concurrency="enqueue"
+    )
+    assert created
+    return stored
+
+
+async def test_only_the_key_that_created_an_event_makes_its_next_attempt_after_a_host_restart(
+    stores: Stores,
+) -> None:
+    first = await _admitted_by(stores, "sender-a", "evt-1")
+    first = await stores.runs.transition(
+        first.run_id, RunStatus.FAILED, error=RunError(code="host.restarted", message="x")
+    )
+    other, grant = new_run("c1", event_id="evt-1")
+    taken = other.model_copy(update={"created_by": "sender-b"})
+    assert await stores.runs.admit(taken, grant=grant, concurrency="enqueue") == (first, False)
+    assert await stores.runs.attempts("evt-1") == [first]
+    again, grant2 = new_run("c1", event_id="evt-1")
+    second, created = await stores.runs.admit(
+        again.model_copy(update={"created_by": "sender-a"}), grant=grant2, concurrency="enqueue"
+    )
+    assert created
+    assert (second.attempt, second.created_by) == (2, "sender-a")
+
+
 async def test_an_event_whose_run_failed_any_other_way_gets_that_run_back(stores: Stores) -> None:
     failed = await _failed(stores, "evt-1", "runner.crashed")
     again, grant = new_run("c1", event_id="evt-1")
