@@ -12,6 +12,8 @@ Invariants:
   signature or stale timestamp (401), and a payload that is not a JSON object or cannot be mapped (400)
   are all refused before the artifact is written; so is an event no agent takes (404/409).
 - A replayed delivery id answers 202 with the existing run (`created: false`) and stores nothing again.
+  The event id is `hook:<source>:<delivery id>` (`mcphost.hooks`), so only this source's own deliveries
+  are found: a delivery id equal to an API client's `event_id` or another source's is a new event.
   Two copies of one delivery racing each other both get the one run; the loser's artifact is left
   unreferenced (for retention).
 """
@@ -58,7 +60,7 @@ async def receive_hook(request: Request) -> Response:
             "The host is shutting down and takes no new events; the sender should retry later."
         )
     if verified.delivery_id is not None:
-        existing = await state.stores.runs.get_by_event(verified.delivery_id)
+        existing = await state.stores.runs.get_by_event(event.event_id)
         if existing is not None:
             state.metrics.event_admitted(created=False)
             return _admitted(Admission(existing, created=False))
