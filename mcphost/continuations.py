@@ -30,10 +30,11 @@ import anyio
 from anyio.abc import TaskStatus
 
 from mcphost.errors import HostError
+from mcphost.ingress import continuation_event_id
 from mcphost.models import AgentEventEnvelope, EventInput
 from mcphost.protocol import JSONObject
 from mcphost.stores import Stores
-from mcphost.stores.approvals import ApprovalRecord, continuation_event_id
+from mcphost.stores.approvals import ApprovalRecord
 
 logger = logging.getLogger(__name__)
 

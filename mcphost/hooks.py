@@ -15,8 +15,10 @@ Invariants:
 - Signatures and secrets are compared in constant time (`hmac.compare_digest`), and never logged or
   echoed in a message.
 - The sender's delivery id (`webhook-id`, `X-GitHub-Delivery`; for `bearer`, `webhook-id` or
-  `Idempotency-Key` when sent) becomes the envelope's `event_id`, so a redelivery is a replay of the same
-  event. GitHub signs neither a timestamp nor `X-GitHub-Delivery` (only the body): a captured delivery
+  `Idempotency-Key` when sent) becomes the envelope's `event_id` in the source's own namespace,
+  `hook:<source>:<delivery id>` (`ingress.hook_event_id`), so a redelivery is a replay of the same event
+  while no delivery can name an API client's, a schedule's, a continuation's or another source's event.
+  GitHub signs neither a timestamp nor `X-GitHub-Delivery` (only the body): a captured delivery
   sent again under a new id verifies, and is a new event — unless the source sets `replay_window_s`,
   whose lease (`replay_lease`) refuses the same body under another id within the window. Standard
   Webhooks signs the id and the time.
@@ -44,7 +46,8 @@ from standardwebhooks import Webhook
 from mcphost.common.validation import problems
 from mcphost.config import DEFAULT_HOOK_EVENT_TYPE, HookConfig
 from mcphost.errors import InvalidArgumentError, UnauthorizedError
-from mcphost.models import ID_PATTERN, AgentEventEnvelope
+from mcphost.ingress import hook_event_id
+from mcphost.models import ID_PATTERN, AgentEventEnvelope, new_id
 from mcphost.protocol import JSONObject, JSONValue, is_json_array, is_json_object
 
 _STEP = re.compile(r"\.([A-Za-z0-9_-]+)|\[([0-9]+)\]")
@@ -57,7 +60,7 @@ class Verified:
     """What a verified request says about itself besides its payload."""
 
     delivery_id: str | None
-    """The sender's id of this delivery: the event's `event_id` when set."""
+    """The sender's id of this delivery: the event's `event_id` is `hook:<source>:<delivery_id>`."""
     source_event_type: str | None
     """The platform's name for the event (`X-GitHub-Event`, a Standard Webhooks payload's `type`)."""
     payload: JSONObject
@@ -290,8 +293,7 @@ def envelope(source: str, hook: HookConfig, verified: Verified) -> AgentEventEnv
         "data": data,
         "agent_id": hook.agent,
     }
-    if verified.delivery_id is not None:
-        fields["event_id"] = verified.delivery_id
+    fields["event_id"] = hook_event_id(source, verified.delivery_id or new_id("evt"))
     if conversation_id is not None:
         fields["conversation"] = {"conversation_id": conversation_id}
     if actor_id is not None:

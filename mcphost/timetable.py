@@ -25,6 +25,7 @@ from typing import Literal
 from croniter import CroniterError, croniter
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from mcphost.ingress import SCHEDULE_PREFIX
 from mcphost.models import (
     EVENT_TYPE_PATTERN,
     ID_PATTERN,
@@ -175,4 +176,4 @@ class ScheduleSpec(BaseModel):
 
 def fire_event_id(schedule_id: str, fire_at: int) -> str:
     """The `event_id` of one fire: derived from the schedule and the fire time only."""
-    return f"schedule:{schedule_id}:{fire_at}"
+    return f"{SCHEDULE_PREFIX}{schedule_id}:{fire_at}"

@@ -90,6 +90,7 @@ from mcphost.errors import (
     UnavailableError,
 )
 from mcphost.guard import Caller
+from mcphost.ingress import check_client_event_id
 from mcphost.models import AgentEventEnvelope, Run
 from mcphost.protocol import JSONObject
 from mcphost.stores import MAX_RUN_SEQ
@@ -150,6 +151,7 @@ async def ingest_event(request: Request) -> Response:
     state = api_state(request)
     query = parse_query(request, IngestQuery)
     event = parse_json(AgentEventEnvelope, await read_body(request, state.limits.max_event_bytes))
+    check_client_event_id(event.event_id)  # hooks, schedules and continuations have their own ids
     if state.draining:
         raise UnavailableError(
             "The host is shutting down and takes no new events; retry on another replica or after it restarts."

@@ -14,6 +14,8 @@ Invariants:
 - A verified GitHub `ping`, and an event outside the source's `events`, is answered 200
   (`{"ignored": true, "reason"}`), logged and counted, and stores and admits nothing.
 - A replayed delivery id answers 202 with the existing run (`created: false`) and stores nothing again.
+  The event id is `hook:<source>:<delivery id>` (`mcphost.hooks`), so only this source's own deliveries
+  are found: a delivery id equal to an API client's `event_id` or another source's is a new event.
 - With `replay_window_s`, the same body under another delivery id within the window is a 409
   (`replayed_body`): a lease per body in the database (`hooks.replay_lease`), so it holds across replicas;
   it is taken after the agent check, so a request refused before it holds nothing.
@@ -95,7 +97,7 @@ async def receive_hook(request: Request) -> Response:
             "The host is shutting down and takes no new events; the sender should retry later."
         )
     if verified.delivery_id is not None:
-        existing = await state.stores.runs.get_by_event(verified.delivery_id)
+        existing = await state.stores.runs.get_by_event(event.event_id)
         if existing is not None:
             state.metrics.event_admitted(created=False)
             return _admitted(Admission(existing, created=False))

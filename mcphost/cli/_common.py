@@ -93,6 +93,9 @@ def event_from_args(args: argparse.Namespace) -> AgentEventEnvelope:
         "input": {"text": args.text},
     }
     if args.event_id:
+        from mcphost.ingress import check_client_event_id
+
+        check_client_event_id(args.event_id)  # hooks, schedules and continuations have their own ids
         payload["event_id"] = args.event_id
     if args.agent:
         payload["agent_id"] = args.agent

@@ -20,10 +20,12 @@ Invariants:
   `OTHER_PROCESS_POLL_S` for decisions taken by another replica or the CLI.
 - A `parked` approval's run has ended `parked` (its runner cannot wait): deciding it is the point, so
   the run's end does not expire it. Decided or expired, it is continued once: its continuation run's
-  `event_id` is `continuation_event_id(approval_id)`, unique in the runs table, so every replica (and a
-  retry) that submits it gets the same run; `continued` records that run. An approved parked `tool`
-  request lets exactly one call through: the first call of its continuation run with the same tool and
-  arguments claims it (`use`, one conditional update), any later call asks again.
+  `event_id` is `continuation_event_id(approval_id)` (`continuation:<approval_id>`, a prefix no client
+  and no hook can use: `mcphost.ingress`), unique in the runs table, so every replica (and a retry)
+  that submits it gets the same run; `continued` records that run. An approved parked `tool` request
+  lets exactly one call through: the first call of its continuation run — that id, the approval's agent
+  and conversation, and no other run recorded as its continuation — with the same tool and arguments
+  claims it (`use`, one conditional update), any later call asks again.
 - Actions are unique per (agent, `idempotency_key`): `action_key` is the agent id and the SHA-256 of
   the key, and a second `action.requested` with a key already seen creates nothing.
 """
@@ -41,6 +43,7 @@ from sqlalchemy import ColumnElement, Update, and_, insert, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from mcphost.errors import ConflictError, InvalidArgumentError, NotFoundError
+from mcphost.ingress import continued_approval
 from mcphost.models import RunStatus, new_id
 from mcphost.protocol import JSONObject, is_json_object
 from mcphost.stores._cursor import CursorCodec, Page, check_limit
@@ -128,11 +131,6 @@ def _not_found(approval_id: str) -> NotFoundError:
         f"Approval {approval_id!r} does not exist; GET /v1/approvals lists them.",
         details={"approval_id": approval_id},
     )
-
-
-def continuation_event_id(approval_id: str) -> str:
-    """The `event_id` of the one run that continues the run parked on `approval_id`."""
-    return f"{approval_id}.continue"
 
 
 def action_key(agent_id: str | None, idempotency_key: str) -> str:
@@ -333,15 +331,21 @@ class ApprovalStore:
 
     async def use(self, run_id: str, request: JSONObject) -> ApprovalRecord | None:
         """The approved parked `tool` approval that lets this call of `run_id` through, claimed for it;
-        None when `run_id` is no continuation, its approval was not approved, asked for another call,
-        or was used already."""
+        None when `run_id` is not that approval's continuation (its `event_id` is not the host's
+        `continuation_event_id`, or its agent or conversation is another's, or another run is recorded
+        as the continuation), or the approval was not approved, asked for another call, or was used
+        already."""
         async with self._db.write() as session:
-            event_id = (
-                await session.execute(select(RunRow.event_id).where(RunRow.run_id == run_id))
-            ).scalar_one_or_none()
-            if event_id is None or not event_id.endswith(".continue"):
+            run = (
+                await session.execute(
+                    select(RunRow.event_id, RunRow.agent_id, RunRow.conversation_id).where(
+                        RunRow.run_id == run_id
+                    )
+                )
+            ).one_or_none()
+            approval_id = None if run is None else continued_approval(run.event_id)
+            if run is None or approval_id is None:
                 return None
-            approval_id = event_id.removesuffix(".continue")
             row = (
                 await session.execute(
                     select(ApprovalRow).where(ApprovalRow.approval_id == approval_id).with_for_update()
@@ -354,6 +358,9 @@ class ApprovalStore:
                 or row.status != "approved"
                 or row.used_by_run_id is not None
                 or row.request != request
+                or row.agent_id != run.agent_id
+                or (row.conversation_id or "") != (run.conversation_id or "")
+                or row.continuation_run_id not in (None, run_id)
             ):
                 return None
             used = (

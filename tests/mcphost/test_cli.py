@@ -196,6 +196,7 @@ def test_db_upgrade_creates_the_schema(tmp_path: Path) -> None:
         (["run", "hi", "--data", "[1]"], None, "data: Input should be a valid dictionary"),
         (["run", "hi", "--event-type", "Nope"], None, "event_type: String should match pattern"),
         (["run", "hi", "--agent", "ghost"], None, "Agent 'ghost' is not configured"),
+        (["run", "hi", "--event-id", "continuation:apr_1"], None, "starts with 'continuation:'"),
         (["run", "hi", "--conversation", "elsewhere"], "", "No agent is bound to 'message.received'"),
         (["run", "hi"], 'run_timeout_s = "soon"\n', "host.run_timeout_s: Input should be a valid number"),
         (["run", "hi"], "[[agents]]\nid = 'x'\nrunner = 'bad id'\n", "agents[0] (id 'x').runner"),

@@ -18,6 +18,7 @@ from typing import Any
 import anyio
 import httpx2
 import pytest
+import sqlalchemy as sa
 from standardwebhooks import Webhook
 
 from mcphost.app import Host, open_host
@@ -25,6 +26,7 @@ from mcphost.config import HookConfig, Settings, settings_from_mapping
 from mcphost.errors import ConfigError
 from mcphost.hooks import field_value
 from mcphost.models import AgentConfig, RunStatus
+from mcphost.stores import Database, migrate
 from tests.e2e.httpkit import api_settings, asgi_client, blob_files, row_counts
 from tests.mcphost.hostkit import ECHO_RUNNER
 
@@ -153,7 +155,7 @@ async def test_a_standard_webhook_signed_by_the_library_runs_with_its_payload_as
 ) -> None:
     body = sw_payload()
     answer = admitted(await client.post("/v1/hooks/sw", content=body, headers=sw_headers(body)))
-    assert answer["event_id"] == "msg_2abc"
+    assert answer["event_id"] == "hook:sw:msg_2abc"
     assert answer["created"] is True
     run = await host.orchestrator.wait(answer["run_id"])
     assert run.status is RunStatus.COMPLETED, run.error
@@ -193,7 +195,7 @@ async def test_a_github_signed_push_maps_its_repository_and_event_name(
 ) -> None:
     body = gh_payload()
     answer = admitted(await client.post("/v1/hooks/gh", content=body, headers=gh_headers(body)))
-    assert answer["event_id"] == "72d3162e-cc78-11e3-81ab-4c9367dc0958"
+    assert answer["event_id"] == "hook:gh:72d3162e-cc78-11e3-81ab-4c9367dc0958"
     run = await host.orchestrator.wait(answer["run_id"])
     assert run.status is RunStatus.COMPLETED
     assert run.event_type == "github.push"
@@ -329,7 +331,7 @@ async def test_a_bearer_hook_takes_literals_and_its_idempotency_key(
 ) -> None:
     headers = {"Authorization": f"Bearer {BEARER}", "Idempotency-Key": "k-1"}
     answer = admitted(await client.post("/v1/hooks/tok", json={"msg": "deploy done"}, headers=headers))
-    assert answer["event_id"] == "k-1"
+    assert answer["event_id"] == "hook:tok:k-1"
     run = await host.orchestrator.wait(answer["run_id"])
     assert run.conversation_id == "ops"
     assert run.status is RunStatus.COMPLETED
@@ -341,6 +343,192 @@ async def test_hooks_need_no_api_key_while_the_rest_of_v1_still_does(
     assert (await client.get("/v1/runs")).status_code == 401
     body = sw_payload()
     admitted(await client.post("/v1/hooks/sw", content=body, headers=sw_headers(body)))
+
+
+# -- one event-id namespace per ingress ---------------------------------------------------------------
+
+
+def api_event(event_id: str, *, conversation: str = "api-room") -> dict[str, Any]:
+    return {
+        "event_id": event_id,
+        "event_type": "message.received",
+        "conversation": {"conversation_id": conversation, "bot_id": "echo"},
+        "input": {"text": "from the API"},
+    }
+
+
+AUTH = {"Authorization": f"Bearer {API_KEY}"}
+
+
+async def test_a_delivery_id_equal_to_an_api_event_id_is_another_run_and_reads_nothing_of_it(
+    host: Host, client: httpx2.AsyncClient
+) -> None:
+    api_first = admitted(await client.post("/v1/events", json=api_event("shared-1"), headers=AUTH))
+    body = sw_payload()
+    hook_second = admitted(
+        await client.post("/v1/hooks/sw", content=body, headers=sw_headers(body, msg_id="shared-1"))
+    )
+    assert hook_second["created"] is True
+    assert hook_second["run_id"] != api_first["run_id"]
+    assert hook_second["event_id"] == "hook:sw:shared-1"
+    hook_run = await host.orchestrator.wait(hook_second["run_id"])
+    assert (hook_run.agent_id, hook_run.conversation_id) == ("hooked", "room-1")
+
+    # the other way round: a delivery's id, predictable to whoever sees the platform, taken by the API first
+    hook_first = admitted(
+        await client.post(
+            "/v1/hooks/tok",
+            json={"msg": "deploy"},
+            headers={"Authorization": f"Bearer {BEARER}", "Idempotency-Key": "next-7"},
+        )
+    )
+    api_second = admitted(await client.post("/v1/events", json=api_event("next-7"), headers=AUTH))
+    assert api_second["created"] is True
+    assert api_second["run_id"] != hook_first["run_id"]
+    assert api_second["event_id"] == "next-7"
+    api_run = await host.orchestrator.wait(api_second["run_id"])
+    assert (api_run.agent_id, api_run.conversation_id, api_run.status) == (
+        "echo",
+        "api-room",
+        RunStatus.COMPLETED,
+    )
+
+    # two sources with one delivery id: two runs; each source's redelivery is still its own one run
+    other_source = admitted(
+        await client.post(
+            "/v1/hooks/tok",
+            json={"msg": "x"},
+            headers={"Authorization": f"Bearer {BEARER}", "webhook-id": "shared-1"},
+        )
+    )
+    assert other_source["run_id"] not in (api_first["run_id"], hook_second["run_id"])
+    assert other_source["event_id"] == "hook:tok:shared-1"
+    for source, content, headers, first in (
+        ("sw", body, sw_headers(body, msg_id="shared-1"), hook_second),
+        (
+            "tok",
+            b'{"msg": "x"}',
+            {"Authorization": f"Bearer {BEARER}", "webhook-id": "shared-1"},
+            other_source,
+        ),
+    ):
+        again = admitted(await client.post(f"/v1/hooks/{source}", content=content, headers=headers))
+        assert (again["run_id"], again["created"]) == (first["run_id"], False)
+    fire = admitted(  # a schedule's fire id, sent as a delivery id, is the source's own event
+        await client.post(
+            "/v1/hooks/sw", content=body, headers=sw_headers(body, msg_id="schedule:nightly:1000")
+        )
+    )
+    assert fire["event_id"] == "hook:sw:schedule:nightly:1000"
+    retried = admitted(await client.post("/v1/events", json=api_event("shared-1"), headers=AUTH))
+    assert (retried["run_id"], retried["created"]) == (api_first["run_id"], False)  # fmt: skip
+
+
+@pytest.mark.parametrize("event_id", ["hook:sw:shared-1", "schedule:nightly:1000", "continuation:apr_01"])
+async def test_an_api_event_id_in_a_host_namespace_is_refused_with_a_400_and_stores_nothing(
+    host: Host, client: httpx2.AsyncClient, event_id: str
+) -> None:
+    body = sw_payload()
+    hooked = admitted(
+        await client.post("/v1/hooks/sw", content=body, headers=sw_headers(body, msg_id="shared-1"))
+    )
+    await host.orchestrator.wait(hooked["run_id"])
+    before = await row_counts(host.stores)
+    response = await client.post("/v1/events", json=api_event(event_id), headers=AUTH)
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert error["code"] == "invalid_argument"
+    assert error["details"] == {
+        "field": "event_id",
+        "reason": "reserved_event_id",
+        "prefix": event_id.split(":")[0] + ":",
+    }
+    assert "reserved" in error["message"]
+    assert hooked["run_id"] not in response.text
+    assert await row_counts(host.stores) == before
+
+
+async def test_a_delivery_id_too_long_for_its_namespace_is_one_hashed_event_id(
+    host: Host, client: httpx2.AsyncClient
+) -> None:
+    long_id = "d" * 200
+    body = sw_payload()
+    first = admitted(
+        await client.post("/v1/hooks/sw", content=body, headers=sw_headers(body, msg_id=long_id))
+    )
+    assert first["event_id"] == "hook:sw:sha256-" + hashlib.sha256(long_id.encode()).hexdigest()
+    again = admitted(
+        await client.post("/v1/hooks/sw", content=body, headers=sw_headers(body, msg_id=long_id))
+    )
+    assert (again["run_id"], again["created"]) == (first["run_id"], False)
+    assert (await host.orchestrator.wait(first["run_id"])).status is RunStatus.COMPLETED
+
+
+async def test_a_delivery_stored_before_the_namespaces_is_still_its_run_and_not_the_apis(
+    database_url: str, tmp_path: Path
+) -> None:
+    """Migration 0015 renames a hook's stored event into `hook:<source>:…`; other events keep their ids."""
+    settings = hooked_settings(database_url, tmp_path / "data")
+    body = sw_payload()
+    async with open_host(settings) as host, asgi_client(host, headers=AUTH) as client:
+        hooked = admitted(
+            await client.post("/v1/hooks/sw", content=body, headers=sw_headers(body, msg_id="old-1"))
+        )
+        api = admitted(await client.post("/v1/events", json=api_event("api-1")))
+        for answer in (hooked, api):
+            await host.orchestrator.wait(answer["run_id"])
+    events, runs = (
+        sa.table("events", sa.column("event_id"), sa.column("payload", sa.JSON)),
+        sa.table("runs", sa.column("event_id")),
+    )
+    transcript = sa.table("transcript", sa.column("event_id"))
+    db = Database(database_url)
+    try:  # back to what the host stored before 0015: the delivery id as sent
+        async with db.write() as session:
+            payload = (
+                await session.execute(sa.select(events.c.payload).where(events.c.event_id == "hook:sw:old-1"))
+            ).scalar_one()
+            await session.execute(
+                sa.update(events)
+                .where(events.c.event_id == "hook:sw:old-1")
+                .values(event_id="old-1", payload={**payload, "event_id": "old-1"})
+            )
+            for table in (runs, transcript):
+                await session.execute(
+                    sa.update(table).where(table.c.event_id == "hook:sw:old-1").values(event_id="old-1")
+                )
+            await session.execute(sa.text("UPDATE alembic_version SET version_num = '0014'"))
+        await migrate(db)
+        async with db.read() as session:
+            stored = (
+                await session.execute(
+                    sa.select(events.c.event_id, events.c.payload)
+                    .where(events.c.event_id.in_(["hook:sw:old-1", "api-1"]))
+                    .order_by(events.c.event_id)
+                )
+            ).all()
+    finally:
+        await db.dispose()
+    assert [(event_id, payload["event_id"]) for event_id, payload in stored] == [
+        ("api-1", "api-1"),
+        ("hook:sw:old-1", "hook:sw:old-1"),
+    ]
+    async with open_host(settings) as host, asgi_client(host, headers=AUTH) as client:
+        again = admitted(
+            await client.post("/v1/hooks/sw", content=body, headers=sw_headers(body, msg_id="old-1"))
+        )
+        assert (again["run_id"], again["created"], again["event_id"]) == (
+            hooked["run_id"],
+            False,
+            "hook:sw:old-1",
+        )
+        assert (await host.stores.runs.get(hooked["run_id"])).event_id == "hook:sw:old-1"
+        retried = admitted(await client.post("/v1/events", json=api_event("api-1")))
+        assert (retried["run_id"], retried["created"]) == (api["run_id"], False)
+        taken = admitted(await client.post("/v1/events", json=api_event("old-1")))
+        assert taken["created"] is True
+        assert taken["run_id"] != hooked["run_id"]
+        await host.orchestrator.wait(taken["run_id"])
 
 
 def _tampered(body: bytes) -> bytes:

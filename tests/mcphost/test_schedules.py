@@ -28,7 +28,7 @@ from mcphost.schedules import MISFIRE_GRACE_S, Scheduler
 from mcphost.stores import Database, Stores
 from mcphost.stores.tables import RunRow, ScheduleFireRow
 from mcphost.timetable import ScheduleSpec, fire_event_id
-from tests.e2e.httpkit import api_settings, asgi_client, row_counts
+from tests.e2e.httpkit import api_settings, asgi_client, event_body, row_counts
 from tests.mcphost.hostkit import ECHO_RUNNER
 from tests.mcphost.test_serve import Server, mcphost
 from tests.mcphost.test_serve import start_server as start_server  # a fixture
@@ -366,6 +366,21 @@ async def test_an_every_second_schedule_created_through_the_api_runs_its_agent_e
     assert all(i.startswith("schedule:sec:") for i in ids)
     assert fires[1] - fires[0] >= 1
     assert len(set(fires)) == len(fires)
+
+
+async def test_an_api_event_cannot_take_the_event_id_of_a_coming_fire(
+    host: Host, client: httpx2.AsyncClient
+) -> None:
+    created = await client.post("/v1/schedules", json={"id": "sec", "every": 1, "conversation_id": "beat"})
+    assert created.status_code == 201, created.text
+    fire_id = fire_event_id("sec", int(time.time()) + 3)
+    taken = await client.post("/v1/events", json=event_body("mine", conversation="evil", event_id=fire_id))
+    with anyio.fail_after(20):
+        while (run := await host.stores.runs.get_by_event(fire_id)) is None:  # noqa: ASYNC110  # the scheduler's task admits it
+            await anyio.sleep(0.1)
+    assert (run.agent_id, run.conversation_id) == ("cron", "beat")
+    assert error_code(taken, 400) == "invalid_argument"
+    assert taken.json()["error"]["details"]["reason"] == "reserved_event_id"
 
 
 # -- two hosts sharing PostgreSQL ---------------------------------------------------------------------

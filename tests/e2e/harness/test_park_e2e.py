@@ -17,7 +17,8 @@ import httpx2
 import pytest
 
 from mcphost.app import Host
-from mcphost.stores.approvals import ApprovalRecord, continuation_event_id
+from mcphost.ingress import continuation_event_id
+from mcphost.stores.approvals import ApprovalRecord
 from tests.e2e.harness.hostkit import (
     Finished,
     claude_agent,
