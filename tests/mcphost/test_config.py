@@ -83,6 +83,11 @@ def test_a_config_file_without_agents_keeps_the_default_agent(tmp_path: Path) ->
         ('[skills.triage]\ndisplay_name = "Triage"\n', "skills.triage.description: required key is missing"),
         ('[tools.x]\ncommand = ["a"]\nurl = "http://x"\n', "tools.x: set exactly one of 'command'"),
         ("[host\n", "not valid TOML"),
+        (
+            '[[webhooks]]\nurl = "http://127.0.0.1:9/h"\nsecret = "whsec_a2trdGtra2tra2tra2traw=="\ntimeout_s = 55\n',
+            "webhooks[0].timeout_s: timeout_s 55 is longer than 50 s: a send and the recording of its "
+            "outcome must end within the 60 s lease",
+        ),
     ],
 )
 def test_config_errors_name_the_file_the_key_and_the_expectation(
