@@ -195,7 +195,9 @@ async def open_host(settings: Settings, *, replay: ReplayBook | None = None) -> 
             guard,
             continuations,
         )
-        sender = DeliverySender(stores.deliveries, settings.webhooks, orchestrator.host_id)
+        sender = DeliverySender(
+            stores.deliveries, settings.webhooks, orchestrator.host_id, on_outcome=metrics.delivery
+        )
 
         async def count_collected(item: Collected) -> None:
             metrics.reclaimed(item.kind, item.rows, item.bytes)

@@ -254,6 +254,11 @@ WebhookEvent = Literal[
 WEBHOOK_EVENTS: tuple[WebhookEvent, ...] = get_args(WebhookEvent)
 """What a `[[webhooks]]` entry can be sent: results (`message.completed`, `action.requested`), run ends,
 approvals asked for (`approval.requested`) and approved actions to execute (`action.approved`)."""
+DELIVERY_LEASE_S = 60.0
+"""How long a host holds a claimed delivery before another may send it (`stores/deliveries.py`)."""
+DELIVERY_SETTLE_S = 10.0
+"""What a send leaves of its lease to record its outcome: a webhook's `timeout_s` is at most the lease
+less this."""
 
 
 def _whsec(value: str) -> str:
@@ -342,6 +347,9 @@ class WebhookConfig(_Section):
     """Only runs of these agents; empty: every agent's."""
     max_age_s: float = Field(default=24 * 3600.0, gt=0, le=30 * 24 * 3600)
     """How long a delivery is retried (with exponential back-off) before it is dead."""
+    timeout_s: float = Field(default=15.0, gt=0)
+    """The whole of one send: connecting, the request and the receiver's complete answer. A send still
+    going then is cut and counts as a failed attempt. At most the lease less `DELIVERY_SETTLE_S`."""
 
     @field_validator("url")
     @classmethod
@@ -354,6 +362,18 @@ class WebhookConfig(_Section):
     @classmethod
     def _secret_form(cls, value: str) -> str:
         return _whsec(value)
+
+    @field_validator("timeout_s")
+    @classmethod
+    def _within_the_lease(cls, value: float) -> float:
+        most = DELIVERY_LEASE_S - DELIVERY_SETTLE_S
+        if value > most:
+            raise ValueError(
+                f"timeout_s {value:g} is longer than {most:g} s: a send and the recording of its outcome must "
+                f"end within the {DELIVERY_LEASE_S:g} s lease, after which another host sends the delivery "
+                f"again; use at most {most:g}"
+            )
+        return value
 
 
 def _check_names(names: Mapping[str, object], what: str, why: str) -> None:

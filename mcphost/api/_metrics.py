@@ -1,11 +1,13 @@
 """`HostMetrics`: this process's metrics for `/metrics`, kept and rendered by prometheus_client.
 
 Owns the metrics: runs that ended here by status and their durations, events admitted, MCP calls by
-tool and outcome, verified webhooks answered without a run, rows and bytes the retention job reclaimed by kind, HTTP requests by method, route
-and status and their durations, `mcphost_build_info`,
+tool and outcome, verified webhooks answered without a run, rows and bytes the retention job reclaimed
+by kind, HTTP requests by method, route and status and their durations, outbound webhook deliveries by
+outcome and dead letters by reason, `mcphost_build_info`,
 and prometheus_client's process, platform and garbage-collector collectors; active runs and plugin
 restarts/up are read at render time. Does not own the endpoint (`_endpoints.metrics`) or when things are
-counted (`app.py` counts run ends, audited MCP calls and the retention job's passes, `_middleware` HTTP requests, the
+counted (`app.py` counts run ends, audited MCP calls, the retention job's passes and the webhook sender's
+outcomes, `_middleware` HTTP requests, the
 ingest endpoints admitted events).
 
 Invariants:
@@ -41,6 +43,7 @@ from prometheus_client.registry import Collector
 
 from mcphost import __version__
 from mcphost.config import RETENTION_KINDS
+from mcphost.delivery import DELIVERY_OUTCOMES, DeliveryOutcome
 from mcphost.models import Run
 
 # -- metrics -----------------------------------------------------------------------------------------
@@ -52,6 +55,12 @@ DURATION_BUCKETS: tuple[float, ...] = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 
 _TERMINAL = ("completed", "failed", "cancelled", "parked")
 UNMATCHED_ROUTE = "<unmatched>"
 """The `route` label of a request no route matched (a 404)."""
+_DEAD_LETTER_REASONS: dict[DeliveryOutcome, str] = {
+    "dead": "failed",
+    "expired": "expired",
+    "unconfigured": "unconfigured",
+}
+"""The delivery outcomes that end a row dead, and the dead-letter reason each counts as."""
 
 
 class _Live(Collector):
@@ -150,6 +159,7 @@ class HostMetrics:
             ["source", "reason"],
             registry=r,
         )
+        self._deliveries_metrics()
 
     def run_ended(self, run: Run) -> None:
         """Count a run that reached a terminal status on this process."""
@@ -171,6 +181,38 @@ class HostMetrics:
         """Count what one retention pass deleted of `kind` (rows, or folders and files; bytes)."""
         self._reclaimed_rows.labels(kind).inc(rows)
         self._reclaimed_bytes.labels(kind).inc(size)
+
+    # -- outbound webhook deliveries (delivery.DeliverySender's outcomes) ------------------------------
+
+    def _deliveries_metrics(self) -> None:
+        self._delivery_outcomes = Counter(
+            "mcphost_deliveries",
+            "Claimed outbound webhook deliveries this process ended, by outcome: delivered, failed (a failed "
+            "send, tried again later), dead (a failed send past max_age_s), expired (dead without a send), "
+            "unconfigured (its URL left [[webhooks]]), superseded (sent, but the lease was taken over).",
+            ["outcome"],
+            registry=self.registry,
+        )
+        self._dead_letters = Counter(
+            "mcphost_delivery_dead_letters",
+            "Outbound webhook deliveries this process moved to dead, by reason: failed (the last send "
+            "failed with no time left), expired (past expires_at before a send), unconfigured.",
+            ["reason"],
+            registry=self.registry,
+        )
+        for outcome in DELIVERY_OUTCOMES:
+            self._delivery_outcomes.labels(outcome)
+        for reason in _DEAD_LETTER_REASONS.values():
+            self._dead_letters.labels(reason)
+
+    def delivery(self, outcome: DeliveryOutcome) -> None:
+        """Count what became of one claimed delivery (and a dead letter when it ended dead)."""
+        self._delivery_outcomes.labels(outcome).inc()
+        reason = _DEAD_LETTER_REASONS.get(outcome)
+        if reason is not None:
+            self._dead_letters.labels(reason).inc()
+
+    # -- end of outbound webhook deliveries ------------------------------------------------------------
 
     def value(self, name: str, **labels: str) -> float | None:
         """One sample's current value (`mcphost_runs_total`, status="completed"), None when absent."""

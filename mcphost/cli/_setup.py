@@ -78,6 +78,13 @@ event_types = ["message.received"]
 # [knowledge.docs]
 # name = "Project docs"
 # paths = ["docs/**/*.md"]
+
+# A receiver of what runs produce, signed per Standard Webhooks (`mcphost deliveries` lists the outbox):
+# [[webhooks]]
+# url = "https://chat-adapter.example.com/mcphost"
+# secret = "whsec_..."             # whsec_ and the base64 of 16+ random bytes
+# max_age_s = 86400                # retried this long, then dead
+# timeout_s = 15                   # the whole of one send, the answer included (at most 50)
 """
 
 

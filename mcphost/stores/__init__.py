@@ -34,7 +34,14 @@ from mcphost.stores.approvals import (
 from mcphost.stores.artifacts import ArtifactRecord, ArtifactStore
 from mcphost.stores.audit import AuditEntry, AuditRecord, AuditStore
 from mcphost.stores.blobs import BlobBackend, DatabaseBlobs, DiskBlobs
-from mcphost.stores.deliveries import DeliveryRecord, DeliveryStatus, DeliveryStore, Outbox
+from mcphost.stores.deliveries import (
+    DeliveryClaims,
+    DeliveryLease,
+    DeliveryRecord,
+    DeliveryStatus,
+    DeliveryStore,
+    Outbox,
+)
 from mcphost.stores.engine import Database, migrate, sqlite_path, upgrade_database
 from mcphost.stores.events import EventKind, EventStore, StoredEvent, event_values
 from mcphost.stores.faults import open_failure
@@ -184,6 +191,8 @@ __all__ = [
     "Database",
     "DatabaseBlobs",
     "Decision",
+    "DeliveryClaims",
+    "DeliveryLease",
     "DeliveryRecord",
     "DeliveryStatus",
     "DeliveryStore",

@@ -14,7 +14,14 @@ Invariants:
 - `delivery_id` (`msg_<ulid>`) is the Standard Webhooks `webhook-id` of every attempt of the row.
 - A row is sent only by the host that claimed it: `claim` takes due `pending` rows whose lease has run
   out (`claimed_until < now`), with `FOR UPDATE SKIP LOCKED` on PostgreSQL (SQLite serialises writers),
-  and sets the lease; `delivered`/`retry` write only while the claim is still the caller's.
+  and sets the lease; at most `per_url` rows of one URL are held by the caller at once (counting the
+  `in_flight` it reports), so one slow receiver's backlog never fills a claim.
+- A lease is fenced: (`claimed_by`, `claimed_until`) of the claim is its token, and `delivered`,
+  `retry` and `bury` write the outcome only while the row still carries that token. A sender whose
+  lease was taken over (it ran past it) cannot overwrite the new holder's outcome; its send is still
+  counted in `attempts`, which is the number of requests made, one per send.
+- `claim` never hands out a row past its `expires_at`: in the same transaction such rows go `dead`
+  with `EXPIRED_ERROR`, without a request.
 - Statuses: `pending` → `delivered` | `dead` (past `expires_at`, or the webhook is no longer
   configured); `redeliver` puts a row back to `pending` with a new `expires_at`.
 """
@@ -22,7 +29,8 @@ Invariants:
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal, cast
 
 from pydantic import BaseModel, ConfigDict
@@ -41,6 +49,9 @@ from mcphost.stores.tables import DeliveryRow, EventRow, RunRow
 DeliveryStatus = Literal["pending", "delivered", "dead"]
 ANNOUNCED_RESULTS: frozenset[str] = frozenset({"message.completed", "action.requested"})
 MAX_ERROR_CHARS = 500
+EXPIRED_ERROR = "expired: not delivered before its expires_at (max_age_s); redeliver it to try again"
+"""The `last_error` of a row `claim` found past its `expires_at`."""
+EXPIRE_BATCH = 100
 
 
 class DeliveryRecord(BaseModel):
@@ -62,6 +73,23 @@ class DeliveryRecord(BaseModel):
     next_attempt_at: float
     last_error: str | None
     delivered_at: float | None
+
+
+class DeliveryLease(DeliveryRecord):
+    """A delivery claimed by one host: the row and its lease, whose (`claimed_by`, `claimed_until`)
+    fence the outcome the holder may write."""
+
+    claimed_by: str
+    claimed_until: float
+
+
+class DeliveryClaims(BaseModel):
+    """What one `claim` did: the rows now leased to the caller, and the rows it found expired (now `dead`)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    leases: list[DeliveryLease]
+    expired: list[DeliveryRecord]
 
 
 def _delivery(row: DeliveryRow) -> DeliveryRecord:
@@ -190,24 +218,42 @@ class DeliveryStore:
         self._db = db
         self._cursors = cursors
 
-    async def claim(self, host_id: str, *, lease_s: float, limit: int = 16) -> list[DeliveryRecord]:
-        """Due `pending` rows nobody holds, leased to `host_id` for `lease_s` seconds."""
+    async def claim(
+        self,
+        host_id: str,
+        *,
+        lease_s: float,
+        limit: int = 16,
+        per_url: int | None = None,
+        in_flight: Mapping[str, int] | None = None,
+    ) -> DeliveryClaims:
+        """Due `pending` rows nobody holds, oldest due first, leased to `host_id` for `lease_s` seconds:
+        at most `limit`, and at most `per_url` per URL counting the caller's `in_flight` sends. A URL
+        already at `per_url` is left out of the scan, so a receiver whose backlog fills one claim's
+        `limit` rows gets its free slots and leaves the next claim to the others. Rows past
+        `expires_at` go `dead` instead (`expired`)."""
         now = time.time()
-        due = (
-            select(DeliveryRow.seq)
-            .where(
+        cap = limit if per_url is None else per_url
+        busy = Counter(in_flight or {})
+        full = [url for url, count in busy.items() if count >= cap]
+        async with self._db.write() as session:
+            expired = await self._expire(session, now)
+            due = select(DeliveryRow.seq, DeliveryRow.url).where(
                 DeliveryRow.status == "pending",
                 DeliveryRow.next_attempt_at <= now,
                 DeliveryRow.claimed_until < now,
+                DeliveryRow.expires_at > now,
             )
-            .order_by(DeliveryRow.next_attempt_at)
-            .limit(limit)
-            .with_for_update(skip_locked=True)
-        )
-        async with self._db.write() as session:
-            seqs = list((await session.execute(due)).scalars().all())
+            if full:
+                due = due.where(DeliveryRow.url.not_in(full))
+            due = due.order_by(DeliveryRow.next_attempt_at).limit(limit).with_for_update(skip_locked=True)
+            seqs: list[int] = []
+            for seq, url in (await session.execute(due)).all():
+                if busy[url] < cap and len(seqs) < limit:
+                    busy[url] += 1
+                    seqs.append(seq)
             if not seqs:
-                return []
+                return DeliveryClaims(leases=[], expired=expired)
             rows = (
                 (
                     await session.execute(
@@ -220,6 +266,32 @@ class DeliveryStore:
                 .scalars()
                 .all()
             )
+            leases = [DeliveryLease.model_validate(r, from_attributes=True) for r in rows]
+        return DeliveryClaims(leases=leases, expired=expired)
+
+    async def _expire(self, session: AsyncSession, now: float) -> list[DeliveryRecord]:
+        """End `dead` the unheld `pending` rows past `expires_at` (a batch of them), without a request."""
+        stale = (
+            select(DeliveryRow.seq)
+            .where(
+                DeliveryRow.status == "pending",
+                DeliveryRow.expires_at <= now,
+                DeliveryRow.claimed_until < now,
+            )
+            .limit(EXPIRE_BATCH)
+            .with_for_update(skip_locked=True)
+        )
+        seqs = list((await session.execute(stale)).scalars().all())
+        if not seqs:
+            return []
+        rows = (
+            await session.execute(
+                update(DeliveryRow)
+                .where(DeliveryRow.seq.in_(seqs), DeliveryRow.status == "pending")
+                .values(status="dead", last_error=EXPIRED_ERROR, claimed_until=0.0)
+                .returning(DeliveryRow)
+            )
+        ).scalars()
         return [_delivery(r) for r in rows]
 
     async def release(self, host_id: str) -> None:
@@ -232,38 +304,53 @@ class DeliveryStore:
         async with self._db.write() as session:
             await session.execute(stmt)
 
-    async def delivered(self, delivery_id: str, host_id: str) -> bool:
-        """Mark a claimed row delivered; False when the claim was lost meanwhile."""
+    async def delivered(self, lease: DeliveryLease) -> bool:
+        """Record the send of `lease` as delivered; False when the lease was taken over meanwhile (the
+        send is still counted)."""
         return await self._settle(
-            delivery_id, host_id, status="delivered", delivered_at=time.time(), last_error=None
+            lease, sent=True, status="delivered", delivered_at=time.time(), last_error=None
         )
 
-    async def retry(
-        self, delivery_id: str, host_id: str, *, error: str, next_attempt_at: float, dead: bool
-    ) -> bool:
-        """Record a failed attempt: try again at `next_attempt_at`, or end `dead`."""
+    async def retry(self, lease: DeliveryLease, *, error: str, next_attempt_at: float, dead: bool) -> bool:
+        """Record a failed send: try again at `next_attempt_at`, or end `dead`; False when the lease was
+        taken over meanwhile (the send is still counted)."""
         return await self._settle(
-            delivery_id,
-            host_id,
+            lease,
+            sent=True,
             status="dead" if dead else "pending",
             next_attempt_at=next_attempt_at,
             last_error=error[:MAX_ERROR_CHARS],
         )
 
-    async def _settle(self, delivery_id: str, host_id: str, **values: Any) -> bool:
-        stmt = (
-            update(DeliveryRow)
-            .where(
-                DeliveryRow.delivery_id == delivery_id,
-                DeliveryRow.claimed_by == host_id,
-                DeliveryRow.status == "pending",
-            )
-            .values(attempts=DeliveryRow.attempts + 1, claimed_until=0.0, **values)
+    async def bury(self, lease: DeliveryLease, *, error: str) -> bool:
+        """End `lease`'s row `dead` without a request (`error` says why); False when the lease was taken
+        over meanwhile."""
+        return await self._settle(lease, sent=False, status="dead", last_error=error[:MAX_ERROR_CHARS])
+
+    async def _settle(self, lease: DeliveryLease, *, sent: bool, **values: Any) -> bool:
+        held = update(DeliveryRow).where(
+            DeliveryRow.delivery_id == lease.delivery_id,
+            DeliveryRow.claimed_by == lease.claimed_by,
+            DeliveryRow.claimed_until == lease.claimed_until,
+            DeliveryRow.status == "pending",
         )
         async with self._db.write() as session:
             # An UPDATE's result is a CursorResult; execute() is typed as the general Result.
-            result = cast("CursorResult[Any]", await session.execute(stmt))
-            return result.rowcount == 1
+            result = cast(
+                "CursorResult[Any]",
+                await session.execute(
+                    held.values(attempts=DeliveryRow.attempts + int(sent), claimed_until=0.0, **values)
+                ),
+            )
+            if result.rowcount == 1:
+                return True
+            if sent:  # the request was made: counted, though its outcome is the new holder's to write
+                await session.execute(
+                    update(DeliveryRow)
+                    .where(DeliveryRow.delivery_id == lease.delivery_id)
+                    .values(attempts=DeliveryRow.attempts + 1)
+                )
+            return False
 
     @idempotent
     async def get(self, delivery_id: str) -> DeliveryRecord:

@@ -399,10 +399,8 @@ async def test_deliveries_lists_the_dead_letters_and_redelivers_one(
         run = await admitted(stores)
         await stores.runs.transition(run.run_id, RunStatus.RUNNING)
         await stores.runs.finish(run.run_id, RunStatus.COMPLETED)
-        (row,) = await stores.deliveries.claim("host-a", lease_s=30)
-        await stores.deliveries.retry(
-            row.delivery_id, "host-a", error="HTTP 500", next_attempt_at=0.0, dead=True
-        )
+        (row,) = (await stores.deliveries.claim("host-a", lease_s=30)).leases
+        await stores.deliveries.retry(row, error="HTTP 500", next_attempt_at=0.0, dead=True)
     config = write_config(tmp_path, database_url, extra=f'[[webhooks]]\nurl = "{url}"\nsecret = "{secret}"\n')
     cli = in_process(config, capfd)
 

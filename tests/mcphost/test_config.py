@@ -137,6 +137,11 @@ def test_a_config_file_without_agents_keeps_the_default_agent(tmp_path: Path) ->
             '[host]\npublic = ["metrics", "everything"]\n',
             "host.public[1]: Input should be 'metrics', 'openapi' or 'docs'",
         ),
+        (
+            '[[webhooks]]\nurl = "http://127.0.0.1:9/h"\nsecret = "whsec_a2trdGtra2tra2tra2traw=="\ntimeout_s = 55\n',
+            "webhooks[0].timeout_s: timeout_s 55 is longer than 50 s: a send and the recording of its "
+            "outcome must end within the 60 s lease",
+        ),
     ],
 )
 def test_config_errors_name_the_file_the_key_and_the_expectation(

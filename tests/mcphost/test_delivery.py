@@ -6,14 +6,19 @@ with the `standardwebhooks` library. Each delivery must arrive exactly once per 
 from __future__ import annotations
 
 import base64
+import contextlib
 import socket
-from collections import Counter
+import statistics
+import time
+from collections import Counter, defaultdict
 from collections.abc import AsyncGenerator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Literal
 
 import anyio
 import pytest
+from anyio.abc import SocketAttribute, SocketStream
 from standardwebhooks import Webhook
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -23,11 +28,15 @@ from starlette.routing import Route
 from mcphost import delivery
 from mcphost.app import Host, open_host
 from mcphost.config import PluginConfig, Settings, WebhookConfig
+from mcphost.delivery import DELIVERY_OUTCOMES, DeliverySender
+from mcphost.models import RunStatus
 from mcphost.serving import bind_socket, serve_http
-from mcphost.stores import DeliveryRecord, Stores
+from mcphost.stores import DeliveryRecord, Stores, open_stores
+from mcphost.stores.deliveries import EXPIRED_ERROR
 from tests.e2e.httpkit import api_settings, asgi_client, event_body
 from tests.mcphost.facts.test_approvals import ASKER, asker_ready
 from tests.mcphost.hostkit import agent
+from tests.mcphost.stores.factories import admitted
 
 SECRET = "whsec_" + base64.b64encode(b"receiver-secret-0123456789abcdef").decode()
 
@@ -76,7 +85,13 @@ def fast_retries(monkeypatch: pytest.MonkeyPatch) -> None:
 def webhook_settings(database_url: str, data_dir: Path, port: int, **webhook: object) -> Settings:
     base = api_settings(database_url, data_dir)
     config = WebhookConfig.model_validate(
-        {"url": f"http://127.0.0.1:{port}/hook", "secret": SECRET, "agents": ["echo"], **webhook}
+        {
+            "url": f"http://127.0.0.1:{port}/hook",
+            "secret": SECRET,
+            "agents": ["echo"],
+            "timeout_s": 2,
+            **webhook,
+        }
     )
     return base.model_copy(update={"webhooks": [config]})
 
@@ -149,15 +164,33 @@ async def test_a_dead_delivery_is_listed_and_a_manual_redelivery_sends_it_once(
     async with receiver.serving(port), open_host(settings) as host, asgi_client(host) as client:
         run_id = await run_echo(host, "dead")
         (dead,) = await wait_rows(host.stores, "dead", 1)
-        assert dead.last_error == "HTTP 500"
+        # Dead after its last send failed, or found past expires_at before the next one could start.
+        expired = dead.last_error == EXPIRED_ERROR
+        assert dead.last_error in ("HTTP 500", EXPIRED_ERROR)
         assert dead.attempts >= 1
         listed = (await client.get("/v1/deliveries", params={"status": "dead"})).json()
         assert [(d["delivery_id"], d["run_id"]) for d in listed["items"]] == [(dead.delivery_id, run_id)]
+        counted = {o: host.metrics.value("mcphost_deliveries_total", outcome=o) for o in DELIVERY_OUTCOMES}
+        assert counted == {
+            "delivered": 0,
+            "failed": dead.attempts - (0 if expired else 1),
+            "dead": 0 if expired else 1,
+            "expired": 1 if expired else 0,
+            "unconfigured": 0,
+            "superseded": 0,
+        }
+        exposition = (await client.get("/metrics")).text
+        assert f'mcphost_delivery_dead_letters_total{{reason="failed"}} {0 if expired else 1}.0' in exposition
+        assert (
+            f'mcphost_delivery_dead_letters_total{{reason="expired"}} {1 if expired else 0}.0' in exposition
+        )
+        assert 'mcphost_delivery_dead_letters_total{reason="unconfigured"} 0.0' in exposition
         receiver.fail_first = 0
         again = await client.post(f"/v1/deliveries/{dead.delivery_id}/redeliver")
         assert again.status_code == 202, again.text
         assert again.json()["status"] == "pending"
         await wait_rows(host.stores, "delivered", 1)
+        assert host.metrics.value("mcphost_deliveries_total", outcome="delivered") == 1
         assert (await client.post("/v1/deliveries/msg_nope/redeliver")).status_code == 404
         assert (await client.get("/v1/deliveries", params={"status": "lost"})).status_code == 400
     assert receiver.received == Counter({dead.delivery_id: 1})
@@ -233,3 +266,186 @@ async def test_an_approved_action_is_delivered_for_execution_once_per_key(
         "payload": {"amount": 5},
         "idempotency_key": "order-7",
     }
+
+
+# -- the sender against receivers on raw sockets ------------------------------------------------------
+
+
+class RawReceiver:
+    """A receiver on 127.0.0.1 written on raw sockets, so the test decides every byte and when:
+    `answer` answers 204 after `delay_s`; `hang` reads the request and never answers; `trickle` answers
+    200 with `chunks` body bytes, one every `every_s` (each read well within a read timeout).
+    Keeps, per `webhook-id`, when each request arrived and when its connection ended."""
+
+    def __init__(
+        self,
+        mode: Literal["answer", "hang", "trickle"],
+        *,
+        delay_s: float = 0.0,
+        every_s: float = 0.1,
+        chunks: int = 0,
+    ) -> None:
+        self.mode = mode
+        self.delay_s, self.every_s, self.chunks = delay_s, every_s, chunks
+        self.arrivals: defaultdict[str, list[float]] = defaultdict(list)
+        self.spans: list[tuple[float, float]] = []
+        self.url = ""
+
+    async def _exchange(self, stream: SocketStream) -> None:
+        buffer = b""
+        while True:
+            while b"\r\n\r\n" not in buffer:
+                buffer += await stream.receive()
+            head, buffer = buffer.split(b"\r\n\r\n", 1)
+            fields = {
+                name.lower(): value
+                for name, value in (
+                    line.decode().split(": ", 1) for line in head.split(b"\r\n")[1:] if b": " in line
+                )
+            }
+            length = int(fields.get("content-length", "0"))
+            while len(buffer) < length:
+                buffer += await stream.receive()
+            buffer = buffer[length:]
+            start = time.time()
+            self.arrivals[fields["webhook-id"]].append(start)
+            if self.mode == "answer":
+                await anyio.sleep(self.delay_s)
+                await stream.send(b"HTTP/1.1 204 No Content\r\n\r\n")
+                self.spans.append((start, time.time()))
+                continue
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self._until_closed, stream, tg.cancel_scope)
+                if self.mode == "hang":
+                    await anyio.sleep_forever()
+                await stream.send(
+                    f"HTTP/1.1 200 OK\r\nContent-Length: {self.chunks}\r\nConnection: close\r\n\r\n".encode()
+                )
+                for _ in range(self.chunks):
+                    await anyio.sleep(self.every_s)
+                    await stream.send(b"x")
+                tg.cancel_scope.cancel()
+            self.spans.append((start, time.time()))
+            return
+
+    @staticmethod
+    async def _until_closed(stream: SocketStream, scope: anyio.CancelScope) -> None:
+        """Wait for the client to close the connection (it sends nothing else), then stop answering."""
+        with contextlib.suppress(anyio.EndOfStream, anyio.BrokenResourceError):
+            await stream.receive()
+        scope.cancel()
+
+    async def _serve(self, stream: SocketStream) -> None:
+        async with stream:
+            with contextlib.suppress(anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError):
+                await self._exchange(stream)
+
+    @asynccontextmanager
+    async def serving(self) -> AsyncGenerator[None, None]:
+        listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
+        self.url = f"http://127.0.0.1:{listener.extra(SocketAttribute.local_port)}/hook"
+        async with listener, anyio.create_task_group() as tg:
+            tg.start_soon(listener.serve, self._serve)
+            try:
+                yield
+            finally:
+                tg.cancel_scope.cancel()
+
+
+async def announce(stores: Stores, agent_id: str) -> None:
+    """A run of `agent_id` that completes: one `run.completed` row per webhook subscribed to it."""
+    run = await admitted(stores, conversation_id=None, agent_id=agent_id)
+    await stores.runs.transition(run.run_id, RunStatus.RUNNING)
+    await stores.runs.finish(run.run_id, RunStatus.COMPLETED)
+
+
+async def delivered_latencies(stores: Stores, url: str, agent_id: str, count: int) -> list[float]:
+    """Announce `count` runs of `agent_id` 0.15 s apart; each of `url`'s rows' time from written to
+    recorded delivered, once all are."""
+    for _ in range(count):
+        await announce(stores, agent_id)
+        await anyio.sleep(0.15)
+    with anyio.fail_after(60):
+        while True:
+            rows = [r for r in await all_rows(stores) if r.url == url and r.agent_id == agent_id]
+            if len(rows) == count and all(r.delivered_at is not None for r in rows):
+                return [(r.delivered_at or 0.0) - r.created_at for r in rows]
+            await anyio.sleep(0.05)
+
+
+async def test_a_receiver_that_never_answers_does_not_slow_another_receivers_deliveries(
+    database_url: str, tmp_path: Path
+) -> None:
+    healthy = RawReceiver("answer", delay_s=0.4)
+    hung = RawReceiver("hang")
+    async with healthy.serving(), hung.serving():
+        webhooks = [
+            WebhookConfig(url=healthy.url, secret=SECRET, events=["run.completed"], timeout_s=2),
+            WebhookConfig(
+                url=hung.url, secret=SECRET, events=["run.completed"], agents=["shared"], timeout_s=2
+            ),
+        ]
+        async with open_stores(database_url, tmp_path / "data", webhooks=webhooks) as stores:
+            sender = DeliverySender(
+                stores.deliveries, webhooks, "host-a", poll_s=0.1, lease_s=5, retry_base_s=0.05
+            )
+            async with sender.running():
+                alone = await delivered_latencies(stores, healthy.url, "alone", 12)  # the hung one gets none
+                shared = await delivered_latencies(stores, healthy.url, "shared", 12)  # both get each
+            assert not [r for r in await all_rows(stores) if r.url == hung.url and r.status == "delivered"]
+    assert len(hung.arrivals) >= 3  # the hung receiver held connections throughout the second half
+    ratio = statistics.median(shared) / statistics.median(alone)
+    assert ratio <= 1.5, (statistics.median(alone), statistics.median(shared))
+
+
+async def test_two_replicas_against_a_slow_receiver_record_each_send_once_and_stop_at_expires_at(
+    database_url: str, tmp_path: Path
+) -> None:
+    # Each answer takes 2 s, every read well within the read timeout; a send's deadline is 0.6 s and
+    # the lease 1 s: the first send outlived the lease before sends had a total deadline.
+    slow = RawReceiver("trickle", chunks=10, every_s=0.2)
+    async with slow.serving():
+        webhooks = [WebhookConfig(url=slow.url, secret=SECRET, max_age_s=3, timeout_s=0.6)]
+        async with (
+            open_stores(database_url, tmp_path / "data", webhooks=webhooks) as one,
+            open_stores(database_url, tmp_path / "data", webhooks=webhooks, migrate=False) as two,
+        ):
+            replicas = [
+                DeliverySender(s.deliveries, webhooks, host, poll_s=0.05, lease_s=1, retry_base_s=0.05)
+                for s, host in ((one, "host-a"), (two, "host-b"))
+            ]
+            async with replicas[0].running(), replicas[1].running():
+                await announce(one, "default")
+                with anyio.fail_after(30):
+                    while not [r for r in await all_rows(one) if r.status != "pending"]:  # noqa: ASYNC110  (the senders' own tasks)
+                        await anyio.sleep(0.05)
+                await anyio.sleep(1.5)  # past a lease and many polls: nobody sends it again
+            (row,) = await all_rows(one)
+    sends = slow.arrivals[row.delivery_id]
+    assert row.status == "dead"
+    assert row.attempts == len(sends) >= 2
+    assert max(sends) < row.expires_at
+    assert all(end - start < 1.2 for start, end in slow.spans)  # each cut near 0.6 s, never the full 2 s
+    assert "deadline" in (row.last_error or "")
+
+
+async def test_a_receiver_trickling_its_answer_is_cut_at_the_send_deadline(
+    database_url: str, tmp_path: Path
+) -> None:
+    trickle = RawReceiver("trickle", chunks=20, every_s=0.1)  # 2 s in all, a byte every 0.1 s
+    async with trickle.serving():
+        webhooks = [WebhookConfig(url=trickle.url, secret=SECRET, timeout_s=0.5)]
+        async with open_stores(database_url, tmp_path / "data", webhooks=webhooks) as stores:
+            sender = DeliverySender(
+                stores.deliveries, webhooks, "host-a", poll_s=0.05, lease_s=5, retry_base_s=60
+            )
+            async with sender.running():
+                await announce(stores, "default")
+                with anyio.fail_after(10):
+                    while not (rows := [r for r in await all_rows(stores) if r.attempts]):  # noqa: ASYNC110  (the sender's own task)
+                        await anyio.sleep(0.05)
+    (row,) = rows
+    ((start, end),) = trickle.spans
+    assert 0.4 <= end - start < 1.0  # the read timeout (0.5 s) never fired: the deadline cut it
+    assert (row.status, row.attempts) == ("pending", 1)
+    assert (row.last_error or "").startswith("no complete answer within 0.5 s")

@@ -14,7 +14,8 @@ import pytest
 from mcphost.config import WebhookConfig
 from mcphost.errors import ConflictError, NotFoundError
 from mcphost.models import RunError, RunStatus
-from mcphost.stores import Stores, open_stores
+from mcphost.stores import DeliveryLease, Stores, open_stores
+from mcphost.stores.deliveries import EXPIRED_ERROR
 from tests.mcphost.stores.factories import admitted
 
 SECRET = "whsec_" + base64.b64encode(b"k" * 32).decode()
@@ -71,47 +72,51 @@ async def test_two_hosts_claiming_at_once_never_get_the_same_row(outboxed: Store
         run = await admitted(outboxed, conversation_id=None)
         await outboxed.runs.transition(run.run_id, RunStatus.RUNNING)
         await outboxed.runs.finish(run.run_id, RunStatus.FAILED)  # one row for ALL, one for ENDS
+    leased: dict[str, DeliveryLease] = {}
     claimed: dict[str, list[str]] = {}
 
     async def claim(host: str) -> None:
-        rows = await outboxed.deliveries.claim(host, lease_s=30, limit=16)
-        claimed[host] = [r.delivery_id for r in rows]
+        claims = await outboxed.deliveries.claim(host, lease_s=30, limit=16)
+        leased.update((r.delivery_id, r) for r in claims.leases)
+        claimed[host] = [r.delivery_id for r in claims.leases]
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(claim, "host-a")
         tg.start_soon(claim, "host-b")
     together = claimed["host-a"] + claimed["host-b"]
     assert len(together) == len(set(together)) == 24
-    assert await outboxed.deliveries.claim("host-c", lease_s=30) == []  # every lease still runs
+    assert (await outboxed.deliveries.claim("host-c", lease_s=30)).leases == []  # every lease still runs
     first = claimed["host-a"][0] if claimed["host-a"] else claimed["host-b"][0]
     owner = "host-a" if first in claimed["host-a"] else "host-b"
-    assert await outboxed.deliveries.delivered(first, "host-c") is False  # not its claim
-    assert await outboxed.deliveries.retry(first, owner, error="HTTP 500", next_attempt_at=0.0, dead=False)
-    again = await outboxed.deliveries.claim("host-c", lease_s=30)
+    lease = leased[first]
+    assert lease.claimed_by == owner
+    forged = lease.model_copy(update={"claimed_by": "host-c"})
+    assert await outboxed.deliveries.delivered(forged) is False  # not its lease: fenced out
+    assert await outboxed.deliveries.retry(lease, error="HTTP 500", next_attempt_at=0.0, dead=False)
+    again = (await outboxed.deliveries.claim("host-c", lease_s=30)).leases
     assert [r.delivery_id for r in again] == [first]
-    assert again[0].attempts == 1
+    assert again[0].attempts == 2  # the fenced-out send and the recorded one
     assert again[0].last_error == "HTTP 500"
     await outboxed.deliveries.release("host-c")
-    assert [r.delivery_id for r in await outboxed.deliveries.claim("host-d", lease_s=30)] == [first]
+    assert [r.delivery_id for r in (await outboxed.deliveries.claim("host-d", lease_s=30)).leases] == [first]
 
 
 async def test_a_dead_delivery_is_listed_and_redelivered_with_its_id(outboxed: Stores) -> None:
     run = await admitted(outboxed)
     await outboxed.runs.transition(run.run_id, RunStatus.RUNNING)
     await outboxed.runs.finish(run.run_id, RunStatus.COMPLETED)
-    (row,) = await outboxed.deliveries.claim("host-a", lease_s=30)
+    (row,) = (await outboxed.deliveries.claim("host-a", lease_s=30)).leases
     assert row.type == "run.completed"
-    assert await outboxed.deliveries.retry(
-        row.delivery_id, "host-a", error="HTTP 503", next_attempt_at=time.time() + 99, dead=True
-    )
+    assert await outboxed.deliveries.retry(row, error="HTTP 503", next_attempt_at=time.time() + 99, dead=True)
     dead = (await outboxed.deliveries.list(status="dead")).items
     assert [(d.delivery_id, d.last_error) for d in dead] == [(row.delivery_id, "HTTP 503")]
-    assert await outboxed.deliveries.claim("host-a", lease_s=30) == []
+    assert (await outboxed.deliveries.claim("host-a", lease_s=30)).leases == []
     back = await outboxed.deliveries.redeliver(row.delivery_id, max_age_s=10)
     assert back.status == "pending"
     assert back.expires_at > time.time() + 5
-    assert [r.delivery_id for r in await outboxed.deliveries.claim("host-b", lease_s=30)] == [row.delivery_id]
-    assert await outboxed.deliveries.delivered(row.delivery_id, "host-b")
+    (again,) = (await outboxed.deliveries.claim("host-b", lease_s=30)).leases
+    assert again.delivery_id == row.delivery_id
+    assert await outboxed.deliveries.delivered(again)
     assert (await outboxed.deliveries.get(row.delivery_id)).status == "delivered"
     with pytest.raises(NotFoundError):
         await outboxed.deliveries.redeliver("msg_unknown", max_age_s=10)
@@ -131,3 +136,61 @@ async def test_deliveries_page_newest_first_with_cursors(outboxed: Stores) -> No
     assert [d.created_at for d in first.items + rest.items] == sorted(
         (d.created_at for d in first.items + rest.items), reverse=True
     )
+
+
+async def completed(stores: Stores) -> None:
+    """A run that completes: one `run.completed` row for `ALL`."""
+    run = await admitted(stores)
+    await stores.runs.transition(run.run_id, RunStatus.RUNNING)
+    await stores.runs.finish(run.run_id, RunStatus.COMPLETED)
+
+
+async def test_a_sender_whose_lease_was_taken_over_cannot_overwrite_the_new_holders_outcome(
+    outboxed: Stores,
+) -> None:
+    await completed(outboxed)
+    (first,) = (await outboxed.deliveries.claim("host-a", lease_s=0.2)).leases
+    await anyio.sleep(0.3)  # host-a's send outlived its lease
+    (second,) = (await outboxed.deliveries.claim("host-a", lease_s=30)).leases  # the same host, again
+    assert second.delivery_id == first.delivery_id
+    assert await outboxed.deliveries.retry(
+        second, error="HTTP 503", next_attempt_at=time.time() + 60, dead=False
+    )
+    assert await outboxed.deliveries.delivered(first) is False  # the old lease: fenced out
+    row = await outboxed.deliveries.get(first.delivery_id)
+    assert (row.status, row.last_error, row.delivered_at) == ("pending", "HTTP 503", None)
+    assert row.attempts == 2  # both requests were made: each counted once
+    assert await outboxed.deliveries.bury(second, error="gone") is False  # a settled lease is spent
+
+
+async def test_claim_never_hands_out_an_expired_delivery_and_ends_it_dead_with_a_reason(
+    outboxed: Stores,
+) -> None:
+    await completed(outboxed)
+    (row,) = (await outboxed.deliveries.list()).items
+    await outboxed.deliveries.redeliver(row.delivery_id, max_age_s=0.05)
+    await anyio.sleep(0.1)
+    claims = await outboxed.deliveries.claim("host-a", lease_s=30)
+    assert claims.leases == []
+    assert [(r.delivery_id, r.status, r.last_error, r.attempts) for r in claims.expired] == [
+        (row.delivery_id, "dead", EXPIRED_ERROR, 0)
+    ]
+    assert (await outboxed.deliveries.claim("host-b", lease_s=30)).expired == []  # once
+    assert [d.delivery_id for d in (await outboxed.deliveries.list(status="dead")).items] == [row.delivery_id]
+
+
+async def test_claim_holds_at_most_per_url_rows_of_one_receiver_and_leaves_the_rest_to_others(
+    outboxed: Stores,
+) -> None:
+    for _ in range(6):
+        run = await admitted(outboxed, conversation_id=None)
+        await outboxed.runs.transition(run.run_id, RunStatus.RUNNING)
+        await outboxed.runs.finish(run.run_id, RunStatus.FAILED)  # one row for ALL, one for ENDS
+    claims = await outboxed.deliveries.claim("host-a", lease_s=30, per_url=4, in_flight={ALL.url: 3})
+    assert sorted(r.url for r in claims.leases) == [ALL.url] + [ENDS.url] * 4
+    full = await outboxed.deliveries.claim(
+        "host-a", lease_s=30, per_url=4, in_flight={ALL.url: 4, ENDS.url: 4}
+    )
+    assert full.leases == []
+    rest = await outboxed.deliveries.claim("host-a", lease_s=30, per_url=4, in_flight={ALL.url: 4})
+    assert [r.url for r in rest.leases] == [ENDS.url] * 2
