@@ -41,10 +41,10 @@ DEFAULT_DATA_DIR = ".mcphost"
 DEFAULT_LISTEN = "127.0.0.1:8787"
 
 BUNDLED_PLUGINS: dict[str, str] = {
-    "echo": "runners.echo",
-    "memo": "runners.memo",
-    "claude-code": "runners.claude_code",
-    "codex-agent": "runners.codex",
+    "echo": "mcphost_runners.echo",
+    "memo": "mcphost_runners.memo",
+    "claude-code": "mcphost_runners.claude_code",
+    "codex-agent": "mcphost_runners.codex",
 }
 """Bundled runners, each an ordinary plugin launched as `python -m <module>`. The local agent is not
 bundled: it needs its API key in its own environment, so it is configured as a `[[plugins]]` entry."""

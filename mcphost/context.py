@@ -88,7 +88,7 @@ def mcp_access(public_url: str, run_id: str) -> MCPAccess:
     url = mcp_url(public_url, run_id)
     return MCPAccess(
         url=url,
-        bridge=BridgeCommand(command=[sys.executable, "-m", "bridge", "--url", url]),
+        bridge=BridgeCommand(command=[sys.executable, "-m", "mcphost_bridge", "--url", url]),
         protocol_versions=list(MCP_PROTOCOL_VERSIONS),
     )
 

@@ -134,7 +134,14 @@ def test_every_copy_source_exists_and_is_not_dockerignored() -> None:
             if "--from=" in args:
                 continue
             copied += parts[:-1]
-    assert {"pyproject.toml", "uv.lock", "mcphost", "runners", "bridge", "package.json"} <= set(copied)
+    assert {
+        "pyproject.toml",
+        "uv.lock",
+        "mcphost",
+        "mcphost_runners",
+        "mcphost_bridge",
+        "package.json",
+    } <= set(copied)
     for source in copied:
         assert (REPO / source).exists(), f"COPY {source}: not in the repository"
         hits = [p for p in ignored if fnmatch.fnmatch(source, p) or source == p.rstrip("/")]

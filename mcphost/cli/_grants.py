@@ -44,12 +44,12 @@ server that is not up within about a second is dropped silently)."""
 
 def bridge_command() -> list[str]:
     """The bridge as an absolute command that works from any directory, with or without the venv on PATH:
-    the `mcphost-bridge` script installed next to the running interpreter, else `<python> -m bridge`."""
+    the `mcphost-bridge` script installed next to the running interpreter, else `<python> -m mcphost_bridge`."""
     python = Path(sys.executable)
     script = python.parent / "mcphost-bridge"
     if script.is_file() and os.access(script, os.X_OK):
         return [str(script)]
-    return [str(python), "-m", "bridge"]
+    return [str(python), "-m", "mcphost_bridge"]
 
 
 def _toml(value: str | bool | int | list[str]) -> str:

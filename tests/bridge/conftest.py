@@ -205,7 +205,7 @@ def free_port() -> int:
 
 
 def bridge_command(url: str, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "bridge", "--url", url, *extra]
+    return [sys.executable, "-m", "mcphost_bridge", "--url", url, *extra]
 
 
 class BridgeProcess:
@@ -268,7 +268,7 @@ class BridgeProcess:
 async def open_bridge(
     url: str, tmp_path: Path, *, token: str | None, extra: tuple[str, ...] = ()
 ) -> AsyncGenerator[BridgeProcess]:
-    """Start `python -m bridge --url URL` with the token in `MCPHOST_RUN_TOKEN`; kill it if still running."""
+    """Start `python -m mcphost_bridge --url URL` with the token in `MCPHOST_RUN_TOKEN`; kill it if still running."""
     env = {"PATH": "/usr/bin:/bin"}
     if token is not None:
         env["MCPHOST_RUN_TOKEN"] = token

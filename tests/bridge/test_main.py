@@ -1,6 +1,6 @@
 """The `mcphost-bridge` command as a process: exit statuses, stderr messages, stdout purity, arguments.
 
-These drive `python -m bridge` with raw JSON lines (no SDK client in between) so that every byte on stdout and
+These drive `python -m mcphost_bridge` with raw JSON lines (no SDK client in between) so that every byte on stdout and
 every exit status is checked as a client would see it.
 """
 
@@ -14,8 +14,8 @@ from pathlib import Path
 import httpx2
 import pytest
 
-import bridge
-from bridge.__main__ import build_parser, main
+import mcphost_bridge
+from mcphost_bridge.__main__ import build_parser, main
 from tests.bridge.conftest import (
     INITIALIZE_PARAMS,
     BridgeProcess,
@@ -292,7 +292,7 @@ def test_python_dash_m_bridge_is_the_command() -> None:
 
 
 def test_the_public_surface_is_pinned() -> None:
-    assert bridge.__all__ == ["DEFAULT_TOKEN_ENV", "BridgeConfig", "BridgeError", "run_bridge"]
+    assert mcphost_bridge.__all__ == ["DEFAULT_TOKEN_ENV", "BridgeConfig", "BridgeError", "run_bridge"]
 
 
 @pytest.mark.parametrize("endpoint", [False, True], indirect=True, ids=["sse", "json"])

@@ -1,4 +1,4 @@
-"""The facts server through the stdio bridge (`python -m bridge`), as the run context describes it."""
+"""The facts server through the stdio bridge (`python -m mcphost_bridge`), as the run context describes it."""
 
 from __future__ import annotations
 

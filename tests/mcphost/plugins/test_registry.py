@@ -73,7 +73,7 @@ async def test_plugins_shows_state_pid_restarts_and_last_error() -> None:
         assert echo.restarts == 0
         assert echo.last_error is None
         assert echo.runners == ("plugin:mcphost/echo/default",)
-        assert echo.command[1:] == ("-m", "runners.echo")
+        assert echo.command[1:] == ("-m", "mcphost_runners.echo")
         assert missing.state == "failed"
         assert missing.pid is None
         assert missing.runners == ()
