@@ -53,10 +53,13 @@ class PluginListing:
 
 
 def bundled_module(plugin: PluginConfig) -> str | None:
-    """The `mcphost_runners.<module>` a plugin runs as `<python> -m mcphost_runners.<module>`, when it is a bundled one."""
-    command = plugin.command
-    if len(command) == 3 and command[1] == "-m" and command[2] in BUNDLED_PLUGINS.values():
-        return command[2]
+    """The `mcphost_runners.<module>` a plugin runs as `<python> [-P] -m mcphost_runners.<module>`, when it is
+    a bundled one (the host starts them with `-P`; a `[[plugins]]` entry may name one without)."""
+    args = plugin.command[1:]
+    if args[:1] == ["-P"]:
+        args = args[1:]
+    if len(args) == 2 and args[0] == "-m" and args[1] in BUNDLED_PLUGINS.values():
+        return args[1]
     return None
 
 

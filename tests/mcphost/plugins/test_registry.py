@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+from pathlib import Path
+
 import pytest
 
+from mcphost.app import plugin_specs
+from mcphost.config import BUNDLED_PLUGINS, settings_from_mapping
 from mcphost.errors import PluginError, RunnerNotFoundError
 from mcphost.plugins.process import PluginSpec, PluginSupervisor
 from mcphost.plugins.registry import RunnerRegistry
+from tests.fakes.shadow_packages import write_shadow_packages
 from tests.plugins.support import FAST, collect, echo_spec, eventually, make_context, script_spec
 
 
@@ -116,3 +122,21 @@ async def test_when_two_plugins_offer_one_runner_id_the_first_keeps_it() -> None
             == "runner id 'plugin:mcphost/echo/default' is already provided by plugin 'echo-a'"
         )
         assert [p.runners for p in registry.plugins()] == [("plugin:mcphost/echo/default",), ()]
+
+
+async def test_the_bundled_plugins_start_from_a_folder_holding_packages_named_like_mcphosts(
+    tmp_path: Path,
+) -> None:
+    """The host starts its bundled plugins with `-P`: the folder they start in (the host's working
+    directory) is not on their module search path, so its `mcphost_runners/` is never imported."""
+    folder = write_shadow_packages(tmp_path)
+    settings = settings_from_mapping({}, source="<test>", environ={})
+    specs = [replace(spec, cwd=folder) for spec in plugin_specs(settings)]
+    async with PluginSupervisor(specs, timings=replace(FAST, initialize=30.0)) as supervisor:
+        registry = RunnerRegistry(supervisor.plugins)
+        assert [(p.name, p.state, p.last_error) for p in registry.plugins()] == [
+            (name, "running", None) for name in BUNDLED_PLUGINS
+        ]
+        assert {r.runner_id for r in registry.runners()} == {
+            f"plugin:mcphost/{name}/default" for name in BUNDLED_PLUGINS
+        }
