@@ -18,8 +18,8 @@ COPY pyproject.toml uv.lock ./
 RUN --mount=type=cache,target=/root/.cache/uv uv sync --locked --no-dev --no-install-project
 COPY README.md LICENSE ./
 COPY mcphost ./mcphost
-COPY runners ./runners
-COPY bridge ./bridge
+COPY mcphost_runners ./mcphost_runners
+COPY mcphost_bridge ./mcphost_bridge
 RUN --mount=type=cache,target=/root/.cache/uv uv sync --locked --no-dev --no-editable
 
 # -- clis: the pinned Claude Code and Codex CLIs (package.json), only with WITH_CLIS=1 -----------------------

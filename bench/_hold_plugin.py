@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import anyio
 
-from runners.sdk import AgentRunContext, AgentRunner, Permissions, RunOutput, serve
+from mcphost_runners.sdk import AgentRunContext, AgentRunner, Permissions, RunOutput, serve
 
 
 class HoldRunner(AgentRunner):

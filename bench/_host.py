@@ -1,6 +1,6 @@
 """The host under benchmark: settings, events, and the baseline's hand-built run context.
 
-Owns how benchmarks configure a host: the echo plugin (the bundled `python -m runners.echo`, the only
+Owns how benchmarks configure a host: the echo plugin (the bundled `python -m mcphost_runners.echo`, the only
 bundled plugin started) plus `bench._hold_plugin` (a runner that holds a run open for a while), one
 agent per runner selected by `bot_id`, logging kept quiet. Also builds the `AgentRunContext` the baseline driver sends, shaped like the one the host sends (event, conversation,
 actor, input, delivery, MCP access with a token), so both sides move the same bytes over stdio.
@@ -37,7 +37,7 @@ from mcphost.stores.results import StoredResult
 
 ECHO_RUNNER = "plugin:mcphost/echo/default"
 HOLD_RUNNER = "plugin:bench/hold/default"
-ECHO_COMMAND = [sys.executable, "-m", "runners.echo"]
+ECHO_COMMAND = [sys.executable, "-m", "mcphost_runners.echo"]
 HOLD_COMMAND = [sys.executable, "-m", "bench._hold_plugin"]
 TERMINAL = frozenset({"run.completed", "run.failed"})
 

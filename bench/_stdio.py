@@ -1,6 +1,6 @@
 """The baseline runner driver: a minimal JSON-RPC client of one stdio plugin, with no host around it.
 
-Owns one plugin process (`python -m runners.echo` by default) and the least a caller must do to run it:
+Owns one plugin process (`python -m mcphost_runners.echo` by default) and the least a caller must do to run it:
 `initialize`, then per run a `runner/run` request whose `runner/result` notifications are collected
 until the response arrives. Runs are multiplexed by JSON-RPC id, so concurrent `run()` calls share one
 process, exactly as the host's `PluginProcess` does. It parses every line (a driver must, to route it)
@@ -55,7 +55,7 @@ class StdioDriver:
     @asynccontextmanager
     async def open(cls, command: Sequence[str] | None = None) -> AsyncGenerator[StdioDriver, None]:
         """Spawn the plugin, run `initialize`, and stop it on exit."""
-        argv = list(command or [sys.executable, "-m", "runners.echo"])
+        argv = list(command or [sys.executable, "-m", "mcphost_runners.echo"])
         process = await anyio.open_process(argv, stderr=None)
         driver = cls(process)
         try:

@@ -24,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = ROOT / "examples" / "knowledge" / "mcphost"
 MIN_DOCSTRING_CHARS = 300
-PACKAGES = ("mcphost", "runners", "bridge")
+PACKAGES = ("mcphost", "mcphost_runners", "mcphost_bridge")
 
 
 def slug(text: str) -> str:

@@ -2,7 +2,7 @@
 
 Subject: `orchestrator.submit(event)` → follow `orchestrator.results(run_id)` until `run.completed`
 (admission, grant, event log, transcript, state snapshot, result validation, persistence, publication,
-the run's end) with the bundled echo plugin. Baseline: the same `python -m runners.echo` code in its
+the run's end) with the bundled echo plugin. Baseline: the same `python -m mcphost_runners.echo` code in its
 own process, driven by `bench._stdio.StdioDriver` (a `runner/run` request with an equivalent context,
 results collected until the response). One run per side per round, alternating, at concurrency 1.
 

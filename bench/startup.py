@@ -3,13 +3,13 @@
 - `mcphost run "hello"` wall time on the embedded default (no config file, SQLite under `./.mcphost/`),
   in a folder whose database already exists (warm) and in an empty folder (cold: the database is
   created and migrated first). Baseline: spawning the echo plugin by itself and driving one run over
-  stdio (`python -m runners.echo`, `initialize`, one `runner/run`, `shutdown`), i.e. a Python process
+  stdio (`python -m mcphost_runners.echo`, `initialize`, one `runner/run`, `shutdown`), i.e. a Python process
   start plus the runner's own imports — the floor any host that launches a plugin pays.
 - `import mcphost.cli` alone versus a bare interpreter start: how much of both is imports.
 - `mcphost --help` and `mcphost --version` (the console script) versus a bare interpreter start, each
   alternated with it in the same run: the ratio a person feels when asking the CLI what it can do (the
   target is 4x; the parser imports nothing of the server until a command runs).
-- `mcphost-bridge` (`python -m bridge`) to its first answer, in both protocol eras (`initialize`, and
+- `mcphost-bridge` (`python -m mcphost_bridge`) to its first answer, in both protocol eras (`initialize`, and
   `server/discover` with the 2026-07-28 envelope), versus a bare interpreter start: from spawn to the
   answer's line on its stdout, against a stub endpoint in this process that answers at once (so the time
   is the bridge's). Clients drop a stdio server that is not up within about a second; the target is
@@ -149,7 +149,8 @@ async def _bridge_first_answer_ms(url: str, method: str) -> float:
     line = json.dumps({"jsonrpc": "2.0", "id": 1, "method": method, "params": _OPENING[method]}).encode()
     start = time.perf_counter_ns()
     async with await anyio.open_process(
-        [sys.executable, "-m", "bridge", "--url", url], env={**clean_env(), "MCPHOST_RUN_TOKEN": "bench"}
+        [sys.executable, "-m", "mcphost_bridge", "--url", url],
+        env={**clean_env(), "MCPHOST_RUN_TOKEN": "bench"},
     ) as process:
         assert process.stdin is not None
         assert process.stdout is not None
@@ -301,7 +302,7 @@ async def run(cfg: BenchConfig) -> list[Row]:
                         benchmark=NAME,
                         case=f"mcphost-bridge → first answer, {era} (`{method}`)",
                         baseline_label="`python -c pass`",
-                        subject_label="`python -m bridge`, spawn to answer line",
+                        subject_label="`python -m mcphost_bridge`, spawn to answer line",
                         baseline=Stat.of(samples.baseline, "ms"),
                         subject=Stat.of(samples.subject, "ms"),
                     )

@@ -12,7 +12,7 @@ Register it in mcphost.toml and send it a few messages:
     uv run mcphost run "hello" && uv run mcphost run "and now?"
 """
 
-from runners.sdk import AgentRunContext, AgentRunner, Permissions, RunOutput, serve
+from mcphost_runners.sdk import AgentRunContext, AgentRunner, Permissions, RunOutput, serve
 
 
 class Recall(AgentRunner):

@@ -41,13 +41,24 @@ DEFAULT_DATA_DIR = ".mcphost"
 DEFAULT_LISTEN = "127.0.0.1:8787"
 
 BUNDLED_PLUGINS: dict[str, str] = {
-    "echo": "runners.echo",
-    "memo": "runners.memo",
-    "claude-code": "runners.claude_code",
-    "codex-agent": "runners.codex",
+    "echo": "mcphost_runners.echo",
+    "memo": "mcphost_runners.memo",
+    "claude-code": "mcphost_runners.claude_code",
+    "codex-agent": "mcphost_runners.codex",
 }
-"""Bundled runners, each an ordinary plugin launched as `python -m <module>`. The local agent is not
-bundled: it needs its API key in its own environment, so it is configured as a `[[plugins]]` entry."""
+"""Bundled runners, each an ordinary plugin launched as `python -P -m <module>` (`host_module_command`). The
+local agent is not bundled: it needs its API key in its own environment, so it is configured as a
+`[[plugins]]` entry."""
+
+
+def host_module_command(module: str) -> list[str]:
+    """How the host starts a module of its own (a bundled plugin, the bridge): `<its python> -P -m <module>`.
+
+    `-P` (Python 3.11) keeps the working directory off the module search path, so a folder where the
+    process starts (the host's, or a harness CLI's workspace) that is named like one of mcphost's packages
+    cannot shadow it; the modules come from where mcphost is installed, as in the console scripts."""
+    return [sys.executable, "-P", "-m", module]
+
 
 HOST_PYTHON_NAMES: frozenset[str] = frozenset({"python", "python3"})
 """A plugin command starting with one of these runs on `sys.executable` (see `Settings.all_plugins`)."""
@@ -503,7 +514,7 @@ class Settings(_Section):
         ]
         if self.host.bundled_plugins:
             plugins += [
-                PluginConfig(command=[sys.executable, "-m", module], name=name)
+                PluginConfig(command=host_module_command(module), name=name)
                 for name, module in BUNDLED_PLUGINS.items()
             ]
         return plugins

@@ -22,11 +22,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from mcphost import __version__
+from mcphost.config import host_module_command
 from mcphost.errors import InvalidArgumentError
 from mcphost.models import AgentBinding, AgentEventEnvelope, Run, RunGrant
 from mcphost.protocol import (
@@ -88,7 +88,7 @@ def mcp_access(public_url: str, run_id: str) -> MCPAccess:
     url = mcp_url(public_url, run_id)
     return MCPAccess(
         url=url,
-        bridge=BridgeCommand(command=[sys.executable, "-m", "bridge", "--url", url]),
+        bridge=BridgeCommand(command=[*host_module_command("mcphost_bridge"), "--url", url]),
         protocol_versions=list(MCP_PROTOCOL_VERSIONS),
     )
 

@@ -4,7 +4,7 @@ A warm harness process (`[agents.config] warm = true`) lives across the runs of 
 MCP config cannot carry a run's URL and token. It is given `/sessions/{session_id}/mcp` and a session
 token instead; this module names the session, derives its token, and answers which run the endpoint
 currently serves. Does not own serving the endpoint (`facts/server.py`), the SQL behind the binding
-(`stores/warm.py`), nor the warm processes (they live in the runner's plugin, `runners/_harness_warm.py`).
+(`stores/warm.py`), nor the warm processes (they live in the runner's plugin, `mcphost_runners/_harness_warm.py`).
 
 Invariants:
 - A session id names (agent, conversation, thread): `ses_` + 32 hex digits of their SHA-256. The token is

@@ -245,9 +245,9 @@ def test_the_protocol_names_the_answer_model_and_schema_of_every_facts_tool() ->
 
 
 def test_every_module_and_package_of_the_host_and_every_public_runner_is_in_the_layout() -> None:
-    """Top-level modules and packages of mcphost, and runners' public modules; private modules inside a
+    """Top-level modules and packages of mcphost, and mcphost_runners' public modules; private modules inside a
     package are described with their package but not required here."""
     host = [p.name for p in (ROOT / "mcphost").iterdir() if p.suffix == ".py" or (p / "__init__.py").exists()]
-    runners = [p.name for p in (ROOT / "runners").glob("[!_]*.py")]
+    runners = [p.name for p in (ROOT / "mcphost_runners").glob("[!_]*.py")]
     names = [n for n in host + runners if n != "__init__.py"]
     assert sorted(n for n in names if n.removesuffix(".py") not in ARCHITECTURE) == []

@@ -26,6 +26,7 @@ import pytest
 import yaml
 
 from mcphost.config import HostSettings
+from mcphost.plugins._startup import OWN_PACKAGES
 from tests.mcphost.test_serve import free_port, mcphost, start_server
 
 REPO = Path(__file__).resolve().parents[1]
@@ -121,6 +122,15 @@ def test_the_license_is_the_apache_license_pyproject_names() -> None:
     assert project["license"] == {"text": "Apache-2.0"}
 
 
+def test_every_package_the_wheel_installs_is_named_mcphost_and_known_to_the_plugin_diagnosis() -> None:
+    """No generic top-level name (`runners`, `bridge`) a user's folder or another distribution also has;
+    and `mcphost.plugins._startup` tells a shadowed package of ours from any other import failure."""
+    wheel = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["hatch"]["build"]
+    packages = wheel["targets"]["wheel"]["packages"]
+    assert tuple(packages) == OWN_PACKAGES
+    assert all(name.startswith("mcphost") for name in packages)
+
+
 def test_every_copy_source_exists_and_is_not_dockerignored() -> None:
     ignored = [
         line.strip()
@@ -134,7 +144,14 @@ def test_every_copy_source_exists_and_is_not_dockerignored() -> None:
             if "--from=" in args:
                 continue
             copied += parts[:-1]
-    assert {"pyproject.toml", "uv.lock", "mcphost", "runners", "bridge", "package.json"} <= set(copied)
+    assert {
+        "pyproject.toml",
+        "uv.lock",
+        "mcphost",
+        "mcphost_runners",
+        "mcphost_bridge",
+        "package.json",
+    } <= set(copied)
     for source in copied:
         assert (REPO / source).exists(), f"COPY {source}: not in the repository"
         hits = [p for p in ignored if fnmatch.fnmatch(source, p) or source == p.rstrip("/")]

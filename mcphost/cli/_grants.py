@@ -29,7 +29,7 @@ from typing import Any
 
 from mcphost.app import open_database
 from mcphost.cli._common import EXIT_OK, dump, fail
-from mcphost.config import Settings
+from mcphost.config import Settings, host_module_command
 from mcphost.context import TOKEN_ENV, mcp_url
 from mcphost.inspection import INSPECTION_WRITE_TOOLS, create_grant, end_grant
 from mcphost.protocol import JSONObject
@@ -44,12 +44,12 @@ server that is not up within about a second is dropped silently)."""
 
 def bridge_command() -> list[str]:
     """The bridge as an absolute command that works from any directory, with or without the venv on PATH:
-    the `mcphost-bridge` script installed next to the running interpreter, else `<python> -m bridge`."""
-    python = Path(sys.executable)
-    script = python.parent / "mcphost-bridge"
+    the `mcphost-bridge` script installed next to the running interpreter, else `<python> -P -m mcphost_bridge`
+    (`host_module_command`: the client's working directory stays off the module search path)."""
+    script = Path(sys.executable).parent / "mcphost-bridge"
     if script.is_file() and os.access(script, os.X_OK):
         return [str(script)]
-    return [str(python), "-m", "bridge"]
+    return host_module_command("mcphost_bridge")
 
 
 def _toml(value: str | bool | int | list[str]) -> str:

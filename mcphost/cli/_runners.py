@@ -1,8 +1,8 @@
 """`mcphost runners`: the configured plugins and their runners, without starting them unless `--check`.
 
-Owns the static listing: a bundled plugin (`python -m runners.<module>`) declares its runners as
+Owns the static listing: a bundled plugin (`python -m mcphost_runners.<module>`) declares its runners as
 `AgentRunner` classes whose class attributes make the manifest, so their manifests are built here in
-process; a harness runner's CLI is looked up the way the runner does (`runners.harness.resolve_cli`:
+process; a harness runner's CLI is looked up the way the runner does (`mcphost_runners.harness.resolve_cli`:
 the agent's `config.cli_path`, else PATH, else the checkout's `node_modules/.bin`). A plugin of
 `[[plugins]]` only tells its runners when it runs: it is listed with its command, and `--check` starts
 every plugin (`app.open_host`) and lists what they registered, rejected manifests included. Does not own
@@ -27,7 +27,7 @@ from mcphost.config import BUNDLED_PLUGINS, PluginConfig, Settings
 from mcphost.protocol import AgentRunnerManifest
 
 if TYPE_CHECKING:
-    from runners.sdk import AgentRunner
+    from mcphost_runners.sdk import AgentRunner
 
 
 @dataclass
@@ -53,10 +53,13 @@ class PluginListing:
 
 
 def bundled_module(plugin: PluginConfig) -> str | None:
-    """The `runners.<module>` a plugin runs as `<python> -m runners.<module>`, when it is a bundled one."""
-    command = plugin.command
-    if len(command) == 3 and command[1] == "-m" and command[2] in BUNDLED_PLUGINS.values():
-        return command[2]
+    """The `mcphost_runners.<module>` a plugin runs as `<python> [-P] -m mcphost_runners.<module>`, when it is
+    a bundled one (the host starts them with `-P`; a `[[plugins]]` entry may name one without)."""
+    args = plugin.command[1:]
+    if args[:1] == ["-P"]:
+        args = args[1:]
+    if len(args) == 2 and args[0] == "-m" and args[1] in BUNDLED_PLUGINS.values():
+        return args[1]
     return None
 
 
@@ -73,7 +76,7 @@ def program_found(plugin: PluginConfig) -> bool:
 
 def _bundled_classes(module: str) -> list[tuple[type[AgentRunner], AgentRunnerManifest]]:
     """The runner classes of a bundled plugin's module and the manifests they register."""
-    from runners.sdk import AgentRunner
+    from mcphost_runners.sdk import AgentRunner
 
     loaded = importlib.import_module(module)
     plugin_name = next(name for name, mod in BUNDLED_PLUGINS.items() if mod == module)
@@ -96,7 +99,7 @@ def bundled_manifests(settings: Settings) -> dict[str, AgentRunnerManifest]:
 
 def bundled_runners(plugin: PluginConfig, module: str, settings: Settings) -> list[RunnerListing]:
     """The runners a bundled plugin registers, from their classes; harness CLIs looked up."""
-    from runners.harness import HarnessRunner, resolve_cli
+    from mcphost_runners.harness import HarnessRunner, resolve_cli
 
     listed: list[RunnerListing] = []
     for obj, manifest in _bundled_classes(module):

@@ -1,7 +1,7 @@
 """A child in a session of its own: spawn it, tell whether its group lives, and bring the group down.
 
 Owns the process-group mechanics shared by plugin processes (`mcphost.plugins.process`) and harness CLIs
-(`runners._harness_process`). Does not own what a process says (its pipes are the caller's) nor when to
+(`mcphost_runners._harness_process`). Does not own what a process says (its pipes are the caller's) nor when to
 stop it, nor any graceful step before the signals (a `shutdown` request, a closed stdin): callers do
 those first, then call `stop_group`.
 

@@ -128,9 +128,11 @@ class Connection:
         """Set by the owner once the process is down and `final_reason` says how it ended."""
         self.final_reason: str | None = None
         self.stderr_note = ""
-        """`; last stderr line: '…'` when the process failed and said something on its way out."""
+        """`; last stderr line: '…'` when the process failed and said something on its way out (or, when it
+        died before `initialize`, the import failure those lines show: `_startup.import_failure`)."""
         self.stderr_done = anyio.Event()
-        self.stderr_tail: deque[str] = deque(maxlen=3)
+        self.stderr_tail: deque[str] = deque(maxlen=8)
+        """The last lines: enough for the end of a traceback (its frames and the exception)."""
         # Shielded, so the pumps keep working during a shutdown under cancellation; the owner cancels
         # them explicitly once the process is down (cancel() works on a shielded scope).
         self.stdout_scope = anyio.CancelScope(shield=True)

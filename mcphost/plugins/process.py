@@ -78,6 +78,7 @@ from mcphost.common.procgroup import (
 )
 from mcphost.common.validation import describe
 from mcphost.errors import PluginError, RunnerNotFoundError
+from mcphost.plugins._startup import import_failure
 from mcphost.plugins._wire import (
     BrokenConnectionError,
     Connection,
@@ -532,7 +533,10 @@ class PluginProcess:
                         exited = await self._stop(conn, graceful=host_stopped)
                         conn.final_reason = describe_end(failure, broken, exited)
                         if not host_stopped and conn.stderr_tail:
-                            conn.stderr_note = f"; last stderr line: {conn.stderr_tail[-1]!r}"
+                            # One that never answered `initialize` most often could not import its code.
+                            tail, program = conn.stderr_tail, self.spec.command[0]
+                            diagnosis = import_failure(tail, program) if ready_at is None else None
+                            conn.stderr_note = f"; {diagnosis or f'last stderr line: {tail[-1]!r}'}"
                         reason = conn.final_reason + conn.stderr_note
                         if ready_at is not None and not host_stopped:
                             self.last_error = reason  # before the in-flight runs hear of it

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
 
 from mcphost.errors import RunnerNotFoundError
-from mcphost.protocol import AgentRunnerManifest, JSONObject
+from mcphost.protocol import AgentRunnerManifest, JSONObject, RunnerIdError, parse_runner_id
 
 
 class RejectedManifestView(Protocol):
@@ -116,12 +116,33 @@ class RunnerRegistry(Generic[P]):
         if found is not None:
             return found
         known = ", ".join(sorted(accepted)) or "none"
+        details: JSONObject = {"runner_id": runner_id, "known_runners": sorted(accepted)}
+        unstarted = self._unstarted_plugin(runner_id)
+        if unstarted is not None:
+            # The configuration is right; the plugin is what failed, and its last_error says how.
+            raise RunnerNotFoundError(
+                f"Runner {runner_id!r} is not registered: its plugin {unstarted.name!r} has not started "
+                f"({unstarted.state}: {unstarted.last_error}).",
+                details={**details, "plugin": unstarted.name},
+            )
         why = next((r.reason for r in rejected if r.runner_id == runner_id), None)
         detail = f" (its manifest was rejected: {why})" if why else ""
         raise RunnerNotFoundError(
             f"Runner {runner_id!r} is not registered{detail}; known runners: {known}. "
             "Check [[plugins]] in mcphost.toml.",
-            details={"runner_id": runner_id, "known_runners": sorted(accepted)},
+            details=details,
+        )
+
+    def _unstarted_plugin(self, runner_id: str) -> P | None:
+        """The plugin named like the runner id's plugin part (as the bundled ones are) when it never got
+        through `initialize`: no manifests, and the reason in `last_error`."""
+        try:
+            _, plugin_name, _ = parse_runner_id(runner_id)
+        except RunnerIdError:
+            return None
+        return next(
+            (p for p in self._plugins if p.name == plugin_name and not p.manifests and p.last_error),
+            None,
         )
 
     def runners(self) -> list[RegisteredRunner[P]]:

@@ -3,7 +3,7 @@
 Owns `FactsToolName` (every facts tool), the answer models, `FACTS_ANSWERS` (tool → model) and
 `answer_schema()` (the `outputSchema` each tool publishes, and what `mcphost schema` writes). The host's
 handlers (`mcphost/facts/`) build these models and the call pipeline serializes them once
-(`model_dump(mode="json")`) into `structuredContent`; the runner SDK (`runners.sdk`) parses the same
+(`model_dump(mode="json")`) into `structuredContent`; the runner SDK (`mcphost_runners.sdk`) parses the same
 models. Does not call or serve anything. Pure, like the rest of the package.
 
 Invariants:

@@ -205,7 +205,7 @@ def free_port() -> int:
 
 
 def bridge_command(url: str, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "bridge", "--url", url, *extra]
+    return [sys.executable, "-m", "mcphost_bridge", "--url", url, *extra]
 
 
 class BridgeProcess:
@@ -266,16 +266,24 @@ class BridgeProcess:
 
 @asynccontextmanager
 async def open_bridge(
-    url: str, tmp_path: Path, *, token: str | None, extra: tuple[str, ...] = ()
+    url: str,
+    tmp_path: Path,
+    *,
+    token: str | None,
+    extra: tuple[str, ...] = (),
+    command: list[str] | None = None,
+    cwd: Path | None = None,
 ) -> AsyncGenerator[BridgeProcess]:
-    """Start `python -m bridge --url URL` with the token in `MCPHOST_RUN_TOKEN`; kill it if still running."""
+    """Start `python -m mcphost_bridge --url URL` (or `command`, in `cwd`) with the token in
+    `MCPHOST_RUN_TOKEN`; kill it if still running."""
     env = {"PATH": "/usr/bin:/bin"}
     if token is not None:
         env["MCPHOST_RUN_TOKEN"] = token
     stderr_path = tmp_path / f"bridge-{secrets.token_hex(4)}.stderr"
     stderr_file: IO[bytes] = stderr_path.open("wb")
     try:
-        process = await anyio.open_process(bridge_command(url, *extra), env=env, stderr=stderr_file)
+        argv = command or bridge_command(url, *extra)
+        process = await anyio.open_process(argv, env=env, stderr=stderr_file, cwd=cwd)
         async with process:
             bridge = BridgeProcess(process, stderr_path)
             try:

@@ -1,4 +1,4 @@
-"""`bridge._first`: the opening message answered with the standard library, before the SDK is imported."""
+"""`mcphost_bridge._first`: the opening message answered with the standard library, before the SDK is imported."""
 
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ import pytest
 from mcp.shared.inbound import MCP_METHOD_HEADER, MCP_PROTOCOL_VERSION_HEADER
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-from bridge import _first
-from bridge._first import FirstExchange, first_exchange, http_headers
+from mcphost_bridge import _first
+from mcphost_bridge._first import FirstExchange, first_exchange, http_headers
 from tests.bridge.conftest import INITIALIZE_PARAMS, Endpoint, free_port
 
 MODERN_META = {
@@ -60,7 +60,7 @@ def test_the_sdk_spellings_it_repeats_are_the_sdks() -> None:
 
 def test_the_command_imports_neither_the_sdk_nor_httpx_before_the_first_answer() -> None:
     code = (
-        "import sys, bridge.__main__, bridge._first; "
+        "import sys, mcphost_bridge.__main__, mcphost_bridge._first; "
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('mcp', 'mcp_types', 'httpx2', 'pydantic', 'anyio')))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
@@ -70,7 +70,7 @@ def test_the_command_imports_neither_the_sdk_nor_httpx_before_the_first_answer()
 def test_of_the_host_the_whole_bridge_loads_only_its_common_leaf() -> None:
     # The import contract allows `mcphost.common`; this pins that loading it costs no more than that.
     code = (
-        "import sys, bridge.__main__, bridge.relay, bridge._lines; "
+        "import sys, mcphost_bridge.__main__, mcphost_bridge.relay, mcphost_bridge._lines; "
         "print(' '.join(sorted(m for m in sys.modules if m.split('.')[0] in ('mcphost', 'runners'))))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)

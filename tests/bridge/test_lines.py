@@ -10,8 +10,8 @@ import anyio.to_thread
 import pytest
 from mcp_types import JSONRPCError, JSONRPCNotification, JSONRPCRequest, JSONRPCResponse
 
-import bridge._lines
-from bridge._lines import LineReader, Rejection, parse_line
+import mcphost_bridge._lines
+from mcphost_bridge._lines import LineReader, Rejection, parse_line
 
 
 class Pipe:
@@ -61,7 +61,7 @@ async def test_lines_are_split_on_newlines_with_crlf_and_a_final_unterminated_li
 async def test_an_overlong_line_is_cut_and_the_next_line_survives(
     pipe: Pipe, monkeypatch: pytest.MonkeyPatch, length: int
 ) -> None:
-    monkeypatch.setattr(bridge._lines, "MAX_LINE_BYTES", 1000)
+    monkeypatch.setattr(mcphost_bridge._lines, "MAX_LINE_BYTES", 1000)
     data = b'{"id": 9, "x": "' + b"y" * length + b'"}\n{"ok":true}\n'
     lines: list[bytes] = []
     async with anyio.create_task_group() as tg:

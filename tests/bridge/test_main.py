@@ -1,6 +1,6 @@
 """The `mcphost-bridge` command as a process: exit statuses, stderr messages, stdout purity, arguments.
 
-These drive `python -m bridge` with raw JSON lines (no SDK client in between) so that every byte on stdout and
+These drive `python -m mcphost_bridge` with raw JSON lines (no SDK client in between) so that every byte on stdout and
 every exit status is checked as a client would see it.
 """
 
@@ -9,13 +9,15 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
+import sys
 from pathlib import Path
 
 import httpx2
 import pytest
 
-import bridge
-from bridge.__main__ import build_parser, main
+import mcphost_bridge
+from mcphost.context import mcp_access
+from mcphost_bridge.__main__ import build_parser, main
 from tests.bridge.conftest import (
     INITIALIZE_PARAMS,
     BridgeProcess,
@@ -24,6 +26,7 @@ from tests.bridge.conftest import (
     free_port,
     open_bridge,
 )
+from tests.fakes.shadow_packages import write_shadow_packages
 
 LEGACY = "2025-11-25"
 MODERN = "2026-07-28"
@@ -73,6 +76,31 @@ async def test_a_session_keeps_stdout_pure_and_eof_deletes_the_session_then_exit
     assert deletes[0].headers["mcp-session-id"]
     assert all(seen.headers["x-trace"] == "abc 123" for seen in endpoint.seen)
     assert bridge_process.stderr == ""
+
+
+@pytest.mark.parametrize("form", ["mcphost-bridge", "run context"])
+async def test_the_bridge_relays_from_a_folder_holding_packages_named_like_mcphosts(
+    endpoint: Endpoint, tmp_path: Path, form: str
+) -> None:
+    """A client (a harness CLI, an IDE) starts the bridge in its own working directory, which may be a
+    project with `bridge/`, `mcphost_bridge/` or `mcphost/` packages: the installed script and the
+    command the run context gives (`python -P -m ...`) never import those."""
+    project = write_shadow_packages(tmp_path / "project")
+    if form == "mcphost-bridge":
+        prefix = [str(Path(sys.executable).parent / "mcphost-bridge")]
+    else:
+        *prefix, flag, _ = mcp_access("http://127.0.0.1:8787", "run_shadow").bridge.command
+        assert flag == "--url"
+    command = [*prefix, "--url", endpoint.url]
+    async with open_bridge(
+        endpoint.url, tmp_path, token=endpoint.token, command=command, cwd=project
+    ) as bridge:
+        await start_legacy_session(bridge)
+        listed = await bridge.request(2, "tools/list", {})
+        assert "echo" in {tool["name"] for tool in listed["result"]["tools"]}
+        await bridge.close_stdin()
+        assert await bridge.wait() == 0
+    assert bridge.stderr == ""
 
 
 async def test_a_malformed_line_gets_a_parse_error_and_the_bridge_keeps_going(
@@ -292,7 +320,7 @@ def test_python_dash_m_bridge_is_the_command() -> None:
 
 
 def test_the_public_surface_is_pinned() -> None:
-    assert bridge.__all__ == ["DEFAULT_TOKEN_ENV", "BridgeConfig", "BridgeError", "run_bridge"]
+    assert mcphost_bridge.__all__ == ["DEFAULT_TOKEN_ENV", "BridgeConfig", "BridgeError", "run_bridge"]
 
 
 @pytest.mark.parametrize("endpoint", [False, True], indirect=True, ids=["sse", "json"])

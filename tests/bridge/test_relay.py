@@ -1,4 +1,4 @@
-"""The bridge end to end: the SDK's real stdio `Client` → `python -m bridge` → a real Streamable HTTP server.
+"""The bridge end to end: the SDK's real stdio `Client` → `python -m mcphost_bridge` → a real Streamable HTTP server.
 
 Both protocol eras are driven through the SDK client itself (`mode="legacy"` for the 2025-11-25 handshake,
 `mode="auto"` negotiating 2026-07-28 through `server/discover`); the server records every HTTP request, so the
@@ -32,7 +32,7 @@ async def bridged_client(endpoint: Endpoint, tmp_path: Path, **options: Any) -> 
     """An SDK `Client` whose server is the bridge subprocess pointed at `endpoint`."""
     params = StdioServerParameters(
         command=sys.executable,
-        args=["-m", "bridge", "--url", endpoint.url],
+        args=["-m", "mcphost_bridge", "--url", endpoint.url],
         env={"MCPHOST_RUN_TOKEN": endpoint.token},
     )
     with (tmp_path / "bridge.stderr").open("w") as errlog:
@@ -221,7 +221,7 @@ async def test_a_wrong_token_fails_the_client_with_the_servers_message(
 ) -> None:
     params = StdioServerParameters(
         command=sys.executable,
-        args=["-m", "bridge", "--url", endpoint.url],
+        args=["-m", "mcphost_bridge", "--url", endpoint.url],
         env={"MCPHOST_RUN_TOKEN": "wrong"},
     )
     stderr_path = tmp_path / "bridge.stderr"

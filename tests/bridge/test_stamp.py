@@ -14,7 +14,7 @@ from mcp.client.session import _make_modern_stamp  # the SDK's own stamp is the 
 from mcp.shared.dispatcher import CallOptions
 from mcp_types import JSONRPCMessage, JSONRPCNotification, JSONRPCRequest, JSONRPCResponse
 
-from bridge._stamp import HeaderStamp
+from mcphost_bridge._stamp import HeaderStamp
 
 MODERN = "2026-07-28"
 REGION_SCHEMA: dict[str, Any] = {

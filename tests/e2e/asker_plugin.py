@@ -17,7 +17,7 @@ import httpx2
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from runners.sdk import AgentRunContext, AgentRunner, Permissions, RunOutput, serve
+from mcphost_runners.sdk import AgentRunContext, AgentRunner, Permissions, RunOutput, serve
 
 
 class AskerRunner(AgentRunner):

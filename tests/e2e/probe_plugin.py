@@ -31,7 +31,7 @@ import mcp_types as types
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from runners.sdk import AgentRunContext, AgentRunner, Permissions, RunOutput, serve
+from mcphost_runners.sdk import AgentRunContext, AgentRunner, Permissions, RunOutput, serve
 
 HOLD_MIN_CALLS = 10
 

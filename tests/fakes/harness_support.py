@@ -30,7 +30,7 @@ from mcphost.protocol import (
     StateSnapshot,
     Trigger,
 )
-from runners.sdk import AgentRunner, RunOutput
+from mcphost_runners.sdk import AgentRunner, RunOutput
 
 REPO = Path(__file__).resolve().parents[2]
 NODE_BIN = REPO / "node_modules" / ".bin"
@@ -59,7 +59,7 @@ def mcp_access(url: str, token: str = TOKEN) -> MCPAccess:
         url=url,
         headers={"Authorization": f"Bearer {token}"},
         bridge=BridgeCommand(
-            command=[sys.executable, "-m", "bridge", "--url", url], env={"MCPHOST_RUN_TOKEN": token}
+            command=[sys.executable, "-m", "mcphost_bridge", "--url", url], env={"MCPHOST_RUN_TOKEN": token}
         ),
         protocol_versions=["2025-11-25"],
     )

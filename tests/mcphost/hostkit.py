@@ -19,7 +19,7 @@ from mcphost.models import AgentConfig, AgentEventEnvelope, Run, RunStatus
 REPO = Path(__file__).resolve().parents[2]
 MISBEHAVE = [sys.executable, str(REPO / "tests" / "plugins" / "misbehave.py")]
 MISBEHAVE_RUNNER = "plugin:test/misbehave/default"
-ECHO = [sys.executable, "-m", "runners.echo"]
+ECHO = [sys.executable, "-m", "mcphost_runners.echo"]
 ECHO_RUNNER = "plugin:mcphost/echo/default"
 
 

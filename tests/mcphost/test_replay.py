@@ -36,7 +36,7 @@ def settings_for(database_url: str, data_dir: Path) -> Settings:
         source="<test>",
         host=HostSettings(database_url=database_url, data_dir=data_dir, bundled_plugins=False),
         plugins=[
-            PluginConfig(command=[sys.executable, "-m", "runners.memo"], name="memo"),
+            PluginConfig(command=[sys.executable, "-m", "mcphost_runners.memo"], name="memo"),
             PluginConfig(
                 command=[sys.executable, str(REPO / "tests" / "plugins" / "memo_variant.py")], name="variant"
             ),
@@ -159,7 +159,7 @@ data_dir = "{(tmp_path / "data").as_posix()}"
 bundled_plugins = false
 
 [[plugins]]
-command = ["python", "-m", "runners.memo"]
+command = ["python", "-m", "mcphost_runners.memo"]
 name = "memo"
 
 [[plugins]]

@@ -62,7 +62,7 @@ def spans() -> Generator[InMemorySpanExporter]:
 async def host(database_url: str, tmp_path: Path, spans: InMemorySpanExporter) -> AsyncGenerator[Host]:
     del spans  # tracing is on before the host opens
     settings = api_settings(database_url, tmp_path / "data")
-    memo = PluginConfig(command=[sys.executable, "-m", "runners.memo"], name="memo")
+    memo = PluginConfig(command=[sys.executable, "-m", "mcphost_runners.memo"], name="memo")
     settings = settings.model_copy(
         update={
             "plugins": [*settings.plugins, memo],

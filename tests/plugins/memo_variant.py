@@ -7,8 +7,8 @@ leaves the "came up before" part out of its reply: one changed tool call, one ch
 
 from __future__ import annotations
 
-from runners.memo import MemoRunner
-from runners.sdk import AgentRunContext, RunAPI, RunAPIError, TranscriptItem, serve
+from mcphost_runners.memo import MemoRunner
+from mcphost_runners.sdk import AgentRunContext, RunAPI, RunAPIError, TranscriptItem, serve
 
 
 class MemoVariant(MemoRunner):

@@ -1,4 +1,4 @@
-"""An SDK plugin (`test/sdk`) whose runners exercise each rule of `runners.sdk.serve()`.
+"""An SDK plugin (`test/sdk`) whose runners exercise each rule of `mcphost_runners.sdk.serve()`.
 
 Runners: `everything` (one result of every builder method), `boom` (raises), `sleepy` (sleeps until
 cancelled), `quiet` (returns without a result), `printer` (print()s to stdout, then replies), `after-end`
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import anyio
 
-from runners.sdk import AgentRunContext, AgentRunner, Permissions, RunOutput, Usage, serve
+from mcphost_runners.sdk import AgentRunContext, AgentRunner, Permissions, RunOutput, Usage, serve
 
 
 class Everything(AgentRunner):

@@ -34,7 +34,7 @@ _counter = 0
 
 
 def echo_spec(name: str = "echo", env: dict[str, str] | None = None) -> PluginSpec:
-    return PluginSpec(name, [sys.executable, "-m", "runners.echo"], env or {}, REPO)
+    return PluginSpec(name, [sys.executable, "-m", "mcphost_runners.echo"], env or {}, REPO)
 
 
 def script_spec(

@@ -1,5 +1,5 @@
 """Claude Code's stream-json → results, replayed from recordings of the real CLI through the real runner
-(`runners/claude_code.py`), with a stand-in CLI (`tests/fakes/replay_cli.py`) so every case is exact."""
+(`mcphost_runners/claude_code.py`), with a stand-in CLI (`tests/fakes/replay_cli.py`) so every case is exact."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ import pytest
 
 from mcphost.common.procgroup import group_alive
 from mcphost.protocol import AgentRunContext, AgentRunResult, JSONObject
-from runners.claude_code import ClaudeCodeRunner
-from runners.harness import SESSION_KEY, WORKDIR_KEY
-from runners.sdk import RunOutput
+from mcphost_runners.claude_code import ClaudeCodeRunner
+from mcphost_runners.harness import SESSION_KEY, WORKDIR_KEY
+from mcphost_runners.sdk import RunOutput
 from tests.fakes.harness_support import TOKEN, Collected, harness_context, run_directly
 from tests.fakes.replay_cli import write_wrapper
 

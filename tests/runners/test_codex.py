@@ -1,5 +1,5 @@
 """Codex's `exec --json` JSONL → results, replayed from recordings of the real CLI through the real
-runner (`runners/codex.py`) with a stand-in CLI (`tests/fakes/replay_cli.py`)."""
+runner (`mcphost_runners/codex.py`) with a stand-in CLI (`tests/fakes/replay_cli.py`)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from mcphost.protocol import JSONObject
-from runners.codex import CodexRunner, toml_value
-from runners.harness import SESSION_KEY, WORKDIR_KEY
+from mcphost_runners.codex import CodexRunner, toml_value
+from mcphost_runners.harness import SESSION_KEY, WORKDIR_KEY
 from tests.fakes.harness_support import TOKEN, Collected, harness_context, run_directly
 from tests.fakes.replay_cli import write_wrapper
 

@@ -1,4 +1,4 @@
-"""A warm Codex turn (`runners/_codex_stream.py::AppServerTurn`): the JSON-RPC requests it writes to
+"""A warm Codex turn (`mcphost_runners/_codex_stream.py::AppServerTurn`): the JSON-RPC requests it writes to
 `codex app-server`, the server's requests it answers, and the notifications it maps onto the same
 results as a cold `codex exec --json` turn. Lines are shaped as the pinned CLI's app-server writes them
 (`codex app-server generate-ts`, and the real CLI in `tests/e2e/harness/test_warm_e2e.py`)."""
@@ -13,9 +13,9 @@ import anyio
 import pytest
 
 from mcphost.common.lines import TooLong
-from runners._codex_stream import AppServerTurn, ThreadSettings, exec_item
-from runners._harness_stream import Diagnostics, pump_native_stream
-from runners.sdk import RunOutput
+from mcphost_runners._codex_stream import AppServerTurn, ThreadSettings, exec_item
+from mcphost_runners._harness_stream import Diagnostics, pump_native_stream
+from mcphost_runners.sdk import RunOutput
 from tests.fakes.harness_support import Collected, harness_context
 
 THREAD = "01a24098-dc68-70b2-8c18-20d2f1516da1"

@@ -1,10 +1,10 @@
-"""The echo runner, served as `python -m runners.echo` exactly as the host launches it."""
+"""The echo runner, served as `python -m mcphost_runners.echo` exactly as the host launches it."""
 
 from __future__ import annotations
 
 from mcphost.plugins.process import PluginSupervisor
 from mcphost.protocol import AgentRunContext, InvalidResult, JSONObject, UnknownResult, classify_result
-from runners.echo import EchoRunner
+from mcphost_runners.echo import EchoRunner
 from tests.plugins.support import FAST, collect, echo_spec, make_context
 
 

@@ -1,5 +1,5 @@
 """The harness frame: projection files, the working folder, the CLI's environment, finding the CLI,
-per-session serialization and config errors (`runners/harness.py`, `runners/_harness_files.py`)."""
+per-session serialization and config errors (`mcphost_runners/harness.py`, `mcphost_runners/_harness_files.py`)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 from pydantic import ValidationError
 
 from mcphost.protocol import ArtifactRef, MediaContent, Resources, SkillInfo
-from runners._harness_files import (
+from mcphost_runners._harness_files import (
     CONTEXT_SCHEMA,
     OutsideRootError,
     context_document,
@@ -21,9 +21,9 @@ from runners._harness_files import (
     write_private,
     write_projection,
 )
-from runners.claude_code import ClaudeCodeConfig, ClaudeCodeRunner
-from runners.codex import CodexConfig, CodexRunner
-from runners.harness import (
+from mcphost_runners.claude_code import ClaudeCodeConfig, ClaudeCodeRunner
+from mcphost_runners.codex import CodexConfig, CodexRunner
+from mcphost_runners.harness import (
     SESSION_KEY,
     WORKDIR_KEY,
     ExternalSession,

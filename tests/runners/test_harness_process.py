@@ -1,4 +1,4 @@
-"""The harness subprocess lifecycle (`runners/_harness_process.py`) with real child processes."""
+"""The harness subprocess lifecycle (`mcphost_runners/_harness_process.py`) with real child processes."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 
 from mcphost.common.lines import TooLong
 from mcphost.common.procgroup import StopTimings, descendants, group_alive, group_members
-from runners._harness_process import CLINotFoundError, open_harness_process
+from mcphost_runners._harness_process import CLINotFoundError, open_harness_process
 from tests.mcphost.common.test_procgroup import gone
 
 FAST = StopTimings(terminate=1.0, kill=1.0)

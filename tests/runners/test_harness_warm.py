@@ -15,7 +15,7 @@ import pytest
 
 from mcphost.common.lines import TooLong
 from mcphost.common.procgroup import StopTimings
-from runners._harness_warm import PoolLimits, WarmPool, WarmProcess, WarmProcessGoneError, start_warm
+from mcphost_runners._harness_warm import PoolLimits, WarmPool, WarmProcess, WarmProcessGoneError, start_warm
 
 CAT = shutil.which("cat")
 pytestmark = pytest.mark.skipif(CAT is None, reason="needs cat")

@@ -1,4 +1,4 @@
-"""The local agent as the host launches it (`python -m runners.local_agent`), end to end: a fake
+"""The local agent as the host launches it (`python -m mcphost_runners.local_agent`), end to end: a fake
 OpenAI-compatible server on 127.0.0.1 (`tests/fakes/openai_chat.py`) scripted per test, the real facts
 server over HTTP on real stores, runs admitted with real grants, and a fake upstream host tool."""
 
@@ -16,7 +16,7 @@ import pytest
 from mcphost.plugins.process import PluginSpec, PluginSupervisor
 from mcphost.protocol import JSONObject
 from mcphost.stores import Stores, open_stores
-from runners.local_agent import LocalAgentRunner
+from mcphost_runners.local_agent import LocalAgentRunner
 from tests.fakes.openai_chat import FakeChatServer, FakeToolCall, Reply, serve_fake_chat
 from tests.mcphost.facts.conftest import RunHandle, Served, serve_facts
 from tests.plugins.support import FAST, REPO, collect
@@ -31,7 +31,9 @@ KEY = "sk-test-1234"
 @pytest.fixture(scope="module")
 async def plugin() -> AsyncGenerator[PluginSupervisor]:
     """One local agent plugin process for the module (it serves many runs), with the API key in its env."""
-    spec = PluginSpec("local-agent", [sys.executable, "-m", "runners.local_agent"], {KEY_ENV: KEY}, REPO)
+    spec = PluginSpec(
+        "local-agent", [sys.executable, "-m", "mcphost_runners.local_agent"], {KEY_ENV: KEY}, REPO
+    )
     async with PluginSupervisor([spec], timings=FAST) as supervisor:
         yield supervisor
 

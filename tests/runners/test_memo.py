@@ -1,4 +1,4 @@
-"""The memo runner as the host launches it (`python -m runners.memo`), reading host facts from the real
+"""The memo runner as the host launches it (`python -m mcphost_runners.memo`), reading host facts from the real
 facts server over HTTP: real stores on a SQLite file and runs admitted with real grants."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from mcphost.facts import KnowledgeChunk
 from mcphost.plugins.process import PluginSpec, PluginSupervisor
 from mcphost.protocol import AgentRunContext, JSONObject, MCPAccess
 from mcphost.stores import Stores, open_stores
-from runners.memo import MemoRunner, quote, search_words
+from mcphost_runners.memo import MemoRunner, quote, search_words
 from tests.mcphost.facts.conftest import RunHandle, Served, serve_facts
 from tests.plugins.support import FAST, REPO, collect
 
@@ -45,7 +45,7 @@ async def stores(tmp_path: Path) -> AsyncGenerator[Stores]:
 @pytest.fixture(scope="module")
 async def memo() -> AsyncGenerator[PluginSupervisor]:
     """One memo plugin process for the module: it serves many runs, like the host's."""
-    spec = PluginSpec("memo", [sys.executable, "-m", "runners.memo"], {}, REPO)
+    spec = PluginSpec("memo", [sys.executable, "-m", "mcphost_runners.memo"], {}, REPO)
     async with PluginSupervisor([spec], timings=FAST) as supervisor:
         yield supervisor
 

@@ -13,7 +13,7 @@ import pytest
 from mcphost.models import RunGrant
 from mcphost.protocol import JSONObject, MCPAccess
 from mcphost.stores import Stores, open_stores
-from runners.sdk import RunAPI, RunAPIError
+from mcphost_runners.sdk import RunAPI, RunAPIError
 from tests.mcphost.facts.conftest import RunHandle, Served, serve_facts
 
 MODES = ["legacy", "2026-07-28"]

@@ -15,7 +15,7 @@ import anyio.abc
 import pytest
 from anyio.streams.buffered import BufferedByteReceiveStream
 
-import runners.sdk
+import mcphost_runners.sdk
 from mcphost.plugins.process import PluginSupervisor
 from mcphost.protocol import (
     AgentRunResult,
@@ -25,19 +25,19 @@ from mcphost.protocol import (
     UnknownResult,
     classify_result,
 )
-from runners.sdk import AgentRunner, RunOutput
+from mcphost_runners.sdk import AgentRunner, RunOutput
 from tests.plugins.support import FAST, PLUGINS, REPO, collect, make_context, script_spec, types_of
 
 SDK_PLUGIN = str(PLUGINS / "sdk_plugin.py")
 
 
 def test_installed_version_is_the_distributions_or_a_placeholder() -> None:
-    assert runners.sdk.installed_version() == metadata.version("mcphost")
-    assert runners.sdk.installed_version("no-such-distribution-mcphost-test") == "0.0.0"
+    assert mcphost_runners.sdk.installed_version() == metadata.version("mcphost")
+    assert mcphost_runners.sdk.installed_version("no-such-distribution-mcphost-test") == "0.0.0"
 
 
 def test_the_public_surface_is_pinned() -> None:
-    assert runners.sdk.__all__ == [
+    assert mcphost_runners.sdk.__all__ == [
         "AgentRunContext",
         "AgentRunner",
         "ArtifactChunk",
@@ -77,13 +77,13 @@ def test_the_public_surface_is_pinned() -> None:
 
 def test_every_public_name_imports_from_the_sdk_module() -> None:
     namespace: dict[str, object] = {}
-    exec("from runners.sdk import *", namespace)
-    missing = [name for name in runners.sdk.__all__ if name not in namespace]
+    exec("from mcphost_runners.sdk import *", namespace)
+    missing = [name for name in mcphost_runners.sdk.__all__ if name not in namespace]
     assert missing == []
     # the parts are private modules; the names plugin authors use are the SDK's
-    assert runners.sdk.AgentRunner.__module__ == "runners._runner"
-    assert runners.sdk.RunOutput.__module__ == "runners._output"
-    assert runners.sdk.serve.__module__ == "runners._plugin_server"
+    assert mcphost_runners.sdk.AgentRunner.__module__ == "mcphost_runners._runner"
+    assert mcphost_runners.sdk.RunOutput.__module__ == "mcphost_runners._output"
+    assert mcphost_runners.sdk.serve.__module__ == "mcphost_runners._plugin_server"
 
 
 def collecting(run_id: str = "run_1") -> tuple[RunOutput, list[AgentRunResult]]:
@@ -312,7 +312,7 @@ async def raw_plugin(*command: str) -> AsyncGenerator[RawPlugin]:
             await process.aclose()
 
 
-@pytest.mark.parametrize("module", ["runners.echo", "runners.memo"])
+@pytest.mark.parametrize("module", ["mcphost_runners.echo", "mcphost_runners.memo"])
 async def test_a_bundled_runner_reports_the_installed_mcphost_version(module: str) -> None:
     async with raw_plugin("-m", module) as plugin:
         answer = await plugin.request(

@@ -1,7 +1,7 @@
 """The peer's side of the echo work: a one-node LangGraph graph that answers with its input text.
 
 Runs inside LangGraph's own environment (`bench/peers/langgraph/`), never in mcphost's: the product does
-not depend on LangGraph. The mcphost side runs the bundled echo runner (`python -m runners.echo`), which
+not depend on LangGraph. The mcphost side runs the bundled echo runner (`python -m mcphost_runners.echo`), which
 answers a message with its text; this node does the same to the graph's state.
 """
 

@@ -24,8 +24,8 @@ import anyio
 import pytest
 
 from mcphost.context import TOKEN_ENV
-from runners.claude_code import CLAUDE_DEFAULT_ENV
-from runners.codex import CODEX_CONFIG
+from mcphost_runners.claude_code import CLAUDE_DEFAULT_ENV
+from mcphost_runners.codex import CODEX_CONFIG
 from tests.e2e.harness.hostkit import FAKE_KEY, harness_host, unique
 from tests.fakes.anthropic import fake_anthropic
 from tests.fakes.harness_support import NODE_BIN, require_cli

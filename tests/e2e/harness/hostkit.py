@@ -22,7 +22,7 @@ from mcphost.config import settings_from_mapping
 from mcphost.models import AgentEventEnvelope, Run
 from mcphost.serving import serve_locally
 from mcphost.stores import AuditRecord
-from runners.harness import SESSION_KEY, WORKDIR_KEY
+from mcphost_runners.harness import SESSION_KEY, WORKDIR_KEY
 from tests.fakes.harness_support import require_cli
 
 CLAUDE_RUNNER = "plugin:mcphost/claude-code/default"
@@ -79,8 +79,8 @@ async def harness_host(
     """A host with the two harness plugins (as `[[plugins]]`, or as the bundled ones) and `agents`
     (`host`: more `[host]` keys)."""
     plugins = [
-        {"name": "claude-code", "command": [sys.executable, "-m", "runners.claude_code"]},
-        {"name": "codex-agent", "command": [sys.executable, "-m", "runners.codex"]},
+        {"name": "claude-code", "command": [sys.executable, "-m", "mcphost_runners.claude_code"]},
+        {"name": "codex-agent", "command": [sys.executable, "-m", "mcphost_runners.codex"]},
     ]
     data: dict[str, Any] = {
         "host": {"data_dir": str(tmp_path / "host"), "bundled_plugins": bundled, **(host or {})},

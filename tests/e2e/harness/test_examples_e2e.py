@@ -15,8 +15,8 @@ import pytest
 
 from mcphost.config import load_settings
 from mcphost.protocol import JSONValue
-from runners.claude_code import ClaudeCodeConfig
-from runners.codex import CodexConfig, toml_value
+from mcphost_runners.claude_code import ClaudeCodeConfig
+from mcphost_runners.codex import CodexConfig, toml_value
 from tests.fakes.anthropic import fake_anthropic
 from tests.fakes.harness_support import REPO, require_cli
 from tests.fakes.openai import fake_openai

@@ -41,7 +41,7 @@ async def test_a_recorded_claude_code_run_replays_without_divergence(tmp_path: P
             {
                 "host": {"data_dir": str(tmp_path / "unused"), "bundled_plugins": False},
                 "plugins": [
-                    {"name": "claude-code", "command": [sys.executable, "-m", "runners.claude_code"]}
+                    {"name": "claude-code", "command": [sys.executable, "-m", "mcphost_runners.claude_code"]}
                 ],
                 "agents": [agent],
             },

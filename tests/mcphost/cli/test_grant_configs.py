@@ -38,17 +38,17 @@ def test_claude_lines_pass_the_token_reference_to_the_client_unexpanded() -> Non
 
 def test_a_url_with_shell_characters_survives_the_printed_lines() -> None:
     url = "http://127.0.0.1:8787/runs/run_01/mcp?x='$(touch /tmp/x)'&y=\"`id`\""
-    configs = mcp_client_configs(url, bridge=["/opt/my venv/bin/python", "-m", "bridge"])
+    configs = mcp_client_configs(url, bridge=["/opt/my venv/bin/python", "-m", "mcphost_bridge"])
     claude = json.loads(shlex.split(configs["claude_code"]["bridge"]["command"])[4])
     assert claude["command"] == "/opt/my venv/bin/python"
-    assert claude["args"] == ["-m", "bridge", "--url", url]
+    assert claude["args"] == ["-m", "mcphost_bridge", "--url", url]
     codex = shlex.split(configs["codex"]["bridge"]["command"])
     overrides = codex[2::2]
     assert codex[0] == "codex"
     assert codex[1::2] == ["-c"] * len(overrides)
     assert overrides == configs["codex"]["bridge"]["overrides"]
     args = tomllib.loads(next(o for o in overrides if ".args=" in o).replace("mcp_servers.mcphost.", "", 1))
-    assert args["args"] == ["-m", "bridge", "--url", url]
+    assert args["args"] == ["-m", "mcphost_bridge", "--url", url]
 
 
 def test_codex_entries_are_required_wait_for_startup_and_approve_the_write_tools() -> None:

@@ -15,13 +15,13 @@ from collections.abc import Sequence
 
 import pytest
 
-import runners.sdk
+import mcphost_runners.sdk
 from mcphost.facts._keyed import LIST_VALUE_BYTES
 from mcphost.facts._tools import FACTS_TOOLS
 from mcphost.protocol import STRICT_CONTEXT, JSONObject
 from mcphost.protocol.facts import FACTS_ANSWERS, FACTS_TOOL_NAMES, KnowledgeChunk
 from mcphost.stores import Stores
-from runners.sdk import RunAPI
+from mcphost_runners.sdk import RunAPI
 from tests.mcphost.facts.conftest import ERAS, connect, ok, serve_facts
 from tests.mcphost.stores.factories import nested_json, overwrite_json
 
@@ -81,7 +81,9 @@ async def test_every_tool_answers_exactly_the_model_it_publishes(stores: Stores,
         answers: dict[str, list[JSONObject]] = {}
         async with connect(served, run, mode=mode) as client:
             listed = {tool.name: tool for tool in (await client.list_tools()).tools}
-            for name in FACTS_TOOLS:  # answers are the runner SDK's models (runners.sdk re-exports them)
+            for (
+                name
+            ) in FACTS_TOOLS:  # answers are the runner SDK's models (mcphost_runners.sdk re-exports them)
                 assert listed[name].output_schema == FACTS_TOOLS[name].answer.model_json_schema(), name
             for name, arguments in steps:
                 answer = await ok(client, name, arguments)
@@ -128,5 +130,5 @@ def test_the_runner_sdk_has_a_call_and_the_model_of_every_tool() -> None:
     for name in FACTS_TOOL_NAMES:
         assert callable(getattr(RunAPI, name, None)), f"RunAPI has no method {name!r}"
         model = FACTS_ANSWERS[name]
-        if model.__name__ in runners.sdk.__all__:
-            assert getattr(runners.sdk, model.__name__) is model
+        if model.__name__ in mcphost_runners.sdk.__all__:
+            assert getattr(mcphost_runners.sdk, model.__name__) is model

@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import sys
+from dataclasses import replace
+from pathlib import Path
+
 import pytest
 
+from mcphost.app import plugin_specs
+from mcphost.config import BUNDLED_PLUGINS, settings_from_mapping
 from mcphost.errors import PluginError, RunnerNotFoundError
+from mcphost.plugins._startup import INSTALLED_AT
 from mcphost.plugins.process import PluginSpec, PluginSupervisor
 from mcphost.plugins.registry import RunnerRegistry
+from tests.fakes.shadow_packages import write_shadow_packages
 from tests.plugins.support import FAST, collect, echo_spec, eventually, make_context, script_spec
 
 
@@ -73,7 +81,7 @@ async def test_plugins_shows_state_pid_restarts_and_last_error() -> None:
         assert echo.restarts == 0
         assert echo.last_error is None
         assert echo.runners == ("plugin:mcphost/echo/default",)
-        assert echo.command[1:] == ("-m", "runners.echo")
+        assert echo.command[1:] == ("-m", "mcphost_runners.echo")
         assert missing.state == "failed"
         assert missing.pid is None
         assert missing.runners == ()
@@ -116,3 +124,84 @@ async def test_when_two_plugins_offer_one_runner_id_the_first_keeps_it() -> None
             == "runner id 'plugin:mcphost/echo/default' is already provided by plugin 'echo-a'"
         )
         assert [p.runners for p in registry.plugins()] == [("plugin:mcphost/echo/default",), ()]
+
+
+async def test_the_bundled_plugins_start_from_a_folder_holding_packages_named_like_mcphosts(
+    tmp_path: Path,
+) -> None:
+    """The host starts its bundled plugins with `-P`: the folder they start in (the host's working
+    directory) is not on their module search path, so its `mcphost_runners/` is never imported."""
+    folder = write_shadow_packages(tmp_path)
+    settings = settings_from_mapping({}, source="<test>", environ={})
+    specs = [replace(spec, cwd=folder) for spec in plugin_specs(settings)]
+    async with PluginSupervisor(specs, timings=replace(FAST, initialize=30.0)) as supervisor:
+        registry = RunnerRegistry(supervisor.plugins)
+        assert [(p.name, p.state, p.last_error) for p in registry.plugins()] == [
+            (name, "running", None) for name in BUNDLED_PLUGINS
+        ]
+        assert {r.runner_id for r in registry.runners()} == {
+            f"plugin:mcphost/{name}/default" for name in BUNDLED_PLUGINS
+        }
+
+
+SHADOW_REMEDY = (
+    "rename that folder or take it off the plugin's module search path "
+    "(PYTHONPATH, or the working directory of a `python -m` command without -P)"
+)
+
+
+def memo_that_cannot_start(case: str, tmp_path: Path) -> tuple[PluginSpec, str]:
+    """The bundled memo plugin's command in a setting where its code cannot be imported, and what the
+    reason must say."""
+    python, own = sys.executable, str(INSTALLED_AT / "mcphost_runners")
+    command = [python, "-P", "-m", "mcphost_runners.memo"]
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    match case:
+        case "shadowed":  # a folder on PYTHONPATH with a package named like ours, which raises
+            folder = write_shadow_packages(tmp_path / "project")
+            shadow = folder / "mcphost_runners"
+            return PluginSpec("memo", command, {"PYTHONPATH": str(folder)}), (
+                f"mcphost's 'mcphost_runners' is shadowed: Python imported it from {str(shadow)!r} instead "
+                f"of {own!r}; {SHADOW_REMEDY}; last stderr line: "
+                + repr(f"ImportError: {shadow / '__init__.py'} is not part of mcphost")
+            )
+        case "shadowed without the module":  # a package named like ours that imports, without memo
+            (tmp_path / "project" / "mcphost_runners").mkdir(parents=True)
+            (tmp_path / "project" / "mcphost_runners" / "__init__.py").write_text("")
+            return PluginSpec("memo", command, {"PYTHONPATH": str(tmp_path / "project")}), (
+                "mcphost's 'mcphost_runners' is shadowed: Python found a 'mcphost_runners' without "
+                f"'mcphost_runners.memo' before {own!r}; {SHADOW_REMEDY}"
+            )
+        case "not installed":  # -S: no site-packages, so no mcphost for this interpreter
+            return PluginSpec("memo", [python, "-S", *command[1:]], {"PYTHONPATH": str(empty)}), (
+                f"module not found: {python!r} does not see mcphost's 'mcphost_runners' (installed in "
+                f"{str(INSTALLED_AT)!r}); run mcphost with the Python it is installed in, or reinstall it"
+            )
+        case _:  # a plugin of the user's named memo whose own package is missing
+            missing = [python, "-P", "-m", "acme_missing.memo"]
+            return PluginSpec("memo", missing, {"PYTHONPATH": str(empty)}), (
+                f"module not found: 'acme_missing' is not installed for {python!r}"
+            )
+
+
+@pytest.mark.parametrize("case", ["shadowed", "shadowed without the module", "not installed", "not ours"])
+async def test_a_runner_whose_plugin_cannot_import_its_code_is_refused_with_what_failed(
+    tmp_path: Path, case: str
+) -> None:
+    spec, diagnosis = memo_that_cannot_start(case, tmp_path)
+    async with PluginSupervisor([spec], timings=FAST) as supervisor:
+        [status] = RunnerRegistry(supervisor.plugins).plugins()
+        reason = f"exited with code 1 before answering 'initialize'; {diagnosis}"
+        assert (status.state, status.last_error) == ("failed", reason)
+        with pytest.raises(RunnerNotFoundError) as caught:
+            RunnerRegistry(supervisor.plugins).get("plugin:mcphost/memo/default")
+    assert caught.value.message == (
+        f"Runner 'plugin:mcphost/memo/default' is not registered: its plugin 'memo' has not started "
+        f"(failed: {reason})."
+    )
+    assert caught.value.details == {
+        "runner_id": "plugin:mcphost/memo/default",
+        "known_runners": [],
+        "plugin": "memo",
+    }

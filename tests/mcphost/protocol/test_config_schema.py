@@ -8,9 +8,9 @@ import pytest
 from pydantic import BaseModel, Field, SecretStr
 
 from mcphost.protocol import ConfigField, config_schema_of
-from runners.claude_code import ClaudeCodeConfig, ClaudeCodeRunner
-from runners.codex import CodexConfig, CodexRunner
-from runners.local_agent import LocalAgentConfig, LocalAgentRunner
+from mcphost_runners.claude_code import ClaudeCodeConfig, ClaudeCodeRunner
+from mcphost_runners.codex import CodexConfig, CodexRunner
+from mcphost_runners.local_agent import LocalAgentConfig, LocalAgentRunner
 
 
 class _Every(BaseModel):

@@ -1,8 +1,8 @@
-"""`plugin:mcphost/claude-code/default`: Claude Code (`claude -p`) as a runner (`python -m runners.claude_code`).
+"""`plugin:mcphost/claude-code/default`: Claude Code (`claude -p`) as a runner (`python -m mcphost_runners.claude_code`).
 
 Owns Claude Code's command line, its MCP config and the mapping of its `stream-json` output onto
 results. The shared frame (working folder, projection, process group, session lock, terminal result)
-is `runners.harness`.
+is `mcphost_runners.harness`.
 
 Launch (argv, no secret in it):
     claude -p --output-format stream-json --verbose [--include-partial-messages]
@@ -42,8 +42,8 @@ from mcphost.protocol import (
     Usage,
     is_error_code,
 )
-from runners._harness_files import make_private_dir, write_private
-from runners._harness_stream import (
+from mcphost_runners._harness_files import make_private_dir, write_private
+from mcphost_runners._harness_stream import (
     Diagnostics,
     Failure,
     SessionCallback,
@@ -55,7 +55,7 @@ from runners._harness_stream import (
     as_str,
     preview,
 )
-from runners.harness import (
+from mcphost_runners.harness import (
     MAX_ARGV_TEXT,
     SERVER_NAME,
     ExternalSession,
@@ -70,7 +70,7 @@ from runners.harness import (
     run_token,
     trace_environment,
 )
-from runners.sdk import RunOutput, serve
+from mcphost_runners.sdk import RunOutput, serve
 
 PermissionMode = Literal["dontAsk", "default", "acceptEdits", "plan", "auto", "bypassPermissions"]
 ASK_USER_TOOL = "AskUserQuestion"

@@ -79,7 +79,7 @@ if TYPE_CHECKING:
     from mcp import Client
     from mcp.shared.exceptions import MCPError
 
-logger = logging.getLogger("runners.sdk")
+logger = logging.getLogger("mcphost_runners.sdk")
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
 T = TypeVar("T")

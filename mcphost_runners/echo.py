@@ -1,12 +1,12 @@
 """`plugin:mcphost/echo/default`: replies with the input text and counts turns in conversation state.
 
-The reference runner of the SDK and the workhorse of the tests (`python -m runners.echo`). It needs no
+The reference runner of the SDK and the workhorse of the tests (`python -m mcphost_runners.echo`). It needs no
 model and no MCP calls: the previous turn count comes from the context's state snapshot.
 """
 
 from __future__ import annotations
 
-from runners.sdk import AgentRunContext, AgentRunner, Capabilities, Permissions, RunOutput, serve
+from mcphost_runners.sdk import AgentRunContext, AgentRunner, Capabilities, Permissions, RunOutput, serve
 
 
 class EchoRunner(AgentRunner):

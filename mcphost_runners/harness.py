@@ -54,7 +54,7 @@ from mcphost.protocol import (
     RunFailedData,
     Usage,
 )
-from runners._harness_config import (
+from mcphost_runners._harness_config import (
     REPO_ROOT,
     SERVER_NAME,
     TOKEN_ENV,
@@ -66,7 +66,7 @@ from runners._harness_config import (
     run_token,
     trace_environment,
 )
-from runners._harness_files import (
+from mcphost_runners._harness_files import (
     CONTEXT_JSON,
     CONTEXT_MD,
     OutsideRootError,
@@ -76,8 +76,8 @@ from runners._harness_files import (
     write_private,
     write_projection,
 )
-from runners._harness_process import CLINotFoundError, open_harness_process
-from runners._harness_stream import (
+from mcphost_runners._harness_process import CLINotFoundError, open_harness_process
+from mcphost_runners._harness_stream import (
     Diagnostics,
     Failure,
     SessionCallback,
@@ -85,7 +85,7 @@ from runners._harness_stream import (
     StreamState,
     pump_native_stream,
 )
-from runners._harness_warm import (
+from mcphost_runners._harness_warm import (
     WARM_START_S,
     PoolLimits,
     WarmPool,
@@ -95,7 +95,7 @@ from runners._harness_warm import (
     start_warm,
     warm_fingerprint,
 )
-from runners.sdk import AgentRunner, RunOutput
+from mcphost_runners.sdk import AgentRunner, RunOutput
 
 logger = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""`RunOutput`: builds and sends the results of one run (re-exported by `runners.sdk`).
+"""`RunOutput`: builds and sends the results of one run (re-exported by `mcphost_runners.sdk`).
 
 Owns the numbering and stamping of results (`sequence` from 1, `run_id`, `timestamp`), the rule that
 nothing follows a terminal result, and one builder method per result type. Does not own how a result
@@ -52,7 +52,7 @@ from mcphost.protocol import (
 )
 from mcphost.protocol.results import FinishReason
 from mcphost.protocol.stdio import RunAnswerStatus
-from runners._runapi import RunAPI
+from mcphost_runners._runapi import RunAPI
 
 
 class RunOutput:

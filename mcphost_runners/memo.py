@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import re
 
-from runners.sdk import (
+from mcphost_runners.sdk import (
     AgentRunContext,
     AgentRunner,
     Capabilities,

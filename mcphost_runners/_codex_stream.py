@@ -36,8 +36,8 @@ from typing import Protocol
 import anyio
 
 from mcphost.protocol import AgentRunContext, JSONObject, JSONValue, Usage, is_error_code
-from runners._harness_config import SERVER_NAME
-from runners._harness_stream import (
+from mcphost_runners._harness_config import SERVER_NAME
+from mcphost_runners._harness_stream import (
     Diagnostics,
     Failure,
     SessionCallback,
@@ -48,7 +48,7 @@ from runners._harness_stream import (
     as_str,
     preview,
 )
-from runners.sdk import RunOutput
+from mcphost_runners.sdk import RunOutput
 
 _TOOL_ITEMS = {"mcp_tool_call", "command_execution", "file_change", "web_search"}
 _QUIET_ITEMS = {"reasoning", "todo_list"}

@@ -1,4 +1,4 @@
-"""`AgentRunner`: the base class of a runner written with the SDK (re-exported by `runners.sdk`).
+"""`AgentRunner`: the base class of a runner written with the SDK (re-exported by `mcphost_runners.sdk`).
 
 Owns the runner's manifest (class attributes become the `AgentRunnerManifest` the plugin announces in
 `initialize`) and the `run()` contract. Does not own the results (`_output.RunOutput`) nor the stdio
@@ -22,7 +22,7 @@ from mcphost.protocol import (
     Permissions,
     runner_id_of,
 )
-from runners._output import RunOutput
+from mcphost_runners._output import RunOutput
 
 
 class AgentRunner:

@@ -1,8 +1,8 @@
-"""`plugin:mcphost/codex-agent/default`: Codex (`codex exec --json`) as a runner (`python -m runners.codex`).
+"""`plugin:mcphost/codex-agent/default`: Codex (`codex exec --json`) as a runner (`python -m mcphost_runners.codex`).
 
 Owns Codex's command lines (cold and warm) and its config. The mapping of its events onto results and
 the JSON-RPC turn of a warm process are `_codex_stream.py`; the shared frame (working folder, projection,
-process group, session lock, warm pool, terminal result) is `runners.harness`.
+process group, session lock, warm pool, terminal result) is `mcphost_runners.harness`.
 
 Launch (argv, no secret in it):
     codex exec --json --skip-git-repo-check --sandbox <config.sandbox=read-only>
@@ -44,11 +44,11 @@ from typing import ClassVar, Literal
 from pydantic import Field, field_validator
 
 from mcphost.protocol import AgentRunContext, JSONObject, JSONValue, is_json_array, is_json_object
-from runners._codex_stream import AppServerTurn, CodexStreamMapper, ThreadSettings
-from runners._harness_files import make_private_dir, write_private
-from runners._harness_stream import Diagnostics, Failure, SessionCallback, StreamMapper, StreamState
-from runners._harness_warm import WarmProcess
-from runners.harness import (
+from mcphost_runners._codex_stream import AppServerTurn, CodexStreamMapper, ThreadSettings
+from mcphost_runners._harness_files import make_private_dir, write_private
+from mcphost_runners._harness_stream import Diagnostics, Failure, SessionCallback, StreamMapper, StreamState
+from mcphost_runners._harness_warm import WarmProcess
+from mcphost_runners.harness import (
     MAX_ARGV_TEXT,
     SERVER_NAME,
     TOKEN_ENV,
@@ -65,7 +65,7 @@ from runners.harness import (
     run_token,
     trace_environment,
 )
-from runners.sdk import RunOutput, serve
+from mcphost_runners.sdk import RunOutput, serve
 
 Sandbox = Literal["read-only", "workspace-write", "danger-full-access"]
 INPUT_FILE = "INPUT.md"

@@ -70,10 +70,10 @@ from mcphost.protocol.facts import (
     StorageWritten,
     TranscriptItem,
 )
-from runners._output import RunOutput
-from runners._plugin_server import installed_version, serve
-from runners._runapi import RunAPI, RunAPIError, RunTool, ToolResult
-from runners._runner import AgentRunner
+from mcphost_runners._output import RunOutput
+from mcphost_runners._plugin_server import installed_version, serve
+from mcphost_runners._runapi import RunAPI, RunAPIError, RunTool, ToolResult
+from mcphost_runners._runner import AgentRunner
 
 __all__ = [
     "AgentRunContext",

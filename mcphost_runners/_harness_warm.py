@@ -50,8 +50,8 @@ from mcphost.common.procgroup import (
     stop_group,
 )
 from mcphost.protocol import AgentRunContext, JSONObject
-from runners._harness_config import HarnessConfig
-from runners._harness_stream import Diagnostics, StreamMapper, pump_native_stream
+from mcphost_runners._harness_config import HarnessConfig
+from mcphost_runners._harness_stream import Diagnostics, StreamMapper, pump_native_stream
 
 logger = logging.getLogger(__name__)
 

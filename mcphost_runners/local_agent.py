@@ -40,8 +40,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from mcphost.common.validation import problems
 from mcphost.protocol import JSONObject, config_schema_of, is_json_object
 from mcphost.protocol.results import FinishReason
-from runners._openai_chat import ChatAnswer, ChatClient, ChatError, ToolCall
-from runners.sdk import (
+from mcphost_runners._openai_chat import ChatAnswer, ChatClient, ChatError, ToolCall
+from mcphost_runners.sdk import (
     AgentRunContext,
     AgentRunner,
     Capabilities,

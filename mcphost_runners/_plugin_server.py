@@ -3,8 +3,8 @@
 Owns reading host requests from stdin, answering `initialize` with the manifests, running each
 `runner/run` in its own task with its own `RunAPI`, sending results as `runner/result` notifications,
 cancelling on `runner/cancel`, and exiting on `shutdown` or stdin EOF. Does not own the runner's
-manifest (`_runner`) nor the numbering of results (`_output`). Re-exported by `runners.sdk`; the rules
-it keeps are listed in that module's docstring. It logs as `runners.sdk`, the name plugin authors see.
+manifest (`_runner`) nor the numbering of results (`_output`). Re-exported by `mcphost_runners.sdk`; the rules
+it keeps are listed in that module's docstring. It logs as `mcphost_runners.sdk`, the name plugin authors see.
 """
 
 from __future__ import annotations
@@ -40,11 +40,11 @@ from mcphost.protocol import (
     RunParams,
     is_json_object,
 )
-from runners._output import RunOutput
-from runners._runapi import RunAPI, RunAPIError
-from runners._runner import AgentRunner
+from mcphost_runners._output import RunOutput
+from mcphost_runners._runapi import RunAPI, RunAPIError
+from mcphost_runners._runner import AgentRunner
 
-logger = logging.getLogger("runners.sdk")
+logger = logging.getLogger("mcphost_runners.sdk")
 
 
 _SHUTDOWN_GRACE = 5.0

@@ -1,4 +1,4 @@
-"""The `mcphost-bridge` command (also `python -m bridge`): parse arguments, set up stderr logging, relay.
+"""The `mcphost-bridge` command (also `python -m mcphost_bridge`): parse arguments, set up stderr logging, relay.
 
 Owns the command line, the process's logging configuration and the order of start-up, nothing else. Start-up
 is arranged for a fast first answer: this module imports only the standard library; the relay (and with it
@@ -25,7 +25,7 @@ from collections.abc import Generator, Sequence
 from contextlib import contextmanager
 from types import FrameType
 
-from bridge._first import DEFAULT_TOKEN_ENV, FirstExchange, first_exchange, http_headers
+from mcphost_bridge._first import DEFAULT_TOKEN_ENV, FirstExchange, first_exchange, http_headers
 
 _PROG = "mcphost-bridge"
 # RFC 9110 field-name token.
@@ -105,7 +105,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"--token-env names {token_env!r}, but that environment variable is not set or empty")
 
     _configure_logging(verbose=args.verbose, secret=token)
-    loading = _Import("anyio", "bridge.relay")
+    loading = _Import("anyio", "mcphost_bridge.relay")
     try:
         with _signals_exit():
             first = first_exchange(
@@ -126,7 +126,7 @@ def _relay(
 ) -> int:
     import anyio
 
-    from bridge.relay import BridgeConfig, BridgeError, run_bridge
+    from mcphost_bridge.relay import BridgeConfig, BridgeError, run_bridge
 
     config = BridgeConfig(url=url, token=token, headers=headers, timeout=timeout, token_env=token_env)
     try:

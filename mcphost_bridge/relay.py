@@ -60,9 +60,9 @@ from mcp_types import (
 )
 from pydantic import ValidationError
 
-from bridge._first import DEFAULT_TOKEN_ENV, FirstExchange, http_headers
-from bridge._lines import LineReader, Rejection, parse_line
-from bridge._stamp import HeaderStamp
+from mcphost_bridge._first import DEFAULT_TOKEN_ENV, FirstExchange, http_headers
+from mcphost_bridge._lines import LineReader, Rejection, parse_line
+from mcphost_bridge._stamp import HeaderStamp
 
 __all__ = ["DEFAULT_TOKEN_ENV", "BridgeConfig", "BridgeError", "run_bridge"]
 

@@ -24,7 +24,7 @@ from typing import ClassVar
 from mcphost.common.lines import TooLong
 from mcphost.protocol import AgentRunContext, JSONObject, Usage, is_json_array, is_json_object
 from mcphost.protocol.results import FinishReason
-from runners.sdk import RunOutput
+from mcphost_runners.sdk import RunOutput
 
 MAX_DIAGNOSTICS = 50
 _EXCERPT = 200
