@@ -2,7 +2,7 @@
 document written by hand, and a program that leaves a marker file when anything starts it.
 
 The config's database is the test's (`database_url`); its plugins are memo and the Claude Code runner
-(`python -m runners.claude_code`, whose `cli_path` is the executable a crafted recording would point
+(`python -m mcphost_runners.claude_code`, whose `cli_path` is the executable a crafted recording would point
 elsewhere). The local agents are `memo` (memo) and `coder` (Claude Code, with a CLI that does not exist:
 a replay of it can only start what the local config names)."""
 
@@ -57,11 +57,11 @@ data_dir = {json.dumps((folder / "data").as_posix())}
 bundled_plugins = false
 
 [[plugins]]
-command = ["python", "-m", "runners.memo"]
+command = ["python", "-m", "mcphost_runners.memo"]
 name = "memo"
 
 [[plugins]]
-command = ["python", "-m", "runners.claude_code"]
+command = ["python", "-m", "mcphost_runners.claude_code"]
 name = "claude-code"
 
 [[agents]]
