@@ -91,7 +91,8 @@ class Sent:
 
     method: str
     url: str
-    headers: dict[str, str]
+    headers: dict[str, str] | list[tuple[bytes, bytes]]
+    """A list when a header repeats or its value is not ASCII."""
     body: bytes | None
 
     def describe(self) -> str:
@@ -181,8 +182,12 @@ class Exerciser:
             self.figures.server_errors += 1
         if status < 400 and sent.method == "POST":
             run_id = response.headers.get("x-run-id")
-            if run_id is None and status == 202 and sent.url.split("?")[0].endswith("/v1/events"):
-                run_id = response.json()["run_id"]
+            if (
+                run_id is None
+                and status == 202
+                and response.headers.get("content-type") == "application/json"
+            ):
+                run_id = response.json().get("run_id")  # an event or a webhook admitted
             if run_id is not None:
                 with anyio.fail_after(60):
                     await self.host.orchestrator.wait(run_id)  # its writes land before the next request
