@@ -317,13 +317,13 @@ async def test_a_cron_whose_last_fire_has_passed_leaves_the_schedules_readable(
 ) -> None:
     base = api_settings(database_url, tmp_path / "data")
     ticker = AgentConfig(id="ticker", runner=ECHO_RUNNER, event_types=["schedule.triggered"])
-    async with open_host(base.model_copy(update={"agents": [*base.agents, ticker]})) as host:
-        async with asgi_client(host) as client:
-            at = time.gmtime(time.time() + 3)
-            cron = f"{at.tm_min} {at.tm_hour} {at.tm_mday} {at.tm_mon} * {at.tm_sec} {at.tm_year}"  # once
-            created = await client.post("/v1/schedules", json={"id": "once", "cron": cron})
-            assert created.status_code == 201, created.text
-            await anyio.sleep(calendar.timegm(at) - time.time() + 1.5)
-            listed = await client.get("/v1/schedules")
-            assert listed.status_code == 200, listed.text
-            assert listed.json()["items"][0]["next_fire_at"] is None
+    settings_ = base.model_copy(update={"agents": [*base.agents, ticker]})
+    async with open_host(settings_) as host, asgi_client(host) as client:
+        at = time.gmtime(time.time() + 3)
+        cron = f"{at.tm_min} {at.tm_hour} {at.tm_mday} {at.tm_mon} * {at.tm_sec} {at.tm_year}"  # once
+        created = await client.post("/v1/schedules", json={"id": "once", "cron": cron})
+        assert created.status_code == 201, created.text
+        await anyio.sleep(calendar.timegm(at) - time.time() + 1.5)
+        listed = await client.get("/v1/schedules")
+        assert listed.status_code == 200, listed.text
+        assert listed.json()["items"][0]["next_fire_at"] is None
