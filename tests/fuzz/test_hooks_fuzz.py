@@ -324,3 +324,25 @@ async def test_every_scheme_with_generated_deliveries(host: Host, database_url: 
     for source in PAYLOADS:  # every scheme both admitted deliveries and refused them
         assert answered.get(f"{source}:202", 0) > 0, answered
         assert answered.get(f"{source}:401", 0) > 0, answered
+
+
+# -- found by the fuzz, fixed elsewhere ------------------------------------------------------------------
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="event-id namespacing (being changed elsewhere): a delivery id is looked up among every event's ids, "
+    "so a signed delivery whose id is an event posted to /v1/events is answered 202 created=false with that "
+    "unrelated run, and its payload is never run",
+)
+async def test_a_delivery_whose_id_is_an_api_events_id_is_not_answered_with_that_run(host: Host) -> None:
+    async with asgi_client(host) as client:
+        posted = await client.post("/v1/events", json=event_body("hello"))
+        assert posted.status_code == 202, posted.text
+        await host.orchestrator.wait(posted.json()["run_id"])
+        body = json.dumps(PAYLOADS["gh"]).encode()
+        sent = signed(Delivery("gh", body, "good", posted.json()["event_id"]), posted.json()["event_id"])
+        assert isinstance(sent.headers, list)
+        answer = await client.post("/v1/hooks/gh", content=body, headers=sent.headers)
+        assert answer.status_code in {202, 409}, answer.text
+        assert answer.json().get("run_id") != posted.json()["run_id"], answer.text
