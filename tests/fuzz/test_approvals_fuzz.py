@@ -30,6 +30,7 @@ import pytest
 from hypothesis import strategies as st
 
 from mcphost.app import Host, open_host
+from mcphost.protocol import JSONObject
 from mcphost.stores import ApprovalKind
 from tests.e2e.httpkit import api_settings, asgi_client, event_body
 from tests.fuzz._figures import Tally, examples, store_of, tally
@@ -42,6 +43,11 @@ TARGETS: dict[str, tuple[ApprovalKind, bool]] = {
     "ended-tool": ("tool", False),
 }
 """The kinds of pending approval the host keeps one of: (kind, parked)."""
+REQUESTS: dict[ApprovalKind, JSONObject] = {
+    "action": {"action": "merge", "target": {"pr": 1}},
+    "interaction": {"question": "Deploy?"},
+    "tool": {"tool": "gh__merge", "arguments": {}},
+}
 ODD_IDS = ["apr_nope", "%00", "apr%0Ax", "x" * 300, "%C3%A9", "..", "apr_%FF", "%ED%A0%80"]
 JSON_HEADERS = {"content-type": "application/json"}
 
@@ -70,12 +76,9 @@ class Approvals:
                 continue
             if current is not None:
                 self.decided.append(current)
-            request = (
-                {"question": "Deploy?"} if kind == "interaction" else {"tool": "gh__merge", "arguments": {}}
+            record = await self.host.stores.approvals.request(
+                self.run_id, kind, REQUESTS[kind], parked=parked
             )
-            if kind == "action":
-                request = {"action": "merge", "target": {"pr": 1}}
-            record = await self.host.stores.approvals.request(self.run_id, kind, request, parked=parked)
             self.pending[target] = record.approval_id
             asked = True
         return asked
