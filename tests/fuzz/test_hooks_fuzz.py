@@ -344,12 +344,6 @@ async def test_every_scheme_with_generated_deliveries(host: Host, database_url: 
 # -- found by the fuzz, fixed elsewhere ------------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="event-id namespacing (being changed elsewhere): a delivery id is looked up among every event's ids, "
-    "so a signed delivery whose id is an event posted to /v1/events is answered 202 created=false with that "
-    "unrelated run, and its payload is never run",
-)
 async def test_a_delivery_whose_id_is_an_api_events_id_is_not_answered_with_that_run(host: Host) -> None:
     async with asgi_client(host) as client:
         posted = await client.post("/v1/events", json=event_body("hello"))
