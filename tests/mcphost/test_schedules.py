@@ -87,6 +87,18 @@ def test_a_fire_emits_the_same_event_on_every_replica() -> None:
         ({"cron": "0 * * * *"}, "exactly one of 'cron'"),
         ({"every": None, "cron": "61 * * * *"}, "not a valid cron expression"),
         ({"every": None, "cron": "0 0 30 2 *"}, "never fires"),
+        (
+            {"every": None, "cron": "*/99 * * * *"},
+            "the step 99 in the minute field ('*/99') is past the field's range 0-59; use a step from 1 to 59",
+        ),
+        (
+            {"every": None, "cron": "0 */25 * * *"},
+            "the step 25 in the hour field ('*/25') is past the field's range 0-23",
+        ),
+        ({"every": None, "cron": "0 0 1,5-10/32 * *"}, "the step 32 in the day-of-month field ('5-10/32')"),
+        ({"every": None, "cron": "0 0 * */13 *"}, "month field ('*/13') is past the field's range 1-12"),
+        ({"every": None, "cron": "0 0 * * 1/7"}, "day-of-week field ('1/7') is past the field's range 0-6"),
+        ({"every": None, "cron": "* * * * * */60"}, "second field ('*/60') is past the field's range 0-59"),
         ({"every": None, "cron": "* * * * *", "timezone": "Mars/Olympus"}, "unknown time zone"),
         ({"every": "0s"}, "between 1 second and 366 days"),
         ({"every": 0}, "between 1 second and 366 days"),
@@ -125,6 +137,10 @@ def test_config_schedules_load_and_a_repeated_id_is_a_config_error() -> None:
             {"schedules": [{"id": "a", "every": "1h"}, {"id": "a", "every": "2h"}]},
             source="t.toml",
             environ={},
+        )
+    with pytest.raises(ConfigError, match=r"t.toml: schedules\[0\].*step 99 in the minute field.*range 0-59"):
+        settings_from_mapping(
+            {"schedules": [{"id": "a", "cron": "*/99 * * * *"}]}, source="t.toml", environ={}
         )
     with pytest.raises(ConfigError, match=r"t.toml: schedules\[0\].timezone: unknown time zone"):
         settings_from_mapping(
@@ -301,6 +317,8 @@ async def test_a_schedule_is_created_listed_paused_resumed_and_deleted(client: h
     [
         ({"id": "x", "cron": "not cron"}, "not a valid cron expression"),
         ({"id": "x", "cron": "0 0 31 2 *"}, "never fires"),
+        ({"id": "x", "cron": "*/99 * * * *"}, "body: cron: '*/99 * * * *': the step 99 in the minute field"),
+        ({"id": "x", "cron": "0 */25 * * *"}, "the step 25 in the hour field"),
         ({"id": "x", "cron": "* * * * *", "timezone": "Europe/Atlantis"}, "unknown time zone"),
         ({"id": "x", "every": "0s"}, "body.every"),
         ({"id": "x", "every": -1}, "body.every"),
