@@ -20,7 +20,8 @@ Invariants:
   reads the schedules and their newest claims (two queries) and handles at most `MAX_FIRES_PER_TICK`
   due schedules; the rest go to the next tick, which follows immediately.
 - The loop never takes the host down: a failing tick (storage gone, a bug) is logged and retried after
-  `ERROR_BACKOFF_S`; a fire whose submit fails (no agent bound, a `reject` policy) is logged.
+  `ERROR_BACKOFF_S`; a fire whose submit fails (no agent bound, a `reject` policy) is logged. Each fire
+  this scheduler claimed is told to `on_fire` (`fired`, `skipped` or `refused`: the `/metrics` counter).
 - A config schedule and a stored schedule never share an id: `run_scheduler` refuses to start
   (`ConfigError`) when the database holds one with a config schedule's id, and the API refuses to create one.
 """
@@ -52,6 +53,9 @@ MAX_FIRES_PER_TICK = 100
 ERROR_BACKOFF_S = 5.0
 
 Submit = Callable[[AgentEventEnvelope], Awaitable[object]]
+FireOutcome = Literal["fired", "skipped", "refused"]
+OnFire = Callable[[FireOutcome], None]
+"""Told the outcome of each fire this scheduler claimed (the `/metrics` counter)."""
 
 
 class ScheduleStatus(BaseModel):
@@ -93,8 +97,10 @@ class Scheduler:
         submit: Submit,
         bindings: Bindings,
         host_id: str | None = None,
+        on_fire: OnFire | None = None,
     ) -> None:
         self._stores = stores
+        self._on_fire = on_fire
         self._config = {spec.id: spec for spec in config}
         self._submit = submit
         self._bindings = bindings
@@ -194,14 +200,22 @@ class Scheduler:
                 latest,
             )
         if not emit:
+            self._fired("skipped")
             return
         event = spec.event(latest)
         try:
             await self._submit(event)
         except HostError as exc:
+            self._fired("refused")
             log.warning(
                 "schedule %s: the event %s of its fire was refused: %s", spec.id, event.event_id, exc.message
             )
+        else:
+            self._fired("fired")
+
+    def _fired(self, outcome: FireOutcome) -> None:
+        if self._on_fire is not None:
+            self._on_fire(outcome)
 
     async def sleep_until(self, wake_at: float) -> None:
         """Sleep until `wake_at`, or until `wake()` is called."""

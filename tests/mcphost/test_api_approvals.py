@@ -38,6 +38,11 @@ async def test_an_approval_is_listed_decided_once_and_refused_a_second_decision(
         assert (decided.json()["status"], decided.json()["note"]) == ("denied", "not today")
         again = await client.post(url, json={"decision": "deny"})
         assert (again.status_code, again.json()) == (200, decided.json())
+        # The decision is counted once by /metrics (the repeat changed nothing).
+        scraped = (await client.get("/metrics")).text
+        assert 'mcphost_approval_decisions_total{decision="denied"} 1.0' in scraped
+        assert 'mcphost_approval_decisions_total{decision="approved"} 0.0' in scraped
+        assert 'mcphost_approval_decisions_total{decision="answered"} 0.0' in scraped
         other = await client.post(url, json={"decision": "approve"})
         assert other.status_code == 409
         assert other.json()["error"]["code"] == "conflict"
@@ -53,6 +58,11 @@ async def test_an_approval_is_listed_decided_once_and_refused_a_second_decision(
         assert late.status_code == 409, late.text
         assert late.json()["error"]["details"]["run_status"] == "completed"
         assert (await client.get(f"/v1/approvals/{call.approval_id}")).json()["status"] == "expired"
+        merge = await host.stores.approvals.request(run_id, "action", {"action": "merge"})
+        approved = await client.post(f"/v1/approvals/{merge.approval_id}", json={"decision": "approve"})
+        assert approved.status_code == 200, approved.text
+        assert host.metrics.value("mcphost_approval_decisions_total", decision="approved") == 1
+        assert host.metrics.value("mcphost_approval_decisions_total", decision="denied") == 1
 
 
 BAD_DECISIONS: list[tuple[bytes, int, str]] = [

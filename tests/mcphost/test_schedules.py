@@ -192,7 +192,10 @@ async def test_a_late_fire_is_skipped_or_run_once_by_the_misfire_policy(stores: 
     created = (await stores.schedules.get("skipper")).created_at
     latest = (int(created) + 30) // 10 * 10  # at least two fires after the creation were missed
     late = latest + MISFIRE_GRACE_S + 3
-    sched, seen = scheduler(stores)
+    outcomes: list[str] = []
+    seen = Recorder()
+    bindings = Bindings([CRON_AGENT], source="<test>")
+    sched = Scheduler(stores, [], submit=seen.submit, bindings=bindings, on_fire=outcomes.append)
 
     wake_at = await sched.tick(late)
     assert [e.event_id for e in seen.events] == [fire_event_id("catcher", latest)]
@@ -204,6 +207,7 @@ async def test_a_late_fire_is_skipped_or_run_once_by_the_misfire_policy(stores: 
         fire_event_id("catcher", latest + 10),
         fire_event_id("skipper", latest + 10),
     ]
+    assert sorted(outcomes) == ["fired", "fired", "fired", "skipped"]
 
 
 async def test_a_paused_schedule_does_not_fire_until_resumed_and_a_deleted_one_never(stores: Stores) -> None:
@@ -248,9 +252,11 @@ async def test_a_failing_submit_is_logged_and_the_next_fire_still_happens(
     async def submit(event: AgentEventEnvelope) -> object:
         return bindings.resolve(event)  # NoBindingError, as the orchestrator would raise it
 
-    sched = Scheduler(stores, [], submit=submit, bindings=bindings)
+    outcomes: list[str] = []
+    sched = Scheduler(stores, [], submit=submit, bindings=bindings, on_fire=outcomes.append)
     await sched.tick(first + 0.5)
     assert await sched.tick(first + 5.5) == first + 10
+    assert outcomes == ["refused", "refused"]
     assert "was refused" in caplog.text
     assert (await stores.schedules.last_fires())["orphan"] == first + 5
 
@@ -384,6 +390,11 @@ async def test_an_every_second_schedule_created_through_the_api_runs_its_agent_e
     assert all(i.startswith("schedule:sec:") for i in ids)
     assert fires[1] - fires[0] >= 1
     assert len(set(fires)) == len(fires)
+    # Each fire this host claimed is counted in /metrics by outcome (its submit ran before its run was listed).
+    scraped = (await client.get("/metrics")).text
+    assert (host.metrics.value("mcphost_schedule_fires_total", outcome="fired") or 0) >= 2
+    assert 'mcphost_schedule_fires_total{outcome="skipped"} 0.0' in scraped
+    assert 'mcphost_schedule_fires_total{outcome="refused"} 0.0' in scraped
 
 
 # -- two hosts sharing PostgreSQL ---------------------------------------------------------------------
