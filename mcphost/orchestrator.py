@@ -271,6 +271,10 @@ class Orchestrator:
             recovery = await self._stores.hosts.recover_abandoned(self.host_id)
             for run_id in recovery.failed:
                 logger.warning("run %s was running on a stopped host; marked failed", run_id)
+            for approval_id in await self._stores.approvals.abandon_ended():
+                logger.warning(
+                    "approval %s asked for a call of a run that ended; marked expired", approval_id
+                )
             try:
                 async with anyio.create_task_group() as tg:
                     self._tg = tg

@@ -7,8 +7,10 @@ from pathlib import Path
 
 from mcphost.app import open_host
 from mcphost.models import RunStatus
-from mcphost.stores import ApprovalRecord
+from mcphost.stores import ApprovalRecord, open_stores
+from mcphost.stores.approvals import RECOVERED_NOTE
 from tests.e2e.httpkit import api_settings, asgi_client, event_body, row_counts
+from tests.mcphost.stores.factories import admitted
 
 
 async def test_an_approval_is_listed_decided_once_and_refused_a_second_decision(
@@ -110,3 +112,30 @@ async def test_unknown_approvals_and_bad_queries_are_precise_4xx(database_url: s
             "next_cursor": None,
             "has_more": False,
         }
+
+
+async def test_a_host_start_expires_the_call_approvals_a_killed_host_left_pending_and_keeps_the_others(
+    database_url: str, tmp_path: Path
+) -> None:
+    # The database as a host killed mid-call leaves it: its run running, its call's approval pending.
+    async with open_stores(database_url, tmp_path / "data") as stores:
+        killed = await admitted(stores, "c-killed", host_id="host-killed")
+        assert await stores.runs.try_start(killed.run_id, host_id="host-killed") is not None
+        waiting = await stores.approvals.request(
+            killed.run_id, "tool", {"tool": "gh__merge", "arguments": {}}
+        )
+        parking = await stores.approvals.request(
+            killed.run_id, "tool", {"tool": "gh__close", "arguments": {}}, parked=True
+        )
+        action = await stores.approvals.request(killed.run_id, "action", {"action": "deploy"})
+    async with open_host(api_settings(database_url, tmp_path / "data")) as host, asgi_client(host) as client:
+        assert (await host.stores.runs.get(killed.run_id)).status is RunStatus.FAILED
+        expired = (await client.get(f"/v1/approvals/{waiting.approval_id}")).json()
+        assert (expired["status"], expired["note"]) == ("expired", RECOVERED_NOTE)
+        assert expired["decided_at"] is not None
+        # A parked approval's decision is the point (it continues the conversation); an action outlives
+        # its run: both stay pending for a person.
+        pending = (await client.get("/v1/approvals", params={"status": "pending"})).json()["items"]
+        assert sorted(a["approval_id"] for a in pending) == sorted([parking.approval_id, action.approval_id])
+        late = await client.post(f"/v1/approvals/{waiting.approval_id}", json={"decision": "approve"})
+        assert late.status_code == 409, late.text
