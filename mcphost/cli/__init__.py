@@ -161,7 +161,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("run_id", metavar="RUN_ID")
     p.add_argument("--url", metavar="URL", help="cancel through this server's API instead of the database")
-    p.add_argument("--reason", metavar="TEXT", help="why (recorded with the run; with --url)")
+    p.add_argument(
+        "--reason", metavar="TEXT", help="why (the run ends cancelled with it, on whichever host runs it)"
+    )
     _add_api_key_env(p)
     _add_common(p, json_flag=False)
 
