@@ -17,14 +17,14 @@ import anyio
 import httpx2
 import pytest
 from pydantic import ValidationError
-from sqlalchemy import select
+from sqlalchemy import event, select
 
 from mcphost.app import Host, open_host
 from mcphost.bindings import Bindings
 from mcphost.config import settings_from_mapping
 from mcphost.errors import ConfigError
 from mcphost.models import AgentConfig, AgentEventEnvelope
-from mcphost.schedules import MISFIRE_GRACE_S, Scheduler
+from mcphost.schedules import MISFIRE_GRACE_S, Scheduler, schedule_page
 from mcphost.stores import Database, Stores
 from mcphost.stores.tables import RunRow, ScheduleFireRow
 from mcphost.timetable import ScheduleSpec, fire_event_id
@@ -397,6 +397,86 @@ async def test_an_every_second_schedule_created_through_the_api_runs_its_agent_e
     assert 'mcphost_schedule_fires_total{outcome="refused"} 0.0' in scraped
 
 
+async def test_schedules_are_listed_a_page_at_a_time(host: Host, client: httpx2.AsyncClient) -> None:
+    for schedule_id in ("c-three", "a-one", "b-two"):
+        created = await client.post("/v1/schedules", json={"id": schedule_id, "every": "1d"})
+        assert created.status_code == 201, created.text
+    first = (await client.get("/v1/schedules", params={"limit": 2})).json()
+    assert [(s["id"], s["origin"]) for s in first["items"]] == [("from-config", "config"), ("a-one", "api")]
+    assert first["has_more"] is True
+    second = (await client.get("/v1/schedules", params={"limit": 2, "cursor": first["next_cursor"]})).json()
+    assert [s["id"] for s in second["items"]] == ["b-two", "c-three"]
+    assert (second["has_more"], second["next_cursor"]) == (False, None)
+    everything = (await client.get("/v1/schedules")).json()
+    assert [s["id"] for s in everything["items"]] == ["from-config", "a-one", "b-two", "c-three"]
+    assert everything["has_more"] is False
+    runs_cursor = host.stores.cursors.encode("runs", 5)
+    for params, fragment in [
+        ({"limit": 0}, "limit"),
+        ({"limit": 101}, "limit"),
+        ({"cursor": "not-a-cursor"}, "Malformed schedules cursor"),
+        ({"cursor": runs_cursor}, "belongs to 'runs' paging"),
+        ({"cursor": host.stores.cursors.encode("schedules", "x:a-one")}, "carries no position"),
+    ]:
+        refused = await client.get("/v1/schedules", params=params)
+        assert error_code(refused, 400) == "invalid_argument"
+        assert fragment in refused.text
+
+
+async def test_a_page_of_schedules_reads_the_stored_ones_up_to_its_end_and_their_claims_only(
+    stores: Stores,
+) -> None:
+    for n in range(30):
+        await stores.schedules.create(spec(id=f"s{n:02}", every="1d"))
+        await stores.schedules.claim(f"s{n:02}", 86400, outcome="fired", host_id="h", stored=True)
+    statements: list[tuple[str, object]] = []
+
+    def seen(_conn: object, _cursor: object, statement: str, parameters: object, *_: object) -> None:
+        statements.append((statement, parameters))
+
+    sync_engine = stores.db.engine.sync_engine
+    event.listen(sync_engine, "before_cursor_execute", seen)
+    try:
+        page = await schedule_page(
+            stores, [spec(id="cfg", every="1h")], limit=3, cursor=None, now=time.time()
+        )
+    finally:
+        event.remove(sync_engine, "before_cursor_execute", seen)
+    assert [s.id for s in page.items] == ["cfg", "s00", "s01"]
+    assert [s.last_fire_at for s in page.items] == [None, 86400, 86400]
+    [(listing, bound)] = [(sql, p) for sql, p in statements if "FROM schedules" in sql]
+    assert "LIMIT" in listing
+    assert 3 in (bound.values() if isinstance(bound, dict) else bound)  # type: ignore[union-attr]  # a DBAPI parameter set
+    [(claims, _)] = [(sql, p) for sql, p in statements if "FROM schedule_fires" in sql]
+    assert " IN " in claims
+
+
+async def test_mcphost_schedules_pages_like_mcphost_runs(host: Host, tmp_path: Path) -> None:
+    for schedule_id in ("b-two", "a-one"):
+        await host.stores.schedules.create(spec(id=schedule_id, every="1d"))
+    config = tmp_path / "mcphost.toml"
+    config.write_text(
+        f'[host]\ndatabase_url = "{host.settings.host.database_url}"\ndata_dir = "{tmp_path / "data"}"\n'
+        '[[agents]]\nid = "cron"\nrunner = "plugin:mcphost/echo/default"\nevent_types = ["schedule.triggered"]\n'
+        '[[schedules]]\nid = "from-config"\ncron = "0 3 * * *"\n',
+        encoding="utf-8",
+    )
+    first = mcphost("schedules", "--limit", "2", "--config", str(config), cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    assert [line.split()[0] for line in first.stdout.splitlines()] == ["from-config", "a-one"]
+    more = first.stderr.strip().splitlines()[-1]
+    assert more.startswith("more: mcphost schedules --cursor ")
+    cursor = more.rsplit(" ", 1)[1]
+    rest = mcphost("schedules", "--json", "--cursor", cursor, "--config", str(config), cwd=tmp_path)
+    assert rest.returncode == 0, rest.stderr
+    answer = json.loads(rest.stdout)
+    assert ([s["id"] for s in answer["schedules"]], answer["next_cursor"]) == (["b-two"], None)
+    bad = mcphost("schedules", "--cursor", "nope", "--config", str(config), cwd=tmp_path)
+    assert bad.returncode != 0
+    assert "Malformed schedules cursor" in bad.stderr
+    assert "Traceback" not in bad.stderr
+
+
 # -- two hosts sharing PostgreSQL ---------------------------------------------------------------------
 
 
@@ -440,6 +520,6 @@ async def test_two_serve_processes_on_one_postgres_run_each_fire_of_an_every_sec
     fires = sorted(int(e.rsplit(":", 1)[1]) for e in event_ids)
     shown = mcphost("schedules", "--config", str(config), "--json", cwd=tmp_path)
     assert shown.returncode == 0, shown.stderr
-    (line,) = shown.stdout.splitlines()
-    assert json.loads(line)["id"] == "beat"
-    assert json.loads(line)["last_fire_at"] >= fires[-1]
+    (listed,) = json.loads(shown.stdout)["schedules"]
+    assert listed["id"] == "beat"
+    assert listed["last_fire_at"] >= fires[-1]
