@@ -267,7 +267,7 @@ async def cmd_revoke(args: argparse.Namespace, settings: Settings) -> int:
                 f"{run.run_id} revoked: its token stops working within seconds on every host", file=sys.stderr
             )
         else:
-            await stores.runs.request_cancel(run.run_id)
+            await stores.runs.request_cancel(run.run_id, "revoked with mcphost revoke")
             print(
                 f"{run.run_id} is a run of {run.runner_id}: cancel requested (its host ends it)",
                 file=sys.stderr,
