@@ -174,6 +174,7 @@ async def open_host(settings: Settings, *, replay: ReplayBook | None = None) -> 
             submit=partial(orchestrator.submit, via="schedule"),
             bindings=bindings,
             host_id=orchestrator.host_id,
+            on_fire=metrics.schedule_fired,
         )
 
         async def submit_continuation(event: AgentEventEnvelope) -> str:

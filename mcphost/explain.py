@@ -2,8 +2,9 @@
 
 Owns the explanation document of `mcphost explain` and `POST /v1/explain`: which agent binds the event
 and why each other agent does not, the three layers of the cut (the runner's manifest permissions, the
-agent's policy, the event's scope ids), the grant they make and, for each named target, "allowed" or the
-layer that removed it and the key that would add it. Does not decide any of it: the binding is
+agent's policy, the event's scope ids), the grant they make and, for each named target, "allowed",
+"approval" (allowed, and each call waits for a person: `[agents.approvals]`) or the layer that removed it
+and the key that would add it. Does not decide any of it: the binding is
 `Bindings.resolve`/`Bindings.mismatch`, the grant is `grants.build_grant` and each check is
 `grants.check`, the same code an admitted run goes through, so an explanation cannot drift from what a
 run gets. Nothing is stored, no token is minted and no runner is started here.

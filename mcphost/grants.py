@@ -3,7 +3,8 @@
 Owns the rule that turns (runner manifest permissions) ∩ (agent policy) ∩ (event scope) into a frozen
 `RunGrant`, and `check`, which says of one target (`tool:NAME`, `state:SCOPE:read|write`,
 `storage:AREA`, `knowledge:KB`, `resource:URI`, `action:NAME`) whether a grant allows it and, when not, which layer
-removed it and which key would add it. `mcphost explain` and every `unauthorized` refusal of the per-run
+removed it and which key would add it (and, of an allowed tool, whether its calls wait for a person's
+approval: `asks_approval`). `mcphost explain` and every `unauthorized` refusal of the per-run
 MCP server word their answer through `check`. `action_out_of_scope` is the event layer of a platform
 action (`action.requested`): whether the scope ids its target names are the run's own.
 
@@ -233,12 +234,20 @@ class GrantCheck(BaseModel):
     """What was checked: `tool:NAME`, `state:SCOPE:read|write`, `storage:AREA`, `knowledge:KB`,
     `resource:URI` or `action:NAME` (a platform action; its target's scope is checked per request)."""
     allowed: bool
+    approval: bool = False
+    """Allowed, but each call waits for a person's decision: the agent marks the tool `ask`
+    (`[agents.approvals]`)."""
     layer: Layer | None = None
     """The first layer that removed the target (None when allowed, or for an inspection grant)."""
     reason: str | None = None
-    """Why that layer removed it."""
+    """Why that layer removed it; for a tool that needs approval, the `[agents.approvals]` key that asks."""
     fix: str | None = None
     """The config key or manifest field that would add it."""
+
+
+def asks_approval(grant: RunGrant, tool: str) -> str | None:
+    """The `ask` glob (`[agents.approvals]`) that makes calls of `tool` wait for a person, or None."""
+    return next((pattern for pattern in grant.ask if fnmatch.fnmatchcase(tool, pattern)), None)
 
 
 def check(grant: RunGrant, target: str) -> GrantCheck:
@@ -284,6 +293,10 @@ def check(grant: RunGrant, target: str) -> GrantCheck:
                 "knowledge:KB, resource:URI or action:NAME"
             )
     if allowed:
+        pattern = asks_approval(grant, rest) if kind == "tool" else None
+        if pattern is not None:
+            reason = f'each call waits for a person\'s decision: [agents.approvals] {pattern!r} = "ask"'
+            return GrantCheck(target=target, allowed=True, approval=True, reason=reason)
         return GrantCheck(target=target, allowed=True)
     if removed is None:  # an inspection grant: no layers, only what `mcphost grant` named
         return GrantCheck(

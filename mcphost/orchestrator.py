@@ -113,7 +113,7 @@ from mcphost.protocol import AgentRunContext, JSONObject
 from mcphost.stores import RecordingHeader, ScopeSnapshot, Stores, event_values
 from mcphost.stores.hosts import HOST_RESTARTED
 from mcphost.stores.results import StoredResult
-from mcphost.stores.runs import RunStart, StartContext
+from mcphost.stores.runs import RunStart, StartContext, interrupted_by
 from mcphost.stores.wakeups import Listener, Wake
 from mcphost.warm import WarmSessions, wants_warm
 
@@ -271,6 +271,10 @@ class Orchestrator:
             recovery = await self._stores.hosts.recover_abandoned(self.host_id)
             for run_id in recovery.failed:
                 logger.warning("run %s was running on a stopped host; marked failed", run_id)
+            for approval_id in await self._stores.approvals.abandon_ended():
+                logger.warning(
+                    "approval %s asked for a call of a run that ended; marked expired", approval_id
+                )
             try:
                 async with anyio.create_task_group() as tg:
                     self._tg = tg
@@ -555,17 +559,19 @@ class Orchestrator:
         )
 
     async def _interrupt_others(self, conversation_id: str, *, keep: str) -> None:
-        # `runs.admit` flagged them in the database (for other hosts); act on ours without waiting.
+        # `runs.admit` flagged them in the database (for other hosts, with the same reason); act on ours
+        # without waiting.
         for run_id, active in list(self._active.items()):
             if run_id != keep and active.conversation_id == conversation_id:
-                await self.cancel(run_id, reason=f"interrupted by a newer event (run {keep})")
+                await self.cancel(run_id, reason=interrupted_by(keep))
 
     # -- cancel ----------------------------------------------------------------------------------------
 
     async def cancel(self, run_id: str, *, reason: str = "cancelled by request") -> Run:
         """Cancel a run: queued runs end at once; running ones get `runner/cancel` and a grace period.
 
-        A run owned by another host process is flagged in the database; that host's poller cancels it.
+        A run owned by another host process is flagged in the database with `reason`; that host's poller
+        cancels it with that reason.
         An inspection grant (no runner) is revoked at once and returned ended.
         """
         run = await self._stores.runs.get(run_id)
@@ -577,7 +583,7 @@ class Orchestrator:
             return run
         active = self._active.get(run_id)
         if active is None:
-            await self._stores.runs.request_cancel(run_id)
+            await self._stores.runs.request_cancel(run_id, reason)  # its host ends it with `reason`
             return run
         if active.cancel_reason is None:
             active.cancel_reason = reason
@@ -635,14 +641,14 @@ class Orchestrator:
             if not self._active:
                 continue  # nothing here to cancel: no query
             try:
-                for run_id in await self._stores.runs.cancel_requested(self.host_id):
+                for run_id, reason in await self._stores.runs.cancel_requested(self.host_id):
                     if run_id not in self._active:
                         continue
                     parking = await self._stores.approvals.pending_parked(run_id)
                     if parking is not None:  # another replica's facts server asked to park it
                         await self.park(run_id, parking.approval_id)
                     else:
-                        await self.cancel(run_id, reason="cancelled by request")
+                        await self.cancel(run_id, reason=reason or "cancelled by request")
             except Exception:
                 logger.exception("cancel poll failed; will retry")
 

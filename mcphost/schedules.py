@@ -2,7 +2,10 @@
 emits its event; and the timetable that `GET /v1/schedules` and `mcphost schedules` show.
 
 Owns `Scheduler` (what is due, claiming, emitting, waking on API changes), `run_scheduler` (its loop, a
-task owned by `app.open_host`) and `ScheduleStatus`. Does not own what a schedule says or when it fires
+task owned by `app.open_host`), `ScheduleStatus` and `schedule_page` (one page of the timetable for
+`GET /v1/schedules` and `mcphost schedules`: config schedules first, then stored ones, each by id; its
+cursor is the last item's origin and id, so a page reads at most `limit` + 1 stored schedules and the
+newest claims of its own schedules). Does not own what a schedule says or when it fires
 (`timetable.py`), storage (`stores/schedules.py`) or admission (`Orchestrator.submit`, passed in).
 
 Invariants:
@@ -20,7 +23,8 @@ Invariants:
   reads the schedules and their newest claims (two queries) and handles at most `MAX_FIRES_PER_TICK`
   due schedules; the rest go to the next tick, which follows immediately.
 - The loop never takes the host down: a failing tick (storage gone, a bug) is logged and retried after
-  `ERROR_BACKOFF_S`; a fire whose submit fails (no agent bound, a `reject` policy) is logged.
+  `ERROR_BACKOFF_S`; a fire whose submit fails (no agent bound, a `reject` policy) is logged. Each fire
+  this scheduler claimed is told to `on_fire` (`fired`, `skipped` or `refused`: the `/metrics` counter).
 - A config schedule and a stored schedule never share an id: `run_scheduler` refuses to start
   (`ConfigError`) when the database holds one with a config schedule's id, and the API refuses to create one.
 """
@@ -37,9 +41,9 @@ from anyio.abc import TaskStatus
 from pydantic import BaseModel, ConfigDict
 
 from mcphost.bindings import Bindings
-from mcphost.errors import ConfigError, ConflictError, HostError
+from mcphost.errors import ConfigError, ConflictError, HostError, InvalidArgumentError
 from mcphost.models import AgentEventEnvelope
-from mcphost.stores import StoredSchedule, Stores
+from mcphost.stores import Page, StoredSchedule, Stores
 from mcphost.timetable import ScheduleSpec
 
 log = logging.getLogger(__name__)
@@ -52,6 +56,9 @@ MAX_FIRES_PER_TICK = 100
 ERROR_BACKOFF_S = 5.0
 
 Submit = Callable[[AgentEventEnvelope], Awaitable[object]]
+FireOutcome = Literal["fired", "skipped", "refused"]
+OnFire = Callable[[FireOutcome], None]
+"""Told the outcome of each fire this scheduler claimed (the `/metrics` counter)."""
 
 
 class ScheduleStatus(BaseModel):
@@ -93,8 +100,10 @@ class Scheduler:
         submit: Submit,
         bindings: Bindings,
         host_id: str | None = None,
+        on_fire: OnFire | None = None,
     ) -> None:
         self._stores = stores
+        self._on_fire = on_fire
         self._config = {spec.id: spec for spec in config}
         self._submit = submit
         self._bindings = bindings
@@ -153,6 +162,17 @@ class Scheduler:
         last = await self._stores.schedules.last_fires()
         return timetable(list(self._config.values()), stored, last, now=now, started_at=self._started_at)
 
+    async def page(self, *, limit: int, cursor: str | None) -> Page[ScheduleStatus]:
+        """One page of `statuses` (`schedule_page`), for `GET /v1/schedules`."""
+        return await schedule_page(
+            self._stores,
+            list(self._config.values()),
+            limit=limit,
+            cursor=cursor,
+            now=time.time(),
+            started_at=self._started_at,
+        )
+
     async def tick(self, now: float) -> float:
         """Claim and emit what is due at `now`; the time to look again."""
         stored = await self._stores.schedules.list()
@@ -194,14 +214,22 @@ class Scheduler:
                 latest,
             )
         if not emit:
+            self._fired("skipped")
             return
         event = spec.event(latest)
         try:
             await self._submit(event)
         except HostError as exc:
+            self._fired("refused")
             log.warning(
                 "schedule %s: the event %s of its fire was refused: %s", spec.id, event.event_id, exc.message
             )
+        else:
+            self._fired("fired")
+
+    def _fired(self, outcome: FireOutcome) -> None:
+        if self._on_fire is not None:
+            self._on_fire(outcome)
 
     async def sleep_until(self, wake_at: float) -> None:
         """Sleep until `wake_at`, or until `wake()` is called."""
@@ -249,6 +277,52 @@ def timetable(
             )
         )
     return out
+
+
+async def schedule_page(
+    stores: Stores,
+    config: Sequence[ScheduleSpec],
+    *,
+    limit: int,
+    cursor: str | None,
+    now: float,
+    started_at: float | None = None,
+) -> Page[ScheduleStatus]:
+    """One page of the timetable: config schedules first, then stored ones, each by id, continuing after
+    `cursor`. Reads at most `limit` + 1 stored schedules and the newest claims of the page's schedules.
+
+    Raises:
+        InvalidArgumentError: `cursor` is not a schedules cursor of this host.
+    """
+    assert limit >= 1, "the API and the CLI bound limit to 1..100"
+    origin, after = "c", None
+    if cursor is not None:
+        position = stores.cursors.decode_key(cursor, "schedules")
+        origin, _, after = position.partition(":")
+        if origin not in ("c", "a") or not after:
+            raise InvalidArgumentError(f"Malformed schedules cursor {cursor[:80]!r}: it carries no position.")
+    configs: list[ScheduleSpec] = []
+    if origin == "c":
+        configs = sorted((s for s in config if after is None or s.id > after), key=lambda s: s.id)[
+            : limit + 1
+        ]
+    stored: list[StoredSchedule] = []
+    if len(configs) <= limit:
+        stored = await stores.schedules.page(
+            after=after if origin == "a" else None, limit=limit + 1 - len(configs)
+        )
+    has_more = len(configs) + len(stored) > limit
+    configs = configs[:limit]
+    stored = stored[: limit - len(configs)]
+    last = await stores.schedules.last_fires([*(s.id for s in configs), *(s.spec.id for s in stored)])
+    items = timetable(configs, stored, last, now=now, started_at=started_at)
+    next_cursor = None
+    if has_more and items:
+        final = items[-1]
+        next_cursor = stores.cursors.encode(
+            "schedules", f"{'c' if final.origin == 'config' else 'a'}:{final.id}"
+        )
+    return Page[ScheduleStatus](items=items, next_cursor=next_cursor, prev_cursor=None, has_more=has_more)
 
 
 async def run_scheduler(

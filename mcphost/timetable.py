@@ -9,6 +9,7 @@ Invariants:
   period since the epoch (`every = "10s"` at :00, :10, …); `cron` fires where croniter says, read in the
   schedule's `timezone` (default UTC), so daylight-saving changes follow the zone.
 - A spec that validates can always compute its next fire: an expression that never matches (`0 0 30 2 *`),
+  a step past its field's range (`*/99 * * * *`: croniter would read it as `0`, firing once an hour),
   an unknown time zone, `every` outside 1 s … 366 days, text or ids that no event could carry are refused
   here, at config load and at `POST /v1/schedules`, never later in the loop.
 - A fire's `event_id` is `schedule:<id>:<fire time>`, so every replica builds the same event for the
@@ -42,6 +43,15 @@ MAX_EVERY_S = 366 * 24 * 3600
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 _EVERY = re.compile(r"^\s*(\d{1,9})\s*([smhd])\s*$")
 Misfire = Literal["skip", "run_once"]
+CRON_FIELDS: tuple[tuple[str, int, int], ...] = (
+    ("minute", 0, 59),
+    ("hour", 0, 23),
+    ("day-of-month", 1, 31),
+    ("month", 1, 12),
+    ("day-of-week", 0, 6),
+    ("second", 0, 59),
+)
+"""The fields of a cron expression in order (6th: seconds, croniter's order) and their value ranges."""
 
 
 def parse_every(value: object) -> int:
@@ -57,6 +67,24 @@ def parse_every(value: object) -> int:
     if not 1 <= seconds <= MAX_EVERY_S:
         raise ValueError(f"must be between 1 second and 366 days, got {min(seconds, 10**12)} s")
     return seconds
+
+
+def cron_step_problem(expression: str) -> str | None:
+    """What is wrong with a step in `expression` that is past its field's range (`*/99` in the minute
+    field), else None. croniter accepts such a step and fires only at the range's start, which is
+    never what was meant."""
+    fields = expression.split()
+    if not fields or fields[0].startswith("@"):
+        return None
+    for (name, low, high), field in zip(CRON_FIELDS, fields, strict=False):
+        for item in field.split(","):
+            _, slash, step = item.partition("/")
+            if slash and step.isascii() and step.isdigit() and int(step) > high:
+                return (
+                    f"the step {int(step)} in the {name} field ({item[:40]!r}) is past the field's range "
+                    f"{low}-{high}; use a step from 1 to {high}"
+                )
+    return None
 
 
 class ScheduleSpec(BaseModel):
@@ -124,6 +152,8 @@ class ScheduleSpec(BaseModel):
         if self.cron is not None:
             if not croniter.is_valid(self.cron):
                 raise ValueError(f"cron: {self.cron[:200]!r} is not a valid cron expression")
+            if (problem := cron_step_problem(self.cron)) is not None:
+                raise ValueError(f"cron: {self.cron[:200]!r}: {problem}")
             try:
                 self.next_fire(datetime.datetime.now(datetime.UTC).timestamp())
             except (CroniterError, ValueError, OverflowError):

@@ -33,8 +33,9 @@ Invariants:
   three, one that takes nothing for `SEND_TIMEOUT_S` is dropped. Streams end with their runs, also while
   `mcphost serve` drains (sse-starlette's own exit signal never fires there).
 - Metrics are this process's (prometheus_client, in `_metrics`): runs that ended here by status and
-  their durations, MCP calls by tool and outcome, HTTP requests by route template, active runs, plugin
-  restarts, build info, and the process and Python collectors.
+  their durations, MCP calls by tool and outcome, approval decisions by decision, schedule fires by
+  outcome, HTTP requests by route template, active runs, plugin restarts, build info, and the process
+  and Python collectors.
 """
 
 from __future__ import annotations

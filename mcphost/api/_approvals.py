@@ -47,7 +47,9 @@ async def decide_approval(request: Request) -> Response:
     approval_id = path_id(request, "approval_id")
     body = parse_json(DecisionBody, await read_body(request, MAX_SMALL_BODY_BYTES))
     note = body.answer if body.answer is not None else body.note
-    approval, _ = await state.stores.approvals.decide(approval_id, body.decision, note=note)
+    approval, changed = await state.stores.approvals.decide(approval_id, body.decision, note=note)
+    if changed:
+        state.metrics.approval_decided("answered" if body.decision == "answer" else approval.status)
     if approval.parked and state.continuations is not None:
         run_id = await state.continuations.resume(approval)
         approval = approval.model_copy(update={"continuation_run_id": run_id})

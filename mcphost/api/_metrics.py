@@ -2,13 +2,14 @@
 
 Owns the metrics: runs that ended here by status and their durations, events admitted, MCP calls by
 tool and outcome, verified webhooks answered without a run, rows and bytes the retention job reclaimed
-by kind, HTTP requests by method, route and status and their durations, outbound webhook deliveries by
-outcome and dead letters by reason, `mcphost_build_info`,
+by kind, approval decisions taken here by decision, schedule fires this process claimed by outcome, HTTP
+requests by method, route and status and their durations, outbound webhook deliveries by outcome and dead
+letters by reason, `mcphost_build_info`,
 and prometheus_client's process, platform and garbage-collector collectors; active runs and plugin
 restarts/up are read at render time. Does not own the endpoint (`_endpoints.metrics`) or when things are
-counted (`app.py` counts run ends, audited MCP calls, the retention job's passes and the webhook sender's
-outcomes, `_middleware` HTTP requests, the
-ingest endpoints admitted events).
+counted (`app.py` counts run ends, audited MCP calls, the retention job's passes, the scheduler's fires and
+the webhook sender's outcomes, `_middleware` HTTP requests, the ingest endpoints admitted events,
+`_approvals` decisions).
 
 Invariants:
 - Each `HostMetrics` has its own registry: counters are per process (never shared between replicas) and
@@ -53,6 +54,11 @@ disable_created_metrics()
 CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4
 DURATION_BUCKETS: tuple[float, ...] = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
 _TERMINAL = ("completed", "failed", "cancelled", "parked")
+APPROVAL_DECISIONS = ("approved", "denied", "answered")
+"""`mcphost_approval_decisions_total` labels: `answered` is an `interaction` approved with an answer."""
+FIRE_OUTCOMES = ("fired", "skipped", "refused")
+"""`mcphost_schedule_fires_total` labels: emitted and admitted, skipped as a misfire, emitted and refused
+(no agent takes it, a `reject` policy)."""
 UNMATCHED_ROUTE = "<unmatched>"
 """The `route` label of a request no route matched (a 404)."""
 _DEAD_LETTER_REASONS: dict[DeliveryOutcome, str] = {
@@ -160,6 +166,35 @@ class HostMetrics:
             registry=r,
         )
         self._deliveries_metrics()
+        self._init_approvals_and_schedules()
+
+    # -- approvals and schedule fires ------------------------------------------------------------------
+
+    def _init_approvals_and_schedules(self) -> None:
+        self._approval_decisions = Counter(
+            "mcphost_approval_decisions",
+            "Approvals decided through this process's API (POST /v1/approvals/{id}), by decision.",
+            ["decision"],
+            registry=self.registry,
+        )
+        self._schedule_fires = Counter(
+            "mcphost_schedule_fires",
+            "Schedule fires this process claimed (each fire is claimed by one replica), by outcome.",
+            ["outcome"],
+            registry=self.registry,
+        )
+        for decision in APPROVAL_DECISIONS:
+            self._approval_decisions.labels(decision)
+        for outcome in FIRE_OUTCOMES:
+            self._schedule_fires.labels(outcome)
+
+    def approval_decided(self, decision: str) -> None:
+        """Count a decision this process recorded (`approved`, `denied` or `answered`)."""
+        self._approval_decisions.labels(decision).inc()
+
+    def schedule_fired(self, outcome: str) -> None:
+        """Count a fire this process's scheduler claimed (`fired`, `skipped` or `refused`)."""
+        self._schedule_fires.labels(outcome).inc()
 
     def run_ended(self, run: Run) -> None:
         """Count a run that reached a terminal status on this process."""

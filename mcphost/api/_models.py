@@ -85,6 +85,11 @@ class ApprovalsQuery(QueryModel):
     cursor: str | None = Field(default=None, max_length=500)
 
 
+class SchedulesQuery(QueryModel):
+    limit: int = Field(default=50, ge=1, le=100)
+    cursor: str | None = Field(default=None, max_length=500)
+
+
 class ResultsQuery(QueryModel):
     after: int = Field(default=0, ge=0, le=MAX_RUN_SEQ)
     """Resume after this host sequence (`Last-Event-ID` wins when both are given)."""
@@ -143,7 +148,7 @@ class CancelBody(BaseModel):
     model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, allow_inf_nan=False)
 
     reason: str | None = Field(default=None, max_length=500)
-    """Why; recorded in the run's error details."""
+    """Why; the run ends `cancelled` with it (its error message), on whichever replica runs it."""
 
 
 class DecisionBody(BaseModel):
@@ -395,7 +400,9 @@ class ErrorBody(_Answer):
 
 class SchedulesPage(_Answer):
     items: list[ScheduleStatus]
-    """Every schedule: the config file's first, then those created through the API, by id."""
+    """The config file's schedules first, then those created through the API, each by id."""
+    next_cursor: str | None
+    has_more: bool
 
 
 class ScheduleDeleted(_Answer):

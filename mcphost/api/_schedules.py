@@ -6,6 +6,8 @@ validates the body), storage (`stores/schedules.py`) or firing (`schedules.Sched
 change so a new or resumed schedule is looked at at once).
 
 Invariants:
+- `GET /v1/schedules` is paged like the other lists (`limit`, `cursor` → `next_cursor`, `has_more`;
+  `schedules.schedule_page`): a page reads at most `limit` + 1 stored schedules.
 - Schedules from the config file are read-only here: deleting, pausing or resuming one is a 409 that
   says to edit the file, and creating one with a config schedule's id is a 409.
 - A body is refused before anything is stored: an unknown time zone, a cron expression that is invalid or
@@ -19,7 +21,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from mcphost.api._http import parse_json, parse_query, path_id, read_body
-from mcphost.api._models import QueryModel, ScheduleDeleted, SchedulesPage
+from mcphost.api._models import QueryModel, ScheduleDeleted, SchedulesPage, SchedulesQuery
 from mcphost.api._state import ApiState, api_state
 from mcphost.errors import ConflictError, NotFoundError
 from mcphost.schedules import Scheduler, ScheduleStatus
@@ -57,9 +59,10 @@ def _answer(status: ScheduleStatus, code: int = 200) -> Response:
 
 async def list_schedules(request: Request) -> Response:
     state = api_state(request)
-    parse_query(request, QueryModel)
-    page = SchedulesPage(items=await _scheduler(state).statuses())
-    return JSONResponse(page.model_dump(mode="json"))
+    query = parse_query(request, SchedulesQuery)
+    page = await _scheduler(state).page(limit=query.limit, cursor=query.cursor)
+    answer = SchedulesPage(items=page.items, next_cursor=page.next_cursor, has_more=page.has_more)
+    return JSONResponse(answer.model_dump(mode="json"))
 
 
 async def create_schedule(request: Request) -> Response:

@@ -161,7 +161,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("run_id", metavar="RUN_ID")
     p.add_argument("--url", metavar="URL", help="cancel through this server's API instead of the database")
-    p.add_argument("--reason", metavar="TEXT", help="why (recorded with the run; with --url)")
+    p.add_argument(
+        "--reason", metavar="TEXT", help="why (the run ends cancelled with it, on whichever host runs it)"
+    )
     _add_api_key_env(p)
     _add_common(p, json_flag=False)
 
@@ -331,8 +333,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "schedules",
         help="list schedules with their next fire times",
-        description="List every schedule (the config file's [[schedules]] and those created through POST /v1/schedules) with its next and newest fire times, straight from the database. --json prints one JSON document per line.",
+        description="List the schedules (the config file's [[schedules]], then those created through POST /v1/schedules, each by id) with their next and newest fire times, straight from the database, a page at a time: --cursor continues where the previous page said. --json prints one document with the page and next_cursor.",
     )
+    p.add_argument("--limit", type=_limit, default=20, metavar="N", help="how many (1-100, default 20)")
+    p.add_argument("--cursor", metavar="C", help="continue from a previous listing")
     _add_common(p)
 
     p = sub.add_parser(

@@ -1,7 +1,8 @@
 """`mcphost explain`: the binding and the grant an event would get, layer by layer, without running it.
 
 Owns reading the event file, finding the bound runner's manifest and printing the explanation (readable
-text, or with `--json` the one document `POST /v1/explain` answers). Does not own the explanation
+text, or with `--json` the one document `POST /v1/explain` answers) and the exit status: 0 when an agent
+takes the event, 1 when none does (or more than one), so a script can test a config with it. Does not own the explanation
 (`mcphost.explain`, on the real binding and grant code). A bundled runner's manifest is built in process
 from its class (as `mcphost runners` does); any other runner's is read from its plugin, which is then
 started (with the host's database, as `mcphost runners --check` does) and stopped again.
@@ -17,7 +18,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from mcphost.bindings import Bindings
-from mcphost.cli._common import EXIT_OK, EXIT_USAGE, dump, fail
+from mcphost.cli._common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, dump, fail
 from mcphost.cli._runners import bundled_manifests
 from mcphost.common.validation import describe
 from mcphost.config import Settings
@@ -80,7 +81,7 @@ async def cmd_explain(args: argparse.Namespace, settings: Settings) -> int:
         dump(answer.model_dump(mode="json"))
     else:
         sys.stdout.write(render(answer))
-    return EXIT_OK
+    return EXIT_OK if answer.agent is not None else EXIT_FAILED
 
 
 async def _explain_started(
@@ -126,6 +127,9 @@ def render(answer: Explanation) -> str:
         lines.append("")
         lines.append("Checks:")
         for found in answer.checks:
+            if found.allowed and found.approval:
+                lines.append(f"  {found.target:<32} approval: {found.reason}")
+                continue
             if found.allowed:
                 lines.append(f"  {found.target:<32} allowed")
                 continue

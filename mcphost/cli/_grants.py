@@ -28,12 +28,15 @@ from pathlib import Path
 from typing import Any
 
 from mcphost.app import open_database
-from mcphost.cli._common import EXIT_OK, dump, fail
+from mcphost.cli._common import EXIT_OK, EXIT_USAGE, dump, fail
 from mcphost.config import Settings, host_module_command
 from mcphost.context import TOKEN_ENV, mcp_url
 from mcphost.inspection import INSPECTION_WRITE_TOOLS, create_grant, end_grant
 from mcphost.protocol import JSONObject
 from mcphost.serving import advertised_url
+
+MAX_REASON_CHARS = 500
+"""The longest `--reason` (as `POST /v1/runs/{id}/cancel` takes it)."""
 
 SERVER_NAME = "mcphost"
 """The name every printed config gives the server: Claude Code and Codex call its tools `mcp__mcphost__*`."""
@@ -264,7 +267,7 @@ async def cmd_revoke(args: argparse.Namespace, settings: Settings) -> int:
                 f"{run.run_id} revoked: its token stops working within seconds on every host", file=sys.stderr
             )
         else:
-            await stores.runs.request_cancel(run.run_id)
+            await stores.runs.request_cancel(run.run_id, "revoked with mcphost revoke")
             print(
                 f"{run.run_id} is a run of {run.runner_id}: cancel requested (its host ends it)",
                 file=sys.stderr,
@@ -277,15 +280,18 @@ async def cmd_cancel(args: argparse.Namespace, settings: Settings) -> int:
     else in the database, where the host running it sees the request and ends it."""
     if args.url:
         return await _cancel_over_http(args)
+    reason = args.reason or "cancelled with mcphost cancel"
+    if len(reason) > MAX_REASON_CHARS or not reason.isprintable():
+        return fail(f"--reason takes at most {MAX_REASON_CHARS} printable characters.", EXIT_USAGE)
     async with open_database(settings) as stores:
         run = await stores.runs.get(args.run_id)
         if run.status.is_terminal:
             return fail(f"Run {run.run_id!r} has already ended ({run.status}); nothing to cancel.")
         if run.runner_id is None:
-            await end_grant(stores, run.run_id, "cancelled with mcphost cancel")
+            await end_grant(stores, run.run_id, reason)
             print(f"{run.run_id} is an inspection grant: revoked", file=sys.stderr)
         else:
-            await stores.runs.request_cancel(run.run_id)
+            await stores.runs.request_cancel(run.run_id, reason)
             print(f"{run.run_id}: cancel requested (the host running it ends it)", file=sys.stderr)
     return EXIT_OK
 

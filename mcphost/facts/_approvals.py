@@ -1,7 +1,7 @@
 """Calls marked `ask`: a tool call that waits, within its run's deadline, for a person's decision.
 
-Owns which calls of a run need an approval (the grant's `ask` globs, from `[agents.approvals]`) and
-the wait. Does not own the approval rows, their expiry or the decision (`stores/approvals.py`; people
+Owns the wait of a call that needs an approval (the grant's `ask` globs, from `[agents.approvals]`,
+matched by `grants.asks_approval`, which `mcphost explain` shows too). Does not own the approval rows, their expiry or the decision (`stores/approvals.py`; people
 decide through `POST /v1/approvals/{id}` or `mcphost approvals`, on any replica).
 
 Invariants:
@@ -23,28 +23,22 @@ Invariants:
 
 from __future__ import annotations
 
-import fnmatch
 from typing import Any, NoReturn
 
 import anyio
 
 from mcphost.facts._call import Call
 from mcphost.facts._results import ToolCallError
-from mcphost.models import RunGrant
+from mcphost.grants import asks_approval
 from mcphost.protocol import JSONObject, unstorable
 
 ABANDON_TIMEOUT_S = 5.0
 """How long a call that stops waiting may spend marking its approval expired (shielded from its cancel)."""
 
 
-def asks(grant: RunGrant, tool: str) -> bool:
-    """Whether calls of `tool` wait for a person's approval in this run."""
-    return any(fnmatch.fnmatchcase(tool, pattern) for pattern in grant.ask)
-
-
 async def await_approval(call: Call, tool: str, arguments: dict[str, Any]) -> None:
     """Return when a person approved this call; raise the tool error the agent gets otherwise."""
-    if not asks(call.grant, tool):
+    if asks_approval(call.grant, tool) is None:
         return
     problem = unstorable(arguments)
     if problem is not None:  # host tool arguments are otherwise passed through unchecked

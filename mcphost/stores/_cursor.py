@@ -43,7 +43,9 @@ T = TypeVar("T")
 RowT = TypeVar("RowT")
 SelectT = TypeVar("SelectT", bound=Select[*tuple[Any, ...]])
 
-CursorKind = Literal["events", "transcript", "runs", "state", "storage", "deliveries", "approvals"]
+CursorKind = Literal[
+    "events", "transcript", "runs", "state", "storage", "deliveries", "approvals", "schedules"
+]
 
 _MAC_LEN = 8
 _KEY_CONTEXT = b"mcphost.cursor.v3\x00"

@@ -15,7 +15,9 @@ Invariants:
 - A `tool` approval is only worth deciding while its call waits: the call that stops waiting without a
   decision (its run's deadline, a cancel, the run's end) marks it `expired` with a note (`abandon`), and
   a decision on a `tool` approval whose run has ended (a host killed mid-wait) expires it too and is a
-  `ConflictError`, so nobody approves a call that can no longer happen.
+  `ConflictError`, so nobody approves a call that can no longer happen. A host that starts expires the
+  ones a killed host left pending (`abandon_ended`, after recovery failed their runs), so they do not
+  wait in the pending list for a decision that would be refused.
 - `wait` wakes at once on a decision taken through this process's store, and reads the row every
   `OTHER_PROCESS_POLL_S` for decisions taken by another replica or the CLI.
 - A `parked` approval's run has ended `parked` (its runner cannot wait): deciding it is the point, so
@@ -44,7 +46,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from mcphost.errors import ConflictError, InvalidArgumentError, NotFoundError
 from mcphost.ingress import continued_approval
-from mcphost.models import RunStatus, new_id
+from mcphost.models import TERMINAL_STATUSES, RunStatus, new_id
 from mcphost.protocol import JSONObject, is_json_object
 from mcphost.stores._cursor import CursorCodec, Page, check_limit
 from mcphost.stores._retry import idempotent
@@ -63,6 +65,10 @@ OTHER_PROCESS_POLL_S = 1.0
 """How often `wait` reads an approval that another process (a replica, the CLI) may decide."""
 ABANDONED_NOTE = (
     "no decision came while the call waited (its run reached its deadline, was cancelled or ended)"
+)
+RECOVERED_NOTE = (
+    "no decision came before the call's run ended without it (the host running the call stopped while "
+    "it waited); found at the next host start"
 )
 
 
@@ -420,6 +426,31 @@ class ApprovalStore:
         """Expire a `pending` approval whose call stopped waiting (a decided one stays as it is)."""
         async with self._db.write() as session:
             await session.execute(_abandoning(approval_id, time.time()))
+
+    @idempotent
+    async def abandon_ended(self) -> list[str]:
+        """Expire the `pending` unparked `tool` approvals whose run has ended (`RECOVERED_NOTE`); their ids.
+
+        A call marks its own approval expired when it stops waiting (`abandon`), except when its host is
+        killed mid-wait: recovery fails the run and this finishes what the call could not. Parked
+        approvals (their decision is the point) and actions (they outlive their run) stay pending.
+        """
+        now = time.time()
+        ended = select(RunRow.run_id).where(RunRow.status.in_([s.value for s in TERMINAL_STATUSES]))
+        stmt = (
+            update(ApprovalRow)
+            .where(
+                ApprovalRow.status == "pending",
+                ApprovalRow.expires_at > now,
+                ApprovalRow.kind == "tool",
+                ApprovalRow.parked.is_(False),
+                ApprovalRow.run_id.in_(ended),
+            )
+            .values(status="expired", note=RECOVERED_NOTE, decided_at=now)
+            .returning(ApprovalRow.approval_id)
+        )
+        async with self._db.write() as session:
+            return list((await session.execute(stmt)).scalars().all())
 
     @idempotent
     async def get(self, approval_id: str) -> ApprovalRecord:

@@ -10,7 +10,9 @@ Invariants:
   run first, so the check and the write are atomic together and an illegal move always raises
   `IllegalTransitionError` ("Run 'run_…' is completed; cannot move to running.").
 - A run that reaches a terminal status gets `ended_at` and has its grant revoked in the same write,
-  which also wakes other processes (`wakeups.announce`), as a cancel request's write does.
+  which also wakes other processes (`wakeups.announce`), as a cancel request's write does. A cancel
+  request carries its reason (`cancel_reason`, the first one given), so the process executing the run
+  ends it with that reason.
 - Per conversation, admission and start are serialized across processes: inside the write transaction,
   PostgreSQL takes `pg_advisory_xact_lock` on the conversation (`_sql.lock_in_transaction`); SQLite's
   `BEGIN IMMEDIATE` already serializes all writers. Under that lock:
@@ -226,6 +228,11 @@ async def _move(
     return (await (await core(session)).execute(stmt, params)).one_or_none()
 
 
+def interrupted_by(run_id: str) -> str:
+    """The cancel reason of a run interrupted by the newer run `run_id` (`interrupt` policy)."""
+    return f"interrupted by a newer event (run {run_id})"
+
+
 class RunStore:
     """Admit, start, move, read and cancel runs."""
 
@@ -292,7 +299,7 @@ class RunStore:
             else:
                 values.update(attempt=prior.attempt + 1, previous_run_id=prior.run_id)
             if conversation and concurrency != "enqueue":
-                await self._apply_policy(session, conversation, concurrency)
+                await self._apply_policy(session, conversation, concurrency, run.run_id)
             row = (await (await core(session)).execute(_INSERT, values)).one()
             if inbound is not None:  # a no-op for a later attempt: the log has its event already
                 await insert_event(session, self._db.dialect, inbound)
@@ -311,7 +318,7 @@ class RunStore:
             return existing_run, existing_run.run_id == run.run_id
 
     async def _apply_policy(
-        self, session: AsyncSession, conversation: str, concurrency: ConcurrencyPolicy
+        self, session: AsyncSession, conversation: str, concurrency: ConcurrencyPolicy, new_run_id: str
     ) -> None:
         active = (
             await session.execute(
@@ -336,7 +343,7 @@ class RunStore:
                 RunRow.status.in_(ACTIVE_STATUSES),
                 RunRow.cancel_requested_at.is_(None),
             )
-            .values(cancel_requested_at=time.time())
+            .values(cancel_requested_at=time.time(), cancel_reason=interrupted_by(new_run_id))
             .returning(RunRow.run_id)
         )
         for run_id in (await session.execute(requested)).scalars().all():
@@ -587,12 +594,16 @@ class RunStore:
                 raise run_not_found(run_id)
 
     @idempotent
-    async def request_cancel(self, run_id: str) -> Run:
-        """Ask the host running `run_id` to cancel it (no-op once the run has ended or was asked)."""
+    async def request_cancel(self, run_id: str, reason: str | None = None) -> Run:
+        """Ask the host running `run_id` to cancel it, for `reason` (no-op once the run has ended; the
+        first request's time and the first reason given stay)."""
         stmt = (
             update(RunRow)
             .where(RunRow.run_id == run_id, RunRow.status.in_(ACTIVE_STATUSES))
-            .values(cancel_requested_at=func.coalesce(RunRow.cancel_requested_at, time.time()))
+            .values(
+                cancel_requested_at=func.coalesce(RunRow.cancel_requested_at, time.time()),
+                cancel_reason=func.coalesce(RunRow.cancel_reason, None if reason is None else reason[:1000]),
+            )
         )
         async with self._db.write() as session:
             await session.execute(stmt)
@@ -600,15 +611,15 @@ class RunStore:
             return _run(await _row(session, run_id))
 
     @idempotent
-    async def cancel_requested(self, host_id: str) -> list[str]:
-        """Ids of runs running on `host_id` that were asked to cancel."""
-        stmt = select(RunRow.run_id).where(
+    async def cancel_requested(self, host_id: str) -> list[tuple[str, str | None]]:
+        """(run id, reason) of the runs running on `host_id` that were asked to cancel."""
+        stmt = select(RunRow.run_id, RunRow.cancel_reason).where(
             RunRow.status == RunStatus.RUNNING.value,
             RunRow.host_id == host_id,
             RunRow.cancel_requested_at.is_not(None),
         )
         async with self._db.read() as session:
-            return list((await session.execute(stmt)).scalars().all())
+            return [(row.run_id, row.cancel_reason) for row in (await session.execute(stmt)).all()]
 
     @idempotent
     async def list(

@@ -16,6 +16,7 @@ Invariants:
 from __future__ import annotations
 
 import time
+from collections.abc import Collection
 
 from pydantic import BaseModel, ConfigDict
 from sqlalchemy import delete, func, select, update
@@ -120,6 +121,16 @@ class ScheduleStore:
             ).scalars()
             return [_stored(row) for row in rows]
 
+    @idempotent
+    async def page(self, *, after: str | None, limit: int) -> list[StoredSchedule]:
+        """Up to `limit` stored schedules by id, those after the id `after` (None: from the first)."""
+        stmt = select(ScheduleRow)
+        if after is not None:
+            stmt = stmt.where(ScheduleRow.schedule_id > after)
+        async with self._db.read() as session:
+            rows = (await session.execute(stmt.order_by(ScheduleRow.schedule_id).limit(limit))).scalars()
+            return [_stored(row) for row in rows]
+
     async def set_paused(self, schedule_id: str, paused: bool) -> StoredSchedule:
         """Pause or resume `schedule_id` (a no-op when it already is).
 
@@ -157,11 +168,13 @@ class ScheduleStore:
             await session.execute(delete(ScheduleFireRow).where(ScheduleFireRow.schedule_id == schedule_id))
 
     @idempotent
-    async def last_fires(self) -> dict[str, int]:
-        """The newest claimed fire time of every schedule that has one."""
+    async def last_fires(self, schedule_ids: Collection[str] | None = None) -> dict[str, int]:
+        """The newest claimed fire time of every schedule that has one (of `schedule_ids` only, if given)."""
         query = select(ScheduleFireRow.schedule_id, func.max(ScheduleFireRow.fire_at)).group_by(
             ScheduleFireRow.schedule_id
         )
+        if schedule_ids is not None:
+            query = query.where(ScheduleFireRow.schedule_id.in_(list(schedule_ids)))
         async with self._db.read() as session:
             return {row[0]: int(row[1]) for row in (await session.execute(query)).all()}
 

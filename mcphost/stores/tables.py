@@ -240,6 +240,9 @@ class RunRow(Base):
     token_hash: Mapped[str] = mapped_column(String(128))
     revoked_at: Mapped[float | None] = mapped_column(Double)
     cancel_requested_at: Mapped[float | None] = mapped_column(Double)
+    cancel_reason: Mapped[str | None] = mapped_column(String(1000))
+    """Why the run was asked to cancel (the first reason given; migration 0016), so the process that
+    executes it ends it with that reason; NULL without one."""
     context: Mapped[dict[str, Any] | None]
     """The run's `AgentRunContext` without its token, written as the run starts (`try_start`); NULL
     while queued, and for runs started before migration 0007."""

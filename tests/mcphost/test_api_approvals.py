@@ -12,8 +12,10 @@ from mcphost.app import open_host
 from mcphost.ingress import continuation_event_id
 from mcphost.models import AgentEventEnvelope, RunStatus
 from mcphost.protocol import JSONObject
-from mcphost.stores import ApprovalRecord
+from mcphost.stores import ApprovalRecord, open_stores
+from mcphost.stores.approvals import RECOVERED_NOTE
 from tests.e2e.httpkit import api_settings, asgi_client, event_body, row_counts
+from tests.mcphost.stores.factories import admitted
 from tests.mcphost.test_hooks import API_KEY, hooked_settings, sw_headers, sw_payload
 
 
@@ -44,6 +46,11 @@ async def test_an_approval_is_listed_decided_once_and_refused_a_second_decision(
         assert (decided.json()["status"], decided.json()["note"]) == ("denied", "not today")
         again = await client.post(url, json={"decision": "deny"})
         assert (again.status_code, again.json()) == (200, decided.json())
+        # The decision is counted once by /metrics (the repeat changed nothing).
+        scraped = (await client.get("/metrics")).text
+        assert 'mcphost_approval_decisions_total{decision="denied"} 1.0' in scraped
+        assert 'mcphost_approval_decisions_total{decision="approved"} 0.0' in scraped
+        assert 'mcphost_approval_decisions_total{decision="answered"} 0.0' in scraped
         other = await client.post(url, json={"decision": "approve"})
         assert other.status_code == 409
         assert other.json()["error"]["code"] == "conflict"
@@ -59,6 +66,11 @@ async def test_an_approval_is_listed_decided_once_and_refused_a_second_decision(
         assert late.status_code == 409, late.text
         assert late.json()["error"]["details"]["run_status"] == "completed"
         assert (await client.get(f"/v1/approvals/{call.approval_id}")).json()["status"] == "expired"
+        merge = await host.stores.approvals.request(run_id, "action", {"action": "merge"})
+        approved = await client.post(f"/v1/approvals/{merge.approval_id}", json={"decision": "approve"})
+        assert approved.status_code == 200, approved.text
+        assert host.metrics.value("mcphost_approval_decisions_total", decision="approved") == 1
+        assert host.metrics.value("mcphost_approval_decisions_total", decision="denied") == 1
 
 
 BAD_DECISIONS: list[tuple[bytes, int, str]] = [
@@ -182,3 +194,30 @@ async def test_a_continuation_id_of_another_conversation_or_agent_cannot_use_the
         await host.stores.approvals.continued(approval.approval_id, other.run_id)
         assert await host.stores.approvals.use(other.run_id, MERGE) is None
         assert (await host.stores.approvals.get(approval.approval_id)).used_by_run_id is None
+
+
+async def test_a_host_start_expires_the_call_approvals_a_killed_host_left_pending_and_keeps_the_others(
+    database_url: str, tmp_path: Path
+) -> None:
+    # The database as a host killed mid-call leaves it: its run running, its call's approval pending.
+    async with open_stores(database_url, tmp_path / "data") as stores:
+        killed = await admitted(stores, "c-killed", host_id="host-killed")
+        assert await stores.runs.try_start(killed.run_id, host_id="host-killed") is not None
+        waiting = await stores.approvals.request(
+            killed.run_id, "tool", {"tool": "gh__merge", "arguments": {}}
+        )
+        parking = await stores.approvals.request(
+            killed.run_id, "tool", {"tool": "gh__close", "arguments": {}}, parked=True
+        )
+        action = await stores.approvals.request(killed.run_id, "action", {"action": "deploy"})
+    async with open_host(api_settings(database_url, tmp_path / "data")) as host, asgi_client(host) as client:
+        assert (await host.stores.runs.get(killed.run_id)).status is RunStatus.FAILED
+        expired = (await client.get(f"/v1/approvals/{waiting.approval_id}")).json()
+        assert (expired["status"], expired["note"]) == ("expired", RECOVERED_NOTE)
+        assert expired["decided_at"] is not None
+        # A parked approval's decision is the point (it continues the conversation); an action outlives
+        # its run: both stay pending for a person.
+        pending = (await client.get("/v1/approvals", params={"status": "pending"})).json()["items"]
+        assert sorted(a["approval_id"] for a in pending) == sorted([parking.approval_id, action.approval_id])
+        late = await client.post(f"/v1/approvals/{waiting.approval_id}", json={"decision": "approve"})
+        assert late.status_code == 409, late.text

@@ -77,6 +77,30 @@ async def test_explain_answers_each_layer_and_the_allowed_path_and_stores_nothin
     assert await row_counts(host.stores) == before
 
 
+async def test_a_tool_marked_ask_is_answered_as_approval(database_url: str, tmp_path: Path) -> None:
+    base = api_settings(database_url, tmp_path / "data")
+    settings = base.model_copy(
+        update={
+            "agents": [
+                a.model_copy(update={"approvals": {"state_set": "ask"}}) if a.id == "wide" else a
+                for a in base.agents
+            ]
+        }
+    )
+    async with open_host(settings) as host, asgi_client(host) as client:
+        event = event_body("hi", bot="wide")
+        answer = await explain(client, {"event": event, "tools": ["state_set", "state_get"]})
+    assert [(c["target"], c["allowed"], c["approval"], c["reason"]) for c in answer["checks"]] == [
+        (
+            "tool:state_set",
+            True,
+            True,
+            "each call waits for a person's decision: [agents.approvals] 'state_set' = \"ask\"",
+        ),
+        ("tool:state_get", True, False, None),
+    ]
+
+
 async def test_an_event_no_agent_takes_is_answered_with_every_agents_reason(
     client: httpx2.AsyncClient,
 ) -> None:

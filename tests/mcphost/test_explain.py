@@ -111,6 +111,37 @@ def test_a_target_every_layer_allows_is_allowed() -> None:
     ]
 
 
+def test_a_tool_the_agent_marks_ask_is_approval_naming_the_key_not_plainly_allowed() -> None:
+    asking = agent(
+        "asker",
+        match={"bot_id": "support-bot"},
+        resources={"tools": ["search__*"]},
+        approvals={"search__*": "ask", "state_set": "ask"},
+    )
+    answer = explain(
+        event(),
+        Bindings([asking]),
+        manifest_of,
+        ["tool:search__web", "tool:state_set", "tool:state_get", "resource:mcphost://run/context"],
+    )
+    assert [(c.target, c.allowed, c.approval, c.reason) for c in answer.checks] == [
+        (
+            "tool:search__web",
+            True,
+            True,
+            "each call waits for a person's decision: [agents.approvals] 'search__*' = \"ask\"",
+        ),
+        (
+            "tool:state_set",
+            True,
+            True,
+            "each call waits for a person's decision: [agents.approvals] 'state_set' = \"ask\"",
+        ),
+        ("tool:state_get", True, False, None),
+        ("resource:mcphost://run/context", True, False, None),
+    ]
+
+
 def test_the_manifest_layer_refuses_what_the_runner_does_not_declare() -> None:
     [events, artifact] = explained("tool:events_page", "resource:mcphost://artifacts/art_1").checks
     assert (events.allowed, events.layer) == (False, "manifest")

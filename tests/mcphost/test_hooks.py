@@ -19,6 +19,7 @@ import anyio
 import httpx2
 import pytest
 import sqlalchemy as sa
+from alembic import command
 from standardwebhooks import Webhook
 
 from mcphost.app import Host, open_host
@@ -27,6 +28,7 @@ from mcphost.errors import ConfigError
 from mcphost.hooks import field_value
 from mcphost.models import AgentConfig, RunStatus
 from mcphost.stores import Database, migrate
+from mcphost.stores.engine import alembic_config
 from tests.e2e.httpkit import api_settings, asgi_client, blob_files, row_counts
 from tests.mcphost.hostkit import ECHO_RUNNER
 
@@ -497,7 +499,15 @@ async def test_a_delivery_stored_before_the_namespaces_is_still_its_run_and_not_
                 await session.execute(
                     sa.update(table).where(table.c.event_id == "hook:sw:old-1").values(event_id="old-1")
                 )
-            await session.execute(sa.text("UPDATE alembic_version SET version_num = '0014'"))
+        async with db.write() as session:  # back to the revision before the rename (later ones undone)
+            connection = await session.connection()
+
+            def _down(sync: sa.Connection) -> None:
+                cfg = alembic_config(database_url)
+                cfg.attributes["connection"] = sync
+                command.downgrade(cfg, "0014")
+
+            await connection.run_sync(_down)
         await migrate(db)
         async with db.read() as session:
             stored = (

@@ -17,14 +17,14 @@ import anyio
 import httpx2
 import pytest
 from pydantic import ValidationError
-from sqlalchemy import select
+from sqlalchemy import event, select
 
 from mcphost.app import Host, open_host
 from mcphost.bindings import Bindings
 from mcphost.config import settings_from_mapping
 from mcphost.errors import ConfigError
 from mcphost.models import AgentConfig, AgentEventEnvelope
-from mcphost.schedules import MISFIRE_GRACE_S, Scheduler
+from mcphost.schedules import MISFIRE_GRACE_S, Scheduler, schedule_page
 from mcphost.stores import Database, Stores
 from mcphost.stores.tables import RunRow, ScheduleFireRow
 from mcphost.timetable import ScheduleSpec, fire_event_id
@@ -87,6 +87,18 @@ def test_a_fire_emits_the_same_event_on_every_replica() -> None:
         ({"cron": "0 * * * *"}, "exactly one of 'cron'"),
         ({"every": None, "cron": "61 * * * *"}, "not a valid cron expression"),
         ({"every": None, "cron": "0 0 30 2 *"}, "never fires"),
+        (
+            {"every": None, "cron": "*/99 * * * *"},
+            "the step 99 in the minute field ('*/99') is past the field's range 0-59; use a step from 1 to 59",
+        ),
+        (
+            {"every": None, "cron": "0 */25 * * *"},
+            "the step 25 in the hour field ('*/25') is past the field's range 0-23",
+        ),
+        ({"every": None, "cron": "0 0 1,5-10/32 * *"}, "the step 32 in the day-of-month field ('5-10/32')"),
+        ({"every": None, "cron": "0 0 * */13 *"}, "month field ('*/13') is past the field's range 1-12"),
+        ({"every": None, "cron": "0 0 * * 1/7"}, "day-of-week field ('1/7') is past the field's range 0-6"),
+        ({"every": None, "cron": "* * * * * */60"}, "second field ('*/60') is past the field's range 0-59"),
         ({"every": None, "cron": "* * * * *", "timezone": "Mars/Olympus"}, "unknown time zone"),
         ({"every": "0s"}, "between 1 second and 366 days"),
         ({"every": 0}, "between 1 second and 366 days"),
@@ -125,6 +137,10 @@ def test_config_schedules_load_and_a_repeated_id_is_a_config_error() -> None:
             {"schedules": [{"id": "a", "every": "1h"}, {"id": "a", "every": "2h"}]},
             source="t.toml",
             environ={},
+        )
+    with pytest.raises(ConfigError, match=r"t.toml: schedules\[0\].*step 99 in the minute field.*range 0-59"):
+        settings_from_mapping(
+            {"schedules": [{"id": "a", "cron": "*/99 * * * *"}]}, source="t.toml", environ={}
         )
     with pytest.raises(ConfigError, match=r"t.toml: schedules\[0\].timezone: unknown time zone"):
         settings_from_mapping(
@@ -176,7 +192,10 @@ async def test_a_late_fire_is_skipped_or_run_once_by_the_misfire_policy(stores: 
     created = (await stores.schedules.get("skipper")).created_at
     latest = (int(created) + 30) // 10 * 10  # at least two fires after the creation were missed
     late = latest + MISFIRE_GRACE_S + 3
-    sched, seen = scheduler(stores)
+    outcomes: list[str] = []
+    seen = Recorder()
+    bindings = Bindings([CRON_AGENT], source="<test>")
+    sched = Scheduler(stores, [], submit=seen.submit, bindings=bindings, on_fire=outcomes.append)
 
     wake_at = await sched.tick(late)
     assert [e.event_id for e in seen.events] == [fire_event_id("catcher", latest)]
@@ -188,6 +207,7 @@ async def test_a_late_fire_is_skipped_or_run_once_by_the_misfire_policy(stores: 
         fire_event_id("catcher", latest + 10),
         fire_event_id("skipper", latest + 10),
     ]
+    assert sorted(outcomes) == ["fired", "fired", "fired", "skipped"]
 
 
 async def test_a_paused_schedule_does_not_fire_until_resumed_and_a_deleted_one_never(stores: Stores) -> None:
@@ -232,9 +252,11 @@ async def test_a_failing_submit_is_logged_and_the_next_fire_still_happens(
     async def submit(event: AgentEventEnvelope) -> object:
         return bindings.resolve(event)  # NoBindingError, as the orchestrator would raise it
 
-    sched = Scheduler(stores, [], submit=submit, bindings=bindings)
+    outcomes: list[str] = []
+    sched = Scheduler(stores, [], submit=submit, bindings=bindings, on_fire=outcomes.append)
     await sched.tick(first + 0.5)
     assert await sched.tick(first + 5.5) == first + 10
+    assert outcomes == ["refused", "refused"]
     assert "was refused" in caplog.text
     assert (await stores.schedules.last_fires())["orphan"] == first + 5
 
@@ -301,6 +323,8 @@ async def test_a_schedule_is_created_listed_paused_resumed_and_deleted(client: h
     [
         ({"id": "x", "cron": "not cron"}, "not a valid cron expression"),
         ({"id": "x", "cron": "0 0 31 2 *"}, "never fires"),
+        ({"id": "x", "cron": "*/99 * * * *"}, "body: cron: '*/99 * * * *': the step 99 in the minute field"),
+        ({"id": "x", "cron": "0 */25 * * *"}, "the step 25 in the hour field"),
         ({"id": "x", "cron": "* * * * *", "timezone": "Europe/Atlantis"}, "unknown time zone"),
         ({"id": "x", "every": "0s"}, "body.every"),
         ({"id": "x", "every": -1}, "body.every"),
@@ -366,6 +390,91 @@ async def test_an_every_second_schedule_created_through_the_api_runs_its_agent_e
     assert all(i.startswith("schedule:sec:") for i in ids)
     assert fires[1] - fires[0] >= 1
     assert len(set(fires)) == len(fires)
+    # Each fire this host claimed is counted in /metrics by outcome (its submit ran before its run was listed).
+    scraped = (await client.get("/metrics")).text
+    assert (host.metrics.value("mcphost_schedule_fires_total", outcome="fired") or 0) >= 2
+    assert 'mcphost_schedule_fires_total{outcome="skipped"} 0.0' in scraped
+    assert 'mcphost_schedule_fires_total{outcome="refused"} 0.0' in scraped
+
+
+async def test_schedules_are_listed_a_page_at_a_time(host: Host, client: httpx2.AsyncClient) -> None:
+    for schedule_id in ("c-three", "a-one", "b-two"):
+        created = await client.post("/v1/schedules", json={"id": schedule_id, "every": "1d"})
+        assert created.status_code == 201, created.text
+    first = (await client.get("/v1/schedules", params={"limit": 2})).json()
+    assert [(s["id"], s["origin"]) for s in first["items"]] == [("from-config", "config"), ("a-one", "api")]
+    assert first["has_more"] is True
+    second = (await client.get("/v1/schedules", params={"limit": 2, "cursor": first["next_cursor"]})).json()
+    assert [s["id"] for s in second["items"]] == ["b-two", "c-three"]
+    assert (second["has_more"], second["next_cursor"]) == (False, None)
+    everything = (await client.get("/v1/schedules")).json()
+    assert [s["id"] for s in everything["items"]] == ["from-config", "a-one", "b-two", "c-three"]
+    assert everything["has_more"] is False
+    runs_cursor = host.stores.cursors.encode("runs", 5)
+    for params, fragment in [
+        ({"limit": 0}, "limit"),
+        ({"limit": 101}, "limit"),
+        ({"cursor": "not-a-cursor"}, "Malformed schedules cursor"),
+        ({"cursor": runs_cursor}, "belongs to 'runs' paging"),
+        ({"cursor": host.stores.cursors.encode("schedules", "x:a-one")}, "carries no position"),
+    ]:
+        refused = await client.get("/v1/schedules", params=params)
+        assert error_code(refused, 400) == "invalid_argument"
+        assert fragment in refused.text
+
+
+async def test_a_page_of_schedules_reads_the_stored_ones_up_to_its_end_and_their_claims_only(
+    stores: Stores,
+) -> None:
+    for n in range(30):
+        await stores.schedules.create(spec(id=f"s{n:02}", every="1d"))
+        await stores.schedules.claim(f"s{n:02}", 86400, outcome="fired", host_id="h", stored=True)
+    statements: list[tuple[str, object]] = []
+
+    def seen(_conn: object, _cursor: object, statement: str, parameters: object, *_: object) -> None:
+        statements.append((statement, parameters))
+
+    sync_engine = stores.db.engine.sync_engine
+    event.listen(sync_engine, "before_cursor_execute", seen)
+    try:
+        page = await schedule_page(
+            stores, [spec(id="cfg", every="1h")], limit=3, cursor=None, now=time.time()
+        )
+    finally:
+        event.remove(sync_engine, "before_cursor_execute", seen)
+    assert [s.id for s in page.items] == ["cfg", "s00", "s01"]
+    assert [s.last_fire_at for s in page.items] == [None, 86400, 86400]
+    [(listing, bound)] = [(sql, p) for sql, p in statements if "FROM schedules" in sql]
+    assert "LIMIT" in listing
+    assert 3 in (bound.values() if isinstance(bound, dict) else bound)  # type: ignore[union-attr]  # a DBAPI parameter set
+    [(claims, _)] = [(sql, p) for sql, p in statements if "FROM schedule_fires" in sql]
+    assert " IN " in claims
+
+
+async def test_mcphost_schedules_pages_like_mcphost_runs(host: Host, tmp_path: Path) -> None:
+    for schedule_id in ("b-two", "a-one"):
+        await host.stores.schedules.create(spec(id=schedule_id, every="1d"))
+    config = tmp_path / "mcphost.toml"
+    config.write_text(
+        f'[host]\ndatabase_url = "{host.settings.host.database_url}"\ndata_dir = "{tmp_path / "data"}"\n'
+        '[[agents]]\nid = "cron"\nrunner = "plugin:mcphost/echo/default"\nevent_types = ["schedule.triggered"]\n'
+        '[[schedules]]\nid = "from-config"\ncron = "0 3 * * *"\n',
+        encoding="utf-8",
+    )
+    first = mcphost("schedules", "--limit", "2", "--config", str(config), cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    assert [line.split()[0] for line in first.stdout.splitlines()] == ["from-config", "a-one"]
+    more = first.stderr.strip().splitlines()[-1]
+    assert more.startswith("more: mcphost schedules --cursor ")
+    cursor = more.rsplit(" ", 1)[1]
+    rest = mcphost("schedules", "--json", "--cursor", cursor, "--config", str(config), cwd=tmp_path)
+    assert rest.returncode == 0, rest.stderr
+    answer = json.loads(rest.stdout)
+    assert ([s["id"] for s in answer["schedules"]], answer["next_cursor"]) == (["b-two"], None)
+    bad = mcphost("schedules", "--cursor", "nope", "--config", str(config), cwd=tmp_path)
+    assert bad.returncode != 0
+    assert "Malformed schedules cursor" in bad.stderr
+    assert "Traceback" not in bad.stderr
 
 
 async def test_an_api_event_cannot_take_the_event_id_of_a_coming_fire(
@@ -426,6 +535,6 @@ async def test_two_serve_processes_on_one_postgres_run_each_fire_of_an_every_sec
     fires = sorted(int(e.rsplit(":", 1)[1]) for e in event_ids)
     shown = mcphost("schedules", "--config", str(config), "--json", cwd=tmp_path)
     assert shown.returncode == 0, shown.stderr
-    (line,) = shown.stdout.splitlines()
-    assert json.loads(line)["id"] == "beat"
-    assert json.loads(line)["last_fire_at"] >= fires[-1]
+    (listed,) = json.loads(shown.stdout)["schedules"]
+    assert listed["id"] == "beat"
+    assert listed["last_fire_at"] >= fires[-1]

@@ -30,7 +30,7 @@ function render(x) {
       el("thead", {}, el("tr", {}, ["Target", "Verdict", "Layer", "Why", "Fix"].map((h) => el("th", {}, h)))),
       el("tbody", {}, x.checks.map((c) => el("tr", { "data-target": c.target, "data-allowed": String(c.allowed) }, [
         el("td", { "data-label": "Target" }, el("code", {}, c.target)),
-        el("td", { "data-label": "Verdict" }, el("span", { class: `badge ${c.allowed ? "status-completed" : "status-failed"}` }, c.allowed ? "allowed" : "refused")),
+        el("td", { "data-label": "Verdict" }, el("span", { class: `badge ${c.approval ? "status-pending" : c.allowed ? "status-completed" : "status-failed"}` }, c.approval ? "approval" : c.allowed ? "allowed" : "refused")),
         el("td", { "data-label": "Layer" }, c.layer ?? ""),
         el("td", { "data-label": "Why" }, c.reason ?? ""),
         el("td", { "data-label": "Fix" }, c.fix ?? ""),

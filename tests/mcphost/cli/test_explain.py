@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from mcphost.cli import EXIT_USAGE
+from mcphost.cli import EXIT_FAILED, EXIT_USAGE
 from tests.examples.clikit import mcphost
 from tests.mcphost.hostkit import MISBEHAVE
 
@@ -28,6 +28,12 @@ state = {{ scopes = ["conversation"], write = false }}
 id = "tester"
 runner = "plugin:test/misbehave/default"
 match = {{ bot_id = "tester" }}
+
+[[agents]]
+id = "careful"
+runner = "plugin:mcphost/memo/default"
+match = {{ bot_id = "careful" }}
+approvals = {{ "state_*" = "ask" }}
 """
 
 
@@ -55,7 +61,11 @@ async def test_json_is_one_document_naming_each_layer_and_the_allowed_path(tmp_p
     [line] = out.splitlines()
     answer = json.loads(line)
     assert (answer["agent"], answer["runner"]) == ("support", "plugin:mcphost/memo/default")
-    assert {v["agent"]: v["binds"] for v in answer["binding"]["agents"]} == {"support": True, "tester": False}
+    assert {v["agent"]: v["binds"] for v in answer["binding"]["agents"]} == {
+        "support": True,
+        "tester": False,
+        "careful": False,
+    }
     checks = {c["target"]: (c["allowed"], c["layer"]) for c in answer["checks"]}
     assert checks == {
         "tool:state_get": (True, None),
@@ -77,6 +87,36 @@ async def test_text_output_reads_top_to_bottom_with_the_fix(tmp_path: Path) -> N
     assert "tool:state_set" in out
     assert "removed by the agent layer: state.write is false for agent 'support'" in out
     assert "to allow it, set state.write = true in the [[agents]] entry of 'support'" in out
+
+
+async def test_a_tool_marked_ask_shows_approval_in_text_and_json(tmp_path: Path) -> None:
+    event = write(tmp_path, "careful")
+    code, out, err = await mcphost(
+        "explain", "--event", str(event), "--tool", "state_set", "--tool", "history_page", cwd=tmp_path
+    )
+    assert code == 0, err
+    assert (
+        "  tool:state_set                   approval: each call waits for a person's decision: "
+        "[agents.approvals] 'state_*' = \"ask\"\n"
+    ) in out
+    assert "  tool:history_page                allowed\n" in out
+    code, out, err = await mcphost(
+        "explain", "--event", str(event), "--json", "--tool", "state_set", cwd=tmp_path
+    )
+    assert code == 0, err
+    [check] = json.loads(out)["checks"]
+    assert (check["allowed"], check["approval"], check["layer"]) == (True, True, None)
+
+
+async def test_an_event_no_agent_takes_exits_1_after_saying_why(tmp_path: Path) -> None:
+    event = write(tmp_path, "nobody")
+    code, out, err = await mcphost("explain", "--event", str(event), "--tool", "state_get", cwd=tmp_path)
+    assert code == EXIT_FAILED, (out, err)
+    assert out.startswith("No agent takes this event: No agent is bound to 'message.received'")
+    assert "Traceback" not in err
+    code, out, err = await mcphost("explain", "--event", str(event), "--json", cwd=tmp_path)
+    assert code == EXIT_FAILED, (out, err)
+    assert json.loads(out)["agent"] is None
 
 
 async def test_a_plugin_runner_is_explained_from_its_started_plugin(tmp_path: Path) -> None:

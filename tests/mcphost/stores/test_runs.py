@@ -15,6 +15,7 @@ from mcphost.errors import (
 )
 from mcphost.models import Run, RunError, RunStatus
 from mcphost.stores import Stores, open_stores
+from mcphost.stores.runs import interrupted_by
 from tests.mcphost.stores.factories import admitted, new_run
 
 
@@ -333,7 +334,8 @@ async def test_interrupt_asks_active_runs_to_cancel_and_queues_behind_them(store
     new, created = await stores.runs.admit(run, grant=grant, concurrency="interrupt")
     assert created
     assert new.status is RunStatus.QUEUED
-    assert await stores.runs.cancel_requested("host-a") == [running.run_id]
+    # The reason travels with the request, so the host running it ends it as a local interrupt would.
+    assert await stores.runs.cancel_requested("host-a") == [(running.run_id, interrupted_by(new.run_id))]
     assert await stores.runs.cancel_requested("host-b") == []
     await stores.runs.transition(running.run_id, RunStatus.CANCELLED)
     await stores.runs.transition(waiting.run_id, RunStatus.CANCELLED)
@@ -345,8 +347,10 @@ async def test_request_cancel_is_idempotent_and_ignores_finished_runs(stores: St
     run = await admitted(stores)
     await stores.runs.try_start(run.run_id, host_id="h")
     await stores.runs.request_cancel(run.run_id)
-    await stores.runs.request_cancel(run.run_id)
-    assert await stores.runs.cancel_requested("h") == [run.run_id]
+    assert await stores.runs.cancel_requested("h") == [(run.run_id, None)]
+    await stores.runs.request_cancel(run.run_id, "first reason")
+    await stores.runs.request_cancel(run.run_id, "second reason")  # the first reason given stays
+    assert await stores.runs.cancel_requested("h") == [(run.run_id, "first reason")]
     await stores.runs.transition(run.run_id, RunStatus.CANCELLED)
     assert (await stores.runs.request_cancel(run.run_id)).status is RunStatus.CANCELLED
     assert await stores.runs.cancel_requested("h") == []
