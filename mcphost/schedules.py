@@ -131,7 +131,9 @@ class Scheduler:
                 f"Schedule {spec.id!r} is defined in the config file ([[schedules]]); choose another id.",
                 details={"schedule_id": spec.id},
             )
-        self._bindings.resolve(spec.event(spec.next_fire(time.time())))
+        if (problem := spec.spent_problem(time.time())) is not None:
+            raise InvalidArgumentError(f"body: {problem}; give a timetable that fires again.")
+        self._bindings.resolve(spec.event(spec.next_fire(time.time()) or int(time.time())))
 
     async def check_config(self) -> None:
         """Refuse to start on a config schedule that shares an id with a stored one, or binds no agent.
@@ -141,7 +143,7 @@ class Scheduler:
         """
         for spec in self._config.values():
             try:
-                self._bindings.resolve(spec.event(spec.next_fire(time.time())))
+                self._bindings.resolve(spec.event(spec.next_fire(time.time()) or int(time.time())))
             except HostError as exc:
                 raise ConfigError(
                     f"schedules (id {spec.id!r}): its event {spec.event_type!r} cannot run: {exc.message}",
@@ -183,6 +185,8 @@ class Scheduler:
         handled = 0
         for spec, record in entries:
             due = spec.next_fire(_anchor(spec, last, record, self._started_at))
+            if due is None:  # spent: a cron expression with no fire left
+                continue
             if due > now:
                 wake_at = min(wake_at, due)
                 continue
@@ -192,7 +196,7 @@ class Scheduler:
             handled += 1
             latest = spec.last_fire(now) or due
             await self._fire(spec, due, latest, now=now, stored=record is not None)
-            wake_at = min(wake_at, spec.next_fire(latest))
+            wake_at = min(wake_at, spec.next_fire(latest) or wake_at)
         return wake_at
 
     async def _fire(self, spec: ScheduleSpec, due: int, latest: int, *, now: float, stored: bool) -> None:

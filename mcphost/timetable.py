@@ -154,10 +154,12 @@ class ScheduleSpec(BaseModel):
                 raise ValueError(f"cron: {self.cron[:200]!r} is not a valid cron expression")
             if (problem := cron_step_problem(self.cron)) is not None:
                 raise ValueError(f"cron: {self.cron[:200]!r}: {problem}")
-            try:
-                self.next_fire(datetime.datetime.now(datetime.UTC).timestamp())
-            except (CroniterError, ValueError, OverflowError):
-                raise ValueError(f"cron: {self.cron[:200]!r} never fires") from None
+            # Whether it fires at all, before or after now: the same answer whenever a spec is validated
+            # (a stored one is read back long after it was accepted). Whether it has a fire left is the
+            # creator's check (`spent_problem`): a spec whose last fire has passed is spent, not invalid.
+            now = datetime.datetime.now(datetime.UTC).timestamp()
+            if self.next_fire(now) is None and self.last_fire(now) is None:
+                raise ValueError(f"cron: {self.cron[:200]!r} never fires")
         return self
 
     @property
@@ -170,12 +172,23 @@ class ScheduleSpec(BaseModel):
         start = datetime.datetime.fromtimestamp(at, zoneinfo.ZoneInfo(self.timezone))
         return croniter(self.cron, start)
 
-    def next_fire(self, after: float) -> int:
-        """The first fire time strictly after `after`."""
+    def next_fire(self, after: float) -> int | None:
+        """The first fire time strictly after `after`; None when a cron expression has none left (one that
+        names a year, e.g. `0 9 1 1 * 0 2026`, once that year has passed)."""
         period = self.period_s
         if period is not None:
             return (int(after) // period + 1) * period
-        return int(self._cron(after).get_next(float))
+        try:
+            return int(self._cron(after).get_next(float))
+        except (CroniterError, ValueError, OverflowError):
+            return None
+
+    def spent_problem(self, now: float) -> str | None:
+        """Why a new schedule would never fire from `now` on (a cron expression naming a year whose last
+        fire has passed), or None."""
+        if self.next_fire(now) is not None:
+            return None
+        return f"cron: {(self.cron or '')[:200]!r} has no fire left after now (its last one has passed)"
 
     def last_fire(self, at: float) -> int | None:
         """The last fire time at or before `at` (None when a cron expression finds none)."""

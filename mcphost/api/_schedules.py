@@ -11,7 +11,7 @@ Invariants:
 - Schedules from the config file are read-only here: deleting, pausing or resuming one is a 409 that
   says to edit the file, and creating one with a config schedule's id is a 409.
 - A body is refused before anything is stored: an unknown time zone, a cron expression that is invalid or
-  never fires, an `every` outside 1 s … 366 days, a value no store can keep (400 naming the field), or an
+  never fires or has no fire left (a 7-field expression whose year has passed), an `every` outside 1 s … 366 days, a value no store can keep (400 naming the field), or an
   event no agent is bound to (404, as `POST /v1/events` answers it).
 """
 

@@ -306,12 +306,6 @@ async def test_generated_schedules(host: Host, database_url: str, tmp_path: Path
 # -- found by the fuzz, fixed elsewhere ------------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="cron validation (being changed elsewhere): a 7-field cron whose year runs out is accepted; once "
-    "its last fire has passed, its stored row fails ScheduleSpec's 'never fires' check when read back, so "
-    "GET /v1/schedules (and every schedule route) answers 500 and the scheduler's tick fails for every schedule",
-)
 async def test_a_cron_whose_last_fire_has_passed_leaves_the_schedules_readable(
     database_url: str, tmp_path: Path
 ) -> None:
@@ -327,3 +321,5 @@ async def test_a_cron_whose_last_fire_has_passed_leaves_the_schedules_readable(
         listed = await client.get("/v1/schedules")
         assert listed.status_code == 200, listed.text
         assert listed.json()["items"][0]["next_fire_at"] is None
+        one = await client.get("/v1/schedules/once")
+        assert (one.status_code, one.json()["next_fire_at"]) == (200, None), one.text

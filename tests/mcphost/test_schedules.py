@@ -58,7 +58,9 @@ def test_cron_is_read_in_the_schedule_time_zone_across_a_daylight_saving_change(
     nine = spec(every=None, cron="0 9 * * *", timezone="Europe/Berlin")
     before_dst_ends = datetime.datetime(2026, 10, 23, 12, 0, tzinfo=berlin).timestamp()
     first = nine.next_fire(before_dst_ends)
+    assert first is not None
     second = nine.next_fire(first)
+    assert second is not None
     assert datetime.datetime.fromtimestamp(first, berlin).hour == 9
     assert datetime.datetime.fromtimestamp(second, berlin).hour == 9
     assert second - first == 25 * 3600  # the night the clocks go back is an hour longer
@@ -175,6 +177,7 @@ async def test_two_schedulers_on_one_database_emit_each_fire_once(stores: Stores
     a, seen_a = scheduler(stores)
     b, seen_b = scheduler(stores)
     first = every.next_fire(created)
+    assert first is not None
     for fire in (first, first + 5, first + 10):
         async with anyio.create_task_group() as tg:
             tg.start_soon(a.tick, fire + 0.1)
@@ -214,6 +217,7 @@ async def test_a_paused_schedule_does_not_fire_until_resumed_and_a_deleted_one_n
     await stores.schedules.create(spec(id="p", every="5s"))
     created = (await stores.schedules.get("p")).created_at
     first = spec(every="5s").next_fire(created)
+    assert first is not None
     sched, seen = scheduler(stores)
     await stores.schedules.set_paused("p", True)
     await sched.tick(first + 0.5)
@@ -247,6 +251,7 @@ async def test_a_failing_submit_is_logged_and_the_next_fire_still_happens(
     await stores.schedules.create(spec(id="orphan", every="5s", event_type="nobody.listens"))
     created = (await stores.schedules.get("orphan")).created_at
     first = spec(every="5s").next_fire(created)
+    assert first is not None
     bindings = Bindings([CRON_AGENT], source="<test>")
 
     async def submit(event: AgentEventEnvelope) -> object:
@@ -323,6 +328,7 @@ async def test_a_schedule_is_created_listed_paused_resumed_and_deleted(client: h
     [
         ({"id": "x", "cron": "not cron"}, "not a valid cron expression"),
         ({"id": "x", "cron": "0 0 31 2 *"}, "never fires"),
+        ({"id": "x", "cron": "0 0 1 1 * 0 2025"}, "body: cron: '0 0 1 1 * 0 2025' has no fire left"),
         ({"id": "x", "cron": "*/99 * * * *"}, "body: cron: '*/99 * * * *': the step 99 in the minute field"),
         ({"id": "x", "cron": "0 */25 * * *"}, "the step 25 in the hour field"),
         ({"id": "x", "cron": "* * * * *", "timezone": "Europe/Atlantis"}, "unknown time zone"),
