@@ -41,6 +41,7 @@ from sqlalchemy import (
     and_,
     bindparam,
     column,
+    exists,
     func,
     insert,
     literal_column,
@@ -67,7 +68,7 @@ from mcphost.stores._fulltext import (
 from mcphost.stores._retry import idempotent
 from mcphost.stores._sql import Dialect, ignoring_insert
 from mcphost.stores.engine import Database, core
-from mcphost.stores.tables import TranscriptRow, table_of
+from mcphost.stores.tables import EventRow, TranscriptRow, table_of
 
 ROLES: frozenset[str] = frozenset({"user", "assistant", "system", "event"})
 _CONTENT: TypeAdapter[ContentElement] = TypeAdapter(ContentElement)
@@ -291,18 +292,16 @@ class TranscriptStore:
     @idempotent
     async def holds_message(self, conversation_id: str, message_id: str) -> bool:
         """Whether `message_id` is a message of the conversation: an item's `item_id`, or the `event_id`
-        of the event a user item came from (the platform's id of a message event). Reads the
-        conversation's index range."""
-        query = (
-            select(TranscriptRow.seq)
-            .where(
-                TranscriptRow.conversation_id == conversation_id,
-                or_(TranscriptRow.item_id == message_id, TranscriptRow.event_id == message_id),
-            )
-            .limit(1)
+        of an event the conversation's log holds (the platform's id of a message event). Two lookups by
+        unique key (`transcript.item_id`, `events.event_id`), whatever the conversation's size."""
+        item = select(TranscriptRow.seq).where(
+            TranscriptRow.item_id == message_id, TranscriptRow.conversation_id == conversation_id
+        )
+        event = select(EventRow.seq).where(
+            EventRow.event_id == message_id, EventRow.conversation_id == conversation_id
         )
         async with self._db.read() as session:
-            return (await session.execute(query)).first() is not None
+            return bool((await session.execute(select(or_(exists(item), exists(event))))).scalar_one())
 
     @idempotent
     async def head(self, conversation_id: str, thread_id: str | None = None) -> tuple[str | None, bool]:

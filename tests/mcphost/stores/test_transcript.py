@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import sqlite3
+from contextlib import closing
+from pathlib import Path
+from typing import Any
+
 import pytest
+from sqlalchemy import event
 
 from mcphost.errors import InvalidArgumentError
 from mcphost.protocol import ArtifactRef, MediaContent, TextContent
-from mcphost.stores import Stores, TranscriptRecord
+from mcphost.stores import Stores, TranscriptRecord, open_stores
 
 
 def _contents(records: list[TranscriptRecord]) -> list[str]:
@@ -121,3 +127,40 @@ async def test_thread_at_names_the_thread_a_cursor_points_into(stores: Stores) -
     assert await stores.transcript.thread_at(stores.cursors.encode("transcript", threaded.seq + 100)) is None
     with pytest.raises(InvalidArgumentError):
         await stores.transcript.thread_at(stores.cursors.encode("events", main.seq))
+
+
+async def test_holds_message_finds_items_and_events_of_the_conversation_only(stores: Stores) -> None:
+    item = await stores.transcript.append(conversation_id="c1", role="user", content="a", event_id="evt-1")
+    await stores.events.append(
+        event_id="evt-1",
+        event_type="message.received",
+        kind="inbound",
+        conversation_id="c1",
+        source="api",
+        payload={},
+    )
+    assert await stores.transcript.holds_message("c1", item.item_id)
+    assert await stores.transcript.holds_message("c1", "evt-1")
+    assert not await stores.transcript.holds_message("c2", item.item_id)
+    assert not await stores.transcript.holds_message("c2", "evt-1")
+    assert not await stores.transcript.holds_message("c1", "itm_unknown")
+
+
+async def test_holds_message_reads_by_unique_key_not_the_conversations_rows(tmp_path: Path) -> None:
+    """An action's `message_id` check costs two index lookups whatever the conversation's length."""
+    async with open_stores(f"sqlite+aiosqlite:///{tmp_path / 'db.sqlite'}", tmp_path / "data") as stores:
+        seen: list[tuple[str, Any]] = []
+
+        def capture(_c: object, _cur: object, statement: str, parameters: Any, *_: object) -> None:
+            seen.append((statement, parameters))
+
+        event.listen(stores.db.engine.sync_engine, "before_cursor_execute", capture)
+        try:
+            await stores.transcript.holds_message("c1", "itm_x")
+        finally:
+            event.remove(stores.db.engine.sync_engine, "before_cursor_execute", capture)
+        ((statement, parameters),) = [s for s in seen if "transcript" in s[0]]
+        with closing(sqlite3.connect(tmp_path / "db.sqlite")) as conn:
+            plan = [row[3] for row in conn.execute("EXPLAIN QUERY PLAN " + statement, parameters)]
+    assert not [step for step in plan if step.startswith("SCAN") and step != "SCAN CONSTANT ROW"], plan
+    assert sum("USING INDEX" in step for step in plan) == 2, plan
