@@ -11,7 +11,7 @@ Invariants:
   with a tool error), so nothing reaches the recorded run's database, conversation, state or transcript.
 - What runs comes from the local config only (a recording is untrusted input, `recording.py`): the
   agent of `--config` with the recorded id when there is one, else the recorded entry as data (no
-  runner config) on its recorded runner, which must be one the config's plugins serve (else
+  runner config, and the local `run_timeout_s`, not a recorded `timeout_s`) on its recorded runner, which must be one the config's plugins serve (else
   `RunnerNotFoundError` naming the configured runners); `--runner` replaces the runner. The runner
   gets the recorded context with the replay's run id, runner config, MCP access, deadline and trace
   context (`ReplayBook.context`).
@@ -153,7 +153,9 @@ def _replay_agent(
         agent, runner, named_by = document.agent_config(), document.runner_id, "named by the recording"
     if runner_id is not None:
         runner, named_by = runner_id, "--runner"
-    update = {"runner": runner, "record": False, "config": agent.config if configured is not None else {}}
+    update: dict[str, object] = {"runner": runner, "record": False}
+    if configured is None:  # data only: no runner config, and the local config's run deadline
+        update |= {"config": {}, "timeout_s": None}
     try:  # validated again: a malformed runner id is refused here, worded
         agent = AgentConfig.model_validate({**agent.model_dump(), **update})
     except ValidationError as exc:

@@ -16,8 +16,10 @@ from typing import Any
 import pytest
 
 from mcphost.cli import main
+from mcphost.config import load_settings
 from mcphost.protocol import AgentRunContext, JSONObject
 from mcphost.recording import MAX_DOCUMENT_BYTES, MAX_DOCUMENT_DEPTH, RecordingDocument, ReplayBook
+from mcphost.replay import _replay_agent
 from tests.mcphost.hostkit import REPO
 from tests.mcphost.recordkit import (
     CLAUDE,
@@ -225,3 +227,12 @@ def test_the_replay_context_takes_config_access_and_trace_from_the_replay_and_no
     assert ctx.state.conversation == {"topic": "tea"}
     assert (ctx.runtime.trace_id, ctx.runtime.traceparent, ctx.runtime.deadline_at) == ("f" * 32, None, 5.0)
     assert ctx.input.text == "I like green tea"  # the recorded data stays
+
+
+def test_a_recorded_only_agent_runs_under_the_local_deadline_not_the_recorded_one(tmp_path: Path) -> None:
+    """A recording cannot hold a replay (a CI job) for the day its `timeout_s` asks for."""
+    config = write_config(tmp_path, f"sqlite+aiosqlite:///{(tmp_path / 'host.db').as_posix()}")
+    entry: JSONObject = {"id": "ghost", "runner": MEMO, "timeout_s": 24 * 3600}
+    document = RecordingDocument.model_validate(recording(agent_id="ghost", agent=entry))
+    agent, runner, _ = _replay_agent(document, load_settings(config), None)
+    assert (agent.id, runner, agent.timeout_s, agent.config) == ("ghost", MEMO, None, {})
