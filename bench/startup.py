@@ -17,6 +17,12 @@
 - `mcphost serve` to the first served request (`GET /healthz` answered 200), versus a bare Starlette
   app under uvicorn in a fresh process answering the same request.
 
+- The start-up targets, each a same-run ratio of medians against a bare import of what the command needs,
+  alternated with it (ABBA): cold `mcphost run hello` (new folder) ≤ 2x `python -c "import mcp"`;
+  `mcphost send hello --url` against a stub that answers at once (so the time is the client's) ≤ 3x
+  `python -c "import httpx2"`; `mcphost serve` to its first `GET /healthz` 200 ≤ 1.5x `import mcp`;
+  `python -c "import mcphost.app"` ≤ 1.2x `import mcp`.
+
 Every subject runs in a subprocess with `MCPHOST_*` variables removed, so it sees the embedded default.
 No warm-up rounds: each round is a cold `mcphost run` in a new folder, then a warm one in the same
 folder, so the cold one also warms the OS caches for the warm one.
@@ -34,6 +40,7 @@ import threading
 import time
 from collections.abc import AsyncGenerator, Generator
 from contextlib import asynccontextmanager, contextmanager
+from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -43,7 +50,7 @@ import httpx2
 from bench._alternate import Samples, alternate
 from bench._config import BenchConfig
 from bench._host import baseline_context
-from bench._stats import Row, Stat
+from bench._stats import Row, Stat, judge
 from bench._stdio import StdioDriver
 
 NAME = "startup"
@@ -123,15 +130,22 @@ class _StubEndpoint(BaseHTTPRequestHandler):
 
 
 @contextmanager
-def _stub_endpoint() -> Generator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _StubEndpoint)
+def _stub_server(handler: type[BaseHTTPRequestHandler]) -> Generator[str]:
+    """`handler` served on a loopback port in a thread; yields its base URL."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/mcp"
+        yield f"http://127.0.0.1:{server.server_address[1]}"
     finally:
         server.shutdown()
         server.server_close()
+
+
+@contextmanager
+def _stub_endpoint() -> Generator[str]:
+    with _stub_server(_StubEndpoint) as url:
+        yield f"{url}/mcp"
 
 
 _OPENING = {
@@ -211,6 +225,140 @@ async def _first_request(argv: list[str], port: int, cwd: Path) -> float:
             if process.returncode is None:
                 process.kill()
             await process.aclose()
+
+
+class _StubApi(BaseHTTPRequestHandler):
+    """Answers `POST /v1/events?stream=true` at once with a completed run's result stream (SSE)."""
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("content-length") or 0))
+        body = (
+            b'event: run\ndata: {"run_id": "run_bench"}\n\n'
+            b'id: 1\nevent: result\ndata: {"seq": 1, "type": "run.completed", "data": {"message": '
+            b'{"role": "assistant", "content": "hello"}}}\n\n'
+            b'event: end\ndata: {"status": "completed"}\n\n'
+        )
+        self.send_response(200)
+        self.send_header("content-type", "text/event-stream")
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+async def _send_ms(url: str, cwd: Path) -> float:
+    start = time.perf_counter_ns()
+    result = await anyio.run_process(
+        [str(BIN / "mcphost"), "send", "hello", "--url", url], cwd=cwd, env=clean_env(), check=False
+    )
+    elapsed = (time.perf_counter_ns() - start) / 1e6
+    if result.returncode != 0 or b"hello" not in result.stdout:
+        raise RuntimeError(
+            f"`mcphost send` exited {result.returncode}: {result.stderr.decode(errors='replace')[-2000:]}"
+        )
+    return elapsed
+
+
+_TARGETS = {"run": 2.0, "send": 3.0, "serve": 1.5, "import": 1.2}
+"""Start-up targets: at most this many times the bare import of what the command needs (same-run medians)."""
+
+
+def _target_row(case: str, baseline_label: str, subject_label: str, samples: Samples, target: float) -> Row:
+    row = Row(
+        benchmark=NAME,
+        case=case,
+        baseline_label=baseline_label,
+        subject_label=subject_label,
+        baseline=Stat.of(samples.baseline, "ms"),
+        subject=Stat.of(samples.subject, "ms"),
+        target=f"≤ {target:g}x the bare import",
+    )
+    ratio = row.ratio
+    return replace(row, verdict=judge(ratio is not None and ratio <= target))
+
+
+async def _targets(rounds: int, scratch: Path, warm_dir: Path, serve: bool) -> list[Row]:
+    """The start-up targets, each subject alternated with the bare import it is held to."""
+
+    async def import_mcp() -> list[float]:
+        return [await _python_ms("import mcp")]
+
+    async def import_httpx() -> list[float]:
+        return [await _python_ms("import httpx2")]
+
+    async def import_app() -> list[float]:
+        return [await _python_ms("import mcphost.app")]
+
+    counter = iter(range(10**6))
+
+    async def cold_run() -> list[float]:
+        folder = scratch / f"target-cold-{next(counter)}"
+        folder.mkdir()
+        try:
+            return [await _mcphost_run(folder)]
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+
+    rows: list[Row] = []
+    samples = await alternate(import_mcp, cold_run, rounds=rounds, warmup=0, min_rounds=1)
+    rows.append(
+        _target_row(
+            "target: cold mcphost run hello",
+            "`python -c 'import mcp'`",
+            "`mcphost run hello`, new folder",
+            samples,
+            _TARGETS["run"],
+        )
+    )
+    with _stub_server(_StubApi) as url:
+
+        async def send() -> list[float]:
+            return [await _send_ms(url, warm_dir)]
+
+        samples = await alternate(import_httpx, send, rounds=rounds, warmup=0, min_rounds=1)
+    rows.append(
+        _target_row(
+            "target: mcphost send",
+            "`python -c 'import httpx2'`",
+            "`mcphost send hello --url` (stub API)",
+            samples,
+            _TARGETS["send"],
+        )
+    )
+    if serve:
+
+        async def served() -> list[float]:
+            return [await _serve_ms(warm_dir)]
+
+        samples = await alternate(import_mcp, served, rounds=rounds, warmup=0, min_rounds=1)
+        rows.append(
+            _target_row(
+                "target: mcphost serve healthy",
+                "`python -c 'import mcp'`",
+                "`mcphost serve`, GET /healthz 200",
+                samples,
+                _TARGETS["serve"],
+            )
+        )
+    samples = await alternate(import_mcp, import_app, rounds=rounds, warmup=0, min_rounds=1)
+    rows.append(
+        _target_row(
+            "target: import mcphost.app",
+            "`python -c 'import mcp'`",
+            "`python -c 'import mcphost.app'`",
+            samples,
+            _TARGETS["import"],
+        )
+    )
+    return rows
+
+
+async def _serve_ms(cwd: Path) -> float:
+    """`mcphost serve` in `cwd` on a free port: ms from spawn to its first `GET /healthz` 200."""
+    port = _free_port()
+    return await _first_request([str(BIN / "mcphost"), "serve", "--listen", f"127.0.0.1:{port}"], port, cwd)
 
 
 @asynccontextmanager
@@ -308,7 +456,9 @@ async def run(cfg: BenchConfig) -> list[Row]:
                     )
                 )
 
-        if not await _has_serve():
+        has_serve = await _has_serve()
+        rows.extend(await _targets(rounds, scratch, warm_dir, has_serve))
+        if not has_serve:
             cfg.skipped.append("startup / serve: `mcphost serve` is not in this build")
             return rows
 
@@ -317,9 +467,7 @@ async def run(cfg: BenchConfig) -> list[Row]:
             return [await _first_request([sys.executable, "-c", _BARE_APP, str(port)], port, scratch)]
 
         async def served() -> list[float]:
-            port = _free_port()
-            argv = [str(BIN / "mcphost"), "serve", "--listen", f"127.0.0.1:{port}"]
-            return [await _first_request(argv, port, warm_dir)]
+            return [await _serve_ms(warm_dir)]
 
         samples = await alternate(bare, served, rounds=rounds, warmup=0, min_rounds=1)
         rows.append(

@@ -79,9 +79,17 @@ class Host:
 
 
 def plugin_specs(settings: Settings) -> list[PluginSpec]:
+    """The configured plugins, then the bundled ones, which serve only `plugin:mcphost/<name>/...` ids."""
+    configured = len(settings.plugins)
     return [
-        PluginSpec(name=p.display_name, command=list(p.command), env=dict(p.env), cwd=p.cwd)
-        for p in settings.all_plugins()
+        PluginSpec(
+            name=p.display_name,
+            command=list(p.command),
+            env=dict(p.env),
+            cwd=p.cwd,
+            serves=f"plugin:mcphost/{p.display_name}/" if i >= configured else None,
+        )
+        for i, p in enumerate(settings.all_plugins())
     ]
 
 
@@ -113,8 +121,14 @@ async def _tracing() -> AsyncGenerator[None, None]:
 
 
 @asynccontextmanager
-async def open_host(settings: Settings, *, replay: ReplayBook | None = None) -> AsyncGenerator[Host, None]:
+async def open_host(
+    settings: Settings, *, replay: ReplayBook | None = None, all_plugins: bool = False
+) -> AsyncGenerator[Host, None]:
     """Every part of a running host. Config problems raise before anything starts.
+
+    Only the plugins that may serve the runner of one of the config's agents are started (concurrently);
+    the other bundled ones stay idle until a runner of theirs is first asked for (`RunnerRegistry.ready`),
+    or with `all_plugins` (`mcphost runners --check`) every plugin is started.
 
     With `replay` (`mcphost replay`, on a scratch database), runs start on the recorded context and
     every MCP call is answered from the recording."""
@@ -123,9 +137,11 @@ async def open_host(settings: Settings, *, replay: ReplayBook | None = None) -> 
     async with (
         _tracing(),
         open_database(settings) as stores,
-        PluginSupervisor(plugin_specs(settings)) as supervisor,
+        PluginSupervisor(
+            plugin_specs(settings), runner_ids=None if all_plugins else {a.runner for a in settings.agents}
+        ) as supervisor,
     ):
-        registry = RunnerRegistry(supervisor.plugins)
+        registry = RunnerRegistry(supervisor.plugins, supervisor.start)
         warm = await WarmSessions.open(
             WarmSessionStore(stores.db),
             max_sessions=settings.host.warm_max_sessions,

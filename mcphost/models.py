@@ -54,7 +54,7 @@ def new_id(prefix: str) -> str:
 
 
 class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, use_attribute_docstrings=True)
+    model_config = ConfigDict(frozen=True, use_attribute_docstrings=True, defer_build=True)
 
 
 # -- events ------------------------------------------------------------------------------------------

@@ -38,6 +38,8 @@ from starlette.types import ASGIApp
 
 from mcphost.api import ApiLimits, ApiState
 from mcphost.app import Host, build_app, open_host
+from mcphost.common import served
+from mcphost.common.served import SERVING_FILE, local_url, split_listen
 from mcphost.config import Settings
 from mcphost.errors import ConfigError, HostError, InvalidArgumentError
 from mcphost.guard import api_keys, is_loopback
@@ -52,11 +54,10 @@ DEFAULT_GRACE_S = 10.0
 
 def parse_listen(listen: str) -> tuple[str, int]:
     """`HOST:PORT` (IPv6 in brackets) → (host, port)."""
-    host, sep, port = listen.rpartition(":")
-    host = host.strip()
-    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+    parsed = split_listen(listen)
+    if parsed is None:
         raise InvalidArgumentError(f"--listen expects HOST:PORT such as 127.0.0.1:8787; got {listen!r}.")
-    return host.removeprefix("[").removesuffix("]"), int(port)
+    return parsed
 
 
 def check_listen(host: str, keyed: bool) -> None:
@@ -88,60 +89,15 @@ def bind_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
-def local_url(host: str, port: int) -> str:
-    """The base URL a client on this machine uses for HOST:PORT (wildcard addresses become loopback)."""
-    if host in ("0.0.0.0", ""):
-        host = "127.0.0.1"
-    elif host == "::":
-        host = "::1"
-    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
-
-
 def socket_url(sock: socket.socket) -> str:
     """`local_url` of a bound socket."""
     host, port = sock.getsockname()[:2]
     return local_url(host, port)
 
 
-SERVING_FILE = "serving.json"
-"""Written into `data_dir` by a running `mcphost serve`: `{"url": <its public URL>, "pid": <its pid>}`."""
-
-
 def advertised_url(settings: Settings) -> str:
-    """Where clients reach a `mcphost serve` of these settings: the URL a server running on this data
-    directory recorded (`SERVING_FILE`; it follows `--listen`), else `[host] public_url`, else `listen`."""
-    served = served_url(settings.host.data_dir)
-    if served is not None:
-        return served
-    if settings.host.public_url is not None:
-        return settings.host.public_url
-    return local_url(*parse_listen(settings.host.listen))
-
-
-def served_url(data_dir: Path) -> str | None:
-    """The public URL recorded by a `mcphost serve` that is still running on `data_dir`, if any."""
-    try:
-        record = json.loads((data_dir / SERVING_FILE).read_text())
-        url, pid = record["url"], record["pid"]
-    except (OSError, ValueError, TypeError, KeyError):
-        return None
-    if not isinstance(url, str) or not url.startswith(("http://", "https://")):
-        return None
-    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0 or not _alive(pid):
-        return None
-    return url
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # someone else's process: it exists
-        return True
-    except OverflowError:
-        return False
-    return True
+    """Where clients reach a `mcphost serve` of these settings (`mcphost.common.served.advertised_url`)."""
+    return served.advertised_url(settings.host.data_dir, settings.host.public_url, settings.host.listen)
 
 
 @contextlib.contextmanager
@@ -296,6 +252,18 @@ async def drain(
         tg.cancel_scope.cancel()
 
 
+@asynccontextmanager
+async def _start_idle_plugins(host: Host) -> AsyncGenerator[None, None]:
+    """Once serving, start the plugins no agent of the config uses, in the background (runs need none of
+    them; `/v1/runners` and the metrics list them once up). Cancelled if the host stops first."""
+    async with anyio.create_task_group() as background:
+        background.start_soon(host.registry.ready)
+        try:
+            yield
+        finally:
+            background.cancel_scope.cancel()
+
+
 async def serve(
     settings: Settings,
     *,
@@ -318,7 +286,10 @@ async def serve(
                     host.orchestrator.public_url = url
                 app = build_app(host, limits=limits)
                 data_dir, public_url = settings.host.data_dir, host.orchestrator.public_url
-                async with serve_http(app, sock, access_log=True, before_stop=host.facts.close):
+                async with (
+                    serve_http(app, sock, access_log=True, before_stop=host.facts.close),
+                    _start_idle_plugins(host),
+                ):
                     with _serving_record(data_dir, public_url):
                         logger.info("serving on %s (public URL %s)", url, host.orchestrator.public_url)
                         if on_ready is not None:

@@ -48,7 +48,9 @@ MIME_PATTERN = re.compile(r"^[A-Za-z0-9][\w.+-]{0,99}/[A-Za-z0-9][\w.+-]{0,99}(\
 class QueryModel(BaseModel):
     """Base of the query and path models; parsed on its own, it is a query that accepts no parameters."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True, allow_inf_nan=False)
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, use_attribute_docstrings=True, allow_inf_nan=False, defer_build=True
+    )
 
 
 class IngestQuery(QueryModel):
@@ -145,14 +147,18 @@ class ConversationPath(QueryModel):
 
 
 class CancelBody(BaseModel):
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, allow_inf_nan=False)
+    model_config = ConfigDict(
+        extra="forbid", use_attribute_docstrings=True, allow_inf_nan=False, defer_build=True
+    )
 
     reason: str | None = Field(default=None, max_length=500)
     """Why; the run ends `cancelled` with it (its error message), on whichever replica runs it."""
 
 
 class DecisionBody(BaseModel):
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, allow_inf_nan=False)
+    model_config = ConfigDict(
+        extra="forbid", use_attribute_docstrings=True, allow_inf_nan=False, defer_build=True
+    )
 
     decision: Decision
     """`approve` or `deny`; `answer` for an `interaction` approval (the harness asked the user)."""
@@ -172,7 +178,7 @@ class DecisionBody(BaseModel):
 
 
 class _Answer(BaseModel):
-    model_config = ConfigDict(use_attribute_docstrings=True)
+    model_config = ConfigDict(use_attribute_docstrings=True, defer_build=True)
 
 
 class Admitted(_Answer):

@@ -7,7 +7,7 @@ config fails before anything starts. Failures exit non-zero with a one-line reas
 
 This module owns the parser, its argument types and `main`, the entry point of both the console script
 (`mcphost = "mcphost.cli:main"`) and `python -m mcphost.cli` (`__main__`). It does not own what the
-commands do: `_runs` (run, runs, show, runners, schema, db), `_server` (serve, send), `_grants` (grant,
+commands do: `_runs` (run, runs, show, runners, schema, db), `_server` (serve), `_send` (send, cancel), `_grants` (grant,
 revoke and the MCP client configs), `_knowledge` (kb, tools), `_state` (state get/list/delete),
 `_schedules` (schedules), `_gc` (gc), `_deliveries` (deliveries), `_approvals` (approvals), `_replay`
 (record export, replay); `_common` holds exit codes, logging set-up and output helpers.
@@ -636,8 +636,8 @@ _COMMANDS: dict[str, tuple[str, str]] = {
     "kb": ("_knowledge", "cmd_kb"),
     "tools": ("_knowledge", "cmd_tools"),
     "serve": ("_server", "cmd_serve"),
-    "send": ("_server", "cmd_send"),
-    "cancel": ("_grants", "cmd_cancel"),
+    "send": ("_send", "cmd_send"),
+    "cancel": ("_send", "cmd_cancel"),
     "grant": ("_grants", "cmd_grant"),
     "revoke": ("_grants", "cmd_revoke"),
     "state": ("_state", "cmd_state"),

@@ -32,7 +32,6 @@ from mcphost.cli._common import EXIT_OK, EXIT_USAGE, dump, fail
 from mcphost.config import Settings, host_module_command
 from mcphost.context import TOKEN_ENV, mcp_url
 from mcphost.inspection import INSPECTION_WRITE_TOOLS, create_grant, end_grant
-from mcphost.protocol import JSONObject
 from mcphost.serving import advertised_url
 
 MAX_REASON_CHARS = 500
@@ -275,11 +274,9 @@ async def cmd_revoke(args: argparse.Namespace, settings: Settings) -> int:
     return EXIT_OK
 
 
-async def cmd_cancel(args: argparse.Namespace, settings: Settings) -> int:
-    """Cancel a run (an inspection grant is revoked): through `POST /v1/runs/{id}/cancel` with `--url`,
-    else in the database, where the host running it sees the request and ends it."""
-    if args.url:
-        return await _cancel_over_http(args)
+async def cancel_in_database(args: argparse.Namespace, settings: Settings) -> int:
+    """`mcphost cancel` without `--url` (`_send.cmd_cancel`): in the database, where the host running the
+    run sees the request and ends it."""
     reason = args.reason or "cancelled with mcphost cancel"
     if len(reason) > MAX_REASON_CHARS or not reason.isprintable():
         return fail(f"--reason takes at most {MAX_REASON_CHARS} printable characters.", EXIT_USAGE)
@@ -293,23 +290,4 @@ async def cmd_cancel(args: argparse.Namespace, settings: Settings) -> int:
         else:
             await stores.runs.request_cancel(run.run_id, reason)
             print(f"{run.run_id}: cancel requested (the host running it ends it)", file=sys.stderr)
-    return EXIT_OK
-
-
-async def _cancel_over_http(args: argparse.Namespace) -> int:
-    import httpx2
-
-    key = os.environ.get(args.api_key_env)
-    headers = {"Authorization": f"Bearer {key}"} if key else {}
-    url = args.url.rstrip("/")
-    async with httpx2.AsyncClient(base_url=url, headers=headers, timeout=30) as client:
-        try:
-            response = await client.post(f"/v1/runs/{args.run_id}/cancel", json={"reason": args.reason})
-        except httpx2.TransportError as exc:
-            return fail(f"cannot reach mcphost at {url}: {exc}. Is `mcphost serve` running there?")
-    body: JSONObject = response.json() if response.content else {}
-    if response.status_code >= 400:
-        error: JSONObject = body.get("error") or {}
-        return fail(f"{error.get('code', response.status_code)}: {error.get('message', response.text[:200])}")
-    print(f"{args.run_id}: {body.get('status')}, cancel requested", file=sys.stderr)
     return EXIT_OK

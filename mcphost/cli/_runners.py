@@ -153,7 +153,7 @@ async def checked_listing(
     from mcphost.app import open_host
 
     static = {r.id: r for r in static_listing(settings)[1]}
-    async with open_host(settings) as host:
+    async with open_host(settings, all_plugins=True) as host:
         registry = host.registry
         runners = [
             static.get(r.manifest.id)

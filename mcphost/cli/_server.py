@@ -1,14 +1,10 @@
-"""Serving and the clients of a running server: `serve` and `send`.
+"""Serving from the command line: `serve`.
 
-Owns starting the HTTP server from the command line and `send`, which posts one event to a running
-`mcphost serve` and follows its result stream (SSE). Does not own the server itself (`mcphost.serving`)
-nor in-process runs (`_runs`).
+Owns starting the HTTP server from the command line. Does not own the server itself (`mcphost.serving`),
+its HTTP clients (`_send`) nor in-process runs (`_runs`).
 
-Invariants: `serve` runs on uvloop exactly when `loop_options` asks for it (the CLI passes it to
-`anyio.run`); `send` gives every event an id before the first POST, so a retried POST returns the same
-run; it reconnects at most `SEND_RECONNECTS` times with `Last-Event-ID`, after a jittered exponential
-wait (`mcphost.common.backoff`, `SEND_BACKOFF_INITIAL_S` to `SEND_BACKOFF_MAX_S`), and a replayed result
-is never shown twice.
+Invariant: `serve` runs on uvloop exactly when `loop_options` asks for it (the CLI passes it to
+`anyio.run`).
 """
 
 from __future__ import annotations
@@ -16,20 +12,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import importlib.util
-import json
-import os
 import sys
 
-import anyio
-import httpx2
-
 from mcphost.api import ApiLimits
-from mcphost.cli._common import EXIT_FAILED, EXIT_OK, dump, event_from_args, fail
-from mcphost.common.backoff import Backoff
+from mcphost.cli._common import EXIT_OK
 from mcphost.config import Settings
-from mcphost.models import RunStatus, new_id
-from mcphost.protocol import JSONObject
-from mcphost.serving import advertised_url, serve
+from mcphost.serving import serve
 
 
 def loop_options(settings: Settings) -> dict[str, bool]:
@@ -54,125 +42,3 @@ async def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     await serve(settings, listen=args.listen, grace_s=args.grace, limits=limits, on_ready=ready)
     print("mcphost: stopped", file=sys.stderr)
     return EXIT_OK
-
-
-def _server_url(args: argparse.Namespace, settings: Settings) -> str:
-    return (args.url or os.environ.get("MCPHOST_URL") or advertised_url(settings)).rstrip("/")
-
-
-def _api_error(response: httpx2.Response, body: bytes) -> str:
-    try:
-        error = json.loads(body)["error"]
-        return f"{error['code']}: {error['message']}"
-    except (ValueError, KeyError, TypeError):
-        return f"HTTP {response.status_code}: {body[:200].decode(errors='replace')}"
-
-
-class _ReplyPrinter:
-    """Shows a result stream the way `mcphost run` does: deltas live, else the final message."""
-
-    def __init__(self, *, as_json: bool) -> None:
-        self.as_json = as_json
-        self.streamed = False
-        self.final_text: str | None = None
-        self.last_seq = 0
-
-    def result(self, item: JSONObject) -> None:
-        seq = item.get("seq")
-        if not isinstance(seq, int) or seq <= self.last_seq:
-            return  # a replayed stream repeats what was shown already
-        self.last_seq = seq
-        if self.as_json:
-            dump(item)
-            return
-        data: JSONObject = item.get("data") or {}
-        if item.get("type") == "message.delta":
-            delta: JSONObject = data.get("chunk") or {}
-            chunk = delta.get("content")
-            if chunk:
-                sys.stdout.write(chunk)
-                sys.stdout.flush()
-                self.streamed = True
-        elif item.get("type") == "message.completed" or (
-            item.get("type") == "run.completed" and data.get("message")
-        ):
-            message: JSONObject = data.get("message") or {}
-            self.final_text = message.get("content")
-
-    def finish(self) -> None:
-        if self.as_json:
-            return
-        if not self.streamed and self.final_text:
-            sys.stdout.write(self.final_text)
-        if self.streamed or self.final_text:
-            sys.stdout.write("\n")
-        sys.stdout.flush()
-
-
-SEND_RECONNECTS = 5
-SEND_BACKOFF_INITIAL_S = 0.2
-SEND_BACKOFF_MAX_S = 3.0
-
-
-async def cmd_send(args: argparse.Namespace, settings: Settings) -> int:
-    if not args.event_id:
-        args.event_id = new_id("evt")  # makes a retried POST idempotent: it returns the same run
-    event = event_from_args(args)
-    url = _server_url(args, settings)
-    key = os.environ.get(args.api_key_env)
-    headers = {"Authorization": f"Bearer {key}"} if key else {}
-    printer = _ReplyPrinter(as_json=args.json)
-    run_id: str | None = None
-    end: JSONObject | None = None
-    backoff = Backoff(SEND_BACKOFF_INITIAL_S, SEND_BACKOFF_MAX_S)
-    async with httpx2.AsyncClient(
-        base_url=url, headers=headers, timeout=httpx2.Timeout(30, read=None)
-    ) as client:
-        for attempt in range(SEND_RECONNECTS + 1):
-            if run_id is None:
-                request = client.stream(
-                    "POST",
-                    "/v1/events",
-                    params={"stream": "true"},
-                    content=event.model_dump_json(),
-                    headers={"Content-Type": "application/json", "Accept": "text/event-stream"},
-                )
-            else:
-                request = client.stream(
-                    "GET",
-                    f"/v1/runs/{run_id}/results",
-                    headers={"Accept": "text/event-stream", "Last-Event-ID": str(printer.last_seq)},
-                )
-            try:
-                async with request as response:
-                    if response.status_code >= 400:
-                        return fail(_api_error(response, await response.aread()))
-                    async for sse in httpx2.EventSource(response):
-                        payload: JSONObject = json.loads(sse.data) if sse.data else {}
-                        if sse.event == "run":
-                            run_id = payload["run_id"]
-                        elif sse.event == "end":
-                            end = payload
-                        elif sse.event == "error":
-                            return fail(f"{payload['error']['code']}: {payload['error']['message']}")
-                        else:
-                            printer.result(payload)
-                if end is not None:
-                    break
-            except httpx2.TransportError as exc:
-                if attempt == SEND_RECONNECTS or (run_id is None and isinstance(exc, httpx2.ConnectError)):
-                    return fail(f"cannot reach mcphost at {url}: {exc}. Is `mcphost serve` running there?")
-            await anyio.sleep(backoff.next())
-    printer.finish()
-    if end is None or run_id is None:
-        return fail(
-            f"the stream of run {run_id or '?'} ended without its result; see `mcphost show {run_id}`"
-        )
-    status = end.get("status")
-    error: JSONObject = end.get("error") or {}
-    line = f"{run_id}  {status}" + (f"  {error.get('code')}: {error.get('message')}" if error else "")
-    if args.json:
-        dump({"run_id": run_id, "status": status, "error": error or None})
-    else:
-        print(line, file=sys.stderr)
-    return EXIT_OK if status == RunStatus.COMPLETED.value else EXIT_FAILED

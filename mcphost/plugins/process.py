@@ -54,7 +54,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -108,8 +108,9 @@ from mcphost.protocol.stdio import RunAnswerStatus
 
 logger = logging.getLogger("mcphost.plugins")
 
-PluginState = Literal["starting", "running", "restarting", "failed", "stopped"]
-"""`restarting`: a process that served runs ended (or a start after it failed) and a new one is due after
+PluginState = Literal["idle", "starting", "running", "restarting", "failed", "stopped"]
+"""`idle`: not started, because no runner the host needs so far can be its (`PluginSupervisor`); it is
+started on the first use of one of its runners. `restarting`: a process that served runs ended (or a start after it failed) and a new one is due after
 a backoff; new runs wait for it. `failed`: no process is coming soon, so new runs fail at once with
 `last_error`: the plugin never got through `initialize`, or it crash-looped (`crash_loop_limit` ends
 within `crash_loop_window`); it is still retried (backoff, or `crash_loop_retry` after a crash loop).
@@ -153,6 +154,12 @@ class PluginSpec:
     env: dict[str, str] = field(default_factory=dict[str, str])
     """Added to the allow-listed host environment; the only way to hand a plugin a secret."""
     cwd: Path | None = None
+    serves: str | None = None
+    """The prefix of every runner id the plugin can serve, when known before it starts (the bundled
+    plugins: `plugin:mcphost/<name>/`); None: any, so it is always started."""
+
+    def may_serve(self, runner_id: str) -> bool:
+        return self.serves is None or runner_id.startswith(self.serves)
 
     def __post_init__(self) -> None:
         if not self.command:
@@ -387,13 +394,14 @@ class PluginProcess:
 
         The wait has no bound of its own: the caller's deadline or cancellation ends it (the orchestrator
         runs it inside the run's deadline and cancel scope). A plugin that is `failed` or `stopped` raises
-        at once, so runs do not queue behind a plugin that is not coming back soon.
+        at once, so runs do not queue behind a plugin that is not coming back soon; so does an `idle` one
+        (the registry's `ready()` starts it before a run is admitted).
         """
         while True:
             conn = self._conn
             if conn is not None:
                 return conn
-            if self.state in ("failed", "stopped"):
+            if self.state in ("idle", "failed", "stopped"):
                 why = f": {self.last_error}" if self.last_error else ""
                 raise PluginError(
                     f"Plugin {self.name!r} is not running ({self.state}{why}); run {run_id!r} was not started.",
@@ -662,9 +670,11 @@ def describe_end(failure: str | None, broken: str | None, exited: str | None) ->
 class PluginSupervisor:
     """The owner of every configured plugin (STYLE 15): enter it to start them, leave it to stop them.
 
-    Entering starts all plugins concurrently and returns once each has either answered `initialize` or
-    failed its first start (recorded on the plugin, retried in the background). Leaving, or a cancelled
-    host, cancels every supervision loop; each loop stops its process shielded and bounded.
+    Entering starts concurrently the plugins that may serve one of `runner_ids` (None: every plugin; a
+    plugin whose `serves` prefix is unknown is always started) and returns once each has either answered
+    `initialize` or failed its first start (recorded on the plugin, retried in the background). The others
+    stay `idle` until `start()` asks for one of their runners. Leaving, or a cancelled host, cancels every
+    supervision loop; each loop stops its process shielded and bounded.
     """
 
     def __init__(
@@ -673,6 +683,7 @@ class PluginSupervisor:
         *,
         host_version: str = __version__,
         timings: PluginTimings | None = None,
+        runner_ids: Collection[str] | None = None,
     ) -> None:
         names = [spec.name for spec in specs]
         repeated = sorted({name for name in names if names.count(name) > 1})
@@ -681,7 +692,11 @@ class PluginSupervisor:
         self.plugins: tuple[PluginProcess, ...] = tuple(
             PluginProcess(spec, host_version=host_version, timings=timings) for spec in specs
         )
+        for plugin in self.plugins:
+            if runner_ids is not None and not any(plugin.spec.may_serve(rid) for rid in runner_ids):
+                plugin.state = "idle"
         self._tg: anyio.abc.TaskGroup | None = None
+        self._starting: anyio.Lock | None = None
 
     def get(self, name: str) -> PluginProcess:
         for plugin in self.plugins:
@@ -691,15 +706,30 @@ class PluginSupervisor:
             f"No plugin named {name!r}; configured: {', '.join(p.name for p in self.plugins) or 'none'}."
         )
 
+    async def start(self, runner_id: str | None = None) -> None:
+        """Start, concurrently, the idle plugins that may serve `runner_id` (None: every idle plugin);
+        returns once each has answered `initialize` or failed its first start, like entering."""
+        tg = self._tg
+        if tg is None:
+            raise RuntimeError("PluginSupervisor is not entered.")
+        if not any(p.state == "idle" for p in self.plugins):
+            return
+        self._starting = self._starting or anyio.Lock()
+        async with self._starting:  # a plugin is started once, whoever asks first
+            idle = [
+                p
+                for p in self.plugins
+                if p.state == "idle" and (runner_id is None or p.spec.may_serve(runner_id))
+            ]
+            await _start_all(tg, idle)
+
     async def __aenter__(self) -> Self:
         if self._tg is not None:
             raise RuntimeError("PluginSupervisor is already entered.")
         tg = anyio.create_task_group()
         await tg.__aenter__()
         try:
-            async with anyio.create_task_group() as starting:
-                for plugin in self.plugins:
-                    starting.start_soon(tg.start, plugin.serve)
+            await _start_all(tg, [p for p in self.plugins if p.state != "idle"])
         except BaseException:
             tg.cancel_scope.cancel()
             exc_type, exc, tb = sys.exc_info()
@@ -717,6 +747,14 @@ class PluginSupervisor:
         # The body's own exception (or cancellation) is not the task group's: it propagates unwrapped.
         await tg.__aexit__(None, None, None)
         return None
+
+
+async def _start_all(tg: anyio.abc.TaskGroup, plugins: Sequence[PluginProcess]) -> None:
+    """Start each plugin's supervision loop in `tg`, concurrently; back once every first start is over."""
+    async with anyio.create_task_group() as starting:
+        for plugin in plugins:
+            plugin.state = "starting"
+            starting.start_soon(tg.start, plugin.serve)
 
 
 __all__ = [

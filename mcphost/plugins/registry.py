@@ -9,6 +9,9 @@ Invariants:
   plugin's re-registered manifests (or its new pid, state and error) show at once.
 - One runner id has one plugin. When two plugins offer the same id, the first in configuration order
   keeps it and the other's manifest is listed among the rejected with the reason.
+- A plugin that is `idle` (not started: no runner the host needed so far can be its) has no runners yet;
+  `ready(runner_id)` starts the idle plugins that may serve the id (through the `start` the registry was
+  built with, `PluginSupervisor.start`), so its first use starts it.
 - A plugin that is restarting or failed keeps its last accepted runners registered: a run then waits
   for the restart, or fails with the plugin's `runner.crashed` error and reason (a crash loop), which is
   the truth, rather than `runner.not_found`.
@@ -20,7 +23,7 @@ orchestrator the concrete plugin class it was built with.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
 
@@ -106,8 +109,16 @@ class PluginStatus:
 class RunnerRegistry(Generic[P]):
     """Lookup of runners over a fixed set of live plugins, usually `PluginSupervisor.plugins`."""
 
-    def __init__(self, plugins: Sequence[P]) -> None:
+    def __init__(
+        self, plugins: Sequence[P], start: Callable[[str | None], Awaitable[None]] | None = None
+    ) -> None:
         self._plugins = tuple(plugins)
+        self._start = start
+
+    async def ready(self, runner_id: str | None = None) -> None:
+        """Start the idle plugins that may serve `runner_id` (None: every idle plugin), concurrently."""
+        if self._start is not None and any(plugin.state == "idle" for plugin in self._plugins):
+            await self._start(runner_id)
 
     def get(self, runner_id: str) -> RegisteredRunner[P]:
         """The runner with this id, or `RunnerNotFoundError` naming the known runners."""
@@ -127,6 +138,9 @@ class RunnerRegistry(Generic[P]):
             )
         why = next((r.reason for r in rejected if r.runner_id == runner_id), None)
         detail = f" (its manifest was rejected: {why})" if why else ""
+        idle = [plugin.name for plugin in self._plugins if plugin.state == "idle"]
+        if idle:
+            known += f" (plugins not started yet: {', '.join(idle)})"
         raise RunnerNotFoundError(
             f"Runner {runner_id!r} is not registered{detail}; known runners: {known}. "
             "Check [[plugins]] in mcphost.toml.",

@@ -79,7 +79,11 @@ class InboundModel(BaseModel):
     """A model for data crossing a trust boundary into the host: unknown fields and NaN/Infinity are refused."""
 
     model_config = ConfigDict(
-        extra="forbid", use_attribute_docstrings=True, populate_by_name=True, allow_inf_nan=False
+        extra="forbid",
+        use_attribute_docstrings=True,
+        populate_by_name=True,
+        allow_inf_nan=False,
+        defer_build=True,  # validators are built on first use, not when a command imports the module
     )
 
 
@@ -104,7 +108,9 @@ class ProtocolModel(BaseModel):
     """A model the host sends out: parsers on the runner side ignore unknown fields (refused under
     `STRICT_CONTEXT`)."""
 
-    model_config = ConfigDict(extra="ignore", use_attribute_docstrings=True, populate_by_name=True)
+    model_config = ConfigDict(
+        extra="ignore", use_attribute_docstrings=True, populate_by_name=True, defer_build=True
+    )
 
     @model_validator(mode="before")
     @classmethod

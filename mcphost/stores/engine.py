@@ -69,18 +69,15 @@ from __future__ import annotations
 import fcntl
 import json
 import logging
+import re
 from collections.abc import AsyncGenerator, Callable, Coroutine, Generator, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager, nullcontext
 from pathlib import Path
-from typing import Any, BinaryIO, TypeVar, cast
+from typing import TYPE_CHECKING, Any, BinaryIO, TypeVar, cast
 
 import anyio
 import anyio.lowlevel
 import anyio.to_thread
-from alembic import command
-from alembic.config import Config
-from alembic.migration import MigrationContext
-from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.engine.interfaces import DBAPIConnection
@@ -98,6 +95,9 @@ from mcphost.protocol import MAX_JSON_DEPTH
 from mcphost.stores import _direct
 from mcphost.stores._retry import storage_error
 from mcphost.stores._sql import Dialect, lock_in_transaction
+
+if TYPE_CHECKING:
+    from alembic.config import Config
 
 log = logging.getLogger(__name__)
 
@@ -409,6 +409,8 @@ def alembic_config(url: str) -> Config:
     Developers create a new revision with
     `command.revision(alembic_config(url), autogenerate=True, message="...")` against a database at head.
     """
+    from alembic.config import Config  # Alembic is imported only when a migration is pending
+
     cfg = Config()
     cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
     # ConfigParser interpolation treats % specially (URL-encoded passwords).
@@ -416,32 +418,69 @@ def alembic_config(url: str) -> Config:
     return cfg
 
 
+_REVISION_LINE = re.compile(
+    r"""^(revision|down_revision)\b[^=\n]*=\s*(?:None|["']([^"'\n]*)["'])\s*$""", re.M
+)
+
+
+def migration_head(versions: Path = MIGRATIONS_DIR / "versions") -> str:
+    """The head revision, read from the migration files' `revision` / `down_revision` lines.
+
+    Alembic is not imported for it (it costs more than the rest of a one-shot run): the head is the one
+    revision that no file names as its `down_revision`. A test checks that it equals Alembic's head.
+    """
+    revisions: set[str] = set()
+    parents: set[str] = set()
+    for file in versions.glob("*.py"):
+        found = {m.group(1): m.group(2) for m in _REVISION_LINE.finditer(file.read_text(encoding="utf-8"))}
+        if found.get("revision"):
+            revisions.add(found["revision"])
+        if found.get("down_revision"):
+            parents.add(found["down_revision"])
+    heads = revisions - parents
+    if len(heads) != 1:
+        raise RuntimeError(f"the migrations in {versions} have {len(heads)} heads ({sorted(heads)}), not one")
+    return heads.pop()
+
+
 def _revision(connection: Connection) -> str | None:
-    return MigrationContext.configure(connection).get_current_revision()
+    """The database's revision from `alembic_version` (None: not migrated yet, or more than one head)."""
+    if not connection.dialect.has_table(connection, "alembic_version"):
+        return None
+    rows = connection.exec_driver_sql("SELECT version_num FROM alembic_version").scalars().all()
+    return str(rows[0]) if len(rows) == 1 else None
 
 
 def _upgrade_on(connection: Connection, cfg: Config) -> bool:
     """Upgrade to head; whether the revision changed (False when the schema was at head already)."""
+    from alembic import command
+
     before = _revision(connection)
     cfg.attributes["connection"] = connection
     command.upgrade(cfg, "head")
     return _revision(connection) != before
 
 
+async def _at_head(db: Database) -> bool:
+    async with db.engine.connect() as conn:
+        return await conn.run_sync(_revision) == migration_head()
+
+
 async def migrate(db: Database) -> None:
     """Apply every pending migration in one write transaction (a no-op at head).
 
-    On SQLite a schema already at head is only read (no write lock, no write transaction). Otherwise the
-    transaction runs with foreign key enforcement off, as SQLite's table-rebuild procedure requires
+    A schema already at head is only read (the `alembic_version` row against `migration_head()`; no
+    lock, no write transaction, no Alembic import). Otherwise, on SQLite, the transaction runs with
+    foreign key enforcement off, as SQLite's table-rebuild procedure requires
     (dropping a parent table would otherwise cascade-delete its children's rows); when a migration was
     applied it fails and rolls back if `PRAGMA foreign_key_check` (linear in the database's size) finds a
     dangling reference, and its connection is discarded afterwards so no store ever gets one without
     enforcement.
     """
-    cfg = alembic_config(db.url)
     if db.dialect == "sqlite":
-        await _migrate_sqlite(db, cfg)
-    else:
+        await _migrate_sqlite(db)
+    elif not await _at_head(db):  # the schema never moves backwards under us
+        cfg = alembic_config(db.url)
         async with db.write() as session:
             await lock_in_transaction(session, db.dialect, "migrate", "schema")
             connection = await session.connection()
@@ -449,14 +488,14 @@ async def migrate(db: Database) -> None:
     log.info("database schema is at head (%s)", db.dialect)
 
 
-async def _migrate_sqlite(db: Database, cfg: Config) -> None:
+async def _migrate_sqlite(db: Database) -> None:
     path = sqlite_path(db.url)
     if path is None:  # in-memory: one process only
-        await _migrate_sqlite_locked(db, cfg)
+        await _migrate_sqlite_locked(db)
         return
     lock_file = _open_lock_file(path)
     if lock_file is None:  # a read-only folder: opening the database fails next, with the precise reason
-        await _migrate_sqlite_locked(db, cfg)
+        await _migrate_sqlite_locked(db)
         return
     with lock_file:  # the lock goes with the file, crash included
         while True:  # polled, not a blocking call in a thread, so a cancelled start-up stops at once
@@ -465,7 +504,7 @@ async def _migrate_sqlite(db: Database, cfg: Config) -> None:
                 break
             except BlockingIOError:
                 await anyio.sleep(0.05)
-        await _migrate_sqlite_locked(db, cfg)
+        await _migrate_sqlite_locked(db)
 
 
 def _open_lock_file(path: Path) -> BinaryIO | None:
@@ -475,11 +514,10 @@ def _open_lock_file(path: Path) -> BinaryIO | None:
         return None
 
 
-async def _migrate_sqlite_locked(db: Database, cfg: Config) -> None:
-    head = ScriptDirectory.from_config(cfg).get_current_head()
-    async with db.engine.connect() as conn:
-        if await conn.run_sync(_revision) == head:  # the schema never moves backwards under us
-            return
+async def _migrate_sqlite_locked(db: Database) -> None:
+    if await _at_head(db):  # the schema never moves backwards under us
+        return
+    cfg = alembic_config(db.url)
     assert db._write_lock is not None  # pyright: ignore[reportPrivateUsage]  # the same module's writer queue
     async with db._write_lock, db.engine.connect() as conn:  # pyright: ignore[reportPrivateUsage]  # as above
         await conn.execution_options(**{_WRITE_OPTION: True, _NO_FOREIGN_KEYS_OPTION: True})

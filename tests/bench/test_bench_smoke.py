@@ -84,6 +84,17 @@ async def test_startup_measures_mcphost_run(tmp_path: Path) -> None:
     cfg = tiny(tmp_path, "sqlite")
     rows = await run_benchmark("startup", cfg)
     check(rows, "startup")
+    targets = {row.case: row for row in rows if row.case.startswith("target: ")}
+    assert sorted(targets) == [
+        "target: cold mcphost run hello",
+        "target: import mcphost.app",
+        "target: mcphost send",
+        "target: mcphost serve healthy",
+    ]
+    for row in targets.values():  # each a same-run ratio against its bare import, judged against its target
+        assert row.ratio is not None, row
+        assert row.target is not None, row
+        assert row.verdict in ("met", "missed"), row
 
 
 async def test_mcp_call_runs_or_says_why_not(tmp_path: Path) -> None:

@@ -129,10 +129,15 @@ def start_server(tmp_path: Path) -> Generator[Any, None, None]:
 
 
 def plugin_pids(url: str, **headers: str) -> list[int]:
-    view = httpx2.get(f"{url}/v1/runners", headers=headers, timeout=10).json()
-    pids = [p["pid"] for p in view["plugins"]]
-    assert all(isinstance(pid, int) for pid in pids), view
-    return pids
+    """Every plugin's pid, once each has one: the plugins no agent uses start after the server listens."""
+    deadline = time.monotonic() + 60
+    while True:
+        view = httpx2.get(f"{url}/v1/runners", headers=headers, timeout=10).json()
+        pids = [p["pid"] for p in view["plugins"]]
+        if all(isinstance(pid, int) for pid in pids):
+            return pids
+        assert time.monotonic() < deadline, view
+        time.sleep(0.1)
 
 
 def group_alive(pgid: int) -> bool:
@@ -185,6 +190,14 @@ def test_serve_and_send_stream_a_reply_and_sigterm_stops_cleanly(tmp_path: Path,
     assert json.loads(told.stdout)["url"].startswith("https://mcp.example/runs/run_")  # ... unless told
 
     pids = plugin_pids(server.url)
+    # The bundled plugins no agent uses were started once the server listened: all of them are listed.
+    listed = httpx2.get(f"{server.url}/v1/runners", timeout=10).json()
+    assert {p["name"] for p in listed["plugins"] if p["state"] == "running"} >= {
+        "echo",
+        "memo",
+        "claude-code",
+        "codex-agent",
+    }
     code, took = server.stop()
     assert code == 0, server.log()
     assert took < 15, server.log()

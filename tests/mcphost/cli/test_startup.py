@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import shlex
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -23,10 +24,11 @@ HEAVY = ("sqlalchemy", "pydantic", "mcp", "uvicorn", "starlette", "anyio", "http
 """Top-level packages the help path must not import."""
 
 
-def _imported_by(*args: str) -> tuple[subprocess.CompletedProcess[str], set[str]]:
+def _imported_by(*args: str, cwd: Path | None = None) -> tuple[subprocess.CompletedProcess[str], set[str]]:
     done = subprocess.run(
         [sys.executable, "-X", "importtime", "-m", "mcphost.cli", *args],
         env=cli_env(),
+        cwd=cwd,
         capture_output=True,
         text=True,
         timeout=60,
@@ -58,6 +60,46 @@ def test_a_command_help_imports_nothing_of_the_server_either() -> None:
     assert done.returncode == 0, done.stderr
     assert "--config FILE" in done.stdout
     assert not [m for m in modules if m.split(".")[0] in HEAVY]
+
+
+SERVER = ("sqlalchemy", "alembic", "starlette", "uvicorn", "mcp", "aiosqlite", "asyncpg")
+"""Top-level packages of the server that its HTTP clients (`send`, `cancel --url`) must not import."""
+
+
+def _server_modules(modules: set[str]) -> list[str]:
+    ours = ("mcphost.app", "mcphost.serving", "mcphost.api", "mcphost.stores", "mcphost.orchestrator")
+    return sorted(m for m in modules if m.split(".")[0] in SERVER or m.startswith(ours))
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["send", "hello", "--url", "URL"],
+        ["send", "hello"],  # the server's URL from the data directory and the config, not --url
+        ["cancel", "run_1", "--url", "URL"],
+    ],
+)
+def test_the_http_clients_import_no_server_module(args: list[str], tmp_path: Path) -> None:
+    url = f"http://127.0.0.1:{_closed_port()}"
+    (tmp_path / "mcphost.toml").write_text(f'[host]\nlisten = "{url.removeprefix("http://")}"\n')
+    done, modules = _imported_by(*[url if a == "URL" else a for a in args], cwd=tmp_path)
+    assert done.returncode == 1, done.stderr
+    assert f"cannot reach mcphost at {url}" in done.stderr  # it ran as far as the request
+    assert "httpx2" in modules
+    assert _server_modules(modules) == []
+
+
+def test_cancel_without_url_still_cancels_in_the_database(tmp_path: Path) -> None:
+    done, modules = _imported_by("cancel", "run_missing", cwd=tmp_path)
+    assert done.returncode == 1, done.stderr
+    assert "run_missing" in done.stderr
+    assert "mcphost.app" in modules
 
 
 def test_the_values_the_parser_copies_match_their_sources() -> None:

@@ -245,3 +245,67 @@ async def test_a_sqlite_file_locked_past_the_busy_timeout_is_a_clear_error(
                 pass
         other.execute("ROLLBACK")
     assert "Make the file" not in str(caught.value)
+
+
+def test_the_cheap_head_read_from_the_files_is_alembics_head() -> None:
+    script = ScriptDirectory.from_config(alembic_config("sqlite://"))
+    assert engine.migration_head() == script.get_current_head()
+    assert {engine.migration_head()} == set(script.get_heads())
+
+
+def test_the_cheap_head_refuses_migrations_with_two_heads(tmp_path: Path) -> None:
+    for name, revision, down in (
+        ("a.py", "0001", "None"),
+        ("b.py", "0002", '"0001"'),
+        ("c.py", "0003", '"0001"'),
+    ):
+        (tmp_path / name).write_text(f'revision: str = "{revision}"\ndown_revision: str | None = {down}\n')
+    with pytest.raises(RuntimeError, match=r"2 heads \(\['0002', '0003'\]\)"):
+        engine.migration_head(tmp_path)
+
+
+_OPEN_AND_LIST_MODULES = """
+import sys, anyio
+from pathlib import Path
+from mcphost.stores import open_stores
+async def main() -> None:
+    async with open_stores(sys.argv[1], Path(sys.argv[2])):
+        pass
+anyio.run(main)
+print(sorted(m for m in sys.modules if m == "alembic" or m.startswith("alembic.")))
+"""
+
+
+async def test_opening_a_database_at_head_does_not_import_alembic(database_url: str, tmp_path: Path) -> None:
+    async with open_stores(database_url, tmp_path):
+        pass  # migrated to head here
+    opened = await anyio.run_process(
+        [sys.executable, "-c", _OPEN_AND_LIST_MODULES, database_url, str(tmp_path)], check=False
+    )
+    assert opened.returncode == 0, opened.stderr.decode()
+    assert opened.stdout.decode().strip() == "[]"
+
+
+async def test_a_database_one_revision_behind_is_upgraded_through_alembic(
+    database_url: str, tmp_path: Path
+) -> None:
+    await anyio.to_thread.run_sync(upgrade_database, database_url)
+    head = engine.migration_head()
+    db = Database(database_url)
+    try:
+        async with db.write() as session:
+            connection = await session.connection()
+
+            def _down_one(sync: Connection) -> str | None:
+                cfg = alembic_config(database_url)
+                cfg.attributes["connection"] = sync
+                command.downgrade(cfg, "-1")
+                return _current(sync)
+
+            assert await connection.run_sync(_down_one) not in (None, head)
+        await migrate(db)
+        async with db.engine.connect() as conn:
+            assert await conn.run_sync(_current) == head
+            assert await conn.run_sync(_diffs) == []
+    finally:
+        await db.dispose()

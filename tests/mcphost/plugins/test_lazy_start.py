@@ -1,0 +1,90 @@
+"""A host starts only the plugins its agents' runners need; the other bundled ones start on first use.
+
+The bundled plugins serve only `plugin:mcphost/<name>/...` ids, so the host knows before starting them
+which one a runner needs; a `[[plugins]]` entry may serve any id and is always started.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from mcphost.app import open_host, plugin_specs
+from mcphost.config import BUNDLED_PLUGINS, DEFAULT_AGENT_RUNNER, HostSettings, PluginConfig, Settings
+from mcphost.errors import RunnerNotFoundError
+from mcphost.plugins.process import PluginProcess
+from tests.mcphost.hostkit import ECHO_RUNNER, MISBEHAVE, agent
+
+
+def _settings(tmp_path: Path, *plugins: PluginConfig) -> Settings:
+    return Settings(
+        source="<test>",
+        host=HostSettings(database_url=f"sqlite+aiosqlite:///{tmp_path / 'host.db'}", data_dir=tmp_path),
+        plugins=list(plugins),
+        agents=[agent("memo", DEFAULT_AGENT_RUNNER)],
+    )
+
+
+def _states(plugins: Sequence[PluginProcess]) -> dict[str, str]:
+    return {p.name: p.state for p in plugins}
+
+
+async def test_a_host_starts_only_the_bundled_plugin_its_agents_use_and_the_rest_on_first_use(
+    tmp_path: Path,
+) -> None:
+    async with open_host(_settings(tmp_path)) as host:
+        plugins = {p.name: p for p in host.supervisor.plugins}
+        assert {name: p.state for name, p in plugins.items()} == {
+            "memo": "running",
+            "echo": "idle",
+            "claude-code": "idle",
+            "codex-agent": "idle",
+        }
+        assert [name for name, p in plugins.items() if p.pid is not None] == ["memo"]
+        assert host.registry.get(DEFAULT_AGENT_RUNNER).plugin is plugins["memo"]
+
+        with pytest.raises(RunnerNotFoundError) as caught:
+            host.registry.get(ECHO_RUNNER)
+        assert caught.value.message == (
+            f"Runner {ECHO_RUNNER!r} is not registered; known runners: {DEFAULT_AGENT_RUNNER} "
+            "(plugins not started yet: echo, claude-code, codex-agent). Check [[plugins]] in mcphost.toml."
+        )
+
+        await host.registry.ready(ECHO_RUNNER)  # its first use: echo starts, and only echo
+        assert plugins["echo"].state == "running"
+        assert host.registry.get(ECHO_RUNNER).plugin is plugins["echo"]
+        assert plugins["claude-code"].state == plugins["codex-agent"].state == "idle"
+        await host.registry.ready(ECHO_RUNNER)  # started once
+        assert plugins["echo"].restarts == 0
+
+        await host.registry.ready()  # every idle plugin
+        assert {p.state for p in plugins.values()} == {"running"}
+        # The prefix the host relies on is the one each bundled plugin's runners have.
+        for entry in host.registry.runners():
+            assert entry.runner_id.startswith(f"plugin:mcphost/{entry.plugin.name}/")
+        assert {e.plugin.name for e in host.registry.runners()} == set(BUNDLED_PLUGINS)
+
+
+async def test_every_plugin_starts_when_all_are_asked_for(tmp_path: Path) -> None:
+    async with open_host(_settings(tmp_path), all_plugins=True) as host:
+        assert _states(host.supervisor.plugins) == dict.fromkeys(BUNDLED_PLUGINS, "running")
+
+
+async def test_a_configured_plugin_may_serve_any_runner_so_it_always_starts(tmp_path: Path) -> None:
+    settings = _settings(tmp_path, PluginConfig(command=MISBEHAVE, name="misbehave"))
+    specs = plugin_specs(settings)
+    assert [(s.name, s.serves) for s in specs] == [
+        ("misbehave", None),
+        *((name, f"plugin:mcphost/{name}/") for name in BUNDLED_PLUGINS),
+    ]
+    async with open_host(settings) as host:
+        states = _states(host.supervisor.plugins)
+    assert states == {
+        "misbehave": "running",
+        "echo": "idle",
+        "memo": "running",
+        "claude-code": "idle",
+        "codex-agent": "idle",
+    }
