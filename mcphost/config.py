@@ -7,6 +7,11 @@ nothing is started from a half-valid config.
 
 Every key is optional. With no file at all the host runs on the embedded default: SQLite under
 `./.mcphost/`, the bundled plugins, and one agent `default` bound to `message.received`.
+
+Size: past 600 lines because it is the one schema of the file — every section's model with its field
+docs (they are the `mcphost init` comments' source and the JSON Schema's descriptions) and the checks
+across sections that need the whole `Settings` (agents against plugins, hooks against agents, API keys
+against agents) — and a reader looks up a key in one place.
 """
 
 from __future__ import annotations
