@@ -95,7 +95,7 @@ def test_the_inspector_lists_and_calls_tools_directly_and_through_the_bridge(
         "--",
         sys.executable,
         "-m",
-        "bridge",
+        "mcphost_bridge",
         "--url",
         grant["url"],
     )
@@ -112,7 +112,7 @@ def test_the_inspector_lists_and_calls_tools_directly_and_through_the_bridge(
         "--",
         sys.executable,
         "-m",
-        "bridge",
+        "mcphost_bridge",
         "--url",
         grant["url"],
     )

@@ -19,8 +19,9 @@ def test_the_bridge_is_named_by_an_absolute_path_next_to_this_interpreter() -> N
     assert Path(command[0]).is_absolute()
     assert command == [str(Path(sys.executable).parent / "mcphost-bridge")] or command == [
         sys.executable,
+        "-P",
         "-m",
-        "bridge",
+        "mcphost_bridge",
     ]
 
 
