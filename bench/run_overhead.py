@@ -29,7 +29,6 @@ from typing import Any
 import anyio
 import anyio.to_thread
 import asyncpg  # pyright: ignore[reportMissingTypeStubs]
-from sqlalchemy import event
 from sqlalchemy.engine import make_url
 
 from bench._alternate import alternate, repeat, timed_ms
@@ -143,9 +142,9 @@ async def _count_statements(host: Host, runs: int) -> _Counter:
     """
     counts = _Counter()
     counts.on = False
-    for sync_engine in host.stores.db.sync_engines:  # the writer thread's engine too, on SQLite
-        event.listen(sync_engine, "begin", counts.begin)
-        event.listen(sync_engine, "before_cursor_execute", counts.statement)
+    hooks = host.stores.db.hooks  # every engine's, the writer thread's too; safe while the host serves
+    hooks.add("begin", counts.begin)
+    hooks.add("before_cursor_execute", counts.statement)
     for i in range(runs):
         counts.on = True
         cpu_start = time.process_time()

@@ -2,10 +2,15 @@
 
 A tool, result type, error code, stdio method, tool argument, limit, table, layer or `[host]` key added
 to the code without its documentation fails here, so the docs change in the same commit as the code.
+What the architecture says of the code cannot drift either: its layer diagram is the import-linter
+layers contract, every module it names exists, the modules it lists as past the size limit are those
+that are, and each constant it quotes with a value has that value in the code.
 """
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import json
 import re
 import tomllib
@@ -14,7 +19,8 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel
 
-from mcphost.config import HostSettings
+from mcphost import delivery, orchestrator, recording, retention, schedules
+from mcphost.config import DELIVERY_LEASE_S, DELIVERY_SETTLE_S, HostSettings, WebhookConfig
 from mcphost.errors import HostError
 from mcphost.facts._args import MAX_READ_BYTES
 from mcphost.facts._tools import FACTS_TOOLS
@@ -22,6 +28,7 @@ from mcphost.plugins.process import LIVENESS_PROBE
 from mcphost.protocol import (
     ERROR_CODES,
     MAX_INLINE_ARTIFACT_BYTES,
+    MAX_JSON_DEPTH,
     MAX_RESULT_BYTES,
     RESULT_ADAPTER,
     RESULT_TYPES,
@@ -47,14 +54,19 @@ from mcphost.protocol.stdio import (
     METHOD_SHUTDOWN,
     InitializeResult,
 )
+from mcphost.stores import wakeups
+from mcphost.stores.engine import SQLITE_BUSY_TIMEOUT_S
+from mcphost.stores.hosts import LIVENESS_CHECK_S
 from mcphost.stores.state import MAX_VALUE_BYTES as MAX_STATE_BYTES
 from mcphost.stores.state import SNAPSHOT_MAX_BYTES
 from mcphost.stores.storage import MAX_VALUE_BYTES as MAX_STORAGE_BYTES
 from mcphost.stores.tables import metadata
+from tests.test_layout import LIMIT
 
 ROOT = Path(__file__).resolve().parents[1]
 PROTOCOL = (ROOT / "docs" / "protocol.md").read_text(encoding="utf-8")
 ARCHITECTURE = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+PACKAGES = ("mcphost", "mcphost_runners", "mcphost_bridge")
 
 
 def _missing(names: object, text: str) -> list[str]:
@@ -115,13 +127,115 @@ def test_every_table_is_in_the_architectures_data_model() -> None:
     assert _missing(list(metadata.tables), ARCHITECTURE) == []
 
 
-def test_every_import_layer_is_in_the_architecture() -> None:
+def _layers_contract() -> list[str]:
     config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
     contracts: list[dict[str, object]] = config["tool"]["importlinter"]["contracts"]
     layers = next(c["layers"] for c in contracts if c.get("type") == "layers")
     assert isinstance(layers, list)
-    modules = {m.strip("() ") for layer in layers for m in re.split(r"\|", str(layer))}  # pyright: ignore[reportUnknownVariableType, reportUnknownArgumentType]
-    assert sorted(m for m in modules if m not in ARCHITECTURE) == []
+    return [str(layer) for layer in layers]  # pyright: ignore[reportUnknownVariableType]
+
+
+def _layer_row(row: str) -> list[str]:
+    return [name.strip() for name in row.split("|")]
+
+
+def test_the_architectures_layer_diagram_is_the_import_linter_layers_contract() -> None:
+    """The same layers in the same order, each with the same modules (their order within a row is free)."""
+    section = ARCHITECTURE.split("### Dependency direction", 1)[1]
+    diagram = re.search(r"```\n(.*?)```", section, re.DOTALL)
+    assert diagram is not None
+    drawn = [sorted(_layer_row(row)) for row in diagram.group(1).splitlines() if row.strip()]
+    assert drawn == [sorted(_layer_row(layer)) for layer in _layers_contract()]
+
+
+def _names_a_module(dotted: str) -> bool:
+    """`dotted` is a module of the product, or an attribute of one (`mcphost.common.lines`,
+    `mcphost.protocol.RESULT_ADAPTER`)."""
+    first, *rest = dotted.split(".")
+    module = first
+    for index, part in enumerate(rest):
+        if importlib.util.find_spec(f"{module}.{part}") is None:  # its parent exists: no import error
+            value: object = importlib.import_module(module)
+            for name in rest[index:]:
+                if not hasattr(value, name):
+                    return False
+                value = getattr(value, name)
+            return True
+        module = f"{module}.{part}"
+    return True
+
+
+def test_every_module_path_the_architecture_names_exists() -> None:
+    """Paths (`mcphost/stores/_direct.py`, `stores/_retry.py`, `mcphost_bridge/_lines.py`, `tests/...`)
+    and dotted names (`mcphost.common.lines`): a renamed or removed module fails here. A dotted name that
+    is no module is a string the code itself uses (a span or attribute name, `mcphost.toml`)."""
+    source = "\n".join(
+        p.read_text(encoding="utf-8") for package in PACKAGES for p in (ROOT / package).rglob("*.py")
+    )
+    roots = "|".join((*PACKAGES, "tests", "bench", "examples", "docs"))
+    paths = set(re.findall(rf"(?<![\w./-])((?:{roots})/[\w./-]*\w)", ARCHITECTURE))
+    relative = set(re.findall(r"(?<![\w./-])([a-z_]+/[\w./]*\.py)\b", ARCHITECTURE)) - paths  # under mcphost/
+    dotted = set(re.findall(r"(?<![\w./-])(mcphost(?:_runners|_bridge)?(?:\.[a-z_]\w*)+)", ARCHITECTURE))
+    assert len(paths) > 20  # the patterns still match the doc
+    assert len(relative) > 20
+    assert len(dotted) > 10
+    assert sorted(p for p in paths if not (ROOT / p).exists()) == []
+    assert sorted(p for p in relative if not (ROOT / "mcphost" / p).exists()) == []
+    assert sorted(d for d in dotted if not _names_a_module(d) and f'"{d}' not in source) == []
+
+
+def test_the_modules_past_the_size_limit_are_the_ones_the_architecture_lists() -> None:
+    paragraph = ARCHITECTURE.split("These modules keep", 1)[1].split("\n\n", 1)[0]
+    listed = {
+        name if name.startswith(PACKAGES[1:]) else f"mcphost/{name}"
+        for name in re.findall(r"`([\w/]+\.py)`", paragraph)
+    }
+    large = {
+        str(path.relative_to(ROOT))
+        for package in PACKAGES
+        for path in (ROOT / package).rglob("*.py")
+        if "migrations" not in path.parts and path.read_text(encoding="utf-8").count("\n") > LIMIT
+    }
+    assert sorted(listed) == sorted(large)
+
+
+_FLAT = " ".join(ARCHITECTURE.split())
+"""The architecture with every run of whitespace one space: a quoted phrase may wrap."""
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if value == int(value) else str(value)
+
+
+@pytest.mark.parametrize(
+    ("phrase", "value"),
+    [
+        ("every {} s (`LIVENESS_CHECK_S`)", LIVENESS_CHECK_S),
+        ("`TERMINAL_RETRY_S` = {} s", orchestrator.TERMINAL_RETRY_S),
+        ("retried with back-off for {} s", orchestrator.TERMINAL_RETRY_S),
+        ("every `SWEEP_S` = {} s", orchestrator.SWEEP_S),
+        ("cancel: runner/cancel, {} s grace", orchestrator.CANCEL_GRACE_S),
+        ("polls every {} s (`QUEUE_POLL_S`)", orchestrator.QUEUE_POLL_S),
+        ("every {} s (`NOTIFIED_RECHECK_S`)", orchestrator.NOTIFIED_RECHECK_S),
+        ("`LISTEN` (checked every {} s", wakeups.CHECK_S),
+        ("a {} s busy timeout", SQLITE_BUSY_TIMEOUT_S),
+        ("`MAX_FIRES_PER_TICK` = {} due schedules", schedules.MAX_FIRES_PER_TICK),
+        ("`RELOAD_S` = {} s", schedules.RELOAD_S),
+        ("`MISFIRE_GRACE_S` = {} s", schedules.MISFIRE_GRACE_S),
+        ("`MAX_JSON_DEPTH` = {} with", MAX_JSON_DEPTH),
+        ("`MAX_DOCUMENT_DEPTH` ({}:", recording.MAX_DOCUMENT_DEPTH),
+        ("a lease ({} s, `config.DELIVERY_LEASE_S`", DELIVERY_LEASE_S),
+        ("more than the lease less {} s", DELIVERY_SETTLE_S),
+        ("at most {} rows of one URL at once (`delivery.PER_URL`", delivery.PER_URL),
+        ("sends in flight) and {} in all", delivery.MAX_IN_FLIGHT),
+        ("`timeout_s` (default {} s", WebhookConfig.model_fields["timeout_s"].default),
+        ("run_timeout_s ({})", HostSettings.model_fields["run_timeout_s"].default),
+        ("the `retention` lease ({} min", retention.LEASE_TERM_S / 60),
+    ],
+)
+def test_a_constant_the_architecture_quotes_has_the_codes_value(phrase: str, value: float) -> None:
+    expected = phrase.format(_number(value))
+    assert expected in _FLAT, f"docs/architecture.md does not say {expected!r}"
 
 
 def test_every_host_setting_is_in_the_architecture() -> None:

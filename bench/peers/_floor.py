@@ -26,7 +26,6 @@ from typing import Any
 
 import anyio
 import anyio.to_thread
-from sqlalchemy import event
 
 from bench._databases import workspace
 from bench._host import bench_host, host_run, message
@@ -82,11 +81,11 @@ async def capture(tmp_root: Path | None = None) -> tuple[Capture, Path, Path]:
 
     async with workspace("sqlite", tmp_root) as ws:
         async with bench_host(ws) as host:
-            for engine in host.stores.db.sync_engines:  # the writer thread's engine too
-                event.listen(engine, "begin", on_begin)
-                event.listen(engine, "before_cursor_execute", on_statement)
-                event.listen(engine, "commit", lambda conn: on_end(conn, "COMMIT"))
-                event.listen(engine, "rollback", lambda conn: on_end(conn, "ROLLBACK"))
+            hooks = host.stores.db.hooks  # every engine's, the writer thread's too; safe while it serves
+            hooks.add("begin", on_begin)
+            hooks.add("before_cursor_execute", on_statement)
+            hooks.add("commit", lambda conn: on_end(conn, "COMMIT"))
+            hooks.add("rollback", lambda conn: on_end(conn, "ROLLBACK"))
             for i in range(WARMUP_RUNS):
                 await host.orchestrator.wait(await host_run(host, message("hello", f"conv-warm-{i}")))
             recording = True

@@ -16,9 +16,9 @@ Invariants:
   for the restart, or fails with the plugin's `runner.crashed` error and reason (a crash loop), which is
   the truth, rather than `runner.not_found`.
 
-`mcphost.registry` and `mcphost.plugins` are independent siblings (import-linter), so this module states
-what it needs from a plugin as a `Protocol` and stays generic in the plugin type: `get()` hands the
-orchestrator the concrete plugin class it was built with.
+This module imports nothing of the host but `errors` and `protocol` (not `plugins/process.py`, whose
+supervisor builds the registry), so it states what it needs from a plugin as a `Protocol` and stays
+generic in the plugin type: `get()` hands the orchestrator the concrete plugin class it was built with.
 """
 
 from __future__ import annotations

@@ -49,14 +49,17 @@ Invariants:
   the loop and the connection's thread. The body is written once for `AsyncSession`; on the thread it
   gets `_ThreadSession`, whose methods never suspend, so `_drive` runs it to its end without an event
   loop (a body that awaits anything else fails loudly). PostgreSQL and in-memory SQLite run the same
-  body in `write()`. `sync_engines` lists every engine, for listeners that must see all statements.
+  body in `write()`. `sync_engines` lists every engine.
+- Engine listeners are registered at creation, never while statements run (SQLAlchemy iterates a
+  mutable deque per event): statement and transaction listeners that come and go (counters, faults)
+  are hooks in `hooks` (`_hooks.py`), which every engine forwards to.
 - The hot bodies run SQLAlchemy Core statements built once at import (`bindparam`s for the values) on
   the session's connection (`core(session)`), not ORM statements through the session: an ORM
   statement built per call pays for its construction, its cache key and the ORM's execution and
   loading layers on every execution, several times the driver's own cost. On the writer thread those
   statements go one step further down (`_direct`): compiled once by SQLAlchemy into a plan (SQL,
   parameter order and processors, result processors) and run straight on the sqlite3 connection —
-  the same SQL, values and rows, `before_cursor_execute` listeners called and driver errors wrapped
+  the same SQL, values and rows, `before_cursor_execute` listeners (and so `hooks`) called and driver errors wrapped
   as SQLAlchemy's, without the per-execution context SQLAlchemy builds; anything a plan could not
   reproduce exactly runs through `Connection.execute`.
 - The busy timeout is given to `sqlite3.connect` itself too (`timeout`), so it covers the connect
@@ -93,6 +96,7 @@ from sqlalchemy.pool import ConnectionPoolEntry
 
 from mcphost.protocol import MAX_JSON_DEPTH
 from mcphost.stores import _direct
+from mcphost.stores._hooks import EngineHooks
 from mcphost.stores._retry import storage_error
 from mcphost.stores._sql import Dialect, lock_in_transaction
 
@@ -203,6 +207,9 @@ class Database:
         if self.dialect == "sqlite":
             event.listen(self.engine.sync_engine, "connect", _sqlite_on_connect)
             event.listen(self.engine.sync_engine, "begin", _sqlite_on_begin)
+        self.hooks = EngineHooks()
+        """Listeners on every engine (statements, transactions), changeable while statements run."""
+        self.hooks.attach(self.engine.sync_engine)
         self.sessions = async_sessionmaker(self.engine, expire_on_commit=False)
         """Sessions for reads (a deferred BEGIN on SQLite)."""
         self.write_sessions = async_sessionmaker(
@@ -215,7 +222,7 @@ class Database:
         """The writer thread's connection, kept open between transactions (see `_write_on_thread`)."""
         self._writer_limiter = anyio.CapacityLimiter(1)
         self.sync_engines: list[Engine] = [self.engine.sync_engine]
-        """Every engine this database runs statements on (event listeners that must see them all)."""
+        """Every engine this database runs statements on (listeners go through `hooks`)."""
         if self.dialect == "sqlite" and sqlite_path(self.url) is not None:
             writer = create_engine(
                 make_url(self.url).set(drivername="sqlite+pysqlite"),
@@ -224,6 +231,7 @@ class Database:
             )
             event.listen(writer, "connect", _sqlite_on_connect)
             event.listen(writer, "begin", _sqlite_on_begin_immediate)
+            self.hooks.attach(writer)
             self._writer = writer
             self.sync_engines.append(writer)
 

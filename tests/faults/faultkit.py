@@ -15,7 +15,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
-from sqlalchemy import event, text
+from sqlalchemy import text
 from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.engine.interfaces import DBAPICursor, ExecutionContext
 from sqlalchemy.ext.asyncio import create_async_engine
@@ -63,14 +63,9 @@ class SqlFault:
 
     @asynccontextmanager
     async def installed(self) -> AsyncGenerator[SqlFault, None]:
-        targets = self._db.sync_engines  # the async engine's and, on a SQLite file, the writer's
-        for target in targets:
-            event.listen(target, "before_cursor_execute", self._before)
-        try:
+        # Every engine's (on a SQLite file the writer's too), added while the host serves.
+        with self._db.hooks.added("before_cursor_execute", self._before):
             yield self
-        finally:
-            for target in targets:
-                event.remove(target, "before_cursor_execute", self._before)
 
 
 def terminal_run_update(statement: str) -> bool:

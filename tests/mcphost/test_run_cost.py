@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from sqlalchemy import event
 
 from mcphost import orchestrator as orchestrator_module
 from mcphost.app import Host, open_host
@@ -87,19 +86,12 @@ async def _count(host: Host, event_: AgentEventEnvelope) -> tuple[list[_Transact
     """The transactions of one run of `event_` (submitted, followed to its end, waited for) and the
     types of its results."""
     recorder = _Recorder()
-    engines = host.stores.db.sync_engines  # the async engine's and, on a SQLite file, the writer thread's
-    for sync_engine in engines:
-        event.listen(sync_engine, "begin", recorder.begin)
-        event.listen(sync_engine, "before_cursor_execute", recorder.statement)
-    try:
+    hooks = host.stores.db.hooks  # the async engine's and, on a SQLite file, the writer thread's
+    with hooks.added("begin", recorder.begin), hooks.added("before_cursor_execute", recorder.statement):
         admission = await host.orchestrator.submit(event_)
         run_id = admission.run.run_id
         types = [item.type async for item in host.orchestrator.results(run_id)]
         run = await host.orchestrator.wait(run_id)
-    finally:
-        for sync_engine in engines:
-            event.remove(sync_engine, "begin", recorder.begin)
-            event.remove(sync_engine, "before_cursor_execute", recorder.statement)
     assert run.status.value == "completed", run.error
     return [tx for tx in recorder.transactions if tx.mentions(run_id, event_.event_id)], types
 

@@ -17,7 +17,7 @@ import anyio
 import httpx2
 import pytest
 from pydantic import ValidationError
-from sqlalchemy import event, select
+from sqlalchemy import select
 
 from mcphost.app import Host, open_host
 from mcphost.bindings import Bindings
@@ -440,14 +440,10 @@ async def test_a_page_of_schedules_reads_the_stored_ones_up_to_its_end_and_their
     def seen(_conn: object, _cursor: object, statement: str, parameters: object, *_: object) -> None:
         statements.append((statement, parameters))
 
-    sync_engine = stores.db.engine.sync_engine
-    event.listen(sync_engine, "before_cursor_execute", seen)
-    try:
+    with stores.db.hooks.added("before_cursor_execute", seen):
         page = await schedule_page(
             stores, [spec(id="cfg", every="1h")], limit=3, cursor=None, now=time.time()
         )
-    finally:
-        event.remove(sync_engine, "before_cursor_execute", seen)
     assert [s.id for s in page.items] == ["cfg", "s00", "s01"]
     assert [s.last_fire_at for s in page.items] == [None, 86400, 86400]
     [(listing, bound)] = [(sql, p) for sql, p in statements if "FROM schedules" in sql]

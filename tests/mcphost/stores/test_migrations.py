@@ -15,7 +15,7 @@ from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import Connection, event, inspect, text
+from sqlalchemy import Connection, inspect, text
 
 from mcphost.errors import ConfigError
 from mcphost.stores import Database, engine, migrate, open_stores, upgrade_database
@@ -148,7 +148,7 @@ async def test_sqlite_checks_foreign_keys_after_an_upgrade_and_not_at_head(tmp_p
     def record(_conn: object, _cursor: object, statement: str, *_rest: object) -> None:
         statements.append(statement)
 
-    event.listen(db.engine.sync_engine, "before_cursor_execute", record)
+    db.hooks.add("before_cursor_execute", record)
     try:
         await migrate(db)  # an empty file: every migration runs
         assert sum("foreign_key_check" in s for s in statements) == 1

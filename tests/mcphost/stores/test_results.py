@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from sqlalchemy import event
 
 from mcphost.errors import ConflictError, InvalidArgumentError
 from mcphost.protocol import JSONObject
@@ -37,11 +36,8 @@ async def test_a_flood_of_ten_thousand_deltas_is_one_cheap_batch(stores: Stores)
     def count(*args: Any) -> None:
         statements.append(args[2])
 
-    event.listen(stores.db.engine.sync_engine, "before_cursor_execute", count)
-    try:
+    with stores.db.hooks.added("before_cursor_execute", count):
         await stores.results.append_many(run.run_id, items, first_seq=1)
-    finally:
-        event.remove(stores.db.engine.sync_engine, "before_cursor_execute", count)
     # Batched: a few multi-row statements (plus BEGIN / COMMIT), never a statement per result.
     assert len(statements) <= 25, f"{len(statements)} statements for 10,000 results"
     assert await stores.results.last_seq(run.run_id) == 10_000

@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import event
 
 from mcphost.errors import InvalidArgumentError
 from mcphost.protocol import ArtifactRef, MediaContent, TextContent
@@ -154,11 +153,8 @@ async def test_holds_message_reads_by_unique_key_not_the_conversations_rows(tmp_
         def capture(_c: object, _cur: object, statement: str, parameters: Any, *_: object) -> None:
             seen.append((statement, parameters))
 
-        event.listen(stores.db.engine.sync_engine, "before_cursor_execute", capture)
-        try:
+        with stores.db.hooks.added("before_cursor_execute", capture):
             await stores.transcript.holds_message("c1", "itm_x")
-        finally:
-            event.remove(stores.db.engine.sync_engine, "before_cursor_execute", capture)
         ((statement, parameters),) = [s for s in seen if "transcript" in s[0]]
         with closing(sqlite3.connect(tmp_path / "db.sqlite")) as conn:
             plan = [row[3] for row in conn.execute("EXPLAIN QUERY PLAN " + statement, parameters)]
