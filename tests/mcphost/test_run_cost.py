@@ -21,7 +21,7 @@ import pytest
 
 from mcphost.app import Host, open_host
 from mcphost.models import AgentEventEnvelope
-from mcphost.orchestrator import _core as orchestrator_module
+from mcphost.orchestrator import _tuning as orchestrator_module
 from tests.mcphost.hostkit import host_settings, message
 
 RUN_BUDGET = 5

@@ -18,7 +18,7 @@ from sqlalchemy import func, select
 
 from mcphost.app import Host, open_host
 from mcphost.models import RunStatus
-from mcphost.orchestrator import _core as orchestrator_module
+from mcphost.orchestrator import _tuning as orchestrator_module
 from mcphost.stores import results as results_module
 from mcphost.stores import runs as runs_module
 from mcphost.stores.wakeups import parse
