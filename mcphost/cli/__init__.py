@@ -222,10 +222,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser(
         "schema",
-        help="write the protocol's and mcphost.toml's JSON Schemas to DIR",
+        help="write the protocol's and mcphost.toml's JSON Schemas and the OpenAPI document to DIR",
         description="Write every Protocol v1 model (the per-run MCP tools' answers included) as JSON Schema "
-        "into DIR, for runners in other languages, and mcphost_toml.schema.json, the config file's schema "
-        "for editors.",
+        "into DIR, for runners in other languages, mcphost_toml.schema.json, the config file's schema "
+        "for editors, and openapi.json, the HTTP API's document (for client generators).",
     )
     p.add_argument("dir", metavar="DIR")
 

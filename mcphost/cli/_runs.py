@@ -159,16 +159,21 @@ def config_schema() -> JSONObject:
     return {"$schema": "https://json-schema.org/draft/2020-12/schema", **schema, "title": "mcphost.toml"}
 
 
+OPENAPI_FILE = "openapi.json"
+
+
 def cmd_schema(args: argparse.Namespace) -> int:
+    from mcphost.api._routes import openapi
+
     out_dir = Path(args.dir)
     schemas = {**json_schemas(), CONFIG_SCHEMA_NAME: config_schema()}
+    files = {f"{name}.schema.json": schema for name, schema in sorted(schemas.items())}
+    files[OPENAPI_FILE] = openapi()  # the HTTP API's document, as /openapi.json serves it
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
-        for name, schema in sorted(schemas.items()):
-            (out_dir / f"{name}.schema.json").write_text(
-                json.dumps(schema, indent=2) + "\n", encoding="utf-8"
-            )
+        for file_name, document in files.items():
+            (out_dir / file_name).write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
     except OSError as exc:
         return fail(f"cannot write schemas to {str(out_dir)!r}: {exc.strerror or exc}")
-    print(f"wrote {len(schemas)} JSON Schemas to {out_dir}", file=sys.stderr)
+    print(f"wrote {len(schemas)} JSON Schemas and {OPENAPI_FILE} to {out_dir}", file=sys.stderr)
     return EXIT_OK

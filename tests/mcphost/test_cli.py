@@ -22,6 +22,7 @@ import anyio
 import jsonschema
 import pytest
 
+from mcphost.api._routes import openapi
 from mcphost.cli import main
 from mcphost.config import WebhookConfig
 from mcphost.facts._tools import FACTS_TOOLS
@@ -168,6 +169,7 @@ def test_schema_writes_json_schemas(tmp_path: Path) -> None:
     for tool, model in FACTS_ANSWERS.items():
         written = json.loads((tmp_path / "schemas" / f"{tool}_answer.schema.json").read_text())
         assert written == model.model_json_schema() == FACTS_TOOLS[tool].tool.output_schema
+    assert json.loads((tmp_path / "schemas" / "openapi.json").read_text()) == openapi()
 
 
 def _configs() -> list[tuple[str, str]]:
