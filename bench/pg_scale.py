@@ -21,7 +21,8 @@ with TOAST, and indexes) of the big database are printed with the bytes per mill
     MCPHOST_BENCH_POSTGRES_URL=postgresql+asyncpg://postgres@127.0.0.1:5432/postgres \\
       uv run python -m bench.pg_scale [--scale 0.1] [--quick]
 
-`--quick` is scale 1/500 (100k transcript rows) with fewer calls: what CI and `tests/bench` run.
+`--quick` is scale 1/500 (100k transcript rows) with fewer calls; `tests/bench/test_pg_scale.py` runs it
+at 20k rows in CI.
 """
 
 from __future__ import annotations
