@@ -120,7 +120,7 @@ def state_rows(scope: str, owner: Sequence[str], n: int) -> Iterator[tuple[Any, 
         yield (scope, encoded, state_key(i), value, len(value), now)
 
 
-def _batches(rows: Iterator[tuple[Any, ...]]) -> Iterator[list[tuple[Any, ...]]]:
+def batches(rows: Iterator[tuple[Any, ...]]) -> Iterator[list[tuple[Any, ...]]]:
     batch: list[tuple[Any, ...]] = []
     for row in rows:
         batch.append(row)
@@ -138,7 +138,7 @@ def _sqlite_load(path: str, table: str, columns: Sequence[str], rows: Iterator[t
         con.execute("PRAGMA synchronous=OFF")
         con.execute("BEGIN IMMEDIATE")
         sql = f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})"
-        for batch in _batches(rows):
+        for batch in batches(rows):
             con.executemany(sql, batch)
         con.execute("COMMIT")
         con.execute("ANALYZE")
@@ -154,7 +154,7 @@ async def _postgres_load(
     conn = await asyncpg.connect(dsn)
     try:
         async with conn.transaction():
-            for batch in _batches(rows):
+            for batch in batches(rows):
                 await conn.copy_records_to_table(table, records=batch, columns=list(columns))
         await conn.execute(f"ANALYZE {table}")
     finally:

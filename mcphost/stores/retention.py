@@ -19,6 +19,9 @@ Invariants:
   in one write transaction under `BLOB_LOCK`, the lock a new row referencing the hash takes.
 - Deletes go in batches of at most `BATCH` rows, one short transaction each, so a large backlog never
   holds a long write lock.
+- A batch reads through indexes, never a whole table (migration 0020, `test_query_plans.py`): the event
+  log, transcript and audit by `created_at` (oldest first), run results by their run's `ended_at`, and
+  the held runs (a few) through `(status, created_seq)` with `status IN HELD_STATUSES`.
 - A dry run counts what would go and deletes nothing. `bytes` is what the rows' content columns hold
   (text and JSON as stored) and, for artifacts, the blob bytes freed (shared blobs counted once, and
   not at all while another artifact keeps them).
@@ -41,7 +44,6 @@ from sqlalchemy import (
     delete,
     func,
     literal,
-    not_,
     or_,
     select,
     tuple_,
@@ -103,12 +105,27 @@ def _finished() -> ColumnElement[bool]:
     )
 
 
+HELD_STATUSES: tuple[str, ...] = tuple(s.value for s in RunStatus if s.value not in FINISHED_STATUSES)
+
+
+def _held() -> ColumnElement[bool]:
+    """`not _finished()`, said positively: a held status (read through the `(status, created_seq)`
+    index, so finding the few held runs never scans the table), and not a parked run continued."""
+    continued = select(ApprovalRow.run_id).where(
+        ApprovalRow.parked.is_(True), ApprovalRow.continuation_run_id.is_not(None)
+    )
+    return and_(
+        RunRow.status.in_(HELD_STATUSES),
+        or_(RunRow.status != RunStatus.PARKED.value, RunRow.run_id.not_in(continued)),
+    )
+
+
 def _held_runs() -> Select[str]:
-    return select(RunRow.run_id).where(not_(_finished()))
+    return select(RunRow.run_id).where(_held())
 
 
 def _held_conversations() -> Select[str]:
-    return select(RunRow.conversation_id).where(not_(_finished()))
+    return select(RunRow.conversation_id).where(_held())
 
 
 def _finished_runs(cutoff: float) -> Select[str]:
@@ -150,13 +167,18 @@ def _candidates(
         )
         return keys, RunResultRow, _length(RunResultRow.type, RunResultRow.payload)
     if kind == "audit":
-        keys = select(AuditRow.run_id, AuditRow.seq).where(AuditRow.run_id.in_(_finished_runs(cutoff)))
+        # The row's own age first: its `created_at` index bounds what a pass reads to the rows it may
+        # delete, however many finished runs are kept (a row written after its run ended waits for the
+        # cutoff to pass it too).
+        keys = select(AuditRow.run_id, AuditRow.seq).where(
+            AuditRow.created_at < cutoff, AuditRow.run_id.in_(_finished_runs(cutoff))
+        )
         return keys, AuditRow, _length(AuditRow.tool, AuditRow.args_digest, AuditRow.code)
     if kind == "events":
         keys = select(EventRow.seq).where(
             EventRow.created_at < cutoff,
             or_(EventRow.run_id.is_(None), EventRow.run_id.not_in(_held_runs())),
-            EventRow.event_id.not_in(select(RunRow.event_id).where(not_(_finished()))),
+            EventRow.event_id.not_in(select(RunRow.event_id).where(_held())),
         )
         return keys, EventRow, _length(EventRow.payload)
     if kind == "transcript":
@@ -242,9 +264,7 @@ class RetentionStore:
         """The artifacts handed to held runs as input: every `artifact_id` and `raw_ref` in their events."""
         async with self._db.read() as session:
             payloads = await session.scalars(
-                select(EventRow.payload).where(
-                    EventRow.event_id.in_(select(RunRow.event_id).where(not_(_finished())))
-                )
+                select(EventRow.payload).where(EventRow.event_id.in_(select(RunRow.event_id).where(_held())))
             )
             return frozenset(_artifact_ids(list(payloads)))
 

@@ -16,7 +16,7 @@ Conventions:
 - Full-text search objects are the one part of the schema these classes cannot describe, because they
   differ per dialect: SQLite FTS5 virtual tables (with their shadow tables and the triggers that keep
   them in step) and PostgreSQL generated `tsvector` columns with GIN indexes that lead with the scope's
-  columns (btree_gin: (kb_id, search_vector), (conversation_id, thread_id, search_vector)). Migrations
+  columns (btree_gin: (kb_id, search_vector), (conversation_id, search_vector): migrations 0004, 0020). Migrations
   create them; `described_by_metadata` tells autogenerate (and the migration test) to leave them out of
   the comparison. Their names are listed here so both places agree.
 - `table_of` gives a class's Core `Table`, for the statements the hot path builds once (`engine.core`).
@@ -106,6 +106,7 @@ class EventRow(Base):
         Index(None, "conversation_id", "thread_id", "seq"),
         Index(None, "conversation_id", "thread_id", "event_type", "seq"),
         Index(None, "run_id", "seq"),
+        Index(None, "created_at"),
         {"sqlite_autoincrement": True},
     )
 
@@ -129,6 +130,7 @@ class TranscriptRow(Base):
     __table_args__ = (
         Index(None, "conversation_id", "thread_id", "seq"),
         Index(None, "run_id", "seq"),
+        Index(None, "created_at"),
         {"sqlite_autoincrement": True},
     )
 
@@ -212,6 +214,7 @@ class RunRow(Base):
         Index(None, "created_at", "created_seq"),
         Index(None, "warm_session_id", "created_seq"),
         Index(None, "created_by", "created_seq"),
+        Index(None, "ended_at"),
         UniqueConstraint("event_id", "attempt"),
         {"sqlite_autoincrement": True},
     )
@@ -272,6 +275,7 @@ class AuditRow(Base):
     """Every per-run MCP call, numbered per run."""
 
     __tablename__ = "audit"
+    __table_args__ = (Index(None, "created_at"),)
 
     run_id: Mapped[str] = mapped_column(
         String(100), ForeignKey("runs.run_id", ondelete="CASCADE"), primary_key=True

@@ -19,8 +19,9 @@ Invariants:
   the scope is a filter on columns, never words of the searched text. SQLite ANDs the thread's token,
   matched only in the FTS5 `scope` column, with the query's words, and checks (conversation_id,
   thread_id) on each joined row; PostgreSQL ANDs those column equalities with the words' `@@`, served by
-  the GIN index on (conversation_id, thread_id, search_vector). So a search costs what the thread's
-  matching items cost, whatever the size of the table. Ranked by
+  the GIN index on (conversation_id, search_vector), the thread a filter on the conversation's matches
+  (migration 0020: with thread_id in the index, the entry of thread "" listed nearly the whole table).
+  So a search costs what the conversation's matching items cost, whatever the size of the table. Ranked by
   `bm25()` / `ts_rank_cd()`, then newest first; each hit carries a snippet around its first match and
   its item's cursor, so a runner can page around it. Only the first 100,000 characters of an item are
   indexed.
