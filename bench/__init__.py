@@ -7,10 +7,10 @@ Run with `uv run python -m bench [NAME...] [--quick]`. Each benchmark module exp
 Nothing here asserts on time: targets are reported as met or missed, never enforced (tests only prove
 the benchmarks run). Results and findings: `bench/README.md`.
 
-Module map: `run_overhead`, `throughput`, `mcp_call`, `scale`, `startup`, `tracing`, `warm` (the benchmarks of
-`python -m bench`); `knowledge_quality`, `knowledge_scale` (retrieval benchmarks, run on their own); `pg_scale` (a
-busy host's operations on a generated PostgreSQL database, run on its own) with `_generate` (its `COPY`
-generator);
+Module map: `run_overhead`, `throughput`, `mcp_call`, `scale`, `startup`, `bridge`, `tracing`, `warm` (the
+benchmarks of `python -m bench`); `knowledge_quality`, `knowledge_scale` (retrieval benchmarks, run on their
+own); `pg_scale` (a busy host's operations on a generated PostgreSQL database, run on its own) with
+`_generate` (its `COPY` generator);
 `_config` (sizes), `_databases` (a fresh SQLite file or PostgreSQL database per use), `_host` (the host
 under benchmark), `_stdio` (the baseline stdio driver), `_hold_plugin` (a runner that holds runs open),
 `_memory` (RSS per active run, in a child process), `_bulk` (fast bulk loading), `_report` (table and
@@ -33,6 +33,7 @@ BENCHMARKS: dict[str, str] = {
     "mcp-call": "bench.mcp_call",
     "scale": "bench.scale",
     "startup": "bench.startup",
+    "bridge": "bench.bridge",
     "tracing": "bench.tracing",
     "warm": "bench.warm",
 }

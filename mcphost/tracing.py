@@ -269,6 +269,19 @@ def event(current: Span | None, name: str, attributes: Mapping[str, str] | None 
         current.add_event(name, attributes=attributes)
 
 
+def current_ids() -> tuple[str, str] | None:
+    """The current span's `(trace_id, span_id)` in W3C hex (32 and 16 digits); None when off or outside
+    any span. Log records carry them (`cli._common`), so a log line can be found from its trace."""
+    if _tracer is None:
+        return None
+    from opentelemetry.trace import get_current_span
+
+    found = get_current_span().get_span_context()
+    if not found.is_valid:
+        return None
+    return format(found.trace_id, "032x"), format(found.span_id, "016x")
+
+
 # -- carriers --------------------------------------------------------------------------------------------
 
 

@@ -1,31 +1,24 @@
 """The `mcphost-bridge` command (also `python -m mcphost_bridge`): parse arguments, set up stderr logging, relay.
 
-Owns the command line, the process's logging configuration and the order of start-up, nothing else. Start-up
-is arranged for a fast first answer: this module imports only the standard library; the relay (and with it
-`mcp`, `httpx2`, `pydantic`, `anyio`) is imported in a thread while `_first` relays the client's opening
-message (`initialize`, or `server/discover` in the 2026 era) and writes the endpoint's answer; then the relay
-takes over, with the messages the client sent meanwhile still queued on stdin. stdout is the protocol channel:
-apart from `--help`, nothing here writes to it. Every diagnostic goes to stderr, prefixed `mcphost-bridge:`, with
-the token redacted should it ever appear in a message. Exit codes: 0 after stdin ends, 1 when the endpoint
-refuses, is missing or cannot be reached (one line on stderr says which), 2 for bad arguments, 128+N after
-signal N.
+Owns the command line and the process's logging configuration, nothing else. Everything the command imports
+is the standard library (`relay` and its helpers included), so a client's first message is answered as soon
+as the interpreter is up (tests/bridge/test_main.py pins the modules loaded). stdout is the protocol channel:
+apart from `--help`, nothing here writes to it. Every diagnostic goes to stderr, prefixed `mcphost-bridge:`,
+with the token redacted should it ever appear in a message. Exit codes: 0 after stdin ends, 1 when the
+endpoint refuses, is missing or cannot be reached (one line on stderr says which), 2 for bad arguments, 128+N
+after signal N.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import logging
 import os
 import re
-import signal
 import sys
-import threading
-from collections.abc import Generator, Sequence
-from contextlib import contextmanager
-from types import FrameType
+from collections.abc import Sequence
 
-from mcphost_bridge._first import DEFAULT_TOKEN_ENV, FirstExchange, first_exchange, http_headers
+from mcphost_bridge.relay import DEFAULT_TOKEN_ENV, BridgeConfig, BridgeError, run_bridge
 
 _PROG = "mcphost-bridge"
 # RFC 9110 field-name token.
@@ -105,80 +98,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"--token-env names {token_env!r}, but that environment variable is not set or empty")
 
     _configure_logging(verbose=args.verbose, secret=token)
-    loading = _Import("anyio", "mcphost_bridge.relay")
-    try:
-        with _signals_exit():
-            first = first_exchange(
-                url,
-                http_headers(headers, token),
-                timeout=timeout,
-                stdin_fd=sys.stdin.fileno(),
-                stdout=sys.stdout.buffer,
-            )
-            loading.wait()
-    except _SignalError as stopped:
-        return 128 + stopped.signum
-    return _relay(url, token, headers, timeout, token_env, first)
-
-
-def _relay(
-    url: str, token: str | None, headers: dict[str, str], timeout: float, token_env: str, first: FirstExchange
-) -> int:
-    import anyio
-
-    from mcphost_bridge.relay import BridgeConfig, BridgeError, run_bridge
-
     config = BridgeConfig(url=url, token=token, headers=headers, timeout=timeout, token_env=token_env)
     try:
-        return anyio.run(lambda: run_bridge(config, first=first), backend="asyncio")
+        return run_bridge(config)
     except BridgeError as exc:
         print(f"{_PROG}: {exc}", file=sys.stderr, flush=True)
         return 1
-
-
-class _Import(threading.Thread):
-    """Imports modules in the background; `wait` re-raises what the import raised."""
-
-    def __init__(self, *modules: str) -> None:
-        super().__init__(name="bridge-import", daemon=True)
-        self._modules = modules
-        self._error: BaseException | None = None
-        self.start()
-
-    def run(self) -> None:
-        try:
-            for module in self._modules:
-                importlib.import_module(module)
-        except BaseException as exc:  # re-raised in the main thread by `wait`
-            self._error = exc
-
-    def wait(self) -> None:
-        self.join()
-        if self._error is not None:
-            raise self._error
-
-
-class _SignalError(Exception):
-    """SIGINT or SIGTERM arrived during start-up."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(signum)
-        self.signum = signum
-
-
-def _raise_signal(signum: int, frame: FrameType | None) -> None:
-    raise _SignalError(signum)
-
-
-@contextmanager
-def _signals_exit() -> Generator[None]:
-    """Until the relay installs its own handling, SIGINT and SIGTERM end start-up with 128 + signal."""
-    saved = {sig: signal.signal(sig, _raise_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for sig, handler in saved.items():
-            signal.signal(sig, handler)
 
 
 class _StderrFormatter(logging.Formatter):

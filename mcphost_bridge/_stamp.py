@@ -3,8 +3,8 @@
 Owns the bridge's knowledge of the protocol era: which version to announce on each POST and which routing
 headers a 2026-07-28 request carries. It learns everything from the relayed traffic — the `initialize` result,
 the `_meta` envelope on each message, `tools/list` results — and never invents a version. It does not own the
-`Mcp-Session-Id` (the SDK transport captures it from the initialize response and sends it) nor the version on
-responses the client POSTs back (the SDK transport reuses the last stamped version for those).
+`Mcp-Session-Id` nor the version on messages that carry no header of their own (the relay's transport state
+keeps both).
 
 Mirrors `mcp.client.session` (`_preconnect_stamp`, `_make_handshake_stamp`, `_make_modern_stamp`):
 
@@ -15,27 +15,59 @@ Mirrors `mcp.client.session` (`_preconnect_stamp`, `_make_handshake_stamp`, `_ma
   `tools/call` the `Mcp-Param-*` headers its tool's listed input schema declares with `x-mcp-header`.
 - Any other request or notification carries the last learned version: the one the `initialize` result
   negotiated, or the one the previous enveloped message named.
+
+Imports only the standard library: the constants and the `x-mcp-header` rules of `mcp.shared.inbound` and
+`mcp_types.version` are repeated here (importing the SDK costs most of a second), and tests/bridge/test_stamp.py
+pins every one of them to the SDK's own, value for value and function against function.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import base64
+import re
+from collections.abc import Iterator, Mapping
 from typing import Any, cast
 
-from mcp.shared.inbound import (
-    MCP_METHOD_HEADER,
-    MCP_NAME_HEADER,
-    MCP_PROTOCOL_VERSION_HEADER,
-    NAME_BEARING_METHODS,
-    encode_header_value,
-    find_invalid_x_mcp_header,
-    mcp_param_headers,
-    x_mcp_header_map,
-)
-from mcp_types import PROTOCOL_VERSION_META_KEY, JSONRPCMessage, JSONRPCNotification, JSONRPCRequest
-from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
+__all__ = [
+    "HANDSHAKE_VERSIONS",
+    "METHOD_HEADER",
+    "MODERN_VERSIONS",
+    "NAME_HEADER",
+    "VERSION_HEADER",
+    "VERSION_META_KEY",
+    "HeaderStamp",
+]
 
-__all__ = ["HeaderStamp"]
+VERSION_HEADER = "mcp-protocol-version"
+METHOD_HEADER = "mcp-method"
+NAME_HEADER = "mcp-name"
+VERSION_META_KEY = "io.modelcontextprotocol/protocolVersion"
+HANDSHAKE_VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
+MODERN_VERSIONS = ("2026-07-28",)
+NAME_BEARING_METHODS = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
+PARAM_HEADER_PREFIX = "Mcp-Param-"
+_X_MCP_HEADER = "x-mcp-header"
+_B64_SENTINEL = re.compile(r"^=\?base64\?(?P<payload>.*)\?=$")
+_HEADER_SAFE = re.compile(r"^[\x20-\x7E]*$")
+_RFC9110_TOKEN = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
+_PRIMITIVE_TYPES = frozenset({"string", "integer", "boolean"})
+_SUBSCHEMA_SINGLE = frozenset(
+    {
+        "items",
+        "contains",
+        "unevaluatedItems",
+        "additionalProperties",
+        "propertyNames",
+        "unevaluatedProperties",
+        "not",
+        "if",
+        "then",
+        "else",
+        "contentSchema",
+    }
+)
+_SUBSCHEMA_LIST = frozenset({"allOf", "anyOf", "oneOf", "prefixItems"})
+_SUBSCHEMA_MAP = frozenset({"patternProperties", "dependentSchemas", "$defs", "definitions"})
 
 
 class HeaderStamp:
@@ -51,31 +83,28 @@ class HeaderStamp:
         """The version stamped on messages that do not name one themselves (None before it is learned)."""
         return self._version
 
-    def headers_for(self, message: JSONRPCMessage) -> dict[str, str] | None:
-        """The MCP headers to send with `message`, or None when it needs none of its own."""
-        if not isinstance(message, JSONRPCRequest | JSONRPCNotification):
-            return None
-        if message.method == "initialize":
+    def headers_for(self, message: Mapping[str, Any]) -> dict[str, str] | None:
+        """The MCP headers to send with `message` (a JSON-RPC envelope), or None when it needs none of its own."""
+        method = message.get("method")
+        if not isinstance(method, str):
+            return None  # a response or an error
+        if method == "initialize":
             self._version = None
             return None
-        params: Mapping[str, Any] = message.params or {}
+        params = cast("Mapping[str, Any]", message.get("params") or {})
         version = _envelope_version(params)
         if version is None:
-            return {MCP_PROTOCOL_VERSION_HEADER: self._version} if self._version is not None else None
+            return {VERSION_HEADER: self._version} if self._version is not None else None
         self._version = version
-        headers = {MCP_PROTOCOL_VERSION_HEADER: version}
-        if version in HANDSHAKE_PROTOCOL_VERSIONS:
+        headers = {VERSION_HEADER: version}
+        if version in HANDSHAKE_VERSIONS:
             return headers
-        headers[MCP_METHOD_HEADER] = message.method
-        name_key = NAME_BEARING_METHODS.get(message.method)
+        headers[METHOD_HEADER] = method
+        name_key = NAME_BEARING_METHODS.get(method)
         name = params.get(name_key) if name_key is not None else None
         if isinstance(name, str):
-            headers[MCP_NAME_HEADER] = encode_header_value(name)
-        if (
-            message.method == "tools/call"
-            and isinstance(name, str)
-            and (header_map := self._param_maps.get(name))
-        ):
+            headers[NAME_HEADER] = encode_header_value(name)
+        if method == "tools/call" and isinstance(name, str) and (header_map := self._param_maps.get(name)):
             arguments = params.get("arguments")
             if isinstance(arguments, Mapping):
                 headers.update(mcp_param_headers(header_map, cast("Mapping[str, Any]", arguments)))
@@ -112,5 +141,95 @@ def _envelope_version(params: Mapping[str, Any]) -> str | None:
     meta = params.get("_meta")
     if not isinstance(meta, Mapping):
         return None
-    version = cast("Mapping[str, Any]", meta).get(PROTOCOL_VERSION_META_KEY)
+    version = cast("Mapping[str, Any]", meta).get(VERSION_META_KEY)
     return version if isinstance(version, str) else None
+
+
+def encode_header_value(value: str) -> str:
+    """`value`, or its `=?base64?...?=` form when it would not survive an HTTP field round-trip."""
+    if _HEADER_SAFE.fullmatch(value) and value == value.strip() and not _B64_SENTINEL.fullmatch(value):
+        return value
+    return f"=?base64?{base64.b64encode(value.encode('utf-8')).decode('ascii')}?="
+
+
+def find_invalid_x_mcp_header(input_schema: Any) -> str | None:
+    """Why an `x-mcp-header` annotation in `input_schema` is invalid, or None when all are valid."""
+    seen: set[str] = set()
+    for path, schema in _walk_schema_positions(input_schema):
+        if _X_MCP_HEADER not in schema:
+            continue
+        if not path:
+            return "an x-mcp-header is not reachable through `properties` alone"
+        header = schema[_X_MCP_HEADER]
+        if not isinstance(header, str) or not _RFC9110_TOKEN.fullmatch(header):
+            return "an x-mcp-header is not an RFC 9110 token"
+        prop_type = schema.get("type")
+        if not isinstance(prop_type, str) or prop_type not in _PRIMITIVE_TYPES:
+            return "an x-mcp-header is on a property that is not an integer, string or boolean"
+        if header.lower() in seen:
+            return "an x-mcp-header is given twice"
+        seen.add(header.lower())
+    return None
+
+
+def x_mcp_header_map(input_schema: Any) -> dict[tuple[str, ...], str]:
+    """Each annotated property's path → its `x-mcp-header` token (for a schema that passed the check)."""
+    return {
+        path: token
+        for path, schema in _walk_schema_positions(input_schema)
+        if path and isinstance(token := schema.get(_X_MCP_HEADER), str)
+    }
+
+
+def mcp_param_headers(
+    header_map: Mapping[tuple[str, ...], str], arguments: Mapping[str, Any]
+) -> dict[str, str]:
+    """The `Mcp-Param-*` headers a `tools/call` mirrors from its arguments."""
+    headers: dict[str, str] = {}
+    for path, token in header_map.items():
+        value = _value_at_path(arguments, path)
+        if value is None or (rendered := _render_scalar(value)) is None:
+            continue
+        headers[f"{PARAM_HEADER_PREFIX}{token}"] = encode_header_value(rendered)
+    return headers
+
+
+def _walk_schema_positions(root: Any) -> Iterator[tuple[tuple[str, ...] | None, dict[str, Any]]]:
+    """(`properties` path or None once another applicator was crossed, schema) for each schema position."""
+    stack: list[tuple[tuple[str, ...] | None, Any]] = [((), root)]
+    while stack:
+        path, node = stack.pop()
+        if not isinstance(node, dict):
+            continue
+        schema = cast("dict[str, Any]", node)
+        yield path, schema
+        for keyword, value in schema.items():
+            if keyword == "properties" and isinstance(value, dict):
+                for name, sub in cast("dict[str, Any]", value).items():
+                    stack.append(((*path, name) if path is not None else None, sub))
+            elif keyword in _SUBSCHEMA_SINGLE:
+                stack.append((None, value))
+            elif keyword in _SUBSCHEMA_LIST and isinstance(value, list):
+                stack.extend((None, sub) for sub in cast("list[Any]", value))
+            elif keyword in _SUBSCHEMA_MAP and isinstance(value, dict):
+                stack.extend((None, sub) for sub in cast("dict[str, Any]", value).values())
+
+
+def _render_scalar(value: Any) -> str | None:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if not isinstance(value, str | int | float):
+        return None
+    try:
+        return str(value)
+    except ValueError:  # an int past the int-to-str digit limit
+        return None
+
+
+def _value_at_path(arguments: Mapping[str, Any], path: tuple[str, ...]) -> Any:
+    node: Any = arguments
+    for key in path:
+        if not isinstance(node, Mapping):
+            return None
+        node = cast("Mapping[str, Any]", node).get(key)
+    return node

@@ -1,118 +1,103 @@
-"""The stdio ⇄ Streamable HTTP relay behind `mcphost-bridge`.
+"""The stdio ⇄ Streamable HTTP relay behind `mcphost-bridge`, in the standard library.
 
 Owns one MCP stdio peer (newline-delimited JSON-RPC on stdin/stdout) and its conversation with one Streamable
-HTTP endpoint, in either protocol era, until stdin ends, a signal arrives or the endpoint fails for good. It does
-not own argument parsing or logging setup (`__main__`), nor any MCP semantics beyond the headers.
+HTTP endpoint, in either protocol era, until stdin ends, a signal arrives or the endpoint fails for good. Not
+argument parsing or logging (`__main__`), HTTP plumbing (`_http`), stdin framing (`_lines`), per-message
+headers (`_stamp`) nor judging refusals (`_config`).
 
-The HTTP side is the SDK's own client transport, `mcp.client.streamable_http.streamable_http_client`: one POST
-per message, JSON or SSE responses (priming events, `Last-Event-ID` resumption), the `Mcp-Session-Id` taken from
-the initialize response, the GET stream it opens once `notifications/initialized` has gone out (handshake era
-only: a 2026-07-28 exchange has no session), 2026-era cancellation by aborting the request's POST instead of
-posting `notifications/cancelled`, and the DELETE on the way out. This module feeds it the client's messages
-stamped with the per-message headers (`_stamp.HeaderStamp`), writes whatever it yields to stdout, and watches
-every HTTP exchange (`_WatchedClient`) for the failures that end the bridge.
+It does what the SDK's client transport (`mcp.client.streamable_http`) does, with a thread per request in
+flight instead of an event loop, so that nothing but the standard library is imported: one POST per message,
+JSON or SSE answers (priming events, `Last-Event-ID` resumption over GET), the `Mcp-Session-Id` from the
+initialize answer, the GET stream once `notifications/initialized` goes out (handshake era only), 2026-era
+cancellation by aborting the request's POST instead of posting `notifications/cancelled`, and the DELETE
+on the way out.
 
 Invariants:
-- stdout carries JSON-RPC messages only, one per line; diagnostics go to stderr through `logging`. The token
-  lives only in the HTTP client's default headers and is never logged.
-- Ids and payloads pass through unchanged. Messages are parsed into the SDK's envelope models and serialized
-  back, so members outside the JSON-RPC envelope are dropped and the JSON spelling may change, not the values.
-- The first fatal failure — 401/403, a 404 that is not a JSON-RPC error for a request, an endpoint that cannot
-  be reached within `timeout` — cancels everything; each request still awaiting an answer gets a JSON-RPC error
-  carrying the reason, and `run_bridge` raises `BridgeError` with a one-line message.
-- After an `initialize` request nothing more is sent until its answer is in (the session id comes with it),
-  so a client may pipeline `initialize`, `notifications/initialized` and `tools/list` without waiting.
-- A first message already answered by `_first` (before this module was imported) is not sent again: it
-  goes through the SDK transport like any other, and `_WatchedClient` answers its POST with the response
-  the endpoint gave then, so the transport takes the session id and the stamp the version from it as from
-  a live one; that answer is not written to stdout a second time.
-- Every wait on the way out is bounded by `timeout`: draining unanswered requests after stdin ends, the DELETE.
-  A signal skips the draining. Connecting is bounded by `timeout` too; reading is not (the client decides how
-  long an answer may take and cancels, which the SDK transport turns into a `notifications/cancelled` POST in
-  the handshake era and into aborting the request's POST in the 2026 era).
+- stdout carries JSON-RPC messages only, one per line (envelope members only, compact JSON: the spelling
+  may change, not the values); diagnostics go to stderr through `logging`; the token is never logged.
+- The first fatal failure (401/403, a 404 that is not a JSON-RPC error for a request, an endpoint that
+  cannot be reached within `timeout`, a connection lost mid-exchange) stops everything; each request still
+  owed an answer gets a JSON-RPC error with the reason, and `run_bridge` raises `BridgeError`.
+- After an `initialize` request nothing more is sent until its answer is in (the session id comes with
+  it), so a client may pipeline `initialize`, `notifications/initialized` and `tools/list`.
+- Every wait on the way out is bounded by `timeout` (draining after stdin ends, the DELETE); a signal skips
+  the draining. Connecting is bounded too; reading is not (the client decides how long an answer may take).
+- State shared between threads changes only under `_lock`; stdout is written under `_out`, a line at a time.
 """
 
 from __future__ import annotations
 
+import http.client
 import json
 import logging
+import os
 import signal
 import sys
-from collections.abc import Callable, Mapping
+import threading
+import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, BinaryIO, TypeGuard, cast
+from typing import Any, BinaryIO, cast
 
-import anyio
-import httpx2
-from mcp.client._transport import ReadStream, WriteStream
-from mcp.client.streamable_http import streamable_http_client
-from mcp.shared.message import ClientMessageMetadata, SessionMessage
-from mcp_types import (
+from mcphost_bridge._config import (
     CONNECTION_CLOSED,
-    ErrorData,
-    JSONRPCError,
-    JSONRPCMessage,
-    JSONRPCNotification,
-    JSONRPCRequest,
-    JSONRPCResponse,
-    RequestId,
-    jsonrpc_message_adapter,
+    DEFAULT_TOKEN_ENV,
+    WATCHED,
+    BridgeConfig,
+    BridgeError,
+    Failure,
+    StoppedError,
+    http_headers,
+    judge,
+    raise_stopped,
+    status_error,
 )
-from pydantic import ValidationError
+from mcphost_bridge._http import (
+    ConnectError,
+    EventStreamError,
+    Exchange,
+    Http,
+    display_url,
+    read_events,
+)
+from mcphost_bridge._lines import (
+    INVALID_REQUEST,
+    PARSE_ERROR,
+    LineReader,
+    Message,
+    Rejection,
+    envelope,
+    error_reply,
+    parse_line,
+    valid_id,
+)
+from mcphost_bridge._stamp import MODERN_VERSIONS, VERSION_HEADER, HeaderStamp
 
-from mcphost_bridge._first import DEFAULT_TOKEN_ENV, FirstExchange, http_headers
-from mcphost_bridge._lines import LineReader, Rejection, parse_line
-from mcphost_bridge._stamp import HeaderStamp
-
-__all__ = ["DEFAULT_TOKEN_ENV", "BridgeConfig", "BridgeError", "run_bridge"]
+__all__ = ["DEFAULT_TOKEN_ENV", "BridgeConfig", "BridgeError", "http_headers", "run_bridge"]
 
 logger = logging.getLogger(__name__)
 
-
-_REFUSED = frozenset({401, 403})
-_WATCHED = frozenset({401, 403, 404})
-
-
-@dataclass(frozen=True)
-class BridgeConfig:
-    """What one bridge connects to and how."""
-
-    url: str
-    """The Streamable HTTP MCP endpoint, e.g. `http://127.0.0.1:8765/runs/run_01.../mcp`."""
-    token: str | None = field(default=None, repr=False)
-    """Sent as `Authorization: Bearer <token>` on every HTTP request; never logged."""
-    headers: Mapping[str, str] = field(default_factory=dict[str, str])
-    """Extra headers sent on every HTTP request."""
-    timeout: float = 10.0
-    """Seconds allowed to connect, and for each step of shutting down."""
-    token_env: str = DEFAULT_TOKEN_ENV
-    """Where the token came from, named in the hint when the server refuses a request sent without one."""
+SESSION_HEADER = "mcp-session-id"
+LAST_EVENT_ID_HEADER = "last-event-id"
+RECONNECT_DELAY = 1.0
+"""Seconds before reopening a stream when the server named no `retry:` (the SDK's default)."""
+MAX_RECONNECTS = 2
+"""Failed attempts in a row after which a stream is given up (the SDK's)."""
+MAX_BODY_BYTES = 32 * 1024 * 1024
+RequestId = int | str
+_Key = tuple[type, RequestId]
 
 
-class BridgeError(Exception):
-    """The bridge cannot go on; the message is one line fit for stderr."""
-
-
-@dataclass(frozen=True)
-class _Failure:
-    description: str
-    """The one-line stderr message."""
-    reply_code: int = CONNECTION_CLOSED
-    reply_message: str = ""
-    """The error sent to requests still awaiting an answer (the server's own words when it gave any)."""
-
-
-async def run_bridge(
+def run_bridge(
     config: BridgeConfig,
     *,
     stdin_fd: int | None = None,
     stdout: BinaryIO | None = None,
     handle_signals: bool = True,
-    first: FirstExchange | None = None,
 ) -> int:
     """Relay until stdin ends (returns 0) or SIGINT/SIGTERM (returns 128 + signal).
 
-    `first` is what `_first.first_exchange` left: stdin bytes it read, and the first message it answered.
+    Signals are handled only when `handle_signals` is set and this is the main thread.
 
     Raises:
         BridgeError: The endpoint refused the token, was not found, could not be reached, or went away.
@@ -121,102 +106,76 @@ async def run_bridge(
         config,
         stdin_fd=sys.stdin.fileno() if stdin_fd is None else stdin_fd,
         stdout=sys.stdout.buffer if stdout is None else stdout,
-        handle_signals=handle_signals,
-        first=first or FirstExchange(b""),
     )
-    return await relay.run()
+    handle_signals = handle_signals and threading.current_thread() is threading.main_thread()
+    return relay.run(handle_signals=handle_signals)
+
+
+@dataclass(eq=False)
+class _Pending:
+    """A request sent and not yet answered."""
+
+    method: str
+    modern: bool
+    """Whether it went out under a 2026 version (its cancellation then aborts its POST)."""
+    exchanges: list[Exchange] = field(default_factory=list[Exchange])
 
 
 class _Relay:
-    """One bridge run: the two pumps (stdin → SDK transport, SDK transport → stdout), pending requests, exit."""
+    """One bridge run: stdin → POSTs on the main thread, answers → stdout from the exchanges' threads."""
 
-    def __init__(
-        self,
-        config: BridgeConfig,
-        *,
-        stdin_fd: int,
-        stdout: BinaryIO,
-        handle_signals: bool,
-        first: FirstExchange,
-    ) -> None:
+    def __init__(self, config: BridgeConfig, *, stdin_fd: int, stdout: BinaryIO) -> None:
         self._config = config
-        self._first = first
-        # The id of the first message when `_first` wrote its answer already: not written again.
-        self._echoed: tuple[type, RequestId] | None = None
-        self._endpoint = _display_url(config.url)
+        self._endpoint = display_url(config.url)
+        self._http = Http(config.url, http_headers(config.headers, config.token), config.timeout)
         self._stdin_fd = stdin_fd
         self._stdout: BinaryIO | None = stdout
-        self._handle_signals = handle_signals
+        self._lock = threading.Condition()
+        self._out = threading.Lock()
         self._stamp = HeaderStamp()
-        # Requests sent and not yet answered: (id type, id) → method. Typed keys keep "1" and 1 apart.
-        self._pending: dict[tuple[type, RequestId], str] = {}
-        self._answered = anyio.Event()
-        self._failure: _Failure | None = None
-        self._scope = anyio.CancelScope()  # everything; cancelled by the first fatal failure
-        self._stop_scope = anyio.CancelScope()  # reading stdin and draining; cancelled by a signal
-        self._exit_code = 0
+        # Requests sent and not yet answered: (id type, id) → entry. Typed keys keep "1" and 1 apart.
+        self._pending: dict[_Key, _Pending] = {}
+        self._session_id: str | None = None
+        # The version sent on messages without one of their own (answers, GET, DELETE), as the SDK's
+        # transport keeps it: cleared by `initialize`, set by each message stamped with a version.
+        self._version: str | None = None
+        self._failure: Failure | None = None
+        self._leaving = False  # stdin ended, a signal came, stdout closed or a failure: nothing new starts
+        self._streams: list[Exchange] = []  # the GET streams, aborted on the way out
+        self._wake_read, self._wake_write = os.pipe()
+        self._wake_open = True
 
-    async def run(self) -> int:
-        config = self._config
-        headers = http_headers(config.headers, config.token)
-        # No read timeout: the GET stream idles for as long as the session lives, and a slow answer is the
-        # client's to give up on (it cancels; see the module docstring). A read timeout inside the SDK
-        # transport would end the whole transport, not just the one request.
-        timeout = httpx2.Timeout(config.timeout, read=None)
-        http = _WatchedClient(
-            config, self._endpoint, self._fail, self._first, headers=headers, timeout=timeout
+    def run(self, *, handle_signals: bool) -> int:
+        saved = (
+            {sig: signal.signal(sig, raise_stopped) for sig in (signal.SIGINT, signal.SIGTERM)}
+            if handle_signals
+            else {}
         )
+        exit_code = 0
         try:
-            async with http:
-                with self._scope:
-                    async with streamable_http_client(config.url, http_client=http) as (read, write):
-                        await self._relay(read, write)
-                        # Leaving the block sends the DELETE (when there is a session): bound it.
-                        self._scope.deadline = anyio.current_time() + config.timeout
-                if self._scope.cancelled_caught and self._failure is None:
-                    logger.warning("the session was not closed within %gs", config.timeout)
-        except* (httpx2.HTTPError, anyio.BrokenResourceError, anyio.ClosedResourceError) as group:
-            if self._failure is None:
-                self._failure = _Failure(f"lost the connection to {self._endpoint}: {_first_reason(group)}")
+            try:
+                self._pump_stdin()
+                self._drain()
+            except StoppedError as stopped:
+                logger.info("received signal %d; closing the session", stopped.signum)
+                exit_code = 128 + stopped.signum
+            self._leave()
+        finally:
+            for sig, handler in saved.items():
+                signal.signal(sig, handler)
+            with self._lock:  # a thread still running must not write to a descriptor number reused since
+                self._wake_open = False
+                os.close(self._wake_read)
+                os.close(self._wake_write)
         if self._failure is not None:
-            self._answer_pending(self._failure)
             raise BridgeError(self._failure.description)
-        return self._exit_code
+        return exit_code
 
-    def _fail(self, failure: _Failure) -> None:
-        if self._failure is None:
-            self._failure = failure
-        self._scope.cancel()
+    # stdin → endpoint
 
-    async def _relay(
-        self, read: ReadStream[SessionMessage | Exception], write: WriteStream[SessionMessage]
-    ) -> None:
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(self._server_to_stdout, read)
-            if self._handle_signals:
-                tg.start_soon(self._stop_on_signal)
-            with self._stop_scope:
-                await self._stdin_to_server(write)
-                await self._drain()
-            tg.cancel_scope.cancel()
-
-    async def _drain(self) -> None:
-        """After stdin ends, relay the answers still owed for up to `timeout` seconds."""
-        with anyio.move_on_after(self._config.timeout):
-            while self._pending:
-                self._answered = anyio.Event()
-                await self._answered.wait()
-        if self._pending:
-            logger.warning("stdin ended with %d request(s) still unanswered; giving up", len(self._pending))
-
-    async def _stdin_to_server(self, write: WriteStream[SessionMessage]) -> None:
-        lines = LineReader(self._stdin_fd, unread=self._first.unread)
-        if self._first.request is not None:
-            opening = jsonrpc_message_adapter.validate_python(self._first.request, by_name=False)
-            if isinstance(opening, JSONRPCRequest):
-                self._echoed = _key(opening.id)
-            await self._forward(opening, write)
-        while (line := await lines.readline()) is not None:
+    def _pump_stdin(self) -> None:
+        lines = LineReader(self._stdin_fd, wake_fd=self._wake_read)
+        while (line := lines.readline()) is not None:
             if not line.strip():
                 continue
             parsed = parse_line(line)
@@ -227,194 +186,415 @@ class _Relay:
                     logger.warning(
                         "answered a stdin line that is %s with error %d",
                         parsed.reason,
-                        parsed.reply.error.code,
+                        parsed.reply["error"]["code"],
                     )
-                    self._emit(parsed.reply)
+                    self._write(parsed.reply)
                 continue
-            await self._forward(parsed, write)
-
-    async def _forward(self, message: JSONRPCMessage, write: WriteStream[SessionMessage]) -> None:
-        headers = self._stamp.headers_for(message)
-        if isinstance(message, JSONRPCRequest):
-            self._pending[_key(message.id)] = message.method
-        elif isinstance(message, JSONRPCNotification) and message.method == "notifications/cancelled":
-            # A cancelled request may never be answered: stop waiting for it.
-            request_id = (message.params or {}).get("requestId")
-            if isinstance(request_id, str | int):
-                self._settle(request_id)
-        metadata = ClientMessageMetadata(headers=headers) if headers else None
-        await write.send(SessionMessage(message, metadata=metadata))
-        if isinstance(message, JSONRPCRequest) and message.method == "initialize":
-            # The SDK transport posts each request from a task of its own and takes the session id from
-            # the initialize response: a message a pipelining client sent right behind `initialize` would
-            # go out first, without the id ("Missing session ID"). Hold the rest until the answer is in.
-            await self._settled(message.id)
-
-    async def _settled(self, request_id: RequestId) -> None:
-        while _key(request_id) in self._pending:
-            self._answered = anyio.Event()
-            await self._answered.wait()
-
-    async def _server_to_stdout(self, read: ReadStream[SessionMessage | Exception]) -> None:
-        async for item in read:
-            if isinstance(item, Exception):
-                logger.warning("transport error from %s: %s", self._endpoint, item)
-                continue
-            message = item.message
-            if isinstance(message, JSONRPCResponse | JSONRPCError) and message.id is not None:
-                method = self._settle(message.id)
-                if method is not None and isinstance(message, JSONRPCResponse):
-                    self._stamp.observe_result(method, message.result)
-                if self._echoed is not None and _key(message.id) == self._echoed:
-                    self._echoed = None
-                    continue  # `_first` wrote this answer already
-            self._emit(message)
-        self._fail(_Failure(f"the connection to {self._endpoint} closed"))
-
-    def _settle(self, request_id: RequestId) -> str | None:
-        method = self._pending.pop(_key(request_id), None)
-        self._answered.set()
-        return method
-
-    async def _stop_on_signal(self) -> None:
-        with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-            async for signum in signals:
-                logger.info("received signal %d; closing the session", signum)
-                self._exit_code = 128 + signum
-                self._stop_scope.cancel()
+            self._forward(parsed)
+            if self._stopping():
                 return
 
-    def _emit(self, message: JSONRPCMessage) -> None:
-        if self._stdout is None:
+    def _forward(self, message: Message) -> None:
+        method = message.get("method")
+        request_id = message.get("id") if isinstance(method, str) else None
+        entry: _Pending | None = None
+        with self._lock:
+            stamped = self._stamp.headers_for(message)
+            if method == "notifications/cancelled" and not self._cancel(message):
+                return
+            if method == "initialize":
+                self._version = None
+            elif stamped is not None and VERSION_HEADER in stamped:
+                self._version = stamped[VERSION_HEADER]
+            if request_id is not None:
+                assert isinstance(method, str)
+                entry = _Pending(method, modern=self._version in MODERN_VERSIONS)
+                superseded = self._pending.get(_key(request_id))
+                if superseded is not None:  # a reused id: the old POST must not answer for the new one
+                    _abort(superseded)
+                self._pending[_key(request_id)] = entry
+            headers = {**self._transport_headers(), **(stamped or {})}
+            opens_stream = method == "notifications/initialized" and self._session_id is not None
+        if opens_stream:
+            threading.Thread(target=self._listen, name="bridge-get", daemon=True).start()
+        if entry is None:
+            self._post(message, headers, None)
             return
-        line = message.model_dump_json(by_alias=True, exclude_unset=True).encode() + b"\n"
+        threading.Thread(target=self._post, args=(message, headers, entry), daemon=True).start()
+        if method == "initialize":
+            # The session id comes with the answer: whatever the client pipelined behind it waits for it.
+            self._wait(lambda: _key(cast("RequestId", request_id)) not in self._pending)
+
+    def _cancel(self, message: Message) -> bool:
+        """Settle the request a `notifications/cancelled` names; whether the notification is still POSTed.
+
+        As the SDK transport: at 2026 closing the request's response stream is the cancellation, so its
+        POST is aborted and the notification not sent; in the handshake era the notification is the signal.
+        """
+        params = cast("Mapping[str, Any]", message.get("params") or {})
+        request_id = valid_id(params.get("requestId"))
+        entry = self._pending.pop(_key(request_id), None) if request_id is not None else None
+        self._lock.notify_all()
+        if entry is not None:
+            if not entry.modern:
+                return True
+            logger.debug("aborting the POST of cancelled request %r", request_id)
+            _abort(entry)
+            return False
+        return self._version not in MODERN_VERSIONS
+
+    def _transport_headers(self) -> dict[str, str]:
+        headers = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
+        if self._session_id:
+            headers[SESSION_HEADER] = self._session_id
+        if self._version:
+            headers[VERSION_HEADER] = self._version
+        return headers
+
+    def _post(self, message: Message, headers: dict[str, str], entry: _Pending | None) -> None:
+        """One message's POST and, for a request, relaying its answer (on the request's own thread)."""
+        method = message.get("method")
+        body = json.dumps(message, separators=(",", ":"), ensure_ascii=False).encode()
+        logger.debug("POST %s (%s)", method or "answer", self._endpoint)
+        exchanges = entry.exchanges if entry is not None else []
         try:
-            self._stdout.write(line)
-            self._stdout.flush()
-        except (OSError, ValueError):  # ValueError: the stream was closed
-            logger.info("stdout is closed; shutting down")
-            self._stdout = None
-            self._stop_scope.cancel()
+            exchange = self._http.open("POST", headers, body, on_connect=exchanges)
+        except ConnectError as exc:
+            self._fail(Failure(f"cannot reach {self._endpoint}: {exc}"))
+            return
+        except (OSError, http.client.HTTPException) as exc:
+            if not (exchanges and exchanges[-1].aborted):
+                self._fail(Failure(f"lost the connection to {self._endpoint}: {_reason(exc)}"))
+            return
+        try:
+            self._answer(message, exchange, entry, has_session=SESSION_HEADER in headers)
+        except (OSError, http.client.HTTPException) as exc:
+            if not exchange.aborted:
+                self._fail(Failure(f"lost the connection to {self._endpoint}: {_reason(exc)}"))
+        finally:
+            exchange.close()
 
-    def _answer_pending(self, failure: _Failure) -> None:
-        pending, self._pending = self._pending, {}
-        for _, request_id in pending:
-            error = ErrorData(code=failure.reply_code, message=failure.reply_message or failure.description)
-            self._emit(JSONRPCError(jsonrpc="2.0", id=request_id, error=error))
-
-
-class _WatchedClient(httpx2.AsyncClient):
-    """The SDK transport's HTTP client: every exchange passes through `send`, which reports the fatal ones.
-
-    A refusal (401/403), or a 404 whose body is not a JSON-RPC error for a request id (a 2026 server answers an
-    unknown method with 404 and such a body), ends the bridge, and so does failing to connect. The DELETE sent on
-    the way out is exempt: by then the bridge is leaving anyway. Watching `send` rather than the transport keeps
-    httpx2's proxy mounts in play; the SDK's `stream_within_origin` sends everything through it.
-    """
-
-    def __init__(
-        self,
-        config: BridgeConfig,
-        endpoint: str,
-        on_failure: Callable[[_Failure], None],
-        first: FirstExchange,
-        **kwargs: Any,
+    def _answer(
+        self, message: Message, exchange: Exchange, entry: _Pending | None, *, has_session: bool
     ) -> None:
-        super().__init__(**kwargs)
-        self._config = config
-        self._endpoint = endpoint
-        self._on_failure = on_failure
-        self._replay = first if first.request is not None else None
-
-    async def send(self, request: httpx2.Request, **kwargs: Any) -> httpx2.Response:
-        if self._replay is not None and self._replays(request, self._replay):
-            first, self._replay = self._replay, None
-            headers = {"content-type": "application/json"}
-            if first.session_id:
-                headers["mcp-session-id"] = first.session_id
-            return httpx2.Response(200, headers=headers, content=first.answer, request=request)
-        try:
-            response = await super().send(request, **kwargs)
-        except (httpx2.ConnectError, httpx2.ConnectTimeout) as exc:
-            if request.method != "DELETE":
-                timed_out = isinstance(exc, httpx2.ConnectTimeout)
-                reason = f"no connection within {self._config.timeout:g}s" if timed_out else str(exc)
-                self._on_failure(_Failure(f"cannot reach {self._endpoint}: {reason or type(exc).__name__}"))
-            raise
-        if request.method != "DELETE" and response.status_code in _WATCHED:
-            body = await response.aread()
-            failure = self._judge(response.status_code, body, has_session="mcp-session-id" in request.headers)
+        request_id = cast("RequestId", message["id"]) if entry is not None else None
+        status = exchange.status
+        if status in WATCHED:
+            body = exchange.read(MAX_BODY_BYTES)
+            failure = judge(self._config, self._endpoint, status, body, has_session=has_session)
             if failure is not None:
-                self._on_failure(failure)
-        return response
-
-    @staticmethod
-    def _replays(request: httpx2.Request, first: FirstExchange) -> bool:
-        """Whether `request` is the POST of the first message, answered already by `_first`."""
-        if request.method != "POST" or first.request is None:
-            return False
-        try:
-            sent: Any = json.loads(request.content)
-        except ValueError:
-            return False
-        if not isinstance(sent, dict):
-            return False
-        body = cast("dict[str, Any]", sent)
-        request_id = first.request.get("id")
-        same_id = type(body.get("id")) is type(request_id) and body.get("id") == request_id
-        return same_id and body.get("method") == first.request.get("method")
-
-    def _judge(self, status: int, body: bytes, *, has_session: bool) -> _Failure | None:
-        error = _jsonrpc_error(body)
-        if status == 404 and error is not None and error.id is not None:
-            return None
-        said = error.error.message if error is not None else ""
-        code = error.error.code if error is not None else CONNECTION_CLOSED
-        if status in _REFUSED:
-            hint = "" if self._config.token else f" (no token was sent: set {self._config.token_env})"
-            reason = said or "no reason given"
-            return _Failure(
-                f"{self._endpoint} refused the request (HTTP {status}): {reason}{hint}", code, said
+                self._fail(failure)
+                return
+            self._error_status(request_id, status, body, has_session=has_session)
+            return
+        if exchange.redirect is not None:
+            note = f"Redirect to {exchange.redirect} not followed; use that URL as the endpoint if it is the intended server"
+            logger.warning("%s", note)
+            self._abandon(entry, request_id, note, code=INVALID_REQUEST)
+            return
+        if status >= 400:
+            self._error_status(request_id, status, exchange.read(MAX_BODY_BYTES), has_session=has_session)
+            return
+        if status == 202 or entry is None or request_id is None:
+            self._abandon(
+                entry, request_id, "server answered a request with 202 Accepted", code=INVALID_REQUEST
             )
-        detail = f": {said}" if said else ""
-        if has_session:
-            description = f"{self._endpoint} no longer knows this session (HTTP 404{detail}); restart the client for a new one"
+            return
+        if message.get("method") == "initialize" and (session_id := exchange.header(SESSION_HEADER)):
+            with self._lock:
+                self._session_id = session_id
+        kind = exchange.content_type
+        if kind == "application/json":
+            body = exchange.read(MAX_BODY_BYTES)
+            if not self._deliver_json(body):
+                self._abandon(entry, request_id, "Failed to parse JSON response", code=PARSE_ERROR)
+        elif kind == "text/event-stream":
+            self._relay_events(exchange, entry, request_id)
         else:
-            description = f"{self._endpoint} was not found (HTTP 404{detail}); check --url"
-        return _Failure(description, code, said)
+            logger.error("Unexpected content type: %s", kind)
+            self._abandon(entry, request_id, f"Unexpected content type: {kind}", code=INVALID_REQUEST)
 
+    def _error_status(
+        self, request_id: RequestId | None, status: int, body: bytes, *, has_session: bool
+    ) -> None:
+        if request_id is not None:
+            self._deliver(status_error(request_id, status, body, has_session=has_session))
 
-def _jsonrpc_error(body: bytes) -> JSONRPCError | None:
-    try:
-        message = jsonrpc_message_adapter.validate_json(body, by_name=False)
-    except ValidationError:
+    def _relay_events(self, exchange: Exchange | None, entry: _Pending, request_id: RequestId) -> None:
+        """Relay a request's SSE answer; when the stream ends early, reopen it over GET from its
+        `Last-Event-ID` (after `retry:` or 1 s; given up after `MAX_RECONNECTS` failures in a row)."""
+        last_id: str | None = None
+        retry: int | None = None
+        attempt = 0
+        while True:
+            if exchange is not None:
+                try:
+                    for event in read_events(exchange):
+                        last_id, retry = (
+                            event.id or last_id,
+                            event.retry if event.retry is not None else retry,
+                        )
+                        if self._deliver_event(event.event, event.data, request_id):
+                            return
+                    attempt = 0  # ended normally: reopened without counting a failure (as the SDK)
+                except EventStreamError as exc:
+                    self._abandon(entry, request_id, f"SSE stream failed: {exc}")
+                    return
+                except (OSError, http.client.HTTPException):
+                    logger.debug("the SSE stream of request %r ended", request_id, exc_info=True)
+                    attempt += 1
+                finally:
+                    exchange.close()
+                if exchange.aborted:
+                    return
+            else:
+                attempt += 1
+            if last_id is None:
+                self._abandon(entry, request_id, "SSE stream ended without a response")
+                return
+            if attempt >= MAX_RECONNECTS or self._stopping():
+                self._abandon(entry, request_id, "SSE stream ended and reconnection attempts were exhausted")
+                return
+            time.sleep((retry if retry is not None else RECONNECT_DELAY * 1000) / 1000)
+            logger.info("SSE stream disconnected, reconnecting...")
+            exchange = self._open_stream(last_id, entry.exchanges)
+
+    def _listen(self) -> None:
+        """The GET stream: server messages not tied to a request, reopened when it ends (handshake era)."""
+        last_id: str | None = None
+        retry: int | None = None
+        attempt = 0
+        while attempt < MAX_RECONNECTS and not self._stopping():
+            exchange = self._open_stream(last_id, self._streams)
+            if exchange is None:
+                attempt += 1
+            else:
+                try:
+                    for event in read_events(exchange):
+                        last_id, retry = (
+                            event.id or last_id,
+                            event.retry if event.retry is not None else retry,
+                        )
+                        self._deliver_event(event.event, event.data, None)
+                    attempt = 0
+                except (OSError, http.client.HTTPException, EventStreamError):
+                    logger.debug("GET stream error", exc_info=True)
+                    attempt += 1
+                finally:
+                    exchange.close()
+            if self._stopping():
+                return
+            logger.info("GET stream disconnected, reconnecting")
+            time.sleep((retry if retry is not None else RECONNECT_DELAY * 1000) / 1000)
+
+    def _open_stream(self, last_id: str | None, exchanges: list[Exchange]) -> Exchange | None:
+        """A GET stream on the session (from `last_id` on), or None when the endpoint did not open one."""
+        with self._lock:
+            if not self._session_id and last_id is None:
+                return None
+            headers = {
+                **self._transport_headers(),
+                "accept": "text/event-stream",
+                "cache-control": "no-store",
+            }
+        headers.pop("content-type", None)
+        if last_id is not None:
+            headers[LAST_EVENT_ID_HEADER] = last_id
+        try:
+            exchange = self._http.open("GET", headers, on_connect=exchanges)
+        except ConnectError as exc:
+            self._fail(Failure(f"cannot reach {self._endpoint}: {exc}"))
+            return None
+        except (OSError, http.client.HTTPException):
+            logger.debug("GET stream error", exc_info=True)
+            return None
+        status = exchange.status
+        if status in WATCHED:
+            failure = judge(
+                self._config,
+                self._endpoint,
+                status,
+                exchange.read(MAX_BODY_BYTES),
+                has_session=SESSION_HEADER in headers,
+            )
+            if failure is not None:
+                self._fail(failure)
+        if exchange.redirect is not None:
+            logger.warning("GET stream not opened: redirect to %s not followed", exchange.redirect)
+        elif status == 405:
+            logger.debug("the endpoint offers no GET stream")
+        elif status == 200 and exchange.content_type == "text/event-stream":
+            return exchange
+        exchange.close()
         return None
-    return message if isinstance(message, JSONRPCError) else None
+
+    # endpoint → stdout
+
+    def _deliver_event(self, kind: str, data: str, request_id: RequestId | None) -> bool:
+        """Relay one SSE event; whether it answered `request_id`."""
+        if kind != "message":
+            logger.warning("Unknown SSE event: %s", kind)
+            return False
+        if not data:
+            return False  # a priming event
+        try:
+            payload: Any = json.loads(data)
+        except (ValueError, RecursionError):
+            payload = None
+        message = envelope(payload)
+        if message is None:
+            logger.warning("ignored an SSE message from %s that is not JSON-RPC", self._endpoint)
+            if request_id is None:
+                return False
+            self._deliver(
+                cast("Message", error_reply(request_id, PARSE_ERROR, "Failed to parse SSE message"))
+            )
+            return True
+        answers = "method" not in message
+        if answers and request_id is not None:
+            message["id"] = request_id  # a resumed stream answers the request it resumes
+        self._deliver(message)
+        return answers
+
+    def _deliver_json(self, body: bytes) -> bool:
+        try:
+            payload: Any = json.loads(body) if len(body) <= MAX_BODY_BYTES else None
+        except (ValueError, RecursionError):
+            return False
+        message = envelope(payload)
+        if message is None:
+            return False
+        self._deliver(message)
+        return True
+
+    def _deliver(self, message: Message) -> None:
+        """Write a message from the endpoint, settling the request it answers."""
+        if "method" not in message and (request_id := message.get("id")) is not None:
+            with self._lock:
+                entry = self._pending.pop(_key(request_id), None)
+                self._lock.notify_all()
+                if entry is not None and isinstance(result := message.get("result"), dict):
+                    self._stamp.observe_result(entry.method, cast("Mapping[str, Any]", result))
+        self._write(message)
+
+    def _abandon(
+        self,
+        entry: _Pending | None,
+        request_id: RequestId | None,
+        text: str,
+        *,
+        code: int = CONNECTION_CLOSED,
+    ) -> None:
+        """Answer a request whose answer can never come with an error, unless it was settled meanwhile."""
+        if entry is None or request_id is None:
+            return
+        with self._lock:
+            if self._pending.get(_key(request_id)) is not entry or self._failure is not None:
+                return
+        self._deliver(cast("Message", error_reply(request_id, code, text)))
+
+    def _write(self, message: Message) -> None:
+        line = json.dumps(message, separators=(",", ":"), ensure_ascii=False).encode() + b"\n"
+        with self._out:
+            if self._stdout is None:
+                return
+            try:
+                self._stdout.write(line)
+                self._stdout.flush()
+            except (OSError, ValueError):  # ValueError: the stream was closed
+                logger.info("stdout is closed; shutting down")
+                self._stdout = None
+                self._wake()
+
+    # failing and leaving
+
+    def _fail(self, failure: Failure) -> None:
+        with self._lock:
+            if self._failure is None and not self._leaving:
+                self._failure = failure
+            self._lock.notify_all()
+        self._wake()
+
+    def _wake(self) -> None:
+        """End the wait on stdin (the pipe stays readable: the relay is leaving)."""
+        with self._lock:
+            if self._wake_open:
+                os.write(self._wake_write, b"!")
+
+    def _stopping(self) -> bool:
+        with self._lock:
+            return self._failure is not None or self._leaving or self._stdout is None
+
+    def _wait(self, done: Any) -> None:
+        """Wait until `done()` (called under the lock) or the bridge is stopping."""
+        with self._lock:
+            while not done() and self._failure is None and self._stdout is not None:
+                self._lock.wait()
+
+    def _drain(self) -> None:
+        """After stdin ends, wait for the answers still owed for up to `timeout` seconds."""
+        deadline = time.monotonic() + self._config.timeout
+        with self._lock:
+            while self._pending and self._failure is None and self._stdout is not None:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                self._lock.wait(remaining)
+            if self._pending and self._failure is None:
+                logger.warning(
+                    "stdin ended with %d request(s) still unanswered; giving up", len(self._pending)
+                )
+
+    def _leave(self) -> None:
+        """Abort what is open, answer what is owed after a failure, close the session; nothing is written after."""
+        with self._lock:
+            self._leaving = True
+            failure = self._failure
+            pending, self._pending = self._pending, {}
+            session_id = self._session_id
+        for exchange in self._streams:
+            exchange.abort()
+        for entry in pending.values():
+            _abort(entry)
+        if failure is not None:
+            for _, request_id in pending:
+                reply = error_reply(
+                    request_id, failure.reply_code, failure.reply_message or failure.description
+                )
+                self._write(cast("Message", reply))
+        elif session_id:
+            self._delete()
+        with self._out:
+            self._stdout = None
+
+    def _delete(self) -> None:
+        with self._lock:
+            headers = self._transport_headers()
+        try:
+            exchange = self._http.open("DELETE", headers, bounded=True)
+        except TimeoutError:
+            logger.warning("the session was not closed within %gs", self._config.timeout)
+            return
+        except (OSError, http.client.HTTPException) as exc:
+            logger.warning("Session termination failed: %s", _reason(exc))
+            return
+        try:
+            if exchange.status == 405:
+                logger.debug("Server does not allow session termination")
+            elif exchange.status not in (200, 204):
+                logger.warning("Session termination failed: %d", exchange.status)
+        finally:
+            exchange.close()
 
 
-def _key(request_id: RequestId) -> tuple[type, RequestId]:
+def _abort(entry: _Pending) -> None:
+    for exchange in entry.exchanges:
+        exchange.abort()
+
+
+def _key(request_id: RequestId) -> _Key:
     return (type(request_id), request_id)
-
-
-def _display_url(url: str) -> str:
-    """The endpoint without userinfo, query or fragment, which may carry secrets."""
-    try:
-        return str(httpx2.URL(url).copy_with(userinfo=b"", query=None, fragment=None))
-    except httpx2.InvalidURL:
-        return "the endpoint"
 
 
 def _reason(exc: BaseException) -> str:
     return str(exc) or type(exc).__name__
-
-
-def _first_reason(group: BaseExceptionGroup[BaseException]) -> str:
-    leaf: BaseException = group
-    while _is_group(leaf) and leaf.exceptions:
-        leaf = leaf.exceptions[0]
-    return _reason(leaf)
-
-
-def _is_group(exc: BaseException) -> TypeGuard[BaseExceptionGroup[BaseException]]:
-    """`isinstance(exc, BaseExceptionGroup)` with the members typed (a bare `isinstance` leaves them unknown)."""
-    return isinstance(exc, BaseExceptionGroup)

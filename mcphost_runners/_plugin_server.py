@@ -128,24 +128,30 @@ class _PluginServer:
 
     async def serve(self, in_fd: int, out_fd: int) -> None:
         self._out_fd = out_fd
-        async with AsyncExitStack() as lifespans, anyio.create_task_group() as tg:
+        # The runners' lifespans (a harness's warm pool runs a task group of its own) are entered before,
+        # and left after, the task group of the runs: a task group entered inside another must be left
+        # first, or anyio refuses to leave the outer one ("exit a cancel scope that isn't the current
+        # task's") and a normal shutdown ends in a traceback.
+        async with AsyncExitStack() as lifespans:
             for runner in self._runners.values():
                 await lifespans.enter_async_context(runner.lifespan())
-            reader = LineReader.from_fd(in_fd, MAX_LINE_BYTES, keep=0)
-            while True:
-                try:
-                    line = await reader.receive()
-                except anyio.EndOfStream:
-                    break
-                if isinstance(line, TooLong):
-                    logger.error(
-                        "The host sent a line of %d bytes, over %d; skipped.", line.size, MAX_LINE_BYTES
-                    )
-                    continue
-                if await self._dispatch(line, tg):
-                    break
-            await self._wind_down()
-            tg.cancel_scope.cancel()
+            async with anyio.create_task_group() as tg:
+                await self._serve_lines(in_fd, tg)
+                await self._wind_down()
+                tg.cancel_scope.cancel()
+
+    async def _serve_lines(self, in_fd: int, tg: anyio.abc.TaskGroup) -> None:
+        reader = LineReader.from_fd(in_fd, MAX_LINE_BYTES, keep=0)
+        while True:
+            try:
+                line = await reader.receive()
+            except anyio.EndOfStream:
+                return
+            if isinstance(line, TooLong):
+                logger.error("The host sent a line of %d bytes, over %d; skipped.", line.size, MAX_LINE_BYTES)
+                continue
+            if await self._dispatch(line, tg):
+                return
 
     async def _dispatch(self, line: bytes, tg: anyio.abc.TaskGroup) -> bool:
         """Handle one line from the host; True when the plugin should exit."""

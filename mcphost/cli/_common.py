@@ -16,6 +16,7 @@ import argparse
 import json
 import logging
 import sys
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TextIO
 
 if TYPE_CHECKING:
@@ -32,9 +33,23 @@ EXIT_PIPE = 141
 """The reader of stdout went away (`mcphost runs | head -1`): as a shell reports SIGPIPE (128 + 13)."""
 
 
-class _JsonFormatter(logging.Formatter):
+ACCESS_LOGGER = "uvicorn.access"
+"""uvicorn's access log: one INFO record per request, args (client, method, path, HTTP version, status)."""
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per record: `timestamp` (ISO 8601, UTC, milliseconds), `ts` (epoch seconds), `level`,
+    `logger`, `msg`; `plugin` and `run_id` when the record has them; `trace_id` and `span_id` when tracing is
+    on and the record was logged inside a span; the request's `client`, `method`, `path`, `http_version` and
+    `status` on access lines; `exc` with the traceback of a record that has one."""
+
     def format(self, record: logging.LogRecord) -> str:
+        from mcphost import tracing  # imported on the first record: `mcphost --help` logs none
+
         out: dict[str, Any] = {
+            "timestamp": datetime.fromtimestamp(record.created, UTC)
+            .isoformat(timespec="milliseconds")
+            .replace("+00:00", "Z"),
             "ts": round(record.created, 3),
             "level": record.levelname.lower(),
             "logger": record.name,
@@ -43,23 +58,33 @@ class _JsonFormatter(logging.Formatter):
         for key in ("plugin", "run_id"):
             if hasattr(record, key):
                 out[key] = getattr(record, key)
+        ids = tracing.current_ids()
+        if ids is not None:
+            out["trace_id"], out["span_id"] = ids
+        if record.name == ACCESS_LOGGER and isinstance(record.args, tuple) and len(record.args) == 5:
+            client, method, path, version, status = record.args
+            out.update(client=client, method=method, path=path, http_version=version, status=status)
         if record.exc_info:
             out["exc"] = self.formatException(record.exc_info)
-        return json.dumps(out)
+        return json.dumps(out, default=str)
 
 
 def configure_logging(level: str, *, json_logs: bool) -> None:
+    """Log records at `level` and above to stderr, as text or JSON lines; access lines at `warning` too.
+
+    `mcphost serve` writes one access line per request unless the level is `error`: uvicorn logs them at
+    INFO, so the access logger is set to INFO whenever the level is `warning` or lower.
+    """
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(
-        _JsonFormatter()
-        if json_logs
-        else logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+        JsonFormatter() if json_logs else logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
     )
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
     for noisy in ("sqlalchemy", "alembic", "httpx", "httpcore", "aiosqlite", "asyncio"):
         logging.getLogger(noisy).setLevel(max(logging.WARNING, root.level))
+    logging.getLogger(ACCESS_LOGGER).setLevel(logging.INFO if root.level <= logging.WARNING else root.level)
 
 
 def fail(message: str, code: int = EXIT_FAILED) -> int:

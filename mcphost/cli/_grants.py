@@ -77,8 +77,21 @@ def mcp_client_configs(
     """
     command, *bridge_args = [*(bridge or bridge_command()), "--url", url]
     env_ref = "${" + TOKEN_ENV + "}"
-    claude_http = {"type": "http", "url": url, "headers": {"Authorization": f"Bearer {env_ref}"}}
-    claude_bridge = {"type": "stdio", "command": command, "args": bridge_args, "env": {TOKEN_ENV: env_ref}}
+    # `alwaysLoad`: Claude Code connects other servers in the background and may send its first turn
+    # before they have listed their tools; this one it waits for (no MCP_CONNECTION_NONBLOCKING needed).
+    claude_http = {
+        "type": "http",
+        "url": url,
+        "headers": {"Authorization": f"Bearer {env_ref}"},
+        "alwaysLoad": True,
+    }
+    claude_bridge = {
+        "type": "stdio",
+        "command": command,
+        "args": bridge_args,
+        "env": {TOKEN_ENV: env_ref},
+        "alwaysLoad": True,
+    }
     vscode_input = [
         {"type": "promptString", "id": "mcphost-token", "description": "mcphost run token", "password": True}
     ]

@@ -4,6 +4,6 @@
 the group and its strays); `lines.py` (the one bounded line reader); `excgroups.py` (the one walk over
 nested exception groups); `challenge.py` (the `WWW-Authenticate` value of a 401); `validation.py` (a ValidationError as "where: what"); `backoff.py` (jittered exponential waits between attempts, by tenacity). Runners may import this
 package and `mcphost.protocol`, nothing else of the host; the bridge may import this package alone (it
-uses `lines.py`), which is why nothing here imports the rest of mcphost and `mcphost/__init__.py` imports
+uses none of it today: it keeps to the standard library to start fast), which is why nothing here imports the rest of mcphost and `mcphost/__init__.py` imports
 nothing at all.
 """

@@ -10,9 +10,8 @@ Invariants:
 - A line over `limit` is dropped unread past its first `keep` bytes and comes out as
   `TooLong(prefix, size)`; the lines after it are read normally. What to do with it is the caller's
   business, and the callers differ only there, which is why `keep` is the one parameter of the policy:
-  the plugin wire keeps 64 KiB to find the run id of the line and fail just that run; the bridge keeps
-  `limit` bytes so the cut line fails to parse like any malformed line and its JSON-RPC id is recovered
-  for the error reply; the runner SDK and the harness keep nothing (they log, or count a diagnostic).
+  the plugin wire keeps 64 KiB to find the run id of the line and fail just that run (the bridge, which
+  keeps to the standard library, applies the same policy in `mcphost_bridge/_lines.py`); the runner SDK and the harness keep nothing (they log, or count a diagnostic).
 - Lines come out without their `\\n` and one trailing `\\r`. A last line without a newline is returned
   too; after it `receive()` raises `anyio.EndOfStream`.
 - `from_fd` never blocks the event loop and is cancellable at any point: each `os.read` happens only

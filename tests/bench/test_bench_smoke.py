@@ -126,9 +126,20 @@ def test_every_benchmark_is_named_once() -> None:
         "mcp-call",
         "scale",
         "startup",
+        "bridge",
         "tracing",
         "warm",
     ]
+
+
+async def test_bridge_times_ten_cold_starts_to_the_tools_list_answer_in_both_eras(tmp_path: Path) -> None:
+    rows = await run_benchmark("bridge", tiny(tmp_path, "sqlite"))
+    check(rows, "bridge")
+    assert [row.case.split(", ")[1].split(" ")[0] for row in rows] == ["2025-11-25", "2026-07-28"]
+    for row in rows:
+        assert row.baseline is not None
+        assert (row.subject.n, row.baseline.n) == (10, 10)
+        assert row.verdict in ("met", "missed")
 
 
 async def test_tracing_compares_off_with_the_noop_api_and_on(tmp_path: Path) -> None:

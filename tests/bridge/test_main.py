@@ -277,6 +277,19 @@ async def test_verbose_logging_never_shows_the_token(endpoint: Endpoint, tmp_pat
     assert_only_jsonrpc(bridge_process.stdout_lines)
 
 
+def test_the_command_loads_nothing_but_the_standard_library_and_itself() -> None:
+    # Importing the SDK, httpx2, pydantic or anyio took most of a second; a client lists tools sooner.
+    listing = "import sys; print(' '.join(sorted({m.split('.')[0] for m in sys.modules})))"
+    bare = subprocess.run(
+        [sys.executable, "-c", listing], capture_output=True, text=True, check=True, timeout=60
+    )
+    code = f"import mcphost_bridge.__main__, mcphost_bridge.relay; {listing}"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
+    added = set(out.stdout.split()) - set(bare.stdout.split())
+    assert "mcphost_bridge" in added
+    assert sorted(m for m in added - {"mcphost_bridge"} if m not in sys.stdlib_module_names) == []
+
+
 def test_help_explains_the_token_variable_and_the_exit_statuses() -> None:
     text = build_parser().format_help()
     for expected in ("--url", "--token-env", "--header", "--timeout", "MCPHOST_RUN_TOKEN", "exit status"):

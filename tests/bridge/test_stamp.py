@@ -9,12 +9,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import mcp_types
 import pytest
 from mcp.client.session import _make_modern_stamp  # the SDK's own stamp is the reference
+from mcp.shared import inbound
 from mcp.shared.dispatcher import CallOptions
 from mcp_types import JSONRPCMessage, JSONRPCNotification, JSONRPCRequest, JSONRPCResponse
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
 
-from mcphost_bridge._stamp import HeaderStamp
+from mcphost_bridge import _stamp
+from mcphost_bridge._stamp import HeaderStamp as _HeaderStamp
 
 MODERN = "2026-07-28"
 REGION_SCHEMA: dict[str, Any] = {
@@ -25,6 +29,78 @@ REGION_SCHEMA: dict[str, Any] = {
         "note": {"type": "string"},
     },
 }
+
+
+class HeaderStamp(_HeaderStamp):
+    """The bridge's stamp, fed the SDK's envelope models as the JSON they are on the wire."""
+
+    def headers_for(self, message: JSONRPCMessage | Mapping[str, Any]) -> dict[str, str] | None:  # pyright: ignore[reportIncompatibleMethodOverride]
+        if not isinstance(message, Mapping):
+            message = message.model_dump(by_alias=True, exclude_unset=True, mode="json")
+        return super().headers_for(message)
+
+
+def test_the_sdk_spellings_it_repeats_are_the_sdks() -> None:
+    assert (_stamp.VERSION_HEADER, _stamp.METHOD_HEADER, _stamp.NAME_HEADER) == (
+        inbound.MCP_PROTOCOL_VERSION_HEADER,
+        inbound.MCP_METHOD_HEADER,
+        inbound.MCP_NAME_HEADER,
+    )
+    assert _stamp.VERSION_META_KEY == mcp_types.PROTOCOL_VERSION_META_KEY
+    assert (_stamp.HANDSHAKE_VERSIONS, _stamp.MODERN_VERSIONS) == (
+        HANDSHAKE_PROTOCOL_VERSIONS,
+        MODERN_PROTOCOL_VERSIONS,
+    )
+    assert dict(inbound.NAME_BEARING_METHODS) == _stamp.NAME_BEARING_METHODS
+    assert _stamp.PARAM_HEADER_PREFIX == inbound.MCP_PARAM_HEADER_PREFIX
+
+
+NESTED_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "where": {"type": "object", "properties": {"zone": {"type": "string", "x-mcp-header": "Zone"}}},
+        "flag": {"type": "boolean", "x-mcp-header": "Flag"},
+    },
+}
+SCHEMAS: list[Any] = [
+    None,
+    REGION_SCHEMA,
+    NESTED_SCHEMA,
+    {"type": "object", "properties": {"a": {"type": "number", "x-mcp-header": "A"}}},
+    {"type": "object", "properties": {"a": {"type": ["string"], "x-mcp-header": "A"}}},
+    {"type": "object", "properties": {"a": {"type": "string", "x-mcp-header": "bad header"}}},
+    {"type": "object", "properties": {"a": {"type": "string", "x-mcp-header": 7}}},
+    {"type": "object", "x-mcp-header": "Root"},
+    {"anyOf": [{"properties": {"a": {"type": "string", "x-mcp-header": "A"}}}]},
+    {
+        "properties": {
+            "a": {"type": "string", "x-mcp-header": "Same"},
+            "b": {"type": "string", "x-mcp-header": "same"},
+        }
+    },
+]
+ARGUMENTS: list[dict[str, Any]] = [
+    {"region": "eu west", "shard": 7, "note": "n"},
+    {"region": " padded", "shard": True},
+    {"region": "naïve", "shard": None},
+    {"where": {"zone": "=?base64?x?="}, "flag": False},
+    {"where": "not a mapping", "flag": [1]},
+    {"region": 1.5, "shard": 10**5000},
+]
+
+
+@pytest.mark.parametrize("schema", SCHEMAS)
+def test_the_x_mcp_header_rules_it_repeats_decide_as_the_sdks(schema: Any) -> None:
+    assert (_stamp.find_invalid_x_mcp_header(schema) is None) == (
+        inbound.find_invalid_x_mcp_header(schema) is None
+    )
+    if inbound.find_invalid_x_mcp_header(schema) is None:
+        header_map = inbound.x_mcp_header_map(schema)
+        assert _stamp.x_mcp_header_map(schema) == header_map
+        for arguments in ARGUMENTS:
+            assert _stamp.mcp_param_headers(header_map, arguments) == inbound.mcp_param_headers(
+                header_map, arguments
+            )
 
 
 def request(method: str, params: dict[str, Any] | None = None, request_id: int = 1) -> JSONRPCRequest:

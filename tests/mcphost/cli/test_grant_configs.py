@@ -43,6 +43,7 @@ def test_a_url_with_shell_characters_survives_the_printed_lines() -> None:
     claude = json.loads(shlex.split(configs["claude_code"]["bridge"]["command"])[4])
     assert claude["command"] == "/opt/my venv/bin/python"
     assert claude["args"] == ["-m", "mcphost_bridge", "--url", url]
+    assert claude["alwaysLoad"] is True  # Claude Code lists its tools before the first turn
     codex = shlex.split(configs["codex"]["bridge"]["command"])
     overrides = codex[2::2]
     assert codex[0] == "codex"
