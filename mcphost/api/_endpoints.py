@@ -13,8 +13,9 @@ Invariants:
 - Input is validated before anything is stored: a refused request changes nothing.
 - Result streams read the results store, never a live queue: a stream that resumes after host sequence
   N (`Last-Event-ID`, else `?after=N`) gets every later result exactly once, in order. Each result is one
-  SSE event whose `id` is its sequence; admission (`event: run`) and the end marker (`event: end`) carry no
-  id, so they never move a client's resume point. A stream ends after the run's terminal result.
+  SSE event named by its type (`event: message.delta`) whose `id` is its sequence; admission
+  (`event: run`) and the end marker (`event: end`) carry no id, so they never move a client's resume
+  point. A stream ends after the run's terminal result.
 - A result stream never ends in silence: after its results it sends `event: end` (the run's final status
   and error), or, when the stream cannot go on (the store keeps failing), `event: error` with a code and
   a short message (`storage_unavailable`, `runtime_error`); the client resumes from its last id.
@@ -29,7 +30,9 @@ import logging
 import time
 from collections.abc import AsyncGenerator
 from contextlib import aclosing
+from typing import cast
 
+import anyio
 from sse_starlette import ServerSentEvent
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -44,9 +47,12 @@ from mcphost.api._http import (
     parse_query,
     path_id,
     read_body,
+    result_event,
 )
 from mcphost.api._metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from mcphost.api._models import (
+    DEFAULT_WAIT_S,
+    RESULTS_PAGE_LIMIT,
     Admitted,
     AgentInfo,
     AgentsView,
@@ -56,6 +62,8 @@ from mcphost.api._models import (
     CancelAnswer,
     CancelBody,
     ConversationPath,
+    ConversationsPage,
+    ConversationsQuery,
     EventsPage,
     EventsPageQuery,
     GrantSummary,
@@ -73,12 +81,18 @@ from mcphost.api._models import (
     RunsPage,
     RunsQuery,
     RunView,
+    RunWaited,
     StateDeleted,
+    StateListQuery,
     StateOwnerQuery,
+    StatePage,
     StatePath,
+    StateScopePath,
+    StateValue,
     TranscriptPage,
 )
 from mcphost.api._state import ApiState, api_state
+from mcphost.common.timestamps import json_with_iso
 from mcphost.context import mcp_url
 from mcphost.errors import (
     ConflictError,
@@ -111,7 +125,7 @@ async def _result_events(state: ApiState, run_id: str, after: int) -> AsyncGener
     """The run's results after `after` as SSE events, then `event: end` with the final status."""
     try:
         async for item in state.orchestrator.results(run_id, after=after):
-            yield json_event({"seq": item.seq, **item.payload}, event_id=str(item.seq))
+            yield result_event(item.seq, item.payload)
         run = await state.orchestrator.wait(run_id)  # ended: results() stops only then
         end: JSONObject = {"run_id": run_id, "status": run.status.value}
         if run.error is not None:
@@ -173,16 +187,74 @@ async def ingest_event(request: Request) -> Response:
     state.metrics.event_admitted(created=admission.created)
     answer = Admitted(run_id=run.run_id, event_id=run.event_id, status=run.status, created=admission.created)
     location = {"Location": f"/v1/runs/{run.run_id}"}
+    if query.wait:
+        waited = await _wait_for(state, run, answer, query.timeout_s or DEFAULT_WAIT_S)
+        status = 200 if waited.done else 202
+        return JSONResponse(json_with_iso(waited), status_code=status, headers=location)
     if not query.stream:
-        return JSONResponse(answer.model_dump(mode="json"), status_code=202, headers=location)
+        return JSONResponse(json_with_iso(answer), status_code=202, headers=location)
 
     async def events() -> AsyncGenerator[ServerSentEvent, None]:
-        yield json_event(answer.model_dump(mode="json"), event="run")
+        yield json_event(json_with_iso(answer), event="run")
         async with aclosing(_result_events(state, run.run_id, 0)) as results:
             async for item in results:
                 yield item
 
     return EventStream(events(), headers={**location, "X-Run-Id": run.run_id})
+
+
+WAIT_RESULTS = 1000
+"""At most this many results in a `wait=true` answer (deltas left out)."""
+WAIT_SCAN_PAGES = 10
+"""At most this many pages of `RESULTS_PAGE_LIMIT` results are read for one answer."""
+
+
+async def _wait_for(state: ApiState, run: Run, admitted: Admitted, timeout_s: float) -> RunWaited:
+    """Wait up to `timeout_s` for the run to end (never cancelling it), then read its results."""
+    with anyio.move_on_after(timeout_s):
+        run = await state.orchestrator.wait(run.run_id)
+    if not run.status.is_terminal:
+        run = await state.stores.runs.get(run.run_id)
+    results: list[JSONObject] = []
+    message: JSONObject | None = None
+    after, complete = 0, False
+    for _ in range(WAIT_SCAN_PAGES):
+        page = await state.stores.results.list(run.run_id, after=after, limit=RESULTS_PAGE_LIMIT)
+        full = False
+        for item in page:
+            if item.type != "message.delta":
+                if len(results) == WAIT_RESULTS:
+                    full = True
+                    break
+                results.append({"seq": item.seq, **item.payload})
+                message = _message_of(item.type, item.payload) or message
+            after = item.seq
+        if full:
+            break
+        if len(page) < RESULTS_PAGE_LIMIT:
+            complete = True
+            break
+    return RunWaited(
+        run_id=run.run_id,
+        event_id=run.event_id,
+        status=run.status,
+        created=admitted.created,
+        done=run.status.is_terminal,
+        run=run,
+        results=results,
+        results_complete=complete,
+        next_after=after,
+        message=message,
+    )
+
+
+def _message_of(kind: str, payload: JSONObject) -> JSONObject | None:
+    """The assistant message a `message.completed` or `run.completed` result carries, if any."""
+    data = payload.get("data")
+    if kind not in ("message.completed", "run.completed") or not isinstance(data, dict):
+        return None
+    message = cast("JSONObject", data).get("message")
+    return cast("JSONObject", message) if isinstance(message, dict) else None
 
 
 def _check_agent(state: ApiState, event: AgentEventEnvelope, caller: Caller) -> None:
@@ -214,7 +286,7 @@ async def list_runs(request: Request) -> Response:
         cursor=query.cursor,
     )
     answer = RunsPage(items=page.items, next_cursor=page.next_cursor, has_more=page.has_more)
-    return JSONResponse(answer.model_dump(mode="json"))
+    return JSONResponse(json_with_iso(answer))
 
 
 async def show_run(request: Request) -> Response:
@@ -250,7 +322,7 @@ async def show_run(request: Request) -> Response:
     answer = RunView(
         run=run, grant=summary, mcp_url=mcp_url(state.orchestrator.public_url, run_id), attempts=attempts
     )
-    return JSONResponse(answer.model_dump(mode="json"))
+    return JSONResponse(json_with_iso(answer))
 
 
 async def run_results(request: Request) -> Response:
@@ -271,7 +343,7 @@ async def run_results(request: Request) -> Response:
             next_after=next_after,
             complete=run.status.is_terminal and len(items) < query.limit,
         )
-        return JSONResponse(answer.model_dump(mode="json"))
+        return JSONResponse(json_with_iso(answer))
     return EventStream(_result_events(state, run.run_id, after), headers={"X-Run-Id": run.run_id})
 
 
@@ -286,7 +358,7 @@ async def cancel_run(request: Request) -> Response:
         raise _conflict_terminal(run)
     run = await state.orchestrator.cancel(run_id, reason=body.reason or "cancelled through the API")
     answer = CancelAnswer(run_id=run_id, status=run.status, cancel_requested=not run.status.is_terminal)
-    return JSONResponse(answer.model_dump(mode="json"), status_code=202)
+    return JSONResponse(json_with_iso(answer), status_code=202)
 
 
 def _conflict_terminal(run: Run) -> HostError:
@@ -307,7 +379,7 @@ async def run_records(request: Request) -> Response:
         events=await state.stores.events.for_run(run_id, limit=1000),
         transcript=await state.stores.transcript.for_run(run_id, limit=1000),
     )
-    return JSONResponse(answer.model_dump(mode="json"))
+    return JSONResponse(json_with_iso(answer))
 
 
 async def run_audit(request: Request) -> Response:
@@ -319,10 +391,41 @@ async def run_audit(request: Request) -> Response:
     has_more = len(items) > query.limit
     kept = items[: query.limit]
     answer = AuditPage(items=kept, next_after=kept[-1].seq if kept else query.after, has_more=has_more)
-    return JSONResponse(answer.model_dump(mode="json"))
+    return JSONResponse(json_with_iso(answer))
 
 
 # -- endpoints: conversations ------------------------------------------------------------------------
+
+
+async def list_conversations(request: Request) -> Response:
+    state = api_state(request)
+    query = parse_query(request, ConversationsQuery)
+    page = await state.stores.conversations.list(
+        prefix=query.prefix,
+        agent_id=query.agent,
+        actor_id=query.actor,
+        limit=query.limit,
+        cursor=query.cursor,
+    )
+    answer = ConversationsPage(items=page.items, next_cursor=page.next_cursor, has_more=page.has_more)
+    return JSONResponse(json_with_iso(answer))
+
+
+async def delete_conversation(request: Request) -> Response:
+    """Delete a conversation with everything it left; 409 (nothing deleted) while a run of it is active."""
+    state = api_state(request)
+    parse_query(request, QueryModel)
+    path = parse_model(ConversationPath, dict(request.path_params), "path")
+    deleted = await state.stores.conversations.delete(path.conversation_id)
+    logger.info(
+        "conversation %r deleted over the API: %d runs, %d events, %d transcript items, %d artifacts",
+        path.conversation_id,
+        deleted.runs,
+        deleted.events,
+        deleted.transcript,
+        deleted.artifacts,
+    )
+    return JSONResponse(json_with_iso(deleted))
 
 
 async def conversation_transcript(request: Request) -> Response:
@@ -335,7 +438,7 @@ async def conversation_transcript(request: Request) -> Response:
     answer = TranscriptPage(
         items=page.items, next_cursor=page.next_cursor, prev_cursor=page.prev_cursor, has_more=page.has_more
     )
-    return JSONResponse(answer.model_dump(mode="json"))
+    return JSONResponse(json_with_iso(answer))
 
 
 async def conversation_events(request: Request) -> Response:
@@ -353,10 +456,54 @@ async def conversation_events(request: Request) -> Response:
     answer = EventsPage(
         items=page.items, next_cursor=page.next_cursor, prev_cursor=page.prev_cursor, has_more=page.has_more
     )
-    return JSONResponse(answer.model_dump(mode="json"))
+    return JSONResponse(json_with_iso(answer))
 
 
 # -- endpoints: state --------------------------------------------------------------------------------
+
+
+async def show_state(request: Request) -> Response:
+    """One state value of an owner (the ids in the query make the owner, as for a run's grant)."""
+    state = api_state(request)
+    path = parse_model(StatePath, dict(request.path_params), "path")
+    query = parse_query(request, StateOwnerQuery)
+    owner = owner_from_ids(path.scope, query.model_dump())
+    entry = await state.stores.state.get(path.scope, owner, path.key)
+    if entry is None:
+        raise NotFoundError(
+            f"No {path.scope!r} state value {path.key!r} for owner {list(owner)!r}; check the ids "
+            f"(GET /v1/state/{path.scope} lists what an owner holds).",
+            details={"scope": path.scope, "key": path.key, "owner": list(owner)},
+        )
+    answer = StateValue(
+        scope=path.scope,
+        key=entry.key,
+        owner=list(owner),
+        value=entry.value,
+        size=entry.size,
+        updated_at=entry.updated_at,
+        unservable=entry.unservable,
+    )
+    return JSONResponse(json_with_iso(answer))
+
+
+async def list_state(request: Request) -> Response:
+    """A page of an owner's state values in key order."""
+    state = api_state(request)
+    path = parse_model(StateScopePath, dict(request.path_params), "path")
+    query = parse_query(request, StateListQuery)
+    owner = owner_from_ids(path.scope, query.model_dump(exclude={"prefix", "limit", "cursor"}))
+    page = await state.stores.state.list(
+        path.scope, owner, prefix=query.prefix, limit=query.limit, cursor=query.cursor
+    )
+    answer = StatePage(
+        scope=path.scope,
+        owner=list(owner),
+        items=list(page.items),
+        next_cursor=page.next_cursor,
+        has_more=page.has_more,
+    )
+    return JSONResponse(json_with_iso(answer))
 
 
 async def delete_state(request: Request) -> Response:
@@ -373,7 +520,7 @@ async def delete_state(request: Request) -> Response:
         )
     logger.info("state value %r of scope %r owner %r deleted over the API", path.key, path.scope, owner)
     answer = StateDeleted(scope=path.scope, key=path.key, owner=list(owner), deleted=True)
-    return JSONResponse(answer.model_dump(mode="json"))
+    return JSONResponse(json_with_iso(answer))
 
 
 # -- endpoints: runners, health, metrics -------------------------------------------------------------
@@ -404,7 +551,7 @@ async def list_runners(request: Request) -> Response:
             for p in registry.plugins()
         ],
     )
-    return JSONResponse(answer.model_dump(mode="json"))
+    return JSONResponse(json_with_iso(answer))
 
 
 async def list_agents(request: Request) -> Response:
@@ -431,7 +578,7 @@ async def list_agents(request: Request) -> Response:
             for a in state.bindings.agents
         ]
     )
-    return JSONResponse(answer.model_dump(mode="json"))
+    return JSONResponse(json_with_iso(answer))
 
 
 async def healthz(request: Request) -> Response:
@@ -449,7 +596,7 @@ async def healthz(request: Request) -> Response:
         host_id=state.orchestrator.host_id,
         active_runs=len(state.orchestrator.active_run_ids()),
     )
-    return JSONResponse(answer.model_dump(mode="json"))
+    return JSONResponse(json_with_iso(answer))
 
 
 async def metrics(request: Request) -> Response:
