@@ -1,13 +1,13 @@
-"""The endpoints for events, runs, conversations, state, runners, `/healthz` and `/metrics`.
+"""The endpoints for events, runs, state, runners, `/healthz` and `/metrics`.
 
-Owns what each of these routes does: admission of an event (202, or its results as SSE with
-`?stream=true`), run reads, result pages and resumable result streams, cancellation, audit pages,
-conversation transcript and event pages, what a run left (`run_records`), the configured agents,
-deleting a state value (an operator's way out of a value no
-run can use), the runner registry view, liveness and metrics, and what a `sender` key's request
-sees of runs (its own: `_access.own_run`, `created_by` on its lists and admissions). Does not own
-artifacts (`_artifacts`), the route table or OpenAPI (`_routes`), authentication, the role check or
-error responses (`_middleware`, `_access`, `_errors`). Endpoints raise; they never build an error response.
+Owns what each of these routes does: admission of an event (202, its results as SSE with
+`?stream=true`, or the ended run with `?wait=true`), run reads, result pages and resumable result
+streams, cancellation, audit pages, what a run left (`run_records`), the configured agents, reading an
+owner's state values and deleting one (an operator's way out of a value no run can use), the runner
+registry view, liveness and metrics, and what a `sender` key's request sees of runs (its own:
+`_access.own_run`, `created_by` on its lists and admissions). Does not own artifacts (`_artifacts`),
+conversations (`_conversations`), the route table or OpenAPI (`_routes`), authentication, the role
+check or error responses (`_middleware`, `_access`, `_errors`). Endpoints raise; they never build an error response.
 
 Invariants:
 - Input is validated before anything is stored: a refused request changes nothing.
@@ -19,6 +19,8 @@ Invariants:
 - A result stream never ends in silence: after its results it sends `event: end` (the run's final status
   and error), or, when the stream cannot go on (the store keeps failing), `event: error` with a code and
   a short message (`storage_unavailable`, `runtime_error`); the client resumes from its last id.
+- A `wait=true` admission waits at most `timeout_s` and never cancels its run: when the wait ends first
+  it answers 202 with the run as it stands (`done: false`).
 - While the host drains, ingest and `/healthz` answer 503. While the storage probe (`Stores.health`,
   cached for a second) finds `data_dir` or the database gone or unwritable, `/healthz` answers 503
   `storage_unavailable` with the reason (and `_middleware` refuses `/v1` and MCP requests the same way).
@@ -61,15 +63,9 @@ from mcphost.api._models import (
     AuditQuery,
     CancelAnswer,
     CancelBody,
-    ConversationPath,
-    ConversationsPage,
-    ConversationsQuery,
-    EventsPage,
-    EventsPageQuery,
     GrantSummary,
     Health,
     IngestQuery,
-    PageQuery,
     PluginInfo,
     QueryModel,
     RejectedInfo,
@@ -89,7 +85,6 @@ from mcphost.api._models import (
     StatePath,
     StateScopePath,
     StateValue,
-    TranscriptPage,
 )
 from mcphost.api._state import ApiState, api_state
 from mcphost.common.timestamps import json_with_iso
@@ -391,71 +386,6 @@ async def run_audit(request: Request) -> Response:
     has_more = len(items) > query.limit
     kept = items[: query.limit]
     answer = AuditPage(items=kept, next_after=kept[-1].seq if kept else query.after, has_more=has_more)
-    return JSONResponse(json_with_iso(answer))
-
-
-# -- endpoints: conversations ------------------------------------------------------------------------
-
-
-async def list_conversations(request: Request) -> Response:
-    state = api_state(request)
-    query = parse_query(request, ConversationsQuery)
-    page = await state.stores.conversations.list(
-        prefix=query.prefix,
-        agent_id=query.agent,
-        actor_id=query.actor,
-        limit=query.limit,
-        cursor=query.cursor,
-    )
-    answer = ConversationsPage(items=page.items, next_cursor=page.next_cursor, has_more=page.has_more)
-    return JSONResponse(json_with_iso(answer))
-
-
-async def delete_conversation(request: Request) -> Response:
-    """Delete a conversation with everything it left; 409 (nothing deleted) while a run of it is active."""
-    state = api_state(request)
-    parse_query(request, QueryModel)
-    path = parse_model(ConversationPath, dict(request.path_params), "path")
-    deleted = await state.stores.conversations.delete(path.conversation_id)
-    logger.info(
-        "conversation %r deleted over the API: %d runs, %d events, %d transcript items, %d artifacts",
-        path.conversation_id,
-        deleted.runs,
-        deleted.events,
-        deleted.transcript,
-        deleted.artifacts,
-    )
-    return JSONResponse(json_with_iso(deleted))
-
-
-async def conversation_transcript(request: Request) -> Response:
-    state = api_state(request)
-    path = parse_model(ConversationPath, dict(request.path_params), "path")
-    query = parse_query(request, PageQuery)
-    page = await state.stores.transcript.page(
-        path.conversation_id, query.thread_id, before=query.before, after=query.after, limit=query.limit
-    )
-    answer = TranscriptPage(
-        items=page.items, next_cursor=page.next_cursor, prev_cursor=page.prev_cursor, has_more=page.has_more
-    )
-    return JSONResponse(json_with_iso(answer))
-
-
-async def conversation_events(request: Request) -> Response:
-    state = api_state(request)
-    path = parse_model(ConversationPath, dict(request.path_params), "path")
-    query = parse_query(request, EventsPageQuery)
-    page = await state.stores.events.page(
-        path.conversation_id,
-        query.thread_id,
-        before=query.before,
-        after=query.after,
-        limit=query.limit,
-        event_types=query.event_type,
-    )
-    answer = EventsPage(
-        items=page.items, next_cursor=page.next_cursor, prev_cursor=page.prev_cursor, has_more=page.has_more
-    )
     return JSONResponse(json_with_iso(answer))
 
 

@@ -33,18 +33,20 @@ from mcphost import __version__
 from mcphost.api._access import check_access
 from mcphost.api._approvals import decide_approval, list_approvals, show_approval
 from mcphost.api._artifacts import artifact_content, artifact_metadata, upload_artifact
+from mcphost.api._conversations import (
+    conversation_events,
+    conversation_transcript,
+    delete_conversation,
+    list_conversations,
+)
 from mcphost.api._deliveries import list_deliveries, redeliver
 from mcphost.api._docs import DOCS_HEADERS, render_docs
 from mcphost.api._endpoints import (
     cancel_run,
-    conversation_events,
-    conversation_transcript,
-    delete_conversation,
     delete_state,
     healthz,
     ingest_event,
     list_agents,
-    list_conversations,
     list_runners,
     list_runs,
     list_state,
