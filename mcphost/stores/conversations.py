@@ -26,9 +26,10 @@ import json
 from typing import Any, cast
 
 from pydantic import BaseModel, ConfigDict
-from sqlalchemy import ColumnElement, delete, func, or_, select
+from sqlalchemy import ColumnElement, Row, delete, func, or_, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.sql import Executable
 
 from mcphost.errors import ConflictError, InvalidArgumentError, NotFoundError
 from mcphost.models import RunStatus
@@ -109,7 +110,9 @@ def _record(row: ConversationRow) -> ConversationRecord:
     )
 
 
-async def touch_conversation(session: AsyncSession, dialect: Dialect, run: Any, actor_id: str | None) -> None:
+async def touch_conversation(
+    session: AsyncSession, dialect: Dialect, run: Row[Any], actor_id: str | None
+) -> None:
     """Inside an admission's transaction: `run` (the inserted `runs` row) is its conversation's newest
     activity; `actor_id` the actor its event named, if any."""
     insert = postgresql.insert(ConversationRow) if dialect == "postgresql" else sqlite.insert(ConversationRow)
@@ -288,7 +291,7 @@ class ConversationStore:
             )
 
 
-async def _count_delete(session: AsyncSession, stmt: Any) -> int:
+async def _count_delete(session: AsyncSession, stmt: Executable) -> int:
     result = await session.execute(stmt)
     return int(result.rowcount or 0)  # pyright: ignore[reportAttributeAccessIssue,reportUnknownMemberType,reportUnknownArgumentType]  # a DML result
 
