@@ -7,8 +7,8 @@ Options: --url (default $MCPHOST_URL or http://127.0.0.1:8787), --conversation, 
 when the server has one, is read from $MCPHOST_API_KEY.
 
 `POST /v1/events?stream=true` answers with Server-Sent Events: first `event: run` ({run_id, status,
-created}), then one event per result with `id: <sequence>` and the result as `data`, and finally
-`event: end` ({run_id, status, error?}). If the connection drops, this script reconnects to
+created}), then one event per result, named by its type (`event: message.delta`), with
+`id: <sequence>` and the result as `data`, and finally `event: end` ({run_id, status, error?}). If the connection drops, this script reconnects to
 `GET /v1/runs/{run_id}/results` with `Last-Event-ID: <last sequence seen>` and receives the rest exactly
 once. The event carries its own `event_id`, so even a retried POST cannot start a second run.
 Exit status: 0 when the run completed, 1 otherwise.
@@ -83,7 +83,11 @@ def main() -> int:
                         run_id = data["run_id"]
                     elif name == "end":
                         end = data
-                    elif name == "message" and data["seq"] > last_seq:
+                    elif name == "error":
+                        error = data["error"]
+                        print(f"error: {error['code']}: {error['message']}", file=sys.stderr)
+                        return 1
+                    elif data["seq"] > last_seq:  # a result, its event named by its type
                         last_seq = data["seq"]
                         if data["type"] == "message.delta":
                             print(data["data"]["chunk"].get("content") or "", end="", flush=True)

@@ -44,6 +44,7 @@ from mcphost.api._artifacts import parse_range
 from mcphost.api._errors import EXCEPTION_HANDLERS, error_response, host_error_response
 from mcphost.api._metrics import UNMATCHED_ROUTE, HostMetrics
 from mcphost.api._middleware import middleware
+from mcphost.api._models import RunsPage
 from mcphost.api._routes import openapi, routes
 from mcphost.api._state import DEFAULT_MAX_UPLOAD_BYTES, MAX_EVENT_BODY_BYTES, ApiLimits, ApiState
 from mcphost.errors import RangeNotSatisfiableError, UnavailableError
@@ -57,6 +58,7 @@ __all__ = [
     "ApiState",
     "HostMetrics",
     "RangeNotSatisfiableError",
+    "RunsPage",
     "UnavailableError",
     "error_response",
     "host_error_response",

@@ -22,6 +22,7 @@ from mcphost.api._endpoints import MAX_SMALL_BODY_BYTES
 from mcphost.api._http import parse_json, parse_query, path_id, read_body
 from mcphost.api._models import ApprovalsPage, ApprovalsQuery, DecisionBody, QueryModel
 from mcphost.api._state import api_state
+from mcphost.common.timestamps import json_with_iso
 
 
 async def list_approvals(request: Request) -> Response:
@@ -31,14 +32,14 @@ async def list_approvals(request: Request) -> Response:
         status=query.status, run_id=query.run_id, limit=query.limit, cursor=query.cursor
     )
     answer = ApprovalsPage(items=page.items, next_cursor=page.next_cursor, has_more=page.has_more)
-    return JSONResponse(answer.model_dump(mode="json"))
+    return JSONResponse(json_with_iso(answer))
 
 
 async def show_approval(request: Request) -> Response:
     state = api_state(request)
     parse_query(request, QueryModel)
     approval = await state.stores.approvals.get(path_id(request, "approval_id"))
-    return JSONResponse(approval.model_dump(mode="json"))
+    return JSONResponse(json_with_iso(approval))
 
 
 async def decide_approval(request: Request) -> Response:
@@ -53,4 +54,4 @@ async def decide_approval(request: Request) -> Response:
     if approval.parked and state.continuations is not None:
         run_id = await state.continuations.resume(approval)
         approval = approval.model_copy(update={"continuation_run_id": run_id})
-    return JSONResponse(approval.model_dump(mode="json"))
+    return JSONResponse(json_with_iso(approval))

@@ -35,6 +35,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from mcphost.api._http import capped_body, parse_model, parse_query, path_id
 from mcphost.api._models import MIME_PATTERN, QueryModel, UploadQuery
 from mcphost.api._state import api_state
+from mcphost.common.timestamps import json_with_iso
 from mcphost.errors import InvalidArgumentError, RangeNotSatisfiableError
 from mcphost.stores import ArtifactRecord
 
@@ -223,7 +224,7 @@ async def upload_artifact(request: Request) -> Response:
     )
     logger.info("artifact %s stored: %d bytes", record.artifact_id, record.size)
     return JSONResponse(
-        record.to_ref().model_dump(mode="json"),
+        json_with_iso(record.to_ref()),
         status_code=201,
         headers={"Location": f"/v1/artifacts/{record.artifact_id}"},
     )
@@ -233,7 +234,7 @@ async def artifact_metadata(request: Request) -> Response:
     state = api_state(request)
     parse_query(request, QueryModel)
     record = await state.stores.artifacts.get(path_id(request, "artifact_id"))
-    return JSONResponse(record.model_dump(mode="json"))
+    return JSONResponse(json_with_iso(record))
 
 
 def parse_range(header: str | None, size: int) -> tuple[int, int] | None:

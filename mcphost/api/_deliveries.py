@@ -18,6 +18,7 @@ from starlette.responses import JSONResponse, Response
 from mcphost.api._http import parse_query, path_id
 from mcphost.api._models import DeliveriesPage, DeliveriesQuery, QueryModel
 from mcphost.api._state import api_state
+from mcphost.common.timestamps import json_with_iso
 from mcphost.delivery import redelivery_age
 
 
@@ -28,7 +29,7 @@ async def list_deliveries(request: Request) -> Response:
         status=query.status, run_id=query.run_id, limit=query.limit, cursor=query.cursor
     )
     answer = DeliveriesPage(items=page.items, next_cursor=page.next_cursor, has_more=page.has_more)
-    return JSONResponse(answer.model_dump(mode="json"))
+    return JSONResponse(json_with_iso(answer))
 
 
 async def redeliver(request: Request) -> Response:
@@ -40,4 +41,4 @@ async def redeliver(request: Request) -> Response:
     delivery = await state.stores.deliveries.redeliver(delivery_id, max_age_s=max_age_s)
     if state.wake_deliveries is not None:
         state.wake_deliveries()
-    return JSONResponse(delivery.model_dump(mode="json"), status_code=202)
+    return JSONResponse(json_with_iso(delivery), status_code=202)

@@ -1,23 +1,26 @@
-"""The endpoints for events, runs, conversations, state, runners, `/healthz` and `/metrics`.
+"""The endpoints for events, runs, state, runners, `/healthz` and `/metrics`.
 
-Owns what each of these routes does: admission of an event (202, or its results as SSE with
-`?stream=true`), run reads, result pages and resumable result streams, cancellation, audit pages,
-conversation transcript and event pages, what a run left (`run_records`), the configured agents,
-deleting a state value (an operator's way out of a value no
-run can use), the runner registry view, liveness and metrics, and what a `sender` key's request
-sees of runs (its own: `_access.own_run`, `created_by` on its lists and admissions). Does not own
-artifacts (`_artifacts`), the route table or OpenAPI (`_routes`), authentication, the role check or
-error responses (`_middleware`, `_access`, `_errors`). Endpoints raise; they never build an error response.
+Owns what each of these routes does: admission of an event (202, its results as SSE with
+`?stream=true`, or the ended run with `?wait=true`), run reads, result pages and resumable result
+streams, cancellation, audit pages, what a run left (`run_records`), the configured agents, reading an
+owner's state values and deleting one (an operator's way out of a value no run can use), the runner
+registry view, liveness and metrics, and what a `sender` key's request sees of runs (its own:
+`_access.own_run`, `created_by` on its lists and admissions). Does not own artifacts (`_artifacts`),
+conversations (`_conversations`), the route table or OpenAPI (`_routes`), authentication, the role
+check or error responses (`_middleware`, `_access`, `_errors`). Endpoints raise; they never build an error response.
 
 Invariants:
 - Input is validated before anything is stored: a refused request changes nothing.
 - Result streams read the results store, never a live queue: a stream that resumes after host sequence
   N (`Last-Event-ID`, else `?after=N`) gets every later result exactly once, in order. Each result is one
-  SSE event whose `id` is its sequence; admission (`event: run`) and the end marker (`event: end`) carry no
-  id, so they never move a client's resume point. A stream ends after the run's terminal result.
+  SSE event named by its type (`event: message.delta`) whose `id` is its sequence; admission
+  (`event: run`) and the end marker (`event: end`) carry no id, so they never move a client's resume
+  point. A stream ends after the run's terminal result.
 - A result stream never ends in silence: after its results it sends `event: end` (the run's final status
   and error), or, when the stream cannot go on (the store keeps failing), `event: error` with a code and
   a short message (`storage_unavailable`, `runtime_error`); the client resumes from its last id.
+- A `wait=true` admission waits at most `timeout_s` and never cancels its run: when the wait ends first
+  it answers 202 with the run as it stands (`done: false`).
 - While the host drains, ingest and `/healthz` answer 503. While the storage probe (`Stores.health`,
   cached for a second) finds `data_dir` or the database gone or unwritable, `/healthz` answers 503
   `storage_unavailable` with the reason (and `_middleware` refuses `/v1` and MCP requests the same way).
@@ -29,7 +32,9 @@ import logging
 import time
 from collections.abc import AsyncGenerator
 from contextlib import aclosing
+from typing import cast
 
+import anyio
 from sse_starlette import ServerSentEvent
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -44,9 +49,12 @@ from mcphost.api._http import (
     parse_query,
     path_id,
     read_body,
+    result_event,
 )
 from mcphost.api._metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from mcphost.api._models import (
+    DEFAULT_WAIT_S,
+    RESULTS_PAGE_LIMIT,
     Admitted,
     AgentInfo,
     AgentsView,
@@ -55,13 +63,9 @@ from mcphost.api._models import (
     AuditQuery,
     CancelAnswer,
     CancelBody,
-    ConversationPath,
-    EventsPage,
-    EventsPageQuery,
     GrantSummary,
     Health,
     IngestQuery,
-    PageQuery,
     PluginInfo,
     QueryModel,
     RejectedInfo,
@@ -73,12 +77,17 @@ from mcphost.api._models import (
     RunsPage,
     RunsQuery,
     RunView,
+    RunWaited,
     StateDeleted,
+    StateListQuery,
     StateOwnerQuery,
+    StatePage,
     StatePath,
-    TranscriptPage,
+    StateScopePath,
+    StateValue,
 )
 from mcphost.api._state import ApiState, api_state
+from mcphost.common.timestamps import json_with_iso
 from mcphost.context import mcp_url
 from mcphost.errors import (
     ConflictError,
@@ -111,7 +120,7 @@ async def _result_events(state: ApiState, run_id: str, after: int) -> AsyncGener
     """The run's results after `after` as SSE events, then `event: end` with the final status."""
     try:
         async for item in state.orchestrator.results(run_id, after=after):
-            yield json_event({"seq": item.seq, **item.payload}, event_id=str(item.seq))
+            yield result_event(item.seq, item.payload)
         run = await state.orchestrator.wait(run_id)  # ended: results() stops only then
         end: JSONObject = {"run_id": run_id, "status": run.status.value}
         if run.error is not None:
@@ -173,16 +182,74 @@ async def ingest_event(request: Request) -> Response:
     state.metrics.event_admitted(created=admission.created)
     answer = Admitted(run_id=run.run_id, event_id=run.event_id, status=run.status, created=admission.created)
     location = {"Location": f"/v1/runs/{run.run_id}"}
+    if query.wait:
+        waited = await _wait_for(state, run, answer, query.timeout_s or DEFAULT_WAIT_S)
+        status = 200 if waited.done else 202
+        return JSONResponse(json_with_iso(waited), status_code=status, headers=location)
     if not query.stream:
-        return JSONResponse(answer.model_dump(mode="json"), status_code=202, headers=location)
+        return JSONResponse(json_with_iso(answer), status_code=202, headers=location)
 
     async def events() -> AsyncGenerator[ServerSentEvent, None]:
-        yield json_event(answer.model_dump(mode="json"), event="run")
+        yield json_event(json_with_iso(answer), event="run")
         async with aclosing(_result_events(state, run.run_id, 0)) as results:
             async for item in results:
                 yield item
 
     return EventStream(events(), headers={**location, "X-Run-Id": run.run_id})
+
+
+WAIT_RESULTS = 1000
+"""At most this many results in a `wait=true` answer (deltas left out)."""
+WAIT_SCAN_PAGES = 10
+"""At most this many pages of `RESULTS_PAGE_LIMIT` results are read for one answer."""
+
+
+async def _wait_for(state: ApiState, run: Run, admitted: Admitted, timeout_s: float) -> RunWaited:
+    """Wait up to `timeout_s` for the run to end (never cancelling it), then read its results."""
+    with anyio.move_on_after(timeout_s):
+        run = await state.orchestrator.wait(run.run_id)
+    if not run.status.is_terminal:
+        run = await state.stores.runs.get(run.run_id)
+    results: list[JSONObject] = []
+    message: JSONObject | None = None
+    after, complete = 0, False
+    for _ in range(WAIT_SCAN_PAGES):
+        page = await state.stores.results.list(run.run_id, after=after, limit=RESULTS_PAGE_LIMIT)
+        full = False
+        for item in page:
+            if item.type != "message.delta":
+                if len(results) == WAIT_RESULTS:
+                    full = True
+                    break
+                results.append({"seq": item.seq, **item.payload})
+                message = _message_of(item.type, item.payload) or message
+            after = item.seq
+        if full:
+            break
+        if len(page) < RESULTS_PAGE_LIMIT:
+            complete = True
+            break
+    return RunWaited(
+        run_id=run.run_id,
+        event_id=run.event_id,
+        status=run.status,
+        created=admitted.created,
+        done=run.status.is_terminal,
+        run=run,
+        results=results,
+        results_complete=complete,
+        next_after=after,
+        message=message,
+    )
+
+
+def _message_of(kind: str, payload: JSONObject) -> JSONObject | None:
+    """The assistant message a `message.completed` or `run.completed` result carries, if any."""
+    data = payload.get("data")
+    if kind not in ("message.completed", "run.completed") or not isinstance(data, dict):
+        return None
+    message = cast("JSONObject", data).get("message")
+    return cast("JSONObject", message) if isinstance(message, dict) else None
 
 
 def _check_agent(state: ApiState, event: AgentEventEnvelope, caller: Caller) -> None:
@@ -214,7 +281,7 @@ async def list_runs(request: Request) -> Response:
         cursor=query.cursor,
     )
     answer = RunsPage(items=page.items, next_cursor=page.next_cursor, has_more=page.has_more)
-    return JSONResponse(answer.model_dump(mode="json"))
+    return JSONResponse(json_with_iso(answer))
 
 
 async def show_run(request: Request) -> Response:
@@ -250,7 +317,7 @@ async def show_run(request: Request) -> Response:
     answer = RunView(
         run=run, grant=summary, mcp_url=mcp_url(state.orchestrator.public_url, run_id), attempts=attempts
     )
-    return JSONResponse(answer.model_dump(mode="json"))
+    return JSONResponse(json_with_iso(answer))
 
 
 async def run_results(request: Request) -> Response:
@@ -271,7 +338,7 @@ async def run_results(request: Request) -> Response:
             next_after=next_after,
             complete=run.status.is_terminal and len(items) < query.limit,
         )
-        return JSONResponse(answer.model_dump(mode="json"))
+        return JSONResponse(json_with_iso(answer))
     return EventStream(_result_events(state, run.run_id, after), headers={"X-Run-Id": run.run_id})
 
 
@@ -286,7 +353,7 @@ async def cancel_run(request: Request) -> Response:
         raise _conflict_terminal(run)
     run = await state.orchestrator.cancel(run_id, reason=body.reason or "cancelled through the API")
     answer = CancelAnswer(run_id=run_id, status=run.status, cancel_requested=not run.status.is_terminal)
-    return JSONResponse(answer.model_dump(mode="json"), status_code=202)
+    return JSONResponse(json_with_iso(answer), status_code=202)
 
 
 def _conflict_terminal(run: Run) -> HostError:
@@ -307,7 +374,7 @@ async def run_records(request: Request) -> Response:
         events=await state.stores.events.for_run(run_id, limit=1000),
         transcript=await state.stores.transcript.for_run(run_id, limit=1000),
     )
-    return JSONResponse(answer.model_dump(mode="json"))
+    return JSONResponse(json_with_iso(answer))
 
 
 async def run_audit(request: Request) -> Response:
@@ -319,44 +386,54 @@ async def run_audit(request: Request) -> Response:
     has_more = len(items) > query.limit
     kept = items[: query.limit]
     answer = AuditPage(items=kept, next_after=kept[-1].seq if kept else query.after, has_more=has_more)
-    return JSONResponse(answer.model_dump(mode="json"))
-
-
-# -- endpoints: conversations ------------------------------------------------------------------------
-
-
-async def conversation_transcript(request: Request) -> Response:
-    state = api_state(request)
-    path = parse_model(ConversationPath, dict(request.path_params), "path")
-    query = parse_query(request, PageQuery)
-    page = await state.stores.transcript.page(
-        path.conversation_id, query.thread_id, before=query.before, after=query.after, limit=query.limit
-    )
-    answer = TranscriptPage(
-        items=page.items, next_cursor=page.next_cursor, prev_cursor=page.prev_cursor, has_more=page.has_more
-    )
-    return JSONResponse(answer.model_dump(mode="json"))
-
-
-async def conversation_events(request: Request) -> Response:
-    state = api_state(request)
-    path = parse_model(ConversationPath, dict(request.path_params), "path")
-    query = parse_query(request, EventsPageQuery)
-    page = await state.stores.events.page(
-        path.conversation_id,
-        query.thread_id,
-        before=query.before,
-        after=query.after,
-        limit=query.limit,
-        event_types=query.event_type,
-    )
-    answer = EventsPage(
-        items=page.items, next_cursor=page.next_cursor, prev_cursor=page.prev_cursor, has_more=page.has_more
-    )
-    return JSONResponse(answer.model_dump(mode="json"))
+    return JSONResponse(json_with_iso(answer))
 
 
 # -- endpoints: state --------------------------------------------------------------------------------
+
+
+async def show_state(request: Request) -> Response:
+    """One state value of an owner (the ids in the query make the owner, as for a run's grant)."""
+    state = api_state(request)
+    path = parse_model(StatePath, dict(request.path_params), "path")
+    query = parse_query(request, StateOwnerQuery)
+    owner = owner_from_ids(path.scope, query.model_dump())
+    entry = await state.stores.state.get(path.scope, owner, path.key)
+    if entry is None:
+        raise NotFoundError(
+            f"No {path.scope!r} state value {path.key!r} for owner {list(owner)!r}; check the ids "
+            f"(GET /v1/state/{path.scope} lists what an owner holds).",
+            details={"scope": path.scope, "key": path.key, "owner": list(owner)},
+        )
+    answer = StateValue(
+        scope=path.scope,
+        key=entry.key,
+        owner=list(owner),
+        value=entry.value,
+        size=entry.size,
+        updated_at=entry.updated_at,
+        unservable=entry.unservable,
+    )
+    return JSONResponse(json_with_iso(answer))
+
+
+async def list_state(request: Request) -> Response:
+    """A page of an owner's state values in key order."""
+    state = api_state(request)
+    path = parse_model(StateScopePath, dict(request.path_params), "path")
+    query = parse_query(request, StateListQuery)
+    owner = owner_from_ids(path.scope, query.model_dump(exclude={"prefix", "limit", "cursor"}))
+    page = await state.stores.state.list(
+        path.scope, owner, prefix=query.prefix, limit=query.limit, cursor=query.cursor
+    )
+    answer = StatePage(
+        scope=path.scope,
+        owner=list(owner),
+        items=list(page.items),
+        next_cursor=page.next_cursor,
+        has_more=page.has_more,
+    )
+    return JSONResponse(json_with_iso(answer))
 
 
 async def delete_state(request: Request) -> Response:
@@ -373,7 +450,7 @@ async def delete_state(request: Request) -> Response:
         )
     logger.info("state value %r of scope %r owner %r deleted over the API", path.key, path.scope, owner)
     answer = StateDeleted(scope=path.scope, key=path.key, owner=list(owner), deleted=True)
-    return JSONResponse(answer.model_dump(mode="json"))
+    return JSONResponse(json_with_iso(answer))
 
 
 # -- endpoints: runners, health, metrics -------------------------------------------------------------
@@ -404,7 +481,7 @@ async def list_runners(request: Request) -> Response:
             for p in registry.plugins()
         ],
     )
-    return JSONResponse(answer.model_dump(mode="json"))
+    return JSONResponse(json_with_iso(answer))
 
 
 async def list_agents(request: Request) -> Response:
@@ -431,7 +508,7 @@ async def list_agents(request: Request) -> Response:
             for a in state.bindings.agents
         ]
     )
-    return JSONResponse(answer.model_dump(mode="json"))
+    return JSONResponse(json_with_iso(answer))
 
 
 async def healthz(request: Request) -> Response:
@@ -449,7 +526,7 @@ async def healthz(request: Request) -> Response:
         host_id=state.orchestrator.host_id,
         active_runs=len(state.orchestrator.active_run_ids()),
     )
-    return JSONResponse(answer.model_dump(mode="json"))
+    return JSONResponse(json_with_iso(answer))
 
 
 async def metrics(request: Request) -> Response:

@@ -13,6 +13,7 @@ from starlette.responses import JSONResponse, Response
 
 from mcphost.api._http import parse_json, read_body
 from mcphost.api._state import api_state
+from mcphost.common.timestamps import json_with_iso
 from mcphost.explain import ExplainRequest, explain
 
 
@@ -23,4 +24,4 @@ async def explain_event(request: Request) -> Response:
     answer = explain(
         body.event, state.bindings, lambda runner_id: registry.get(runner_id).manifest, body.targets()
     )
-    return JSONResponse(answer.model_dump(mode="json"))
+    return JSONResponse(json_with_iso(answer))

@@ -34,6 +34,7 @@ from starlette.responses import JSONResponse, Response
 from mcphost.api._http import check_storable, path_id, read_body
 from mcphost.api._models import Admitted, HookIgnored
 from mcphost.api._state import api_state
+from mcphost.common.timestamps import json_with_iso
 from mcphost.errors import ConflictError, NotFoundError, UnavailableError
 from mcphost.hooks import REPLAY_LEASE_PREFIX, envelope, ignored, replay_lease, verify
 from mcphost.orchestrator import Admission
@@ -46,7 +47,7 @@ def _admitted(admission: Admission) -> Response:
     run = admission.run
     answer = Admitted(run_id=run.run_id, event_id=run.event_id, status=run.status, created=admission.created)
     return JSONResponse(
-        answer.model_dump(mode="json"), status_code=202, headers={"Location": f"/v1/runs/{run.run_id}"}
+        json_with_iso(answer), status_code=202, headers={"Location": f"/v1/runs/{run.run_id}"}
     )
 
 
@@ -89,7 +90,7 @@ async def receive_hook(request: Request) -> Response:
         )
         state.metrics.hook_ignored(source, reason)
         answer = HookIgnored(reason=reason, source_event_type=verified.source_event_type)
-        return JSONResponse(answer.model_dump(mode="json"), status_code=200)
+        return JSONResponse(json_with_iso(answer), status_code=200)
     event = envelope(source, hook, verified)
     check_storable(event.model_dump(mode="json"), "mapped event")
     if state.draining:

@@ -2,7 +2,7 @@
 
 Owns turning a `ValidationError` or an unstorable value (NaN, NUL, an integer past 64 bits) into a 400
 naming the field, reading bodies under a byte cap, and the host's settings of sse-starlette for result
-streams (`json_event`, `EventStream`). Does not own which model a route parses (the routes), error
+streams (`json_event`, `result_event`, `EventStream`). Does not own which model a route parses (the routes), error
 responses (`_errors`) or SSE framing, keep-alives and disconnect handling (sse-starlette).
 
 Invariants:
@@ -15,6 +15,8 @@ Invariants:
 - An `EventStream` runs its producer, its keep-alive (a comment every `KEEPALIVE_S`) and its disconnect
   watch in one task group (sse-starlette's); a client that goes away cancels all three, and the producer
   is closed (its `finally` runs) whichever way the stream stops.
+- A result is an SSE event named by its type (`event: message.delta`, `event: run.completed`); the
+  stream's own events keep their undotted names (`run`, `end`, `error`), so the two never collide.
 - Streams end when their producer ends, never on sse-starlette's exit signal: that signal comes from
   uvicorn's own SIGTERM handler (or its patched `Server.handle_exit`), which `serving._Server` never
   installs, so during `mcphost serve`'s drain a stream stays open until its run ends (`event: end`).
@@ -37,7 +39,14 @@ from starlette.types import Receive, Scope, Send
 
 from mcphost.common.validation import problems
 from mcphost.errors import InvalidArgumentError, PayloadTooLargeError
-from mcphost.protocol import MAX_JSON_DEPTH, JSONObject, json_depth, nesting_message, unstorable
+from mcphost.protocol import (
+    MAX_JSON_DEPTH,
+    RESULT_TYPES,
+    JSONObject,
+    json_depth,
+    nesting_message,
+    unstorable,
+)
 
 logger = logging.getLogger("mcphost.api")
 
@@ -177,6 +186,16 @@ SSE_SEP = "\n"
 def json_event(payload: object, *, event: str | None = None, event_id: str | None = None) -> ServerSentEvent:
     """One server-sent event whose `data` is `payload` as compact JSON (one line)."""
     return JSONServerSentEvent(payload, event=event, id=event_id, sep=SSE_SEP)
+
+
+def result_event(seq: int, payload: JSONObject) -> ServerSentEvent:
+    """One stored result as an SSE event named by its type (`event: message.delta`), its `id` the
+    result's host sequence. Every protocol result type (`RESULT_TYPES`) has a dot, so it never reads as
+    `run`, `end` or `error` (the stream's own events); a stored payload of another type (written
+    straight into the database) is named `result`."""
+    kind = payload.get("type")
+    name = kind if isinstance(kind, str) and kind in RESULT_TYPES else "result"
+    return json_event({"seq": seq, **payload}, event=name, event_id=str(seq))
 
 
 def _keepalive() -> ServerSentEvent:

@@ -20,7 +20,7 @@ from mcphost.gateway.upstream import UpstreamState
 from mcphost.grants import GrantView
 from mcphost.hooks import IgnoreReason
 from mcphost.models import ID_PATTERN, GrantLayers, Run, RunError, RunStatus
-from mcphost.protocol import AgentRunContext, JSONObject
+from mcphost.protocol import AgentRunContext, JSONObject, JSONValue
 from mcphost.protocol.facts import KnowledgeChunk
 from mcphost.schedules import ScheduleStatus
 from mcphost.stores import (
@@ -28,6 +28,7 @@ from mcphost.stores import (
     ApprovalRecord,
     ApprovalStatus,
     AuditRecord,
+    ConversationRecord,
     Decision,
     DeliveryRecord,
     DeliveryStatus,
@@ -35,6 +36,7 @@ from mcphost.stores import (
     TranscriptRecord,
 )
 from mcphost.stores.knowledge import MAX_SEARCH_LIMIT
+from mcphost.stores.state import StateEntry
 
 RESULTS_PAGE_LIMIT = 1000
 MAX_KNOWLEDGE_QUERY_CHARS = 2000
@@ -53,9 +55,27 @@ class QueryModel(BaseModel):
     )
 
 
+MAX_WAIT_S = 3600.0
+DEFAULT_WAIT_S = 300.0
+
+
 class IngestQuery(QueryModel):
     stream: bool = False
     """Answer with an SSE stream of the run's results instead of 202."""
+    wait: bool = False
+    """Block until the run ends and answer 200 with the run and its results (`RunWaited`); when
+    `timeout_s` passes first, 202 with `done: false` (the run goes on: post the same event again, with
+    its `event_id`, to wait again). Not with `stream`."""
+    timeout_s: float | None = Field(default=None, gt=0, le=MAX_WAIT_S)
+    """How long `wait=true` blocks at most (default 300 s, at most 3600 s)."""
+
+    @model_validator(mode="after")
+    def _one_way_to_answer(self) -> Self:
+        if self.wait and self.stream:
+            raise ValueError("`wait` and `stream` answer differently: choose one")
+        if self.timeout_s is not None and not self.wait:
+            raise ValueError("`timeout_s` bounds `wait=true`; pass it with wait=true or not at all")
+        return self
 
 
 class RunsQuery(QueryModel):
@@ -142,6 +162,17 @@ class ToolsQuery(QueryModel):
     timeout); without it, the answer is what the host knows now and an idle upstream lists no tools."""
 
 
+class ConversationsQuery(QueryModel):
+    prefix: str | None = Field(default=None, pattern=r"^[A-Za-z0-9._:@/+=-]{1,200}$")
+    """Only conversations whose id starts with this."""
+    agent: str | None = Field(default=None, pattern=ID_PATTERN)
+    """Only conversations whose newest run was of this agent."""
+    actor: str | None = Field(default=None, pattern=ID_PATTERN)
+    """Only conversations whose newest actor (of the newest event that named one) is this."""
+    limit: int = Field(default=50, ge=1, le=100)
+    cursor: str | None = Field(default=None, max_length=500)
+
+
 class ConversationPath(QueryModel):
     conversation_id: str = Field(pattern=ID_PATTERN)
 
@@ -187,6 +218,39 @@ class Admitted(_Answer):
     status: RunStatus
     created: bool
     """False when the event_id was seen before: this is the existing run."""
+
+
+class RunWaited(_Answer):
+    """The answer of `POST /v1/events?wait=true`: the run as it ended (200), or as it stands when the
+    wait timed out (202, `done: false`; the run goes on)."""
+
+    run_id: str
+    event_id: str
+    status: RunStatus
+    created: bool
+    """False when the event_id was seen before: this is the existing run."""
+    done: bool
+    """The run has ended; false when `timeout_s` passed first."""
+    run: Run
+    results: list[JSONObject]
+    """The run's results, each with its host sequence as `seq`, without `message.delta` (the
+    `message.completed` that follows holds the whole message); at most 1000."""
+    results_complete: bool
+    """Every such result is in `results`; else continue with `GET /v1/runs/{run_id}/results?after=
+    <next_after>`."""
+    next_after: int
+    """The host sequence of the last result read."""
+    message: JSONObject | None
+    """The run's final assistant message (of `run.completed`, else the last `message.completed`)."""
+
+
+class StreamEnd(_Answer):
+    """The `event: end` of a result stream: the run's final status."""
+
+    run_id: str
+    status: RunStatus
+    error: RunError | None = None
+    """Why the run did not complete (absent when it did)."""
 
 
 class HookIgnored(_Answer):
@@ -288,6 +352,13 @@ class ApprovalsPage(_Answer):
     has_more: bool
 
 
+class ConversationsPage(_Answer):
+    items: list[ConversationRecord]
+    """Newest activity (newest run) first."""
+    next_cursor: str | None
+    has_more: bool
+
+
 class ResultsPage(_Answer):
     run_id: str
     status: RunStatus
@@ -317,6 +388,10 @@ class StatePath(QueryModel):
     key: str
 
 
+class StateScopePath(QueryModel):
+    scope: str
+
+
 class StateOwnerQuery(QueryModel):
     """The ids that make up a state scope's owner; each scope uses its own (`STATE_OWNER_IDS`)."""
 
@@ -336,6 +411,39 @@ class StateOwnerQuery(QueryModel):
     """subject."""
     workspace_id: str | None = Field(default=None, max_length=200)
     """workspace."""
+
+
+class StateListQuery(StateOwnerQuery):
+    prefix: str | None = Field(default=None, max_length=200)
+    """Only keys starting with this."""
+    limit: int = Field(default=50, ge=1, le=100)
+    cursor: str | None = Field(default=None, max_length=500)
+
+
+class StateValue(_Answer):
+    """One state value of an owner, as a run of that owner reads it (`state_get`)."""
+
+    scope: str
+    key: str
+    owner: list[str]
+    """The owner tuple the ids made, as stored."""
+    value: JSONValue
+    """None when `unservable`."""
+    size: int
+    """Bytes of the value's compact JSON."""
+    updated_at: float
+    unservable: bool
+    """The stored value nests too deep to be served: delete or overwrite it."""
+
+
+class StatePage(_Answer):
+    """A page of an owner's state values in key order (`state_list`, values always inline)."""
+
+    scope: str
+    owner: list[str]
+    items: list[StateEntry]
+    next_cursor: str | None
+    has_more: bool
 
 
 class StateDeleted(_Answer):

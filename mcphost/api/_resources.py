@@ -40,6 +40,7 @@ from mcphost.api._models import (
     UpstreamToolInfo,
 )
 from mcphost.api._state import api_state
+from mcphost.common.timestamps import json_with_iso
 from mcphost.errors import NotFoundError
 from mcphost.gateway.host_tools import Upstream, could_match
 from mcphost.grants import matches_tool_glob
@@ -61,7 +62,7 @@ async def list_knowledge(request: Request) -> Response:
             for kb in bases
         ]
     )
-    return JSONResponse(answer.model_dump(mode="json"))
+    return JSONResponse(json_with_iso(answer))
 
 
 async def search_knowledge(request: Request) -> Response:
@@ -74,7 +75,7 @@ async def search_knowledge(request: Request) -> Response:
         )
     hits = await state.knowledge.retrieve(kb_id, query.q, top_k=query.limit)
     answer = KnowledgeSearchAnswer(kb_id=kb_id, query=query.q, hits=hits)
-    return JSONResponse(answer.model_dump(mode="json"))
+    return JSONResponse(json_with_iso(answer))
 
 
 def _params(schema: Mapping[str, object]) -> list[ToolParam]:
@@ -122,4 +123,4 @@ async def list_tools(request: Request) -> Response:
     agents = state.bindings.agents
     upstreams = gateway.upstreams.values() if gateway is not None else ()
     answer = ToolsView(servers=[_upstream(u, agents) for u in upstreams])
-    return JSONResponse(answer.model_dump(mode="json"))
+    return JSONResponse(json_with_iso(answer))

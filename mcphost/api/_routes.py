@@ -33,23 +33,29 @@ from mcphost import __version__
 from mcphost.api._access import check_access
 from mcphost.api._approvals import decide_approval, list_approvals, show_approval
 from mcphost.api._artifacts import artifact_content, artifact_metadata, upload_artifact
+from mcphost.api._conversations import (
+    conversation_events,
+    conversation_transcript,
+    delete_conversation,
+    list_conversations,
+)
 from mcphost.api._deliveries import list_deliveries, redeliver
 from mcphost.api._docs import DOCS_HEADERS, render_docs
 from mcphost.api._endpoints import (
     cancel_run,
-    conversation_events,
-    conversation_transcript,
     delete_state,
     healthz,
     ingest_event,
     list_agents,
     list_runners,
     list_runs,
+    list_state,
     metrics,
     run_audit,
     run_records,
     run_results,
     show_run,
+    show_state,
 )
 from mcphost.api._explain import explain_event
 from mcphost.api._hooks import receive_hook
@@ -63,6 +69,8 @@ from mcphost.api._models import (
     AuditQuery,
     CancelAnswer,
     CancelBody,
+    ConversationsPage,
+    ConversationsQuery,
     DecisionBody,
     DeliveriesPage,
     DeliveriesQuery,
@@ -84,11 +92,16 @@ from mcphost.api._models import (
     RunsPage,
     RunsQuery,
     RunView,
+    RunWaited,
     ScheduleDeleted,
     SchedulesPage,
     SchedulesQuery,
     StateDeleted,
+    StateListQuery,
     StateOwnerQuery,
+    StatePage,
+    StateValue,
+    StreamEnd,
     ToolsQuery,
     ToolsView,
     TranscriptPage,
@@ -103,32 +116,89 @@ from mcphost.api._schedules import (
     resume_schedule,
     show_schedule,
 )
+from mcphost.common.timestamps import schemas_with_iso
 from mcphost.config import PublicEndpoint
 from mcphost.explain import ExplainRequest, Explanation
 from mcphost.guard import Access, declare_access
 from mcphost.models import AgentEventEnvelope
-from mcphost.protocol import ArtifactRef, JSONObject
+from mcphost.protocol import RESULT_TYPES, ArtifactRef, JSONObject
+from mcphost.protocol.results import (
+    ActionRequested,
+    ArtifactCreated,
+    InteractionRequested,
+    MessageCompleted,
+    MessageDelta,
+    RunCompleted,
+    RunFailed,
+    StateUpdated,
+    ToolCallCompleted,
+    ToolCallStarted,
+)
 from mcphost.schedules import ScheduleStatus
-from mcphost.stores import ApprovalRecord, ArtifactRecord, DeliveryRecord
+from mcphost.stores import ApprovalRecord, ArtifactRecord, ConversationDeleted, DeliveryRecord
 from mcphost.timetable import ScheduleSpec
 
 # -- routes and OpenAPI ------------------------------------------------------------------------------
 
 _BINARY: JSONObject = {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}
+_RESULT_MODELS: tuple[type[BaseModel], ...] = (
+    MessageDelta,
+    MessageCompleted,
+    ToolCallStarted,
+    ToolCallCompleted,
+    ArtifactCreated,
+    StateUpdated,
+    ActionRequested,
+    InteractionRequested,
+    RunCompleted,
+    RunFailed,
+)
+"""Every result type (`mcphost.protocol.AgentRunResult`): what a stream's result events carry."""
+
+
+def _sse_event(name: JSONObject, data: JSONObject, description: str, *, with_id: bool = False) -> JSONObject:
+    properties: JSONObject = {
+        "event": name,
+        "data": {"type": "string", "contentMediaType": "application/json", "contentSchema": data},
+    }
+    if with_id:
+        properties["id"] = {"type": "string", "pattern": "^[0-9]+$", "description": "The result's `seq`."}
+    return {
+        "type": "object",
+        "description": description,
+        "properties": properties,
+        "required": ["event", "data", *(["id"] if with_id else [])],
+    }
+
+
+def _ref(name: str) -> JSONObject:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
 _SSE: JSONObject = {
     "text/event-stream": {
-        # OpenAPI 3.1 reads an event stream's `schema` as the schema of one event (3.2's `itemSchema`).
+        # OpenAPI 3.1 reads an event stream's `schema` as the schema of one event (3.2's `itemSchema`);
+        # `data` is JSON text, typed by `contentSchema`.
         "schema": {
-            "type": "object",
-            "description": "One event per result (`id: <seq>`, `data: {seq, type, run_id, data, ...}`), then "
-            "`event: end` with `{run_id, status, error?}`. Resume with `Last-Event-ID`.",
-            "properties": {
-                "event": {"type": "string"},
-                "data": {"type": "string"},
-                "id": {"type": "string"},
-                "retry": {"type": "integer", "minimum": 0},
-            },
-            "required": ["data"],
+            "description": "One SSE event: `event: run` first (ingest only), then one event per result named "
+            "by its type (`event: message.delta`, `id: <seq>`), then `event: end`, or `event: error` when "
+            "the stream cannot go on. Resume with `Last-Event-ID`.",
+            "oneOf": [
+                _sse_event({"const": "run"}, _ref("Admitted"), "The run the event was admitted as."),
+                _sse_event(
+                    {"enum": sorted(RESULT_TYPES)},
+                    {
+                        "allOf": [
+                            {"oneOf": [_ref(m.__name__) for m in _RESULT_MODELS]},
+                            {"properties": {"seq": {"type": "integer", "minimum": 1}}, "required": ["seq"]},
+                        ]
+                    },
+                    "A result, named by its type, with its host sequence as `seq` and `id`.",
+                    with_id=True,
+                ),
+                _sse_event({"const": "end"}, _ref("StreamEnd"), "The run ended; nothing follows."),
+                _sse_event({"const": "error"}, _ref("ErrorBody"), "The stream cannot go on; resume later."),
+            ],
         },
     }
 }
@@ -187,6 +257,9 @@ class _Endpoint:
     """Also answers 200 with `text/event-stream` (an SSE stream of the run's results)."""
     ignored: str | None = None
     """Also answers 200 with this component: a request taken and deliberately not acted on."""
+    waited: str | None = None
+    """With `wait=true`, answers 200 with this component (the run ended), or 202 with it (the wait timed
+    out)."""
 
     @property
     def tag(self) -> str:
@@ -196,7 +269,8 @@ class _Endpoint:
 
 _ENDPOINTS: tuple[_Endpoint, ...] = (
     _Endpoint("POST", "/v1/events", ingest_event, "Ingest an event; with stream=true, the run's results as SSE",
-              202, "Admitted", (400, 404, 409, 413, 503), IngestQuery, "AgentEventEnvelope", stream=True, role="sender"),
+              202, "Admitted", (400, 404, 409, 413, 503), IngestQuery, "AgentEventEnvelope", stream=True, role="sender",
+              waited="RunWaited"),
     _Endpoint("POST", "/v1/hooks/{source}", receive_hook,
               "A signed webhook from a [hooks.<source>] sender, admitted as an event (authenticated by its "
               "signature: Standard Webhooks headers, X-Hub-Signature-256 or a bearer secret; not the API key)",
@@ -216,10 +290,24 @@ _ENDPOINTS: tuple[_Endpoint, ...] = (
     _Endpoint("GET", "/v1/runs/{run_id}/records", run_records,
               "What the run left: the context it was started with (without its token), its event-log entries "
               "and transcript rows", 200, "RunRecords", (400, 404), role="reader"),
+    _Endpoint("GET", "/v1/conversations", list_conversations,
+              "Conversations, newest activity (newest run) first; by id prefix, agent or actor", 200,
+              "ConversationsPage", (400,), ConversationsQuery, role="reader"),
+    _Endpoint("DELETE", "/v1/conversations/{conversation_id}", delete_conversation,
+              "Delete a conversation: its runs (results, audit, recordings), event log, transcript, "
+              "conversation state, approvals, deliveries and artifacts with their blobs; 409 (nothing "
+              "deleted) while a run of it is queued or running or an approval of it still decides one",
+              200, "ConversationDeleted", (400, 404, 409), role="operator"),
     _Endpoint("GET", "/v1/conversations/{conversation_id}/transcript", conversation_transcript,
               "A page of a conversation's transcript", 200, "TranscriptPage", (400,), PageQuery, role="reader"),
     _Endpoint("GET", "/v1/conversations/{conversation_id}/events", conversation_events,
               "A page of a conversation's event log", 200, "EventsPage", (400,), EventsPageQuery, role="reader"),
+    _Endpoint("GET", "/v1/state/{scope}", list_state,
+              "A page of one owner's state values in key order (the query names the owner's ids, as the "
+              "scope's owner is made for a run)", 200, "StatePage", (400,), StateListQuery, role="reader"),
+    _Endpoint("GET", "/v1/state/{scope}/{key}", show_state,
+              "One state value (the query names the owner's ids); a value nested too deep to be served is "
+              "`unservable` with no value", 200, "StateValue", (400, 404), StateOwnerQuery, role="reader"),
     _Endpoint("DELETE", "/v1/state/{scope}/{key}", delete_state,
               "Delete one state value (also one too deep to be served); the query names the owner's ids",
               200, "StateDeleted", (400, 404), StateOwnerQuery, role="admin"),
@@ -291,8 +379,8 @@ TAGS: dict[str, str] = {
     "events": "Events in: each admitted event is one agent run.",
     "hooks": "Signed webhooks from configured senders, admitted as events.",
     "runs": "Runs, their results (JSON pages or a resumable SSE stream), cancellation and MCP call audit.",
-    "conversations": "A conversation's transcript and event log.",
-    "state": "State values kept for runs.",
+    "conversations": "Conversations by newest activity, each one's transcript and event log, deleting one.",
+    "state": "State values kept for runs: read an owner's values, delete one.",
     "schedules": "Schedules that fire events.",
     "deliveries": "Outbound webhook deliveries.",
     "approvals": "Human approvals of requested actions: list, read, decide.",
@@ -378,6 +466,14 @@ def _operation(endpoint: _Endpoint) -> JSONObject:
             "description": "the run's results as they are stored (`stream=true`)",
             "content": _SSE,
         }
+    if endpoint.waited is not None:  # `wait=true`: the run as it ended (200), or as it stands (202)
+        waited = _content(endpoint.waited)
+        responses["200"] = {
+            "description": "the run's results as SSE (`stream=true`), or the ended run (`wait=true`)",
+            "content": {**_SSE, **waited},
+        }
+        either = {"oneOf": [ok["application/json"]["schema"], waited["application/json"]["schema"]]}
+        responses[str(endpoint.ok)]["content"] = {"application/json": {"schema": either}}
     if endpoint.ignored is not None:
         responses["200"] = {
             "description": "taken, no run (a ping, an event not selected)",
@@ -412,6 +508,8 @@ _SCHEMA_MODELS: tuple[type[BaseModel], ...] = (
     ArtifactRef,
     ArtifactRecord,
     Admitted,
+    RunWaited,
+    StreamEnd,
     HookIgnored,
     RunView,
     RunRecords,
@@ -420,8 +518,12 @@ _SCHEMA_MODELS: tuple[type[BaseModel], ...] = (
     CancelAnswer,
     TranscriptPage,
     EventsPage,
+    ConversationsPage,
+    ConversationDeleted,
     AuditPage,
     StateDeleted,
+    StateValue,
+    StatePage,
     SchedulesPage,
     ScheduleStatus,
     ScheduleDeleted,
@@ -437,6 +539,7 @@ _SCHEMA_MODELS: tuple[type[BaseModel], ...] = (
     ApprovalsPage,
     ApprovalRecord,
     Explanation,
+    *_RESULT_MODELS,
 )
 
 
@@ -461,7 +564,7 @@ def openapi() -> JSONObject:
             "takes the run token and is not part of this API. Errors are {error: {code, message, details}}.",
         },
         "components": {
-            "schemas": top.get("$defs", {}),
+            "schemas": schemas_with_iso(top.get("$defs", {})),
             "securitySchemes": {
                 "apiKey": {"type": "http", "scheme": "bearer", "description": ROLES_DESCRIPTION}
             },

@@ -23,6 +23,7 @@ from starlette.responses import JSONResponse, Response
 from mcphost.api._http import parse_json, parse_query, path_id, read_body
 from mcphost.api._models import QueryModel, ScheduleDeleted, SchedulesPage, SchedulesQuery
 from mcphost.api._state import ApiState, api_state
+from mcphost.common.timestamps import json_with_iso
 from mcphost.errors import ConflictError, NotFoundError
 from mcphost.schedules import Scheduler, ScheduleStatus
 from mcphost.timetable import ScheduleSpec
@@ -54,7 +55,7 @@ async def _status(scheduler: Scheduler, schedule_id: str) -> ScheduleStatus:
 
 
 def _answer(status: ScheduleStatus, code: int = 200) -> Response:
-    return JSONResponse(status.model_dump(mode="json"), status_code=code)
+    return JSONResponse(json_with_iso(status), status_code=code)
 
 
 async def list_schedules(request: Request) -> Response:
@@ -62,7 +63,7 @@ async def list_schedules(request: Request) -> Response:
     query = parse_query(request, SchedulesQuery)
     page = await _scheduler(state).page(limit=query.limit, cursor=query.cursor)
     answer = SchedulesPage(items=page.items, next_cursor=page.next_cursor, has_more=page.has_more)
-    return JSONResponse(answer.model_dump(mode="json"))
+    return JSONResponse(json_with_iso(answer))
 
 
 async def create_schedule(request: Request) -> Response:
@@ -91,7 +92,7 @@ async def delete_schedule(request: Request) -> Response:
         raise _read_only(schedule_id)
     await state.stores.schedules.delete(schedule_id)
     scheduler.wake()
-    return JSONResponse(ScheduleDeleted(schedule_id=schedule_id, deleted=True).model_dump(mode="json"))
+    return JSONResponse(json_with_iso(ScheduleDeleted(schedule_id=schedule_id, deleted=True)))
 
 
 async def _set_paused(request: Request, paused: bool) -> Response:

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 if TYPE_CHECKING:
     from mcphost.models import AgentEventEnvelope, Run
+    from mcphost.stores import Page
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -97,6 +98,16 @@ def dump(obj: Any, out: TextIO | None = None) -> None:
     # sys.stdout is looked up per call, not bound at import, so a redirected stdout is honoured.
     (out or sys.stdout).write(json.dumps(obj, separators=(",", ":"), default=str) + "\n")
     (out or sys.stdout).flush()
+
+
+def runs_page(page: Page[Run]) -> dict[str, Any]:
+    """A page of runs as `GET /v1/runs` answers it (`RunsPage`, ISO 8601 twins included): the envelope of
+    `mcphost runs --json`."""
+    from mcphost.api import RunsPage  # the API's models, only when a listing is printed
+    from mcphost.common.timestamps import json_with_iso
+
+    answer = RunsPage(items=page.items, next_cursor=page.next_cursor, has_more=page.has_more)
+    return json_with_iso(answer)
 
 
 def run_line(run: Run) -> str:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from mcphost.app import open_database, open_host
-from mcphost.cli._common import EXIT_FAILED, EXIT_OK, dump, event_from_args, fail, run_line, short
+from mcphost.cli._common import EXIT_FAILED, EXIT_OK, dump, event_from_args, fail, run_line, runs_page, short
 from mcphost.config import Settings
 from mcphost.models import RunStatus
 from mcphost.protocol import JSONObject, json_schemas
@@ -70,7 +70,7 @@ async def cmd_runs(args: argparse.Namespace, settings: Settings) -> int:
             conversation_id=args.conversation, status=status, limit=args.limit, cursor=args.cursor
         )
     if args.json:
-        dump({"runs": [r.model_dump(mode="json") for r in page.items], "next_cursor": page.next_cursor})
+        dump(runs_page(page))
         return EXIT_OK
     if not page.items:
         print("no runs", file=sys.stderr)

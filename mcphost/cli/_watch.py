@@ -18,7 +18,7 @@ import sys
 import anyio
 
 from mcphost.app import open_database
-from mcphost.cli._common import EXIT_FAILED, EXIT_OK, dump, run_line, short
+from mcphost.cli._common import EXIT_FAILED, EXIT_OK, dump, run_line, runs_page, short
 from mcphost.config import Settings
 from mcphost.models import RunStatus
 
@@ -61,9 +61,7 @@ async def watch_runs(args: argparse.Namespace, settings: Settings) -> int:
         while True:
             page = await stores.runs.list(conversation_id=args.conversation, status=status, limit=args.limit)
             if args.json:
-                dump(
-                    {"runs": [r.model_dump(mode="json") for r in page.items], "next_cursor": page.next_cursor}
-                )
+                dump(runs_page(page))
             else:
                 if clear:
                     sys.stdout.write("\x1b[H\x1b[2J")

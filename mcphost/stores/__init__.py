@@ -34,6 +34,7 @@ from mcphost.stores.approvals import (
 from mcphost.stores.artifacts import ArtifactRecord, ArtifactStore
 from mcphost.stores.audit import AuditEntry, AuditRecord, AuditStore
 from mcphost.stores.blobs import BlobBackend, DatabaseBlobs, DiskBlobs
+from mcphost.stores.conversations import ConversationDeleted, ConversationRecord, ConversationStore
 from mcphost.stores.deliveries import (
     DeliveryClaims,
     DeliveryLease,
@@ -82,6 +83,8 @@ class Stores:
     deliveries: DeliveryStore
     approvals: ApprovalStore
     recordings: RecordingStore
+    conversations: ConversationStore
+    """The conversations list and deleting one with everything it left."""
 
 
 async def _sweep_staging(staging_dir: Path) -> None:
@@ -167,6 +170,7 @@ async def open_stores(
             deliveries=DeliveryStore(db, cursors),
             approvals=approvals,
             recordings=RecordingStore(db),
+            conversations=ConversationStore(db, cursors, blobs),
         )
     finally:
         with anyio.CancelScope(shield=True):
@@ -187,6 +191,9 @@ __all__ = [
     "AuditStore",
     "BlobBackend",
     "BlobBackendName",
+    "ConversationDeleted",
+    "ConversationRecord",
+    "ConversationStore",
     "CursorCodec",
     "Database",
     "DatabaseBlobs",

@@ -44,7 +44,15 @@ RowT = TypeVar("RowT")
 SelectT = TypeVar("SelectT", bound=Select[*tuple[Any, ...]])
 
 CursorKind = Literal[
-    "events", "transcript", "runs", "state", "storage", "deliveries", "approvals", "schedules"
+    "events",
+    "transcript",
+    "runs",
+    "state",
+    "storage",
+    "deliveries",
+    "approvals",
+    "schedules",
+    "conversations",
 ]
 
 _MAC_LEN = 8

@@ -89,6 +89,20 @@ async def _one(data: bytes) -> AsyncIterator[bytes]:
     yield data
 
 
+async def drop_unreferenced_blob(db: Database, blobs: BlobBackend, sha256: str) -> int:
+    """Delete the blob `sha256` in its own write transaction under `BLOB_LOCK` when no artifact row
+    references it any more; the bytes freed (0 when one still does). Retention and conversation deletes
+    call it after their rows are gone."""
+    async with db.write() as session:
+        await lock_in_transaction(session, db.dialect, BLOB_LOCK, sha256)
+        referenced = await session.scalar(
+            select(ArtifactRow.artifact_id).where(ArtifactRow.sha256 == sha256).limit(1)
+        )
+        if referenced is not None:
+            return 0
+        return await blobs.delete(sha256, session)
+
+
 class ArtifactStore:
     """Create artifacts and read them back, verified."""
 

@@ -50,8 +50,7 @@ from sqlalchemy import (
 )
 
 from mcphost.models import RunStatus
-from mcphost.stores._sql import lock_in_transaction
-from mcphost.stores.artifacts import BLOB_LOCK
+from mcphost.stores.artifacts import drop_unreferenced_blob
 from mcphost.stores.blobs import BlobBackend
 from mcphost.stores.engine import Database
 from mcphost.stores.tables import (
@@ -297,20 +296,10 @@ class RetentionStore:
                 break
             rows += len(batch)
             for sha256 in sorted({row.sha256 for row in batch}):
-                freed_bytes += await self._delete_blob_if_unreferenced(sha256)
+                freed_bytes += await drop_unreferenced_blob(self._db, self._blobs, sha256)
             if len(batch) < BATCH:
                 break
         return Collected(kind="artifacts", rows=rows, bytes=freed_bytes, cutoff=cutoff)
-
-    async def _delete_blob_if_unreferenced(self, sha256: str) -> int:
-        async with self._db.write() as session:
-            await lock_in_transaction(session, self._db.dialect, BLOB_LOCK, sha256)
-            referenced = await session.scalar(
-                select(ArtifactRow.artifact_id).where(ArtifactRow.sha256 == sha256).limit(1)
-            )
-            if referenced is not None:
-                return 0
-            return await self._blobs.delete(sha256, session)
 
     async def removable_run_folders(self, run_ids: Sequence[str], cutoff: float) -> set[str]:
         """Of `run_ids` (folder names), those whose run finished before `cutoff` while no held run shares

@@ -66,6 +66,7 @@ from mcphost.protocol import AgentRunContext, JSONObject
 from mcphost.stores._cursor import CursorCodec, Page, check_limit
 from mcphost.stores._retry import idempotent
 from mcphost.stores._sql import lock_in_transaction
+from mcphost.stores.conversations import LOCK_NAMESPACE, touch_conversation
 from mcphost.stores.deliveries import Outbox
 from mcphost.stores.engine import Database, core
 from mcphost.stores.events import insert_event
@@ -77,7 +78,7 @@ from mcphost.stores.wakeups import announce
 ACTIVE_STATUSES: tuple[str, ...] = (RunStatus.QUEUED.value, RunStatus.RUNNING.value)
 RESTARTABLE_CODE = "host.restarted"
 """The error of a run its host stopped before it finished: submitting its event again makes a new attempt."""
-_LOCK_NAMESPACE = "conversation"
+_LOCK_NAMESPACE = LOCK_NAMESPACE
 
 # The hot path's statements, built once (`engine.core`): admission, start and end of every run.
 _RUNS = table_of(RunRow)
@@ -301,6 +302,9 @@ class RunStore:
             if conversation and concurrency != "enqueue":
                 await self._apply_policy(session, conversation, concurrency, run.run_id)
             row = (await (await core(session)).execute(_INSERT, values)).one()
+            if conversation:
+                actor = inbound.get("actor_id") if inbound is not None else None
+                await touch_conversation(session, self._db.dialect, row, actor)
             if inbound is not None:  # a no-op for a later attempt: the log has its event already
                 await insert_event(session, self._db.dialect, inbound)
             if start is not None:

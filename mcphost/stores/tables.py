@@ -148,6 +148,33 @@ class TranscriptRow(Base):
     created_at: Mapped[float] = mapped_column(Double)
 
 
+class ConversationRow(Base):
+    """One row per conversation that has had a run: its newest activity, for listing conversations
+    newest first (migration 0021). Written by run admission, in the admission's transaction."""
+
+    __tablename__ = "conversations"
+    __table_args__ = (
+        Index(None, "last_run_seq"),
+        Index(None, "agent_id", "last_run_seq"),
+        Index(None, "actor_id", "last_run_seq"),
+    )
+
+    conversation_id: Mapped[str] = mapped_column(Id, primary_key=True)
+    created_at: Mapped[float] = mapped_column(Double)
+    """When its first run was admitted."""
+    last_activity_at: Mapped[float] = mapped_column(Double)
+    """When its newest run was admitted."""
+    last_run_seq: Mapped[int] = mapped_column(BigInteger)
+    """The `created_seq` of its newest run: the listing's order and cursor (it only grows)."""
+    last_run_id: Mapped[str] = mapped_column(String(100))
+    agent_id: Mapped[str | None] = mapped_column(String(100))
+    """The agent of its newest run."""
+    actor_id: Mapped[str | None] = mapped_column(Id)
+    """The actor of the newest event that named one."""
+    runs: Mapped[int] = mapped_column(Integer)
+    """How many runs it has had (attempts included)."""
+
+
 class ArtifactRow(Base):
     """Artifact metadata. The bytes live in a blob backend, addressed by `sha256`."""
 

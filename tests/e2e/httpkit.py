@@ -128,8 +128,15 @@ def parse_sse(text: str) -> list[Sse]:
     return events
 
 
+STREAM_EVENTS = frozenset({"run", "end", "error"})
+"""The stream's own SSE events; every other event is a result, named by its type."""
+
+
 def results_of(events: list[Sse]) -> list[dict[str, Any]]:
-    return [e.data for e in events if e.event == "message"]
+    """The results among `events`: each one's SSE event name is its type."""
+    results = [e.data for e in events if e.event not in STREAM_EVENTS]
+    assert all(e.event == e.data["type"] for e in events if e.event not in STREAM_EVENTS), events
+    return results
 
 
 async def row_counts(stores: Stores) -> dict[str, int]:

@@ -99,7 +99,8 @@ async def test_stream_true_answers_sse_from_admission_to_the_end(client: httpx2.
         "state.updated",
         "run.completed",
     ]
-    assert [e.id for e in events if e.event == "message"] == ["1", "2", "3", "4"]
+    assert [e.event for e in events[1:-1]] == [r["type"] for r in results]  # each result named by its type
+    assert [e.id for e in events[1:-1]] == ["1", "2", "3", "4"]
     assert [r["seq"] for r in results] == [1, 2, 3, 4]
     assert all(r["run_id"] == run_id for r in results)
     assert events[-1].event == "end"
@@ -841,7 +842,13 @@ async def test_a_stored_result_too_deep_to_serve_is_an_error_for_that_result_onl
 
     streamed = await client.get(f"/v1/runs/{run.run_id}/results", headers={"accept": "text/event-stream"})
     events = parse_sse(streamed.text)
-    assert [e.event for e in events] == ["message", "message", "message", "message", "end"]
+    assert [e.event for e in events] == [
+        "message.delta",
+        "message.completed",
+        "state.updated",
+        "run.completed",
+        "end",
+    ]
     assert results_of(events)[1] == bad
 
 

@@ -49,9 +49,10 @@ async def read_results(
         async for event in source:
             if event.event == "end":
                 return seqs, True
-            if event.event == "message":
+            if event.event not in ("run", "error"):
                 payload = event.json()
                 assert isinstance(payload, dict)
+                assert event.event == payload["type"]  # a result is named by its type
                 assert event.id == str(payload["seq"])  # pyright: ignore[reportUnknownArgumentType]
                 seqs.append(int(event.id))
                 if stop_after is not None and len(seqs) >= stop_after:
@@ -121,7 +122,9 @@ async def test_the_ingest_stream_delivers_deltas_as_they_are_persisted(
         "/v1/events", method="POST", params={"stream": "true"}, json=event_body("flood:200", bot="bad")
     ) as source:
         async for event in source:
-            types.append(event.event if event.event != "message" else json.loads(event.data)["type"])
+            if event.event not in ("run", "end"):
+                assert event.event == json.loads(event.data)["type"]
+            types.append(event.event)
     assert types[0] == "run"
     assert types[1:201] == ["message.delta"] * 200
     assert types[201:] == ["run.completed", "end"]

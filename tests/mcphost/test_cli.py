@@ -22,8 +22,10 @@ import anyio
 import jsonschema
 import pytest
 
+from mcphost.api import RunsPage
 from mcphost.api._routes import openapi
 from mcphost.cli import main
+from mcphost.common.timestamps import iso8601
 from mcphost.config import WebhookConfig
 from mcphost.facts._tools import FACTS_TOOLS
 from mcphost.models import RunStatus
@@ -115,8 +117,10 @@ def test_the_quickstart_streams_the_reply_and_prints_the_run(tmp_path: Path) -> 
     assert again.stdout.startswith("Turn 2. I heard “tea please”. You said “hello” earlier.")
 
     listing = mcphost("runs", "--json", cwd=tmp_path)
-    runs = json.loads(listing.stdout)["runs"]
+    runs = json.loads(listing.stdout)["items"]
     assert [r["status"] for r in runs] == ["completed", "completed"]
+    assert set(json.loads(listing.stdout)) == set(RunsPage.model_fields)  # GET /v1/runs's envelope
+    assert runs[0]["created_at_iso"] == iso8601(runs[0]["created_at"])
     shown = json.loads(mcphost("show", runs[0]["run_id"], "--json", cwd=tmp_path).stdout)
     types = [r["type"] for r in shown["results"]]
     assert types[0] == "message.delta"

@@ -190,7 +190,7 @@ def test_the_cli_exports_replays_and_runs_a_suite_with_junit(
     assert main(["run", "I like green tea", "--conversation", "rec", *cfg]) == 0
     capsys.readouterr()
     assert main(["runs", "--json", *cfg]) == 0
-    runs = json.loads(capsys.readouterr().out.splitlines()[0])["runs"]
+    runs = json.loads(capsys.readouterr().out.splitlines()[0])["items"]
     recorded = runs[0]["run_id"]
 
     assert main(["replay", recorded, "--json", *cfg]) == 0
@@ -231,7 +231,7 @@ def test_replay_refuses_with_exit_2_and_one_line(tmp_path: Path, capsys: pytest.
     cfg = ["--config", str(config)]
     assert main(["run", "hello", "--conversation", "plain", *cfg]) == 0
     assert main(["runs", "--json", *cfg]) == 0
-    plain = json.loads(capsys.readouterr().out.splitlines()[-1])["runs"][0]["run_id"]
+    plain = json.loads(capsys.readouterr().out.splitlines()[-1])["items"][0]["run_id"]
 
     cases = {
         "run_unknown": "does not exist",
@@ -261,7 +261,7 @@ def test_a_replay_on_an_unknown_runner_is_exit_2(tmp_path: Path, capsys: pytest.
     cfg = ["--config", str(config)]
     assert main(["run", "hello", "--conversation", "rec", *cfg]) == 0
     assert main(["runs", "--json", *cfg]) == 0
-    recorded = json.loads(capsys.readouterr().out.splitlines()[-1])["runs"][0]["run_id"]
+    recorded = json.loads(capsys.readouterr().out.splitlines()[-1])["items"][0]["run_id"]
     assert main(["replay", recorded, "--runner", "plugin:test/nothing/default", *cfg]) == 2
     err = capsys.readouterr().err
     assert "plugin:test/nothing/default" in err

@@ -147,7 +147,7 @@ async def test_follow_of_a_completed_run_prints_its_results_and_exits_0(tmp_path
     code, _, err = await mcphost("run", "hello", cwd=tmp_path)
     assert code == 0, err
     code, out, err = await mcphost("runs", "--json", cwd=tmp_path)
-    run_id = json.loads(out)["runs"][0]["run_id"]
+    run_id = json.loads(out)["items"][0]["run_id"]
     code, out, err = await mcphost("show", run_id, "--follow", cwd=tmp_path)
     assert code == 0, err
     assert "run.completed" in out.splitlines()[-1]
@@ -159,13 +159,13 @@ async def test_runs_watch_reprints_as_runs_arrive_until_ctrl_c(tmp_path: Path) -
     with watch:
         assert watch.stdout is not None
         first = await anyio.to_thread.run_sync(watch.stdout.readline)
-        assert json.loads(first)["runs"] == []
+        assert json.loads(first)["items"] == []
         code, _, err = await mcphost("run", "hello", cwd=tmp_path)
         assert code == 0, err
         with anyio.fail_after(60):
             while True:
                 line = await anyio.to_thread.run_sync(watch.stdout.readline)
-                if json.loads(line)["runs"]:
+                if json.loads(line)["items"]:
                     break
         watch.send_signal(signal.SIGINT)
         _, err = await anyio.to_thread.run_sync(lambda: watch.communicate(timeout=30))

@@ -90,7 +90,7 @@ def _with_closed_stdout(*args: str, cwd: Path) -> tuple[int, str]:
 def test_a_reader_that_goes_away_ends_the_command_quietly(tmp_path: Path) -> None:
     done = mcphost("run", "hello", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
-    run_id = json.loads(mcphost("runs", "--json", cwd=tmp_path).stdout)["runs"][0]["run_id"]
+    run_id = json.loads(mcphost("runs", "--json", cwd=tmp_path).stdout)["items"][0]["run_id"]
     for args in (["runs", "--json"], ["runs"], ["show", run_id], ["show", run_id, "--json"]):
         code, stderr = _with_closed_stdout(*args, cwd=tmp_path)
         assert (code, stderr) == (EXIT_PIPE, ""), args
@@ -98,7 +98,7 @@ def test_a_reader_that_goes_away_ends_the_command_quietly(tmp_path: Path) -> Non
 
 def test_a_shell_pipe_into_head_prints_the_first_line_only(tmp_path: Path) -> None:
     assert mcphost("run", "hello", cwd=tmp_path).returncode == 0
-    run_id = json.loads(mcphost("runs", "--json", cwd=tmp_path).stdout)["runs"][0]["run_id"]
+    run_id = json.loads(mcphost("runs", "--json", cwd=tmp_path).stdout)["items"][0]["run_id"]
     line = f"{sys.executable} -m mcphost.cli show {run_id} | head -1"
     done = subprocess.run(
         ["sh", "-c", line], cwd=tmp_path, env=cli_env(), capture_output=True, text=True, timeout=60
