@@ -183,6 +183,7 @@ const PAGES = [
   ["/console/explain.html", "Explain"],
   ["/console/conversation.html", "Conversations"],
   ["/console/approvals.html", "Approvals"],
+  ["/console/schedules.html", "Schedules"],
   ["/console/deliveries.html", "Deliveries"],
   ["/console/agents.html", "Agents"],
 ];
