@@ -391,6 +391,19 @@ def test_no_page_breaks_a_word_in_a_table_at_desktop_width(server: Server, page:
         assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth"), f"{path} overflows"
 
 
+def test_the_run_page_shows_usage_as_numbers(server: Server, page: Page) -> None:
+    run_id = post_event(server.url, "usage", agent="slow", conversation="usage")
+    assert wait_ended(server.url, run_id)["usage"]["input_tokens"] == 12345
+    page.goto(f"{server.url}/console/run.html?id={run_id}")
+    expect(page.locator("#summary [data-status]")).to_have_attribute("data-status", "completed")
+    usage = page.locator("#summary .usage")
+    expect(usage.locator("[data-usage='input tokens']")).to_have_text("input tokens 12,345")
+    expect(usage.locator("[data-usage='output tokens']")).to_have_text("output tokens 678")
+    expect(usage.locator("[data-usage='cost usd']")).to_have_text("cost usd 0.25")
+    expect(usage.locator("[data-usage='extra.cache read']")).to_have_text("extra.cache read 9,000")
+    expect(usage).not_to_contain_text("{")  # numbers, not the raw JSON
+
+
 def test_cancel_from_the_run_page_cancels_a_running_run(server: Server, page: Page, tmp_path: Path) -> None:
     run_id = post_event(server.url, "slow:600", agent="slow", conversation="cancel")
     page.goto(f"{server.url}/console/run.html?id={run_id}")
