@@ -377,12 +377,48 @@ def test_the_schedules_page_lists_creates_pauses_resumes_and_deletes(
     assert httpx2.get(f"{server.url}/v1/schedules/hourly-digest", timeout=30).status_code == 404
 
 
+def test_the_conversations_page_searches_newest_first_and_a_conversation_shows_its_runs_and_is_deleted(
+    server: Server, page: Page, tmp_path: Path
+) -> None:
+    first = post_event(server.url, "the first conversation", agent="memo", conversation="listed-a")
+    wait_ended(server.url, first)
+    second = post_event(server.url, "the second conversation", agent="memo", conversation="listed-b")
+    wait_ended(server.url, second)
+
+    page.goto(f"{server.url}/console/conversations.html?prefix=listed-")
+    rows = page.locator("#conversations tbody tr[data-conversation-id]")
+    expect(rows).to_have_count(2)
+    assert rows.evaluate_all("rs => rs.map(r => r.dataset.conversationId)") == ["listed-b", "listed-a"]
+    expect(rows.first.locator("td[data-label='Newest run']")).to_have_text(second)
+    expect(rows.first.locator("td[data-label='Agent']")).to_have_text("memo")
+    assert words_broken_in_tables(page) == []
+    screenshot(page, tmp_path, "conversations")
+    page.fill("#filter-prefix", "listed-a")
+    page.click("#filters button[type=submit]")
+    expect(rows).to_have_count(1)
+    assert "prefix=listed-a" in page.url
+
+    rows.first.locator("a").first.click()
+    expect(page.locator(f"#conv-runs tr[data-run-id='{first}']")).to_have_attribute(
+        "data-status", "completed"
+    )
+    expect(page.locator("#conv-transcript li[data-role='user']")).to_contain_text("the first conversation")
+    page.once("dialog", lambda dialog: dialog.accept())
+    page.click("#delete-conversation")
+    expect(page.locator("#deleted")).to_contain_text("listed-a")
+    expect(page.locator("#conv-transcript li")).to_have_count(0)
+    listed = httpx2.get(f"{server.url}/v1/conversations", params={"prefix": "listed-"}, timeout=30).json()
+    assert [c["conversation_id"] for c in listed["items"]] == ["listed-b"]
+
+
 def test_no_page_breaks_a_word_in_a_table_at_desktop_width(server: Server, page: Page) -> None:
+    conversation = "a-conversation-with-a-long-identifier-0123456789"
     run_id = post_event(server.url, "a message long enough to wrap in its table cell " * 3, agent="memo",
-                        conversation="a-conversation-with-a-long-identifier-0123456789")  # fmt: skip
+                        conversation=conversation)  # fmt: skip
     wait_ended(server.url, run_id)
     pages = ["/console/", f"/console/run.html?id={run_id}", "/console/approvals.html?status=",
-             "/console/deliveries.html?status=", "/console/agents.html", "/console/schedules.html"]  # fmt: skip
+             "/console/deliveries.html?status=", "/console/agents.html", "/console/schedules.html",
+             "/console/conversations.html", f"/console/conversation.html?id={conversation}"]  # fmt: skip
     for path in pages:
         page.goto(f"{server.url}{path}")
         expect(page.locator("table tbody tr").first).to_be_attached()
