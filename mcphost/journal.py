@@ -308,6 +308,7 @@ class RunJournal:
             outcome="refused",
             code="unauthorized",
             duration_ms=0.0,
+            started_at=time.time(),
         )
         await self._stores.audit.append(entry)
         raise _ViolationError("unauthorized", f"action.requested: {why}")

@@ -439,6 +439,7 @@ class FactsDispatch:
         code: str | None,
         started: float,
     ) -> None:
+        elapsed = time.perf_counter() - started
         entry = AuditEntry(
             run_id=run_id,
             tool="".join(c if c.isprintable() else "?" for c in tool)[:200],
@@ -447,7 +448,8 @@ class FactsDispatch:
             bytes_out=bytes_out,
             outcome=outcome,
             code=code,
-            duration_ms=round((time.perf_counter() - started) * 1000, 3),
+            duration_ms=round(elapsed * 1000, 3),
+            started_at=time.time() - elapsed,
         )
         await self.audit.write(entry)
         if self._on_call is not None:

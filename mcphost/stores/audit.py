@@ -45,6 +45,9 @@ class AuditEntry(BaseModel):
     code: str | None = None
     """The PROTOCOL §5 error code when outcome is not "ok"."""
     duration_ms: float = Field(ge=0)
+    started_at: float | None = None
+    """When the call began (epoch seconds; the console's run timeline places it by this). None on rows
+    stored before it was kept: their call ended `duration_ms` before about `created_at`."""
 
 
 class AuditRecord(AuditEntry):
@@ -65,6 +68,7 @@ def _record(row: AuditRow) -> AuditRecord:
         outcome=row.outcome,  # pyright: ignore[reportArgumentType]  # written only through CallOutcome
         code=row.code,
         duration_ms=row.duration_ms,
+        started_at=row.started_at,
         created_at=row.created_at,
     )
 

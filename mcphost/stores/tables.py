@@ -316,6 +316,7 @@ class AuditRow(Base):
     code: Mapped[str | None] = mapped_column(String(64))
     duration_ms: Mapped[float] = mapped_column(Double)
     created_at: Mapped[float] = mapped_column(Double)
+    started_at: Mapped[float | None] = mapped_column(Double)
 
 
 class HostRow(Base):

@@ -4,6 +4,7 @@ Standard library only (no SDK), so it can break every rule the SDK keeps. Each r
 by `ctx.input.text`:
 
     ok               message.completed "ok" + run.completed
+    usage            message.completed "ok" + run.completed with token counts, a cost and an extra counter
     oversized        a message.completed over 1 MiB (under the 4 MiB line limit), then run.completed
     line-too-long    a runner/result line over 4 MiB for the run, then answers completed
     garbage-too-long a 5 MiB line naming no run, then ok
@@ -124,6 +125,11 @@ def behave(run_id: str, text: str, cancelled: threading.Event) -> str | None:
     name, _, arg = text.partition(":")
     if name == "ok":
         return ok(run_id)
+    if name == "usage":
+        message(run_id, "ok")
+        usage = {"input_tokens": 12345, "output_tokens": 678, "cost_usd": 0.25, "extra": {"cache_read": 9000}}
+        result(run_id, "run.completed", {"finish_reason": "stop", "usage": usage})
+        return "completed"
     if name == "oversized":
         message(run_id, "x" * (1536 * 1024))
         completed(run_id)

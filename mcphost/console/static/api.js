@@ -181,8 +181,9 @@ const PAGES = [
   ["/console/", "Runs"],
   ["/console/chat.html", "Chat"],
   ["/console/explain.html", "Explain"],
-  ["/console/conversation.html", "Conversations"],
+  ["/console/conversations.html", "Conversations"],
   ["/console/approvals.html", "Approvals"],
+  ["/console/schedules.html", "Schedules"],
   ["/console/deliveries.html", "Deliveries"],
   ["/console/agents.html", "Agents"],
 ];

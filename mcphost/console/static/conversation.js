@@ -1,5 +1,7 @@
-// A conversation: its transcript and event log side by side, the newest page first, older pages on demand.
-import { el, getJson, initPage, params, short, showError, time } from "/console/api.js";
+// A conversation: its runs (GET /v1/runs?conversation_id=…), its transcript and event log side by side,
+// the newest page first, older pages on demand; "Delete conversation" (DELETE /v1/conversations/{id},
+// refused while one of its runs is active) removes its transcript, events, state and artifacts.
+import { api, badge, duration, el, getJson, initPage, params, short, showError, time } from "/console/api.js";
 
 const form = document.getElementById("conversation-form");
 const errors = document.getElementById("conversation-error");
@@ -38,15 +40,52 @@ const events = pager("events", document.getElementById("conv-events"), document.
     el("span", { class: "text" }, ` ${short(e.payload, 160)}`),
   ]));
 
+let runsCursor = null;
+let runsOf = "";
+
+async function runs(id, more = false) {
+  const q = new URLSearchParams({ conversation_id: id, limit: "50" });
+  if (more && runsCursor) q.set("cursor", runsCursor);
+  const page = await getJson(`/v1/runs?${q}`);
+  const rows = page.items.map((r) =>
+    el("tr", { "data-run-id": r.run_id, "data-status": r.status }, [
+      el("td", { "data-label": "Run" }, el("a", { href: `/console/run.html?id=${encodeURIComponent(r.run_id)}` }, r.run_id)),
+      el("td", { "data-label": "Status" }, badge(r.status)),
+      el("td", { "data-label": "Agent" }, r.agent_id ?? ""),
+      el("td", { "data-label": "Event" }, r.event_type),
+      el("td", { "data-label": "Created" }, time(r.created_at)),
+      el("td", { "data-label": "Took" }, duration(r.started_at, r.ended_at)),
+    ]));
+  const body = document.querySelector("#conv-runs tbody");
+  if (more) body.append(...rows);
+  else body.replaceChildren(...(rows.length ? rows : [el("tr", { class: "empty" }, el("td", { colspan: 6 }, "No runs."))]));
+  runsCursor = page.next_cursor;
+  runsOf = id;
+  document.getElementById("runs-older").hidden = !page.has_more;
+  document.getElementById("conv-runs-section").hidden = false;
+}
+
+document.getElementById("runs-older").addEventListener("click", () => runs(runsOf, true).catch((e) => showError(errors, e)));
+document.getElementById("delete-conversation").addEventListener("click", async () => {
+  if (!runsOf || !confirm(`Delete conversation ${runsOf}: its transcript, events, state and artifacts?`)) return;
+  try {
+    const gone = await (await api(`/v1/conversations/${encodeURIComponent(runsOf)}`, { method: "DELETE" })).json();
+    errors.replaceChildren(el("p", { class: "muted", id: "deleted" }, `Deleted ${gone.conversation_id}.`));
+    await show();
+  } catch (error) {
+    showError(errors, error);
+  }
+});
+
 async function show(event) {
   event?.preventDefault();
   const id = document.getElementById("conversation-id").value.trim();
   if (!id) return;
   history.replaceState(null, "", `?id=${encodeURIComponent(id)}`);
-  errors.replaceChildren();
+  if (event) errors.replaceChildren();
   const base = `/v1/conversations/${encodeURIComponent(id)}`;
   try {
-    await Promise.all([transcript(base), events(base)]);
+    await Promise.all([runs(id), transcript(base), events(base)]);
   } catch (error) {
     showError(errors, error);
   }

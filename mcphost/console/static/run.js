@@ -47,12 +47,70 @@ function summary(view) {
     ["Attempt", `${run.attempt} of ${view.attempts.length}`],
   ];
   if (run.error) facts.push(["Error", el("span", { class: "error", id: "run-error-code" }, `${run.error.code}: ${run.error.message}`)]);
-  if (Object.keys(run.usage || {}).length) facts.push(["Usage", short(run.usage, 200)]);
+  if (Object.keys(run.usage || {}).length) facts.push(["Usage", usageList(run.usage)]);
   return [
     el("h1", {}, ["Run ", el("code", {}, run.run_id)]),
     el("dl", { class: "facts" }, facts.flatMap(([k, v]) => [el("dt", {}, k), el("dd", {}, v)])),
     el("p", {}, stopButton(view)),
   ];
+}
+
+/** A run's usage as numbers: one "name value" pair per counter (nested counters by their dotted path). */
+function usageList(usage) {
+  const pairs = [];
+  const walk = (value, path) => {
+    if (value && typeof value === "object" && !Array.isArray(value)) {
+      for (const [k, v] of Object.entries(value)) walk(v, path ? `${path}.${k}` : k);
+    } else {
+      pairs.push([path.replaceAll("_", " "), typeof value === "number" ? value.toLocaleString("en-US") : String(value)]);
+    }
+  };
+  walk(usage, "");
+  return el("span", { class: "usage" }, pairs.map(([k, v]) =>
+    el("span", { class: "usage-item", "data-usage": k }, [el("span", { class: "muted" }, k), " ", el("strong", {}, v)])));
+}
+
+/** Milliseconds as a short axis label: "0 ms", "850 ms", "1.2 s", "2 min 5 s". */
+function span(ms) {
+  if (ms < 1000) return `${Math.round(ms)} ms`;
+  if (ms < 60_000) return `${(ms / 1000).toFixed(ms < 10_000 ? 2 : 1)} s`;
+  return `${Math.floor(ms / 60_000)} min ${Math.round((ms % 60_000) / 1000)} s`;
+}
+
+/**
+ * The run on a time axis, like a trace waterfall: the run from its start to its end (or now), and each MCP
+ * call from its audit row (started_at and duration_ms; rows stored before started_at was kept are placed
+ * by created_at minus the duration). Bars are positioned in percent of the run, so it fits any width.
+ */
+function timeline(run, calls) {
+  const startOf = (a) => (a.started_at ?? a.created_at - a.duration_ms / 1000);
+  const t0 = run.started_at ?? (calls.length ? Math.min(...calls.map(startOf)) : null);
+  if (t0 === null) return [el("p", { class: "muted" }, "The run has not started.")];
+  const ends = calls.map((a) => startOf(a) + a.duration_ms / 1000);
+  const t1 = Math.max(run.ended_at ?? Date.now() / 1000, t0 + 0.001, ...ends);
+  const total = (t1 - t0) * 1000;
+  const pct = (seconds) => `${Math.max(0, Math.min(100, ((seconds - t0) * 1000 / total) * 100)).toFixed(3)}%`;
+  const width = (ms) => `${Math.max(0.2, (ms / total) * 100).toFixed(3)}%`;
+  // positions go through the CSSOM: the CSP refuses style="" attributes
+  const placed = (node, left, size) => {
+    node.style.left = left;
+    if (size !== undefined) node.style.width = size;
+    return node;
+  };
+  const row = (label, cls, at, ms, attrs = {}) =>
+    el("div", { class: `wf-row ${cls}`, role: "row", ...attrs }, [
+      el("span", { class: "wf-label", role: "cell", title: label }, label),
+      el("span", { class: "wf-track", role: "cell" },
+        placed(el("span", { class: "wf-bar", title: `${label}: ${ms.toFixed(1)} ms at +${span((at - t0) * 1000)}` }), pct(at), width(ms))),
+      el("span", { class: "wf-ms", role: "cell" }, `${ms.toFixed(1)} ms`),
+    ]);
+  const ticks = [0, 0.25, 0.5, 0.75, 1].map((f) => placed(el("span", { class: "wf-tick" }, span(total * f)), `${f * 100}%`));
+  const rows = [
+    el("div", { class: "wf-row wf-axis", role: "row" }, [el("span", { class: "wf-label" }, ""), el("span", { class: "wf-track" }, ticks), el("span", { class: "wf-ms" }, "")]),
+    row(`run ${run.status}`, "wf-run", t0, total, { "data-kind": "run" }),
+    ...calls.map((a) => row(a.tool, `wf-call outcome-${a.outcome}`, startOf(a), a.duration_ms, { "data-kind": "mcp", "data-tool": a.tool, "data-outcome": a.outcome })),
+  ];
+  return [el("div", { class: "waterfall", role: "table", "aria-label": "The run's MCP calls on a time axis" }, rows)];
 }
 
 function isTerminal(status) {
@@ -230,6 +288,7 @@ async function refresh() {
   document.title = `Run ${view.run.run_id} · mcphost`;
   document.getElementById("summary").replaceChildren(...summary(view));
   document.querySelector("#audit tbody").replaceChildren(...audit.items.map(auditRow));
+  document.getElementById("timeline").replaceChildren(...timeline(view.run, audit.items));
   document.getElementById("grant").replaceChildren(...grantTable(view.grant));
   const inbound = records.events.find((e) => e.kind === "inbound");
   const event = inbound?.payload ?? records.context?.event; // the envelope as it came in

@@ -35,6 +35,8 @@ from playwright.sync_api import Browser, ConsoleMessage, Page, expect, sync_play
 pytestmark = pytest.mark.slow
 
 API_KEY = "console-test-key-0123456789"
+VIEWPORT: Any = {"width": 1280, "height": 800}
+"""The desktop size every page is checked at (and the README's screenshots are taken at)."""
 UI_TIMEOUT_MS = 60_000
 """How long an expectation waits for the page (a loaded CI host is slow; nothing here is timed)."""
 expect.set_options(timeout=UI_TIMEOUT_MS)
@@ -47,6 +49,8 @@ def _config(folder: Path, extra: str = "") -> Path:
         '[[agents]]\nid = "memo"\nrunner = "plugin:mcphost/memo/default"\nmatch = { bot_id = "memo" }\n'
         '[[agents]]\nid = "slow"\nrunner = "plugin:test/misbehave/default"\ntimeout_s = 600\n'
         'match = { bot_id = "slow" }\nactions = { allow = ["deploy"] }\n'
+        '[[agents]]\nid = "digest"\nrunner = "plugin:mcphost/memo/default"\nevent_types = ["schedule.triggered"]\n'
+        '[[schedules]]\nid = "new-year"\ncron = "0 0 1 1 *"\nagent = "digest"\ntext = "happy new year"\n'
     )
     path = folder / "mcphost.toml"
     path.write_text(text, encoding="utf-8")
@@ -174,7 +178,7 @@ def browser() -> Iterator[Browser]:
 
 @pytest.fixture
 def page(browser: Browser) -> Iterator[Page]:
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    context = browser.new_context(viewport=VIEWPORT)
     context.set_default_timeout(UI_TIMEOUT_MS)
     opened = context.new_page()
     problems: list[str] = []
@@ -192,10 +196,12 @@ def page(browser: Browser) -> Iterator[Page]:
 
 
 def screenshot(page: Page, tmp_path: Path, name: str) -> None:
+    """The whole page into `tmp_path`; with `$MCPHOST_SCREENSHOTS` set, also what the window shows (1280 by
+    800 on a desktop) into that folder — `docs/console/` holds the README's, taken this way."""
     page.screenshot(path=tmp_path / f"{name}.png", full_page=True)
     if folder := os.environ.get("MCPHOST_SCREENSHOTS"):
         Path(folder).mkdir(parents=True, exist_ok=True)
-        shutil.copy(tmp_path / f"{name}.png", Path(folder) / f"{name}.png")
+        page.screenshot(path=Path(folder) / f"{name}.png")
 
 
 def post_event(url: str, text: str, *, agent: str, conversation: str = "c1", **headers: str) -> str:
@@ -288,6 +294,20 @@ def test_the_run_detail_shows_its_mcp_calls_results_grant_and_records_and_links_
     expect(page.locator("#transcript li[data-role='user']")).to_contain_text("what did I say before?")
     expect(page.locator("#events tbody tr").first).to_be_visible()
     expect(page.locator("#cancel")).to_be_disabled()
+    # the timeline: the run, then every MCP call as a bar inside the run's span, in the audit's order
+    expect(page.locator("#timeline .wf-call")).to_have_count(len(audit))
+    assert page.locator("#timeline .wf-call").evaluate_all("rows => rows.map(r => r.dataset.tool)") == [
+        call["tool"] for call in audit
+    ]
+    assert all(call["started_at"] is not None for call in audit)
+    track = page.locator("#timeline .wf-run .wf-track").bounding_box()
+    assert track is not None
+    for bar in page.locator("#timeline .wf-call .wf-bar").all():
+        box = bar.bounding_box()
+        assert box is not None
+        assert track["x"] - 1 <= box["x"] <= track["x"] + track["width"] + 1, (box, track)
+        assert box["x"] + box["width"] <= track["x"] + track["width"] + 1, (box, track)
+    assert words_broken_in_tables(page) == []
     screenshot(page, tmp_path, "run")
 
     page.click("#summary a[href^='/console/conversation.html']")
@@ -295,6 +315,129 @@ def test_the_run_detail_shows_its_mcp_calls_results_grant_and_records_and_links_
     expect(page.locator("#conv-transcript li[data-role='assistant']")).to_contain_text("memo has no model")
     expect(page.locator("#conv-events li").first).to_contain_text("message.received")
     screenshot(page, tmp_path, "conversation")
+
+
+WORDS_BROKEN = """() => {
+  const broken = [];
+  for (const cell of document.querySelectorAll("td, th")) {
+    if (!cell.getClientRects().length) continue; // not rendered (a closed <details>, a hidden table)
+    const walker = document.createTreeWalker(cell, NodeFilter.SHOW_TEXT);
+    for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+      for (const match of node.textContent.matchAll(/[\\p{L}\\p{N}_]+/gu)) {
+        const range = document.createRange();
+        range.setStart(node, match.index);
+        range.setEnd(node, match.index + match[0].length);
+        const lines = new Set([...range.getClientRects()].filter((r) => r.width > 0).map((r) => Math.round(r.top)));
+        if (lines.size > 1) broken.push(match[0]);
+      }
+    }
+  }
+  return broken;
+}"""
+"""The words (letters, digits and `_`) in any table cell of the page that are split across lines; a break
+at a hyphen, slash, dot or space is a break between words."""
+
+
+def words_broken_in_tables(page: Page) -> list[str]:
+    return list(page.evaluate(WORDS_BROKEN))
+
+
+def test_the_schedules_page_lists_creates_pauses_resumes_and_deletes(
+    server: Server, page: Page, tmp_path: Path
+) -> None:
+    page.goto(f"{server.url}/console/schedules.html")
+    config = page.locator("#schedules tr[data-schedule-id='new-year']")
+    expect(config).to_have_attribute("data-origin", "config")
+    expect(config).to_contain_text("0 0 1 1 *")
+    expect(config.locator("button")).to_have_count(0)  # the config file's schedules are read-only here
+
+    page.fill("#new-id", "hourly-digest")
+    page.fill("#new-every", "1h")
+    page.select_option("#new-agent", "digest")
+    page.fill("#new-text", "the digest")
+    page.click("#create button[type=submit]")
+    made = page.locator("#schedules tr[data-schedule-id='hourly-digest']")
+    expect(made).to_have_attribute("data-paused", "false")
+    stored = httpx2.get(f"{server.url}/v1/schedules/hourly-digest", timeout=30).json()
+    assert stored["spec"]["every"] == "1h"
+    assert stored["spec"]["agent"] == "digest"
+    assert stored["spec"]["text"] == "the digest"
+    expect(made.locator("td[data-label='Next fire']")).not_to_be_empty()
+    assert words_broken_in_tables(page) == []
+    screenshot(page, tmp_path, "schedules")
+
+    made.locator("button.pause").click()
+    expect(made).to_have_attribute("data-paused", "true")
+    assert httpx2.get(f"{server.url}/v1/schedules/hourly-digest", timeout=30).json()["paused"] is True
+    made.locator("button.resume").click()
+    expect(made).to_have_attribute("data-paused", "false")
+
+    made.locator("button.delete").click()
+    expect(made).to_have_count(0)
+    assert httpx2.get(f"{server.url}/v1/schedules/hourly-digest", timeout=30).status_code == 404
+
+
+def test_the_conversations_page_searches_newest_first_and_a_conversation_shows_its_runs_and_is_deleted(
+    server: Server, page: Page, tmp_path: Path
+) -> None:
+    first = post_event(server.url, "the first conversation", agent="memo", conversation="listed-a")
+    wait_ended(server.url, first)
+    second = post_event(server.url, "the second conversation", agent="memo", conversation="listed-b")
+    wait_ended(server.url, second)
+
+    page.goto(f"{server.url}/console/conversations.html?prefix=listed-")
+    rows = page.locator("#conversations tbody tr[data-conversation-id]")
+    expect(rows).to_have_count(2)
+    assert rows.evaluate_all("rs => rs.map(r => r.dataset.conversationId)") == ["listed-b", "listed-a"]
+    expect(rows.first.locator("td[data-label='Newest run']")).to_have_text(second)
+    expect(rows.first.locator("td[data-label='Agent']")).to_have_text("memo")
+    assert words_broken_in_tables(page) == []
+    screenshot(page, tmp_path, "conversations")
+    page.fill("#filter-prefix", "listed-a")
+    page.click("#filters button[type=submit]")
+    expect(rows).to_have_count(1)
+    assert "prefix=listed-a" in page.url
+
+    rows.first.locator("a").first.click()
+    expect(page.locator(f"#conv-runs tr[data-run-id='{first}']")).to_have_attribute(
+        "data-status", "completed"
+    )
+    expect(page.locator("#conv-transcript li[data-role='user']")).to_contain_text("the first conversation")
+    page.once("dialog", lambda dialog: dialog.accept())
+    page.click("#delete-conversation")
+    expect(page.locator("#deleted")).to_contain_text("listed-a")
+    expect(page.locator("#conv-transcript li")).to_have_count(0)
+    listed = httpx2.get(f"{server.url}/v1/conversations", params={"prefix": "listed-"}, timeout=30).json()
+    assert [c["conversation_id"] for c in listed["items"]] == ["listed-b"]
+
+
+def test_no_page_breaks_a_word_in_a_table_at_desktop_width(server: Server, page: Page) -> None:
+    conversation = "a-conversation-with-a-long-identifier-0123456789"
+    run_id = post_event(server.url, "a message long enough to wrap in its table cell " * 3, agent="memo",
+                        conversation=conversation)  # fmt: skip
+    wait_ended(server.url, run_id)
+    pages = ["/console/", f"/console/run.html?id={run_id}", "/console/approvals.html?status=",
+             "/console/deliveries.html?status=", "/console/agents.html", "/console/schedules.html",
+             "/console/conversations.html", f"/console/conversation.html?id={conversation}"]  # fmt: skip
+    for path in pages:
+        page.goto(f"{server.url}{path}")
+        expect(page.locator("table tbody tr").first).to_be_attached()
+        page.wait_for_load_state("networkidle")
+        assert words_broken_in_tables(page) == [], path
+        assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth"), f"{path} overflows"
+
+
+def test_the_run_page_shows_usage_as_numbers(server: Server, page: Page) -> None:
+    run_id = post_event(server.url, "usage", agent="slow", conversation="usage")
+    assert wait_ended(server.url, run_id)["usage"]["input_tokens"] == 12345
+    page.goto(f"{server.url}/console/run.html?id={run_id}")
+    expect(page.locator("#summary [data-status]")).to_have_attribute("data-status", "completed")
+    usage = page.locator("#summary .usage")
+    expect(usage.locator("[data-usage='input tokens']")).to_have_text("input tokens 12,345")
+    expect(usage.locator("[data-usage='output tokens']")).to_have_text("output tokens 678")
+    expect(usage.locator("[data-usage='cost usd']")).to_have_text("cost usd 0.25")
+    expect(usage.locator("[data-usage='extra.cache read']")).to_have_text("extra.cache read 9,000")
+    expect(usage).not_to_contain_text("{")  # numbers, not the raw JSON
 
 
 def test_cancel_from_the_run_page_cancels_a_running_run(server: Server, page: Page, tmp_path: Path) -> None:

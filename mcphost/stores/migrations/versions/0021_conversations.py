@@ -1,7 +1,7 @@
 """Conversations listed newest activity first: the `conversations` table.
 
 Revision ID: 0021
-Revises: 0016
+Revises: 0020
 Create Date: 2026-12-04
 
 `GET /v1/conversations` pages conversations by their newest run. Grouping `runs` by conversation would
