@@ -47,7 +47,8 @@ function summary(view) {
     ["Attempt", `${run.attempt} of ${view.attempts.length}`],
   ];
   if (run.error) facts.push(["Error", el("span", { class: "error", id: "run-error-code" }, `${run.error.code}: ${run.error.message}`)]);
-  if (Object.keys(run.usage || {}).length) facts.push(["Usage", usageList(run.usage)]);
+  const usage = usageList(run.usage ?? {});
+  if (usage.childElementCount) facts.push(["Usage", usage]);
   return [
     el("h1", {}, ["Run ", el("code", {}, run.run_id)]),
     el("dl", { class: "facts" }, facts.flatMap(([k, v]) => [el("dt", {}, k), el("dd", {}, v)])),
@@ -61,7 +62,7 @@ function usageList(usage) {
   const walk = (value, path) => {
     if (value && typeof value === "object" && !Array.isArray(value)) {
       for (const [k, v] of Object.entries(value)) walk(v, path ? `${path}.${k}` : k);
-    } else {
+    } else if (value !== null && value !== undefined) {
       pairs.push([path.replaceAll("_", " "), typeof value === "number" ? value.toLocaleString("en-US") : String(value)]);
     }
   };
@@ -302,7 +303,7 @@ async function refresh() {
       el("td", { "data-label": "#" }, e.seq),
       el("td", { "data-label": "Type" }, e.event_type),
       el("td", { "data-label": "Kind" }, e.kind),
-      el("td", { "data-label": "Payload" }, short(e.payload, 160)),
+      el("td", { "data-label": "Payload" }, el("span", { class: "raw" }, short(e.payload, 160))),
     ])));
   const results = [...document.querySelectorAll("#results li")].map((li) => li.dataset.payload && JSON.parse(li.dataset.payload));
   const ids = artifactIds(records.events.map((e) => e.payload), records.transcript.map((t) => t.artifacts), results);

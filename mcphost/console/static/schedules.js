@@ -72,7 +72,8 @@ async function agents() {
 
 document.getElementById("create").addEventListener("submit", async (event) => {
   event.preventDefault();
-  const form = new FormData(event.currentTarget);
+  const element = event.currentTarget; // null once the handler awaits
+  const form = new FormData(element);
   const spec = { id: form.get("id"), timezone: form.get("timezone") || "UTC" };
   for (const key of ["cron", "every", "agent", "text"]) {
     const value = String(form.get(key) ?? "").trim();
@@ -82,7 +83,7 @@ document.getElementById("create").addEventListener("submit", async (event) => {
   try {
     await api("/v1/schedules", { method: "POST", body: spec });
     shown.replaceChildren();
-    event.currentTarget.reset();
+    element.reset();
   } catch (error) {
     showError(shown, error);
   }
