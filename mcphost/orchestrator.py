@@ -155,7 +155,7 @@ LOST = RunError(
 )
 HOST_FAILED = "The host failed while running this run; the cause is in the host's log under this run id."
 STORAGE_ERRORS = (StorageUnavailableError, StorageFullError)
-IngestVia = Literal["api", "hook", "schedule", "cli", "approval"]
+IngestVia = Literal["api", "hook", "channel", "schedule", "cli", "approval"]
 """Where an event came in: `POST /v1/events`, a signed webhook, a schedule's fire, `mcphost run`, the
 decision on a parked run's approval (its continuation)."""
 

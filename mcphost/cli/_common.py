@@ -58,7 +58,7 @@ def configure_logging(level: str, *, json_logs: bool) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
-    for noisy in ("sqlalchemy", "alembic", "httpx", "httpcore", "aiosqlite", "asyncio"):
+    for noisy in ("sqlalchemy", "alembic", "httpx", "httpx2", "httpcore", "aiosqlite", "asyncio"):
         logging.getLogger(noisy).setLevel(max(logging.WARNING, root.level))
 
 
