@@ -271,6 +271,8 @@ class DeliverySender:
             return "expired"
         if now >= lease.claimed_until:
             return "superseded"
+        if lease.type in ACTIONS:
+            return await self._act(client, lease, source)
         try:
             target, parts = reply_of(source, lease.type, lease.body)
         except ValueError as exc:
@@ -314,6 +316,74 @@ class DeliverySender:
             logger.warning("reply %s on %s failed after %d of %d part(s) (%s)%s", lease.delivery_id, lease.url,
                            sent, len(parts), error, "; it is dead" if dead else "")  # fmt: skip
         return outcome if recorded else "superseded"
+
+    async def _act(
+        self, client: httpx2.AsyncClient, lease: DeliveryLease, source: ChannelAdapter
+    ) -> DeliveryOutcome:
+        """Execute an authorized (and, with an idempotency key, approved) platform action once."""
+        try:
+            name, target, message_id, value = action_of(lease.body)
+        except ValueError as exc:
+            await self._deliveries.bury(lease, error=f"not an action this channel executes: {exc}")
+            return "dead"
+        error: str | None = None
+        wait: float | None = None
+        final = False
+        with anyio.move_on_after(min(source.config.timeout_s, lease.claimed_until - time.time())) as scope:
+            try:
+                if name == "reaction.add":
+                    await source.react(client, target, message_id, value)
+                else:
+                    await source.edit(client, target, message_id, value)
+            except ChannelSendError as exc:
+                error, wait, final = str(exc)[:300], exc.retry_after, exc.permanent
+        if scope.cancelled_caught:
+            error = "no complete answer within the channel's timeout_s"
+        if error is None:
+            recorded, outcome = await self._deliveries.delivered(lease), "delivered"
+        else:
+            next_at = time.time() + (
+                wait if wait is not None else backoff(lease.attempts + 1, base_s=self._retry_base_s)
+            )
+            dead = final or next_at >= lease.expires_at
+            recorded = await self._deliveries.retry(lease, error=error, next_attempt_at=next_at, dead=dead)
+            outcome = "dead" if dead else "failed"
+            logger.warning("action %s (%s) on %s failed (%s)", lease.delivery_id, name, lease.url, error)
+        return outcome if recorded else "superseded"
+
+
+ACTIONS = frozenset({"action.requested", "action.approved"})
+
+
+def action_of(body: JSONObject) -> tuple[str, Target, str, str]:
+    """An action row's (action, target, message id, emoji or text): `reaction.add` with
+    `payload.emoji`, `message.edit` with `payload.text`, on `target.message_id` or else the event's own
+    message.
+
+    Raises:
+        ValueError: another action, or one missing what it needs.
+    """
+    data = body.get("data")
+    data = data if is_json_object(data) else {}
+    name = data.get("action")
+    reply = body.get("reply_target")
+    if not isinstance(reply, str):
+        raise ValueError("the run's event has no reply target")
+    target = Target.loads(reply)
+    aimed = data.get("target")
+    message_id = aimed.get("message_id") if is_json_object(aimed) else None
+    message_id = message_id if isinstance(message_id, str) and message_id else target.message
+    payload = data.get("payload")
+    payload = payload if is_json_object(payload) else {}
+    field = {"reaction.add": "emoji", "message.edit": "text"}.get(name) if isinstance(name, str) else None
+    value = payload.get(field) if field is not None else None
+    if field is None or not isinstance(name, str):
+        raise ValueError(f"{str(name)[:50]!r} is not one of reaction.add, message.edit")
+    if not isinstance(value, str) or not value or message_id is None:
+        raise ValueError(
+            f"{name} needs payload.{field} and a message (target.message_id, or the event's own)"
+        )
+    return name, target, message_id, value
 
 
 def _sent_parts(body: JSONObject) -> int:

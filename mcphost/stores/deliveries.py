@@ -58,8 +58,12 @@ EXPIRED_ERROR = "expired: not delivered before its expires_at (max_age_s); redel
 EXPIRE_BATCH = 100
 CHANNEL_URL_PREFIX = "channel:"
 """The `url` of a chat channel's rows: `channel:<id>` (no webhook URL starts so: they are http(s))."""
-CHANNEL_FACTS: frozenset[str] = frozenset({"message.completed", "run.failed"})
-"""What a channel's chat is told of a run of its event: the run's messages, and its failure notice."""
+CHANNEL_FACTS: frozenset[str] = frozenset(
+    {"message.completed", "run.failed", "action.requested", "action.approved"}
+)
+"""What a channel's chat is told of a run of its event — the run's messages, its failure notice — and
+the platform actions it executes there: an authorized `action.requested` without an idempotency key,
+and an approved one (`action.approved`); one with a key waits for its approval."""
 
 
 class DeliveryRecord(BaseModel):
@@ -125,7 +129,7 @@ class Outbox:
         self.webhooks = tuple(webhooks)
         self.channels = dict(channels or {})
 
-    def _targets(self, event_type: str, run: RunRow | Row[Any]) -> list[tuple[str, float]]:
+    def _targets(self, event_type: str, run: RunRow | Row[Any], data: JSONObject) -> list[tuple[str, float]]:
         """(url, max_age_s) of each receiver of `event_type` for `run`."""
         agent_id = run.agent_id
         found = [
@@ -134,7 +138,8 @@ class Outbox:
             if event_type in w.events and (not w.agents or (agent_id is not None and agent_id in w.agents))
         ]
         channel_id = event_channel(run.event_id)
-        if channel_id in self.channels and event_type in CHANNEL_FACTS:
+        waits = event_type == "action.requested" and data.get("idempotency_key") is not None
+        if channel_id in self.channels and event_type in CHANNEL_FACTS and not waits:
             found.append((CHANNEL_URL_PREFIX + channel_id, self.channels[channel_id].max_age_s))
         return found
 
@@ -149,7 +154,7 @@ class Outbox:
     async def _insert(
         self, session: AsyncSession, run: RunRow | Row[Any], facts: list[tuple[str, JSONObject]]
     ) -> None:
-        wanted = [(t, data, w) for t, data in facts for w in self._targets(t, run)]
+        wanted = [(t, data, w) for t, data in facts for w in self._targets(t, run, data)]
         if not wanted:
             return
         reply_target = await self._reply_target(session, run.event_id)

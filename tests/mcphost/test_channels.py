@@ -95,7 +95,8 @@ async def chat(database_url: str, tmp_path: Path) -> AsyncGenerator[Chat, None]:
         agents = [
             AgentConfig(id="chat", runner=ECHO_RUNNER, event_types=CHAT_EVENTS,
                         match={"bot_id": ["slack", "slow", "tg", "dc"]}),
-            AgentConfig(id="failing", runner=MISBEHAVE_RUNNER, match={"bot_id": "tgbad"}),
+            AgentConfig.model_validate({"id": "failing", "runner": MISBEHAVE_RUNNER, "match": {"bot_id": "tgbad"},
+                                        "actions": {"allow": ["reaction.add"]}}),
         ]  # fmt: skip
         channels = {
             "slack": channel("slack", f"{slack_url}/api"),
@@ -315,6 +316,24 @@ async def test_a_failed_run_tells_the_chat_with_its_notice(chat: Chat) -> None:
     assert (await chat.host.stores.runs.get(run_id)).status is RunStatus.FAILED
     (notice,) = await posted(chat.telegram.messages, 1)
     assert notice.text == "Sorry — I could not finish this request. Please try again."
+
+
+async def test_an_authorized_reaction_action_is_executed_on_the_events_message(chat: Chat) -> None:
+    body = telegram_update(9007, "react:👍")
+    run_id = await admitted(chat, "/v1/channels/tgbad", body, tg_headers())
+    assert (await chat.host.stores.runs.get(run_id)).status is RunStatus.COMPLETED
+    sent = await posted(chat.telegram.messages, 2)  # the reaction, and the run's own "ok" message
+    (reaction,) = [m for m in sent if m.method == "setMessageReaction"]
+    assert reaction.body == {
+        "chat_id": -1001,
+        "message_id": 55,
+        "reaction": [{"type": "emoji", "emoji": "👍"}],
+    }
+    delivered = await rows(chat, "delivered", 2)
+    assert sorted((r.type, r.url) for r in delivered) == [
+        ("action.requested", "channel:tgbad"),
+        ("message.completed", "channel:tgbad"),
+    ]
 
 
 async def test_a_429_is_retried_after_the_platforms_wait_and_delivered_once(chat: Chat) -> None:
