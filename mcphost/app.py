@@ -26,9 +26,10 @@ Invariants:
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator
+import os
+from collections.abc import AsyncGenerator, Mapping
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 
 import anyio
@@ -39,6 +40,7 @@ from starlette.types import Lifespan
 from mcphost import console, tracing
 from mcphost.api import EXCEPTION_HANDLERS, ApiLimits, ApiState, HostMetrics, middleware, routes
 from mcphost.bindings import Bindings
+from mcphost.channels import ChannelAdapter, adapters
 from mcphost.config import Settings
 from mcphost.continuations import Continuations, run_continuations
 from mcphost.delivery import DeliverySender
@@ -78,6 +80,8 @@ class Host:
     """Starts the continuation run of each decided or expired parked approval."""
     sender: DeliverySender
     """Sends the outbound webhook outbox (woken at once by a manual redelivery)."""
+    channels: Mapping[str, ChannelAdapter] = field(default_factory=dict[str, ChannelAdapter])
+    """The `[channels.<id>]` chat platforms' adapters, their credentials read at start."""
 
 
 def plugin_specs(settings: Settings) -> list[PluginSpec]:
@@ -105,6 +109,7 @@ async def open_database(settings: Settings) -> AsyncGenerator[Stores, None]:
         migrate=True,
         cursor_secret=settings.host.cursor_secret,
         webhooks=settings.webhooks,
+        channels=settings.channels,
         approval_expiry_s=settings.host.approval_expiry_s,
         artifact_ttl_s=None if (days := settings.retention.artifacts_days) is None else days * DAY_S,
     ) as stores:
@@ -135,6 +140,7 @@ async def open_host(
     With `replay` (`mcphost replay`, on a scratch database), runs start on the recorded context and
     every MCP call is answered from the recording."""
     bindings = Bindings(settings.agents, source=settings.source)
+    channels = adapters(settings.channels, os.environ)
     metrics = HostMetrics()
     async with (
         _tracing(),
@@ -200,7 +206,11 @@ async def open_host(
 
         continuations = Continuations(stores, submit_continuation)
         sender = DeliverySender(
-            stores.deliveries, settings.webhooks, orchestrator.host_id, on_outcome=metrics.delivery
+            stores.deliveries,
+            settings.webhooks,
+            orchestrator.host_id,
+            channels=channels,
+            on_outcome=metrics.delivery,
         )
         host = Host(
             settings,
@@ -217,6 +227,7 @@ async def open_host(
             guard,
             continuations,
             sender,
+            channels,
         )
 
         async def count_collected(item: Collected) -> None:
@@ -263,6 +274,7 @@ def _attach(app: Starlette, host: Host, limits: ApiLimits | None) -> None:
         guard=host.guard,
         limits=limits or ApiLimits(),
         hooks=host.settings.hooks,
+        channels=host.channels,
         scheduler=host.scheduler,
         continuations=host.continuations,
         webhooks=host.settings.webhooks,

@@ -392,6 +392,55 @@ class WebhookConfig(_Section):
         return value
 
 
+ChannelPlatform = Literal["slack", "telegram", "discord"]
+CHANNEL_API_BASES: dict[ChannelPlatform, str] = {
+    "slack": "https://slack.com/api",
+    "telegram": "https://api.telegram.org",
+    "discord": "https://discord.com/api/v10",
+}
+"""Each platform's Web API; `[channels.<id>] api_base` replaces it (a proxy, a test's fake)."""
+
+
+class ChannelConfig(_Section):
+    """One `[channels.<id>]` table: a Slack, Telegram or Discord bot at `POST /v1/channels/<id>`,
+    answered in place. Its credentials are read from the environment when the host starts."""
+
+    platform: ChannelPlatform
+    secret_env: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+    """The variable holding what proves an inbound request: Slack's signing secret, the Telegram
+    `secret_token` given to `setWebhook`, or the Discord application's public key (hex)."""
+    token_env: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+    """The variable holding the bot token that sends replies (Slack `xoxb-…`, Telegram `<id>:<secret>`,
+    Discord's bot token)."""
+    api_base: str | None = Field(default=None, max_length=2000)
+    """The platform's Web API base URL; unset: the platform's own (`CHANNEL_API_BASES`)."""
+    agent: str | None = Field(default=None, pattern=ID_PATTERN)
+    """The agent to run; unset: whichever agent the bindings pick (match on `bot_id` = the channel id,
+    `conversation_id`, `workspace_id`, `actor_id`)."""
+    events: list[str] | None = Field(default=None, min_length=1, max_length=100)
+    """Which normalized event types become runs (`message.received`, `command.invoked`, …); others are
+    answered 200 and ignored. Unset: every event type."""
+    tolerance_s: float = Field(default=300.0, gt=0, le=3600)
+    """How far a signed request's timestamp (Slack, Discord) may be from now, either way."""
+    max_bytes: int = Field(default=1024 * 1024, ge=1, le=25 * 1024 * 1024)
+    """The largest inbound request accepted (413 past it); it is stored whole as the raw artifact."""
+    max_age_s: float = Field(default=3600.0, gt=0, le=7 * 24 * 3600)
+    """How long a reply is retried (honouring the platform's `Retry-After`) before it is dead."""
+    timeout_s: float = Field(default=15.0, gt=0, le=DELIVERY_LEASE_S - DELIVERY_SETTLE_S)
+    """The whole of one send of a reply (every part of it) to the platform's API."""
+
+    @field_validator("api_base")
+    @classmethod
+    def _api_base_form(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("http://", "https://")):
+            raise ValueError(f"expected an http:// or https:// URL, got {value[:100]!r}")
+        return None if value is None else value.rstrip("/")
+
+    @property
+    def base_url(self) -> str:
+        return self.api_base or CHANNEL_API_BASES[self.platform]
+
+
 def _check_names(names: Mapping[str, object], what: str, why: str) -> None:
     """Table names that become folder names or path segments: `SKILL_NAME_PATTERN`."""
     for name in names:
@@ -477,6 +526,8 @@ class Settings(_Section):
 
     hooks: dict[str, HookConfig] = Field(default_factory=dict[str, HookConfig])
     """Inbound webhook sources by name (`POST /v1/hooks/<source>`)."""
+    channels: dict[str, ChannelConfig] = Field(default_factory=dict[str, ChannelConfig])
+    """Chat platforms by channel id (`POST /v1/channels/<id>`): events in, replies in place."""
     retention: RetentionSettings = Field(default_factory=RetentionSettings)
     """How long each kind of record is kept (everything, by default)."""
     webhooks: list[WebhookConfig] = Field(default_factory=list[WebhookConfig])
@@ -488,6 +539,12 @@ class Settings(_Section):
     @classmethod
     def _hook_sources(cls, value: dict[str, HookConfig]) -> dict[str, HookConfig]:
         _check_names(value, "hook source", "it is the last segment of /v1/hooks/<source>")
+        return value
+
+    @field_validator("channels")
+    @classmethod
+    def _channel_ids(cls, value: dict[str, ChannelConfig]) -> dict[str, ChannelConfig]:
+        _check_names(value, "channel id", "it is the last segment of /v1/channels/<id>")
         return value
 
     @field_validator("skills")
@@ -617,10 +674,11 @@ def _check_hooks(settings: Settings) -> None:
                     f"{settings.source}: webhooks[{index}].agents: agent {agent_id!r} is not configured; known "
                     f"agents: {', '.join(sorted(known)) or 'none'}."
                 )
-    for source, hook in settings.hooks.items():
-        if hook.agent is not None and hook.agent not in known:
+    inbound = [(f"hooks.{s}", h.agent) for s, h in settings.hooks.items()]
+    for where, agent_id in [*inbound, *((f"channels.{c}", ch.agent) for c, ch in settings.channels.items())]:
+        if agent_id is not None and agent_id not in known:
             raise ConfigError(
-                f"{settings.source}: hooks.{source}.agent: agent {hook.agent!r} is not configured; known "
+                f"{settings.source}: {where}.agent: agent {agent_id!r} is not configured; known "
                 f"agents: {', '.join(sorted(known)) or 'none'}."
             )
 

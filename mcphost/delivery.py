@@ -1,4 +1,5 @@
-"""The sender of outbound webhooks: claims due outbox rows and POSTs them, signed per Standard Webhooks.
+"""The sender of outbound webhooks and chat replies: claims due outbox rows and POSTs them, signed per
+Standard Webhooks, or hands a `channel:<id>` row to its chat channel's adapter.
 
 Owns sending (httpx2, only to the configured `[[webhooks]]` URL of each row), signing (`webhook-id`,
 `webhook-timestamp`, `webhook-signature` through the `standardwebhooks` package), and the retry policy:
@@ -22,6 +23,10 @@ Invariants:
 - No order between rows, even to one receiver: rows go out as they come due and retries come back
   later; receivers order by the body's `timestamp`.
 - A row whose URL is no longer configured goes `dead` without a request (its secret is gone).
+- A chat reply (`channel:<id>` rows) is split at the platform's limit and its parts sent in order; the
+  parts already sent are recorded with a failed attempt, so a retry sends only the rest. A platform's
+  own wait (429 `Retry-After`, Telegram's `retry_after`) sets the next attempt instead of the back-off;
+  an error the platform says is final (no such chat, a refused token) ends the row `dead` at once.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ import logging
 import random
 import time
 from collections import Counter
-from collections.abc import AsyncGenerator, Callable, Sequence
+from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from typing import Literal, get_args
@@ -41,9 +46,11 @@ import httpx2
 from anyio.abc import TaskGroup
 from standardwebhooks import Webhook
 
+from mcphost.channels import ChannelAdapter, ChannelSendError, Target
 from mcphost.config import DELIVERY_LEASE_S, WebhookConfig
+from mcphost.protocol import JSONObject, is_json_array, is_json_object
 from mcphost.stores import DeliveryLease, DeliveryStore
-from mcphost.stores.deliveries import EXPIRED_ERROR
+from mcphost.stores.deliveries import CHANNEL_URL_PREFIX, EXPIRED_ERROR
 
 logger = logging.getLogger(__name__)
 
@@ -59,6 +66,7 @@ CLAIM_LIMIT = 16
 RETRY_BASE_S = 2.0
 RETRY_MAX_S = 3600.0
 UNCONFIGURED_ERROR = "the webhook URL is no longer configured in [[webhooks]]"
+UNCONFIGURED_CHANNEL_ERROR = "the channel is no longer configured in [channels]"
 
 DeliveryOutcome = Literal["delivered", "failed", "dead", "expired", "unconfigured", "superseded"]
 """What became of one claimed row on this host: `delivered` (2xx); `failed` (a failed send, tried again
@@ -107,6 +115,7 @@ class DeliverySender:
         lease_s: float | None = None,
         retry_base_s: float | None = None,
         per_url: int | None = None,
+        channels: Mapping[str, ChannelAdapter] | None = None,
         on_outcome: Callable[[DeliveryOutcome], None] | None = None,
     ) -> None:
         """Timings default to the module's constants, read when the sender is made; `on_outcome` hears
@@ -117,6 +126,7 @@ class DeliverySender:
         """
         self._deliveries = deliveries
         self._webhooks = {w.url: w for w in webhooks}
+        self._channels = dict(channels or {})
         self._host_id = host_id
         self._poll_s = POLL_S if poll_s is None else poll_s
         self._lease_s = LEASE_S if lease_s is None else lease_s
@@ -133,8 +143,8 @@ class DeliverySender:
 
     @asynccontextmanager
     async def running(self) -> AsyncGenerator[None, None]:
-        """Send due rows in the background for the block (nothing runs without webhooks)."""
-        if not self._webhooks:
+        """Send due rows in the background for the block (nothing runs without webhooks or channels)."""
+        if not self._webhooks and not self._channels:
             yield
             return
         async with (
@@ -202,6 +212,8 @@ class DeliverySender:
             self._wake.set()
 
     async def _attempt(self, client: httpx2.AsyncClient, lease: DeliveryLease) -> DeliveryOutcome:
+        if lease.url.startswith(CHANNEL_URL_PREFIX):
+            return await self._reply(client, lease)
         webhook = self._webhooks.get(lease.url)
         if webhook is None:
             await self._deliveries.bury(lease, error=UNCONFIGURED_ERROR)
@@ -250,3 +262,164 @@ class DeliverySender:
             )  # fmt: skip
             return "superseded"
         return outcome
+
+    async def _reply(self, client: httpx2.AsyncClient, lease: DeliveryLease) -> DeliveryOutcome:
+        """One attempt at a chat reply: the parts not sent yet, in order, through the channel's adapter."""
+        source = self._channels.get(lease.url.removeprefix(CHANNEL_URL_PREFIX))
+        if source is None:
+            await self._deliveries.bury(lease, error=UNCONFIGURED_CHANNEL_ERROR)
+            return "unconfigured"
+        now = time.time()
+        if now >= lease.expires_at:
+            await self._deliveries.bury(lease, error=EXPIRED_ERROR)
+            return "expired"
+        if now >= lease.claimed_until:
+            return "superseded"
+        if lease.type in ACTIONS:
+            return await self._act(client, lease, source)
+        try:
+            target, parts = reply_of(source, lease.type, lease.body)
+        except ValueError as exc:
+            await self._deliveries.bury(lease, error=f"not a reply this channel can send: {exc}")
+            return "dead"
+        deadline = min(source.config.timeout_s, lease.claimed_until - now)
+        sent = first = _sent_parts(lease.body)
+        error: str | None = None
+        wait: float | None = None
+        final = False
+        with anyio.move_on_after(deadline) as scope:
+            try:
+                while sent < len(parts):
+                    await source.send(client, target, parts[sent], part=sent)
+                    sent += 1
+            except ChannelSendError as exc:
+                error, wait, final = str(exc)[:300], exc.retry_after, exc.permanent
+        if scope.cancelled_caught:
+            error = (
+                f"no complete answer within {deadline:.3g} s, the send's deadline (the channel's timeout_s)"
+            )
+        if error is None:
+            recorded, outcome = await self._deliveries.delivered(lease), "delivered"
+            logger.info(
+                "replied %s in %d part(s) on %s for run %s",
+                lease.delivery_id,
+                len(parts),
+                lease.url,
+                lease.run_id,
+            )
+        else:
+            next_at = time.time() + (
+                wait if wait is not None else backoff(lease.attempts + 1, base_s=self._retry_base_s)
+            )
+            dead = final or next_at >= lease.expires_at
+            progress = lease.body | {"sent_parts": sent} if sent > first else None
+            recorded = await self._deliveries.retry(
+                lease, error=error, next_attempt_at=next_at, dead=dead, body=progress
+            )
+            outcome = "dead" if dead else "failed"
+            logger.warning("reply %s on %s failed after %d of %d part(s) (%s)%s", lease.delivery_id, lease.url,
+                           sent, len(parts), error, "; it is dead" if dead else "")  # fmt: skip
+        return outcome if recorded else "superseded"
+
+    async def _act(
+        self, client: httpx2.AsyncClient, lease: DeliveryLease, source: ChannelAdapter
+    ) -> DeliveryOutcome:
+        """Execute an authorized (and, with an idempotency key, approved) platform action once."""
+        try:
+            name, target, message_id, value = action_of(lease.body)
+        except ValueError as exc:
+            await self._deliveries.bury(lease, error=f"not an action this channel executes: {exc}")
+            return "dead"
+        error: str | None = None
+        wait: float | None = None
+        final = False
+        with anyio.move_on_after(min(source.config.timeout_s, lease.claimed_until - time.time())) as scope:
+            try:
+                if name == "reaction.add":
+                    await source.react(client, target, message_id, value)
+                else:
+                    await source.edit(client, target, message_id, value)
+            except ChannelSendError as exc:
+                error, wait, final = str(exc)[:300], exc.retry_after, exc.permanent
+        if scope.cancelled_caught:
+            error = "no complete answer within the channel's timeout_s"
+        if error is None:
+            recorded, outcome = await self._deliveries.delivered(lease), "delivered"
+        else:
+            next_at = time.time() + (
+                wait if wait is not None else backoff(lease.attempts + 1, base_s=self._retry_base_s)
+            )
+            dead = final or next_at >= lease.expires_at
+            recorded = await self._deliveries.retry(lease, error=error, next_attempt_at=next_at, dead=dead)
+            outcome = "dead" if dead else "failed"
+            logger.warning("action %s (%s) on %s failed (%s)", lease.delivery_id, name, lease.url, error)
+        return outcome if recorded else "superseded"
+
+
+ACTIONS = frozenset({"action.requested", "action.approved"})
+
+
+def action_of(body: JSONObject) -> tuple[str, Target, str, str]:
+    """An action row's (action, target, message id, emoji or text): `reaction.add` with
+    `payload.emoji`, `message.edit` with `payload.text`, on `target.message_id` or else the event's own
+    message.
+
+    Raises:
+        ValueError: another action, or one missing what it needs.
+    """
+    data = body.get("data")
+    data = data if is_json_object(data) else {}
+    name = data.get("action")
+    reply = body.get("reply_target")
+    if not isinstance(reply, str):
+        raise ValueError("the run's event has no reply target")
+    target = Target.loads(reply)
+    aimed = data.get("target")
+    message_id = aimed.get("message_id") if is_json_object(aimed) else None
+    message_id = message_id if isinstance(message_id, str) and message_id else target.message
+    payload = data.get("payload")
+    payload = payload if is_json_object(payload) else {}
+    field = {"reaction.add": "emoji", "message.edit": "text"}.get(name) if isinstance(name, str) else None
+    value = payload.get(field) if field is not None else None
+    if field is None or not isinstance(name, str):
+        raise ValueError(f"{str(name)[:50]!r} is not one of reaction.add, message.edit")
+    if not isinstance(value, str) or not value or message_id is None:
+        raise ValueError(
+            f"{name} needs payload.{field} and a message (target.message_id, or the event's own)"
+        )
+    return name, target, message_id, value
+
+
+def _sent_parts(body: JSONObject) -> int:
+    sent = body.get("sent_parts")
+    return sent if isinstance(sent, int) and not isinstance(sent, bool) and sent >= 0 else 0
+
+
+def reply_text(kind: str, data: JSONObject) -> str:
+    """What a chat is told of one fact: a message's text, or a failed run's notice."""
+    if kind == "run.failed":
+        notice = data.get("notice")
+        text = notice.get("text") if is_json_object(notice) else None
+        return text if isinstance(text, str) else "Sorry — I could not finish this request."
+    message = data.get("message")
+    if not is_json_object(message):
+        return ""
+    content = message.get("content")
+    if isinstance(content, str):
+        return content
+    contents = message.get("contents")
+    texts = [c.get("text") for c in (contents if is_json_array(contents) else []) if is_json_object(c)]
+    return "\n".join(t for t in texts if isinstance(t, str))
+
+
+def reply_of(source: ChannelAdapter, kind: str, body: JSONObject) -> tuple[Target, list[str]]:
+    """Where a reply row goes and its parts, split at the platform's limit.
+
+    Raises:
+        ValueError: the row has no usable reply target.
+    """
+    target = body.get("reply_target")
+    if not isinstance(target, str):
+        raise ValueError("the run's event has no reply target")
+    data = body.get("data")
+    return Target.loads(target), source.split(reply_text(kind, data if is_json_object(data) else {}))

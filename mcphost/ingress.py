@@ -2,7 +2,8 @@
 so no ingress can name, pre-empt or read back another's run.
 
 Owns the ids the host gives the events it makes itself — a `[hooks.<source>]` delivery
-(`hook:<source>:<delivery id>`), a schedule's fire (`schedule:<id>:<fire_at>`, built by
+(`hook:<source>:<delivery id>`), a `[channels.<id>]` platform event (`channel:<id>:<platform key>`,
+the key built by the channel's adapter from what the platform repeats on a retry), a schedule's fire (`schedule:<id>:<fire_at>`, built by
 `timetable.fire_event_id`) and the continuation of a parked approval (`continuation:<approval_id>`) —
 and the check that refuses those prefixes to a client's own `event_id` (`POST /v1/events`,
 `mcphost run --event-id`). Does not own admission, which is idempotent on `event_id` (the orchestrator
@@ -28,19 +29,35 @@ import hashlib
 from mcphost.errors import InvalidArgumentError
 
 HOOK_PREFIX = "hook:"
+CHANNEL_PREFIX = "channel:"
 SCHEDULE_PREFIX = "schedule:"
 CONTINUATION_PREFIX = "continuation:"
-RESERVED_PREFIXES = (HOOK_PREFIX, SCHEDULE_PREFIX, CONTINUATION_PREFIX)
+RESERVED_PREFIXES = (HOOK_PREFIX, CHANNEL_PREFIX, SCHEDULE_PREFIX, CONTINUATION_PREFIX)
 """Prefixes of the ids the host makes; a client's `event_id` may start with none of them."""
 MAX_EVENT_ID_CHARS = 200
 
 
+def _namespaced(prefix: str, key: str) -> str:
+    if len(prefix) + len(key) <= MAX_EVENT_ID_CHARS:
+        return prefix + key
+    return f"{prefix}sha256-{hashlib.sha256(key.encode()).hexdigest()}"
+
+
 def hook_event_id(source: str, delivery_id: str) -> str:
     """The `event_id` of a delivery of hook source `source`."""
-    prefix = f"{HOOK_PREFIX}{source}:"
-    if len(prefix) + len(delivery_id) <= MAX_EVENT_ID_CHARS:
-        return prefix + delivery_id
-    return f"{prefix}sha256-{hashlib.sha256(delivery_id.encode()).hexdigest()}"
+    return _namespaced(f"{HOOK_PREFIX}{source}:", delivery_id)
+
+
+def channel_event_id(channel_id: str, key: str) -> str:
+    """The `event_id` of the platform event `key` (its adapter's dedupe key) on channel `channel_id`."""
+    return _namespaced(f"{CHANNEL_PREFIX}{channel_id}:", key)
+
+
+def event_channel(event_id: str) -> str | None:
+    """The channel whose platform event `event_id` is; None for any other ingress."""
+    if not event_id.startswith(CHANNEL_PREFIX):
+        return None
+    return event_id.removeprefix(CHANNEL_PREFIX).partition(":")[0] or None
 
 
 def continuation_event_id(approval_id: str) -> str:
@@ -66,7 +83,7 @@ def check_client_event_id(event_id: str) -> None:
         reserved = ", ".join(repr(p) for p in RESERVED_PREFIXES)
         raise InvalidArgumentError(
             f"event_id {event_id[:80]!r} starts with {prefix!r}: the prefixes {reserved} are reserved for "
-            "the events the host makes (webhook deliveries, schedule fires, continuations of approvals). "
-            "Choose an event_id without them.",
+            "the events the host makes (webhook deliveries, chat channel events, schedule fires, "
+            "continuations of approvals). Choose an event_id without them.",
             details={"field": "event_id", "reason": "reserved_event_id", "prefix": prefix},
         )

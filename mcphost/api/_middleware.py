@@ -84,13 +84,15 @@ class Measured:
 
 HOOKS_PREFIX = "/v1/hooks/"
 """Webhook senders authenticate by their signature (`api/_hooks.py`), not by the API key or Host name."""
+CHANNELS_PREFIX = "/v1/channels/"
+"""Chat platforms authenticate by their signature (`api/_channels.py`), as webhook senders do."""
 
 
 class ApiGuard:
     """`/v1` access: the host's `HttpGuard` (Host, Origin, then the API key); a refusal is a 401, and
     the key's caller is kept for the route, which checks its role (`_access`). Every `/v1` route needs a
     key here, before the storage check, whatever its role: a route the table forgot cannot be open.
-    Webhooks (`HOOKS_PREFIX`) are let through: their route checks the sender's signature. The site's
+    Webhooks and chat platforms (`HOOKS_PREFIX`, `CHANNELS_PREFIX`) are let through: their route checks the sender's signature. The site's
     files (`site_paths`: the console's) get the Host and Origin checks only (421, 403): they hold no data, and the login prompt must load."""
 
     def __init__(self, app: ASGIApp, site_paths: Callable[[str], bool]) -> None:
@@ -99,7 +101,9 @@ class ApiGuard:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope.get("path", "") if scope["type"] == "http" else ""
-        if (path == "/v1" or path.startswith("/v1/")) and not path.startswith(HOOKS_PREFIX):
+        if (path == "/v1" or path.startswith("/v1/")) and not path.startswith(
+            (HOOKS_PREFIX, CHANNELS_PREFIX)
+        ):
             verdict = _state(scope).guard.authenticate(Headers(scope=scope))
             if isinstance(verdict, Refusal):
                 await host_error_response(UnauthorizedError(verdict.message))(scope, receive, send)

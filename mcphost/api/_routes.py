@@ -33,6 +33,7 @@ from mcphost import __version__
 from mcphost.api._access import check_access
 from mcphost.api._approvals import decide_approval, list_approvals, show_approval
 from mcphost.api._artifacts import artifact_content, artifact_metadata, upload_artifact
+from mcphost.api._channels import receive_channel
 from mcphost.api._conversations import (
     conversation_events,
     conversation_transcript,
@@ -278,6 +279,14 @@ _ENDPOINTS: tuple[_Endpoint, ...] = (
               headers=("webhook-id", "webhook-timestamp", "webhook-signature", "X-Hub-Signature-256",
                        "X-GitHub-Delivery", "X-GitHub-Event", "Idempotency-Key"), role="signed",
               ignored="HookIgnored"),
+    _Endpoint("POST", "/v1/channels/{channel_id}", receive_channel,
+              "A Slack, Telegram or Discord request to a [channels.<id>] bot, admitted as an event (authenticated "
+              "by the platform's signature, not the API key); answered 200 with the platform's acknowledgement",
+              200, {"application/json": {"schema": {"type": "object"}}}, (400, 401, 404, 413, 503),
+              body={"application/json": {"schema": {"type": "object"}}, "application/x-www-form-urlencoded": {"schema": {"type": "object"}}},
+              headers=("X-Slack-Signature", "X-Slack-Request-Timestamp", "X-Slack-Retry-Num",
+                       "X-Telegram-Bot-Api-Secret-Token", "X-Signature-Ed25519", "X-Signature-Timestamp"),
+              role="signed"),
     _Endpoint("GET", "/v1/runs", list_runs, "Runs, newest first", 200, "RunsPage", (400,), RunsQuery, role="reader", own_runs=True),
     _Endpoint("GET", "/v1/runs/{run_id}", show_run, "A run and its grant (never its token)", 200, "RunView", (404,), role="reader", own_runs=True),
     _Endpoint("GET", "/v1/runs/{run_id}/results", run_results,
@@ -378,6 +387,7 @@ _ENDPOINTS: tuple[_Endpoint, ...] = (
 TAGS: dict[str, str] = {
     "events": "Events in: each admitted event is one agent run.",
     "hooks": "Signed webhooks from configured senders, admitted as events.",
+    "channels": "Slack, Telegram and Discord bots: signed platform requests, admitted as events.",
     "runs": "Runs, their results (JSON pages or a resumable SSE stream), cancellation and MCP call audit.",
     "conversations": "Conversations by newest activity, each one's transcript and event log, deleting one.",
     "state": "State values kept for runs: read an owner's values, delete one.",

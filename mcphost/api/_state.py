@@ -19,6 +19,7 @@ from starlette.requests import Request
 
 from mcphost.api._metrics import HostMetrics
 from mcphost.bindings import Bindings
+from mcphost.channels import ChannelAdapter
 from mcphost.config import HookConfig, WebhookConfig
 from mcphost.continuations import Continuations
 from mcphost.gateway.host_tools import Gateway
@@ -61,6 +62,8 @@ class ApiState:
     limits: ApiLimits = field(default_factory=ApiLimits)
     hooks: Mapping[str, HookConfig] = field(default_factory=dict[str, HookConfig])
     """The `[hooks.<source>]` webhook senders `POST /v1/hooks/{source}` accepts."""
+    channels: Mapping[str, ChannelAdapter] = field(default_factory=dict[str, ChannelAdapter])
+    """The `[channels.<id>]` chat platforms `POST /v1/channels/{channel_id}` accepts, by id."""
     scheduler: Scheduler | None = None
     """The host's scheduler (the schedule routes answer through it, and wake it after a change)."""
     continuations: Continuations | None = None

@@ -9,7 +9,7 @@ This module owns the parser, its argument types and `main`, the entry point of b
 (`mcphost = "mcphost.cli:main"`) and `python -m mcphost.cli` (`__main__`). It does not own what the
 commands do: `_runs` (run, runs, show, runners, schema, db), `_server` (serve), `_send` (send, cancel), `_grants` (grant,
 revoke and the MCP client configs), `_knowledge` (kb, tools), `_state` (state get/list/delete),
-`_schedules` (schedules), `_gc` (gc), `_deliveries` (deliveries), `_approvals` (approvals), `_replay`
+`_schedules` (schedules), `_gc` (gc), `_deliveries` (deliveries), `_channels` (channels), `_approvals` (approvals), `_replay`
 (record export, replay); `_common` holds exit codes, logging set-up and output helpers.
 
 Invariants: every subcommand, flag and help text is declared here, in the order `--help` lists them;
@@ -446,6 +446,20 @@ def build_parser() -> argparse.ArgumentParser:
     _add_common(p)
 
     p = sub.add_parser(
+        "channels",
+        help="the [channels.<id>] chat bots; point a platform at the host",
+        description="List the [channels.<id>] chat bots and the URL each platform must call, or "
+        "`mcphost channels register CHANNEL_ID`: set a Telegram bot's webhook (setWebhook with the channel's "
+        "secret token), or print the URL and the exact settings to paste for Slack and Discord.",
+    )
+    p.add_argument(
+        "action", nargs="?", choices=["list", "register"], default="list", help="list (default) or register"
+    )
+    p.add_argument("channel_id", nargs="?", metavar="CHANNEL_ID", help="the channel to register")
+    p.add_argument("--url", help="the URL the platform calls (default: [host] public_url + /v1/channels/ID)")
+    _add_common(p)
+
+    p = sub.add_parser(
         "approvals",
         help="human approvals; approve, deny or answer one",
         description="List approvals, newest first (--status pending: what waits for a decision), or decide one "
@@ -644,6 +658,7 @@ _COMMANDS: dict[str, tuple[str, str]] = {
     "schedules": ("_schedules", "cmd_schedules"),
     "gc": ("_gc", "cmd_gc"),
     "deliveries": ("_deliveries", "cmd_deliveries"),
+    "channels": ("_channels", "cmd_channels"),
     "approvals": ("_approvals", "cmd_approvals"),
     "explain": ("_explain", "cmd_explain"),
     "record": ("_replay", "cmd_record"),

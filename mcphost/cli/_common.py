@@ -83,7 +83,7 @@ def configure_logging(level: str, *, json_logs: bool) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
-    for noisy in ("sqlalchemy", "alembic", "httpx", "httpcore", "aiosqlite", "asyncio"):
+    for noisy in ("sqlalchemy", "alembic", "httpx", "httpx2", "httpcore", "aiosqlite", "asyncio"):
         logging.getLogger(noisy).setLevel(max(logging.WARNING, root.level))
     logging.getLogger(ACCESS_LOGGER).setLevel(logging.INFO if root.level <= logging.WARNING else root.level)
 

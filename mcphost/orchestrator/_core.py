@@ -59,7 +59,7 @@ from mcphost.warm import WarmSessions
 
 logger = logging.getLogger("mcphost.orchestrator")
 
-IngestVia = Literal["api", "hook", "schedule", "cli", "approval"]
+IngestVia = Literal["api", "hook", "channel", "schedule", "cli", "approval"]
 """Where an event came in: `POST /v1/events`, a signed webhook, a schedule's fire, `mcphost run`, the
 decision on a parked run's approval (its continuation)."""
 

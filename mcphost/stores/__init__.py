@@ -12,7 +12,7 @@ O(limit) keyset pages (`Page`). Module map: `engine` (Database, migrations), `ta
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +20,7 @@ from typing import Literal
 
 import anyio
 
-from mcphost.config import WebhookConfig
+from mcphost.config import ChannelConfig, WebhookConfig
 from mcphost.stores import engine
 from mcphost.stores._cursor import MAX_RUN_SEQ, CursorCodec, Page
 from mcphost.stores.approvals import (
@@ -107,6 +107,7 @@ async def open_stores(
     migrate: bool = True,
     cursor_secret: str | None = None,
     webhooks: Sequence[WebhookConfig] = (),
+    channels: Mapping[str, ChannelConfig] | None = None,
     approval_expiry_s: float = DEFAULT_APPROVAL_EXPIRY_S,
     artifact_ttl_s: float | None = None,
 ) -> AsyncGenerator[Stores, None]:
@@ -114,7 +115,8 @@ async def open_stores(
 
     Creates `data_dir` (and a SQLite file's folder) when missing and, unless `migrate=False`, brings the
     schema to the newest migration first. The engine is disposed on exit. `webhooks` are the outbound
-    webhooks whose outbox rows the runs and results stores write with the facts they announce;
+    webhooks whose outbox rows the runs and results stores write with the facts they announce, and
+    `channels` the chat channels whose events' runs are answered in place the same way;
     `approval_expiry_s` how long an approval stays pending;
     `artifact_ttl_s` how long a new artifact lives when its creator names no expiry (None: forever).
 
@@ -150,7 +152,7 @@ async def open_stores(
             if failure is None:
                 raise
             raise failure from exc
-        outbox = Outbox(webhooks)
+        outbox = Outbox(webhooks, channels or {})
         runs = RunStore(db, cursors, outbox)
         approvals = ApprovalStore(db, cursors, outbox, expiry_s=approval_expiry_s)
         yield Stores(

@@ -2,6 +2,9 @@
 and the claims, outcomes and pages the sender and the API read.
 
 Owns the `deliveries` table, which fact becomes which delivery body (`Outbox`), and the lease protocol.
+A run of a `[channels.<id>]` event is answered in place through the same table: its `message.completed`
+results and its `run.failed` notice get a row whose `url` is `channel:<id>` (`CHANNEL_URL_PREFIX`),
+sent by the channel's adapter, with the same leases, retries, per-URL isolation and dead letters.
 Does not own sending, signing or back-off (`delivery.py`), nor the configuration (`config.WebhookConfig`).
 
 Invariants:
@@ -37,8 +40,9 @@ from pydantic import BaseModel, ConfigDict
 from sqlalchemy import CursorResult, Row, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from mcphost.config import WebhookConfig
+from mcphost.config import ChannelConfig, WebhookConfig
 from mcphost.errors import NotFoundError
+from mcphost.ingress import event_channel
 from mcphost.models import RunStatus, new_id
 from mcphost.protocol import JSONObject, is_json_object
 from mcphost.stores._cursor import CursorCodec, Page, check_limit
@@ -52,6 +56,14 @@ MAX_ERROR_CHARS = 500
 EXPIRED_ERROR = "expired: not delivered before its expires_at (max_age_s); redeliver it to try again"
 """The `last_error` of a row `claim` found past its `expires_at`."""
 EXPIRE_BATCH = 100
+CHANNEL_URL_PREFIX = "channel:"
+"""The `url` of a chat channel's rows: `channel:<id>` (no webhook URL starts so: they are http(s))."""
+CHANNEL_FACTS: frozenset[str] = frozenset(
+    {"message.completed", "run.failed", "action.requested", "action.approved"}
+)
+"""What a channel's chat is told of a run of its event — the run's messages, its failure notice — and
+the platform actions it executes there: an authorized `action.requested` without an idempotency key,
+and an approved one (`action.approved`); one with a key waits for its approval."""
 
 
 class DeliveryRecord(BaseModel):
@@ -108,17 +120,28 @@ def failure_notice(error: JSONObject | None) -> JSONObject:
 
 
 class Outbox:
-    """Turns announced facts into delivery rows for the configured `[[webhooks]]`, inside a transaction."""
+    """Turns announced facts into delivery rows for the configured `[[webhooks]]`, and for the chat
+    channel a run's event came from, inside a transaction."""
 
-    def __init__(self, webhooks: Sequence[WebhookConfig]) -> None:
+    def __init__(
+        self, webhooks: Sequence[WebhookConfig], channels: Mapping[str, ChannelConfig] | None = None
+    ) -> None:
         self.webhooks = tuple(webhooks)
+        self.channels = dict(channels or {})
 
-    def _targets(self, event_type: str, agent_id: str | None) -> list[WebhookConfig]:
-        return [
-            w
+    def _targets(self, event_type: str, run: RunRow | Row[Any], data: JSONObject) -> list[tuple[str, float]]:
+        """(url, max_age_s) of each receiver of `event_type` for `run`."""
+        agent_id = run.agent_id
+        found = [
+            (w.url, w.max_age_s)
             for w in self.webhooks
             if event_type in w.events and (not w.agents or (agent_id is not None and agent_id in w.agents))
         ]
+        channel_id = event_channel(run.event_id)
+        waits = event_type == "action.requested" and data.get("idempotency_key") is not None
+        if channel_id in self.channels and event_type in CHANNEL_FACTS and not waits:
+            found.append((CHANNEL_URL_PREFIX + channel_id, self.channels[channel_id].max_age_s))
+        return found
 
     async def _reply_target(self, session: AsyncSession, event_id: str) -> str | None:
         payload = (
@@ -131,13 +154,13 @@ class Outbox:
     async def _insert(
         self, session: AsyncSession, run: RunRow | Row[Any], facts: list[tuple[str, JSONObject]]
     ) -> None:
-        wanted = [(t, data, w) for t, data in facts for w in self._targets(t, run.agent_id)]
+        wanted = [(t, data, w) for t, data in facts for w in self._targets(t, run, data)]
         if not wanted:
             return
         reply_target = await self._reply_target(session, run.event_id)
         now = time.time()
         rows: list[dict[str, Any]] = []
-        for event_type, data, webhook in wanted:
+        for event_type, data, (url, max_age_s) in wanted:
             delivery_id = new_id("msg")
             body: JSONObject = {
                 "type": event_type,
@@ -154,7 +177,7 @@ class Outbox:
             rows.append(
                 {
                     "delivery_id": delivery_id,
-                    "url": webhook.url,
+                    "url": url,
                     "type": event_type,
                     "run_id": run.run_id,
                     "agent_id": run.agent_id,
@@ -163,7 +186,7 @@ class Outbox:
                     "status": "pending",
                     "attempts": 0,
                     "created_at": now,
-                    "expires_at": now + webhook.max_age_s,
+                    "expires_at": now + max_age_s,
                     "next_attempt_at": now,
                     "claimed_until": 0.0,
                 }
@@ -173,7 +196,7 @@ class Outbox:
     async def run_ended(self, session: AsyncSession, run: RunRow | Row[Any]) -> None:
         """Rows for a run that just moved to `completed` or `failed` (in that transaction); `run` is its
         `runs` row, as an ORM object or a Core row."""
-        if not self.webhooks or run.agent_id is None:
+        if not (self.webhooks or self.channels) or run.agent_id is None:
             return
         status = RunStatus(run.status)
         if status is RunStatus.COMPLETED:
@@ -203,7 +226,7 @@ class Outbox:
         self, session: AsyncSession, run_id: str, facts: Sequence[tuple[str, JSONObject]]
     ) -> None:
         """Rows for facts of a run written in this transaction (`approval.requested`, `action.approved`)."""
-        if not self.webhooks or not facts:
+        if not (self.webhooks or self.channels) or not facts:
             return
         run = (await session.execute(select(RunRow).where(RunRow.run_id == run_id))).scalar_one_or_none()
         if run is None or run.agent_id is None:
@@ -311,15 +334,26 @@ class DeliveryStore:
             lease, sent=True, status="delivered", delivered_at=time.time(), last_error=None
         )
 
-    async def retry(self, lease: DeliveryLease, *, error: str, next_attempt_at: float, dead: bool) -> bool:
+    async def retry(
+        self,
+        lease: DeliveryLease,
+        *,
+        error: str,
+        next_attempt_at: float,
+        dead: bool,
+        body: JSONObject | None = None,
+    ) -> bool:
         """Record a failed send: try again at `next_attempt_at`, or end `dead`; False when the lease was
-        taken over meanwhile (the send is still counted)."""
+        taken over meanwhile (the send is still counted). `body` replaces the row's (a chat reply
+        records the parts it already sent, so a retry sends only the rest)."""
+        progress: dict[str, Any] = {} if body is None else {"body": body}
         return await self._settle(
             lease,
             sent=True,
             status="dead" if dead else "pending",
             next_attempt_at=next_attempt_at,
             last_error=error[:MAX_ERROR_CHARS],
+            **progress,
         )
 
     async def bury(self, lease: DeliveryLease, *, error: str) -> bool:

@@ -73,6 +73,7 @@ async def client(host: Host) -> AsyncGenerator[httpx2.AsyncClient]:
 EXPECTED: dict[str, tuple[str, bool]] = {
     "ingest_event": ("sender", False),
     "receive_hook": ("signed", False),
+    "receive_channel": ("signed", False),
     "list_runs": ("reader", True),
     "show_run": ("reader", True),
     "run_results": ("reader", True),

@@ -220,6 +220,9 @@ def behave(run_id: str, text: str, cancelled: threading.Event) -> str | None:
             {"action": "deploy", "target": {"env": "staging"}, "idempotency_key": arg},
         )
         return ok(run_id)
+    if name == "react":  # an authorized platform action with no idempotency key: executed at once
+        result(run_id, "action.requested", {"action": "reaction.add", "payload": {"emoji": arg or "eyes"}})
+        return ok(run_id)
     if name == "state":
         result(run_id, "state.updated", {"scope": arg, "key": "misbehave", "value": 1})
         return ok(run_id)
@@ -338,7 +341,7 @@ def main(argv: list[str]) -> None:
                 "permissions": {
                     "state": ["read", "write"],
                     "artifacts": ["metadata", "read", "create"],
-                    "platform_api": ["deploy"],
+                    "platform_api": ["deploy", "reaction.add"],
                 },
             }
             answer(
