@@ -60,7 +60,7 @@ from mcphost.warm import WarmSessions
 logger = logging.getLogger("mcphost.orchestrator")
 
 IngestVia = Literal["api", "hook", "channel", "schedule", "cli", "approval"]
-"""Where an event came in: `POST /v1/events`, a signed webhook, a schedule's fire, `mcphost run`, the
+"""Where an event came in: `POST /v1/events`, a signed webhook, a chat channel, a schedule's fire, `mcphost run`, the
 decision on a parked run's approval (its continuation)."""
 
 
