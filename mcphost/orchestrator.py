@@ -110,6 +110,7 @@ from mcphost.models import AgentBinding, AgentEventEnvelope, Run, RunError, RunG
 from mcphost.plugins.process import PluginProcess, RawResult
 from mcphost.plugins.registry import RegisteredRunner, RunnerRegistry
 from mcphost.protocol import AgentRunContext, JSONObject
+from mcphost.runtimes.remote import RemoteExecution, RemoteRuns
 from mcphost.stores import RecordingHeader, ScopeSnapshot, Stores, event_values
 from mcphost.stores.hosts import HOST_RESTARTED
 from mcphost.stores.results import StoredResult
@@ -242,6 +243,8 @@ class Orchestrator:
         self._unfinished: dict[str, tuple[RunJournal, RunOutcome]] = {}
         """Runs whose close could not write their end, with the outcome the sweeper is to write."""
         self.on_run_end: list[Callable[[str, Run | None], Awaitable[None]]] = []
+        self.remote: RemoteRuns | None = None
+        """Executes the runs of agents with `[agents.runtime]` on runtimes (set by `app.open_host`)."""
         """Called once each run of this process has ended (e.g. `FactsServer.end_run`), with its id and
         the run as recorded at its end (None when that record could not be written or read)."""
 
@@ -824,7 +827,13 @@ class Orchestrator:
                 )
             )
         runner_name = active.runner.manifest.id.rsplit("/", 1)[1]
-        plugin = active.runner.plugin
+        placement = binding.agent.runtime
+        # A remote agent's run executes on a runtime (runtimes/remote.py), called as a plugin is.
+        plugin: PluginProcess | RemoteExecution = (
+            active.runner.plugin
+            if placement == "local" or self.remote is None
+            else self.remote.execution(placement, active.runner.manifest.id)
+        )
         send, receive = anyio.create_memory_object_stream[RawResult](math.inf)
         plugin_status: str | None = None
         crash: PluginError | None = None

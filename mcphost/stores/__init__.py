@@ -42,6 +42,7 @@ from mcphost.stores.deliveries import (
     DeliveryStore,
     Outbox,
 )
+from mcphost.stores.dispatch import DispatchStore
 from mcphost.stores.engine import Database, migrate, sqlite_path, upgrade_database
 from mcphost.stores.events import EventKind, EventStore, StoredEvent, event_values
 from mcphost.stores.faults import open_failure
@@ -50,6 +51,7 @@ from mcphost.stores.hosts import HostRecord, HostStore
 from mcphost.stores.recordings import RecordedCall, RecordedCallEntry, RecordingHeader, RecordingStore
 from mcphost.stores.results import ResultStore, StoredResult
 from mcphost.stores.runs import GrantRecord, RunStore
+from mcphost.stores.runtimes import RuntimeRecord, RuntimeStore
 from mcphost.stores.schedules import ScheduleStore, StoredSchedule
 from mcphost.stores.secrets import cursor_codec
 from mcphost.stores.state import ScopeSnapshot, StateEntry, StateStore
@@ -82,6 +84,9 @@ class Stores:
     deliveries: DeliveryStore
     approvals: ApprovalStore
     recordings: RecordingStore
+    runtimes: RuntimeStore
+    dispatch: DispatchStore
+    """The queue of remote runs (`[agents.runtime]`) and the results their runtimes post."""
 
 
 async def _sweep_staging(staging_dir: Path) -> None:
@@ -167,6 +172,8 @@ async def open_stores(
             deliveries=DeliveryStore(db, cursors),
             approvals=approvals,
             recordings=RecordingStore(db),
+            runtimes=RuntimeStore(db),
+            dispatch=DispatchStore(db),
         )
     finally:
         with anyio.CancelScope(shield=True):
@@ -197,6 +204,7 @@ __all__ = [
     "DeliveryStatus",
     "DeliveryStore",
     "DiskBlobs",
+    "DispatchStore",
     "EventKind",
     "EventStore",
     "GrantRecord",
@@ -209,6 +217,8 @@ __all__ = [
     "RecordingStore",
     "ResultStore",
     "RunStore",
+    "RuntimeRecord",
+    "RuntimeStore",
     "ScheduleStore",
     "ScopeSnapshot",
     "StateEntry",
