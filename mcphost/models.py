@@ -287,7 +287,7 @@ class AgentConfig(InboundModel):
     ask for it alone with `options.record`)."""
     runtime: Literal["local"] | RuntimePlacement = "local"
     """Where its runs execute: `local` (a plugin process of this host, the default) or `[agents.runtime]`
-    with `labels` (a registered runtime whose labels match claims each run, docs/protocol.md §10)."""
+    with `labels` (a registered runtime whose labels match claims each run, docs/protocol.md §12)."""
 
     @field_validator("approvals")
     @classmethod

@@ -1,4 +1,4 @@
-"""The runtime protocol (docs/protocol.md §10): `/v1/runtime/register|heartbeat|claim` and
+"""The runtime protocol (docs/protocol.md §12): `/v1/runtime/register|heartbeat|claim` and
 `/v1/runtime/runs/{run_id}/results|end`, authenticated by a runtime token only.
 
 Owns authenticating a runtime (`Authorization: Bearer <runtime token>`: an API key or a run token is

@@ -1,5 +1,5 @@
 """Runtimes: runs of agents with `[agents.runtime]` execute on worker machines that register with the
-host, heartbeat and claim work over HTTP (docs/protocol.md §10).
+host, heartbeat and claim work over HTTP (docs/protocol.md §12).
 
 - `wire.py`: the bodies of the runtime protocol (`/v1/runtime/...`), shared by the host and the daemon.
 - `fence.py`: the per-claim MCP token a runtime's runner gets, and its check.

@@ -1,7 +1,7 @@
 """`mcphost runtime`: the worker that registers with a host, heartbeats, claims runs and executes them
 with the host's own plugin code (`plugins/process.py`), posting their results back in order.
 
-Owns the runtime side of the runtime protocol (docs/protocol.md §10): registration with its capabilities,
+Owns the runtime side of the runtime protocol (docs/protocol.md §12): registration with its capabilities,
 the heartbeat loop (leases, cancels, lost runs), the claim loop (long polls while a slot is free), one
 task per claimed run, and the per-run outbox that survives the host being unreachable. Does not own the
 plugins' lives (`PluginSupervisor`) or anything of the host's database: it speaks HTTP only.

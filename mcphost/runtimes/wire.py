@@ -1,4 +1,4 @@
-"""The bodies of the runtime protocol (`/v1/runtime/...`, docs/protocol.md §10), host and daemon alike.
+"""The bodies of the runtime protocol (`/v1/runtime/...`, docs/protocol.md §12), host and daemon alike.
 
 Owns what a runtime sends (inbound models: unknown fields, NaN and out-of-range values refused) and what
 the host answers (outbound models: unknown fields ignored, so a newer host can add some). Does not own
