@@ -77,6 +77,8 @@ class Host:
     """The Host/Origin/API-key policy of `/v1` and of the facts server's MCP endpoint (one instance)."""
     continuations: Continuations
     """Starts the continuation run of each decided or expired parked approval."""
+    sender: DeliverySender
+    """Sends the outbound webhook outbox (woken at once by a manual redelivery)."""
 
 
 def plugin_specs(settings: Settings) -> list[PluginSpec]:
@@ -199,6 +201,9 @@ async def open_host(
             return (await orchestrator.submit(event, via="approval")).run.run_id
 
         continuations = Continuations(stores, submit_continuation)
+        sender = DeliverySender(
+            stores.deliveries, settings.webhooks, orchestrator.host_id, on_outcome=metrics.delivery
+        )
         host = Host(
             settings,
             stores,
@@ -213,9 +218,7 @@ async def open_host(
             scheduler,
             guard,
             continuations,
-        )
-        sender = DeliverySender(
-            stores.deliveries, settings.webhooks, orchestrator.host_id, on_outcome=metrics.delivery
+            sender,
         )
 
         async def count_collected(item: Collected) -> None:
@@ -265,6 +268,7 @@ def _attach(app: Starlette, host: Host, limits: ApiLimits | None) -> None:
         scheduler=host.scheduler,
         continuations=host.continuations,
         webhooks=host.settings.webhooks,
+        wake_deliveries=host.sender.wake,
         knowledge=host.knowledge,
         gateway=host.gateway,
     )

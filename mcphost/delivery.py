@@ -149,6 +149,10 @@ class DeliverySender:
                 with anyio.CancelScope(shield=True), anyio.move_on_after(5):
                     await self._deliveries.release(self._host_id)  # its rows: for the next host now
 
+    def wake(self) -> None:
+        """Claim now rather than at the next poll (a row was just made due here)."""
+        self._wake.set()
+
     async def _loop(self, client: httpx2.AsyncClient, tg: TaskGroup) -> None:
         """Claim what this host has room for, start a task per row, and wait for a free slot or the poll."""
         while True:

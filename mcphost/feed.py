@@ -1,10 +1,13 @@
-"""Live delivery inside one host process: wake-up signals and each active run's result feed.
+"""Live delivery inside one host process: wake-up signals, each active run's result feed, and the
+readers of a run's results and end.
 
 Owns `Signal` (a wake-up that is never lost), `RunSignals` (a signal per run that readers here are
-waiting on, woken by other processes' wake-ups, `stores/wakeups.py`) and `ResultFeed`, the results of one run this process
-executes, handed to the readers of this process in memory as they are persisted. Does not persist
-anything (the journal does, then publishes here) and does not serve runs of other processes, nor
-resumes past what the feed keeps: those readers read the store (`Orchestrator.results`).
+waiting on, woken by other processes' wake-ups, `stores/wakeups.py`), `ResultFeed`, the results of one
+run this process executes, handed to the readers of this process in memory as they are persisted, and
+`RunReader` (`Orchestrator.results` and `wait`): a run active here is read from its feed, any other
+(another process's, an ended one, or past what the feed keeps) from the store. Does not persist
+anything (the journal does, then publishes here), nor know which runs are active here (the
+orchestrator tells the reader, `RunReader.__init__`).
 
 Invariants:
 - Persist, then publish: `ResultFeed.publish` is called with results after their transaction
@@ -13,16 +16,18 @@ Invariants:
   (older ones are dropped in chunks); `after(seq)` answers None when results after `seq` are not
   in it (dropped, or persisted without being published), and the reader reads those from the store.
 - `close()` is called once the run's end is written; readers drain what is left, then stop.
+- A reader that resumes after sequence N gets every later result exactly once, whichever way it reads.
 """
 
 from __future__ import annotations
 
-from collections.abc import Generator, Sequence
+from collections.abc import AsyncIterator, Callable, Generator, Sequence
 from contextlib import contextmanager
 
 import anyio
 
 from mcphost.models import Run
+from mcphost.stores import Stores
 from mcphost.stores.results import StoredResult
 
 FEED_KEPT = 1000
@@ -118,3 +123,98 @@ class ResultFeed:
         if seq + 1 < first:
             return None
         return self._items[seq + 1 - first :]
+
+
+class RunReader:
+    """A run's results and its end, for readers in this process (`Orchestrator.results`, `wait`)."""
+
+    def __init__(
+        self,
+        stores: Stores,
+        *,
+        local: Callable[[str], ResultFeed | None],
+        ended: Callable[[str], Run | None],
+        remote: RunSignals,
+        poll_s: Callable[[], float],
+        recheck_s: Callable[[], float],
+        page: Callable[[], int],
+    ) -> None:
+        self._stores = stores
+        self._local = local
+        """The feed of a run active on this process, else None."""
+        self._ended = ended
+        """A run this process ended lately, as recorded, else None."""
+        self._remote = remote
+        self._poll_s = poll_s
+        """How long a reader of another process's run sleeps between reads of the store."""
+        self._recheck_s = recheck_s
+        """How long a reader of a run active here waits for its signal before looking again."""
+        self._page = page
+
+    async def wait(self, run_id: str) -> Run:
+        """Wait until the run is terminal (the latest ends of this process are answered from memory)."""
+        feed = self._local(run_id)
+        if feed is not None:
+            # Active here: its feed is closed, with the run as it ended, once its end is written.
+            while not feed.closed:
+                await Signal.wait(feed.signal.ticket(), self._recheck_s())
+        if (recent := self._ended(run_id)) is not None:
+            return recent
+        with self._remote.watch(run_id) as signal:  # another host's run (or one whose end was not recorded)
+            while True:
+                ticket = signal.ticket()
+                run = await self._stores.runs.get(run_id)
+                if run.status.is_terminal:
+                    return run
+                await Signal.wait(ticket, self._poll_s())
+
+    async def results(self, run_id: str, *, after: int = 0) -> AsyncIterator[StoredResult]:
+        """Every persisted result of the run after host sequence `after`, live, until the run ends.
+
+        A run active on this process is followed in memory (its `ResultFeed`: persist, then publish),
+        with no reads unless the reader is further behind than the feed keeps; any other run (another
+        replica's, or one that has ended) by reading the store, polling while it is active.
+        """
+        feed = self._local(run_id)
+        if feed is not None:
+            async for item in self._follow(feed, run_id, after):
+                after = item.seq
+                yield item
+            if feed.run is not None and feed.run.status.is_terminal:
+                return
+            # Its end could not be recorded: follow the store until the sweeper records it.
+        else:
+            await self._stores.runs.get(run_id)  # RunNotFoundError for unknown ids
+        with self._remote.watch(run_id) as signal:
+            while True:
+                ticket = signal.ticket()  # before reading: another process's wake-up after it sets it
+                batch = await self._stores.results.list(run_id, after=after, limit=self._page())
+                for item in batch:
+                    after = item.seq
+                    yield item
+                if batch:
+                    continue
+                run = await self._stores.runs.get(run_id)
+                if run.status.is_terminal:
+                    for item in await self._stores.results.list(run_id, after=after, limit=self._page()):
+                        after = item.seq
+                        yield item
+                    return
+                await Signal.wait(ticket, self._poll_s())
+
+    async def _follow(self, feed: ResultFeed, run_id: str, after: int) -> AsyncIterator[StoredResult]:
+        """The results of a run active here after `after`, from its feed, until its end is written."""
+        while True:
+            ticket = feed.signal.ticket()  # before reading: a publish after this sets it
+            closed = feed.closed
+            batch = feed.after(after)
+            if batch is None:  # behind what the feed keeps: catch up from the store
+                batch = await self._stores.results.list(run_id, after=after, limit=self._page())
+            for item in batch:
+                after = item.seq
+                yield item
+            if batch:
+                continue
+            if closed:
+                return
+            await Signal.wait(ticket, self._recheck_s())

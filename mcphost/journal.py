@@ -4,7 +4,8 @@
 the user transcript row, and each runner result — checked, numbered, and persisted with what it causes
 (assistant transcript rows, telemetry and note events, state: `ResultEffects`) in one transaction per
 batch; inline artifacts are stored just before their batch. It does not own the run's status or
-its lifetime (`orchestrator.py`), nor any SQL (`stores/`).
+its lifetime (`orchestrator/`), nor how it ends when no terminal result came (`orchestrator/_end.py`),
+nor any SQL (`stores/`).
 
 Invariants:
 - A result is persisted with a host sequence **before** anything is published about it; a batch's
@@ -146,6 +147,11 @@ class RunJournal:
     @property
     def ended(self) -> bool:
         return self.outcome is not None
+
+    @property
+    def saw_message(self) -> bool:
+        """The runner produced a message (`message.completed`, or `run.completed` carrying one)."""
+        return self._saw_message
 
     # -- inbound ---------------------------------------------------------------------------------------
 
@@ -511,20 +517,6 @@ class RunJournal:
             "data": data,
         }
         return terminal_type, payload
-
-    async def end_of_stream(self, plugin_status: str | None) -> RunOutcome:
-        """The runner's stream ended: decide the outcome when no terminal result came."""
-        if self.outcome is not None:
-            return await self.end(self.outcome)
-        if plugin_status == "failed":
-            return await self.end(
-                RunOutcome.failed("runner.error", "The runner reported failure without a run.failed result.")
-            )
-        if not self._saw_message:
-            return await self.end(
-                RunOutcome.failed("runner.empty_output", "The runner ended without producing any message.")
-            )
-        return await self.end(RunOutcome(RunStatus.COMPLETED))
 
     # -- event log -------------------------------------------------------------------------------------
 

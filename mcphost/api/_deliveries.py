@@ -5,7 +5,7 @@ run) and manual redelivery. Does not own the outbox rows or sending (`stores/del
 `delivery.py`).
 
 Invariants:
-- A redelivery puts the row back to `pending`, due now, with the same `webhook-id`, retried for its
+- A redelivery puts the row back to `pending`, due now (this host's sender is woken to claim it), with the same `webhook-id`, retried for its
   receiver's `max_age_s` (a day when the receiver is no longer configured: the sender then ends it
   `dead` again without a request).
 """
@@ -38,4 +38,6 @@ async def redeliver(request: Request) -> Response:
     current = await state.stores.deliveries.get(delivery_id)
     max_age_s = redelivery_age(state.webhooks, current.url)
     delivery = await state.stores.deliveries.redeliver(delivery_id, max_age_s=max_age_s)
+    if state.wake_deliveries is not None:
+        state.wake_deliveries()
     return JSONResponse(delivery.model_dump(mode="json"), status_code=202)

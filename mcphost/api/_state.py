@@ -12,7 +12,7 @@ Invariants:
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from starlette.requests import Request
@@ -68,6 +68,8 @@ class ApiState:
     continuation loop does, within seconds)."""
     webhooks: Sequence[WebhookConfig] = ()
     """The `[[webhooks]]` receivers (a redelivery is retried for its receiver's `max_age_s`)."""
+    wake_deliveries: Callable[[], None] | None = None
+    """Wakes this host's webhook sender, so a manual redelivery is claimed now rather than at the next poll."""
     knowledge: KnowledgeBases | None = None
     """The configured knowledge bases (`GET /v1/knowledge`, an operator's search)."""
     gateway: Gateway | None = None

@@ -67,7 +67,9 @@ class RunnerPlugin(Protocol):
     def rejected(self) -> Sequence[RejectedManifestView]: ...
 
 
-P = TypeVar("P", bound=RunnerPlugin)
+P = TypeVar("P", bound=RunnerPlugin, covariant=True)
+"""Covariant: a registry of a concrete plugin class serves where one of a protocol it satisfies is asked
+(the orchestrator asks for `ExecutingPlugin`)."""
 
 
 @dataclass(frozen=True, slots=True)

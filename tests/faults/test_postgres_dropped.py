@@ -18,9 +18,9 @@ import anyio
 import httpx2
 import pytest
 
-from mcphost import orchestrator as orchestrator_module
 from mcphost.app import Host, open_host
 from mcphost.models import RunStatus
+from mcphost.orchestrator import _tuning as orchestrator_module
 from mcphost.stores.runs import ACTIVE_STATUSES
 from tests.conftest import NO_POSTGRES, POSTGRES_URL, fresh_postgres_database
 from tests.e2e.httpkit import api_settings, event_body, parse_sse, served

@@ -16,9 +16,9 @@ import anyio
 import httpx2
 import pytest
 
-from mcphost import orchestrator as orchestrator_module
 from mcphost.app import Host, open_host
 from mcphost.models import Run, RunStatus
+from mcphost.orchestrator import _tuning as orchestrator_module
 from mcphost.stores.runs import ACTIVE_STATUSES
 from tests.e2e.httpkit import api_settings, event_body, parse_sse, served, wait_status
 from tests.faults.faultkit import SqlFault, result_insert, result_read, terminal_run_update

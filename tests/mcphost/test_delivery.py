@@ -159,7 +159,7 @@ async def test_a_dead_delivery_is_listed_and_a_manual_redelivery_sends_it_once(
     port = free_port()
     receiver = Receiver(fail_first=10**6)
     settings = webhook_settings(
-        database_url, tmp_path / "data", port, events=["run.completed"], max_age_s=0.3
+        database_url, tmp_path / "data", port, events=["run.completed"], max_age_s=1.0
     )
     async with receiver.serving(port), open_host(settings) as host, asgi_client(host) as client:
         run_id = await run_echo(host, "dead")
@@ -186,6 +186,10 @@ async def test_a_dead_delivery_is_listed_and_a_manual_redelivery_sends_it_once(
         )
         assert 'mcphost_delivery_dead_letters_total{reason="unconfigured"} 0.0' in exposition
         receiver.fail_first = 0
+        # The sender now polls only every minute: the redelivery is sent because the API wakes it, within
+        # the receiver's max_age_s (it expired again under load when it waited for the next poll).
+        host.sender._poll_s = 60.0
+        await anyio.sleep(0.6)  # the wait already under way (the old poll) ends first
         again = await client.post(f"/v1/deliveries/{dead.delivery_id}/redeliver")
         assert again.status_code == 202, again.text
         assert again.json()["status"] == "pending"

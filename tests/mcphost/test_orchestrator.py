@@ -14,12 +14,12 @@ from pathlib import Path
 import anyio
 import pytest
 
-from mcphost import orchestrator as orchestrator_module
 from mcphost.app import Host, open_host
 from mcphost.cli import EXIT_USAGE
 from mcphost.errors import ConcurrencyRejectedError, NoBindingError, RunnerNotFoundError
 from mcphost.grants import build_grant, mint_token
 from mcphost.models import AgentEventEnvelope, Run, RunStatus, new_id
+from mcphost.orchestrator import _tuning as orchestrator_module
 from mcphost.stores import event_values
 from mcphost.stores import runs as runs_store_module
 from mcphost.stores.results import StoredResult

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from mcphost import orchestrator as orchestrator_module
 from mcphost.app import Host, open_host
 from mcphost.models import AgentEventEnvelope
+from mcphost.orchestrator import _tuning as orchestrator_module
 from tests.mcphost.hostkit import host_settings, message
 
 RUN_BUDGET = 5

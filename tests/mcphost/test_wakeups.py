@@ -16,9 +16,9 @@ import anyio
 import pytest
 from sqlalchemy import func, select
 
-from mcphost import orchestrator as orchestrator_module
 from mcphost.app import Host, open_host
 from mcphost.models import RunStatus
+from mcphost.orchestrator import _tuning as orchestrator_module
 from mcphost.stores import results as results_module
 from mcphost.stores import runs as runs_module
 from mcphost.stores.wakeups import parse

@@ -1,0 +1,331 @@
+"""The orchestrator's state machine with an in-process fake runner (no subprocess), on real stores.
+
+`FakeExecutor` satisfies `RunnerExecution` (and what the registry lists of a plugin): what it does is
+chosen by the event's text. Each test drives one path of a run — completed, cancelled while executing,
+past its deadline, parked, a crashing executor, a host failure, storage failing at the close — and
+checks the run's phase in this process, its recorded end, and that the registry lets it go.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator, Sequence
+from pathlib import Path
+
+import anyio
+import pytest
+from anyio.streams.memory import MemoryObjectSendStream
+
+from mcphost.bindings import Bindings
+from mcphost.errors import PluginError, StorageUnavailableError
+from mcphost.models import Run, RunStatus
+from mcphost.orchestrator import (
+    HOST_FAILED,
+    ActiveRun,
+    ActiveRuns,
+    IllegalTransition,
+    Orchestrator,
+    RunPhase,
+)
+from mcphost.orchestrator import _tuning as tuning
+from mcphost.plugins.process import RawResult
+from mcphost.plugins.registry import RegisteredRunner, RejectedManifestView, RunnerRegistry
+from mcphost.protocol import AgentRunContext, AgentRunnerManifest, JSONObject
+from mcphost.stores import Stores
+from tests.mcphost.hostkit import agent, message
+
+RUNNER = "plugin:test/fake/default"
+
+
+class FakeExecutor:
+    """A runner executed in this process. The event's text says what it does:
+    `ok` (a message, then `run.completed`), `hang` (waits until cancelled, then stops), `deaf` (waits
+    and ignores cancels), `crash` (the executor fails: `PluginError`), `bug` (any other exception)."""
+
+    name = "fake"
+    command = ("fake",)
+    state = "running"
+    pid = None
+    restarts = 0
+    last_error = None
+    rejected: Sequence[RejectedManifestView] = ()
+
+    def __init__(self) -> None:
+        self.manifests = [AgentRunnerManifest(id=RUNNER, name="fake")]
+        self.cancels: list[tuple[str, str]] = []
+        self.started: dict[str, anyio.Event] = {}
+        self._stop: dict[str, anyio.Event] = {}
+
+    def started_event(self, run_id: str) -> anyio.Event:
+        return self.started.setdefault(run_id, anyio.Event())
+
+    async def run(
+        self, runner_name: str, ctx: AgentRunContext, results: MemoryObjectSendStream[RawResult]
+    ) -> str:
+        assert runner_name == "default"
+        run_id = ctx.run_id
+        text = ctx.input.text
+        self.started_event(run_id).set()
+        async with results:
+            if text == "ok":
+                await results.send(
+                    _raw(run_id, "message.completed", {"message": {"role": "assistant", "content": "hi"}})
+                )
+                await results.send(
+                    _raw(run_id, "run.completed", {"finish_reason": "stop", "usage": {"input_tokens": 2}})
+                )
+                return "completed"
+            if text == "crash":
+                raise PluginError("the plugin process exited with code 1")
+            if text == "bug":
+                raise RuntimeError("a bug in the executor, with private detail")
+            if text in ("hang", "deaf"):
+                stop = self._stop.setdefault(run_id, anyio.Event())
+                if text == "deaf":
+                    await anyio.sleep_forever()
+                await stop.wait()
+                return "failed"
+            raise AssertionError(f"unknown script {text!r}")
+
+    async def cancel(self, run_id: str, reason: str) -> bool:
+        self.cancels.append((run_id, reason))
+        self._stop.setdefault(run_id, anyio.Event()).set()
+        return True
+
+
+def _raw(run_id: str, rtype: str, data: JSONObject) -> RawResult:
+    return RawResult(obj={"type": rtype, "run_id": run_id, "data": data}, nbytes=100)
+
+
+@pytest.fixture
+async def fake() -> FakeExecutor:
+    return FakeExecutor()
+
+
+@pytest.fixture
+async def orchestrator(
+    stores: Stores, fake: FakeExecutor, tmp_path: Path
+) -> AsyncGenerator[Orchestrator, None]:
+    del tmp_path
+    orchestrator = Orchestrator(
+        stores=stores,
+        registry=RunnerRegistry([fake]),
+        bindings=Bindings([agent("fake", RUNNER, timeout_s=30), agent("quick", RUNNER, timeout_s=0.5)]),
+        public_url="http://127.0.0.1:1",
+    )
+    with anyio.fail_after(60):
+        async with orchestrator.running():
+            yield orchestrator
+
+
+async def ended_here(orchestrator: Orchestrator, run_id: str) -> None:
+    """Until the run's close in this process is over (its `on_run_end` callbacks ran)."""
+    done = anyio.Event()
+
+    async def seen(ended_id: str, _run: Run | None) -> None:
+        if ended_id == run_id:
+            done.set()
+
+    orchestrator.on_run_end.append(seen)
+    if orchestrator.phase(run_id) in (
+        None,
+        RunPhase.ADMITTING,
+        RunPhase.QUEUED,
+        RunPhase.EXECUTING,
+        RunPhase.CLOSING,
+    ):
+        await done.wait()
+
+
+async def _running(orchestrator: Orchestrator, fake: FakeExecutor, text: str, **kw: str) -> str:
+    admission = await orchestrator.submit(
+        message(text, bot=kw.get("bot", "fake"), conversation=kw.get("conversation", "c1"))
+    )
+    run_id = admission.run.run_id
+    await fake.started_event(run_id).wait()
+    assert orchestrator.phase(run_id) is RunPhase.EXECUTING
+    assert run_id in orchestrator.active_run_ids()
+    return run_id
+
+
+async def _ended(orchestrator: Orchestrator, run_id: str) -> Run:
+    run = await orchestrator.wait(run_id)
+    assert orchestrator.phase(run_id) is RunPhase.ENDED
+    assert run_id not in orchestrator.active_run_ids()
+    assert await orchestrator.context(run_id) is None  # the token's copy is let go at the close
+    return run
+
+
+async def test_a_run_completes_with_what_its_runner_said(
+    orchestrator: Orchestrator, fake: FakeExecutor
+) -> None:
+    admission = await orchestrator.submit(message("ok", bot="fake"))
+    run = await _ended(orchestrator, admission.run.run_id)
+    assert run.status is RunStatus.COMPLETED
+    assert run.error is None
+    types = [r.type async for r in orchestrator.results(run.run_id)]
+    assert types == ["message.completed", "run.completed"]
+    assert fake.cancels == []
+
+
+async def test_cancel_while_executing_tells_the_runner_and_ends_cancelled(
+    orchestrator: Orchestrator, fake: FakeExecutor
+) -> None:
+    run_id = await _running(orchestrator, fake, "hang")
+    await orchestrator.cancel(run_id, reason="the user changed their mind")
+    run = await _ended(orchestrator, run_id)
+    assert run.status is RunStatus.CANCELLED
+    assert run.error is not None
+    assert run.error.message == "Run cancelled: the user changed their mind."
+    assert run.error.details["reason"] == "the user changed their mind"
+    assert fake.cancels == [(run_id, "the user changed their mind")]
+
+
+async def test_a_run_past_its_deadline_fails_and_its_runner_is_told(
+    orchestrator: Orchestrator, fake: FakeExecutor
+) -> None:
+    run_id = await _running(orchestrator, fake, "deaf", bot="quick")
+    run = await _ended(orchestrator, run_id)
+    assert run.status is RunStatus.FAILED
+    assert run.error is not None
+    assert (run.error.code, run.error.message) == (
+        "deadline_exceeded",
+        "The run did not finish within its 0.5 s deadline.",
+    )
+    assert fake.cancels == [(run_id, "deadline exceeded")]
+
+
+async def test_a_parked_run_ends_parked_on_its_approval(
+    orchestrator: Orchestrator, fake: FakeExecutor
+) -> None:
+    run_id = await _running(orchestrator, fake, "hang")
+    await orchestrator.park(run_id, "apr_test")
+    run = await _ended(orchestrator, run_id)
+    assert run.status is RunStatus.PARKED
+    assert run.error is not None
+    assert (run.error.code, run.error.details) == ("parked", {"approval_id": "apr_test"})
+    assert fake.cancels == [(run_id, "parked")]
+
+
+async def test_an_executor_that_crashes_fails_the_run_runner_crashed(
+    orchestrator: Orchestrator, fake: FakeExecutor
+) -> None:
+    admission = await orchestrator.submit(message("crash", bot="fake"))
+    run = await _ended(orchestrator, admission.run.run_id)
+    assert run.status is RunStatus.FAILED
+    assert run.error is not None
+    assert (run.error.code, run.error.message) == ("runner.crashed", "the plugin process exited with code 1")
+
+
+async def test_any_other_exception_fails_the_run_without_its_detail(
+    orchestrator: Orchestrator, caplog: pytest.LogCaptureFixture
+) -> None:
+    admission = await orchestrator.submit(message("bug", bot="fake"))
+    run = await _ended(orchestrator, admission.run.run_id)
+    assert run.status is RunStatus.FAILED
+    assert run.error is not None
+    assert (run.error.code, run.error.message) == ("runtime_error", HOST_FAILED)
+    assert "private detail" not in run.model_dump_json()
+    assert "private detail" in caplog.text  # logged with the run id, for the operator
+
+
+async def test_storage_failing_at_the_close_leaves_the_end_to_the_sweeper(
+    orchestrator: Orchestrator, stores: Stores, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(tuning, "TERMINAL_RETRY_S", 0.3)
+    finish = stores.runs.finish
+
+    async def unavailable(*_args: object, **_kw: object) -> Run:
+        raise StorageUnavailableError("The database is unavailable.")
+
+    monkeypatch.setattr(stores.runs, "finish", unavailable)
+    admission = await orchestrator.submit(message("ok", bot="fake"))
+    run_id = admission.run.run_id
+    with anyio.fail_after(20):
+        await ended_here(orchestrator, run_id)
+    assert orchestrator.phase(run_id) is RunPhase.UNFINISHED
+    assert (await stores.runs.get(run_id)).status is RunStatus.RUNNING
+    assert run_id not in orchestrator.active_run_ids()
+    assert await orchestrator.sweep() == []  # storage still failing: nothing ended, nothing forgotten
+    assert orchestrator.phase(run_id) is RunPhase.UNFINISHED
+
+    monkeypatch.setattr(stores.runs, "finish", finish)
+    assert await orchestrator.sweep() == [run_id]
+    run = await stores.runs.get(run_id)
+    assert run.status is RunStatus.COMPLETED  # the outcome the close decided, not host.run_lost
+    assert orchestrator.phase(run_id) is None  # the registry let it go
+    assert (await orchestrator.wait(run_id)).status is RunStatus.COMPLETED
+
+
+async def test_a_queued_run_waits_for_its_conversation_then_executes(
+    orchestrator: Orchestrator, fake: FakeExecutor
+) -> None:
+    first = await _running(orchestrator, fake, "hang", conversation="shared")
+    second = (await orchestrator.submit(message("ok", bot="fake", conversation="shared"))).run.run_id
+    assert orchestrator.phase(second) is RunPhase.QUEUED
+    assert set(orchestrator.active_run_ids()) == {first, second}
+    await orchestrator.cancel(first)
+    assert (await _ended(orchestrator, second)).status is RunStatus.COMPLETED
+    assert (await _ended(orchestrator, first)).status is RunStatus.CANCELLED
+
+
+async def test_the_registry_keeps_only_the_latest_ends(
+    orchestrator: Orchestrator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(tuning, "RECENT_ENDS", 2)
+    ids = [
+        (await orchestrator.submit(message("ok", bot="fake", conversation=f"r{i}"))).run.run_id
+        for i in range(3)
+    ]
+    for run_id in ids:
+        await orchestrator.wait(run_id)
+    assert [orchestrator.phase(run_id) for run_id in ids] == [None, RunPhase.ENDED, RunPhase.ENDED]
+    assert orchestrator.active_run_ids() == []
+    assert (await orchestrator.wait(ids[0])).status is RunStatus.COMPLETED  # from the store now
+
+
+def _active(run_id: str = "run_x") -> ActiveRun:
+    return ActiveRun(
+        run_id=run_id,
+        conversation_id=None,
+        runner=RegisteredRunner(FakeExecutor().manifests[0], FakeExecutor()),
+    )
+
+
+@pytest.mark.parametrize(
+    ("path", "illegal"),
+    [
+        ([], RunPhase.CLOSING),
+        ([], RunPhase.ENDED),
+        ([RunPhase.QUEUED], RunPhase.ADMITTING),
+        ([RunPhase.EXECUTING], RunPhase.QUEUED),
+        ([RunPhase.EXECUTING, RunPhase.CLOSING], RunPhase.EXECUTING),
+        ([RunPhase.EXECUTING, RunPhase.CLOSING, RunPhase.ENDED], RunPhase.CLOSING),
+        ([RunPhase.QUEUED, RunPhase.CLOSING, RunPhase.UNFINISHED], RunPhase.ENDED),
+    ],
+)
+async def test_an_illegal_phase_move_raises_and_changes_nothing(
+    path: list[RunPhase], illegal: RunPhase
+) -> None:
+    run = _active()
+    for phase in path:
+        run.move(phase)
+    before = run.phase
+    with pytest.raises(IllegalTransition):
+        run.move(illegal)
+    assert run.phase is before
+
+
+@pytest.mark.parametrize("held", [RunPhase.QUEUED, RunPhase.EXECUTING, RunPhase.CLOSING])
+async def test_a_held_run_cannot_be_forgotten(held: RunPhase) -> None:
+    runs = ActiveRuns()
+    run = _active()
+    runs.admit(run)
+    for phase in {RunPhase.QUEUED: [RunPhase.QUEUED], RunPhase.EXECUTING: [RunPhase.EXECUTING]}.get(
+        held, [RunPhase.EXECUTING, RunPhase.CLOSING]
+    ):
+        runs.move(run, phase)
+    with pytest.raises(IllegalTransition):
+        runs.forget(run)
+    assert runs.held(run.run_id) is run
+    with pytest.raises(IllegalTransition):
+        runs.admit(_active())  # one entry per run id
