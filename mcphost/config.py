@@ -150,7 +150,7 @@ class HostSettings(_Section):
     runtime_lease_s: float = Field(default=15.0, ge=0.5, le=3600)
     """A runtime's claim on a run lapses this long after its latest heartbeat; the run then goes back to
     the queue (or fails, as `[agents.runtime] on_lost` says). Runtimes heartbeat every
-    min(1 s, lease / 4)."""
+    min(0.5 s, lease / 4)."""
 
     @field_validator("listen")
     @classmethod

@@ -80,7 +80,7 @@ class RemoteRuns:
         self.stores = stores
         self.host_id = host_id
         self.lease_s = lease_s
-        self.heartbeat_s = min(1.0, lease_s / 4)
+        self.heartbeat_s = min(0.5, lease_s / 4)
         """Runtimes heartbeat this often: a cancel reaches them within about this long."""
         self.queued = Signal()
         """Woken when a run is queued (or requeued) here: claim long-polls here look again."""
