@@ -54,6 +54,7 @@ from mcphost.plugins.process import PluginProcess, PluginSpec, PluginSupervisor
 from mcphost.plugins.registry import RunnerRegistry
 from mcphost.recording import ReplayBook
 from mcphost.retention import DAY_S, Collector, run_collector
+from mcphost.runtimes.remote import RemoteRuns
 from mcphost.schedules import Scheduler, run_scheduler
 from mcphost.stores import Stores, open_stores
 from mcphost.stores.retention import Collected
@@ -192,6 +193,7 @@ async def open_host(
                 metrics.run_ended(run)
 
         orchestrator.on_run_end.extend([end_run, count_run])
+        orchestrator.remote = RemoteRuns(stores, orchestrator.host_id, lease_s=settings.host.runtime_lease_s)
         scheduler = Scheduler(
             stores,
             settings.schedules,

@@ -147,6 +147,10 @@ class HostSettings(_Section):
     warm_max_rss_mb: int = Field(default=2048, ge=64, le=1_000_000)
     """The warm processes of one harness plugin together stay under this resident memory (MiB): past it
     the least recently used idle ones are stopped."""
+    runtime_lease_s: float = Field(default=15.0, ge=0.5, le=3600)
+    """A runtime's claim on a run lapses this long after its latest heartbeat; the run then goes back to
+    the queue (or fails, as `[agents.runtime] on_lost` says). Runtimes heartbeat every
+    min(0.5 s, lease / 4)."""
 
     @field_validator("listen")
     @classmethod

@@ -54,10 +54,10 @@ ROLE_REACHES: Mapping[Role, frozenset[Role]] = {
 """The routes a key of each role may use, by the role each route requires. A `sender` also uses the
 routes marked for its own runs (`api/_routes.py`, `own_runs`), seeing only runs its events created."""
 
-Access = Role | Literal["public", "signed", "run-token", "site"]
+Access = Role | Literal["public", "signed", "run-token", "runtime-token", "site"]
 """What a route of the app requires: a key of a role; nothing (`public`); a sender's signature
 (`signed`, `/v1/hooks/{source}`); a run or session token (`run-token`, the facts server's MCP
-endpoints); or only the Host and Origin checks (`site`, the console's files)."""
+endpoints); a runtime token (`runtime-token`, the runtime protocol under `/v1/runtime/`); or only the Host and Origin checks (`site`, the console's files)."""
 ACCESS_ATTRIBUTE = "mcphost_access"
 
 _R = TypeVar("_R", bound=BaseRoute)
@@ -73,7 +73,7 @@ def declare_access(route: _R, access: Access) -> _R:
 def declared_access(route: BaseRoute) -> Access | None:
     """What `declare_access` marked `route` with, or None."""
     value: object = getattr(route, ACCESS_ATTRIBUTE, None)
-    if value in (*API_ROLES, "public", "signed", "run-token", "site"):
+    if value in (*API_ROLES, "public", "signed", "run-token", "runtime-token", "site"):
         return value  # pyright: ignore[reportReturnType] -- narrowed by the membership test above
     return None
 

@@ -223,6 +223,44 @@ class RunBudget(InboundModel):
     """Bytes a run may read back (answers' sizes); later calls answer `rate_limited`."""
 
 
+LABEL_KEY_PATTERN = r"^[a-z0-9][a-z0-9_.-]{0,62}$"
+"""A runtime label's key (`region`, `gpu`, `repo.a`)."""
+LABEL_VALUE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:/-]{0,127}$"
+"""A runtime label's value."""
+
+
+def check_labels(value: dict[str, str]) -> dict[str, str]:
+    """`value`, when every key and value is a label's; else ValueError naming the first that is not."""
+    for key, label in value.items():
+        if not re.fullmatch(LABEL_KEY_PATTERN, key):
+            raise ValueError(f"label key {key[:70]!r} must be 1-63 of a-z 0-9 _ . - (starting a-z or 0-9)")
+        if not re.fullmatch(LABEL_VALUE_PATTERN, label):
+            raise ValueError(
+                f"label {key}={label[:140]!r}: a value is 1-128 of letters, digits and _.:/- "
+                "(starting with a letter or digit)"
+            )
+    return value
+
+
+class RuntimePlacement(InboundModel):
+    """`[agents.runtime]`: the agent's runs execute on a registered runtime whose labels match."""
+
+    labels: dict[str, str] = Field(min_length=1, max_length=32)
+    """The selector: a runtime is eligible when it has every one of these labels with the same value."""
+    on_lost: Literal["requeue", "fail"] = "requeue"
+    """A runtime that misses its heartbeats loses the run: queue it again for another eligible runtime
+    (`requeue`, the default) or fail it (`fail`, code `runtime.lost`)."""
+
+    @field_validator("labels")
+    @classmethod
+    def _label_form(cls, value: dict[str, str]) -> dict[str, str]:
+        return check_labels(value)
+
+    def selector(self) -> str:
+        """The selector as an operator writes it: `k=v,k2=v2` (sorted)."""
+        return ",".join(f"{k}={v}" for k, v in sorted(self.labels.items()))
+
+
 class AgentConfig(InboundModel):
     """One `[[agents]]` entry: which events it takes, its runner, and what its runs may touch."""
 
@@ -247,6 +285,9 @@ class AgentConfig(InboundModel):
     record: bool = False
     """Record every run of this agent for `mcphost record export` and `mcphost replay` (an event can
     ask for it alone with `options.record`)."""
+    runtime: Literal["local"] | RuntimePlacement = "local"
+    """Where its runs execute: `local` (a plugin process of this host, the default) or `[agents.runtime]`
+    with `labels` (a registered runtime whose labels match claims each run, docs/protocol.md §12)."""
 
     @field_validator("approvals")
     @classmethod

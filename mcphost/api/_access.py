@@ -61,7 +61,9 @@ def check_access(request: Request, role: Access, *, own_runs: bool, public_as: P
     """
     if role in ("public", "signed"):
         return
-    assert role not in ("run-token", "site"), "the facts server and the console check their own"
+    assert role not in ("run-token", "runtime-token", "site"), (
+        "the facts server, the runtime protocol and the console check their own"
+    )
     if public_as is not None and api_state(request).guard.is_public(public_as):
         return
     caller = _authenticated(request)

@@ -33,6 +33,7 @@ from mcphost.api._metrics import UNMATCHED_ROUTE
 from mcphost.api._state import ApiState
 from mcphost.errors import UnauthorizedError
 from mcphost.guard import Refusal
+from mcphost.runtimes.wire import RUNTIME_PREFIX
 
 
 def middleware(cors_origins: Sequence[str], *, site_paths: Callable[[str], bool]) -> list[Middleware]:
@@ -92,7 +93,9 @@ class ApiGuard:
     """`/v1` access: the host's `HttpGuard` (Host, Origin, then the API key); a refusal is a 401, and
     the key's caller is kept for the route, which checks its role (`_access`). Every `/v1` route needs a
     key here, before the storage check, whatever its role: a route the table forgot cannot be open.
-    Webhooks and chat platforms (`HOOKS_PREFIX`, `CHANNELS_PREFIX`) are let through: their route checks the sender's signature. The site's
+    Webhooks and chat platforms (`HOOKS_PREFIX`, `CHANNELS_PREFIX`) are let through: their route checks
+    the sender's signature; so is the runtime protocol (`RUNTIME_PREFIX`): its routes take a runtime token
+    and nothing else. The site's
     files (`site_paths`: the console's) get the Host and Origin checks only (421, 403): they hold no data, and the login prompt must load."""
 
     def __init__(self, app: ASGIApp, site_paths: Callable[[str], bool]) -> None:
@@ -102,7 +105,7 @@ class ApiGuard:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope.get("path", "") if scope["type"] == "http" else ""
         if (path == "/v1" or path.startswith("/v1/")) and not path.startswith(
-            (HOOKS_PREFIX, CHANNELS_PREFIX)
+            (HOOKS_PREFIX, CHANNELS_PREFIX, RUNTIME_PREFIX)
         ):
             verdict = _state(scope).guard.authenticate(Headers(scope=scope))
             if isinstance(verdict, Refusal):

@@ -109,6 +109,15 @@ from mcphost.api._models import (
     UploadQuery,
 )
 from mcphost.api._resources import list_knowledge, list_tools, search_knowledge
+from mcphost.api._runtime import runtime_routes
+from mcphost.api._runtimes import (
+    RuntimesView,
+    RuntimeView,
+    disable_runtime,
+    drain_runtime,
+    enable_runtime,
+    list_runtimes,
+)
 from mcphost.api._schedules import (
     create_schedule,
     delete_schedule,
@@ -376,6 +385,15 @@ _ENDPOINTS: tuple[_Endpoint, ...] = (
     _Endpoint("GET", "/v1/artifacts/{artifact_id}/content", artifact_content,
               "An artifact's bytes; a single byte range answers 206", 200, _BINARY, (404, 416), headers=("Range",),
               partial=True, role="reader"),
+    _Endpoint("GET", "/v1/runtimes", list_runtimes, "The registered runtimes: state, liveness, slots in use, labels, "
+              "capabilities", 200, "RuntimesView", (400,), role="operator"),
+    _Endpoint("POST", "/v1/runtimes/{runtime}/drain", drain_runtime, "Drain a runtime: it finishes its runs and "
+              "claims no new ones", 200, "RuntimeView", (400, 404), role="operator"),
+    _Endpoint("POST", "/v1/runtimes/{runtime}/disable", disable_runtime, "Disable a runtime: its token is refused "
+              "and the runs it holds go back to the queue when their leases lapse", 200, "RuntimeView", (400, 404),
+              role="operator"),
+    _Endpoint("POST", "/v1/runtimes/{runtime}/enable", enable_runtime, "Let a drained or disabled runtime claim "
+              "runs again", 200, "RuntimeView", (400, 404), role="operator"),
     _Endpoint("GET", "/healthz", healthz, "Liveness (503 while draining)", 200, "Health", (503,), role="public"),
     _Endpoint("GET", "/metrics", metrics, "Prometheus text metrics", 200, _TEXT, role="reader", public_as="metrics"),
     _Endpoint("GET", "/openapi.json", openapi_document, "This document", 200, {"application/json": {}}, role="reader", public_as="openapi"),
@@ -400,6 +418,7 @@ TAGS: dict[str, str] = {
     "tools": "The upstream tool servers the host exposes to agents, with their state.",
     "runners": "The runners the plugins registered, and the plugin processes.",
     "artifacts": "Files: upload, metadata, downloads with byte ranges.",
+    "runtimes": "Registered runtimes (worker machines that claim remote runs): list, drain, disable, enable.",
     "meta": "Liveness, metrics and this document (no API key).",
 }
 """Every tag an operation has, in the order a reader meets them."""
@@ -419,8 +438,11 @@ def routes() -> list[BaseRoute]:
     """Every route of the API, each behind its role and marked with it (`guard.declare_access`); the MCP
     endpoint is mounted by `app.py`."""
     return [
-        declare_access(Route(e.path, _guarded(e), methods=[e.method], name=e.handler.__name__), e.role)
-        for e in _ENDPOINTS
+        *(
+            declare_access(Route(e.path, _guarded(e), methods=[e.method], name=e.handler.__name__), e.role)
+            for e in _ENDPOINTS
+        ),
+        *runtime_routes(),
     ]
 
 
@@ -550,6 +572,8 @@ _SCHEMA_MODELS: tuple[type[BaseModel], ...] = (
     ApprovalRecord,
     Explanation,
     *_RESULT_MODELS,
+    RuntimesView,
+    RuntimeView,
 )
 
 

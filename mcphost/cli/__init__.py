@@ -30,6 +30,7 @@ import os
 import re
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from mcphost import __version__
@@ -460,6 +461,40 @@ def build_parser() -> argparse.ArgumentParser:
     _add_common(p)
 
     p = sub.add_parser(
+        "runtimes",
+        help="registered runtimes; add, drain, disable, enable or remove one",
+        description="List the runtimes (worker machines that claim remote runs), or change one. `add NAME` "
+        "prints the runtime's token once (stored hashed).",
+    )
+    p.add_argument(
+        "action",
+        nargs="?",
+        choices=["list", "add", "drain", "disable", "enable", "remove"],
+        default="list",
+        help="list (default), add, drain, disable, enable or remove",
+    )
+    p.add_argument("name", nargs="?", metavar="NAME", help="the runtime's name")
+    p.add_argument(
+        "--labels", metavar="K=V,...", help="add: the runtime's labels (they win over reported ones)"
+    )
+    _add_common(p)
+
+    p = sub.add_parser(
+        "runtime",
+        help="run this machine as a runtime of a host",
+        description="Register with the host at --host with a runtime token, heartbeat, claim the runs of "
+        "agents whose [agents.runtime] labels this runtime has, and run them with this machine's plugins.",
+    )
+    p.add_argument("--host", required=True, metavar="URL", help="the host's URL (its public URL)")
+    p.add_argument("--token", metavar="TOKEN", help="the runtime token (default: $MCPHOST_RUNTIME_TOKEN)")
+    p.add_argument(
+        "--slots", type=int, default=1, choices=range(1, 257), metavar="N", help="runs at once (1-256)"
+    )
+    p.add_argument("--labels", metavar="K=V,...", help="labels to report (the host's win on conflict)")
+    p.add_argument("--workdir", type=Path, metavar="DIR", help="the plugins' working folder")
+    _add_common(p, json_flag=False)
+
+    p = sub.add_parser(
         "approvals",
         help="human approvals; approve, deny or answer one",
         description="List approvals, newest first (--status pending: what waits for a decision), or decide one "
@@ -660,6 +695,8 @@ _COMMANDS: dict[str, tuple[str, str]] = {
     "deliveries": ("_deliveries", "cmd_deliveries"),
     "channels": ("_channels", "cmd_channels"),
     "approvals": ("_approvals", "cmd_approvals"),
+    "runtimes": ("_runtimes", "cmd_runtimes"),
+    "runtime": ("_runtimes", "cmd_runtime"),
     "explain": ("_explain", "cmd_explain"),
     "record": ("_replay", "cmd_record"),
     "replay": ("_replay", "cmd_replay"),

@@ -82,6 +82,7 @@ from mcphost.facts.providers import (
 )
 from mcphost.grants import token_matches
 from mcphost.guard import HttpGuard, declare_access
+from mcphost.runtimes.fence import fence_of, fenced_matches
 from mcphost.stores import GrantRecord, Stores
 from mcphost.warm import SESSION_ID, SESSION_PATH, WarmSessions
 
@@ -358,8 +359,8 @@ class FactsServer:
         if token is None:
             reason = "missing Authorization: Bearer token"
         elif not token_matches(token, record.grant.token_hash):
-            reason = "token does not belong to this run"
-        elif not record.active:
+            reason = await self._claim_refusal(run_id, token, record.grant.token_hash)
+        if reason is None and not record.active:
             reason = f"run {run_id} is not active"
         if reason is not None:
             await self._refuse(run_id, reason, started, scope, receive, send)
@@ -376,6 +377,20 @@ class FactsServer:
             await manager.handle_request(inner, receive, send)
         if session_id is not None and scope["method"] == "DELETE":
             self._sessions.closed(run_id, session_id)
+
+    async def _claim_refusal(self, run_id: str, token: str, token_hash: str) -> str | None:
+        """None when `token` is the MCP token of the claim that holds the remote run now (`runtimes/
+        fence.py`), else why it is refused: a runtime whose lease lapsed keeps a token of an old fence."""
+        fence = fence_of(token)
+        if fence is None or not fenced_matches(token, token_hash, run_id, fence):
+            return "token does not belong to this run"
+        current = await self._stores.dispatch.held_fence(run_id)
+        if current != fence:
+            return (
+                f"token is of claim {fence} of run {run_id}, which no longer holds it (its runtime's lease "
+                "lapsed, or the run ended)"
+            )
+        return None
 
     async def handle_session(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Authenticate one HTTP request to `/sessions/{session_id}/mcp` and serve it as a request of the

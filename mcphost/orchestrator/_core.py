@@ -50,6 +50,7 @@ from mcphost.orchestrator._execution import (
 )
 from mcphost.plugins.registry import RunnerRegistry
 from mcphost.protocol import AgentRunContext, JSONObject
+from mcphost.runtimes.remote import RemoteRuns
 from mcphost.stores import Stores
 from mcphost.stores.hosts import HOST_RESTARTED
 from mcphost.stores.results import StoredResult
@@ -124,6 +125,8 @@ class Orchestrator:
             page=lambda: tuning.RESULTS_PAGE,
         )
         self.on_run_end: list[Callable[[str, Run | None], Awaitable[None]]] = []
+        self.remote: RemoteRuns | None = None
+        """Executes the runs of agents with `[agents.runtime]` on runtimes (set by `app.open_host`)."""
         """Called once each run of this process has ended (e.g. `FactsServer.end_run`), with its id and
         the run as recorded at its end (None when that record could not be written or read)."""
 
@@ -587,10 +590,18 @@ class Orchestrator:
         if recorded is not None:
             # Before the runner starts, so its first MCP call finds the recording to append to.
             await begin_recording(self._stores, active, recorded, event, binding)
+        placement = binding.agent.runtime
+        # A remote agent's run executes on a runtime (runtimes/remote.py), through the same seam.
+        remote = (
+            None
+            if placement == "local" or self.remote is None
+            else self.remote.execution(placement, active.runner.manifest.id)
+        )
         return await execute(
             active,
             ctx,
             journal,
+            executor=remote,
             deadline_at=grant.deadline_at,
             timeout_s=binding.agent.timeout_s or self._default_timeout_s,
             ask=self._ask,

@@ -68,14 +68,16 @@ async def execute(
     ctx: AgentRunContext,
     journal: RunJournal,
     *,
+    executor: RunnerExecution | None = None,
     deadline_at: float,
     timeout_s: float,
     ask: Ask,
 ) -> Happened:
-    """Call the run's runner on `ctx` and feed its results to `journal` until it ends; what happened."""
+    """Call the run's runner on `ctx` (on `executor`, else on its plugin) and feed its results to
+    `journal` until it ends; what happened."""
     run_id = active.run_id
     runner_name = active.runner.manifest.id.rsplit("/", 1)[1]
-    executor = active.runner.plugin
+    executor = executor or active.runner.plugin
     send, receive = anyio.create_memory_object_stream[RawResult](math.inf)
     stream_status: str | None = None
     crash: PluginError | None = None

@@ -43,6 +43,7 @@ from mcphost.stores.deliveries import (
     DeliveryStore,
     Outbox,
 )
+from mcphost.stores.dispatch import DispatchStore
 from mcphost.stores.engine import Database, migrate, sqlite_path, upgrade_database
 from mcphost.stores.events import EventKind, EventStore, StoredEvent, event_values
 from mcphost.stores.faults import open_failure
@@ -51,6 +52,7 @@ from mcphost.stores.hosts import HostRecord, HostStore
 from mcphost.stores.recordings import RecordedCall, RecordedCallEntry, RecordingHeader, RecordingStore
 from mcphost.stores.results import ResultStore, StoredResult
 from mcphost.stores.runs import GrantRecord, RunStore
+from mcphost.stores.runtimes import RuntimeRecord, RuntimeStore
 from mcphost.stores.schedules import ScheduleStore, StoredSchedule
 from mcphost.stores.secrets import cursor_codec
 from mcphost.stores.state import ScopeSnapshot, StateEntry, StateStore
@@ -85,6 +87,9 @@ class Stores:
     recordings: RecordingStore
     conversations: ConversationStore
     """The conversations list and deleting one with everything it left."""
+    runtimes: RuntimeStore
+    dispatch: DispatchStore
+    """The queue of remote runs (`[agents.runtime]`) and the results their runtimes post."""
 
 
 async def _sweep_staging(staging_dir: Path) -> None:
@@ -173,6 +178,8 @@ async def open_stores(
             approvals=approvals,
             recordings=RecordingStore(db),
             conversations=ConversationStore(db, cursors, blobs),
+            runtimes=RuntimeStore(db),
+            dispatch=DispatchStore(db),
         )
     finally:
         with anyio.CancelScope(shield=True):
@@ -206,6 +213,7 @@ __all__ = [
     "DeliveryStatus",
     "DeliveryStore",
     "DiskBlobs",
+    "DispatchStore",
     "EventKind",
     "EventStore",
     "GrantRecord",
@@ -218,6 +226,8 @@ __all__ = [
     "RecordingStore",
     "ResultStore",
     "RunStore",
+    "RuntimeRecord",
+    "RuntimeStore",
     "ScheduleStore",
     "ScopeSnapshot",
     "StateEntry",

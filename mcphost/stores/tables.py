@@ -519,6 +519,77 @@ class RecordedCallRow(Base):
     created_at: Mapped[float] = mapped_column(Double)
 
 
+class RuntimeRow(Base):
+    """A registered runtime (`mcphost runtimes add`): its token's hash, labels, state and liveness."""
+
+    __tablename__ = "runtimes"
+
+    runtime_id: Mapped[str] = mapped_column(String(100), primary_key=True)
+    name: Mapped[str] = mapped_column(String(64), unique=True)
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    """SHA-256 hex of the runtime token (printed once by `runtimes add`, never stored)."""
+    labels: Mapped[dict[str, Any]]
+    """The labels an operator gave it; they win over the ones it reports."""
+    reported_labels: Mapped[dict[str, Any]]
+    state: Mapped[str] = mapped_column(String(16))
+    """online | draining | disabled: what the operator allows (liveness is `last_heartbeat_at`)."""
+    capabilities: Mapped[dict[str, Any]]
+    slots: Mapped[int] = mapped_column(Integer)
+    last_heartbeat_at: Mapped[float | None] = mapped_column(Double)
+    created_at: Mapped[float] = mapped_column(Double)
+
+
+class RuntimeRunRow(Base):
+    """A run of a remote agent while it is executed through the queue: queued, then claimed by one
+    runtime under a lease and a fence, until its executor on the host drops it."""
+
+    __tablename__ = "runtime_runs"
+    __table_args__ = (Index(None, "state", "queued_at"), Index(None, "runtime_id"))
+
+    run_id: Mapped[str] = mapped_column(String(100), primary_key=True)
+    host_id: Mapped[str] = mapped_column(String(100))
+    """The host whose orchestrator executes the run (and reads its results)."""
+    runner_id: Mapped[str] = mapped_column(String(200))
+    selector: Mapped[dict[str, Any]]
+    on_lost: Mapped[str] = mapped_column(String(16))
+    context: Mapped[dict[str, Any]]
+    """The run's context without its token; a claim gets it with the claim's fenced token."""
+    token_hash: Mapped[str] = mapped_column(String(64))
+    deadline_at: Mapped[float] = mapped_column(Double)
+    state: Mapped[str] = mapped_column(String(16))
+    """queued | claimed"""
+    runtime_id: Mapped[str | None] = mapped_column(String(100))
+    fence: Mapped[int] = mapped_column(Integer)
+    """Bumped by every claim and requeue: what a runtime sends must carry the current one."""
+    lease_until: Mapped[float] = mapped_column(Double)
+    attempts: Mapped[int] = mapped_column(Integer)
+    queued_at: Mapped[float] = mapped_column(Double)
+    cancel_reason: Mapped[str | None] = mapped_column(String(1000))
+    end_status: Mapped[str | None] = mapped_column(String(16))
+    """The runner's answer (`completed`, `failed`, `cancelled`), posted by the runtime."""
+    received: Mapped[int] = mapped_column(Integer)
+    """The last result number stored for the current fence (the next batch starts after it)."""
+    end_through: Mapped[int] = mapped_column(Integer)
+    """The last result sequence of the current fence, known once the end is posted."""
+    events: Mapped[list[Any]]
+    """Claim, requeue and end events with their times and runtimes (the run's runtime audit)."""
+
+
+class RuntimeResultRow(Base):
+    """One result a runtime posted for the fence it held, until the host's executor journals it."""
+
+    __tablename__ = "runtime_results"
+
+    run_id: Mapped[str] = mapped_column(
+        String(100), ForeignKey("runtime_runs.run_id", ondelete="CASCADE"), primary_key=True
+    )
+    fence: Mapped[int] = mapped_column(Integer, primary_key=True)
+    seq: Mapped[int] = mapped_column(Integer, primary_key=True)
+    nbytes: Mapped[int] = mapped_column(Integer)
+    dropped: Mapped[bool] = mapped_column(Boolean)
+    result: Mapped[dict[str, Any]]
+
+
 def table_of(row: type[Base]) -> Table[Any]:
     """The Core `Table` of a row class (for statements built once, executed on a connection)."""
     table = row.__table__

@@ -1,0 +1,233 @@
+"""The runtime protocol (docs/protocol.md §12): `/v1/runtime/register|heartbeat|claim` and
+`/v1/runtime/runs/{run_id}/results|end`, authenticated by a runtime token only.
+
+Owns authenticating a runtime (`Authorization: Bearer <runtime token>`: an API key or a run token is
+refused 401 here, and a runtime token anywhere else), parsing its bodies (`runtimes/wire.py`, capped and
+depth-checked before any model sees them) and answering from the queue. Does not own the queue
+(`stores/dispatch.py`) or what the host does with posted results (`runtimes/remote.py`).
+
+Invariants:
+- Every refusal is a HostError (401 unknown token, 403 disabled runtime, 400/413 bad body, 409 with
+  `details.reason` for a run not held, a stale fence or a sequence gap): never a 500 for bad input.
+- A claim long-polls at most `wait_s` (≤ 30 s): woken at once by a run queued in this process, else
+  looking again every `CLAIM_POLL_S`; a runtime whose client went away claims nothing.
+- A claim's context carries the claim's fenced MCP token, never the run's own token.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import BaseRoute, Route
+
+from mcphost.api._http import parse_json, parse_query, path_id, read_body
+from mcphost.api._models import QueryModel
+from mcphost.api._state import api_state
+from mcphost.context import with_token
+from mcphost.errors import ForbiddenError, UnauthorizedError, UnavailableError
+from mcphost.feed import Signal
+from mcphost.guard import declare_access
+from mcphost.protocol import AgentRunContext, ProtocolModel
+from mcphost.runtimes.fence import fenced_token
+from mcphost.runtimes.remote import RemoteRuns
+from mcphost.runtimes.wire import (
+    MAX_BODY_BYTES,
+    RUNTIME_PREFIX,
+    ClaimAnswer,
+    ClaimBody,
+    ClaimedRun,
+    EndAnswer,
+    EndBody,
+    HeartbeatAnswer,
+    HeartbeatBody,
+    HeldAnswer,
+    RegisterAnswer,
+    RegisterBody,
+    ResultsAnswer,
+    ResultsBody,
+)
+from mcphost.stores import RuntimeRecord
+from mcphost.stores.dispatch import PostedResult
+
+CLAIM_POLL_S = 0.25
+"""How often a waiting claim looks at the queue when nothing in this process woke it."""
+SMALL_BODY_BYTES = 256 * 1024
+"""The cap of every body but a results batch."""
+
+
+def _remote(request: Request) -> RemoteRuns:
+    remote = api_state(request).orchestrator.remote
+    if remote is None:
+        raise UnavailableError("This host executes no remote runs.")
+    return remote
+
+
+async def _runtime(request: Request) -> RuntimeRecord:
+    value = request.headers.get("authorization", "")
+    scheme, _, token = value.partition(" ")
+    token = token.strip()
+    if scheme.lower() != "bearer" or not token:
+        raise UnauthorizedError(
+            "The runtime protocol needs Authorization: Bearer <runtime token> (the token `mcphost runtimes "
+            "add NAME` printed)."
+        )
+    found = await api_state(request).stores.runtimes.authenticate(token)
+    if found is None:
+        raise UnauthorizedError(
+            "Not a runtime token: unknown, or its runtime was removed. API keys and run tokens are not "
+            "accepted here; register a runtime with `mcphost runtimes add NAME`."
+        )
+    if found.state == "disabled":
+        raise ForbiddenError(
+            f"Runtime {found.name!r} is disabled; an operator enables it with `mcphost runtimes enable "
+            f"{found.name}`.",
+            details={"runtime": found.name},
+        )
+    return found
+
+
+def _answer(model: ProtocolModel) -> Response:
+    return JSONResponse(model.model_dump(mode="json"))
+
+
+async def register(request: Request) -> Response:
+    runtime = await _runtime(request)
+    parse_query(request, QueryModel)
+    body = parse_json(RegisterBody, await read_body(request, SMALL_BODY_BYTES))
+    remote = _remote(request)
+    record = await api_state(request).stores.runtimes.register(
+        runtime.runtime_id,
+        capabilities=body.capabilities.model_dump(mode="json"),
+        slots=body.slots,
+        labels=body.labels,
+    )
+    return _answer(
+        RegisterAnswer(
+            runtime_id=record.runtime_id,
+            name=record.name,
+            state=record.state,
+            labels=record.effective_labels,
+            lease_s=remote.lease_s,
+            heartbeat_s=remote.heartbeat_s,
+        )
+    )
+
+
+async def heartbeat(request: Request) -> Response:
+    runtime = await _runtime(request)
+    parse_query(request, QueryModel)
+    body = parse_json(HeartbeatBody, await read_body(request, SMALL_BODY_BYTES))
+    remote = _remote(request)
+    kept, lost = await api_state(request).stores.dispatch.heartbeat(
+        runtime, [(r.run_id, r.fence) for r in body.runs], lease_s=remote.lease_s
+    )
+    return _answer(
+        HeartbeatAnswer(
+            state=runtime.state,
+            runs=[HeldAnswer(run_id=k.run_id, fence=k.fence, cancel=k.cancel_reason) for k in kept],
+            lost=lost,
+            lease_s=remote.lease_s,
+            heartbeat_s=remote.heartbeat_s,
+        )
+    )
+
+
+async def claim(request: Request) -> Response:
+    runtime = await _runtime(request)
+    parse_query(request, QueryModel)
+    body = parse_json(ClaimBody, await read_body(request, SMALL_BODY_BYTES))
+    state = api_state(request)
+    remote = _remote(request)
+    until = time.monotonic() + body.wait_s
+    while True:
+        ticket = remote.queued.ticket()
+        if runtime.state != "online":
+            return _answer(ClaimAnswer(run=None, state=runtime.state))
+        claimed = await state.stores.dispatch.claim(runtime, lease_s=remote.lease_s)
+        if claimed is not None:
+            ctx = AgentRunContext.model_validate(claimed.context)
+            token = fenced_token(claimed.token_hash, claimed.run_id, claimed.fence)
+            run = ClaimedRun(
+                run_id=claimed.run_id,
+                runner_id=claimed.runner_id,
+                fence=claimed.fence,
+                attempt=claimed.attempt,
+                lease_until=claimed.lease_until,
+                deadline_at=claimed.deadline_at,
+                context=with_token(ctx, token).model_dump(mode="json"),
+            )
+            return _answer(ClaimAnswer(run=run, state=runtime.state))
+        remaining = until - time.monotonic()
+        if remaining <= 0:
+            return _answer(ClaimAnswer(run=None, state=runtime.state))
+        await Signal.wait(ticket, min(remaining, CLAIM_POLL_S))
+        if await request.is_disconnected():
+            return _answer(ClaimAnswer(run=None, state=runtime.state))
+        refreshed = await state.stores.runtimes.authenticate_id(runtime.runtime_id)
+        if refreshed is None:
+            raise UnauthorizedError("Not a runtime token: its runtime was removed while it waited.")
+        runtime = refreshed
+
+
+def _compact_size(value: object) -> int:
+    return len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode())
+
+
+async def post_results(request: Request) -> Response:
+    runtime = await _runtime(request)
+    parse_query(request, QueryModel)
+    run_id = path_id(request, "run_id")
+    body = parse_json(ResultsBody, await read_body(request, MAX_BODY_BYTES))
+    items: list[PostedResult] = []
+    for offset, item in enumerate(body.results):
+        if item.dropped:
+            posted = PostedResult(
+                seq=body.first_seq + offset, nbytes=item.nbytes or 0, dropped=True, result={"run_id": run_id}
+            )
+        else:
+            posted = PostedResult(
+                seq=body.first_seq + offset,
+                nbytes=_compact_size(item.result),
+                dropped=False,
+                result=item.result,
+            )
+        items.append(posted)
+    through, cancel = await api_state(request).stores.dispatch.post_results(
+        runtime.runtime_id, run_id, body.fence, body.first_seq, items
+    )
+    _remote(request).posted(run_id)
+    return _answer(ResultsAnswer(accepted_through=through, cancel=cancel))
+
+
+async def post_end(request: Request) -> Response:
+    runtime = await _runtime(request)
+    parse_query(request, QueryModel)
+    run_id = path_id(request, "run_id")
+    body = parse_json(EndBody, await read_body(request, SMALL_BODY_BYTES))
+    await api_state(request).stores.dispatch.post_end(
+        runtime.runtime_id, run_id, body.fence, body.status, body.last_seq
+    )
+    _remote(request).posted(run_id)
+    return _answer(EndAnswer(run_id=run_id))
+
+
+def runtime_routes() -> list[BaseRoute]:
+    """The runtime protocol's routes, each marked `runtime-token` (the API guard lets their prefix
+    through; each handler authenticates the runtime itself)."""
+    table = (
+        ("register", register),
+        ("heartbeat", heartbeat),
+        ("claim", claim),
+        ("runs/{run_id}/results", post_results),
+        ("runs/{run_id}/end", post_end),
+    )
+    return [
+        declare_access(
+            Route(RUNTIME_PREFIX + path, handler, methods=["POST"], name=f"runtime_{handler.__name__}"),
+            "runtime-token",
+        )
+        for path, handler in table
+    ]

@@ -1,0 +1,456 @@
+"""The queue of remote runs: enqueue, claim under a lease and a fence, posted results, ends, requeues.
+
+Owns the `runtime_runs` and `runtime_results` tables (migration 0023). Does not own the runs
+themselves (`stores/runs.py`: a remote run is `running` on the host whose orchestrator executes it, as a
+local one is), the runtimes (`stores/runtimes.py`) or when a lost lease is requeued or failed (the
+host's executor, `runtimes/remote.py`, decides with the agent's `on_lost`).
+
+Invariants:
+- A run is held by at most one runtime at a time: `claim` moves a `queued` row to `claimed` in one
+  write transaction (`FOR UPDATE SKIP LOCKED` on PostgreSQL, so claimers never wait on each other;
+  SQLite's single writer serializes them) and bumps `fence`.
+- Everything a runtime sends about a run (`post_results`, `post_end`) carries the fence of its claim
+  and is refused with a `ConflictError` whose `details.reason` says why (`not_held`, `stale_fence`,
+  `sequence_gap`) unless the run is `claimed` by that runtime under that fence.
+- Results are numbered 1.. per fence; a batch that repeats numbers already stored is accepted again
+  without storing them twice (a retry), a batch that skips numbers is refused (`sequence_gap`).
+- `requeue` and `lose` are conditional on the fence they were decided on, so a claim that happened
+  meanwhile is never undone; a requeue deletes the results of the lost fence not yet journaled.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+from sqlalchemy import delete, func, select, update
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from mcphost.errors import ConflictError
+from mcphost.stores.engine import Database
+from mcphost.stores.runtimes import RuntimeRecord
+from mcphost.stores.tables import RuntimeResultRow, RuntimeRow, RuntimeRunRow
+
+CLAIM_CANDIDATES = 64
+"""Queued rows a claim looks at (oldest first) for one its runtime is eligible for."""
+EVENTS_KEPT = 50
+"""Runtime audit events kept per run (claims, requeues, ends), oldest dropped first."""
+
+
+class QueuedRun(BaseModel):
+    """What the host's executor puts in the queue for one run."""
+
+    model_config = ConfigDict(frozen=True)
+
+    run_id: str
+    host_id: str
+    runner_id: str
+    selector: dict[str, str]
+    on_lost: Literal["requeue", "fail"]
+    context: dict[str, Any]
+    token_hash: str
+    deadline_at: float
+
+
+class Claim(BaseModel):
+    """A run a runtime claimed: its token-free context, the fence and the lease."""
+
+    model_config = ConfigDict(frozen=True)
+
+    run_id: str
+    runner_id: str
+    context: dict[str, Any]
+    token_hash: str
+    fence: int
+    lease_until: float
+    deadline_at: float
+    attempt: int
+
+
+class PostedResult(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    seq: int
+    nbytes: int
+    dropped: bool
+    result: dict[str, Any]
+
+
+class DispatchView(BaseModel):
+    """The queue row of a run as its executor reads it, with the results after a sequence."""
+
+    model_config = ConfigDict(frozen=True)
+
+    state: Literal["queued", "claimed"]
+    runtime_id: str | None
+    fence: int
+    lease_until: float
+    attempts: int
+    cancel_reason: str | None
+    end_status: str | None
+    end_through: int
+    results: list[PostedResult]
+
+
+class HeldRun(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    run_id: str
+    fence: int
+    cancel_reason: str | None
+
+
+def _refused(run_id: str, reason: str, message: str, **details: Any) -> ConflictError:
+    return ConflictError(message, details={"run_id": run_id, "reason": reason, **details})
+
+
+def _append(events: Sequence[Any], event: dict[str, Any]) -> list[Any]:
+    return [*events, event][-EVENTS_KEPT:]
+
+
+def eligible(runtime: RuntimeRecord, selector: dict[str, str], runner_id: str) -> bool:
+    """Whether `runtime` may run a run of `runner_id` whose agent selects `selector`."""
+    labels = runtime.effective_labels
+    return runner_id in runtime.runners() and all(labels.get(k) == v for k, v in selector.items())
+
+
+class DispatchStore:
+    """The queue of remote runs and the results their runtimes post."""
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    async def enqueue(self, run: QueuedRun) -> None:
+        """Put `run` in the queue (again: a leftover row of the same run is replaced)."""
+        now = time.time()
+        async with self._db.write() as session:
+            await session.execute(delete(RuntimeRunRow).where(RuntimeRunRow.run_id == run.run_id))
+            session.add(
+                RuntimeRunRow(
+                    run_id=run.run_id,
+                    host_id=run.host_id,
+                    runner_id=run.runner_id,
+                    selector=run.selector,
+                    on_lost=run.on_lost,
+                    context=run.context,
+                    token_hash=run.token_hash,
+                    deadline_at=run.deadline_at,
+                    state="queued",
+                    runtime_id=None,
+                    fence=0,
+                    lease_until=0.0,
+                    attempts=0,
+                    queued_at=now,
+                    cancel_reason=None,
+                    end_status=None,
+                    received=0,
+                    end_through=0,
+                    events=[{"event": "queued", "at": now}],
+                )
+            )
+
+    async def claim(self, runtime: RuntimeRecord, *, lease_s: float) -> Claim | None:
+        """The oldest queued run `runtime` is eligible for, now held by it; None when there is none or
+        it has no free slot."""
+        now = time.time()
+        async with self._db.write() as session:
+            held = (
+                await session.execute(
+                    select(func.count()).where(
+                        RuntimeRunRow.runtime_id == runtime.runtime_id, RuntimeRunRow.state == "claimed"
+                    )
+                )
+            ).scalar_one()
+            if held >= runtime.slots:
+                return None
+            candidates = (
+                (
+                    await session.execute(
+                        select(RuntimeRunRow)
+                        .where(
+                            RuntimeRunRow.state == "queued",
+                            RuntimeRunRow.cancel_reason.is_(None),
+                            RuntimeRunRow.deadline_at > now,
+                        )
+                        .order_by(RuntimeRunRow.queued_at, RuntimeRunRow.run_id)
+                        .limit(CLAIM_CANDIDATES)
+                        .with_for_update(skip_locked=True)
+                    )
+                )
+                .scalars()
+                .all()
+            )
+            for row in candidates:
+                if not eligible(runtime, dict(row.selector), row.runner_id):
+                    continue
+                row.state = "claimed"
+                row.runtime_id = runtime.runtime_id
+                row.fence += 1
+                row.received = 0
+                row.attempts += 1
+                row.lease_until = now + lease_s
+                row.events = _append(
+                    row.events,
+                    {"event": "claimed", "at": now, "runtime": runtime.name, "fence": row.fence},
+                )
+                await session.flush()
+                return Claim(
+                    run_id=row.run_id,
+                    runner_id=row.runner_id,
+                    context=dict(row.context),
+                    token_hash=row.token_hash,
+                    fence=row.fence,
+                    lease_until=row.lease_until,
+                    deadline_at=row.deadline_at,
+                    attempt=row.attempts,
+                )
+        return None
+
+    async def heartbeat(
+        self, runtime: RuntimeRecord, held: Sequence[tuple[str, int]], *, lease_s: float
+    ) -> tuple[list[HeldRun], list[str]]:
+        """The runtime is alive: its leases on the runs it says it holds (under their current fence)
+        last another `lease_s`. Returns those runs (with any cancel asked for them) and the ids of the
+        runs it named that it no longer holds (lost: stop them)."""
+        now = time.time()
+        wanted = dict(held)
+        async with self._db.write() as session:
+            await session.execute(
+                update(RuntimeRow)
+                .where(RuntimeRow.runtime_id == runtime.runtime_id)
+                .values(last_heartbeat_at=now)
+            )
+            rows = (
+                (
+                    await session.execute(
+                        select(RuntimeRunRow).where(
+                            RuntimeRunRow.runtime_id == runtime.runtime_id, RuntimeRunRow.state == "claimed"
+                        )
+                    )
+                )
+                .scalars()
+                .all()
+            )
+            kept: list[HeldRun] = []
+            for row in rows:
+                if wanted.get(row.run_id) == row.fence and row.lease_until > now:
+                    row.lease_until = now + lease_s
+                    kept.append(HeldRun(run_id=row.run_id, fence=row.fence, cancel_reason=row.cancel_reason))
+            await session.flush()
+        held_now = {k.run_id for k in kept}
+        return kept, [run_id for run_id in wanted if run_id not in held_now]
+
+    async def _held(
+        self, session: AsyncSession, runtime_id: str, run_id: str, fence: int, *, lock: bool
+    ) -> RuntimeRunRow:
+        stmt = select(RuntimeRunRow).where(RuntimeRunRow.run_id == run_id)
+        row = (await session.execute(stmt.with_for_update() if lock else stmt)).scalar_one_or_none()
+        if row is None or row.state != "claimed" or row.runtime_id != runtime_id:
+            raise _refused(
+                run_id,
+                "not_held",
+                f"Run {run_id!r} is not held by this runtime (it ended, was never claimed by it, or went "
+                "back to the queue after its lease lapsed); stop it and drop what it produced.",
+            )
+        if row.fence != fence:
+            raise _refused(
+                run_id,
+                "stale_fence",
+                f"Fence {fence} of run {run_id!r} is stale (the current claim is fence {row.fence}); its "
+                "lease lapsed and the run was claimed again. Stop it and drop what it produced.",
+                fence=row.fence,
+            )
+        if row.lease_until <= time.time():
+            raise _refused(
+                run_id,
+                "lease_expired",
+                f"The lease of run {run_id!r} (fence {fence}) lapsed before this arrived; the run goes back "
+                "to the queue. Stop it and drop what it produced.",
+                fence=row.fence,
+            )
+        return row
+
+    async def post_results(
+        self, runtime_id: str, run_id: str, fence: int, first_seq: int, items: Sequence[PostedResult]
+    ) -> tuple[int, str | None]:
+        """Store a batch numbered from `first_seq`; returns the last number stored for the fence and the
+        cancel reason asked for the run (None: none).
+
+        Raises:
+            ConflictError: not held under `fence`, or the batch starts past the next number.
+        """
+        async with self._db.write() as session:
+            row = await self._held(session, runtime_id, run_id, fence, lock=True)
+            if row.end_status is not None:
+                raise _refused(
+                    run_id,
+                    "ended",
+                    f"Run {run_id!r} already posted its end (fence {fence}); no more results.",
+                )
+            last = row.received
+            if first_seq > last + 1:
+                raise _refused(
+                    run_id,
+                    "sequence_gap",
+                    f"Results of run {run_id!r} start at {first_seq} but the next expected is {last + 1}; "
+                    "send the missing ones first.",
+                    expected=last + 1,
+                )
+            fresh = [r for r in items if r.seq > last]
+            for item in fresh:
+                session.add(
+                    RuntimeResultRow(
+                        run_id=run_id,
+                        fence=fence,
+                        seq=item.seq,
+                        nbytes=item.nbytes,
+                        dropped=item.dropped,
+                        result=item.result,
+                    )
+                )
+            if fresh:
+                row.received = fresh[-1].seq
+            await session.flush()
+            return row.received, row.cancel_reason
+
+    async def post_end(self, runtime_id: str, run_id: str, fence: int, status: str, last_seq: int) -> None:
+        """The runner answered with `status` after result `last_seq` (all stored first).
+
+        Raises:
+            ConflictError: not held under `fence`, or results up to `last_seq` are missing.
+        """
+        now = time.time()
+        async with self._db.write() as session:
+            row = await self._held(session, runtime_id, run_id, fence, lock=True)
+            if row.end_status is not None:
+                return  # a retry of the same end
+            stored = row.received
+            if stored != last_seq:
+                raise _refused(
+                    run_id,
+                    "sequence_gap",
+                    f"The end of run {run_id!r} says its last result is {last_seq} but {stored} are stored; "
+                    "send every result before the end.",
+                    expected=stored + 1,
+                )
+            row.end_status = status
+            row.end_through = last_seq
+            row.events = _append(row.events, {"event": "ended", "at": now, "status": status, "fence": fence})
+
+    async def view(self, run_id: str, after: int) -> DispatchView | None:
+        """The run's queue row with the results of its current fence numbered after `after`."""
+        async with self._db.read() as session:
+            row = (
+                await session.execute(select(RuntimeRunRow).where(RuntimeRunRow.run_id == run_id))
+            ).scalar_one_or_none()
+            if row is None:
+                return None
+            results = (
+                (
+                    await session.execute(
+                        select(RuntimeResultRow)
+                        .where(
+                            RuntimeResultRow.run_id == run_id,
+                            RuntimeResultRow.fence == row.fence,
+                            RuntimeResultRow.seq > after,
+                        )
+                        .order_by(RuntimeResultRow.seq)
+                        .limit(512)
+                    )
+                )
+                .scalars()
+                .all()
+            )
+            return DispatchView(
+                state=row.state,  # pyright: ignore[reportArgumentType]  # written as queued/claimed only
+                runtime_id=row.runtime_id,
+                fence=row.fence,
+                lease_until=row.lease_until,
+                attempts=row.attempts,
+                cancel_reason=row.cancel_reason,
+                end_status=row.end_status,
+                end_through=row.end_through,
+                results=[
+                    PostedResult(seq=r.seq, nbytes=r.nbytes, dropped=r.dropped, result=dict(r.result))
+                    for r in results
+                ],
+            )
+
+    async def forget_through(self, run_id: str, fence: int, seq: int) -> None:
+        """Delete the results through `seq` of `fence`: the executor journaled them."""
+        async with self._db.write() as session:
+            await session.execute(
+                delete(RuntimeResultRow).where(
+                    RuntimeResultRow.run_id == run_id,
+                    RuntimeResultRow.fence == fence,
+                    RuntimeResultRow.seq <= seq,
+                )
+            )
+
+    async def requeue(self, run_id: str, fence: int, why: str) -> bool:
+        """Put a run whose lease under `fence` lapsed back in the queue (a new fence); False when it was
+        claimed again or ended meanwhile."""
+        now = time.time()
+        async with self._db.write() as session:
+            row = (
+                await session.execute(
+                    select(RuntimeRunRow).where(RuntimeRunRow.run_id == run_id).with_for_update()
+                )
+            ).scalar_one_or_none()
+            if row is None or row.fence != fence or row.state != "claimed" or row.end_status is not None:
+                return False
+            row.events = _append(
+                row.events, {"event": "requeued", "at": now, "fence": fence, "why": why[:500]}
+            )
+            row.state = "queued"
+            row.runtime_id = None
+            row.fence = fence + 1
+            row.received = 0
+            row.lease_until = 0.0
+            await session.execute(delete(RuntimeResultRow).where(RuntimeResultRow.run_id == run_id))
+            return True
+
+    async def cancel(self, run_id: str, reason: str) -> bool:
+        """Ask the run's runtime to cancel it; True when a runtime holds it (it hears of it in its next
+        heartbeat or results answer), False when it is only queued (never to be claimed now)."""
+        async with self._db.write() as session:
+            row = (
+                await session.execute(
+                    select(RuntimeRunRow).where(RuntimeRunRow.run_id == run_id).with_for_update()
+                )
+            ).scalar_one_or_none()
+            if row is None:
+                return False
+            if row.cancel_reason is None:
+                row.cancel_reason = reason[:1000]
+            return row.state == "claimed"
+
+    async def held_fence(self, run_id: str) -> int | None:
+        """The fence of the claim that holds `run_id` now (lease not lapsed), else None."""
+        async with self._db.read() as session:
+            row = (
+                await session.execute(
+                    select(RuntimeRunRow.fence, RuntimeRunRow.state, RuntimeRunRow.lease_until).where(
+                        RuntimeRunRow.run_id == run_id
+                    )
+                )
+            ).one_or_none()
+        if row is None or row.state != "claimed" or row.lease_until <= time.time():
+            return None
+        return row.fence
+
+    async def events(self, run_id: str) -> list[Any]:
+        """The run's runtime audit events (claims, requeues, ends), oldest first."""
+        async with self._db.read() as session:
+            found = (
+                await session.execute(select(RuntimeRunRow.events).where(RuntimeRunRow.run_id == run_id))
+            ).scalar_one_or_none()
+        return list(found) if found is not None else []
+
+    async def drop(self, run_id: str) -> None:
+        """The run ended on the host: forget its queue row and results (later posts are `not_held`)."""
+        async with self._db.write() as session:
+            await session.execute(delete(RuntimeResultRow).where(RuntimeResultRow.run_id == run_id))
+            await session.execute(delete(RuntimeRunRow).where(RuntimeRunRow.run_id == run_id))

@@ -1,0 +1,399 @@
+"""The runtime protocol (`/v1/runtime/...`) and the runtimes admin API on a real host (real plugin,
+real stores on both dialects), driven as a runtime would drive it: register, claim, post results in
+order, end; and every refusal a runtime can meet, precisely worded, never a 500."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncGenerator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx2
+import pytest
+
+from mcphost.app import Host, open_host
+from mcphost.config import Settings
+from mcphost.models import AgentConfig
+from tests.e2e.httpkit import asgi_client
+from tests.mcphost.hostkit import ECHO_RUNNER, host_settings
+
+ADMIN = "admin-key-for-runtime-tests-000"
+
+
+def settings_for(database_url: str, data_dir: Path, *, lease_s: float = 15.0) -> Settings:
+    base = host_settings(database_url, data_dir, api_key=ADMIN, runtime_lease_s=lease_s)
+
+    def remote(agent_id: str, labels: dict[str, str], **kw: Any) -> AgentConfig:
+        return AgentConfig.model_validate(
+            {
+                "id": agent_id,
+                "runner": ECHO_RUNNER,
+                "match": {"bot_id": agent_id},
+                "runtime": {"labels": labels},
+            }
+            | kw
+        )
+
+    agents = [
+        remote("remote", {"pool": "a"}),
+        remote("nowhere", {"pool": "zzz"}, timeout_s=3),
+        AgentConfig.model_validate(
+            {
+                "id": "fragile",
+                "runner": ECHO_RUNNER,
+                "match": {"bot_id": "fragile"},
+                "runtime": {"labels": {"pool": "a"}, "on_lost": "fail"},
+            }
+        ),
+    ]
+    return base.model_copy(update={"agents": agents})
+
+
+def key(token: str) -> dict[str, str]:
+    return {"authorization": f"Bearer {token}"}
+
+
+ADMIN_HEADERS = key(ADMIN)
+REGISTER: dict[str, Any] = {"capabilities": {"runners": [ECHO_RUNNER]}, "slots": 1}
+
+
+@pytest.fixture
+async def host(database_url: str, tmp_path: Path, request: pytest.FixtureRequest) -> AsyncGenerator[Host]:
+    """A host whose runtimes' leases last 15 s, or 1 s for the tests of a lapsed lease (by name)."""
+    lease_s = 1.0 if "lease" in request.node.name or "lost" in request.node.name else 15.0
+    async with open_host(settings_for(database_url, tmp_path / "data", lease_s=lease_s)) as opened:
+        yield opened
+
+
+@pytest.fixture
+async def client(host: Host) -> AsyncGenerator[httpx2.AsyncClient]:
+    async with asgi_client(host) as opened:
+        yield opened
+
+
+async def runtime(host: Host, client: httpx2.AsyncClient, name: str, labels: dict[str, str]) -> str:
+    _, token = await host.stores.runtimes.add(name, labels)
+    answer = await client.post("/v1/runtime/register", json=REGISTER, headers=key(token))
+    assert answer.status_code == 200, answer.text
+    return token
+
+
+async def submit(client: httpx2.AsyncClient, bot: str, text: str = "hi") -> str:
+    answer = await client.post(
+        "/v1/events",
+        json={
+            "event_type": "message.received",
+            "conversation": {"conversation_id": f"c-{bot}", "bot_id": bot},
+            "actor": {"actor_id": "u1"},
+            "input": {"text": text},
+        },
+        headers=ADMIN_HEADERS,
+    )
+    assert answer.status_code == 202, answer.text
+    return answer.json()["run_id"]
+
+
+async def claim(client: httpx2.AsyncClient, token: str, wait_s: float = 5.0) -> dict[str, Any]:
+    answer = await client.post("/v1/runtime/claim", json={"wait_s": wait_s}, headers=key(token))
+    assert answer.status_code == 200, answer.text
+    return answer.json()
+
+
+async def wait_status(client: httpx2.AsyncClient, run_id: str, timeout: float = 20) -> dict[str, Any]:
+    with anyio.fail_after(timeout):
+        while True:
+            run = (await client.get(f"/v1/runs/{run_id}", headers=ADMIN_HEADERS)).json()["run"]
+            if run["status"] in ("completed", "failed", "cancelled"):
+                return run
+            await anyio.sleep(0.05)
+
+
+def results(run_id: str, *texts: str) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = [
+        {
+            "result": {
+                "type": "message.completed",
+                "run_id": run_id,
+                "sequence": i + 1,
+                "data": {"message": {"content": t}},
+            }
+        }
+        for i, t in enumerate(texts)
+    ]
+    out.append(
+        {"result": {"type": "run.completed", "run_id": run_id, "sequence": len(texts) + 1, "data": {}}}
+    )
+    return out
+
+
+def refusal(answer: httpx2.Response, status: int) -> dict[str, Any]:
+    assert answer.status_code == status, (answer.status_code, answer.text)
+    return answer.json()["error"]
+
+
+async def test_a_remote_run_is_claimed_posted_in_order_and_ends_once(
+    host: Host, client: httpx2.AsyncClient
+) -> None:
+    token = await runtime(host, client, "a1", {"pool": "a"})
+    run_id = await submit(client, "remote")
+    claimed = (await claim(client, token))["run"]
+    assert claimed["run_id"] == run_id
+    assert claimed["fence"] == 1
+    assert claimed["runner_id"] == ECHO_RUNNER
+    auth = claimed["context"]["context"]["mcp"]["headers"]["Authorization"]
+    assert auth.startswith("Bearer mcpf.1."), "a claim carries its fenced token, never the run's own"
+
+    batch = {"fence": 1, "first_seq": 1, "results": results(run_id, "hello")}
+    first = await client.post(f"/v1/runtime/runs/{run_id}/results", json=batch, headers=key(token))
+    assert first.json() == {"accepted_through": 2, "cancel": None}
+    again = await client.post(f"/v1/runtime/runs/{run_id}/results", json=batch, headers=key(token))
+    assert again.json()["accepted_through"] == 2, "a retried batch is accepted again, stored once"
+    end = await client.post(
+        f"/v1/runtime/runs/{run_id}/end",
+        json={"fence": 1, "status": "completed", "last_seq": 2},
+        headers=key(token),
+    )
+    assert end.status_code == 200, end.text
+
+    run = await wait_status(client, run_id)
+    assert run["status"] == "completed"
+    stored = (
+        await client.get(
+            f"/v1/runs/{run_id}/results", headers={**ADMIN_HEADERS, "accept": "application/json"}
+        )
+    ).json()["results"]
+    messages = [r for r in stored if r["type"] == "message.completed"]
+    assert [m["data"]["message"]["content"] for m in messages] == ["hello"]
+    assert [r["type"] for r in stored].count("run.completed") == 1
+
+    late = await client.post(f"/v1/runtime/runs/{run_id}/results", json=batch, headers=key(token))
+    assert refusal(late, 409)["details"]["reason"] == "not_held"
+
+
+async def test_bad_input_on_the_runtime_protocol_is_refused_precisely(
+    host: Host, client: httpx2.AsyncClient
+) -> None:
+    mine = await runtime(host, client, "a1", {"pool": "a"})
+    other = await runtime(host, client, "a2", {"pool": "b"})
+    run_id = await submit(client, "remote")
+    assert (await claim(client, mine))["run"]["run_id"] == run_id
+    path = f"/v1/runtime/runs/{run_id}/results"
+    good = {"fence": 1, "first_seq": 1, "results": results(run_id, "x")}
+
+    assert "Bearer" in refusal(await client.post("/v1/runtime/claim", json={}), 401)["message"]
+    forged = await client.post("/v1/runtime/claim", json={}, headers=key("mcprt_" + "A" * 43))
+    assert "Not a runtime token" in refusal(forged, 401)["message"]
+    api_key = await client.post("/v1/runtime/claim", json={}, headers=ADMIN_HEADERS)
+    assert "API keys" in refusal(api_key, 401)["message"], "an API key cannot act as a runtime"
+    assert (await client.get("/v1/runs", headers=key(mine))).status_code == 401, (
+        "a runtime token is no API key"
+    )
+
+    theirs = await client.post(path, json=good, headers=key(other))
+    assert refusal(theirs, 409)["details"]["reason"] == "not_held"
+    stale = await client.post(path, json={**good, "fence": 7}, headers=key(mine))
+    assert refusal(stale, 409)["details"] == {"run_id": run_id, "reason": "stale_fence", "fence": 1}
+    gap = await client.post(path, json={**good, "first_seq": 3}, headers=key(mine))
+    assert refusal(gap, 409)["details"]["expected"] == 1
+    early_end = await client.post(
+        f"/v1/runtime/runs/{run_id}/end",
+        json={"fence": 1, "status": "completed", "last_seq": 5},
+        headers=key(mine),
+    )
+    assert refusal(early_end, 409)["details"]["reason"] == "sequence_gap"
+
+    deep: Any = "leaf"
+    for _ in range(200):
+        deep = {"d": deep}
+    too_deep = {
+        "fence": 1,
+        "first_seq": 1,
+        "results": [{"result": {"type": "message", "run_id": run_id, "data": deep}}],
+    }
+    assert "nest" in refusal(await client.post(path, json=too_deep, headers=key(mine)), 400)["message"]
+    huge = b'{"fence":1,"first_seq":1,"results":[{"result":{"x":"' + b"a" * (9 * 1024 * 1024) + b'"}}]}'
+    oversized = await client.post(
+        path, content=huge, headers={**key(mine), "content-type": "application/json"}
+    )
+    assert refusal(oversized, 413)["code"] == "payload_too_large"
+    for raw in (
+        b'{"fence":1,"first_seq":1,"results":[{"result":{"v":NaN}}]}',
+        b'{"fence":1,"first_seq":1,"results":[{"result":{"v":123456789012345678901234567890}}]}',
+        b'{"fence":1,"first_seq":1,"results":[{"result":{"v":"a\\u0000b"}}]}',
+        b'{"fence":1,"first_seq":1,"results":[],"extra":1}',
+        b'{"fence":"1","first_seq":1,"results":[{"result":{}}]}',
+        b"not json",
+    ):
+        bad = await client.post(path, content=raw, headers={**key(mine), "content-type": "application/json"})
+        assert bad.status_code == 400, (raw[:60], bad.status_code, bad.text)
+    bad_register = await client.post(
+        "/v1/runtime/register",
+        json={**REGISTER, "slots": 10**9, "labels": {"Bad Key": "v"}},
+        headers=key(mine),
+    )
+    assert refusal(bad_register, 400)["code"] == "invalid_argument"
+    forged_run = await client.post(
+        "/v1/runtime/runs/run_nope/end",
+        json={"fence": 1, "status": "completed", "last_seq": 0},
+        headers=key(mine),
+    )
+    assert refusal(forged_run, 409)["details"]["reason"] == "not_held"
+
+    # Nothing of the refused posts was stored: the good batch is still the first.
+    ok = await client.post(path, json=good, headers=key(mine))
+    assert ok.json()["accepted_through"] == 2
+
+
+async def test_the_runtimes_api_lists_drains_disables_and_enables(
+    host: Host, client: httpx2.AsyncClient
+) -> None:
+    token = await runtime(host, client, "a1", {"pool": "a"})
+    listed = (await client.get("/v1/runtimes", headers=ADMIN_HEADERS)).json()["runtimes"]
+    assert [(r["name"], r["state"], r["alive"], r["labels"]) for r in listed] == [
+        ("a1", "online", True, {"pool": "a"})
+    ]
+    assert listed[0]["capabilities"]["runners"] == [ECHO_RUNNER]
+    assert (await client.get("/v1/runtimes", headers=key(token))).status_code == 401
+
+    drained = await client.post("/v1/runtimes/a1/drain", headers=ADMIN_HEADERS)
+    assert drained.json()["state"] == "draining"
+    await submit(client, "remote")
+    assert await claim(client, token, wait_s=0.3) == {"run": None, "state": "draining"}, (
+        "drain claims nothing new"
+    )
+    disabled = await client.post("/v1/runtimes/a1/disable", headers=ADMIN_HEADERS)
+    assert disabled.json()["state"] == "disabled"
+    refused = await client.post("/v1/runtime/claim", json={"wait_s": 0}, headers=key(token))
+    assert "disabled" in refusal(refused, 403)["message"]
+    assert (await client.post("/v1/runtimes/a1/enable", headers=ADMIN_HEADERS)).json()["state"] == "online"
+    assert (await claim(client, token))["run"] is not None
+    missing = await client.post("/v1/runtimes/nope/drain", headers=ADMIN_HEADERS)
+    assert refusal(missing, 404)["details"] == {"runtime": "nope"}
+
+
+async def test_a_lapsed_lease_requeues_the_run_and_fences_the_old_runtime_out(
+    host: Host, client: httpx2.AsyncClient
+) -> None:
+    old = await runtime(host, client, "a1", {"pool": "a"})
+    new = await runtime(host, client, "a2", {"pool": "a"})
+    run_id = await submit(client, "remote")
+    first = (await claim(client, old))["run"]
+    old_mcp = first["context"]["context"]["mcp"]
+    # a1 stops heartbeating: after the lease (1 s) the run's executor puts it back in the queue.
+    second = (await claim(client, new, wait_s=10))["run"]
+    assert second["run_id"] == run_id
+    assert second["fence"] > first["fence"]
+    assert second["attempt"] == 2
+
+    late = await client.post(
+        f"/v1/runtime/runs/{run_id}/results",
+        json={"fence": first["fence"], "first_seq": 1, "results": results(run_id, "late")},
+        headers=key(old),
+    )
+    assert refusal(late, 409)["details"]["reason"] == "not_held"
+    beat = await client.post(
+        "/v1/runtime/heartbeat",
+        json={"runs": [{"run_id": run_id, "fence": first["fence"]}]},
+        headers=key(old),
+    )
+    assert beat.json()["lost"] == [run_id]
+
+    initialize = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": {"name": "t", "version": "1"},
+        },
+    }
+    mcp_headers = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
+    stale_call = await client.post(
+        f"/runs/{run_id}/mcp", content=json.dumps(initialize), headers={**mcp_headers, **old_mcp["headers"]}
+    )
+    assert stale_call.status_code == 401, stale_call.text
+    fresh_call = await client.post(
+        f"/runs/{run_id}/mcp",
+        content=json.dumps(initialize),
+        headers={**mcp_headers, **second["context"]["context"]["mcp"]["headers"]},
+    )
+    assert fresh_call.status_code == 200, fresh_call.text
+
+    posted = await client.post(
+        f"/v1/runtime/runs/{run_id}/results",
+        json={"fence": second["fence"], "first_seq": 1, "results": results(run_id, "second")},
+        headers=key(new),
+    )
+    assert posted.status_code == 200, posted.text
+    await client.post(
+        f"/v1/runtime/runs/{run_id}/end",
+        json={"fence": second["fence"], "status": "completed", "last_seq": 2},
+        headers=key(new),
+    )
+    run = await wait_status(client, run_id)
+    assert run["status"] == "completed"
+    stored = (
+        await client.get(
+            f"/v1/runs/{run_id}/results", headers={**ADMIN_HEADERS, "accept": "application/json"}
+        )
+    ).json()["results"]
+    assert [r["data"]["message"]["content"] for r in stored if r["type"] == "message.completed"] == ["second"]
+
+
+async def test_a_run_whose_agent_says_fail_fails_when_its_runtime_is_lost(
+    host: Host, client: httpx2.AsyncClient
+) -> None:
+    token = await runtime(host, client, "a1", {"pool": "a"})
+    run_id = await submit(client, "fragile")
+    assert (await claim(client, token))["run"]["run_id"] == run_id
+    run = await wait_status(client, run_id)
+    assert run["status"] == "failed"
+    assert "on_lost is 'fail'" in run["error"]["message"]
+
+
+async def test_a_run_no_runtime_can_take_fails_naming_its_selector(
+    host: Host, client: httpx2.AsyncClient
+) -> None:
+    await runtime(host, client, "a1", {"pool": "a"})
+    run_id = await submit(client, "nowhere")
+    run = await wait_status(client, run_id)
+    assert run["status"] == "failed"
+    assert "pool=zzz" in run["error"]["message"]
+    assert "1 registered, 0 eligible" in run["error"]["message"]
+
+
+async def test_a_cancel_reaches_the_runtime_in_its_next_heartbeat(
+    host: Host, client: httpx2.AsyncClient
+) -> None:
+    token = await runtime(host, client, "a1", {"pool": "a"})
+    run_id = await submit(client, "remote")
+    fence = (await claim(client, token))["run"]["fence"]
+    started = time.monotonic()
+    cancelled = await client.post(f"/v1/runs/{run_id}/cancel", json={"reason": "stop"}, headers=ADMIN_HEADERS)
+    assert cancelled.status_code == 202, cancelled.text
+    with anyio.fail_after(5):
+        while True:
+            beat = await client.post(
+                "/v1/runtime/heartbeat",
+                json={"runs": [{"run_id": run_id, "fence": fence}]},
+                headers=key(token),
+            )
+            runs = beat.json()["runs"]
+            if runs and runs[0]["cancel"] is not None:
+                break
+            await anyio.sleep(0.05)
+    assert runs[0]["cancel"] == "stop"
+    await client.post(
+        f"/v1/runtime/runs/{run_id}/end",
+        json={"fence": fence, "status": "completed", "last_seq": 0},
+        headers=key(token),
+    )
+    run = await wait_status(client, run_id)
+    assert run["status"] == "cancelled"
+    assert time.monotonic() - started < 5.0, (
+        "ended by the runtime's answer, before the cancel grace cut it off"
+    )
