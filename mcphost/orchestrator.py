@@ -109,7 +109,7 @@ from mcphost.journal import RunJournal, RunOutcome, user_item
 from mcphost.models import AgentBinding, AgentEventEnvelope, Run, RunError, RunGrant, RunStatus, new_id
 from mcphost.plugins.process import PluginProcess, RawResult
 from mcphost.plugins.registry import RegisteredRunner, RunnerRegistry
-from mcphost.protocol import AgentRunContext, JSONObject
+from mcphost.protocol import AgentRunContext, HostModelInfo, JSONObject
 from mcphost.stores import RecordingHeader, ScopeSnapshot, Stores, event_values
 from mcphost.stores.hosts import HOST_RESTARTED
 from mcphost.stores.results import StoredResult
@@ -200,6 +200,7 @@ class Orchestrator:
         max_concurrent_runs: int = 64,
         knowledge_bases: Mapping[str, tuple[str, str]] | None = None,
         skills: Mapping[str, tuple[str, str]] | None = None,
+        models: Mapping[str, HostModelInfo] | None = None,
         tool_list: Callable[[RunGrant], Sequence[JSONObject]] | None = None,
         revise_context: Callable[[AgentRunContext], AgentRunContext] | None = None,
         warm: WarmSessions | None = None,
@@ -218,6 +219,7 @@ class Orchestrator:
         self._limiter = anyio.CapacityLimiter(max_concurrent_runs)
         self._knowledge_bases = dict(knowledge_bases or {})
         self._skills = dict(skills or {})
+        self._models = dict(models or {})
         self._tool_list: Callable[[RunGrant], Sequence[JSONObject]] = tool_list or _no_tools
         """The facts tools a grant allows, as `tools/list` shows them (hashed into `static_refs`): a
         function of the grant's `tools` alone, so kept per set of tools (`_tools_of`)."""
@@ -736,6 +738,7 @@ class Orchestrator:
                 state=state,
                 knowledge_bases=self._knowledge_bases,
                 skills=self._skills,
+                models=self._models,
                 tools=tools,
                 tools_sha256=tools_sha256,
             )

@@ -407,6 +407,13 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SCOPE",
         help="a state scope, checked for read and write (repeatable)",
     )
+    p.add_argument(
+        "--model",
+        dest="models",
+        action="append",
+        metavar="ID[:invoke|stream|rerank]",
+        help="a host model ([models.<id>]), or one way of calling it (repeatable)",
+    )
     _add_common(p)
 
     p = sub.add_parser("config", help="check the configuration", description="Configuration tools.")

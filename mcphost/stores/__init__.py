@@ -55,6 +55,7 @@ from mcphost.stores.secrets import cursor_codec
 from mcphost.stores.state import ScopeSnapshot, StateEntry, StateStore
 from mcphost.stores.storage import StorageItem, StorageStore, StorageValue
 from mcphost.stores.transcript import TranscriptRecord, TranscriptStore
+from mcphost.stores.usage import ModelCallStore
 
 BlobBackendName = Literal["disk", "database"]
 STALE_STAGING_S = 24 * 3600.0
@@ -82,6 +83,8 @@ class Stores:
     deliveries: DeliveryStore
     approvals: ApprovalStore
     recordings: RecordingStore
+    usage: ModelCallStore
+    """Host model calls, their budgets and usage totals."""
 
 
 async def _sweep_staging(staging_dir: Path) -> None:
@@ -167,6 +170,7 @@ async def open_stores(
             deliveries=DeliveryStore(db, cursors),
             approvals=approvals,
             recordings=RecordingStore(db),
+            usage=ModelCallStore(db),
         )
     finally:
         with anyio.CancelScope(shield=True):
@@ -202,6 +206,7 @@ __all__ = [
     "GrantRecord",
     "HostRecord",
     "HostStore",
+    "ModelCallStore",
     "Page",
     "RecordedCall",
     "RecordedCallEntry",
