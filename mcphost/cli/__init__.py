@@ -416,6 +416,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_common(p)
 
+    p = sub.add_parser(
+        "usage",
+        help="host model usage: tokens and cost by agent, actor, model, conversation or day",
+        description="Total the host model calls (the per-run model endpoints) stored in the database.",
+    )
+    p.add_argument(
+        "--by",
+        choices=["agent", "actor", "model", "conversation", "day"],
+        default="model",
+        help="what to total by (default: model)",
+    )
+    _add_common(p)
+
     p = sub.add_parser("config", help="check the configuration", description="Configuration tools.")
     config_sub = p.add_subparsers(dest="config_command", metavar="ACTION", required=True)
     c = config_sub.add_parser(
@@ -653,6 +666,7 @@ _COMMANDS: dict[str, tuple[str, str]] = {
     "deliveries": ("_deliveries", "cmd_deliveries"),
     "approvals": ("_approvals", "cmd_approvals"),
     "explain": ("_explain", "cmd_explain"),
+    "usage": ("_usage", "cmd_usage"),
     "record": ("_replay", "cmd_record"),
     "replay": ("_replay", "cmd_replay"),
 }

@@ -75,6 +75,7 @@ EXPECTED: dict[str, tuple[str, bool]] = {
     "receive_hook": ("signed", False),
     "list_runs": ("reader", True),
     "show_run": ("reader", True),
+    "usage": ("reader", False),
     "run_results": ("reader", True),
     "cancel_run": ("operator", True),
     "run_audit": ("reader", False),
