@@ -48,16 +48,19 @@ from mcphost.facts import FactsServer, granted_tools
 from mcphost.gateway.host_tools import Gateway
 from mcphost.guard import HttpGuard
 from mcphost.knowledge.bases import KnowledgeBases
+from mcphost.llm import host_model_infos
 from mcphost.models import AgentEventEnvelope, Run
 from mcphost.orchestrator import Orchestrator
 from mcphost.plugins.process import PluginProcess, PluginSpec, PluginSupervisor
 from mcphost.plugins.registry import RunnerRegistry
+from mcphost.proxy import ModelProxy
 from mcphost.recording import ReplayBook
 from mcphost.retention import DAY_S, Collector, run_collector
 from mcphost.runtimes.remote import RemoteRuns
 from mcphost.schedules import Scheduler, run_scheduler
 from mcphost.stores import Stores, open_stores
 from mcphost.stores.retention import Collected
+from mcphost.stores.usage import ModelBudget
 from mcphost.stores.warm import WarmSessionStore
 from mcphost.warm import WarmSessions
 
@@ -81,6 +84,8 @@ class Host:
     """Starts the continuation run of each decided or expired parked approval."""
     sender: DeliverySender
     """Sends the outbound webhook outbox (woken at once by a manual redelivery)."""
+    models: ModelProxy
+    """The per-run model endpoints (`/runs/{run_id}/models/...`) over `[models]`."""
     channels: Mapping[str, ChannelAdapter] = field(default_factory=dict[str, ChannelAdapter])
     """The `[channels.<id>]` chat platforms' adapters, their credentials read at start."""
 
@@ -166,6 +171,7 @@ async def open_host(
             max_concurrent_runs=settings.host.max_concurrent_runs,
             knowledge_bases={kb: (cfg.name, cfg.description) for kb, cfg in settings.knowledge.items()},
             skills={name: (cfg.display_name, cfg.description) for name, cfg in settings.skills.items()},
+            models=host_model_infos(settings.models),
             tool_list=granted_tools,
             revise_context=replay.context if replay is not None else None,
             warm=warm,
@@ -185,8 +191,17 @@ async def open_host(
             warm=warm,
         )
 
+        models = ModelProxy(
+            stores,
+            settings.models,
+            budgets={a.id: ModelBudget.model_validate(a.budget.model_dump()) for a in settings.agents},
+            guard=guard,
+            on_call=metrics.model_call,
+        )
+
         async def end_run(run_id: str, _run: Run | None) -> None:
             await facts.end_run(run_id)
+            await models.end_run(run_id)
 
         async def count_run(_run_id: str, run: Run | None) -> None:
             if run is not None:  # None: the orchestrator could neither record nor read the run's end
@@ -229,6 +244,7 @@ async def open_host(
             guard,
             continuations,
             sender,
+            models,
             channels,
         )
 
@@ -241,6 +257,7 @@ async def open_host(
         async with (
             gateway.running(),
             facts.running(),
+            models.running(),
             orchestrator.running(),
             sender.running(),
             anyio.create_task_group() as tg,
@@ -284,7 +301,7 @@ def _attach(app: Starlette, host: Host, limits: ApiLimits | None) -> None:
         knowledge=host.knowledge,
         gateway=host.gateway,
     )
-    app.router.routes[0:0] = host.facts.routes
+    app.router.routes[0:0] = [*host.facts.routes, *host.models.routes]
 
 
 def build_app(host: Host, *, limits: ApiLimits | None = None) -> Starlette:

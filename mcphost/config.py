@@ -36,6 +36,7 @@ from pydantic import (
 )
 
 from mcphost.errors import ConfigError
+from mcphost.llm import ModelConfig, check_models
 from mcphost.models import EVENT_TYPE_PATTERN, ID_PATTERN, AgentConfig
 from mcphost.protocol import is_json_array, is_json_object
 from mcphost.timetable import ScheduleSpec
@@ -538,6 +539,8 @@ class Settings(_Section):
     """Outbound webhooks: results and run ends delivered to receivers."""
     api_keys: list[ApiKeyConfig] = Field(default_factory=list[ApiKeyConfig], max_length=1000)
     """`[[api_keys]]`: bearer keys for `/v1`, each with a role (besides `[host] api_key`, an admin key)."""
+    models: dict[str, ModelConfig] = Field(default_factory=dict[str, ModelConfig], max_length=1000)
+    """`[models.<id>]`: models the host calls for its runs with its own keys (`mcphost.llm`)."""
 
     @field_validator("hooks")
     @classmethod
@@ -660,6 +663,13 @@ def _check_agents(settings: Settings) -> None:
                     f"{settings.source}: agents[{index}] (id {agent.id!r}).resources.knowledge_bases: "
                     f"knowledge base {kb!r} is not declared; declared: {known}. Add a [knowledge.{kb}] table."
                 )
+        for model_id in agent.resources.models:
+            if model_id not in settings.models:
+                known = ", ".join(sorted(settings.models)) or "none"
+                raise ConfigError(
+                    f"{settings.source}: agents[{index}] (id {agent.id!r}).resources.models: "
+                    f"model {model_id!r} is not declared; declared: {known}. Add a [models.{model_id}] table."
+                )
         for skill in agent.resources.skills:
             if skill not in settings.skills:
                 known = ", ".join(sorted(settings.skills)) or "none"
@@ -736,6 +746,8 @@ def settings_from_mapping(data: Mapping[str, Any], *, source: str, environ: Mapp
         raise ConfigError(_describe(exc, source, data), details={"source": source}) from None
     if "agents" not in data:
         settings = settings.model_copy(update={"agents": [default_agent()]})
+    if problems := check_models(settings.models):
+        raise ConfigError("\n".join(f"{source}: {line}" for line in problems), details={"source": source})
     _check_agents(settings)
     _check_hooks(settings)
     _check_api_keys(settings)

@@ -40,10 +40,12 @@ from mcphost.protocol import (
     ConversationInfo,
     Delivery,
     EventInfo,
+    HostModelInfo,
     JSONObject,
     JSONValue,
     KnowledgeBaseInfo,
     MCPAccess,
+    ModelEndpoints,
     Resources,
     RunInput,
     Runtime,
@@ -162,10 +164,34 @@ def _event_parts(event: AgentEventEnvelope) -> dict[str, Any]:
     return parts
 
 
+def models_url(public_url: str, run_id: str) -> str:
+    """The base of a run's model endpoints: `<public>/runs/<run_id>/models` (`/anthropic`, `/openai/v1`)."""
+    return f"{public_url.rstrip('/')}/runs/{run_id}/models"
+
+
+def model_endpoints(public_url: str, run_id: str) -> ModelEndpoints:
+    base = models_url(public_url, run_id)
+    return ModelEndpoints(anthropic=f"{base}/anthropic", openai=f"{base}/openai/v1")
+
+
+def _models(grant: RunGrant, models: Mapping[str, HostModelInfo]) -> list[HostModelInfo]:
+    calls = sorted(grant.model_calls)
+    return [
+        models.get(model_id, HostModelInfo(model_id=model_id)).model_copy(
+            update={"model_id": model_id, "calls": calls}
+        )
+        for model_id in sorted(grant.models)
+    ]
+
+
 def _resources(
-    grant: RunGrant, knowledge_bases: Mapping[str, tuple[str, str]], skills: Sequence[SkillInfo]
+    grant: RunGrant,
+    knowledge_bases: Mapping[str, tuple[str, str]],
+    skills: Sequence[SkillInfo],
+    models: Mapping[str, HostModelInfo] | None = None,
 ) -> Resources:
     return Resources(
+        models=_models(grant, models or {}),
         tools=[
             ToolInfo(name=glob, description="host tools matching this pattern")
             for glob in grant.host_tool_globs
@@ -184,7 +210,11 @@ def _resources(
 
 
 def _access(
-    grant: RunGrant, latest_cursor: str | None, has_history_before: bool, mcp: MCPAccess | None
+    grant: RunGrant,
+    latest_cursor: str | None,
+    has_history_before: bool,
+    mcp: MCPAccess | None,
+    models: ModelEndpoints | None = None,
 ) -> ContextAccess:
     tools = grant.tools
     return ContextAccess(
@@ -206,6 +236,7 @@ def _access(
             tools=bool(grant.host_tool_globs),
         ),
         mcp=mcp,
+        models=models if grant.models else None,
     )
 
 
@@ -286,11 +317,13 @@ def build_context(
     skills: Mapping[str, tuple[str, str]] | None = None,
     tools: Sequence[JSONObject] = (),
     tools_sha256: str | None = None,
+    models: Mapping[str, HostModelInfo] | None = None,
 ) -> AgentRunContext:
     """Assemble the run context, without its token (`with_token` adds it). `knowledge_bases` maps kb_id → (name, description), `skills` a skill's
     name → (display name, description); the agent's `resources.skills` picks the skills it is told of.
     `tools` are the facts tools the grant allows, as `tools/list` shows them (hashed into
-    `runtime.static_refs`; `tools_sha256` is that hash when the caller keeps it)."""
+    `runtime.static_refs`; `tools_sha256` is that hash when the caller keeps it); `models` describes
+    the host's models by id (the grant picks which the context lists)."""
     if grant.run_id != run_id:
         raise ValueError(f"build_context takes the run's own grant; got {grant.run_id!r} for {run_id!r}")
     told = [
@@ -298,7 +331,7 @@ def build_context(
         for name in binding.agent.resources.skills
         if skills and name in skills
     ]
-    resources = _resources(grant, knowledge_bases or {}, told)
+    resources = _resources(grant, knowledge_bases or {}, told, models)
     config = runner_config(binding, manifest)
     return AgentRunContext(
         run_id=run_id,
@@ -309,7 +342,13 @@ def build_context(
             }
         ),
         resources=resources,
-        context=_access(grant, latest_cursor, has_history_before, mcp_access(public_url, run_id)),
+        context=_access(
+            grant,
+            latest_cursor,
+            has_history_before,
+            mcp_access(public_url, run_id),
+            model_endpoints(public_url, run_id),
+        ),
         state=state_snapshot(state),
         runtime=_runtime(grant, static_refs(config, resources, tools, tools_sha256)),
         config=config,

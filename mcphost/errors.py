@@ -17,6 +17,7 @@ HostError                          code            HTTP
 ├── UnauthorizedError              unauthorized    401
 ├── ForbiddenError                 unauthorized    403 (an API key whose role does not reach the route)
 ├── RateLimitedError               rate_limited    429
+│   └── BudgetExceededError        budget_exceeded 429 (an `[agents.budget]` model budget is spent)
 ├── DeadlineExceededError          deadline_exceeded 504
 ├── UnavailableError               runtime_error   503 (the host is draining and takes no new work)
 ├── StorageUnavailableError        storage_unavailable 503 (the database or data_dir cannot be read or written)
@@ -124,6 +125,13 @@ class ForbiddenError(HostError):
 class RateLimitedError(HostError):
     code = "rate_limited"
     status = 429
+
+
+class BudgetExceededError(RateLimitedError):
+    """A host model call refused before it reached the upstream: the budget `details["budget"]` names
+    (`model_usd_per_run`, ...) would be exceeded by its reservation."""
+
+    code = "budget_exceeded"
 
 
 class DeadlineExceededError(HostError):

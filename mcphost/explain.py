@@ -40,9 +40,11 @@ class ExplainRequest(InboundModel):
     """Resource URIs of the per-run MCP server (`mcphost://run/context`, `mcphost://artifacts/<id>`)."""
     state_scopes: list[StateScope] = Field(default_factory=list[StateScope], max_length=len(STATE_SCOPES))
     """State scopes; each is checked for reading and for writing."""
+    models: list[str] = Field(default_factory=list[str], max_length=MAX_TARGETS)
+    """Host model ids (`[models.<id>]`), or `ID:invoke|stream|rerank` for one way of calling them."""
 
     def targets(self) -> list[str]:
-        return targets_of(self.tools, self.resources, self.state_scopes)
+        return targets_of(self.tools, self.resources, self.state_scopes, self.models)
 
 
 class AgentVerdict(_Out):
@@ -80,9 +82,13 @@ class Explanation(_Out):
     checks: list[GrantCheck]
 
 
-def targets_of(tools: Sequence[str], resources: Sequence[str], state_scopes: Sequence[str]) -> list[str]:
-    """The `grants.check` targets of named tools, resources and state scopes (read and write each)."""
+def targets_of(
+    tools: Sequence[str], resources: Sequence[str], state_scopes: Sequence[str], models: Sequence[str] = ()
+) -> list[str]:
+    """The `grants.check` targets of named tools, resources, state scopes (read and write each) and
+    host models."""
     found = [f"tool:{t}" for t in tools] + [f"resource:{r}" for r in resources]
+    found += [f"model:{m}" for m in models]
     for scope in state_scopes:
         found += [f"state:{scope}:read", f"state:{scope}:write"]
     if len(found) > 3 * MAX_TARGETS:

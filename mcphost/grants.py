@@ -2,7 +2,7 @@
 
 Owns the rule that turns (runner manifest permissions) ∩ (agent policy) ∩ (event scope) into a frozen
 `RunGrant`, and `check`, which says of one target (`tool:NAME`, `state:SCOPE:read|write`,
-`storage:AREA`, `knowledge:KB`, `resource:URI`, `action:NAME`) whether a grant allows it and, when not, which layer
+`storage:AREA`, `knowledge:KB`, `resource:URI`, `action:NAME`, `model:ID[:invoke|stream|rerank]`) whether a grant allows it and, when not, which layer
 removed it and which key would add it (and, of an allowed tool, whether its calls wait for a person's
 approval: `asks_approval`). `mcphost explain` and every `unauthorized` refusal of the per-run
 MCP server word their answer through `check`. `action_out_of_scope` is the event layer of a platform
@@ -78,6 +78,10 @@ class GrantView(BaseModel):
     artifact_create: bool
     actions: list[str]
     """Platform actions the run may ask for (`action.requested`), before the target's scope check."""
+    models: list[str] = []
+    """Host models the run may call (`[models.<id>]` ids)."""
+    model_calls: list[str] = []
+    """How it may call them: `invoke`, `stream`, `rerank`."""
     call_budget: int | None
     byte_budget: int | None
 
@@ -94,6 +98,8 @@ class GrantView(BaseModel):
                 "storage_areas": sorted(grant.storage_areas),
                 "artifact_create": grant.artifact_create,
                 "actions": sorted(grant.actions),
+                "models": sorted(grant.models),
+                "model_calls": sorted(grant.model_calls),
                 "call_budget": grant.call_budget,
                 "byte_budget": grant.byte_budget,
                 **extra,
@@ -176,6 +182,8 @@ def build_grant(
         storage_areas=storage_areas,
         artifact_create="create" in granted["artifacts"],
         actions=frozenset(perms.platform_api) & frozenset(agent.actions.allow),
+        models=frozenset(agent.resources.models) if perms.models else frozenset(),
+        model_calls=frozenset(perms.models) if agent.resources.models else frozenset(),
         deadline_at=deadline_at,
         token_hash=token_hash,
         call_budget=agent.budget.calls,
@@ -191,6 +199,7 @@ def build_grant(
             state_write=agent.state.write,
             storage_areas=tuple(agent.storage.areas),
             actions=tuple(agent.actions.allow),
+            models=tuple(agent.resources.models),
         ),
     )
 
@@ -232,7 +241,8 @@ class GrantCheck(BaseModel):
 
     target: str
     """What was checked: `tool:NAME`, `state:SCOPE:read|write`, `storage:AREA`, `knowledge:KB`,
-    `resource:URI` or `action:NAME` (a platform action; its target's scope is checked per request)."""
+    `resource:URI`, `action:NAME` (a platform action; its target's scope is checked per request) or
+    `model:ID[:invoke|stream|rerank]` (a host model)."""
     allowed: bool
     approval: bool = False
     """Allowed, but each call waits for a person's decision: the agent marks the tool `ask`
@@ -272,6 +282,12 @@ def check(grant: RunGrant, target: str) -> GrantCheck:
                 raise ValueError(f"{target!r}: name a knowledge base, as in 'knowledge:docs'")
             allowed = rest in grant.knowledge_bases
             removed = None if allowed else _knowledge_layers(grant, rest)
+        case "model":
+            model_id, _, how = rest.partition(":")
+            if not model_id or how not in ("", "invoke", "stream", "rerank"):
+                raise ValueError(f"{target[:120]!r}: a model target is 'model:ID[:invoke|stream|rerank]'")
+            allowed = model_id in grant.models and (not how or how in grant.model_calls)
+            removed = None if allowed else _model_layers(grant.layers, model_id, how or None)
         case "action":
             if not rest:
                 raise ValueError(f"{target!r}: name a platform action, as in 'action:message.edit'")
@@ -290,7 +306,7 @@ def check(grant: RunGrant, target: str) -> GrantCheck:
         case _:
             raise ValueError(
                 f"{target[:120]!r} is not a target; use tool:NAME, state:SCOPE:read|write, storage:AREA, "
-                "knowledge:KB, resource:URI or action:NAME"
+                "knowledge:KB, resource:URI, action:NAME or model:ID[:invoke|stream|rerank]"
             )
     if allowed:
         pattern = asks_approval(grant, rest) if kind == "tool" else None
@@ -501,6 +517,23 @@ def _knowledge_layers(grant: RunGrant, kb_id: str) -> _Removed:
         "agent",
         f"resources.knowledge_bases of {_agent(layers)} does not include {kb_id[:100]!r}",
         f"add {kb_id[:100]!r} to resources.knowledge_bases in {_entry(layers)}",
+    )
+
+
+def _model_layers(layers: GrantLayers | None, model_id: str, how: str | None) -> _Removed:
+    if layers is None:
+        return None
+    if not layers.manifest.models or (how is not None and how not in layers.manifest.models):
+        what = repr(how) if how else "any of 'invoke', 'stream', 'rerank'"
+        return (
+            "manifest",
+            f"{_runner(layers)} does not declare {what} in permissions.models",
+            f"add {how or 'invoke'!r} to permissions.models in {_runner(layers)} (its author's change)",
+        )
+    return (
+        "agent",
+        f"resources.models of {_agent(layers)} does not include {model_id[:100]!r}",
+        f"add {model_id[:100]!r} to resources.models in {_entry(layers)} (a [models.{model_id[:64]}] table)",
     )
 
 

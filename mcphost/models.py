@@ -173,6 +173,9 @@ class ResourcePolicy(InboundModel):
     """Globs of host tool names (`<server>__<tool>`) the agent may call."""
     knowledge_bases: list[str] = Field(default_factory=list[str])
     skills: list[str] = Field(default_factory=list[str])
+    models: list[str] = Field(default_factory=list[str], max_length=100)
+    """Ids of `[models.<id>]` the agent's runs may call through the host (with the runner's
+    `permissions.models`)."""
 
 
 class StatePolicy(InboundModel):
@@ -221,6 +224,14 @@ class RunBudget(InboundModel):
     """Facts and host-tool calls a run may make; later calls answer `rate_limited`."""
     bytes: int | None = Field(default=None, ge=1, le=2**40)
     """Bytes a run may read back (answers' sizes); later calls answer `rate_limited`."""
+    model_tokens_per_run: int | None = Field(default=None, ge=1, le=10**12)
+    """Host model tokens (input, output, cached) one run may spend; a call past it is refused (429)."""
+    model_usd_per_run: float | None = Field(default=None, gt=0, le=10**9)
+    """USD of host model calls one run may spend."""
+    model_usd_per_day_per_actor: float | None = Field(default=None, gt=0, le=10**9)
+    """USD of host model calls the agent's runs may spend per actor per UTC day."""
+    model_usd_per_day: float | None = Field(default=None, gt=0, le=10**9)
+    """USD of host model calls the agent's runs may spend per UTC day."""
 
 
 LABEL_KEY_PATTERN = r"^[a-z0-9][a-z0-9_.-]{0,62}$"
@@ -424,6 +435,8 @@ class GrantLayers(_Frozen):
     storage_areas: tuple[str, ...] = ()
     actions: tuple[str, ...] = ()
     """The agent's `actions.allow`."""
+    models: tuple[str, ...] = ()
+    """The agent's `resources.models`."""
 
 
 class RunGrant(_Frozen):
@@ -456,6 +469,11 @@ class RunGrant(_Frozen):
     actions: frozenset[str] = frozenset()
     """Platform actions the run may ask for (`action.requested`): the manifest's `platform_api` ∩ the
     agent's `actions.allow`; the target must also lie in the event's scope (`grants.action_out_of_scope`)."""
+    models: frozenset[str] = frozenset()
+    """Host models (`[models.<id>]`) the run may call: the agent's `resources.models`, when the manifest
+    declares any `permissions.models`."""
+    model_calls: frozenset[str] = frozenset()
+    """How it may call them: the manifest's `permissions.models` (`invoke`, `stream`, `rerank`)."""
     deadline_at: float
     rate_per_s: float = 50.0
     rate_burst: int = 100

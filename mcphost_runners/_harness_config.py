@@ -20,7 +20,14 @@ from typing import ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from mcphost.common.validation import problems
-from mcphost.protocol import AgentRunContext, ConfigField, JSONObject, MCPAccess, config_schema_of
+from mcphost.protocol import (
+    AgentRunContext,
+    ConfigField,
+    JSONObject,
+    MCPAccess,
+    ModelEndpoints,
+    config_schema_of,
+)
 
 TOKEN_ENV = "MCPHOST_RUN_TOKEN"
 SERVER_NAME = "mcphost"
@@ -168,6 +175,48 @@ def resolve_cli(name: str, cli_path: str | None, search_path: str | None) -> Pat
         return Path(found)
     local = REPO_ROOT / "node_modules" / ".bin" / name
     return local if local.is_file() and os.access(local, os.X_OK) else None
+
+
+HOST_MODEL_PREFIX = "host:"
+PROVIDER_KEY_ENV: frozenset[str] = frozenset(
+    {
+        "ANTHROPIC_API_KEY",
+        "ANTHROPIC_AUTH_TOKEN",
+        "CLAUDE_CODE_OAUTH_TOKEN",
+        "OPENAI_API_KEY",
+        "CODEX_API_KEY",
+    }
+)
+"""Credential variables a harness CLI reads: on a host model none of them is handed through, but the
+run token where the CLI needs a key."""
+
+
+def host_model(config: HarnessConfig) -> str | None:
+    """The host model id an agent's `model = "host:<id>"` names, or None (the CLI's own provider)."""
+    if config.model is None or not config.model.startswith(HOST_MODEL_PREFIX):
+        return None
+    return config.model.removeprefix(HOST_MODEL_PREFIX) or None
+
+
+def host_model_access(ctx: AgentRunContext) -> tuple[ModelEndpoints, str]:
+    """The run's model endpoints and its token, for a CLI on a host model.
+
+    Raises:
+        ValueError: the run is granted no host model (its agent's `resources.models` is empty).
+    """
+    endpoints, mcp = ctx.context.models, ctx.context.mcp
+    token = run_token(mcp) if mcp is not None else None
+    if endpoints is None or token is None:
+        raise ValueError(
+            "model = 'host:<id>' needs the run to be granted that host model: add it to resources.models "
+            "of the agent (and declare it in a [models.<id>] table)"
+        )
+    return endpoints, token
+
+
+def without_provider_keys(env: dict[str, str]) -> dict[str, str]:
+    """`env` less every provider credential (`PROVIDER_KEY_ENV`)."""
+    return {name: value for name, value in env.items() if name not in PROVIDER_KEY_ENV}
 
 
 def run_token(mcp: MCPAccess) -> str | None:

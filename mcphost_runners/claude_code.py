@@ -42,6 +42,7 @@ from mcphost.protocol import (
     Usage,
     is_error_code,
 )
+from mcphost_runners._harness_config import host_model, host_model_access, without_provider_keys
 from mcphost_runners._harness_files import make_private_dir, write_private
 from mcphost_runners._harness_stream import (
     Diagnostics,
@@ -178,8 +179,9 @@ class ClaudeCodeRunner(HarnessRunner):
         if config.disallowed_tools:
             argv += ["--disallowedTools", ",".join(config.disallowed_tools)]
         argv += ["--permission-mode", config.permission_mode, "--max-turns", str(config.max_turns)]
-        if config.model:
-            argv += ["--model", config.model]
+        model = host_model(config) or config.model
+        if model:
+            argv += ["--model", model]
         system = "\n\n".join(part for part in (config.prompt, context_hint(workspace)) if part)
         argv += ["--append-system-prompt", system[:MAX_ARGV_TEXT]]
         if session.session_id:
@@ -200,7 +202,7 @@ class ClaudeCodeRunner(HarnessRunner):
         self, ctx: AgentRunContext, config: ClaudeCodeConfig, workspace: Workspace
     ) -> dict[str, str]:
         home = make_private_dir(workspace.data_dir / "claude-home")
-        return harness_environment(
+        env = harness_environment(
             config,
             defaults=CLAUDE_DEFAULT_ENV,
             controlled={
@@ -209,6 +211,21 @@ class ClaudeCodeRunner(HarnessRunner):
                 **trace_environment(ctx),
             },
         )
+        model_id = host_model(config)
+        if model_id is None:
+            return env
+        # On a host model the CLI talks to the run's Anthropic endpoint with the run token; no provider
+        # key reaches its environment, whatever the agent's `environment` or `pass_env` say.
+        endpoints, token = host_model_access(ctx)
+        return {
+            **without_provider_keys(env),
+            "ANTHROPIC_BASE_URL": endpoints.anthropic,
+            "ANTHROPIC_API_KEY": token,
+            "ANTHROPIC_MODEL": model_id,
+            "ANTHROPIC_SMALL_FAST_MODEL": model_id,
+            # Claude Code reads 'sonnet', 'opus' and 'haiku' as aliases: each names the host model here.
+            **{f"ANTHROPIC_DEFAULT_{alias}_MODEL": model_id for alias in ("SONNET", "OPUS", "HAIKU")},
+        }
 
     def mapper(
         self, ctx: AgentRunContext, out: RunOutput, diagnostics: Diagnostics, on_session: SessionCallback

@@ -122,8 +122,10 @@ HARNESS_PERMISSIONS = Permissions(
     storage=["plugin", "workspace", "binding"],
     knowledge=["list", "retrieve"],
     tools=["call"],
+    models=["invoke", "stream"],
 )
-"""A harness reaches everything through MCP; the agent's policy and the event cut this down (§6)."""
+"""A harness reaches everything through MCP (and the host's models through the run's model endpoints);
+the agent's policy and the event cut this down (§6)."""
 HARNESS_CAPABILITIES = Capabilities(
     streaming=True,
     tool_calling=True,

@@ -2,7 +2,7 @@
 
 Owns the metrics: runs that ended here by status and their durations, events admitted, MCP calls by
 tool and outcome, verified webhooks answered without a run, rows and bytes the retention job reclaimed
-by kind, approval decisions taken here by decision, schedule fires this process claimed by outcome, HTTP
+by kind, approval decisions taken here by decision, host model tokens and cost by model and agent, schedule fires this process claimed by outcome, HTTP
 requests by method, route and status and their durations, outbound webhook deliveries by outcome and dead
 letters by reason, `mcphost_build_info`,
 and prometheus_client's process, platform and garbage-collector collectors; active runs and plugin
@@ -167,6 +167,25 @@ class HostMetrics:
         )
         self._deliveries_metrics()
         self._init_approvals_and_schedules()
+        self._model_tokens = Counter(
+            "mcphost_model_tokens",
+            "Host model tokens spent through this process, by model id, agent and kind (input, output, cached).",
+            ["model", "agent", "kind"],
+            registry=r,
+        )
+        self._model_cost = Counter(
+            "mcphost_model_cost_usd",
+            "USD of host model calls made through this process, by model id and agent.",
+            ["model", "agent"],
+            registry=r,
+        )
+
+    def model_call(self, model: str, agent: str, tokens: tuple[int, int, int], cost_usd: float) -> None:
+        """Count one host model call: its (input, output, cached) tokens and its cost. Models and agents
+        are configured ids, so the label sets stay bounded."""
+        for kind, count in zip(("input", "output", "cached"), tokens, strict=True):
+            self._model_tokens.labels(model, agent, kind).inc(count)
+        self._model_cost.labels(model, agent).inc(cost_usd)
 
     # -- approvals and schedule fires ------------------------------------------------------------------
 

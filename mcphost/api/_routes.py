@@ -129,6 +129,7 @@ from mcphost.api._schedules import (
     resume_schedule,
     show_schedule,
 )
+from mcphost.api._usage import UsageAnswer, UsageQuery, usage
 from mcphost.common.timestamps import schemas_with_iso
 from mcphost.config import PublicEndpoint
 from mcphost.explain import ExplainRequest, Explanation
@@ -332,6 +333,8 @@ _ENDPOINTS: tuple[_Endpoint, ...] = (
     _Endpoint("DELETE", "/v1/state/{scope}/{key}", delete_state,
               "Delete one state value (also one too deep to be served); the query names the owner's ids",
               200, "StateDeleted", (400, 404), StateOwnerQuery, role="admin"),
+    _Endpoint("GET", "/v1/usage", usage, "Host model calls totalled by agent, actor, model, conversation or day",
+              200, "UsageAnswer", (400,), UsageQuery, role="reader"),
     _Endpoint("GET", "/v1/schedules", list_schedules,
               "A page of schedules (config ones first, then the API's, each by id) with their next and newest "
               "fire times", 200, "SchedulesPage", (400,), SchedulesQuery, role="reader"),
@@ -416,6 +419,7 @@ TAGS: dict[str, str] = {
     "deliveries": "Outbound webhook deliveries.",
     "approvals": "Human approvals of requested actions: list, read, decide.",
     "explain": "Dry runs: the binding and grant an event would get, and why a target is (not) allowed.",
+    "usage": "Host model calls totalled: tokens and cost by agent, actor, model, conversation or day.",
     "agents": "The configured agents an event can bind to.",
     "knowledge": "The knowledge bases agents may search, and an operator's search of them.",
     "tools": "The upstream tool servers the host exposes to agents, with their state.",
@@ -577,6 +581,7 @@ _SCHEMA_MODELS: tuple[type[BaseModel], ...] = (
     *_RESULT_MODELS,
     RuntimesView,
     RuntimeView,
+    UsageAnswer,
 )
 
 

@@ -408,6 +408,26 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SCOPE",
         help="a state scope, checked for read and write (repeatable)",
     )
+    p.add_argument(
+        "--model",
+        dest="models",
+        action="append",
+        metavar="ID[:invoke|stream|rerank]",
+        help="a host model ([models.<id>]), or one way of calling it (repeatable)",
+    )
+    _add_common(p)
+
+    p = sub.add_parser(
+        "usage",
+        help="host model usage: tokens and cost by agent, actor, model, conversation or day",
+        description="Total the host model calls (the per-run model endpoints) stored in the database.",
+    )
+    p.add_argument(
+        "--by",
+        choices=["agent", "actor", "model", "conversation", "day"],
+        default="model",
+        help="what to total by (default: model)",
+    )
     _add_common(p)
 
     p = sub.add_parser("config", help="check the configuration", description="Configuration tools.")
@@ -698,6 +718,7 @@ _COMMANDS: dict[str, tuple[str, str]] = {
     "runtimes": ("_runtimes", "cmd_runtimes"),
     "runtime": ("_runtimes", "cmd_runtime"),
     "explain": ("_explain", "cmd_explain"),
+    "usage": ("_usage", "cmd_usage"),
     "record": ("_replay", "cmd_record"),
     "replay": ("_replay", "cmd_replay"),
 }

@@ -53,6 +53,7 @@ def _request(args: argparse.Namespace) -> ExplainRequest | str:
                 "tools": args.tools or [],
                 "resources": args.resources or [],
                 "state_scopes": args.state_scopes or [],
+                "models": args.models or [],
             }
         )
     except ValidationError as exc:
@@ -123,6 +124,8 @@ def render(answer: Explanation) -> str:
         lines.append(f"  storage          {', '.join(grant.storage_areas) or 'none'}")
         lines.append(f"  knowledge bases  {', '.join(grant.knowledge_bases) or 'none'}")
         lines.append(f"  actions          {', '.join(grant.actions) or 'none'}")
+        calls = f" ({', '.join(grant.model_calls)})" if grant.models else ""
+        lines.append(f"  models           {', '.join(grant.models) or 'none'}{calls}")
     if answer.checks:
         lines.append("")
         lines.append("Checks:")

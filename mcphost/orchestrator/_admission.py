@@ -39,7 +39,7 @@ from mcphost.models import AgentBinding, AgentEventEnvelope, Run, RunGrant, RunS
 from mcphost.orchestrator import _tuning as tuning
 from mcphost.orchestrator._active import ActiveRun
 from mcphost.orchestrator._execution import ExecutingRunner
-from mcphost.protocol import AgentRunContext, AgentRunnerManifest, JSONObject
+from mcphost.protocol import AgentRunContext, AgentRunnerManifest, HostModelInfo, JSONObject
 from mcphost.stores import ScopeSnapshot, Stores, event_values
 from mcphost.stores.hosts import HOST_RESTARTED
 from mcphost.stores.runs import StartContext
@@ -150,6 +150,7 @@ class ContextBuilder:
         public_url: str,
         knowledge_bases: Mapping[str, tuple[str, str]] | None,
         skills: Mapping[str, tuple[str, str]] | None,
+        models: Mapping[str, HostModelInfo] | None,
         tool_list: Callable[[RunGrant], Sequence[JSONObject]] | None,
         revise_context: Callable[[AgentRunContext], AgentRunContext] | None,
         warm: WarmSessions | None,
@@ -157,6 +158,7 @@ class ContextBuilder:
         self.public_url = public_url
         self._knowledge_bases = dict(knowledge_bases or {})
         self._skills = dict(skills or {})
+        self._models = dict(models or {})
         self._tool_list: Callable[[RunGrant], Sequence[JSONObject]] = tool_list or no_tools
         """The facts tools a grant allows, as `tools/list` shows them (hashed into `static_refs`)."""
         self._tool_lists: dict[frozenset[str], tuple[Sequence[JSONObject], str]] = {}
@@ -187,6 +189,7 @@ class ContextBuilder:
                 state=state,
                 knowledge_bases=self._knowledge_bases,
                 skills=self._skills,
+                models=self._models,
                 tools=tools,
                 tools_sha256=tools_sha256,
             )

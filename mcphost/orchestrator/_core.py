@@ -49,7 +49,7 @@ from mcphost.orchestrator._execution import (
     stored_trace,
 )
 from mcphost.plugins.registry import RunnerRegistry
-from mcphost.protocol import AgentRunContext, JSONObject
+from mcphost.protocol import AgentRunContext, HostModelInfo, JSONObject
 from mcphost.runtimes.remote import RemoteRuns
 from mcphost.stores import Stores
 from mcphost.stores.hosts import HOST_RESTARTED
@@ -87,6 +87,7 @@ class Orchestrator:
         max_concurrent_runs: int = 64,
         knowledge_bases: Mapping[str, tuple[str, str]] | None = None,
         skills: Mapping[str, tuple[str, str]] | None = None,
+        models: Mapping[str, HostModelInfo] | None = None,
         tool_list: Callable[[RunGrant], Sequence[JSONObject]] | None = None,
         revise_context: Callable[[AgentRunContext], AgentRunContext] | None = None,
         warm: WarmSessions | None = None,
@@ -100,6 +101,7 @@ class Orchestrator:
             public_url=public_url,
             knowledge_bases=knowledge_bases,
             skills=skills,
+            models=models,
             tool_list=tool_list,
             revise_context=revise_context,
             warm=warm,

@@ -10,6 +10,7 @@ ErrorCode = Literal[
     "deadline_exceeded",
     "payload_too_large",
     "rate_limited",
+    "budget_exceeded",
     "invalid_argument",
     "conflict",
     "runtime_error",
@@ -29,6 +30,7 @@ ErrorCode = Literal[
     "host.run_lost",
 ]
 """Every code a host or runner may report. `host.restarted` marks runs a dead host left behind;
+`budget_exceeded` a host model call refused because an `[agents.budget]` model budget is spent;
 `host.run_lost` runs a live host stopped executing without recording their end (closed by its sweeper);
 `storage_unavailable` a database that failed or refused the operation, `storage_full` one whose disk is
 full (both: retry later); `approval_denied` a call marked `ask` that a person denied or left to expire; `approval_pending` the

@@ -112,11 +112,31 @@ class StorageInfo(ProtocolModel):
     areas: list[str] = Field(default_factory=list[str])
 
 
+class HostModelInfo(ProtocolModel):
+    """A host model the run may call (`[models.<id>]` in the host's config), without its provider or key."""
+
+    model_id: str
+    """The id to name in a request's `model` (the endpoints in `context.models` map it upstream)."""
+    kind: Literal["chat", "rerank", "embedding"] = "chat"
+    context_window: int | None = None
+    """Input tokens the model takes, when the host knows it."""
+    tools: bool = True
+    """The model supports tool calls."""
+    images: bool = False
+    """The model takes images."""
+    calls: list[Literal["invoke", "stream", "rerank"]] = Field(
+        default_factory=list[Literal["invoke", "stream", "rerank"]]
+    )
+    """How the run may call it (its grant)."""
+
+
 class Resources(ProtocolModel):
     tools: list[ToolInfo] = Field(default_factory=list[ToolInfo])
     knowledge_bases: list[KnowledgeBaseInfo] = Field(default_factory=list[KnowledgeBaseInfo])
     skills: list[SkillInfo] = Field(default_factory=list[SkillInfo])
     storage: StorageInfo = Field(default_factory=StorageInfo)
+    models: list[HostModelInfo] = Field(default_factory=list[HostModelInfo])
+    """Host models the run may call through its model endpoints (`context.models`)."""
 
 
 class InlinePolicy(ProtocolModel):
@@ -170,6 +190,18 @@ class MCPAccess(ProtocolModel):
     """The warm session endpoint, when the agent asked for one (`warm = true`); else absent."""
 
 
+class ModelEndpoints(ProtocolModel):
+    """The run's model endpoints (PROTOCOL §7a), authenticated by the run token (`mcp.headers`) sent as
+    `x-api-key` or `Authorization: Bearer`. Unmodified provider clients take these as their base URL."""
+
+    anthropic: str
+    """Anthropic Messages (`POST {anthropic}/v1/messages`): an Anthropic SDK's or Claude Code's
+    `ANTHROPIC_BASE_URL`."""
+    openai: str
+    """OpenAI (`POST {openai}/chat/completions`, `POST {openai}/responses`, `GET {openai}/models`): an
+    OpenAI SDK's `base_url`, a Codex model provider's `base_url`."""
+
+
 class ContextAccess(ProtocolModel):
     conversation_id: str | None = None
     thread_id: str | None = None
@@ -179,6 +211,8 @@ class ContextAccess(ProtocolModel):
     inline_policy: InlinePolicy = Field(default_factory=InlinePolicy)
     available_apis: AvailableApis = Field(default_factory=AvailableApis)
     mcp: MCPAccess | None = None
+    models: ModelEndpoints | None = None
+    """The run's model endpoints, when it is granted any host model (`resources.models`)."""
 
 
 class StateErrorEntry(ProtocolModel):

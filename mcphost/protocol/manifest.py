@@ -62,6 +62,7 @@ StatePermission = Literal["read", "write"]
 StoragePermission = Literal["plugin", "workspace", "binding"]
 KnowledgePermission = Literal["list", "retrieve"]
 ToolsPermission = Literal["call"]
+ModelsPermission = Literal["invoke", "stream", "rerank"]
 
 
 class Permissions(InboundModel):
@@ -75,6 +76,9 @@ class Permissions(InboundModel):
     knowledge: list[KnowledgePermission] = Field(default_factory=list[KnowledgePermission])
     tools: list[ToolsPermission] = Field(default_factory=list[ToolsPermission])
     platform_api: list[str] = Field(default_factory=list[str])
+    models: list[ModelsPermission] = Field(default_factory=list[ModelsPermission])
+    """Calls of the host's models the runner may make (the agent's `resources.models` names which):
+    `invoke` (a whole answer), `stream` (a streamed one), `rerank`."""
 
 
 class ContextSupport(InboundModel):

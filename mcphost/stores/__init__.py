@@ -58,6 +58,7 @@ from mcphost.stores.secrets import cursor_codec
 from mcphost.stores.state import ScopeSnapshot, StateEntry, StateStore
 from mcphost.stores.storage import StorageItem, StorageStore, StorageValue
 from mcphost.stores.transcript import TranscriptRecord, TranscriptStore
+from mcphost.stores.usage import ModelCallStore
 
 BlobBackendName = Literal["disk", "database"]
 STALE_STAGING_S = 24 * 3600.0
@@ -90,6 +91,8 @@ class Stores:
     runtimes: RuntimeStore
     dispatch: DispatchStore
     """The queue of remote runs (`[agents.runtime]`) and the results their runtimes post."""
+    usage: ModelCallStore
+    """Host model calls, their budgets and usage totals."""
 
 
 async def _sweep_staging(staging_dir: Path) -> None:
@@ -180,6 +183,7 @@ async def open_stores(
             conversations=ConversationStore(db, cursors, blobs),
             runtimes=RuntimeStore(db),
             dispatch=DispatchStore(db),
+            usage=ModelCallStore(db),
         )
     finally:
         with anyio.CancelScope(shield=True):
@@ -219,6 +223,7 @@ __all__ = [
     "GrantRecord",
     "HostRecord",
     "HostStore",
+    "ModelCallStore",
     "Page",
     "RecordedCall",
     "RecordedCallEntry",

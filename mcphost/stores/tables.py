@@ -590,6 +590,48 @@ class RuntimeResultRow(Base):
     result: Mapped[dict[str, Any]]
 
 
+class ModelCallRow(Base):
+    """One call (one attempt) of a host model by a run: tokens, cost, timing, outcome.
+
+    A call is reserved before the upstream is asked (`status` `reserved`, `reserved_*` what it may
+    cost at most) and finished with what it cost; a budget counts a reserved row at its reservation
+    and a finished one at its cost. No foreign key to `runs`: usage outlives retention of runs."""
+
+    __tablename__ = "model_calls"
+    __table_args__ = (
+        Index(None, "run_id"),
+        Index(None, "agent_id", "day"),
+        Index(None, "created_at"),
+    )
+
+    call_id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    run_id: Mapped[str] = mapped_column(String(100))
+    agent_id: Mapped[str] = mapped_column(String(100))
+    actor_id: Mapped[str | None] = mapped_column(String(400))
+    conversation_id: Mapped[str | None] = mapped_column(String(400))
+    model_id: Mapped[str] = mapped_column(String(64))
+    upstream_model: Mapped[str] = mapped_column(String(200))
+    response_model: Mapped[str | None] = mapped_column(String(200))
+    kind: Mapped[str] = mapped_column(String(16))
+    api: Mapped[str] = mapped_column(String(16))
+    streamed: Mapped[bool] = mapped_column(Boolean)
+    attempt: Mapped[int] = mapped_column(Integer)
+    status: Mapped[str] = mapped_column(String(16))
+    http_status: Mapped[int | None] = mapped_column(Integer)
+    error: Mapped[str | None] = mapped_column(String(1000))
+    input_tokens: Mapped[int] = mapped_column(BigInteger)
+    output_tokens: Mapped[int] = mapped_column(BigInteger)
+    cached_tokens: Mapped[int] = mapped_column(BigInteger)
+    cost_usd: Mapped[float] = mapped_column(Double)
+    reserved_tokens: Mapped[int] = mapped_column(BigInteger)
+    reserved_usd: Mapped[float] = mapped_column(Double)
+    latency_ms: Mapped[float | None] = mapped_column(Double)
+    ttft_ms: Mapped[float | None] = mapped_column(Double)
+    created_at: Mapped[float] = mapped_column(Double)
+    day: Mapped[str] = mapped_column(String(10))
+    """The UTC day of `created_at` (`YYYY-MM-DD`): what the daily budgets and `group_by=day` count by."""
+
+
 def table_of(row: type[Base]) -> Table[Any]:
     """The Core `Table` of a row class (for statements built once, executed on a connection)."""
     table = row.__table__

@@ -55,6 +55,8 @@ class Reply:
     hang: bool = False
     json_body: bool = False
     """Answer with a non-streamed `chat.completion` JSON body."""
+    text_body: str | None = None
+    """Answer 200 with exactly this body as `text/plain` (garbage where JSON belongs)."""
     usage: tuple[int, int] = (10, 5)
     finish_reason: str | None = None
     """Default: `tool_calls` when there are tool calls, else `stop`."""
@@ -110,6 +112,8 @@ class FakeChatServer:
             return _error(503, "stopped")
         if reply.status != 200:
             return _error(reply.status, reply.error, dict(reply.headers))
+        if reply.text_body is not None:
+            return Response(reply.text_body, media_type="text/plain")
         if reply.json_body:
             return JSONResponse(_completion(model, reply))
         payloads = list(reply.raw) if reply.raw is not None else _chunks(model, reply)

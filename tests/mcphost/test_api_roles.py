@@ -76,6 +76,7 @@ EXPECTED: dict[str, tuple[str, bool]] = {
     "receive_channel": ("signed", False),
     "list_runs": ("reader", True),
     "show_run": ("reader", True),
+    "usage": ("reader", False),
     "run_results": ("reader", True),
     "cancel_run": ("operator", True),
     "run_audit": ("reader", False),

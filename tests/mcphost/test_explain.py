@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from mcphost.bindings import Bindings
+from mcphost.cli._explain import render
 from mcphost.errors import InvalidArgumentError, RunnerNotFoundError
 from mcphost.explain import Explanation, explain, targets_of
 from mcphost.grants import ALL_FACTS_TOOLS, action_out_of_scope, build_grant, check, refusal
@@ -346,3 +347,26 @@ def test_an_action_target_is_in_scope_only_when_every_scope_id_it_names_is_the_e
     )
     assert action_out_of_scope(grant, {"bot_id": ["support-bot"]}) is not None
     assert action_out_of_scope(grant, "c1") is not None
+
+
+def test_explain_shows_the_models_layer_and_the_key_that_adds_a_model() -> None:
+    manifest = MANIFEST.model_copy(
+        update={"permissions": MANIFEST.permissions.model_copy(update={"models": ["invoke"]})}
+    )
+    bindings = Bindings([agent("support", resources={"models": ["sonnet"]})])
+    answer = explain(
+        event(), bindings, lambda _: manifest, targets_of([], [], [], ["sonnet", "opus", "sonnet:stream"])
+    )
+    assert answer.layers is not None
+    assert answer.layers.manifest["permissions"]["models"] == ["invoke"]  # type: ignore[index]  # JSON
+    assert answer.layers.agent["resources"]["models"] == ["sonnet"]  # type: ignore[index]  # JSON
+    assert answer.grant is not None
+    assert (answer.grant.models, answer.grant.model_calls) == (["sonnet"], ["invoke"])
+    allowed, opus, stream = answer.checks
+    assert allowed.allowed
+    assert (opus.layer, stream.layer) == ("agent", "manifest")
+    assert (
+        opus.fix
+        == "add 'opus' to resources.models in the [[agents]] entry of 'support' (a [models.opus] table)"
+    )
+    assert "  models           sonnet (invoke)" in render(answer)

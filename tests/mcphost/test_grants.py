@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from mcphost.grants import build_grant, hash_token, mint_token, token_matches
-from mcphost.models import AgentBinding, AgentConfig, AgentEventEnvelope
+from mcphost.grants import build_grant, check, hash_token, mint_token, token_matches
+from mcphost.models import AgentBinding, AgentConfig, AgentEventEnvelope, RunGrant
 from mcphost.protocol import AgentRunnerManifest
 
 
@@ -64,3 +64,38 @@ def test_the_grant_is_the_intersection_of_manifest_agent_and_event() -> None:
 
 def _storage() -> set[str]:
     return {"storage_get", "storage_set", "storage_delete", "storage_list"}
+
+
+def _model_grant(declared: list[str], granted: list[str]) -> RunGrant:
+    manifest = AgentRunnerManifest.model_validate(
+        {"id": "plugin:acme/bot/default", "name": "bot", "permissions": {"models": declared}}
+    )
+    agent = AgentConfig.model_validate(
+        {"id": "a", "runner": "plugin:acme/bot/default", "resources": {"models": granted}}
+    )
+    event = AgentEventEnvelope.model_validate({"event_type": "message.received", "input": {"text": "hi"}})
+    return build_grant(
+        run_id="run_1",
+        event=event,
+        binding=AgentBinding(binding_id="a", agent=agent),
+        manifest=manifest,
+        token_hash="x",
+        deadline_at=0.0,
+    )
+
+
+def test_host_models_are_the_agent_s_models_when_the_manifest_declares_model_calls() -> None:
+    grant = _model_grant(["invoke", "stream"], ["sonnet"])
+    assert (grant.models, grant.model_calls) == (frozenset({"sonnet"}), frozenset({"invoke", "stream"}))
+    assert check(grant, "model:sonnet").allowed
+    assert check(grant, "model:sonnet:stream").allowed
+    rerank = check(grant, "model:sonnet:rerank")
+    assert (rerank.allowed, rerank.layer) == (False, "manifest")
+    assert "add 'rerank' to permissions.models" in (rerank.fix or "")
+    other = check(grant, "model:opus:invoke")
+    assert (other.allowed, other.layer) == (False, "agent")
+    assert "add 'opus' to resources.models" in (other.fix or "")
+    none = _model_grant([], ["sonnet"])
+    assert none.models == frozenset()
+    assert check(none, "model:sonnet").layer == "manifest"
+    assert _model_grant(["invoke"], []).model_calls == frozenset()

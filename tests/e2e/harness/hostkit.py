@@ -75,6 +75,7 @@ async def harness_host(
     knowledge: dict[str, Any] | None = None,
     skills: dict[str, Any] | None = None,
     host: dict[str, Any] | None = None,
+    models: dict[str, Any] | None = None,
 ) -> AsyncGenerator[Host]:
     """A host with the two harness plugins (as `[[plugins]]`, or as the bundled ones) and `agents`
     (`host`: more `[host]` keys)."""
@@ -91,6 +92,8 @@ async def harness_host(
         data["knowledge"] = knowledge
     if skills:
         data["skills"] = skills
+    if models:
+        data["models"] = models
     settings = settings_from_mapping(data, source="<harness e2e>", environ={})
     async with open_host(settings) as opened, serve_locally(opened):
         yield opened

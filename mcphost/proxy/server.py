@@ -1,0 +1,512 @@
+"""`ModelProxy`: the per-run model endpoints, in the providers' own wire formats.
+
+Routes (under `MODELS_PATH` = `/runs/{run_id}/models`):
+- `POST /anthropic/v1/messages` — Anthropic Messages, streamed (SSE) or not; `GET /anthropic/v1/models`.
+- `POST /openai/v1/chat/completions`, `POST /openai/v1/responses` — OpenAI Chat Completions and
+  Responses, streamed or not; `GET /openai/v1/models`.
+
+Owns authenticating a model request (Host/Origin by the host's `HttpGuard`, then the run's token as
+`x-api-key` or `Authorization: Bearer`, compared in constant time with the stored hash, and the grant
+still active — read fresh from the runs table for each request, so a run's end revokes it at once on
+every replica), the grant check (`grants.check` of `model:ID:invoke|stream`), the budget reservation
+(`stores.usage`), relaying the call upstream through the model's fallback chain (`llm.upstream`), and
+recording each attempt with its usage and cost. Does not own the models' config or prices
+(`llm.catalog`), the wire details (`llm.wire`), or the store.
+
+Invariants:
+- Every refusal and every failure is answered in the endpoint's own error shape (`wire.error_body`),
+  never a 500: bad bodies 400/413, a token that is not the run's 401, a model not granted 403, a spent
+  budget 429 naming its key, an upstream that fails, hangs or answers garbage 502/504. A stream that
+  breaks after it started ends with the API's own error event (`wire.stream_error`).
+- A request is passed upstream as the client sent it but for its `model` (the upstream's name) and,
+  on a streamed Chat Completions request without it, `stream_options.include_usage` (so the usage can
+  be counted). Only `upstream.PASSED_HEADERS` reach the upstream; the run token never does.
+- The host does not translate between wire formats: a model is called only at the endpoint of the
+  format its provider speaks (Anthropic, or OpenAI for `openai` and `openai-compatible`); elsewhere it
+  is refused with the endpoint to use.
+- Every wait is bounded: the upstream's by the model's timeouts, the whole call by the run's deadline;
+  a run that ends closes its calls' upstream streams (`end_run`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import time
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+
+import anyio
+import httpx2
+from starlette.datastructures import Headers
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import BaseRoute, Route
+from starlette.types import Receive, Scope, Send
+
+from mcphost.errors import BudgetExceededError, RunNotFoundError, StorageUnavailableError
+from mcphost.grants import refusal, token_matches
+from mcphost.guard import HttpGuard, declare_access
+from mcphost.llm import ModelConfig, ModelFacts, WireFormat, fallback_chain, model_facts
+from mcphost.llm.upstream import Attempt, UpstreamFailedError, open_first
+from mcphost.llm.wire import Api, ErrorKind, SseReader, StreamUsage, Usage, error_body, stream_error, usage_of
+from mcphost.models import RunGrant
+from mcphost.protocol import JSONObject
+from mcphost.proxy._body import BodyRefusedError, parse_body, read_body
+from mcphost.stores import Stores
+from mcphost.stores.usage import AttemptEnd, CallStart, ModelBudget
+
+logger = logging.getLogger(__name__)
+
+MODELS_PATH = "/runs/{run_id}/models"
+MAX_RESPONSE_BYTES = 64 * 1024 * 1024
+DEFAULT_MAX_OUTPUT_TOKENS = 4096
+"""The output a call is reserved for when its body names no maximum."""
+BYTES_PER_TOKEN = 3
+"""A cautious estimate of a request's input tokens from its size (for its reservation only)."""
+_RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,99}$")
+_RELAYED_HEADERS = ("request-id", "x-request-id")
+_WIRE_OF: Mapping[Api, WireFormat] = {"anthropic": "anthropic", "chat": "openai", "responses": "openai"}
+_OUT_FIELDS = ("max_tokens", "max_completion_tokens", "max_output_tokens")
+
+OnCall = Callable[[str, str, tuple[int, int, int], float], None]
+"""Called after each finished call with (model id, agent id, (input, output, cached) tokens, cost)."""
+
+
+class _RefusedError(Exception):
+    def __init__(self, status: int, kind: ErrorKind, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.kind: ErrorKind = kind
+        self.message = message
+
+
+@dataclass
+class _Call:
+    """One authenticated, granted call in flight."""
+
+    run_id: str
+    grant: RunGrant
+    api: Api
+    model_id: str
+    body: JSONObject
+    streamed: bool
+    call_id: str
+    started: float
+
+
+def _token(headers: Headers) -> str | None:
+    key = headers.get("x-api-key", "").strip()
+    if key:
+        return key
+    scheme, _, token = headers.get("authorization", "").partition(" ")
+    token = token.strip()
+    return token if scheme.lower() == "bearer" and token else None
+
+
+def _reply(api: Api, status: int, kind: ErrorKind, message: str) -> JSONResponse:
+    return JSONResponse(error_body(api, kind, message), status_code=status)
+
+
+class ModelProxy:
+    """The per-run model endpoints of every run, over the host's `[models]` and the runs' grants."""
+
+    def __init__(
+        self,
+        stores: Stores,
+        models: Mapping[str, ModelConfig],
+        *,
+        budgets: Mapping[str, ModelBudget] | None = None,
+        guard: HttpGuard | None = None,
+        on_call: OnCall | None = None,
+    ) -> None:
+        self._stores = stores
+        self._models = dict(models)
+        self._budgets = dict(budgets or {})
+        self._guard = guard or HttpGuard()
+        self._on_call = on_call
+        self._facts: dict[str, ModelFacts] = {}
+        self._client: httpx2.AsyncClient | None = None
+        self._open: dict[str, set[httpx2.Response]] = {}
+        """Upstream responses being relayed, by run: closed when the run ends."""
+        routes: list[tuple[str, str, Api]] = [
+            ("/anthropic/v1/messages", "POST", "anthropic"),
+            ("/anthropic/v1/models", "GET", "anthropic"),
+            ("/openai/v1/chat/completions", "POST", "chat"),
+            ("/openai/v1/responses", "POST", "responses"),
+            ("/openai/v1/models", "GET", "chat"),
+        ]
+        self._routes: list[BaseRoute] = [
+            declare_access(
+                Route(
+                    MODELS_PATH + path,
+                    endpoint=self._endpoint(api),
+                    methods=[method],
+                    name=f"mcphost_models_{i}",
+                ),
+                "run-token",
+            )
+            for i, (path, method, api) in enumerate(routes)
+        ]
+
+    @property
+    def routes(self) -> list[BaseRoute]:
+        return list(self._routes)
+
+    @asynccontextmanager
+    async def running(self) -> AsyncGenerator[ModelProxy]:
+        """Serve calls: owns the upstream HTTP client (its connections are closed on exit)."""
+        async with httpx2.AsyncClient(follow_redirects=False, trust_env=False) as client:
+            self._client = client
+            try:
+                yield self
+            finally:
+                self._client = None
+
+    async def end_run(self, run_id: str) -> None:
+        """The run ended: close the upstream streams its calls are relaying (each ends with an error event)."""
+        for response in self._open.pop(run_id, set()):
+            await response.aclose()
+
+    def facts(self, model_id: str) -> ModelFacts:
+        found = self._facts.get(model_id)
+        if found is None:
+            found = self._facts[model_id] = model_facts(self._models[model_id])
+        return found
+
+    def _endpoint(self, api: Api) -> _Asgi:
+        async def endpoint(scope: Scope, receive: Receive, send: Send) -> None:
+            response = await self._handle(api, scope, receive)
+            await response(scope, receive, send)
+
+        return _Asgi(endpoint)
+
+    # -- one request -------------------------------------------------------------------------------------
+
+    async def _handle(self, api: Api, scope: Scope, receive: Receive) -> Response:
+        headers = Headers(scope=scope)
+        try:
+            run_id, grant = await self._authenticate(api, scope, headers)
+            if scope["method"] == "GET":
+                return self._list(api, grant)
+            try:
+                body = parse_body(await read_body(headers, receive))
+            except BodyRefusedError as refused:
+                raise _RefusedError(refused.status, refused.kind, refused.message) from None
+            model_id = self._granted(api, grant, body)
+            return await self._call(
+                api, run_id, grant, model_id, body, headers, str(scope.get("query_string", b""), "latin-1")
+            )
+        except _RefusedError as refused:
+            return _reply(api, refused.status, refused.kind, refused.message)
+
+    async def _authenticate(self, api: Api, scope: Scope, headers: Headers) -> tuple[str, RunGrant]:
+        site = self._guard.site_refusal(headers)
+        if site is not None:
+            raise _RefusedError(site.status, "permission", site.message)
+        run_id = str(scope.get("path_params", {}).get("run_id", ""))
+        if not _RUN_ID.match(run_id):
+            raise _RefusedError(404, "not_found", f"run {run_id[:100]!r} does not exist")
+        try:
+            record = await self._stores.runs.grant(run_id)
+        except RunNotFoundError:
+            raise _RefusedError(404, "not_found", f"run {run_id} does not exist") from None
+        except StorageUnavailableError as exc:
+            logger.warning("could not read the grant of run %s: %s", run_id, exc.__cause__ or exc.message)
+            raise _RefusedError(503, "upstream", "the host cannot read run grants right now; retry") from None
+        token = _token(headers)
+        if token is None:
+            raise _RefusedError(
+                401,
+                "authentication",
+                "missing credential: send the run token as x-api-key or Authorization: Bearer",
+            )
+        if not token_matches(token, record.grant.token_hash):
+            raise _RefusedError(401, "authentication", "the credential is not this run's token")
+        if not record.active:
+            raise _RefusedError(
+                401, "authentication", f"run {run_id} is not active: its token was revoked when it ended"
+            )
+        return run_id, record.grant
+
+    def _list(self, api: Api, grant: RunGrant) -> Response:
+        wire = _WIRE_OF[api]
+        ids = [m for m in sorted(grant.models) if m in self._models and self._models[m].wire == wire]
+        if wire == "anthropic":
+            data = [
+                {"type": "model", "id": m, "display_name": m, "created_at": "1970-01-01T00:00:00Z"}
+                for m in ids
+            ]
+            return JSONResponse(
+                {
+                    "data": data,
+                    "has_more": False,
+                    "first_id": ids[0] if ids else None,
+                    "last_id": ids[-1] if ids else None,
+                }
+            )
+        return JSONResponse(
+            {
+                "object": "list",
+                "data": [{"id": m, "object": "model", "created": 0, "owned_by": "mcphost"} for m in ids],
+            }
+        )
+
+    def _granted(self, api: Api, grant: RunGrant, body: JSONObject) -> str:
+        """The id of the host model the body names, when the run may call it so at this endpoint."""
+        model_id = str(body["model"]).removeprefix("host:")
+        how = "stream" if body.get("stream") is True else "invoke"
+        if model_id not in grant.models or how not in grant.model_calls:
+            message, _ = refusal(grant, f"model:{model_id[:64]}:{how}", f"{how} model {model_id[:64]!r}")
+            raise _RefusedError(403, "permission", message)
+        entry = self._models.get(model_id)
+        if entry is None:
+            raise _RefusedError(
+                404, "not_found", f"model {model_id!r} is granted but no longer configured on this host"
+            )
+        if entry.kind != "chat":
+            raise _RefusedError(
+                400, "invalid_request", f"model {model_id!r} is a {entry.kind} model, not a chat model"
+            )
+        if entry.wire != _WIRE_OF[api]:
+            where = "anthropic/v1/messages" if entry.wire == "anthropic" else "openai/v1/..."
+            raise _RefusedError(
+                400,
+                "invalid_request",
+                f"model {model_id!r} speaks the {entry.wire} wire format (provider {entry.provider!r}); call it at "
+                f"/runs/<run_id>/models/{where}. The host does not translate between wire formats.",
+            )
+        return model_id
+
+    def _reservation(self, model_id: str, body: JSONObject, size: int) -> tuple[int, float]:
+        out = next(
+            (v for f in _OUT_FIELDS if isinstance(v := body.get(f), int) and v > 0), DEFAULT_MAX_OUTPUT_TOKENS
+        )
+        out = min(out, 10**9)
+        inp = size // BYTES_PER_TOKEN
+        facts = self.facts(model_id)
+        return inp + out, facts.cost_usd(input_tokens=inp, output_tokens=out, cached_tokens=0)
+
+    async def _call(
+        self,
+        api: Api,
+        run_id: str,
+        grant: RunGrant,
+        model_id: str,
+        body: JSONObject,
+        headers: Headers,
+        query: str,
+    ) -> Response:
+        client = self._client
+        if client is None:
+            raise _RefusedError(503, "upstream", "the host's model endpoints are not running")
+        streamed = body.get("stream") is True
+        if api == "chat" and streamed and "stream_options" not in body:
+            body = {**body, "stream_options": {"include_usage": True}}
+        agent_id = grant.layers.agent_id if grant.layers is not None else (grant.binding_id or "")
+        tokens, usd = self._reservation(model_id, body, len(json.dumps(body)))
+        entry = self._models[model_id]
+        start = CallStart(
+            run_id=run_id,
+            agent_id=agent_id,
+            actor_id=grant.actor_id,
+            conversation_id=grant.conversation_id,
+            model_id=model_id,
+            upstream_model=entry.model,
+            kind=entry.kind,
+            api=api,
+            streamed=streamed,
+            reserved_tokens=tokens,
+            reserved_usd=usd,
+        )
+        try:
+            call_id = await self._stores.usage.reserve(start, self._budgets.get(agent_id, ModelBudget()))
+        except BudgetExceededError as exc:
+            raise _RefusedError(429, "rate_limit", exc.message) from None
+        except StorageUnavailableError:
+            raise _RefusedError(
+                503, "upstream", "the host cannot record model calls right now; retry"
+            ) from None
+        call = _Call(run_id, grant, api, model_id, body, streamed, call_id, time.monotonic())
+        chain = [(m, self._models[m]) for m in fallback_chain(self._models, model_id)]
+        passed = {k.lower(): v for k, v in headers.items()}
+        remaining = grant.deadline_at - time.time()
+        attempts: list[Attempt] = []
+        try:
+            with anyio.fail_after(max(0.0, remaining)):
+                attempts, response = await open_first(client, chain, api, body, query, passed)
+        except UpstreamFailedError as failed:
+            await self._finish(call, failed.attempts, None, None)
+            status = {"rate_limit": 429, "timeout": 504}.get(failed.kind, 502)
+            said = "; ".join(a.error or "" for a in failed.attempts)
+            return _reply(api, status, failed.kind, f"every model of the chain failed: {said}")
+        except TimeoutError:
+            failed_attempt = Attempt(model_id=model_id, upstream_model=entry.model, attempt=len(attempts) + 1)
+            failed_attempt.status, failed_attempt.error = "failed", "the run's deadline passed"
+            await self._finish(call, [*attempts, failed_attempt], None, None)
+            return _reply(
+                api, 504, "timeout", f"the run's deadline passed before model {model_id!r} answered"
+            )
+        kind = response.headers.get("content-type", "")
+        if streamed and response.status_code == 200 and kind.startswith("text/event-stream"):
+            return self._relay(call, attempts, response)
+        return await self._whole(call, attempts, response)
+
+    async def _whole(self, call: _Call, attempts: list[Attempt], response: httpx2.Response) -> Response:
+        """Read a whole answer, then answer it (the upstream's own 4xx included) with its usage recorded."""
+        last = attempts[-1]
+        raw = bytearray()
+        try:
+            async for chunk in response.aiter_raw():
+                raw.extend(chunk)
+                if len(raw) > MAX_RESPONSE_BYTES:
+                    raise _RefusedError(
+                        502,
+                        "upstream",
+                        f"model {last.model_id!r} answered more than {MAX_RESPONSE_BYTES} bytes",
+                    )
+        except httpx2.TimeoutException:
+            last.status, last.error_kind = "failed", "timeout"
+            last.error = f"model {last.model_id!r} stopped answering mid-body"
+        except httpx2.TransportError as exc:
+            last.status, last.error_kind = "failed", "upstream"
+            last.error = f"model {last.model_id!r} broke off its answer: {type(exc).__name__}"
+        except _RefusedError as refused:
+            last.status, last.error = "failed", refused.message
+        finally:
+            await response.aclose()
+        if last.status == "failed":
+            await self._finish(call, attempts, None, None)
+            return _reply(
+                call.api,
+                504 if last.error_kind == "timeout" else 502,
+                last.error_kind or "upstream",
+                last.error or "",
+            )
+        try:
+            payload = json.loads(bytes(raw))
+        except (ValueError, RecursionError):
+            last.status = "failed"
+            last.error = (
+                f"model {last.model_id!r} answered HTTP {response.status_code} with a body that is not JSON"
+            )
+            await self._finish(call, attempts, None, None)
+            return _reply(call.api, 502, "upstream", last.error)
+        usage = usage_of(call.api, payload) if response.status_code == 200 else None
+        if response.status_code != 200:
+            last.status = "failed"
+            last.error = f"model {last.model_id!r} answered HTTP {response.status_code}"
+        await self._finish(call, attempts, usage, None)
+        headers = {h: v for h in _RELAYED_HEADERS if (v := response.headers.get(h)) is not None}
+        return Response(
+            bytes(raw), status_code=response.status_code, media_type="application/json", headers=headers
+        )
+
+    def _relay(self, call: _Call, attempts: list[Attempt], response: httpx2.Response) -> Response:
+        """Relay a stream as it arrives, reading its usage on the way."""
+        self._open.setdefault(call.run_id, set()).add(response)
+
+        async def chunks() -> AsyncIterator[bytes]:
+            last = attempts[-1]
+            reader, usage = SseReader(), StreamUsage(call.api)
+            first: float | None = None
+            try:
+                async for chunk in response.aiter_raw():
+                    if first is None:
+                        first = time.monotonic()
+                    for event, data in reader.feed(chunk):
+                        usage.feed(event, data)
+                    yield chunk
+                if not usage.finished:
+                    last.status = "failed"
+                    last.error = usage.error or f"model {last.model_id!r} ended its stream before the end"
+                    if usage.error is None:
+                        yield stream_error(call.api, "upstream", last.error)
+            except (httpx2.TimeoutException, httpx2.TransportError, httpx2.StreamError) as exc:
+                last.status = "failed"
+                ended = call.run_id not in self._open or response not in self._open.get(call.run_id, set())
+                if ended:
+                    last.error = f"run {call.run_id} ended while model {last.model_id!r} was streaming"
+                elif isinstance(exc, httpx2.TimeoutException):
+                    last.error = f"model {last.model_id!r} sent nothing for {self._models[last.model_id].timeout_s:g} s"
+                else:
+                    last.error = f"model {last.model_id!r} broke off its stream: {type(exc).__name__}"
+                yield stream_error(
+                    call.api,
+                    "timeout" if isinstance(exc, httpx2.TimeoutException) else "upstream",
+                    last.error,
+                )
+            finally:
+                with anyio.CancelScope(shield=True):
+                    self._open.get(call.run_id, set()).discard(response)
+                    await response.aclose()
+                    await self._finish(call, attempts, usage.usage, first)
+
+        headers = {h: v for h in _RELAYED_HEADERS if (v := response.headers.get(h)) is not None}
+        return StreamingResponse(
+            chunks(), media_type="text/event-stream", headers={**headers, "cache-control": "no-cache"}
+        )
+
+    async def _finish(
+        self, call: _Call, attempts: list[Attempt], usage: Usage | None, first: float | None
+    ) -> None:
+        """Record the call's attempts (the last with its usage and cost) and count it."""
+        now = time.monotonic()
+        ends: list[AttemptEnd] = []
+        for attempt in attempts:
+            is_last = attempt is attempts[-1]
+            found = usage if is_last and usage is not None else Usage()
+            facts = self.facts(attempt.model_id)
+            cost = facts.cost_usd(
+                input_tokens=found.input_tokens,
+                output_tokens=found.output_tokens,
+                cached_tokens=found.cached_tokens,
+            )
+            ends.append(
+                AttemptEnd(
+                    model_id=attempt.model_id,
+                    upstream_model=attempt.upstream_model,
+                    attempt=attempt.attempt,
+                    status=attempt.status,
+                    http_status=attempt.http_status,
+                    error=attempt.error,
+                    response_model=found.model,
+                    input_tokens=found.input_tokens,
+                    output_tokens=found.output_tokens,
+                    cached_tokens=found.cached_tokens,
+                    cost_usd=cost,
+                    latency_ms=(now - attempt.started) * 1000 if is_last else None,
+                    ttft_ms=((first if first is not None else now) - attempt.started) * 1000
+                    if is_last
+                    else None,
+                )
+            )
+        try:
+            await self._stores.usage.finish(call.call_id, ends)
+        except StorageUnavailableError as exc:
+            logger.warning(
+                "could not record model call %s of run %s: %s", call.call_id, call.run_id, exc.message
+            )
+        last = ends[-1]
+        if self._on_call is not None:
+            agent = (
+                call.grant.layers.agent_id if call.grant.layers is not None else (call.grant.binding_id or "")
+            )
+            self._on_call(
+                last.model_id,
+                agent,
+                (last.input_tokens, last.output_tokens, last.cached_tokens),
+                last.cost_usd,
+            )
+
+
+class _Asgi:
+    """A plain ASGI callable, which Starlette's `Route` passes the raw call to (a function would be
+    called as a request/response endpoint)."""
+
+    def __init__(self, app: Callable[[Scope, Receive, Send], Awaitable[None]]) -> None:
+        self._app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self._app(scope, receive, send)

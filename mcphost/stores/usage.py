@@ -1,0 +1,352 @@
+"""Host model calls and their budgets: the `model_calls` table (migration 0024).
+
+Owns reserving a call against the budgets of `[agents.budget]` before the upstream is asked, finishing
+it with what it cost (and a row per failed fallback attempt), and the totals `GET /v1/usage` and
+`mcphost usage` report. Does not own calling models or pricing them (`mcphost.llm`, the proxy).
+
+Invariants:
+- `reserve` is one write transaction serialized per agent (`lock_in_transaction`: a PostgreSQL
+  advisory lock; SQLite writes are serialized already), which sums what the agent's budgets already
+  hold — a reserved row at its reservation, a finished one at its cost — and inserts the new
+  reservation only if every budget still has room for it. So however many calls race, on however many
+  replicas, the spend passes a budget by at most what one call costs beyond its reservation.
+- A reservation is finished once (`finish` moves only a `reserved` row); a reservation its caller never
+  finished (a crash) keeps counting at its reservation, which errs toward refusing, never overspending.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Literal, get_args
+
+from pydantic import BaseModel, ConfigDict
+from sqlalchemy import case, func, insert, select, update
+
+from mcphost.errors import BudgetExceededError
+from mcphost.models import new_id
+from mcphost.stores._retry import idempotent
+from mcphost.stores._sql import lock_in_transaction
+from mcphost.stores.engine import Database
+from mcphost.stores.tables import ModelCallRow
+
+UsageGroup = Literal["agent", "actor", "model", "conversation", "day"]
+USAGE_GROUPS: tuple[UsageGroup, ...] = get_args(UsageGroup)
+MAX_USAGE_ROWS = 1000
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+
+class ModelBudget(_Frozen):
+    """The model budgets of one agent (`[agents.budget]`); None: no cap."""
+
+    model_tokens_per_run: int | None = None
+    model_usd_per_run: float | None = None
+    model_usd_per_day_per_actor: float | None = None
+    model_usd_per_day: float | None = None
+
+    @property
+    def any(self) -> bool:
+        return any(v is not None for v in self.model_dump().values())
+
+
+class CallStart(_Frozen):
+    """Who calls which model, and the most the call may cost (its reservation)."""
+
+    run_id: str
+    agent_id: str
+    actor_id: str | None
+    conversation_id: str | None
+    model_id: str
+    upstream_model: str
+    kind: str
+    api: str
+    streamed: bool
+    reserved_tokens: int
+    reserved_usd: float
+
+
+class AttemptEnd(_Frozen):
+    """How one attempt of a call ended."""
+
+    model_id: str
+    upstream_model: str
+    attempt: int
+    status: Literal["ok", "failed"]
+    http_status: int | None = None
+    error: str | None = None
+    response_model: str | None = None
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cached_tokens: int = 0
+    cost_usd: float = 0.0
+    latency_ms: float | None = None
+    ttft_ms: float | None = None
+
+
+class ModelCallRecord(_Frozen):
+    """One stored row (one attempt)."""
+
+    call_id: str
+    run_id: str
+    agent_id: str
+    actor_id: str | None
+    conversation_id: str | None
+    model_id: str
+    upstream_model: str
+    response_model: str | None
+    kind: str
+    api: str
+    streamed: bool
+    attempt: int
+    status: str
+    http_status: int | None
+    error: str | None
+    input_tokens: int
+    output_tokens: int
+    cached_tokens: int
+    cost_usd: float
+    latency_ms: float | None
+    ttft_ms: float | None
+    created_at: float
+
+
+class UsageTotal(_Frozen):
+    """The totals of one group of finished calls."""
+
+    key: str | None
+    """The group's agent, actor, model, conversation or day (None: calls without one)."""
+    calls: int
+    failed: int
+    input_tokens: int
+    output_tokens: int
+    cached_tokens: int
+    cost_usd: float
+
+
+def utc_day(when: float) -> str:
+    return datetime.fromtimestamp(when, UTC).strftime("%Y-%m-%d")
+
+
+_HELD_USD = case((ModelCallRow.status == "reserved", ModelCallRow.reserved_usd), else_=ModelCallRow.cost_usd)
+_HELD_TOKENS = case(
+    (ModelCallRow.status == "reserved", ModelCallRow.reserved_tokens),
+    else_=ModelCallRow.input_tokens + ModelCallRow.output_tokens + ModelCallRow.cached_tokens,
+)
+
+
+class ModelCallStore:
+    """Reserve, finish and total host model calls."""
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    async def reserve(self, start: CallStart, budget: ModelBudget) -> str:
+        """Insert the call as `reserved` when every budget has room for its reservation; its id.
+
+        Raises:
+            BudgetExceededError: a budget is spent; `details["budget"]` names its key.
+        """
+        now = time.time()
+        day = utc_day(now)
+        call_id = new_id("mcall")
+        async with self._db.write() as session:
+            if budget.any:
+                await lock_in_transaction(session, self._db.dialect, "model_budget", start.agent_id)
+                held = (
+                    await session.execute(
+                        select(
+                            func.coalesce(
+                                func.sum(case((ModelCallRow.run_id == start.run_id, _HELD_TOKENS), else_=0)),
+                                0,
+                            ),
+                            func.coalesce(
+                                func.sum(case((ModelCallRow.run_id == start.run_id, _HELD_USD), else_=0.0)),
+                                0.0,
+                            ),
+                            func.coalesce(
+                                func.sum(
+                                    case(
+                                        (
+                                            (ModelCallRow.day == day)
+                                            & (ModelCallRow.actor_id == start.actor_id),
+                                            _HELD_USD,
+                                        ),
+                                        else_=0.0,
+                                    )
+                                ),
+                                0.0,
+                            ),
+                            func.coalesce(
+                                func.sum(case((ModelCallRow.day == day, _HELD_USD), else_=0.0)), 0.0
+                            ),
+                        ).where(
+                            ModelCallRow.agent_id == start.agent_id,
+                            (ModelCallRow.day == day) | (ModelCallRow.run_id == start.run_id),
+                        )
+                    )
+                ).one()
+                run_tokens, run_usd, actor_usd, day_usd = (
+                    int(held[0]),
+                    float(held[1]),
+                    float(held[2]),
+                    float(held[3]),
+                )
+                checks: list[tuple[str, float | None, float, float]] = [
+                    ("model_tokens_per_run", budget.model_tokens_per_run, run_tokens, start.reserved_tokens),
+                    ("model_usd_per_run", budget.model_usd_per_run, run_usd, start.reserved_usd),
+                    ("model_usd_per_day", budget.model_usd_per_day, day_usd, start.reserved_usd),
+                ]
+                if start.actor_id is not None:
+                    checks.append(
+                        (
+                            "model_usd_per_day_per_actor",
+                            budget.model_usd_per_day_per_actor,
+                            actor_usd,
+                            start.reserved_usd,
+                        )
+                    )
+                for key, limit, spent, wanted in checks:
+                    if limit is not None and spent + wanted > limit:
+                        raise BudgetExceededError(
+                            f"The model budget {key} = {limit:g} of agent {start.agent_id!r} is spent: "
+                            f"{spent:g} used or held, and this call may need {wanted:g} more. Raise "
+                            f"[agents.budget] {key}, or wait for the next UTC day for a daily budget.",
+                            details={"budget": key, "limit": limit, "spent": spent, "wanted": wanted},
+                        )
+            await session.execute(
+                insert(ModelCallRow).values(
+                    call_id=call_id,
+                    **start.model_dump(),
+                    response_model=None,
+                    attempt=1,
+                    status="reserved",
+                    http_status=None,
+                    error=None,
+                    input_tokens=0,
+                    output_tokens=0,
+                    cached_tokens=0,
+                    cost_usd=0.0,
+                    latency_ms=None,
+                    ttft_ms=None,
+                    created_at=now,
+                    day=day,
+                )
+            )
+        return call_id
+
+    async def finish(self, call_id: str, attempts: Sequence[AttemptEnd]) -> None:
+        """Finish a reserved call: its row takes the last attempt; each earlier one gets a row of its own."""
+        assert attempts, "a finished call has at least one attempt"
+        *earlier, last = attempts
+        async with self._db.write() as session:
+            row = (
+                await session.execute(select(ModelCallRow).where(ModelCallRow.call_id == call_id))
+            ).scalar_one_or_none()
+            if row is None or row.status != "reserved":
+                return
+            base = {
+                "run_id": row.run_id,
+                "agent_id": row.agent_id,
+                "actor_id": row.actor_id,
+                "conversation_id": row.conversation_id,
+                "kind": row.kind,
+                "api": row.api,
+                "streamed": row.streamed,
+                "reserved_tokens": 0,
+                "reserved_usd": 0.0,
+                "created_at": row.created_at,
+                "day": row.day,
+            }
+            for attempt in earlier:
+                await session.execute(
+                    insert(ModelCallRow).values(call_id=new_id("mcall"), **base, **_ended(attempt))
+                )
+            await session.execute(
+                update(ModelCallRow)
+                .where(ModelCallRow.call_id == call_id, ModelCallRow.status == "reserved")
+                .values(**_ended(last))
+            )
+
+    @idempotent
+    async def calls(self, run_id: str) -> list[ModelCallRecord]:
+        """The run's model calls, oldest first."""
+        async with self._db.read() as session:
+            rows = (
+                await session.execute(
+                    select(ModelCallRow)
+                    .where(ModelCallRow.run_id == run_id)
+                    .order_by(ModelCallRow.created_at, ModelCallRow.attempt, ModelCallRow.call_id)
+                    .limit(MAX_USAGE_ROWS)
+                )
+            ).scalars()
+            return [ModelCallRecord.model_validate(row, from_attributes=True) for row in rows]
+
+    @idempotent
+    async def totals(
+        self, group_by: UsageGroup, *, since: float | None = None, until: float | None = None
+    ) -> list[UsageTotal]:
+        """Finished calls totalled per group (at most `MAX_USAGE_ROWS` groups, costliest first), in
+        [since, until) of their creation."""
+        column = {
+            "agent": ModelCallRow.agent_id,
+            "actor": ModelCallRow.actor_id,
+            "model": ModelCallRow.model_id,
+            "conversation": ModelCallRow.conversation_id,
+            "day": ModelCallRow.day,
+        }[group_by]
+        cost = func.sum(ModelCallRow.cost_usd)
+        query = (
+            select(
+                column,
+                func.count(),
+                func.sum(case((ModelCallRow.status == "failed", 1), else_=0)),
+                func.sum(ModelCallRow.input_tokens),
+                func.sum(ModelCallRow.output_tokens),
+                func.sum(ModelCallRow.cached_tokens),
+                cost,
+            )
+            .where(ModelCallRow.status != "reserved")
+            .group_by(column)
+            .order_by(cost.desc(), column)
+            .limit(MAX_USAGE_ROWS)
+        )
+        if since is not None:
+            query = query.where(ModelCallRow.created_at >= since)
+        if until is not None:
+            query = query.where(ModelCallRow.created_at < until)
+        async with self._db.read() as session:
+            rows = (await session.execute(query)).all()
+        return [
+            UsageTotal(
+                key=row[0],
+                calls=int(row[1]),
+                failed=int(row[2] or 0),
+                input_tokens=int(row[3] or 0),
+                output_tokens=int(row[4] or 0),
+                cached_tokens=int(row[5] or 0),
+                cost_usd=float(row[6] or 0.0),
+            )
+            for row in rows
+        ]
+
+
+def _ended(attempt: AttemptEnd) -> dict[str, object]:
+    values = attempt.model_dump()
+    values["error"] = attempt.error[:1000] if attempt.error else None
+    return values
+
+
+__all__ = [
+    "USAGE_GROUPS",
+    "AttemptEnd",
+    "CallStart",
+    "ModelBudget",
+    "ModelCallRecord",
+    "ModelCallStore",
+    "UsageGroup",
+    "UsageTotal",
+]

@@ -1,0 +1,91 @@
+"""The real Claude Code CLI on a host model: it talks to the run's model endpoint with the run token,
+the host calls the fake Messages API upstream with its own key, and no provider key is in the CLI's
+environment."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.harness.hostkit import claude_agent, harness_host, message, run_event, unique
+from tests.fakes.anthropic import INPUT_TOKENS, OUTPUT_TOKENS, fake_anthropic
+from tests.fakes.script import ModelRequest, Reply, ToolCall, calls_then_answers
+
+pytestmark = pytest.mark.slow
+
+HOST_KEY_ENV = "MCPHOST_E2E_PROVIDER_KEY"
+HOST_KEY = "sk-ant-host-only-e2e"
+
+
+def cli_environments(marker: str) -> list[dict[str, str]]:
+    """The environment of every process whose environment contains `marker` (this run's CLI)."""
+    found: list[dict[str, str]] = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            raw = (entry / "environ").read_bytes()
+        except OSError:
+            continue
+        if marker.encode() not in raw:
+            continue
+        pairs = [item.split(b"=", 1) for item in raw.split(b"\0") if b"=" in item]
+        found.append({k.decode(errors="replace"): v.decode(errors="replace") for k, v in pairs})
+    return found
+
+
+async def test_claude_code_on_a_host_model_holds_no_provider_key_and_runs_through_the_host(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(HOST_KEY_ENV, HOST_KEY)
+    seen: list[list[dict[str, str]]] = []
+    answer = calls_then_answers(
+        [ToolCall("mcp__mcphost__state_set", {"scope": "conversation", "key": "k", "value": "v"})],
+        "Done: {result}",
+    )
+
+    def script(request: ModelRequest) -> Reply:
+        seen.append(cli_environments("/models/anthropic"))
+        return answer(request)
+
+    async with fake_anthropic(script) as fake:
+        agent = claude_agent("claude", "http://127.0.0.1:9/unused", tmp_path / "harness", model="host:sonnet")
+        agent["config"]["environment"] = {"ANTHROPIC_API_KEY": "sk-ant-from-the-agent-config"}
+        agent["resources"] = {"models": ["sonnet"]}
+        models = {
+            "sonnet": {
+                "provider": "anthropic",
+                "base_url": fake.base_url,
+                "api_key_env": HOST_KEY_ENV,
+                "model": "claude-sonnet-4-5",
+            }
+        }
+        async with harness_host(tmp_path, [agent], models=models) as host:
+            done = await run_event(host, message("claude", unique("conv"), "Save something."))
+            calls = await host.stores.usage.calls(done.run.run_id)
+    assert done.run.status.value == "completed", (done.terminal["data"], fake.other_paths)
+    assert done.answer.startswith("Done:")
+    assert [(a.tool, a.outcome) for a in done.audit] == [("state_set", "ok")]
+    # Every request reached the upstream through the host: its key, the upstream model name.
+    assert fake.requests
+    assert {r.headers["x-api-key"] for r in fake.requests} == {HOST_KEY}
+    assert {r.body["model"] for r in fake.requests} == {"claude-sonnet-4-5"}
+    assert fake.other_paths == []
+    assert len(calls) == len(fake.requests)
+    assert {c.status for c in calls} == {"ok"}
+    assert sum(c.input_tokens for c in calls) == INPUT_TOKENS * len(calls)
+    assert sum(c.output_tokens for c in calls) == OUTPUT_TOKENS * len(calls)
+    # The CLI's environment, read from /proc while it was calling: the run's endpoint and token only.
+    environments = [env for found in seen for env in found]
+    assert environments
+    for env in environments:
+        assert env["ANTHROPIC_BASE_URL"].endswith(f"/runs/{done.run.run_id}/models/anthropic")
+        assert env["ANTHROPIC_API_KEY"] != HOST_KEY
+        assert env["ANTHROPIC_API_KEY"] != "sk-ant-from-the-agent-config"
+        assert HOST_KEY not in "\0".join(f"{k}={v}" for k, v in env.items())
+        assert HOST_KEY_ENV not in env
+        assert "ANTHROPIC_AUTH_TOKEN" not in env
+        assert "OPENAI_API_KEY" not in env
+    assert os.environ[HOST_KEY_ENV] == HOST_KEY

@@ -1,0 +1,81 @@
+"""Test helpers: a `ModelProxy` served under uvicorn on 127.0.0.1 over real stores, and granted runs.
+
+A run is admitted the way the orchestrator admits one (`tests.mcphost.facts.conftest.admit_run`), with a
+manifest that declares `permissions.models` and an agent whose `resources.models` names host models.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import httpx2
+from starlette.applications import Starlette
+
+from mcphost.llm import ModelConfig
+from mcphost.protocol import JSONObject
+from mcphost.proxy import ModelProxy
+from mcphost.stores import Stores
+from mcphost.stores.usage import ModelBudget
+from tests.fakes._serve import serve_loopback
+from tests.mcphost.facts.conftest import FULL_PERMISSIONS, RunHandle, admit_run
+
+HOST_KEY_ENV = "MCPHOST_TEST_PROVIDER_KEY"
+HOST_KEY = "sk-host-secret-never-in-a-runner"
+
+
+@dataclass
+class ServedProxy:
+    stores: Stores
+    proxy: ModelProxy
+    base_url: str
+    calls: list[tuple[str, str, tuple[int, int, int], float]]
+
+    async def start_run(self, models: list[str], calls: list[str] | None = None, **options: Any) -> RunHandle:
+        permissions: JSONObject = {**FULL_PERMISSIONS, "models": calls or ["invoke", "stream"]}
+        agent: JSONObject = {"resources": {"knowledge_bases": ["kb-docs"], "models": models}}
+        return await admit_run(
+            self.stores, base_url=self.base_url, permissions=permissions, agent=agent, **options
+        )
+
+    def anthropic(self, run: RunHandle) -> str:
+        return f"{self.base_url}/runs/{run.run_id}/models/anthropic"
+
+    def openai(self, run: RunHandle) -> str:
+        return f"{self.base_url}/runs/{run.run_id}/models/openai/v1"
+
+
+@asynccontextmanager
+async def serve_proxy(
+    stores: Stores, models: Mapping[str, ModelConfig], *, budgets: Mapping[str, ModelBudget] | None = None
+) -> AsyncGenerator[ServedProxy]:
+    calls: list[tuple[str, str, tuple[int, int, int], float]] = []
+    proxy = ModelProxy(stores, models, budgets=budgets, on_call=lambda *a: calls.append(a))
+    async with proxy.running(), serve_loopback(Starlette(routes=proxy.routes)) as url:
+        yield ServedProxy(stores, proxy, url, calls)
+
+
+def client(token: str | None, *, bearer: bool = False) -> httpx2.AsyncClient:
+    headers = (
+        {} if token is None else ({"authorization": f"Bearer {token}"} if bearer else {"x-api-key": token})
+    )
+    return httpx2.AsyncClient(headers=headers, timeout=30, trust_env=False)
+
+
+def sse_events(text: str) -> list[tuple[str | None, str]]:
+    """(event, data) of each server-sent event in `text`."""
+    found: list[tuple[str | None, str]] = []
+    for block in text.replace("\r\n", "\n").split("\n\n"):
+        if not block.strip():
+            continue
+        name: str | None = None
+        data: list[str] = []
+        for line in block.split("\n"):
+            if line.startswith("event:"):
+                name = line[6:].strip()
+            elif line.startswith("data:"):
+                data.append(line[5:].strip())
+        found.append((name, "\n".join(data)))
+    return found

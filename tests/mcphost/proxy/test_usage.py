@@ -1,0 +1,123 @@
+"""Usage totals: `GET /v1/usage` (role reader) and `mcphost usage` over the calls the model endpoints made."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import anyio
+import anyio.to_thread
+import pytest
+
+from mcphost.app import open_host
+from mcphost.cli import main
+from mcphost.llm import ModelConfig
+from mcphost.stores import Stores
+from tests.e2e.httpkit import api_settings, asgi_client
+from tests.fakes.openai_chat import Reply, serve_fake_chat
+from tests.mcphost.proxy.kit import client, serve_proxy
+
+
+def model(base_url: str, name: str) -> ModelConfig:
+    return ModelConfig(
+        provider="openai-compatible",
+        base_url=base_url,
+        model=name,
+        input_usd_per_mtok=500_000,  # 0.5 USD per input token, 1 USD per output token
+        output_usd_per_mtok=1_000_000,
+    )
+
+
+async def make_calls(stores: Stores) -> None:
+    async with serve_fake_chat() as upstream:
+        upstream.script("m1", Reply(json_body=True, usage=(3, 1)), Reply(json_body=True, usage=(5, 2)))
+        upstream.script("m2", Reply(status=400, error="no"))
+        models = {"a": model(upstream.base_url, "m1"), "b": model(upstream.base_url, "m2")}
+        async with serve_proxy(stores, models) as served:
+            first = await served.start_run(["a", "b"], actor_id="ann")
+            second = await served.start_run(["a"], actor_id="bob", conversation_id="conv-2")
+            for run, model_id in ((first, "a"), (second, "a"), (first, "b")):
+                async with client(run.token, bearer=True) as http:
+                    await http.post(
+                        f"{served.openai(run)}/chat/completions", json={"model": model_id, "messages": []}
+                    )
+
+
+async def test_usage_totals_by_model_actor_and_day_over_the_api_and_the_cli(
+    database_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    settings = api_settings(database_url, tmp_path / "data")
+    async with open_host(settings) as host:
+        await make_calls(host.stores)
+        async with asgi_client(host) as http:
+            by_model = (await http.get("/v1/usage", params={"group_by": "model"})).json()
+            by_actor = (await http.get("/v1/usage", params={"group_by": "actor"})).json()
+            by_day = (
+                await http.get("/v1/usage", params={"group_by": "day", "from": "2000-01-01T00:00:00Z"})
+            ).json()
+            later = (
+                await http.get("/v1/usage", params={"group_by": "day", "from": "2999-01-01T00:00:00Z"})
+            ).json()
+            bad = await http.get("/v1/usage", params={"group_by": "planet"})
+            stale = await http.get("/v1/usage", params={"group_by": "model", "to": "not a time"})
+    assert by_model["totals"] == [
+        {
+            "key": "a",
+            "calls": 2,
+            "failed": 0,
+            "input_tokens": 8,
+            "output_tokens": 3,
+            "cached_tokens": 0,
+            "cost_usd": 7.0,
+        },
+        {
+            "key": "b",
+            "calls": 1,
+            "failed": 1,
+            "input_tokens": 0,
+            "output_tokens": 0,
+            "cached_tokens": 0,
+            "cost_usd": 0.0,
+        },
+    ]
+    assert [(t["key"], t["calls"], t["cost_usd"]) for t in by_actor["totals"]] == [
+        ("bob", 1, 4.5),
+        ("ann", 2, 2.5),
+    ]
+    [day] = by_day["totals"]
+    assert (day["calls"], day["cost_usd"]) == (3, 7.0)
+    assert later["totals"] == []
+    assert bad.status_code == 400
+    assert stale.status_code == 400
+    argv = ["usage", "--by", "agent", "--json", "--config", _config(tmp_path, database_url)]
+    assert await anyio.to_thread.run_sync(main, argv) == 0
+    [line] = capsys.readouterr().out.splitlines()
+    assert json.loads(line)["totals"] == [
+        {
+            "key": "agent-a",
+            "calls": 3,
+            "failed": 1,
+            "input_tokens": 8,
+            "output_tokens": 3,
+            "cached_tokens": 0,
+            "cost_usd": 7.0,
+        }
+    ]
+
+
+def _config(tmp_path: Path, database_url: str) -> str:
+    path = tmp_path / "mcphost.toml"
+    path.write_text(
+        f'[host]\ndatabase_url = "{database_url}"\ndata_dir = "{tmp_path / "cli"}"\nbundled_plugins = false\n'
+    )
+    return str(path)
+
+
+async def test_a_reader_key_may_read_usage_and_no_key_may_not(database_url: str, tmp_path: Path) -> None:
+    settings = api_settings(database_url, tmp_path / "data", api_key="admin-key-0123456789abcdef")
+    async with open_host(settings) as host, asgi_client(host) as http:
+        refused = await http.get("/v1/usage", headers={"authorization": ""})
+        allowed = await http.get("/v1/usage", headers={"authorization": "Bearer admin-key-0123456789abcdef"})
+    assert refused.status_code == 401
+    assert allowed.status_code == 200
+    assert allowed.json() == {"group_by": "model", "totals": []}
