@@ -34,6 +34,23 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/channels/{channel_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** A Slack, Telegram or Discord request to a [channels.<id>] bot, admitted as an event (authenticated by the platform's signature, not the API key); answered 200 with the platform's acknowledgement */
+        post: operations["receive_channel"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/runs": {
         parameters: {
             query?: never;
@@ -136,6 +153,40 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/conversations": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Conversations, newest activity (newest run) first; by id prefix, agent or actor */
+        get: operations["list_conversations"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/conversations/{conversation_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /** Delete a conversation: its runs (results, audit, recordings), event log, transcript, conversation state, approvals, deliveries and artifacts with their blobs; 409 (nothing deleted) while a run of it is queued or running or an approval of it still decides one */
+        delete: operations["delete_conversation"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/conversations/{conversation_id}/transcript": {
         parameters: {
             query?: never;
@@ -170,6 +221,23 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/state/{scope}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** A page of one owner's state values in key order (the query names the owner's ids, as the scope's owner is made for a run) */
+        get: operations["list_state"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/state/{scope}/{key}": {
         parameters: {
             query?: never;
@@ -177,11 +245,29 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        get?: never;
+        /** One state value (the query names the owner's ids); a value nested too deep to be served is `unservable` with no value */
+        get: operations["show_state"];
         put?: never;
         post?: never;
         /** Delete one state value (also one too deep to be served); the query names the owner's ids */
         delete: operations["delete_state"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/usage": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Host model calls totalled by agent, actor, model, conversation or day */
+        get: operations["usage"];
+        put?: never;
+        post?: never;
+        delete?: never;
         options?: never;
         head?: never;
         patch?: never;
@@ -479,6 +565,74 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/runtimes": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The registered runtimes: state, liveness, slots in use, labels, capabilities */
+        get: operations["list_runtimes"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/runtimes/{runtime}/drain": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Drain a runtime: it finishes its runs and claims no new ones */
+        post: operations["drain_runtime"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/runtimes/{runtime}/disable": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Disable a runtime: its token is refused and the runs it holds go back to the queue when their leases lapse */
+        post: operations["disable_runtime"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/runtimes/{runtime}/enable": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Let a drained or disabled runtime claim runs again */
+        post: operations["enable_runtime"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/healthz": {
         parameters: {
             query?: never;
@@ -551,6 +705,56 @@ export interface paths {
 export type webhooks = Record<string, never>;
 export interface components {
     schemas: {
+        /** ActionRequested */
+        ActionRequested: {
+            /** Run Id */
+            run_id: string;
+            /**
+             * Sequence
+             * @default null
+             */
+            sequence: number | null;
+            /**
+             * Timestamp
+             * @default null
+             */
+            timestamp: number | null;
+            /** Metadata */
+            metadata?: {
+                [key: string]: unknown;
+            };
+            /**
+             * Type
+             * @default action.requested
+             * @constant
+             */
+            type: "action.requested";
+            data: components["schemas"]["ActionRequestedData"];
+        };
+        /** ActionRequestedData */
+        ActionRequestedData: {
+            /** Action */
+            action: string;
+            /**
+             * Target
+             * @default null
+             */
+            target: unknown;
+            /** Payload */
+            payload?: {
+                [key: string]: unknown;
+            };
+            /**
+             * Idempotency Key
+             * @default null
+             */
+            idempotency_key: string | null;
+            /**
+             * Approval Hint
+             * @default null
+             */
+            approval_hint: string | null;
+        };
         /** ActorInfo */
         ActorInfo: {
             /**
@@ -634,6 +838,8 @@ export interface components {
              */
             agent_id: string | null;
             options?: components["schemas"]["EventOptions"];
+            /** @description `event_time` as ISO 8601 in UTC; null when `event_time` is null or past year 9999. */
+            event_time_iso?: string | null;
         };
         /**
          * AgentInfo
@@ -768,6 +974,12 @@ export interface components {
              * @default null
              */
             used_by_run_id: string | null;
+            /** @description `created_at` as ISO 8601 in UTC; null when `created_at` is null or past year 9999. */
+            created_at_iso: string | null;
+            /** @description `expires_at` as ISO 8601 in UTC; null when `expires_at` is null or past year 9999. */
+            expires_at_iso: string | null;
+            /** @description `decided_at` as ISO 8601 in UTC; null when `decided_at` is null or past year 9999. */
+            decided_at_iso: string | null;
         };
         /** ApprovalsPage */
         ApprovalsPage: {
@@ -777,6 +989,41 @@ export interface components {
             next_cursor: string | null;
             /** Has More */
             has_more: boolean;
+        };
+        /** ArtifactCreated */
+        ArtifactCreated: {
+            /** Run Id */
+            run_id: string;
+            /**
+             * Sequence
+             * @default null
+             */
+            sequence: number | null;
+            /**
+             * Timestamp
+             * @default null
+             */
+            timestamp: number | null;
+            /** Metadata */
+            metadata?: {
+                [key: string]: unknown;
+            };
+            /**
+             * Type
+             * @default artifact.created
+             * @constant
+             */
+            type: "artifact.created";
+            data: components["schemas"]["ArtifactCreatedData"];
+        };
+        /** ArtifactCreatedData */
+        ArtifactCreatedData: {
+            artifact: components["schemas"]["ArtifactRef"];
+            /**
+             * Content Base64
+             * @default null
+             */
+            content_base64: string | null;
         };
         /**
          * ArtifactRecord
@@ -801,6 +1048,10 @@ export interface components {
             created_at: number;
             /** Expires At */
             expires_at: number | null;
+            /** @description `created_at` as ISO 8601 in UTC; null when `created_at` is null or past year 9999. */
+            created_at_iso: string | null;
+            /** @description `expires_at` as ISO 8601 in UTC; null when `expires_at` is null or past year 9999. */
+            expires_at_iso: string | null;
         };
         /**
          * ArtifactRef
@@ -845,6 +1096,10 @@ export interface components {
             created_at: number;
             /** Ended At */
             ended_at: number | null;
+            /** @description `created_at` as ISO 8601 in UTC; null when `created_at` is null or past year 9999. */
+            created_at_iso: string | null;
+            /** @description `ended_at` as ISO 8601 in UTC; null when `ended_at` is null or past year 9999. */
+            ended_at_iso: string | null;
         };
         /** AuditPage */
         AuditPage: {
@@ -882,10 +1137,19 @@ export interface components {
             code: string | null;
             /** Duration Ms */
             duration_ms: number;
+            /**
+             * Started At
+             * @default null
+             */
+            started_at: number | null;
             /** Seq */
             seq: number;
             /** Created At */
             created_at: number;
+            /** @description `started_at` as ISO 8601 in UTC; null when `started_at` is null or past year 9999. */
+            started_at_iso?: string | null;
+            /** @description `created_at` as ISO 8601 in UTC; null when `created_at` is null or past year 9999. */
+            created_at_iso: string | null;
         };
         /** AvailableApis */
         AvailableApis: {
@@ -1013,6 +1277,47 @@ export interface components {
             available_apis?: components["schemas"]["AvailableApis"];
             /** @default null */
             mcp: components["schemas"]["MCPAccess"] | null;
+            /**
+             * @description The run's model endpoints, when it is granted any host model (`resources.models`).
+             * @default null
+             */
+            models: components["schemas"]["ModelEndpoints"] | null;
+        };
+        /**
+         * ConversationDeleted
+         * @description What deleting a conversation removed, row counts by kind.
+         */
+        ConversationDeleted: {
+            /** Conversation Id */
+            conversation_id: string;
+            /** Runs */
+            runs: number;
+            /** Events */
+            events: number;
+            /**
+             * Transcript
+             * @description Transcript items.
+             */
+            transcript: number;
+            /**
+             * State
+             * @description Conversation-scoped state values (of every runner, agent and thread).
+             */
+            state: number;
+            /** Approvals */
+            approvals: number;
+            /**
+             * Deliveries
+             * @description Outbound webhook deliveries about it (sent, dead or still pending).
+             */
+            deliveries: number;
+            /** Artifacts */
+            artifacts: number;
+            /**
+             * Blob Bytes
+             * @description Bytes of artifact blobs freed (a blob another artifact still references stays).
+             */
+            blob_bytes: number;
         };
         /** ConversationInfo */
         ConversationInfo: {
@@ -1033,6 +1338,57 @@ export interface components {
              * @default null
              */
             workspace_id: string | null;
+        };
+        /**
+         * ConversationRecord
+         * @description A conversation as listed: when it began, its newest activity and who was in it last.
+         */
+        ConversationRecord: {
+            /** Conversation Id */
+            conversation_id: string;
+            /**
+             * Created At
+             * @description When its first run was admitted.
+             */
+            created_at: number;
+            /**
+             * Last Activity At
+             * @description When its newest run was admitted.
+             */
+            last_activity_at: number;
+            /** Last Run Id */
+            last_run_id: string;
+            /**
+             * Agent Id
+             * @description The agent of its newest run.
+             */
+            agent_id: string | null;
+            /**
+             * Actor Id
+             * @description The actor of the newest event that named one.
+             */
+            actor_id: string | null;
+            /**
+             * Runs
+             * @description How many runs it has had (attempts included).
+             */
+            runs: number;
+            /** @description `created_at` as ISO 8601 in UTC; null when `created_at` is null or past year 9999. */
+            created_at_iso: string | null;
+            /** @description `last_activity_at` as ISO 8601 in UTC; null when `last_activity_at` is null or past year 9999. */
+            last_activity_at_iso: string | null;
+        };
+        /** ConversationsPage */
+        ConversationsPage: {
+            /**
+             * Items
+             * @description Newest activity (newest run) first.
+             */
+            items: components["schemas"]["ConversationRecord"][];
+            /** Next Cursor */
+            next_cursor: string | null;
+            /** Has More */
+            has_more: boolean;
         };
         /** DecisionBody */
         DecisionBody: {
@@ -1131,6 +1487,14 @@ export interface components {
             last_error: string | null;
             /** Delivered At */
             delivered_at: number | null;
+            /** @description `created_at` as ISO 8601 in UTC; null when `created_at` is null or past year 9999. */
+            created_at_iso: string | null;
+            /** @description `expires_at` as ISO 8601 in UTC; null when `expires_at` is null or past year 9999. */
+            expires_at_iso: string | null;
+            /** @description `next_attempt_at` as ISO 8601 in UTC; null when `next_attempt_at` is null or past year 9999. */
+            next_attempt_at_iso: string | null;
+            /** @description `delivered_at` as ISO 8601 in UTC; null when `delivered_at` is null or past year 9999. */
+            delivered_at_iso: string | null;
         };
         /** ErrorBody */
         ErrorBody: {
@@ -1213,6 +1577,8 @@ export interface components {
             data?: {
                 [key: string]: unknown;
             };
+            /** @description `event_time` as ISO 8601 in UTC; null when `event_time` is null or past year 9999. */
+            event_time_iso: string | null;
         };
         /** EventInput */
         EventInput: {
@@ -1306,6 +1672,11 @@ export interface components {
              * @description State scopes; each is checked for reading and for writing.
              */
             state_scopes?: ("conversation" | "actor" | "subject" | "runner" | "binding" | "workspace")[];
+            /**
+             * Models
+             * @description Host model ids (`[models.<id>]`), or `ID:invoke|stream|rerank` for one way of calling them.
+             */
+            models?: string[];
         };
         /**
          * Explanation
@@ -1330,7 +1701,8 @@ export interface components {
             /**
              * Target
              * @description What was checked: `tool:NAME`, `state:SCOPE:read|write`, `storage:AREA`, `knowledge:KB`,
-             *     `resource:URI` or `action:NAME` (a platform action; its target's scope is checked per request).
+             *     `resource:URI`, `action:NAME` (a platform action; its target's scope is checked per request) or
+             *     `model:ID[:invoke|stream|rerank]` (a host model).
              */
             target: string;
             /** Allowed */
@@ -1407,6 +1779,12 @@ export interface components {
              * @default []
              */
             actions: string[];
+            /**
+             * Models
+             * @description The agent's `resources.models`.
+             * @default []
+             */
+            models: string[];
         };
         /**
          * GrantSummary
@@ -1432,6 +1810,18 @@ export interface components {
              * @description Platform actions the run may ask for (`action.requested`), before the target's scope check.
              */
             actions: string[];
+            /**
+             * Models
+             * @description Host models the run may call (`[models.<id>]` ids).
+             * @default []
+             */
+            models: string[];
+            /**
+             * Model Calls
+             * @description How it may call them: `invoke`, `stream`, `rerank`.
+             * @default []
+             */
+            model_calls: string[];
             /** Call Budget */
             call_budget: number | null;
             /** Byte Budget */
@@ -1458,6 +1848,8 @@ export interface components {
              * @default null
              */
             layers: components["schemas"]["GrantLayers"] | null;
+            /** @description `deadline_at` as ISO 8601 in UTC; null when `deadline_at` is null or past year 9999. */
+            deadline_at_iso: string | null;
         };
         /**
          * GrantView
@@ -1484,6 +1876,18 @@ export interface components {
              * @description Platform actions the run may ask for (`action.requested`), before the target's scope check.
              */
             actions: string[];
+            /**
+             * Models
+             * @description Host models the run may call (`[models.<id>]` ids).
+             * @default []
+             */
+            models: string[];
+            /**
+             * Model Calls
+             * @description How it may call them: `invoke`, `stream`, `rerank`.
+             * @default []
+             */
+            model_calls: string[];
             /** Call Budget */
             call_budget: number | null;
             /** Byte Budget */
@@ -1526,6 +1930,46 @@ export interface components {
              */
             source_event_type: string | null;
         };
+        /**
+         * HostModelInfo
+         * @description A host model the run may call (`[models.<id>]` in the host's config), without its provider or key.
+         */
+        HostModelInfo: {
+            /**
+             * Model Id
+             * @description The id to name in a request's `model` (the endpoints in `context.models` map it upstream).
+             */
+            model_id: string;
+            /**
+             * Kind
+             * @default chat
+             * @enum {string}
+             */
+            kind: "chat" | "rerank" | "embedding";
+            /**
+             * Context Window
+             * @description Input tokens the model takes, when the host knows it.
+             * @default null
+             */
+            context_window: number | null;
+            /**
+             * Tools
+             * @description The model supports tool calls.
+             * @default true
+             */
+            tools: boolean;
+            /**
+             * Images
+             * @description The model takes images.
+             * @default false
+             */
+            images: boolean;
+            /**
+             * Calls
+             * @description How the run may call it (its grant).
+             */
+            calls?: ("invoke" | "stream" | "rerank")[];
+        };
         /** InlinePolicy */
         InlinePolicy: {
             /**
@@ -1534,6 +1978,47 @@ export interface components {
              * @constant
              */
             mode: "current_event";
+        };
+        /** InteractionRequested */
+        InteractionRequested: {
+            /** Run Id */
+            run_id: string;
+            /**
+             * Sequence
+             * @default null
+             */
+            sequence: number | null;
+            /**
+             * Timestamp
+             * @default null
+             */
+            timestamp: number | null;
+            /** Metadata */
+            metadata?: {
+                [key: string]: unknown;
+            };
+            /**
+             * Type
+             * @default interaction.requested
+             * @constant
+             */
+            type: "interaction.requested";
+            data: components["schemas"]["InteractionRequestedData"];
+        };
+        /** InteractionRequestedData */
+        InteractionRequestedData: {
+            /**
+             * Questions
+             * @description What the harness asks the user, as its tool put it (Claude Code's `AskUserQuestion` input).
+             */
+            questions: {
+                [key: string]: unknown;
+            }[];
+            /**
+             * Tool Use Id
+             * @default null
+             */
+            tool_use_id: string | null;
         };
         /** KnowledgeBaseInfo */
         KnowledgeBaseInfo: {
@@ -1584,6 +2069,8 @@ export interface components {
              * @description The agents whose `resources.knowledge_bases` name it (a runner's manifest may still cut it).
              */
             agents: string[];
+            /** @description `last_ingested_at` as ISO 8601 in UTC; null when `last_ingested_at` is null or past year 9999. */
+            last_ingested_at_iso: string | null;
         };
         /**
          * KnowledgeChunk
@@ -1663,6 +2150,125 @@ export interface components {
              */
             name: string | null;
         };
+        /** Message */
+        Message: {
+            /**
+             * Role
+             * @default assistant
+             * @enum {string}
+             */
+            role: "assistant" | "system";
+            /**
+             * Content
+             * @default null
+             */
+            content: string | null;
+            /**
+             * Contents
+             * @default null
+             */
+            contents: (components["schemas"]["TextContent"] | components["schemas"]["MediaContent"])[] | null;
+            /** Artifacts */
+            artifacts?: components["schemas"]["ArtifactRef"][];
+        };
+        /** MessageChunk */
+        MessageChunk: {
+            /**
+             * Role
+             * @default assistant
+             * @constant
+             */
+            role: "assistant";
+            /**
+             * Content
+             * @default null
+             */
+            content: string | null;
+            /**
+             * Contents
+             * @default null
+             */
+            contents: (components["schemas"]["TextContent"] | components["schemas"]["MediaContent"])[] | null;
+        };
+        /** MessageCompleted */
+        MessageCompleted: {
+            /** Run Id */
+            run_id: string;
+            /**
+             * Sequence
+             * @default null
+             */
+            sequence: number | null;
+            /**
+             * Timestamp
+             * @default null
+             */
+            timestamp: number | null;
+            /** Metadata */
+            metadata?: {
+                [key: string]: unknown;
+            };
+            /**
+             * Type
+             * @default message.completed
+             * @constant
+             */
+            type: "message.completed";
+            data: components["schemas"]["MessageCompletedData"];
+        };
+        /** MessageCompletedData */
+        MessageCompletedData: {
+            message: components["schemas"]["Message"];
+        };
+        /** MessageDelta */
+        MessageDelta: {
+            /** Run Id */
+            run_id: string;
+            /**
+             * Sequence
+             * @default null
+             */
+            sequence: number | null;
+            /**
+             * Timestamp
+             * @default null
+             */
+            timestamp: number | null;
+            /** Metadata */
+            metadata?: {
+                [key: string]: unknown;
+            };
+            /**
+             * Type
+             * @default message.delta
+             * @constant
+             */
+            type: "message.delta";
+            data: components["schemas"]["MessageDeltaData"];
+        };
+        /** MessageDeltaData */
+        MessageDeltaData: {
+            chunk: components["schemas"]["MessageChunk"];
+        };
+        /**
+         * ModelEndpoints
+         * @description The run's model endpoints (PROTOCOL §7a), authenticated by the run token (`mcp.headers`) sent as
+         *     `x-api-key` or `Authorization: Bearer`. Unmodified provider clients take these as their base URL.
+         */
+        ModelEndpoints: {
+            /**
+             * Anthropic
+             * @description Anthropic Messages (`POST {anthropic}/v1/messages`): an Anthropic SDK's or Claude Code's
+             *     `ANTHROPIC_BASE_URL`.
+             */
+            anthropic: string;
+            /**
+             * Openai
+             * @description OpenAI (`POST {openai}/chat/completions`, `POST {openai}/responses`, `GET {openai}/models`): an
+             *     OpenAI SDK's `base_url`, a Codex model provider's `base_url`.
+             */
+            openai: string;
+        };
         /**
          * Permissions
          * @description The most a runner may ever be granted. Empty lists mean none.
@@ -1684,6 +2290,12 @@ export interface components {
             tools?: "call"[];
             /** Platform Api */
             platform_api?: string[];
+            /**
+             * Models
+             * @description Calls of the host's models the runner may make (the agent's `resources.models` names which):
+             *     `invoke` (a whole answer), `stream` (a streamed one), `rerank`.
+             */
+            models?: ("invoke" | "stream" | "rerank")[];
         };
         /** PluginInfo */
         PluginInfo: {
@@ -1720,6 +2332,11 @@ export interface components {
             /** Skills */
             skills?: components["schemas"]["SkillInfo"][];
             storage?: components["schemas"]["StorageInfo"];
+            /**
+             * Models
+             * @description Host models the run may call through its model endpoints (`context.models`).
+             */
+            models?: components["schemas"]["HostModelInfo"][];
         };
         /** ResultsPage */
         ResultsPage: {
@@ -1811,6 +2428,52 @@ export interface components {
              * @default null
              */
             created_by: string | null;
+            /** @description `created_at` as ISO 8601 in UTC; null when `created_at` is null or past year 9999. */
+            created_at_iso: string | null;
+            /** @description `started_at` as ISO 8601 in UTC; null when `started_at` is null or past year 9999. */
+            started_at_iso?: string | null;
+            /** @description `ended_at` as ISO 8601 in UTC; null when `ended_at` is null or past year 9999. */
+            ended_at_iso?: string | null;
+            /** @description `deadline_at` as ISO 8601 in UTC; null when `deadline_at` is null or past year 9999. */
+            deadline_at_iso: string | null;
+        };
+        /** RunCompleted */
+        RunCompleted: {
+            /** Run Id */
+            run_id: string;
+            /**
+             * Sequence
+             * @default null
+             */
+            sequence: number | null;
+            /**
+             * Timestamp
+             * @default null
+             */
+            timestamp: number | null;
+            /** Metadata */
+            metadata?: {
+                [key: string]: unknown;
+            };
+            /**
+             * Type
+             * @default run.completed
+             * @constant
+             */
+            type: "run.completed";
+            data?: components["schemas"]["RunCompletedData"];
+        };
+        /** RunCompletedData */
+        RunCompletedData: {
+            /**
+             * Finish Reason
+             * @default stop
+             * @enum {string}
+             */
+            finish_reason: "stop" | "length" | "tool_calls" | "content_filter" | "cancelled" | "other";
+            /** @default null */
+            message: components["schemas"]["Message"] | null;
+            usage?: components["schemas"]["Usage"];
         };
         /** RunError */
         RunError: {
@@ -1818,6 +2481,48 @@ export interface components {
             code: string;
             /** Message */
             message: string;
+            /** Details */
+            details?: {
+                [key: string]: unknown;
+            };
+        };
+        /** RunFailed */
+        RunFailed: {
+            /** Run Id */
+            run_id: string;
+            /**
+             * Sequence
+             * @default null
+             */
+            sequence: number | null;
+            /**
+             * Timestamp
+             * @default null
+             */
+            timestamp: number | null;
+            /** Metadata */
+            metadata?: {
+                [key: string]: unknown;
+            };
+            /**
+             * Type
+             * @default run.failed
+             * @constant
+             */
+            type: "run.failed";
+            data: components["schemas"]["RunFailedData"];
+        };
+        /** RunFailedData */
+        RunFailedData: {
+            /** Code */
+            code: string;
+            /** Message */
+            message: string;
+            /**
+             * Retryable
+             * @default false
+             */
+            retryable: boolean;
             /** Details */
             details?: {
                 [key: string]: unknown;
@@ -1870,6 +2575,55 @@ export interface components {
              *     attempt (`host.restarted`) and the event was submitted again.
              */
             attempts: components["schemas"]["Attempt"][];
+        };
+        /**
+         * RunWaited
+         * @description The answer of `POST /v1/events?wait=true`: the run as it ended (200), or as it stands when the
+         *     wait timed out (202, `done: false`; the run goes on).
+         */
+        RunWaited: {
+            /** Run Id */
+            run_id: string;
+            /** Event Id */
+            event_id: string;
+            status: components["schemas"]["RunStatus"];
+            /**
+             * Created
+             * @description False when the event_id was seen before: this is the existing run.
+             */
+            created: boolean;
+            /**
+             * Done
+             * @description The run has ended; false when `timeout_s` passed first.
+             */
+            done: boolean;
+            run: components["schemas"]["Run"];
+            /**
+             * Results
+             * @description The run's results, each with its host sequence as `seq`, without `message.delta` (the
+             *     `message.completed` that follows holds the whole message); at most 1000.
+             */
+            results: {
+                [key: string]: unknown;
+            }[];
+            /**
+             * Results Complete
+             * @description Every such result is in `results`; else continue with `GET /v1/runs/{run_id}/results?after=
+             *     <next_after>`.
+             */
+            results_complete: boolean;
+            /**
+             * Next After
+             * @description The host sequence of the last result read.
+             */
+            next_after: number;
+            /**
+             * Message
+             * @description The run's final assistant message (of `run.completed`, else the last `message.completed`).
+             */
+            message: {
+                [key: string]: unknown;
+            } | null;
         };
         /** RunnerInfo */
         RunnerInfo: {
@@ -1945,6 +2699,50 @@ export interface components {
              * @default null
              */
             tracestate: string | null;
+            /** @description `deadline_at` as ISO 8601 in UTC; null when `deadline_at` is null or past year 9999. */
+            deadline_at_iso: string | null;
+        };
+        /**
+         * RuntimeView
+         * @description One registered runtime (never its token).
+         */
+        RuntimeView: {
+            /** Runtime Id */
+            runtime_id: string;
+            /** Name */
+            name: string;
+            /**
+             * State
+             * @enum {string}
+             */
+            state: "online" | "draining" | "disabled";
+            /** Alive */
+            alive: boolean;
+            /** Last Heartbeat At */
+            last_heartbeat_at: number | null;
+            /** Slots */
+            slots: number;
+            /** Running */
+            running: number;
+            /** Labels */
+            labels: {
+                [key: string]: string;
+            };
+            /** Capabilities */
+            capabilities: {
+                [key: string]: unknown;
+            };
+            /** Created At */
+            created_at: number;
+            /** @description `last_heartbeat_at` as ISO 8601 in UTC; null when `last_heartbeat_at` is null or past year 9999. */
+            last_heartbeat_at_iso: string | null;
+            /** @description `created_at` as ISO 8601 in UTC; null when `created_at` is null or past year 9999. */
+            created_at_iso: string | null;
+        };
+        /** RuntimesView */
+        RuntimesView: {
+            /** Runtimes */
+            runtimes: components["schemas"]["RuntimeView"][];
         };
         /** ScheduleDeleted */
         ScheduleDeleted: {
@@ -2039,6 +2837,12 @@ export interface components {
             /** Created At */
             created_at: number | null;
             spec: components["schemas"]["ScheduleSpec"];
+            /** @description `next_fire_at` as ISO 8601 in UTC; null when `next_fire_at` is null or past year 9999. */
+            next_fire_at_iso: string | null;
+            /** @description `last_fire_at` as ISO 8601 in UTC; null when `last_fire_at` is null or past year 9999. */
+            last_fire_at_iso: string | null;
+            /** @description `created_at` as ISO 8601 in UTC; null when `created_at` is null or past year 9999. */
+            created_at_iso: string | null;
         };
         /** SchedulesPage */
         SchedulesPage: {
@@ -2079,6 +2883,27 @@ export interface components {
             deleted: boolean;
         };
         /**
+         * StateEntry
+         * @description One stored state value.
+         */
+        StateEntry: {
+            /** Key */
+            key: string;
+            /** Value */
+            value: unknown;
+            /** Size */
+            size: number;
+            /** Updated At */
+            updated_at: number;
+            /**
+             * Unservable
+             * @default false
+             */
+            unservable: boolean;
+            /** @description `updated_at` as ISO 8601 in UTC; null when `updated_at` is null or past year 9999. */
+            updated_at_iso: string | null;
+        };
+        /**
          * StateErrorEntry
          * @description A state key the snapshot leaves out because its stored value cannot be served.
          */
@@ -2094,6 +2919,22 @@ export interface components {
             code: string;
             /** Message */
             message: string;
+        };
+        /**
+         * StatePage
+         * @description A page of an owner's state values in key order (`state_list`, values always inline).
+         */
+        StatePage: {
+            /** Scope */
+            scope: string;
+            /** Owner */
+            owner: string[];
+            /** Items */
+            items: components["schemas"]["StateEntry"][];
+            /** Next Cursor */
+            next_cursor: string | null;
+            /** Has More */
+            has_more: boolean;
         };
         /** StateSnapshot */
         StateSnapshot: {
@@ -2120,6 +2961,78 @@ export interface components {
              *     on. Overwriting or deleting the key clears the entry.
              */
             errors?: components["schemas"]["StateErrorEntry"][];
+        };
+        /** StateUpdated */
+        StateUpdated: {
+            /** Run Id */
+            run_id: string;
+            /**
+             * Sequence
+             * @default null
+             */
+            sequence: number | null;
+            /**
+             * Timestamp
+             * @default null
+             */
+            timestamp: number | null;
+            /** Metadata */
+            metadata?: {
+                [key: string]: unknown;
+            };
+            /**
+             * Type
+             * @default state.updated
+             * @constant
+             */
+            type: "state.updated";
+            data: components["schemas"]["StateUpdatedData"];
+        };
+        /** StateUpdatedData */
+        StateUpdatedData: {
+            /**
+             * Scope
+             * @enum {string}
+             */
+            scope: "conversation" | "actor" | "subject" | "runner" | "binding" | "workspace";
+            /** Key */
+            key: string;
+            /** Value */
+            value: unknown;
+        };
+        /**
+         * StateValue
+         * @description One state value of an owner, as a run of that owner reads it (`state_get`).
+         */
+        StateValue: {
+            /** Scope */
+            scope: string;
+            /** Key */
+            key: string;
+            /**
+             * Owner
+             * @description The owner tuple the ids made, as stored.
+             */
+            owner: string[];
+            /**
+             * Value
+             * @description None when `unservable`.
+             */
+            value: unknown;
+            /**
+             * Size
+             * @description Bytes of the value's compact JSON.
+             */
+            size: number;
+            /** Updated At */
+            updated_at: number;
+            /**
+             * Unservable
+             * @description The stored value nests too deep to be served: delete or overwrite it.
+             */
+            unservable: boolean;
+            /** @description `updated_at` as ISO 8601 in UTC; null when `updated_at` is null or past year 9999. */
+            updated_at_iso: string | null;
         };
         /** StaticRef */
         StaticRef: {
@@ -2174,6 +3087,22 @@ export interface components {
              * @default null
              */
             payload_error: string | null;
+            /** @description `created_at` as ISO 8601 in UTC; null when `created_at` is null or past year 9999. */
+            created_at_iso: string | null;
+        };
+        /**
+         * StreamEnd
+         * @description The `event: end` of a result stream: the run's final status.
+         */
+        StreamEnd: {
+            /** Run Id */
+            run_id: string;
+            status: components["schemas"]["RunStatus"];
+            /**
+             * @description Why the run did not complete (absent when it did).
+             * @default null
+             */
+            error: components["schemas"]["RunError"] | null;
         };
         /** SubjectInfo */
         SubjectInfo: {
@@ -2195,6 +3124,91 @@ export interface components {
             type: "text";
             /** Text */
             text: string;
+        };
+        /** ToolCallCompleted */
+        ToolCallCompleted: {
+            /** Run Id */
+            run_id: string;
+            /**
+             * Sequence
+             * @default null
+             */
+            sequence: number | null;
+            /**
+             * Timestamp
+             * @default null
+             */
+            timestamp: number | null;
+            /** Metadata */
+            metadata?: {
+                [key: string]: unknown;
+            };
+            /**
+             * Type
+             * @default tool.call.completed
+             * @constant
+             */
+            type: "tool.call.completed";
+            data: components["schemas"]["ToolCallCompletedData"];
+        };
+        /** ToolCallCompletedData */
+        ToolCallCompletedData: {
+            /** Tool Call Id */
+            tool_call_id: string;
+            /** Tool Name */
+            tool_name: string;
+            /**
+             * Result Preview
+             * @default null
+             */
+            result_preview: string | null;
+            /**
+             * Error Code
+             * @default null
+             */
+            error_code: string | null;
+            /**
+             * Error Message
+             * @default null
+             */
+            error_message: string | null;
+        };
+        /** ToolCallStarted */
+        ToolCallStarted: {
+            /** Run Id */
+            run_id: string;
+            /**
+             * Sequence
+             * @default null
+             */
+            sequence: number | null;
+            /**
+             * Timestamp
+             * @default null
+             */
+            timestamp: number | null;
+            /** Metadata */
+            metadata?: {
+                [key: string]: unknown;
+            };
+            /**
+             * Type
+             * @default tool.call.started
+             * @constant
+             */
+            type: "tool.call.started";
+            data: components["schemas"]["ToolCallStartedData"];
+        };
+        /** ToolCallStartedData */
+        ToolCallStartedData: {
+            /** Tool Call Id */
+            tool_call_id: string;
+            /** Tool Name */
+            tool_name: string;
+            /** Parameters */
+            parameters?: {
+                [key: string]: unknown;
+            };
         };
         /** ToolInfo */
         ToolInfo: {
@@ -2278,6 +3292,8 @@ export interface components {
             actor_id: string | null;
             /** Created At */
             created_at: number;
+            /** @description `created_at` as ISO 8601 in UTC; null when `created_at` is null or past year 9999. */
+            created_at_iso: string | null;
         };
         /** Trigger */
         Trigger: {
@@ -2361,6 +3377,66 @@ export interface components {
              */
             agents: string[];
         };
+        /** Usage */
+        Usage: {
+            /**
+             * Input Tokens
+             * @default null
+             */
+            input_tokens: number | null;
+            /**
+             * Output Tokens
+             * @default null
+             */
+            output_tokens: number | null;
+            /**
+             * Total Tokens
+             * @default null
+             */
+            total_tokens: number | null;
+            /**
+             * Cost Usd
+             * @default null
+             */
+            cost_usd: number | null;
+            /** Extra */
+            extra?: {
+                [key: string]: unknown;
+            };
+        };
+        /**
+         * UsageAnswer
+         * @description The answer of `GET /v1/usage`: one total per group, costliest first (at most 1000 groups).
+         */
+        UsageAnswer: {
+            /**
+             * Group By
+             * @enum {string}
+             */
+            group_by: "agent" | "actor" | "model" | "conversation" | "day";
+            /** Totals */
+            totals: components["schemas"]["UsageTotal"][];
+        };
+        /**
+         * UsageTotal
+         * @description The totals of one group of finished calls.
+         */
+        UsageTotal: {
+            /** Key */
+            key: string | null;
+            /** Calls */
+            calls: number;
+            /** Failed */
+            failed: number;
+            /** Input Tokens */
+            input_tokens: number;
+            /** Output Tokens */
+            output_tokens: number;
+            /** Cached Tokens */
+            cached_tokens: number;
+            /** Cost Usd */
+            cost_usd: number;
+        };
         /**
          * WarmSessionAccess
          * @description The stable MCP endpoint of a warm harness session (PROTOCOL §9): offered when the agent's config
@@ -2410,6 +3486,14 @@ export interface operations {
             query?: {
                 /** @description Answer with an SSE stream of the run's results instead of 202. */
                 stream?: boolean;
+                /**
+                 * @description Block until the run ends and answer 200 with the run and its results (`RunWaited`); when
+                 *     `timeout_s` passes first, 202 with `done: false` (the run goes on: post the same event again, with
+                 *     its `event_id`, to wait again). Not with `stream`.
+                 */
+                wait?: boolean;
+                /** @description How long `wait=true` blocks at most (default 300 s, at most 3600 s). */
+                timeout_s?: number | null;
             };
             header?: never;
             path?: never;
@@ -2421,18 +3505,32 @@ export interface operations {
             };
         };
         responses: {
-            /** @description the run's results as they are stored (`stream=true`) */
+            /** @description the run's results as SSE (`stream=true`), or the ended run (`wait=true`) */
             200: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
                     "text/event-stream": {
-                        event?: string;
+                        /** @constant */
+                        event: "run";
                         data: string;
-                        id?: string;
-                        retry?: number;
+                    } | {
+                        /** @enum {unknown} */
+                        event: "action.requested" | "artifact.created" | "interaction.requested" | "message.completed" | "message.delta" | "run.completed" | "run.failed" | "state.updated" | "tool.call.completed" | "tool.call.started";
+                        data: string;
+                        /** @description The result's `seq`. */
+                        id: string;
+                    } | {
+                        /** @constant */
+                        event: "end";
+                        data: string;
+                    } | {
+                        /** @constant */
+                        event: "error";
+                        data: string;
                     };
+                    "application/json": components["schemas"]["RunWaited"];
                 };
             };
             /** @description success */
@@ -2441,7 +3539,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Admitted"];
+                    "application/json": components["schemas"]["Admitted"] | components["schemas"]["RunWaited"];
                 };
             };
             /** @description error */
@@ -2606,6 +3704,85 @@ export interface operations {
             };
         };
     };
+    receive_channel: {
+        parameters: {
+            query?: never;
+            header?: {
+                "X-Slack-Signature"?: string;
+                "X-Slack-Request-Timestamp"?: string;
+                "X-Slack-Retry-Num"?: string;
+                "X-Telegram-Bot-Api-Secret-Token"?: string;
+                "X-Signature-Ed25519"?: string;
+                "X-Signature-Timestamp"?: string;
+            };
+            path: {
+                channel_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": Record<string, never>;
+                "application/x-www-form-urlencoded": Record<string, never>;
+            };
+        };
+        responses: {
+            /** @description success */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": Record<string, never>;
+                };
+            };
+            /** @description error */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description error */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description error */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description error */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description error */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
     list_runs: {
         parameters: {
             query?: {
@@ -2738,10 +3915,23 @@ export interface operations {
                 };
                 content: {
                     "text/event-stream": {
-                        event?: string;
+                        /** @constant */
+                        event: "run";
                         data: string;
-                        id?: string;
-                        retry?: number;
+                    } | {
+                        /** @enum {unknown} */
+                        event: "action.requested" | "artifact.created" | "interaction.requested" | "message.completed" | "message.delta" | "run.completed" | "run.failed" | "state.updated" | "tool.call.completed" | "tool.call.started";
+                        data: string;
+                        /** @description The result's `seq`. */
+                        id: string;
+                    } | {
+                        /** @constant */
+                        event: "end";
+                        data: string;
+                    } | {
+                        /** @constant */
+                        event: "error";
+                        data: string;
                     };
                     "application/json": components["schemas"]["ResultsPage"];
                 };
@@ -2984,6 +4174,129 @@ export interface operations {
             };
         };
     };
+    list_conversations: {
+        parameters: {
+            query?: {
+                /** @description Only conversations whose id starts with this. */
+                prefix?: string | null;
+                /** @description Only conversations whose newest run was of this agent. */
+                agent?: string | null;
+                /** @description Only conversations whose newest actor (of the newest event that named one) is this. */
+                actor?: string | null;
+                limit?: number;
+                cursor?: string | null;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description success */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ConversationsPage"];
+                };
+            };
+            /** @description error */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description error */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description error */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    delete_conversation: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                conversation_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description success */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ConversationDeleted"];
+                };
+            };
+            /** @description error */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description error */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description error */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description error */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description error */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
     conversation_transcript: {
         parameters: {
             query?: {
@@ -3094,6 +4407,152 @@ export interface operations {
             };
         };
     };
+    list_state: {
+        parameters: {
+            query?: {
+                /** @description conversation, actor, subject, runner, workspace: the runner, e.g. `plugin:mcphost/echo/default`. */
+                runner_id?: string | null;
+                /** @description conversation, actor, subject, binding: the agent (binding) id. */
+                binding_id?: string | null;
+                /** @description conversation. */
+                conversation_id?: string | null;
+                /** @description conversation (optional: none is the conversation's main line). */
+                thread_id?: string | null;
+                /** @description actor. */
+                actor_id?: string | null;
+                /** @description subject. */
+                subject_type?: string | null;
+                /** @description subject. */
+                subject_id?: string | null;
+                /** @description workspace. */
+                workspace_id?: string | null;
+                /** @description Only keys starting with this. */
+                prefix?: string | null;
+                limit?: number;
+                cursor?: string | null;
+            };
+            header?: never;
+            path: {
+                scope: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description success */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["StatePage"];
+                };
+            };
+            /** @description error */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description error */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description error */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    show_state: {
+        parameters: {
+            query?: {
+                /** @description conversation, actor, subject, runner, workspace: the runner, e.g. `plugin:mcphost/echo/default`. */
+                runner_id?: string | null;
+                /** @description conversation, actor, subject, binding: the agent (binding) id. */
+                binding_id?: string | null;
+                /** @description conversation. */
+                conversation_id?: string | null;
+                /** @description conversation (optional: none is the conversation's main line). */
+                thread_id?: string | null;
+                /** @description actor. */
+                actor_id?: string | null;
+                /** @description subject. */
+                subject_type?: string | null;
+                /** @description subject. */
+                subject_id?: string | null;
+                /** @description workspace. */
+                workspace_id?: string | null;
+            };
+            header?: never;
+            path: {
+                scope: string;
+                key: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description success */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["StateValue"];
+                };
+            };
+            /** @description error */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description error */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description error */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description error */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
     delete_state: {
         parameters: {
             query?: {
@@ -3161,6 +4620,60 @@ export interface operations {
             };
             /** @description error */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    usage: {
+        parameters: {
+            query?: {
+                /** @description `agent`, `actor`, `model`, `conversation` or `day` (UTC). */
+                group_by?: "agent" | "actor" | "model" | "conversation" | "day";
+                /** @description Only calls made at or after this time: epoch seconds or ISO 8601 with a time zone. */
+                from?: string | null;
+                /** @description Only calls made before this time. */
+                to?: string | null;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description success */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["UsageAnswer"];
+                };
+            };
+            /** @description error */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description error */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description error */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -4361,6 +5874,227 @@ export interface operations {
             };
             /** @description error */
             416: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    list_runtimes: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description success */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RuntimesView"];
+                };
+            };
+            /** @description error */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description error */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description error */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    drain_runtime: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                runtime: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description success */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RuntimeView"];
+                };
+            };
+            /** @description error */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description error */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description error */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description error */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    disable_runtime: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                runtime: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description success */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RuntimeView"];
+                };
+            };
+            /** @description error */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description error */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description error */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description error */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    enable_runtime: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                runtime: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description success */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RuntimeView"];
+                };
+            };
+            /** @description error */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description error */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description error */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description error */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };
