@@ -23,8 +23,12 @@ HostError                          code            HTTP
 ├── StorageUnavailableError        storage_unavailable 503 (the database or data_dir cannot be read or written)
 ├── StorageFullError               storage_full    507 (the disk under data_dir or the database is full)
 ├── StorageIntegrityError          runtime_error   500 (a blob that does not match its SHA-256)
-└── PluginError                    runner.crashed  502 (a plugin process that died or broke protocol)
+├── PluginError                    runner.crashed  502 (a plugin process that died or broke protocol)
+└── gateway.upstream.UpstreamError runtime_error   500 (an upstream tool server unreachable or unusable)
 ```
+
+Every class's docstring starts with "Raised when" (`tests/test_layout.py` checks every `HostError`
+subclass in the product, here and elsewhere).
 
 Broken invariants are `assert`/`ValueError`, not HostErrors. Failures an agent can fix come back from MCP
 tools as `is_error` results, not as exceptions crossing the protocol.
@@ -55,67 +59,89 @@ class HostError(Exception):
 
 
 class ConfigError(HostError):
+    """Raised when the config file, a key in it or what it expects of the machine is wrong (the host does
+    not start; the CLI exits 2 with the message)."""
+
     code = "invalid_argument"
     status = 400
 
 
 class InvalidArgumentError(HostError):
+    """Raised when a request, a tool call's arguments or a CLI argument is malformed or out of range; the
+    message names the field and what is allowed."""
+
     code = "invalid_argument"
     status = 400
 
 
 class PayloadTooLargeError(InvalidArgumentError):
+    """Raised when a body, an upload or a value is over its limit; the message gives the limit."""
+
     code = "payload_too_large"
     status = 413
 
 
 class RangeNotSatisfiableError(InvalidArgumentError):
-    """A `Range` the artifact cannot satisfy (raised by the HTTP API's artifact downloads)."""
+    """Raised when an artifact download asks for a `Range` the artifact cannot satisfy.
+
+    A `Range` the artifact cannot satisfy (raised by the HTTP API's artifact downloads).
+    """
 
     status = 416
 
 
 class NotFoundError(HostError):
+    """Raised when what a request names (a run, artifact, schedule, approval, delivery, conversation…) does
+    not exist, or is not visible to the caller: both answer the same 404."""
+
     code = "not_found"
     status = 404
 
 
 class RunNotFoundError(NotFoundError):
-    pass
+    """Raised when a run id names no run (or one a sender key may not see)."""
 
 
 class NoBindingError(NotFoundError):
-    pass
+    """Raised when no configured agent is bound to an event (its type, source and match keys)."""
 
 
 class RunnerNotFoundError(NotFoundError):
+    """Raised when an agent names a runner no plugin serves."""
+
     code = "runner.not_found"
 
 
 class ConflictError(HostError):
+    """Raised when a request is valid but the state it meets does not allow it now (a reused event id, a
+    decided approval, an active run)."""
+
     code = "conflict"
     status = 409
 
 
 class AmbiguousBindingError(ConflictError):
-    pass
+    """Raised when several agents match one event and none is named."""
 
 
 class IllegalTransitionError(ConflictError):
-    pass
+    """Raised when a run status move is not in the table of allowed moves."""
 
 
 class ConcurrencyRejectedError(ConflictError):
-    pass
+    """Raised when a conversation already has an active run under the `reject` concurrency policy."""
 
 
 class UnauthorizedError(HostError):
+    """Raised when a request has no valid key or token for what it reaches (an API key, a run token, a
+    hook signature, a runtime token)."""
+
     code = "unauthorized"
     status = 401
 
 
 class ForbiddenError(HostError):
-    """A known API key whose role does not reach the route (`[[api_keys]] role`); `details` names the
+    """Raised when a known API key whose role does not reach the route (`[[api_keys]] role`); `details` names the
     role the route needs. PROTOCOL §5 has one code for "not granted", `unauthorized`."""
 
     code = "unauthorized"
@@ -123,31 +149,35 @@ class ForbiddenError(HostError):
 
 
 class RateLimitedError(HostError):
+    """Raised when a caller is over its rate limit (`Retry-After` says when to come back)."""
+
     code = "rate_limited"
     status = 429
 
 
 class BudgetExceededError(RateLimitedError):
-    """A host model call refused before it reached the upstream: the budget `details["budget"]` names
+    """Raised when a host model call is refused before it reached the upstream: the budget `details["budget"]` names
     (`model_usd_per_run`, ...) would be exceeded by its reservation."""
 
     code = "budget_exceeded"
 
 
 class DeadlineExceededError(HostError):
+    """Raised when a bounded wait ends before its answer (a tool call's or an upstream's deadline)."""
+
     code = "deadline_exceeded"
     status = 504
 
 
 class UnavailableError(HostError):
-    """The host is draining for shutdown and takes no new work (raised by the HTTP API)."""
+    """Raised when the host is draining for shutdown and takes no new work (the HTTP API)."""
 
     code = "runtime_error"
     status = 503
 
 
 class StorageUnavailableError(HostError):
-    """The database or `data_dir` cannot be used right now (gone, unreachable, read-only).
+    """Raised when the database or `data_dir` cannot be used right now (gone, unreachable, read-only).
 
     The message says what failed and what an operator can do; it never carries a driver's text with
     credentials or SQL in it. Clients may retry (`Retry-After`); `/healthz` reports the same reason.
@@ -158,18 +188,22 @@ class StorageUnavailableError(HostError):
 
 
 class StorageFullError(HostError):
-    """The disk under `data_dir` (or the database's) has no room left: nothing was stored."""
+    """Raised when the disk under `data_dir` (or the database's) has no room left: nothing was stored."""
 
     code = "storage_full"
     status = 507
 
 
 class StorageIntegrityError(HostError):
+    """Raised when a stored blob does not match its SHA-256 (it is never served)."""
+
     code = "runtime_error"
     status = 500
 
 
 class PluginError(HostError):
+    """Raised when a plugin process died, broke the protocol or could not start."""
+
     code = "runner.crashed"
     status = 502
 

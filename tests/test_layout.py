@@ -22,3 +22,36 @@ def test_every_product_module_past_600_lines_says_why_in_its_docstring() -> None
             if f"Size: past {LIMIT} lines because" not in docstring:
                 unexplained.append(str(path.relative_to(ROOT)))
     assert unexplained == []
+
+
+def _classes() -> list[tuple[str, ast.ClassDef]]:
+    found: list[tuple[str, ast.ClassDef]] = []
+    for path in sorted((ROOT / "mcphost").rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        found += [
+            (str(path.relative_to(ROOT)), node) for node in ast.walk(tree) if isinstance(node, ast.ClassDef)
+        ]
+    return found
+
+
+def test_every_host_error_says_when_it_is_raised() -> None:
+    """The error tree (`mcphost/errors.py`): every subclass of `HostError`, wherever it is defined, starts its
+    docstring with "Raised when", so a reader of a handler knows what the class stands for."""
+    classes = _classes()
+    tree = {"HostError"}
+    grew = True
+    while grew:  # subclasses of subclasses, by name (the product has one class of each name that matters)
+        before = len(tree)
+        tree |= {
+            node.name
+            for _, node in classes
+            if any(isinstance(base, ast.Name) and base.id in tree for base in node.bases)
+        }
+        grew = len(tree) > before
+    silent = [
+        f"{path}: {node.name}"
+        for path, node in classes
+        if node.name in tree - {"HostError"} and not (ast.get_docstring(node) or "").startswith("Raised when")
+    ]
+    assert len(tree) > 20  # the walk found the tree
+    assert silent == []

@@ -85,8 +85,8 @@ _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
 class UpstreamError(HostError):
-    """An upstream server is unreachable, closed the connection, or answered something unusable
-    (`runtime_error`, retryable)."""
+    """Raised when an upstream server is unreachable, closed the connection, or answered something
+    unusable (`runtime_error`, retryable)."""
 
 
 class UpstreamState(StrEnum):
