@@ -263,6 +263,8 @@ def case_strategies(seeded: Seeded) -> list[tuple[str, st.SearchStrategy[Any]]]:
         "delivery_id": "msg_none",  # the fuzz host has no [[webhooks]]: redelivery answers 404
         "approval_id": "apr_none",  # no runner of the fuzz host asks: a decision answers 404
         "kb_id": "docs",
+        "channel_id": "nochannel",  # the fuzz host has no [channels]: every request answers 404
+        "runtime": "noruntime",  # nor runtimes: drain/disable/enable answer 404
     }
     out: list[tuple[str, st.SearchStrategy[Any]]] = []
     for operation in OPERATIONS:
@@ -470,7 +472,7 @@ def adversarial_requests(seeded: Seeded) -> list[Sent]:
     """Every hand-written bad input, each in a few places: the same list on every run."""
     auth = {"authorization": f"Bearer {API_KEY}"}
     json_auth = {**auth, "content-type": "application/json"}
-    ids = vars(seeded)
+    ids = {**vars(seeded), "scope": "conversation", "key": "turns"}
     out: list[Sent] = []
     for i, raw in enumerate(RAW_VALUES):
         for j in range(3):

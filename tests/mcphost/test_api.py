@@ -24,6 +24,7 @@ from mcphost.console import is_console_path
 from mcphost.errors import InvalidArgumentError
 from mcphost.inspection import create_grant
 from mcphost.models import RunError, RunStatus
+from mcphost.runtimes.wire import RUNTIME_PREFIX
 from tests.e2e.httpkit import (
     api_settings,
     asgi_client,
@@ -528,8 +529,11 @@ async def test_openapi_documents_every_route_and_its_references_resolve(
         (route.path, method)  # pyright: ignore[reportAttributeAccessIssue,reportUnknownMemberType]
         for route in transport.app.router.routes  # pyright: ignore[reportFunctionMemberAccess,reportAttributeAccessIssue]
         for method in (getattr(route, "methods", None) or ())  # pyright: ignore[reportUnknownArgumentType]
-        # the MCP endpoint and the console's pages are not part of the API
-        if method != "HEAD" and not route.path.startswith("/runs/") and not is_console_path(route.path)  # pyright: ignore[reportAttributeAccessIssue, reportUnknownArgumentType]
+        # the MCP endpoint, the console's pages and the runtime protocol (runtime tokens only, in
+        # docs/protocol.md §12) are not part of the API
+        if method != "HEAD"
+        and not route.path.startswith(("/runs/", RUNTIME_PREFIX))  # pyright: ignore[reportAttributeAccessIssue, reportUnknownArgumentType]
+        and not is_console_path(route.path)  # pyright: ignore[reportAttributeAccessIssue, reportUnknownArgumentType]
     }
     assert documented == routed
     schemas = doc["components"]["schemas"]

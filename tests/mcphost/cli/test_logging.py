@@ -29,12 +29,15 @@ def stderr() -> Generator[io.StringIO]:
     set on the handler itself)."""
     stream = io.StringIO()
     root = logging.getLogger()
-    saved = (root.handlers[:], root.level, logging.getLogger("uvicorn.access").level)
+    ours = logging.getLogger("mcphost")  # an in-process benchmark host sets it to WARNING for its process
+    saved = (root.handlers[:], root.level, logging.getLogger("uvicorn.access").level, ours.level)
+    ours.setLevel(logging.NOTSET)
     try:
         yield stream
     finally:
         root.handlers[:], root.level = saved[0], saved[1]
         logging.getLogger("uvicorn.access").setLevel(saved[2])
+        ours.setLevel(saved[3])
 
 
 def configure(level: str, stream: io.StringIO) -> None:
