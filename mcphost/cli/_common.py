@@ -86,10 +86,6 @@ def configure_logging(level: str, *, json_logs: bool) -> None:
     for noisy in ("sqlalchemy", "alembic", "httpx", "httpx2", "httpcore", "aiosqlite", "asyncio"):
         logging.getLogger(noisy).setLevel(max(logging.WARNING, root.level))
     logging.getLogger(ACCESS_LOGGER).setLevel(logging.INFO if root.level <= logging.WARNING else root.level)
-    for name in ("uvicorn", "uvicorn.error", ACCESS_LOGGER):  # through this handler, whoever configured them
-        logger = logging.getLogger(name)  # (a uvicorn.Config with its default log_config adds its own)
-        logger.handlers.clear()
-        logger.propagate = True
 
 
 def fail(message: str, code: int = EXIT_FAILED) -> int:

@@ -160,7 +160,9 @@ async def test_runs_watch_reprints_as_runs_arrive_until_ctrl_c(tmp_path: Path) -
         assert watch.stdout is not None
         first = await anyio.to_thread.run_sync(watch.stdout.readline)
         assert json.loads(first)["items"] == []
-        code, _, err = await mcphost("run", "hello", cwd=tmp_path)
+        # a hang guard, not a speed bound: a cold `run` beside the watch's polls can take a minute on a
+        # CI machine whose cores another test keeps busy
+        code, _, err = await mcphost("run", "hello", cwd=tmp_path, timeout=180)
         assert code == 0, err
         with anyio.fail_after(60):
             while True:

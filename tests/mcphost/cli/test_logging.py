@@ -30,14 +30,26 @@ def stderr() -> Generator[io.StringIO]:
     stream = io.StringIO()
     root = logging.getLogger()
     ours = logging.getLogger("mcphost")  # an in-process benchmark host sets it to WARNING for its process
-    saved = (root.handlers[:], root.level, logging.getLogger("uvicorn.access").level, ours.level)
+    # A test fake's uvicorn.Config (its default log_config) gives uvicorn's loggers their own handlers and
+    # stops them propagating; `mcphost serve` (log_config=None) leaves them as Python makes them.
+    uvicorn = [logging.getLogger(name) for name in ("uvicorn", "uvicorn.access")]
+    saved = (
+        root.handlers[:],
+        root.level,
+        ours.level,
+        [(u.handlers[:], u.propagate, u.level) for u in uvicorn],
+    )
     ours.setLevel(logging.NOTSET)
+    for logger in uvicorn:
+        logger.handlers[:], logger.propagate = [], True
     try:
         yield stream
     finally:
         root.handlers[:], root.level = saved[0], saved[1]
-        logging.getLogger("uvicorn.access").setLevel(saved[2])
-        ours.setLevel(saved[3])
+        ours.setLevel(saved[2])
+        for logger, (handlers, propagate, level) in zip(uvicorn, saved[3], strict=True):
+            logger.handlers[:], logger.propagate = handlers, propagate
+            logger.setLevel(level)
 
 
 def configure(level: str, stream: io.StringIO) -> None:
