@@ -21,7 +21,6 @@ from typing import ClassVar
 from urllib.parse import parse_qs
 
 import httpx2
-from slack_sdk.signature import Clock, SignatureVerifier
 
 from mcphost.channels._adapter import (
     ChannelEvent,
@@ -48,12 +47,16 @@ MESSAGE_EVENTS = frozenset({None, "thread_broadcast", "file_share", "me_message"
 """`message` subtypes that are a user's message."""
 
 
-class _At(Clock):
-    def __init__(self, now: float) -> None:
-        self._now = now
+def _signed(secret: str, now: float, body: bytes, stamp: str, signature: str) -> bool:
+    """`slack_sdk`'s check, its clock set to `now`. Imported on the first Slack request, not at start-up:
+    `slack_sdk.signature` loads the package, whose `__init__` imports the whole Web API client."""
+    from slack_sdk.signature import Clock, SignatureVerifier
 
-    def now(self) -> float:
-        return self._now
+    class At(Clock):
+        def now(self) -> float:
+            return now
+
+    return SignatureVerifier(secret, At()).is_valid(body, stamp, signature)
 
 
 def _files(event: JSONObject) -> list[JSONObject]:
@@ -90,7 +93,7 @@ class SlackAdapter(Credentialed):
                 f"X-Slack-Request-Timestamp is more than {self.config.tolerance_s:g} s from the host's clock.",
                 "stale_timestamp",
             )
-        if not SignatureVerifier(self._secret, _At(now)).is_valid(body, stamp, signature):
+        if not _signed(self._secret, now, body, stamp, signature):
             raise refused(
                 self.channel_id,
                 "X-Slack-Signature does not match the body and the signing secret.",

@@ -156,3 +156,22 @@ def test_every_documented_mcphost_config_line_parses_as_written() -> None:
         args = parser.parse_args(argv)
         assert args.config == argv[1], where
         assert args.command == argv[2], where
+
+
+OPTIONAL_AT_START = ("slack_sdk", "genai_prices")
+"""Libraries of one feature each, loaded when the feature is first used (a Slack request, a model with no
+price of its own), never to start a host."""
+
+
+def test_starting_a_host_imports_no_library_of_a_single_feature() -> None:
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", "-c", "import mcphost.app, mcphost.channels, mcphost.llm"],
+        env=cli_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    modules = {line.rsplit("|", 1)[1].strip() for line in done.stderr.splitlines() if "|" in line}
+    assert "mcphost.channels.slack" in modules  # the measurement saw the channel adapters load
+    assert sorted(m for m in modules if m.split(".")[0] in OPTIONAL_AT_START) == []
