@@ -118,7 +118,8 @@ class ModelCallRecord(_Frozen):
     cached_tokens: int
     cost_usd: float
     latency_ms: float | None
-    """From sending the request to the end of the answer."""
+    """From sending the attempt's request to the end of its answer; a failed attempt that fell back, to
+    the start of the next attempt. None while the call is in flight."""
     ttft_ms: float | None
     """Time to the first streamed token (streamed calls only)."""
     created_at: float

@@ -2330,7 +2330,8 @@ export interface components {
             cost_usd: number;
             /**
              * Latency Ms
-             * @description From sending the request to the end of the answer.
+             * @description From sending the attempt's request to the end of its answer; a failed attempt that fell back, to
+             *     the start of the next attempt. None while the call is in flight.
              */
             latency_ms: number | null;
             /**
