@@ -68,7 +68,9 @@ def test_the_consoles_bundle_is_built_from_the_clients_source(tmp_path: Path) ->
     # one module with the package's exports and no imports left: a browser loads it as it is
     text = committed.read_text(encoding="utf-8")
     assert not re.search(r"^\s*import\b", text, re.MULTILINE), "the bundle still imports a module"
-    exported = set(re.findall(r"^export (?:async function\*?|function|class|const) (\w+)", text, re.MULTILINE))
+    exported = set(
+        re.findall(r"^export (?:async function\*?|function|class|const) (\w+)", text, re.MULTILINE)
+    )
     assert {"McphostClient", "APIError", "APIConnectionError", "RunStream", "readEvents"} <= exported
 
 
