@@ -129,7 +129,7 @@ from mcphost.api._schedules import (
     resume_schedule,
     show_schedule,
 )
-from mcphost.api._usage import UsageAnswer, UsageQuery, usage
+from mcphost.api._usage import RunUsage, UsageAnswer, UsageQuery, run_usage, usage
 from mcphost.common.timestamps import schemas_with_iso
 from mcphost.config import PublicEndpoint
 from mcphost.explain import ExplainRequest, Explanation
@@ -312,6 +312,9 @@ _ENDPOINTS: tuple[_Endpoint, ...] = (
     _Endpoint("GET", "/v1/runs/{run_id}/records", run_records,
               "What the run left: the context it was started with (without its token), its event-log entries "
               "and transcript rows", 200, "RunRecords", (400, 404), role="reader"),
+    _Endpoint("GET", "/v1/runs/{run_id}/usage", run_usage,
+              "The run's host model calls, a row per attempt (model, tokens, cost, latency, time to first "
+              "token, status, fallback attempt), oldest first", 200, "RunUsage", (400, 404), role="reader"),
     _Endpoint("GET", "/v1/conversations", list_conversations,
               "Conversations, newest activity (newest run) first; by id prefix, agent or actor", 200,
               "ConversationsPage", (400,), ConversationsQuery, role="reader"),
@@ -582,6 +585,7 @@ _SCHEMA_MODELS: tuple[type[BaseModel], ...] = (
     RuntimesView,
     RuntimeView,
     UsageAnswer,
+    RunUsage,
 )
 
 

@@ -3,12 +3,14 @@
 Owns serving the console's files — HTML, one ES module per page, one stylesheet — with the headers that
 keep them to themselves (a Content-Security-Policy that allows only this origin's scripts, styles and
 requests, no framing, no referrer). Does not own any data: the pages read and act through the public
-`/v1` API with `fetch` and the user's API key (kept in the tab's `sessionStorage` once entered), so the
-console can do nothing a `/v1` client could not, and the API stays its only contract.
+`/v1` API through the TypeScript client (`static/client.js`) and the user's API key (kept in the tab's
+`sessionStorage` once entered), so the console can do nothing a `/v1` client could not, and the API
+stays its only contract.
 
 Invariants:
-- No build step and nothing fetched from elsewhere: the files under `static/` are what the browser runs,
-  so the console works offline and `git diff` shows every change to it.
+- Nothing built at install time and nothing fetched from elsewhere: the files under `static/` are what
+  the browser runs, so the console works offline and `git diff` shows every change to it. `client.js` is
+  generated (`npm run bundle` in clients/typescript) and committed; a test fails when it is stale.
 - The files hold nothing secret; the API middleware (`api/_middleware.py`) applies the host's Host and Origin checks to them (as to
   `/v1`) but no API key, since the login prompt itself must load. Every datum they show comes from `/v1`,
   which asks for the key.

@@ -454,8 +454,10 @@ class ModelProxy:
         """Record the call's attempts (the last with its usage and cost) and count it."""
         now = time.monotonic()
         ends: list[AttemptEnd] = []
-        for attempt in attempts:
+        for index, attempt in enumerate(attempts):
             is_last = attempt is attempts[-1]
+            # an attempt that failed lasted until the next one started
+            ended = now if is_last else attempts[index + 1].started
             found = usage if is_last and usage is not None else Usage()
             facts = self.facts(attempt.model_id)
             cost = facts.cost_usd(
@@ -476,7 +478,7 @@ class ModelProxy:
                     output_tokens=found.output_tokens,
                     cached_tokens=found.cached_tokens,
                     cost_usd=cost,
-                    latency_ms=(now - attempt.started) * 1000 if is_last else None,
+                    latency_ms=(ended - attempt.started) * 1000,
                     ttft_ms=((first if first is not None else now) - attempt.started) * 1000
                     if is_last
                     else None,

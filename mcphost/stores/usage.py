@@ -88,7 +88,9 @@ class AttemptEnd(_Frozen):
 
 
 class ModelCallRecord(_Frozen):
-    """One stored row (one attempt)."""
+    """One stored row: one attempt of a host model call."""
+
+    model_config = ConfigDict(frozen=True, use_attribute_docstrings=True)
 
     call_id: str
     run_id: str
@@ -96,13 +98,19 @@ class ModelCallRecord(_Frozen):
     actor_id: str | None
     conversation_id: str | None
     model_id: str
+    """The host's model id (`[models.<id>]`) this attempt called."""
     upstream_model: str
+    """The model name sent upstream."""
     response_model: str | None
+    """The model the upstream said answered."""
     kind: str
     api: str
+    """The wire format the run spoke: `anthropic`, `chat` or `responses`."""
     streamed: bool
     attempt: int
+    """1, then 2.. for each fallback model tried after a failure."""
     status: str
+    """`reserved` while the call is in flight, then `ok` or `failed`."""
     http_status: int | None
     error: str | None
     input_tokens: int
@@ -110,8 +118,12 @@ class ModelCallRecord(_Frozen):
     cached_tokens: int
     cost_usd: float
     latency_ms: float | None
+    """From sending the attempt's request to the end of its answer; a failed attempt that fell back, to
+    the start of the next attempt. None while the call is in flight."""
     ttft_ms: float | None
+    """Time to the first streamed token (streamed calls only)."""
     created_at: float
+    """When the call was made (shared by all attempts of one call)."""
 
 
 class UsageTotal(_Frozen):

@@ -1,5 +1,6 @@
 """The TypeScript client (`clients/typescript`): its generated types are those of today's API and
-protocol, it builds with `tsc`, and its `node --test` suite passes against a real `mcphost serve`.
+protocol, the browser bundle the console imports (`mcphost/console/static/client.js`) is built from
+today's source, it builds with `tsc`, and its `node --test` suite passes against a real `mcphost serve`.
 
 Needs Node and `npm ci` in clients/typescript (CI does both); elsewhere these tests skip and say so.
 """
@@ -54,6 +55,23 @@ def test_the_generated_types_are_those_of_the_api_and_the_protocol(tmp_path: Pat
         assert (tmp_path / name).read_text(encoding="utf-8") == committed, (
             f"clients/typescript/src/generated/{name} is stale: run `npm run generate` in clients/typescript"
         )
+
+
+def test_the_consoles_bundle_is_built_from_the_clients_source(tmp_path: Path) -> None:
+    out = tmp_path / "client.js"
+    done = _node("scripts/bundle.mjs", env={**os.environ, "MCPHOST_BUNDLE_OUT": str(out)})
+    assert done.returncode == 0, done.stderr
+    committed = REPO / "mcphost" / "console" / "static" / "client.js"
+    assert out.read_text(encoding="utf-8") == committed.read_text(encoding="utf-8"), (
+        "mcphost/console/static/client.js is stale: run `npm run bundle` in clients/typescript"
+    )
+    # one module with the package's exports and no imports left: a browser loads it as it is
+    text = committed.read_text(encoding="utf-8")
+    assert not re.search(r"^\s*import\b", text, re.MULTILINE), "the bundle still imports a module"
+    exported = set(
+        re.findall(r"^export (?:async function\*?|function|class|const) (\w+)", text, re.MULTILINE)
+    )
+    assert {"McphostClient", "APIError", "APIConnectionError", "RunStream", "readEvents"} <= exported
 
 
 @pytest.fixture
@@ -114,4 +132,4 @@ def test_the_client_builds_and_its_node_tests_pass_against_mcphost_serve(server:
     done = _node("--test", "--test-reporter=tap", "dist/test/", env=env)
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-3000:]
     summary = dict(re.findall(r"^# (tests|pass|fail) (\d+)$", done.stdout, re.MULTILINE))
-    assert summary == {"tests": "8", "pass": "8", "fail": "0"}, done.stdout[-3000:]
+    assert summary == {"tests": "9", "pass": "9", "fail": "0"}, done.stdout[-3000:]

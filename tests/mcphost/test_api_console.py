@@ -4,6 +4,7 @@ key), through the real app over a real host on both stores."""
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import AsyncGenerator
 from pathlib import Path
@@ -12,7 +13,7 @@ import httpx2
 import pytest
 
 from mcphost.app import Host, open_host
-from mcphost.console import HEADERS
+from mcphost.console import HEADERS, STATIC_DIR
 from tests.e2e.httpkit import api_settings, asgi_client, event_body, row_counts
 from tests.mcphost.hostkit import ECHO_RUNNER
 from tests.mcphost.test_api import error_of
@@ -125,6 +126,26 @@ async def test_the_console_is_served_at_slash_with_its_headers(client: httpx2.As
     error_of(missing, 404, "not_found")
     escape = await client.get("/console/../pyproject.toml")
     assert escape.status_code == 404
+
+
+def test_every_console_page_reaches_the_api_only_through_the_typescript_client() -> None:
+    """The pages import `client` from api.js, whose one `fetch` is the client's (it adds the key and asks
+    for it on a 401); nothing else opens a request or a stream of its own."""
+    own = re.compile(r"\bfetch\(|EventSource|XMLHttpRequest|getReader\(")
+    pages = sorted(STATIC_DIR.glob("*.js"))
+    assert len(pages) > 10
+    for module in pages:
+        if module.name in ("client.js", "api.js"):
+            continue
+        code = module.read_text(encoding="utf-8")
+        assert not own.search(code), f"{module.name} talks to the host on its own"
+        assert '} from "/console/api.js";' in code, f"{module.name} does not import the console's door"
+    door = (STATIC_DIR / "api.js").read_text(encoding="utf-8")
+    assert 'from "/console/client.js"' in door
+    assert len(own.findall(door)) == 1, "api.js's one fetch is keyedFetch, the client's"
+    assert "fetch: keyedFetch" in door
+    bundle = (STATIC_DIR / "client.js").read_text(encoding="utf-8")
+    assert "export class McphostClient" in bundle
 
 
 async def test_the_console_needs_no_key_but_keeps_the_host_and_origin_checks(

@@ -81,6 +81,7 @@ EXPECTED: dict[str, tuple[str, bool]] = {
     "cancel_run": ("operator", True),
     "run_audit": ("reader", False),
     "run_records": ("reader", False),
+    "run_usage": ("reader", False),
     "conversation_transcript": ("reader", False),
     "conversation_events": ("reader", False),
     "list_conversations": ("reader", False),

@@ -1,6 +1,7 @@
 /**
  * The mcphost HTTP API from TypeScript: `McphostClient` with its resources (events, runs, approvals,
- * schedules, conversations), `APIError` / `APIConnectionError`, and `RunStream`, a run's result stream
+ * schedules, conversations, deliveries, usage, agents, runners, knowledge, tools, explain, artifacts),
+ * `APIError` / `APIConnectionError`, and `RunStream`, a run's result stream
  * (SSE) that resumes a dropped connection with `Last-Event-ID`. Uses only `fetch`, so it runs in Node 18+
  * and browsers. The answer types are generated from the API's OpenAPI document, the results' from the
  * protocol's JSON Schema (`src/generated/`, `npm run generate`).
@@ -27,6 +28,25 @@ export type SchedulesPage = Schemas["SchedulesPage"];
 export type ScheduleDeleted = Schemas["ScheduleDeleted"];
 export type TranscriptPage = Schemas["TranscriptPage"];
 export type EventsPage = Schemas["EventsPage"];
+export type ConversationsPage = Schemas["ConversationsPage"];
+export type ConversationDeleted = Schemas["ConversationDeleted"];
+export type AuditPage = Schemas["AuditPage"];
+export type RunRecords = Schemas["RunRecords"];
+export type DeliveriesPage = Schemas["DeliveriesPage"];
+export type DeliveryRecord = Schemas["DeliveryRecord"];
+export type UsageGroup = Schemas["UsageAnswer"]["group_by"];
+export type UsageAnswer = Schemas["UsageAnswer"];
+export type UsageTotal = Schemas["UsageTotal"];
+export type RunUsage = Schemas["RunUsage"];
+export type ModelCallRecord = Schemas["ModelCallRecord"];
+export type AgentsView = Schemas["AgentsView"];
+export type RunnersView = Schemas["RunnersView"];
+export type KnowledgeView = Schemas["KnowledgeView"];
+export type KnowledgeSearchAnswer = Schemas["KnowledgeSearchAnswer"];
+export type ToolsView = Schemas["ToolsView"];
+export type ExplainRequest = Schemas["ExplainRequest"];
+export type Explanation = Schemas["Explanation"];
+export type ArtifactRecord = Schemas["ArtifactRecord"];
 export type { AgentRunResult };
 
 /** The result types this protocol version defines (`ResultEvent.result` is set for these). */
@@ -293,17 +313,28 @@ export class McphostClient {
     return this.fetchImpl(url, { method, headers: all, body, signal });
   }
 
-  private async call<T>(method: string, path: string, query: Query = {}, json?: unknown): Promise<T> {
+  /** One exchange whose refusal (status >= 400) throws `APIError`; the response itself. */
+  private async send(
+    method: string,
+    path: string,
+    query: Query = {},
+    json?: unknown,
+    headers: Record<string, string> = {},
+  ): Promise<Response> {
     let response: Response;
     try {
       const body = json === undefined ? undefined : JSON.stringify(json);
-      const headers: Record<string, string> = json === undefined ? {} : { "Content-Type": "application/json" };
-      response = await this.fetch(method, path, query, body, headers);
+      const all: Record<string, string> = json === undefined ? { ...headers } : { ...headers, "Content-Type": "application/json" };
+      response = await this.fetch(method, path, query, body, all);
     } catch (error) {
       throw new APIConnectionError(`cannot reach mcphost at ${this.baseUrl}: ${String(error)}`, { cause: error });
     }
     if (response.status >= 400) throw await APIError.from(response);
-    return (await response.json()) as T;
+    return response;
+  }
+
+  private async call<T>(method: string, path: string, query: Query = {}, json?: unknown): Promise<T> {
+    return (await (await this.send(method, path, query, json)).json()) as T;
   }
 
   readonly events = {
@@ -328,6 +359,13 @@ export class McphostClient {
     get: (runId: string): Promise<RunView> => this.call("GET", `/v1/runs/${encodeURIComponent(runId)}`),
     cancel: (runId: string, reason?: string): Promise<CancelAnswer> =>
       this.call("POST", `/v1/runs/${encodeURIComponent(runId)}/cancel`, {}, reason === undefined ? {} : { reason }),
+    /** `GET /v1/runs/{run_id}/audit`: the run's MCP calls, oldest first, after `after`. */
+    audit: (runId: string, query: { after?: number; limit?: number } = {}): Promise<AuditPage> =>
+      this.call("GET", `/v1/runs/${encodeURIComponent(runId)}/audit`, query),
+    /** `GET /v1/runs/{run_id}/records`: its context, event-log entries and transcript rows. */
+    records: (runId: string): Promise<RunRecords> => this.call("GET", `/v1/runs/${encodeURIComponent(runId)}/records`),
+    /** `GET /v1/runs/{run_id}/usage`: its host model calls, a row per attempt, oldest first. */
+    usage: (runId: string): Promise<RunUsage> => this.call("GET", `/v1/runs/${encodeURIComponent(runId)}/usage`),
     /** `GET /v1/runs/{run_id}/results` as SSE: the results after `after`, then the end. */
     stream: (runId: string, options: { after?: number; signal?: AbortSignal } = {}): RunStream =>
       new RunStream(this, null, runId, options.after ?? 0, options.signal),
@@ -376,5 +414,59 @@ export class McphostClient {
       conversationId: string,
       query: { before?: string; after?: string; limit?: number; thread_id?: string; event_type?: string[] } = {},
     ): Promise<EventsPage> => this.call("GET", `/v1/conversations/${encodeURIComponent(conversationId)}/events`, query),
+    /** `GET /v1/conversations`: newest activity first; by id prefix, agent or actor. */
+    list: (query: { prefix?: string; agent?: string; actor?: string; limit?: number; cursor?: string } = {}): Promise<ConversationsPage> =>
+      this.call("GET", "/v1/conversations", query),
+    /** `DELETE /v1/conversations/{id}`: its runs, events, transcript, state and artifacts (409 while a run is active). */
+    delete: (conversationId: string): Promise<ConversationDeleted> =>
+      this.call("DELETE", `/v1/conversations/${encodeURIComponent(conversationId)}`),
+  };
+
+  readonly deliveries = {
+    list: (query: { status?: DeliveryRecord["status"]; run_id?: string; limit?: number; cursor?: string } = {}): Promise<DeliveriesPage> =>
+      this.call("GET", "/v1/deliveries", query),
+    /** Pending again, due now, the same `webhook-id`. */
+    redeliver: (deliveryId: string): Promise<DeliveryRecord> =>
+      this.call("POST", `/v1/deliveries/${encodeURIComponent(deliveryId)}/redeliver`),
+  };
+
+  readonly usage = {
+    /** `GET /v1/usage`: finished model calls totalled per group, costliest first; `from`/`to` as ISO 8601 or epoch seconds. */
+    totals: (query: { group_by?: UsageGroup; from?: string; to?: string } = {}): Promise<UsageAnswer> =>
+      this.call("GET", "/v1/usage", query),
+  };
+
+  readonly agents = {
+    list: (): Promise<AgentsView> => this.call("GET", "/v1/agents"),
+    /** `POST /v1/explain`: the agent an event binds to, its grant, and why each named target is allowed or not. */
+    explain: (request: ExplainRequest): Promise<Explanation> => this.call("POST", "/v1/explain", {}, request),
+  };
+
+  readonly runners = {
+    list: (): Promise<RunnersView> => this.call("GET", "/v1/runners"),
+  };
+
+  readonly knowledge = {
+    list: (): Promise<KnowledgeView> => this.call("GET", "/v1/knowledge"),
+    search: (kbId: string, q: string, options: { limit?: number } = {}): Promise<KnowledgeSearchAnswer> =>
+      this.call("GET", `/v1/knowledge/${encodeURIComponent(kbId)}/search`, { q, limit: options.limit }),
+  };
+
+  readonly tools = {
+    /** `GET /v1/tools`; `connect: true` first connects and lists every server. */
+    list: (query: { connect?: boolean } = {}): Promise<ToolsView> => this.call("GET", "/v1/tools", query),
+  };
+
+  readonly artifacts = {
+    get: (artifactId: string): Promise<ArtifactRecord> => this.call("GET", `/v1/artifacts/${encodeURIComponent(artifactId)}`),
+    /** The artifact's bytes as the raw `Response`; `range: [first, last]` asks for those bytes only (206). */
+    content: (artifactId: string, options: { range?: [number, number] } = {}): Promise<Response> =>
+      this.send(
+        "GET",
+        `/v1/artifacts/${encodeURIComponent(artifactId)}/content`,
+        {},
+        undefined,
+        options.range ? { Range: `bytes=${options.range[0]}-${options.range[1]}` } : {},
+      ),
   };
 }

@@ -2,7 +2,7 @@
 // plugins registered, the manifests they refused with the reason, the plugin processes with their health,
 // the knowledge bases with a search box each (GET /v1/knowledge, /v1/knowledge/{kb_id}/search) and the
 // upstream tool servers with their state and tools (GET /v1/tools?connect=true). Text is never HTML.
-import { badge, el, getJson, initPage, showError, short, time } from "/console/api.js";
+import { badge, client, el, initPage, showError, short, time } from "/console/api.js";
 
 const cell = (label, value) => el("td", { "data-label": label }, value);
 const ANY = el("span", { class: "muted" }, "any");
@@ -40,7 +40,7 @@ function knowledgeBase(kb) {
     event.preventDefault();
     errors.replaceChildren();
     try {
-      const answer = await getJson(`/v1/knowledge/${encodeURIComponent(kb.kb_id)}/search?${new URLSearchParams({ q: input.value, limit: "10" })}`);
+      const answer = await client.knowledge.search(kb.kb_id, input.value, { limit: 10 });
       hits.replaceChildren(...(answer.hits.length ? answer.hits.map(hit) : [el("li", { class: "muted" }, "No passage matches.")]));
     } catch (error) {
       hits.replaceChildren();
@@ -84,7 +84,7 @@ function upstream(s) {
 
 async function loadKnowledge() {
   try {
-    const { knowledge_bases: bases } = await getJson("/v1/knowledge");
+    const { knowledge_bases: bases } = await client.knowledge.list();
     document.getElementById("knowledge").replaceChildren(...(bases.length ? bases.map(knowledgeBase) : [el("p", { class: "muted" }, "None configured: add a [knowledge.<kb_id>] table.")]));
   } catch (error) {
     showError(document.getElementById("knowledge-error"), error);
@@ -94,7 +94,7 @@ async function loadKnowledge() {
 async function loadTools() {
   const where = document.getElementById("tools");
   try {
-    const { servers } = await getJson("/v1/tools?connect=true");  // each server bounded by the host's list timeout
+    const { servers } = await client.tools.list({ connect: true });  // each server bounded by the host's list timeout
     where.replaceChildren(...(servers.length ? servers.map(upstream) : [el("p", { class: "muted" }, "None configured: add a [tools.<server>] table.")]));
   } catch (error) {
     where.replaceChildren();
@@ -108,7 +108,7 @@ async function main() {
   loadKnowledge();
   loadTools();
   try {
-    const [agents, runners] = await Promise.all([getJson("/v1/agents"), getJson("/v1/runners")]);
+    const [agents, runners] = await Promise.all([client.agents.list(), client.runners.list()]);
     document.querySelector("#agents tbody").replaceChildren(...agents.agents.map((a) => el("tr", { "data-agent": a.id }, [
       cell("Agent", el("a", { href: `/console/chat.html?agent=${encodeURIComponent(a.id)}` }, a.id)),
       cell("Runner", el("code", {}, a.runner)),

@@ -1,16 +1,12 @@
-// The console's one door to the host: /v1 requests with the API key, the login prompt, SSE over fetch,
-// and the few DOM helpers every page uses. The key lives in sessionStorage (this tab, until it closes).
-// EventSource cannot send an Authorization header, so streams are read with fetch.
+// The console's one door to the host: the mcphost TypeScript client (client.js, its browser bundle built
+// from clients/typescript by `npm run bundle`) with the API key and the login prompt, and the few DOM
+// helpers every page uses. Every /v1 call and stream of every page goes through `client`. The key lives
+// in sessionStorage (this tab, until it closes).
+import { APIError, McphostClient } from "/console/client.js";
+
+export { APIError };
 
 const KEY = "mcphost.apiKey";
-
-export class ApiError extends Error {
-  constructor(status, code, message) {
-    super(message);
-    this.status = status;
-    this.code = code;
-  }
-}
 
 let pendingLogin = null;
 
@@ -48,74 +44,24 @@ export function forgetKey() {
   sessionStorage.removeItem(KEY);
 }
 
-async function errorOf(res) {
-  try {
-    const body = await res.json();
-    if (body && body.error) return new ApiError(res.status, body.error.code, body.error.message);
-  } catch {
-    // not JSON: fall through
-  }
-  return new ApiError(res.status, "http_" + res.status, `${res.status} ${res.statusText}`);
-}
-
-/** A /v1 request; a 401 asks for the key and tries again. Other refusals throw ApiError. */
-export async function api(path, { method = "GET", body, accept = "application/json", signal, headers: extra = {} } = {}) {
+/**
+ * The client's `fetch`: adds the tab's key, never answers from the HTTP cache, and on a 401 asks for the
+ * key and sends the request again (its body is a string, so it can be sent twice).
+ */
+async function keyedFetch(url, init = {}) {
   for (;;) {
-    const headers = { ...extra, Accept: accept };
     const key = sessionStorage.getItem(KEY);
+    const headers = { ...(init.headers ?? {}) };
     if (key) headers.Authorization = `Bearer ${key}`;
-    if (body !== undefined) headers["Content-Type"] = "application/json";
-    const res = await fetch(path, {
-      method,
-      headers,
-      body: body === undefined ? undefined : JSON.stringify(body),
-      signal,
-      cache: "no-store",
-    });
-    if (res.status === 401) {
-      const error = await errorOf(res);
-      await login(key ? "That key was refused: " + error.message : "");
-      continue;
-    }
-    if (!res.ok) throw await errorOf(res);
-    return res;
+    const res = await fetch(url, { ...init, headers, cache: "no-store" });
+    if (res.status !== 401) return res;
+    const error = await APIError.from(res);
+    await login(key ? "That key was refused: " + error.message : "");
   }
 }
 
-export async function getJson(path, options) {
-  return (await api(path, options)).json();
-}
-
-/** The events of an SSE response, as {event, data, id}, until the stream ends. */
-export async function* sse(res) {
-  const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
-  let buffer = "";
-  for (;;) {
-    const { value, done } = await reader.read();
-    if (done) return;
-    buffer += value.replace(/\r\n?/g, "\n");
-    let end;
-    while ((end = buffer.indexOf("\n\n")) >= 0) {
-      const block = buffer.slice(0, end);
-      buffer = buffer.slice(end + 2);
-      const event = { event: "message", data: "", id: null };
-      const data = [];
-      for (const line of block.split("\n")) {
-        if (!line || line.startsWith(":")) continue;
-        const colon = line.indexOf(":");
-        const field = colon < 0 ? line : line.slice(0, colon);
-        const text = colon < 0 ? "" : line.slice(colon + 1).replace(/^ /, "");
-        if (field === "event") event.event = text;
-        else if (field === "data") data.push(text);
-        else if (field === "id") event.id = text;
-      }
-      if (data.length) {
-        event.data = data.join("\n");
-        yield event;
-      }
-    }
-  }
-}
+/** The host this page came from, through the TypeScript client. */
+export const client = new McphostClient({ baseUrl: location.origin, fetch: keyedFetch });
 
 /** document.createElement with attributes and children (strings become text: never HTML). */
 export function el(tag, attrs = {}, children = []) {
@@ -141,6 +87,16 @@ export function duration(start, end) {
   if (start === null || start === undefined) return "";
   const s = (end ?? Date.now() / 1000) - start;
   return s < 1 ? `${Math.round(s * 1000)} ms` : `${s.toFixed(1)} s`;
+}
+
+/** A count with thousands separators: "12,345". */
+export function count(value) {
+  return value.toLocaleString("en-US");
+}
+
+/** US dollars to the micro-dollar, trailing zeros past the cents dropped: "$7.00", "$0.00025". */
+export function usd(value) {
+  return `$${value.toFixed(6).replace(/0{1,4}$/, "")}`;
 }
 
 export function short(value, max = 120) {
@@ -185,6 +141,7 @@ const PAGES = [
   ["/console/approvals.html", "Approvals"],
   ["/console/schedules.html", "Schedules"],
   ["/console/deliveries.html", "Deliveries"],
+  ["/console/usage.html", "Usage"],
   ["/console/agents.html", "Agents"],
 ];
 
@@ -210,18 +167,18 @@ export function initPage() {
 }
 
 /**
- * Newest-first pages of one /v1 list. `refresh` re-reads the first page (`query(null)`) and renders it
- * with the older pages the #more button loaded (`query(cursor)`); `reset` drops those (the filters
- * changed) and answers to requests sent before it are ignored.
+ * Newest-first pages of one /v1 list. `refresh` re-reads the first page (`load(null)`, a client call) and
+ * renders it with the older pages the #more button loaded (`load(cursor)`); `reset` drops those (the
+ * filters changed) and answers to requests sent before it are ignored.
  */
-export function pager({ query, render, more, errors }) {
+export function pager({ load, render, more, errors }) {
   let older = [];
   let cursor = null;
   let generation = 0;
   async function refresh() {
     const mine = generation;
     try {
-      const page = await getJson(query(null));
+      const page = await load(null);
       if (mine !== generation) return;
       if (!older.length) {
         cursor = page.next_cursor;
@@ -236,7 +193,7 @@ export function pager({ query, render, more, errors }) {
   more.addEventListener("click", async () => {
     const mine = generation;
     try {
-      const page = await getJson(query(cursor));
+      const page = await load(cursor);
       if (mine !== generation) return;
       older = [...older, ...page.items];
       cursor = page.next_cursor;
@@ -257,11 +214,12 @@ export function pager({ query, render, more, errors }) {
 }
 
 /**
- * A live table of one /v1 list filtered by `status` (the page's #filters form), re-read every `ms`. A row
- * is rebuilt only when `version(item)` changes, so a note being typed into a row survives the
- * refreshes around it. `row(item, refresh)` builds one; `refresh` is for after an action.
+ * A live table of one /v1 list (`list(query)`, a client call) filtered by `status` (the page's #filters
+ * form), re-read every `ms`. A row is rebuilt only when `version(item)` changes, so a note being typed
+ * into a row survives the refreshes around it. `row(item, refresh)` builds one; `refresh` is for after
+ * an action.
  */
-export function liveTable({ table, path, key, version, row, columns, errors, ms = 2000 }) {
+export function liveTable({ table, list, key, version, row, columns, errors, ms = 2000 }) {
   const form = document.getElementById("filters");
   const status = document.getElementById("filter-status");
   const body = document.querySelector(`#${table} tbody`);
@@ -269,12 +227,7 @@ export function liveTable({ table, path, key, version, row, columns, errors, ms 
   const wanted = params().get("status");
   if (wanted !== null) status.value = wanted;
 
-  const query = (after) => {
-    const q = new URLSearchParams({ limit: "100" });
-    if (status.value) q.set("status", status.value);
-    if (after) q.set("cursor", after);
-    return `${path}?${q}`;
-  };
+  const load = (after) => list({ limit: 100, status: status.value || undefined, cursor: after || undefined });
 
   function render(items) {
     const seen = new Set();
@@ -296,7 +249,7 @@ export function liveTable({ table, path, key, version, row, columns, errors, ms 
     if (!same) body.replaceChildren(...nodes);
   }
 
-  const pages = pager({ query, render, more: document.getElementById("more"), errors });
+  const pages = pager({ load, render, more: document.getElementById("more"), errors });
   form.addEventListener("change", () => {
     history.replaceState(null, "", "?" + new URLSearchParams({ status: status.value }));
     pages.reset();

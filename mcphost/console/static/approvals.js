@@ -1,7 +1,7 @@
 // Approvals: what waits for a human (GET /v1/approvals, pending first by default), each request's
 // details, and approve or deny with a note (POST /v1/approvals/{id}). Any `kind` is shown the same way:
 // its request as JSON. Re-read every two seconds; a row being answered is left alone until it changes.
-import { api, badge, el, initPage, liveTable, pretty, short, showError, time } from "/console/api.js";
+import { badge, client, el, initPage, liveTable, pretty, short, showError, time } from "/console/api.js";
 
 const errors = document.getElementById("approvals-error");
 const cell = (label, value) => el("td", { "data-label": label }, value);
@@ -16,7 +16,7 @@ function decision(approval, refresh) {
     buttons.forEach((b) => (b.disabled = true));
     try {
       const body = { decision: choice, ...(note.value.trim() ? { note: note.value.trim() } : {}) };
-      await api(`/v1/approvals/${encodeURIComponent(approval.approval_id)}`, { method: "POST", body });
+      await client.approvals.decide(approval.approval_id, body);
     } catch (error) {
       showError(errors, error); // a 409 says it was decided elsewhere or expired; the row shows which
       buttons.forEach((b) => (b.disabled = false));
@@ -48,7 +48,7 @@ function row(approval, refresh) {
 initPage();
 liveTable({
   table: "approvals",
-  path: "/v1/approvals",
+  list: (query) => client.approvals.list(query),
   key: (a) => a.approval_id,
   version: (a) => `${a.status} ${a.decided_at ?? ""}`,
   row,

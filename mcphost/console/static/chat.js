@@ -1,7 +1,7 @@
 // Debug chat: send an event to a chosen agent (POST /v1/events?stream=true) and show its results as they
 // are stored — text deltas, tool calls, the final message and the run's end. The event carries the scope
 // the agent's `match` asks for (its first value of each key), so the chosen agent takes it.
-import { api, badge, el, getJson, initPage, params, short, showError, sse } from "/console/api.js";
+import { badge, client, el, initPage, params, short, showError } from "/console/api.js";
 
 const form = document.getElementById("chat-form");
 const log = document.getElementById("chat-log");
@@ -72,18 +72,13 @@ async function send(event) {
   document.getElementById("chat-text").value = "";
   const calls = new Map();
   try {
-    const res = await api("/v1/events?stream=true", { method: "POST", body: envelope, accept: "text/event-stream" });
-    for await (const message of sse(res)) {
-      const data = JSON.parse(message.data);
-      if (message.event === "run") {
-        status.replaceChildren(el("a", { href: `/console/run.html?id=${encodeURIComponent(data.run_id)}` }, data.run_id), " ", badge(data.status));
-      } else if (message.event === "end") {
-        status.replaceChildren(el("a", { href: `/console/run.html?id=${encodeURIComponent(data.run_id)}` }, data.run_id), " ", badge(data.status));
-        if (data.error) status.append(el("span", { class: "error" }, ` ${data.error.code}: ${data.error.message}`));
-        bubble.dataset.state = data.status;
-      } else if (message.event === "error") {
-        showError(errors, data.error);
-      } else if (data.type === "message.delta") {
+    const stream = client.events.stream(envelope);
+    const runLink = (runId, state) =>
+      status.replaceChildren(el("a", { href: `/console/run.html?id=${encodeURIComponent(runId)}` }, runId), " ", badge(state));
+    for await (const item of stream) {
+      if (stream.admitted && !status.childElementCount) runLink(stream.admitted.run_id, stream.admitted.status);
+      const data = item.raw;
+      if (data.type === "message.delta") {
         reply.append(data.data.chunk.content ?? "");
         bubble.dataset.deltas = String(Number(bubble.dataset.deltas || 0) + 1);
       } else if (data.type === "message.completed") {
@@ -98,6 +93,10 @@ async function send(event) {
         item.textContent = `${data.data.tool_name} ${data.data.error_code ? "✗ " + data.data.error_code : "✓"}`;
       }
     }
+    const end = stream.end;
+    runLink(end.run_id, end.status);
+    if (end.error) status.append(el("span", { class: "error" }, ` ${end.error.code}: ${end.error.message}`));
+    bubble.dataset.state = end.status;
   } catch (error) {
     showError(errors, error);
     bubble.dataset.state = "error";
@@ -110,7 +109,7 @@ async function main() {
   initPage();
   conversation.value = params().get("conversation") || `console-${Math.random().toString(36).slice(2, 8)}`;
   try {
-    const view = await getJson("/v1/agents");
+    const view = await client.agents.list();
     agents = new Map(view.agents.map((a) => [a.id, a]));
     for (const agent of view.agents) agentSelect.append(el("option", { value: agent.id }, `${agent.id} (${agent.runner})`));
     const wanted = params().get("agent");

@@ -1,21 +1,22 @@
 // A conversation: its runs (GET /v1/runs?conversation_id=…), its transcript and event log side by side,
 // the newest page first, older pages on demand; "Delete conversation" (DELETE /v1/conversations/{id},
 // refused while one of its runs is active) removes its transcript, events, state and artifacts.
-import { api, badge, duration, el, getJson, initPage, params, short, showError, time } from "/console/api.js";
+import { badge, client, duration, el, initPage, params, short, showError, time } from "/console/api.js";
 
 const form = document.getElementById("conversation-form");
 const errors = document.getElementById("conversation-error");
 const PAGE = 50;
 
-function pager(kind, list, button, item) {
+/** `read(id, query)` is `client.conversations.transcript` or `.events`. */
+function pager(read, list, button, item) {
   let before = null;
-  let base = "";
+  let conversationId = "";
   const load = async (reset) => {
-    const q = new URLSearchParams({ limit: String(PAGE) });
+    const q = { limit: PAGE };
     const thread = document.getElementById("thread-id").value.trim();
-    if (thread) q.set("thread_id", thread);
-    if (!reset && before) q.set("before", before);
-    const page = await getJson(`${base}/${kind}?${q}`);
+    if (thread) q.thread_id = thread;
+    if (!reset && before) q.before = before;
+    const page = await read(conversationId, q);
     // pages come newest first (`next_cursor` goes on to older items); shown oldest at the top
     const rows = page.items.slice().reverse().map(item);
     if (reset) list.replaceChildren(...rows);
@@ -24,16 +25,16 @@ function pager(kind, list, button, item) {
     button.hidden = !page.has_more;
   };
   button.addEventListener("click", () => load(false).catch((e) => showError(errors, e)));
-  return (conversationBase) => {
-    base = conversationBase;
+  return (id) => {
+    conversationId = id;
     before = null;
     return load(true);
   };
 }
 
-const transcript = pager("transcript", document.getElementById("conv-transcript"), document.getElementById("transcript-older"), (t) =>
+const transcript = pager(client.conversations.transcript, document.getElementById("conv-transcript"), document.getElementById("transcript-older"), (t) =>
   el("li", { "data-role": t.role }, [el("span", { class: "role" }, t.role), el("span", { class: "text" }, t.content || short(t.contents)), el("span", { class: "muted" }, ` ${time(t.created_at)}`)]));
-const events = pager("events", document.getElementById("conv-events"), document.getElementById("events-older"), (e) =>
+const events = pager(client.conversations.events, document.getElementById("conv-events"), document.getElementById("events-older"), (e) =>
   el("li", {}, [
     el("span", { class: "role" }, e.event_type),
     e.run_id ? el("a", { href: `/console/run.html?id=${encodeURIComponent(e.run_id)}` }, e.run_id) : "",
@@ -44,9 +45,7 @@ let runsCursor = null;
 let runsOf = "";
 
 async function runs(id, more = false) {
-  const q = new URLSearchParams({ conversation_id: id, limit: "50" });
-  if (more && runsCursor) q.set("cursor", runsCursor);
-  const page = await getJson(`/v1/runs?${q}`);
+  const page = await client.runs.list({ conversation_id: id, limit: 50, cursor: more && runsCursor ? runsCursor : undefined });
   const rows = page.items.map((r) =>
     el("tr", { "data-run-id": r.run_id, "data-status": r.status }, [
       el("td", { "data-label": "Run" }, el("a", { href: `/console/run.html?id=${encodeURIComponent(r.run_id)}` }, r.run_id)),
@@ -69,7 +68,7 @@ document.getElementById("runs-older").addEventListener("click", () => runs(runsO
 document.getElementById("delete-conversation").addEventListener("click", async () => {
   if (!runsOf || !confirm(`Delete conversation ${runsOf}: its transcript, events, state and artifacts?`)) return;
   try {
-    const gone = await (await api(`/v1/conversations/${encodeURIComponent(runsOf)}`, { method: "DELETE" })).json();
+    const gone = await client.conversations.delete(runsOf);
     errors.replaceChildren(el("p", { class: "muted", id: "deleted" }, `Deleted ${gone.conversation_id}.`));
     await show();
   } catch (error) {
@@ -83,9 +82,8 @@ async function show(event) {
   if (!id) return;
   history.replaceState(null, "", `?id=${encodeURIComponent(id)}`);
   if (event) errors.replaceChildren();
-  const base = `/v1/conversations/${encodeURIComponent(id)}`;
   try {
-    await Promise.all([runs(id), transcript(base), events(base)]);
+    await Promise.all([runs(id), transcript(id), events(id)]);
   } catch (error) {
     showError(errors, error);
   }

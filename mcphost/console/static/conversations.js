@@ -1,6 +1,6 @@
 // Conversations: GET /v1/conversations, newest activity first, searched by id prefix, agent and actor
 // (kept in the address, so a search can be shared), re-read every two seconds; older pages on demand.
-import { el, getJson, initPage, pager, params, poll, showError, time } from "/console/api.js";
+import { client, el, initPage, pager, params, poll, showError, time } from "/console/api.js";
 
 const errors = document.getElementById("conversations-error");
 const body = document.querySelector("#conversations tbody");
@@ -31,7 +31,7 @@ function filters() {
 }
 
 const pages = pager({
-  query: (cursor) => `/v1/conversations?${new URLSearchParams({ limit: "50", ...filters(), ...(cursor ? { cursor } : {}) })}`,
+  load: (cursor) => client.conversations.list({ limit: 50, ...filters(), ...(cursor ? { cursor } : {}) }),
   render: (items) => body.replaceChildren(...(items.length ? items.map(row) : [el("tr", { class: "empty" }, el("td", { colspan: 7 }, "Nothing matches."))])),
   more: document.getElementById("more"),
   errors,
@@ -40,7 +40,7 @@ const pages = pager({
 async function agents() {
   const select = document.getElementById("filter-agent");
   try {
-    for (const agent of (await getJson("/v1/agents")).agents) select.append(el("option", { value: agent.id }, agent.id));
+    for (const agent of (await client.agents.list()).agents) select.append(el("option", { value: agent.id }, agent.id));
   } catch (error) {
     showError(errors, error);
   }

@@ -1,7 +1,7 @@
 // Deliveries: the outbound webhook outbox (GET /v1/deliveries), the dead-letter list first by default,
 // and Redeliver (POST /v1/deliveries/{id}/redeliver: pending again, due now, same webhook-id).
 // Re-read every two seconds.
-import { api, badge, el, initPage, liveTable, pretty, short, showError, time } from "/console/api.js";
+import { badge, client, el, initPage, liveTable, pretty, short, showError, time } from "/console/api.js";
 
 const errors = document.getElementById("deliveries-error");
 const cell = (label, value) => el("td", { "data-label": label }, value);
@@ -14,7 +14,7 @@ function row(delivery, refresh) {
   again.addEventListener("click", async () => {
     again.disabled = true;
     try {
-      await api(`/v1/deliveries/${encodeURIComponent(delivery.delivery_id)}/redeliver`, { method: "POST" });
+      await client.deliveries.redeliver(delivery.delivery_id);
     } catch (error) {
       showError(errors, error);
     }
@@ -37,7 +37,7 @@ function row(delivery, refresh) {
 initPage();
 liveTable({
   table: "deliveries",
-  path: "/v1/deliveries",
+  list: (query) => client.deliveries.list(query),
   key: (d) => d.delivery_id,
   version: (d) => `${d.status} ${d.attempts} ${d.next_attempt_at}`,
   row,

@@ -1,6 +1,6 @@
 // Explain: POST /v1/explain with an event and named targets; shows the binding (and why each other agent
 // does not take the event), the layers, the grant and one verdict per target.
-import { api, el, initPage, pretty, showError } from "/console/api.js";
+import { client, el, initPage, pretty, showError } from "/console/api.js";
 
 const SAMPLE = {
   event_type: "message.received",
@@ -59,11 +59,10 @@ async function explain(event) {
     return;
   }
   try {
-    const res = await api("/v1/explain", {
-      method: "POST",
-      body: { event: body, tools: splitList("explain-tools"), resources: splitList("explain-resources"), state_scopes: splitList("explain-scopes") },
+    const explanation = await client.agents.explain({
+      event: body, tools: splitList("explain-tools"), resources: splitList("explain-resources"), state_scopes: splitList("explain-scopes"),
     });
-    document.getElementById("explanation").replaceChildren(...render(await res.json()));
+    document.getElementById("explanation").replaceChildren(...render(explanation));
   } catch (error) {
     showError(errors, error);
     document.getElementById("explanation").replaceChildren();

@@ -1,13 +1,13 @@
-// One run: summary and cancel, its results as they are stored (an SSE stream read with fetch), its MCP
-// calls from the audit, its grant by layer, the event, the context projection, transcript rows,
+// One run: summary and cancel, its results as they are stored (the client's resumable result stream),
+// a timeline of its MCP calls (from the audit) and host model calls (GET /v1/runs/{id}/usage, a row per
+// attempt) on one time axis, the model calls with tokens and cost, its MCP calls, its grant by layer, the event, the context projection, transcript rows,
 // event-log entries and artifacts (text and JSON previewed inline, at most PREVIEW_BYTES read with a
 // byte range; images as <img> from a blob: URL). What the stream does not carry is read again when a
 // result arrives. A runner's run has "Cancel run"; an inspection grant (no runner) has "Revoke grant":
-// both are POST /v1/runs/{id}/cancel, which revokes a grant.
-import { ApiError, api, badge, duration, el, getJson, initPage, params, pretty, short, showError, sse, time } from "/console/api.js";
+// both are POST /v1/runs/{id}/cancel, which revokes a grant. Every call goes through the TypeScript client.
+import { APIError, badge, client, count, duration, el, initPage, params, pretty, short, showError, time, usd } from "/console/api.js";
 
 const runId = params().get("id") || "";
-const path = `/v1/runs/${encodeURIComponent(runId)}`;
 const errors = document.getElementById("run-error");
 let lastView = null;
 let refreshing = null;
@@ -79,15 +79,40 @@ function span(ms) {
 }
 
 /**
- * The run on a time axis, like a trace waterfall: the run from its start to its end (or now), and each MCP
- * call from its audit row (started_at and duration_ms; rows stored before started_at was kept are placed
- * by created_at minus the duration). Bars are positioned in percent of the run, so it fits any width.
+ * Each model call attempt as a span: {row, start (epoch s), ms, ttft (ms or null)}. The attempts of one
+ * call share its created_at and follow each other, so an attempt starts after the latencies of the
+ * attempts before it; a call still in flight (`reserved`) runs until now.
  */
-function timeline(run, calls) {
+function modelSpans(rows) {
+  const spent = new Map(); // created_at → ms taken by the earlier attempts of that call
+  return rows.map((m) => {
+    const before = spent.get(m.created_at) ?? 0;
+    const start = m.created_at + before / 1000;
+    // null: in flight (reserved) until now; a failed attempt stored without one, a mark
+    const ms = m.latency_ms ?? (m.status === "reserved" ? Math.max(0, Date.now() - start * 1000) : 0);
+    spent.set(m.created_at, before + ms);
+    return { row: m, start, ms, ttft: m.streamed ? m.ttft_ms : null };
+  });
+}
+
+/** "model sonnet", with the attempt when it is a fallback. */
+function modelLabel(m) {
+  return m.attempt > 1 ? `model ${m.model_id} (attempt ${m.attempt})` : `model ${m.model_id}`;
+}
+
+/**
+ * The run on a time axis, like a trace waterfall: the run from its start to its end (or now), each MCP
+ * call from its audit row (started_at and duration_ms; rows stored before started_at was kept are placed
+ * by created_at minus the duration) and each model call attempt (`modelSpans`; a mark at its time to first
+ * token), in the order they started. Bars are positioned in percent of the run, so it fits any width.
+ */
+function timeline(run, calls, models) {
   const startOf = (a) => (a.started_at ?? a.created_at - a.duration_ms / 1000);
-  const t0 = run.started_at ?? (calls.length ? Math.min(...calls.map(startOf)) : null);
+  const spans = modelSpans(models);
+  const starts = [...calls.map(startOf), ...spans.map((s) => s.start)];
+  const t0 = run.started_at ?? (starts.length ? Math.min(...starts) : null);
   if (t0 === null) return [el("p", { class: "muted" }, "The run has not started.")];
-  const ends = calls.map((a) => startOf(a) + a.duration_ms / 1000);
+  const ends = [...calls.map((a) => startOf(a) + a.duration_ms / 1000), ...spans.map((s) => s.start + s.ms / 1000)];
   const t1 = Math.max(run.ended_at ?? Date.now() / 1000, t0 + 0.001, ...ends);
   const total = (t1 - t0) * 1000;
   const pct = (seconds) => `${Math.max(0, Math.min(100, ((seconds - t0) * 1000 / total) * 100)).toFixed(3)}%`;
@@ -98,20 +123,78 @@ function timeline(run, calls) {
     if (size !== undefined) node.style.width = size;
     return node;
   };
-  const row = (label, cls, at, ms, attrs = {}) =>
-    el("div", { class: `wf-row ${cls}`, role: "row", ...attrs }, [
+  const row = (label, cls, at, ms, attrs = {}, ttft = null) => {
+    const bar = placed(el("span", { class: "wf-bar", title: `${label}: ${ms.toFixed(1)} ms at +${span((at - t0) * 1000)}` }), pct(at), width(ms));
+    if (ttft !== null && ttft !== undefined && ms > 0) {
+      // the first token's moment inside the bar, in percent of the bar
+      bar.append(placed(el("span", { class: "wf-ttft", title: `first token after ${ttft.toFixed(1)} ms` }), `${Math.min(100, (ttft / ms) * 100).toFixed(3)}%`));
+    }
+    return el("div", { class: `wf-row ${cls}`, role: "row", ...attrs }, [
       el("span", { class: "wf-label", role: "cell", title: label }, label),
-      el("span", { class: "wf-track", role: "cell" },
-        placed(el("span", { class: "wf-bar", title: `${label}: ${ms.toFixed(1)} ms at +${span((at - t0) * 1000)}` }), pct(at), width(ms))),
+      el("span", { class: "wf-track", role: "cell" }, bar),
       el("span", { class: "wf-ms", role: "cell" }, `${ms.toFixed(1)} ms`),
     ]);
+  };
+  const mcpRows = calls.map((a) => ({
+    at: startOf(a),
+    node: row(a.tool, `wf-call outcome-${a.outcome}`, startOf(a), a.duration_ms, { "data-kind": "mcp", "data-tool": a.tool, "data-outcome": a.outcome }),
+  }));
+  const modelRows = spans
+    .map((s) => ({
+      at: s.start,
+      node: row(modelLabel(s.row), `wf-model status-${s.row.status}`, s.start, s.ms,
+        { "data-kind": "model", "data-model": s.row.model_id, "data-status": s.row.status, "data-attempt": s.row.attempt }, s.ttft),
+    }))
+    .sort((a, b) => a.at - b.at);
+  // merged by start, the MCP calls kept in the audit's order
+  const merged = [];
+  let m = 0;
+  for (const call of mcpRows) {
+    while (m < modelRows.length && modelRows[m].at < call.at) merged.push(modelRows[m++].node);
+    merged.push(call.node);
+  }
+  while (m < modelRows.length) merged.push(modelRows[m++].node);
   const ticks = [0, 0.25, 0.5, 0.75, 1].map((f) => placed(el("span", { class: "wf-tick" }, span(total * f)), `${f * 100}%`));
   const rows = [
     el("div", { class: "wf-row wf-axis", role: "row" }, [el("span", { class: "wf-label" }, ""), el("span", { class: "wf-track" }, ticks), el("span", { class: "wf-ms" }, "")]),
     row(`run ${run.status}`, "wf-run", t0, total, { "data-kind": "run" }),
-    ...calls.map((a) => row(a.tool, `wf-call outcome-${a.outcome}`, startOf(a), a.duration_ms, { "data-kind": "mcp", "data-tool": a.tool, "data-outcome": a.outcome })),
+    ...merged,
   ];
-  return [el("div", { class: "waterfall", role: "table", "aria-label": "The run's MCP calls on a time axis" }, rows)];
+  return [el("div", { class: "waterfall", role: "table", "aria-label": "The run's MCP and model calls on a time axis" }, rows)];
+}
+
+const ms = (value) => (value === null || value === undefined ? "" : `${value.toFixed(1)} ms`);
+
+/** The run's model call attempts with tokens and cost, and their totals. */
+function modelCalls(rows) {
+  if (!rows.length) return [el("p", { class: "muted", id: "model-calls-none" }, "No host model calls.")];
+  const sum = (key) => rows.reduce((n, r) => n + r[key], 0);
+  const totals = el("p", { id: "model-totals" }, [
+    `${rows.length} ${rows.length === 1 ? "attempt" : "attempts"}: `,
+    el("strong", {}, count(sum("input_tokens"))), " input, ",
+    el("strong", {}, count(sum("output_tokens"))), " output, ",
+    el("strong", {}, count(sum("cached_tokens"))), " cached tokens; ",
+    el("strong", {}, usd(sum("cost_usd"))),
+  ]);
+  const cell = (label, value) => el("td", { "data-label": label }, value);
+  const table = el("table", { id: "model-calls", class: "cards" }, [
+    el("thead", {}, el("tr", {}, ["Model", "Upstream", "Attempt", "Status", "Input", "Output", "Cached", "Cost", "Latency", "First token", "At"].map((h) => el("th", {}, h)))),
+    el("tbody", {}, rows.map((r) =>
+      el("tr", { "data-model": r.model_id, "data-status": r.status, "data-attempt": r.attempt }, [
+        cell("Model", el("code", {}, r.model_id)),
+        cell("Upstream", el("code", {}, r.response_model ?? r.upstream_model)),
+        cell("Attempt", String(r.attempt)),
+        cell("Status", [el("span", { class: `badge status-${r.status}` }, r.status), r.http_status && r.status === "failed" ? ` HTTP ${r.http_status}` : ""]),
+        cell("Input", count(r.input_tokens)),
+        cell("Output", count(r.output_tokens)),
+        cell("Cached", count(r.cached_tokens)),
+        cell("Cost", usd(r.cost_usd)),
+        cell("Latency", ms(r.latency_ms)),
+        cell("First token", r.streamed ? ms(r.ttft_ms) : el("span", { class: "muted" }, "not streamed")),
+        cell("At", time(r.created_at)),
+      ]))),
+  ]);
+  return [totals, table];
 }
 
 function isTerminal(status) {
@@ -123,9 +206,9 @@ async function onCancel(event) {
   button.disabled = true;
   try {
     const reason = button.id === "revoke" ? "revoked from the console" : "cancelled from the console";
-    await api(`${path}/cancel`, { method: "POST", body: { reason } });
+    await client.runs.cancel(runId, reason);
   } catch (error) {
-    if (!(error instanceof ApiError && error.status === 409)) showError(errors, error);
+    if (!(error instanceof APIError && error.status === 409)) showError(errors, error);
   }
   schedule();
 }
@@ -213,7 +296,7 @@ function artifactIds(...roots) {
 }
 
 async function download(id, name) {
-  const res = await api(`/v1/artifacts/${encodeURIComponent(id)}/content`, { accept: "*/*" });
+  const res = await client.artifacts.content(id);
   const url = URL.createObjectURL(await res.blob());
   const a = el("a", { href: url, download: name || id });
   document.body.append(a);
@@ -233,8 +316,7 @@ function isImage(mime) {
 
 /** The first PREVIEW_BYTES of a text or JSON artifact (a byte range), pretty-printed when it is whole JSON. */
 async function textPreview(meta) {
-  const content = `/v1/artifacts/${encodeURIComponent(meta.artifact_id)}/content`;
-  const res = await api(content, { accept: "*/*", headers: { Range: `bytes=0-${PREVIEW_BYTES - 1}` } });
+  const res = await client.artifacts.content(meta.artifact_id, { range: [0, PREVIEW_BYTES - 1] });
   const bytes = new Uint8Array(await res.arrayBuffer());
   const cut = meta.size > bytes.length;
   let text = new TextDecoder().decode(bytes.subarray(0, PREVIEW_BYTES));
@@ -252,7 +334,7 @@ async function textPreview(meta) {
 /** An image artifact as <img> from a blob: URL (the CSP allows images from this origin and blob: only). */
 async function imagePreview(meta) {
   if (meta.size > IMAGE_BYTES) return el("p", { class: "muted" }, `An image of ${meta.size} bytes: download it to see it.`);
-  const res = await api(`/v1/artifacts/${encodeURIComponent(meta.artifact_id)}/content`, { accept: "*/*" });
+  const res = await client.artifacts.content(meta.artifact_id);
   const blob = new Blob([await res.arrayBuffer()], { type: meta.mime_type.split(";")[0] });
   return el("div", { class: "preview", "data-preview": "image" }, el("img", { src: URL.createObjectURL(blob), alt: meta.name || meta.artifact_id }));
 }
@@ -269,7 +351,7 @@ async function preview(meta) {
 
 async function artifactItem(id) {
   try {
-    const meta = await getJson(`/v1/artifacts/${encodeURIComponent(id)}`);
+    const meta = await client.artifacts.get(id);
     const button = el("button", { type: "button", class: "link" }, "download");
     button.addEventListener("click", () => download(id, meta.name).catch((e) => showError(errors, e)));
     const line = el("div", {}, [el("code", {}, meta.name || id), ` ${meta.mime_type ?? ""}, ${meta.size} bytes `, button]);
@@ -280,16 +362,18 @@ async function artifactItem(id) {
 }
 
 async function refresh() {
-  const [view, audit, records] = await Promise.all([
-    getJson(path),
-    getJson(`${path}/audit?limit=1000`),
-    getJson(`${path}/records`),
+  const [view, audit, records, usage] = await Promise.all([
+    client.runs.get(runId),
+    client.runs.audit(runId, { limit: 1000 }),
+    client.runs.records(runId),
+    client.runs.usage(runId),
   ]);
   lastView = view;
   document.title = `Run ${view.run.run_id} · mcphost`;
   document.getElementById("summary").replaceChildren(...summary(view));
   document.querySelector("#audit tbody").replaceChildren(...audit.items.map(auditRow));
-  document.getElementById("timeline").replaceChildren(...timeline(view.run, audit.items));
+  document.getElementById("timeline").replaceChildren(...timeline(view.run, audit.items, usage.items));
+  document.getElementById("models").replaceChildren(...modelCalls(usage.items));
   document.getElementById("grant").replaceChildren(...grantTable(view.grant));
   const inbound = records.events.find((e) => e.kind === "inbound");
   const event = inbound?.payload ?? records.context?.event; // the envelope as it came in
@@ -328,31 +412,20 @@ function schedule() {
     });
 }
 
+/** The run's results as they are stored, through the client's stream (resumed with Last-Event-ID). */
 async function follow() {
   const list = document.getElementById("results");
-  let after = 0;
-  for (let attempt = 0; attempt < 5; attempt++) {
-    try {
-      const res = await api(`${path}/results?after=${after}`, { accept: "text/event-stream" });
-      for await (const message of sse(res)) {
-        if (message.event === "end" || message.event === "error") {
-          if (message.event === "error") showError(errors, JSON.parse(message.data).error);
-          schedule();
-          return;
-        }
-        const result = JSON.parse(message.data);
-        after = result.seq;
-        const item = resultItem(result);
-        item.dataset.payload = JSON.stringify(result.data ?? null);
-        list.append(item);
-        schedule();
-      }
-      return; // the stream ended without its end marker: the host went away
-    } catch (error) {
-      showError(errors, error);
-      await new Promise((r) => setTimeout(r, 1000));
+  try {
+    for await (const item of client.runs.stream(runId)) {
+      const li = resultItem(item.raw);
+      li.dataset.payload = JSON.stringify(item.raw.data ?? null);
+      list.append(li);
+      schedule();
     }
+  } catch (error) {
+    showError(errors, error);
   }
+  schedule();
 }
 
 async function main() {

@@ -1,7 +1,7 @@
 // Runs: the newest runs, filtered, refreshed every second (a new run or a status change shows without a
 // reload). Every filter is GET /v1/runs's: agent, conversation, status, and a time window (a recent
 // period, or from/to times entered in the browser's time zone and sent as UTC).
-import { badge, duration, el, getJson, initPage, pager, params, poll, short, showError, time } from "/console/api.js";
+import { badge, client, duration, el, initPage, pager, params, poll, short, showError, time } from "/console/api.js";
 
 const POLL_MS = 1000;
 const form = document.getElementById("filters");
@@ -28,16 +28,16 @@ function utc(local) {
   return Number.isNaN(d.getTime()) ? "" : d.toISOString();
 }
 
-function query(f, after) {
-  const q = new URLSearchParams({ limit: "100" });
-  if (f.agent) q.set("agent", f.agent);
-  if (f.conversation) q.set("conversation_id", f.conversation);
-  if (f.status) q.set("status", f.status);
-  if (f.window in WINDOWS) q.set("since", String(Math.floor(Date.now() / 1000) - WINDOWS[f.window]));
-  else if (f.from && utc(f.from)) q.set("since", utc(f.from));
-  if (f.window === "" && f.to && utc(f.to)) q.set("until", utc(f.to));
-  if (after) q.set("cursor", after);
-  return "/v1/runs?" + q;
+function load(f, after) {
+  const q = { limit: 100 };
+  if (f.agent) q.agent = f.agent;
+  if (f.conversation) q.conversation_id = f.conversation;
+  if (f.status) q.status = f.status;
+  if (f.window in WINDOWS) q.since = String(Math.floor(Date.now() / 1000) - WINDOWS[f.window]);
+  else if (f.from && utc(f.from)) q.since = utc(f.from);
+  if (f.window === "" && f.to && utc(f.to)) q.until = utc(f.to);
+  if (after) q.cursor = after;
+  return client.runs.list(q);
 }
 
 function row(run) {
@@ -85,7 +85,7 @@ async function loadAgents() {
   const select = document.getElementById("filter-agent");
   const wanted = params().get("agent") || "";
   try {
-    const view = await getJson("/v1/agents");
+    const view = await client.agents.list();
     for (const agent of view.agents) select.append(el("option", { value: agent.id }, agent.id));
   } catch (error) {
     showError(errors, error);
@@ -94,7 +94,7 @@ async function loadAgents() {
   select.value = wanted;
 }
 
-const pages = pager({ query: (after) => query(filters(), after), render, more: document.getElementById("more"), errors });
+const pages = pager({ load: (after) => load(filters(), after), render, more: document.getElementById("more"), errors });
 
 async function main() {
   initPage();

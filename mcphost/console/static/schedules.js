@@ -1,7 +1,7 @@
 // Schedules: GET /v1/schedules (the config's first, then the API's), re-read every two seconds; Pause,
 // Resume and Delete for the API's (POST /v1/schedules/{id}/pause|resume, DELETE /v1/schedules/{id});
 // and a form that creates one (POST /v1/schedules with a cron expression or a period).
-import { api, badge, el, getJson, initPage, pager, poll, showError, time } from "/console/api.js";
+import { badge, client, el, initPage, pager, poll, showError, time } from "/console/api.js";
 
 const errors = document.getElementById("schedules-error");
 const body = document.querySelector("#schedules tbody");
@@ -27,14 +27,13 @@ function action(label, cls, run) {
 }
 
 function row(s) {
-  const path = `/v1/schedules/${encodeURIComponent(s.id)}`;
   const actions = s.origin === "api"
     ? [
         s.paused
-          ? action("Resume", "resume", () => api(`${path}/resume`, { method: "POST" }))
-          : action("Pause", "pause", () => api(`${path}/pause`, { method: "POST" })),
+          ? action("Resume", "resume", () => client.schedules.resume(s.id))
+          : action("Pause", "pause", () => client.schedules.pause(s.id)),
         " ",
-        action("Delete", "danger delete", () => api(path, { method: "DELETE" })),
+        action("Delete", "danger delete", () => client.schedules.delete(s.id)),
       ]
     : el("span", { class: "muted" }, "config file");
   return el("tr", { "data-schedule-id": s.id, "data-origin": s.origin, "data-paused": String(s.paused) }, [
@@ -54,7 +53,7 @@ function render(items) {
 }
 
 const pages = pager({
-  query: (cursor) => `/v1/schedules?${new URLSearchParams(cursor ? { limit: "100", cursor } : { limit: "100" })}`,
+  load: (cursor) => client.schedules.list(cursor ? { limit: 100, cursor } : { limit: 100 }),
   render,
   more: document.getElementById("more"),
   errors,
@@ -62,7 +61,7 @@ const pages = pager({
 
 async function agents() {
   try {
-    const listed = await getJson("/v1/agents");
+    const listed = await client.agents.list();
     const select = document.getElementById("new-agent");
     for (const agent of listed.agents) select.append(el("option", { value: agent.id }, agent.id));
   } catch (error) {
@@ -81,7 +80,7 @@ document.getElementById("create").addEventListener("submit", async (event) => {
   }
   const shown = document.getElementById("create-error");
   try {
-    await api("/v1/schedules", { method: "POST", body: spec });
+    await client.schedules.create(spec);
     shown.replaceChildren();
     element.reset();
   } catch (error) {

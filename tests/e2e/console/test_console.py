@@ -22,6 +22,8 @@ from typing import Any
 import httpx2
 import pytest
 
+from tests.fakes.anthropic import FakeAnthropic, fake_anthropic
+from tests.fakes.script import Fail, ModelRequest, Reply, Text
 from tests.mcphost.gateway.test_host_tools import UPSTREAM
 from tests.mcphost.hostkit import MISBEHAVE
 from tests.mcphost.test_serve import Server, cli_env, mcphost
@@ -123,15 +125,80 @@ def receiver() -> Iterator[Receiver]:
     opened.server.server_close()
 
 
+MODEL_CALLER = [sys.executable, str(Path(__file__).parents[2] / "plugins" / "model_caller.py")]
+MODEL_KEY_ENV = "MCPHOST_CONSOLE_MODEL_KEY"
+
+
+def _upstream_script(request: ModelRequest) -> Reply:
+    """The primary model's upstream is overloaded (so its calls fall back); the backup answers."""
+    if request.body.get("model") == "claude-primary":
+        return Fail(503, "overloaded on purpose")
+    return Text("the fake model answers")
+
+
+class ModelUpstream:
+    """The fake Anthropic Messages API (`tests/fakes/anthropic.py`) on 127.0.0.1, served from a thread of
+    its own so the sync browser tests can share it with `mcphost serve`."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.stop = threading.Event()
+        self.ready = threading.Event()
+        self.fake: FakeAnthropic | None = None
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+        assert self.ready.wait(30), "the fake model upstream did not start"
+        assert self.fake is not None
+
+    def _run(self) -> None:
+        import anyio
+        import anyio.to_thread
+
+        async def main() -> None:
+            async with fake_anthropic(_upstream_script) as fake:
+                self.fake = fake
+                self.ready.set()
+                await anyio.to_thread.run_sync(self.stop.wait)
+
+        anyio.run(main)
+
+    def models(self) -> str:
+        """`[models.primary]` (falls back to backup) and `[models.backup]`, both priced here, and the agent
+        `modeler` (the model-caller plugin) granted both."""
+        assert self.fake is not None
+        prices = "input_usd_per_mtok = 3.0\noutput_usd_per_mtok = 15.0\n"
+        return (
+            f'[models.primary]\nprovider = "anthropic"\nbase_url = "{self.fake.base_url}"\n'
+            f'api_key_env = "{MODEL_KEY_ENV}"\nmodel = "claude-primary"\nfallback = ["backup"]\n{prices}'
+            f'[models.backup]\nprovider = "anthropic"\nbase_url = "{self.fake.base_url}"\n'
+            f'api_key_env = "{MODEL_KEY_ENV}"\nmodel = "claude-sonnet-4-5"\n{prices}'
+            f'[[plugins]]\nname = "model-caller"\ncommand = {json.dumps(MODEL_CALLER)}\n'
+            '[[agents]]\nid = "modeler"\nrunner = "plugin:test/model-caller/default"\n'
+            'match = { bot_id = "modeler" }\nresources = { models = ["primary", "backup"] }\n'
+        )
+
+
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory, receiver: Receiver) -> Iterator[Server]:
+def upstream() -> Iterator[ModelUpstream]:
+    started = ModelUpstream()
+    yield started
+    started.stop.set()
+    started.thread.join(30)
+
+
+@pytest.fixture(scope="module")
+def server(
+    tmp_path_factory: pytest.TempPathFactory, receiver: Receiver, upstream: ModelUpstream
+) -> Iterator[Server]:
     # approvals the slow agent asks for are announced to `receiver`, retried for 1 s, then dead
     webhook = (
         f'[[webhooks]]\nurl = "{receiver.url}"\nsecret = "whsec_{"A" * 32}"\nevents = ["approval.requested"]\n'
         'agents = ["slow"]\nmax_age_s = 1\n'
     )
     folder = tmp_path_factory.mktemp("console")
-    yield from _serve(folder, webhook + _resources(folder))
+    extra = webhook + _resources(folder) + upstream.models()
+    yield from _serve(folder, extra, **{MODEL_KEY_ENV: "sk-ant-console-test"})
 
 
 GUIDE = """# Backups
@@ -319,13 +386,144 @@ def test_the_run_detail_shows_its_mcp_calls_results_grant_and_records_and_links_
         assert to_end >= -1, bars
         assert width > 0, bars
     assert words_broken_in_tables(page) == []
-    screenshot(page, tmp_path, "run")
+    expect(page.locator("#model-calls-none")).to_have_text("No host model calls.")
+    screenshot(page, tmp_path, "run-memo")
 
     page.click("#summary a[href^='/console/conversation.html']")
     expect(page.locator("#conv-transcript li[data-role='user']")).to_contain_text("what did I say before?")
     expect(page.locator("#conv-transcript li[data-role='assistant']")).to_contain_text("memo has no model")
     expect(page.locator("#conv-events li").first).to_contain_text("message.received")
     screenshot(page, tmp_path, "conversation")
+
+
+def usd(value: float) -> str:
+    """Dollars as the console shows them (api.js `usd`): to the micro-dollar, zeros past the cents dropped."""
+    return "$" + re.sub(r"0{1,4}$", "", f"{value:.6f}")
+
+
+def model_run(url: str, conversation: str) -> tuple[str, list[dict[str, Any]], list[dict[str, Any]]]:
+    """A completed run of `modeler`: its id, its model call rows and its MCP audit rows."""
+    run_id = post_event(url, "models:primary,backup", agent="modeler", conversation=conversation)
+    ended = wait_ended(url, run_id)
+    assert ended["status"] == "completed", ended["error"]
+    usage = httpx2.get(f"{url}/v1/runs/{run_id}/usage", timeout=30).json()["items"]
+    audit = httpx2.get(f"{url}/v1/runs/{run_id}/audit", timeout=30).json()["items"]
+    return run_id, usage, audit
+
+
+def test_the_run_page_shows_its_model_calls_on_the_time_axis_with_its_mcp_calls(
+    server: Server, page: Page, tmp_path: Path
+) -> None:
+    run_id, usage, audit = model_run(server.url, "models")
+    # the primary model's upstream answered 503: its call fell back to backup, a row per attempt
+    assert [(r["model_id"], r["attempt"], r["status"], r["streamed"]) for r in usage] == [
+        ("primary", 1, "failed", False),
+        ("backup", 2, "ok", False),
+        ("backup", 1, "ok", True),
+    ]
+    assert [a["tool"] for a in audit] == ["state_get", "state_set"]
+
+    page.goto(f"{server.url}/console/run.html?id={run_id}")
+    expect(page.locator("#summary [data-status]")).to_have_attribute("data-status", "completed")
+    expect(page.locator("#timeline .wf-model")).to_have_count(3)
+    # one time axis, in the order things happened: the runner read state, asked a model (which fell
+    # back), wrote state, then asked again streamed
+    kinds = page.locator("#timeline .wf-row[data-kind]").evaluate_all(
+        "rows => rows.map(r => r.dataset.kind === 'model' ? `model:${r.dataset.model}:${r.dataset.attempt}` : r.dataset.kind === 'mcp' ? r.dataset.tool : r.dataset.kind)"
+    )
+    assert kinds == [
+        "run",
+        "state_get",
+        "model:primary:1",
+        "model:backup:2",
+        "state_set",
+        "model:backup:1",
+    ], kinds
+    expect(page.locator("#timeline .wf-model[data-status='failed']")).to_have_count(1)
+    expect(page.locator("#timeline .wf-model .wf-ttft")).to_have_count(1)  # the streamed call's first token
+    bars = page.locator("#timeline").evaluate(
+        """t => {
+          const track = t.querySelector(".wf-run .wf-track").getBoundingClientRect();
+          return [...t.querySelectorAll(".wf-model .wf-bar, .wf-call .wf-bar")].map((bar) => {
+            const box = bar.getBoundingClientRect();
+            return [box.left - track.left, track.right - box.right, box.width];
+          });
+        }"""
+    )
+    assert len(bars) == 5
+    for from_start, to_end, width in bars:
+        assert from_start >= -1, bars
+        assert to_end >= -1, bars
+        assert width > 0, bars
+
+    # the model calls as numbers: tokens, cost, latency, first token, status, attempt
+    rows = page.locator("#model-calls tbody tr")
+    expect(rows).to_have_count(3)
+    failed = page.locator("#model-calls tr[data-model='primary']")
+    expect(failed).to_have_attribute("data-status", "failed")
+    expect(failed.locator("td[data-label='Status']")).to_contain_text("HTTP 503")
+    streamed = rows.nth(2)
+    expect(streamed.locator("td[data-label='Attempt']")).to_have_text("1")
+    expect(streamed.locator("td[data-label='Input']")).to_have_text(f"{usage[2]['input_tokens']:,}")
+    expect(streamed.locator("td[data-label='Output']")).to_have_text(f"{usage[2]['output_tokens']:,}")
+    expect(streamed.locator("td[data-label='First token']")).to_have_text(re.compile(r"^\d+\.\d ms$"))
+    expect(rows.nth(1).locator("td[data-label='First token']")).to_have_text("not streamed")
+    expect(rows.nth(1).locator("td[data-label='Latency']")).to_have_text(f"{usage[1]['latency_ms']:.1f} ms")
+    cost = sum(r["cost_usd"] for r in usage)
+    expect(page.locator("#model-totals")).to_contain_text(usd(cost))
+    assert words_broken_in_tables(page) == []
+    screenshot(page, tmp_path, "run")
+
+
+def test_the_usage_page_totals_by_day_model_agent_and_actor_with_a_chart_and_filters(
+    server: Server, page: Page, tmp_path: Path
+) -> None:
+    model_run(server.url, "usage-page")
+    totals = {
+        group: httpx2.get(f"{server.url}/v1/usage", params={"group_by": group}, timeout=30).json()["totals"]
+        for group in ("day", "model", "agent", "actor")
+    }
+    [today] = totals["day"]
+    asked: list[str] = []
+    page.on("request", lambda request: asked.append(request.url) if "/v1/usage" in request.url else None)
+
+    page.goto(f"{server.url}/console/usage.html")
+    for group, rows in totals.items():
+        for total in rows:
+            row = page.locator(f"#usage-{group} tr[data-key='{total['key'] or ''}']")
+            expect(row.locator("td[data-label='Calls']")).to_have_text(f"{total['calls']:,}")
+            expect(row.locator("td[data-label='Failed']")).to_have_text(f"{total['failed']:,}")
+            expect(row.locator("td[data-label='Input tokens']")).to_have_text(f"{total['input_tokens']:,}")
+            expect(row.locator("td[data-label='Output tokens']")).to_have_text(f"{total['output_tokens']:,}")
+            expect(row.locator("td[data-label='Cost']")).to_have_text(usd(total["cost_usd"]))
+    expect(page.locator("#usage-agent tr[data-key='modeler']")).to_have_count(1)
+    expect(page.locator("#usage-model tr[data-key='primary'] td[data-label='Failed']")).not_to_have_text("0")
+    expect(page.locator("#total-calls")).to_have_text(f"{today['calls']:,}")
+    expect(page.locator("#total-cost")).to_have_text(usd(today["cost_usd"]))
+    # the chart: a bar for the day, as tall as the largest (the only one), its value the day's cost
+    bar = page.locator(f"#usage-chart svg rect.bar[data-day='{today['key']}']")
+    expect(bar).to_have_count(1)
+    assert float(bar.get_attribute("data-value") or "nan") == pytest.approx(today["cost_usd"])
+    expect(page.locator("#usage-chart svg")).to_have_attribute("aria-label", re.compile(today["key"]))
+    assert words_broken_in_tables(page) == []
+    screenshot(page, tmp_path, "usage")
+
+    page.select_option("#filter-metric", "calls")
+    expect(bar).to_have_attribute("data-value", str(today["calls"]))
+    assert "metric=calls" in page.url
+
+    # from/to are whole UTC days sent as the API's bounds: the day after `to` is the exclusive end
+    page.fill("#filter-to", "2001-01-01")
+    page.click("#filters button[type=submit]")
+    expect(page.locator("#usage-model tr.empty")).to_have_count(1)
+    expect(page.locator("#usage-chart")).to_contain_text("nothing to chart")
+    assert "to=2001-01-01" in page.url
+    assert any("to=2001-01-02T00%3A00%3A00.000Z" in url for url in asked), asked
+    page.fill("#filter-to", "")
+    page.fill("#filter-from", today["key"])
+    page.click("#filters button[type=submit]")
+    expect(page.locator(f"#usage-day tr[data-key='{today['key']}']")).to_have_count(1)
+    assert any(f"from={today['key']}T00%3A00%3A00Z" in url for url in asked), asked
 
 
 WORDS_BROKEN = """() => {
@@ -432,7 +630,9 @@ def test_no_page_breaks_a_word_in_a_table_at_desktop_width(server: Server, page:
     run_id = post_event(server.url, "a message long enough to wrap in its table cell " * 3, agent="memo",
                         conversation=conversation)  # fmt: skip
     wait_ended(server.url, run_id)
-    pages = ["/console/", f"/console/run.html?id={run_id}", "/console/approvals.html?status=",
+    modeled, _, _ = model_run(server.url, conversation + "-models")
+    pages = ["/console/", f"/console/run.html?id={run_id}", f"/console/run.html?id={modeled}",
+             "/console/usage.html", "/console/approvals.html?status=",
              "/console/deliveries.html?status=", "/console/agents.html", "/console/schedules.html",
              "/console/conversations.html", f"/console/conversation.html?id={conversation}"]  # fmt: skip
     for path in pages:
@@ -715,6 +915,7 @@ def test_the_console_fits_a_phone(server: Server, browser: Browser, tmp_path: Pa
             ("phone-run", f"/console/run.html?id={run_id}", "#audit tbody tr"),
             ("phone-chat", "/console/chat.html", "#chat-agent option[value='memo']"),
             ("phone-agents", "/console/agents.html", "article[data-server='fake'] [data-status='ready']"),
+            ("phone-usage", "/console/usage.html", "#usage-model tbody tr"),
         ]:
             phone.goto(server.url + path)
             expect(phone.locator(ready).first).to_be_attached()

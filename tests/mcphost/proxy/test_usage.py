@@ -121,3 +121,42 @@ async def test_a_reader_key_may_read_usage_and_no_key_may_not(database_url: str,
     assert refused.status_code == 401
     assert allowed.status_code == 200
     assert allowed.json() == {"group_by": "model", "totals": []}
+
+
+async def test_a_runs_model_calls_are_listed_a_row_per_attempt_fallbacks_included(
+    database_url: str, tmp_path: Path
+) -> None:
+    settings = api_settings(database_url, tmp_path / "data")
+    async with open_host(settings) as host, serve_fake_chat() as upstream:
+        upstream.script("m1", Reply(status=503, error="overloaded"))
+        upstream.script("m2", Reply(json_body=True, usage=(3, 1)))
+        primary = model(upstream.base_url, "m1").model_copy(update={"fallback": ["backup"]})
+        models = {"primary": primary, "backup": model(upstream.base_url, "m2")}
+        async with serve_proxy(host.stores, models) as served:
+            run = await served.start_run(["primary", "backup"])
+            other = await served.start_run(["backup"])
+            async with client(run.token, bearer=True) as http:
+                answer = await http.post(
+                    f"{served.openai(run)}/chat/completions", json={"model": "primary", "messages": []}
+                )
+            assert answer.status_code == 200, answer.text
+        async with asgi_client(host) as http:
+            listed = await http.get(f"/v1/runs/{run.run_id}/usage")
+            quiet = await http.get(f"/v1/runs/{other.run_id}/usage")
+            unknown = await http.get("/v1/runs/run_nobody/usage")
+    assert listed.status_code == 200, listed.text
+    body = listed.json()
+    assert body["run_id"] == run.run_id
+    rows = [
+        (r["attempt"], r["model_id"], r["upstream_model"], r["status"], r["http_status"], r["input_tokens"])
+        for r in body["items"]
+    ]
+    assert rows == [(1, "primary", "m1", "failed", 503, 0), (2, "backup", "m2", "ok", 200, 3)]
+    failed, ok = body["items"]
+    assert ok["cost_usd"] == 2.5  # 3 input tokens at 0.5 USD, 1 output token at 1 USD
+    assert ok["latency_ms"] is not None
+    assert failed["latency_ms"] is not None  # until the fallback started: the run's timeline places it
+    assert failed["latency_ms"] > 0
+    assert ok["created_at_iso"].endswith("Z")
+    assert quiet.json() == {"run_id": other.run_id, "items": []}
+    assert unknown.status_code == 404

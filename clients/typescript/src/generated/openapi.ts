@@ -153,6 +153,23 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/runs/{run_id}/usage": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The run's host model calls, a row per attempt (model, tokens, cost, latency, time to first token, status, fallback attempt), oldest first */
+        get: operations["run_usage"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/conversations": {
         parameters: {
             query?: never;
@@ -2251,6 +2268,86 @@ export interface components {
             chunk: components["schemas"]["MessageChunk"];
         };
         /**
+         * ModelCallRecord
+         * @description One stored row: one attempt of a host model call.
+         */
+        ModelCallRecord: {
+            /** Call Id */
+            call_id: string;
+            /** Run Id */
+            run_id: string;
+            /** Agent Id */
+            agent_id: string;
+            /** Actor Id */
+            actor_id: string | null;
+            /** Conversation Id */
+            conversation_id: string | null;
+            /**
+             * Model Id
+             * @description The host's model id (`[models.<id>]`) this attempt called.
+             */
+            model_id: string;
+            /**
+             * Upstream Model
+             * @description The model name sent upstream.
+             */
+            upstream_model: string;
+            /**
+             * Response Model
+             * @description The model the upstream said answered.
+             */
+            response_model: string | null;
+            /** Kind */
+            kind: string;
+            /**
+             * Api
+             * @description The wire format the run spoke: `anthropic`, `chat` or `responses`.
+             */
+            api: string;
+            /** Streamed */
+            streamed: boolean;
+            /**
+             * Attempt
+             * @description 1, then 2.. for each fallback model tried after a failure.
+             */
+            attempt: number;
+            /**
+             * Status
+             * @description `reserved` while the call is in flight, then `ok` or `failed`.
+             */
+            status: string;
+            /** Http Status */
+            http_status: number | null;
+            /** Error */
+            error: string | null;
+            /** Input Tokens */
+            input_tokens: number;
+            /** Output Tokens */
+            output_tokens: number;
+            /** Cached Tokens */
+            cached_tokens: number;
+            /** Cost Usd */
+            cost_usd: number;
+            /**
+             * Latency Ms
+             * @description From sending the attempt's request to the end of its answer; a failed attempt that fell back, to
+             *     the start of the next attempt. None while the call is in flight.
+             */
+            latency_ms: number | null;
+            /**
+             * Ttft Ms
+             * @description Time to the first streamed token (streamed calls only).
+             */
+            ttft_ms: number | null;
+            /**
+             * Created At
+             * @description When the call was made (shared by all attempts of one call).
+             */
+            created_at: number;
+            /** @description `created_at` as ISO 8601 in UTC; null when `created_at` is null or past year 9999. */
+            created_at_iso: string | null;
+        };
+        /**
          * ModelEndpoints
          * @description The run's model endpoints (PROTOCOL §7a), authenticated by the run token (`mcp.headers`) sent as
          *     `x-api-key` or `Authorization: Bearer`. Unmodified provider clients take these as their base URL.
@@ -2560,6 +2657,18 @@ export interface components {
          * @enum {string}
          */
         RunStatus: "queued" | "running" | "completed" | "failed" | "cancelled" | "parked";
+        /**
+         * RunUsage
+         * @description The answer of `GET /v1/runs/{run_id}/usage`: the run's model calls, oldest first, one row per
+         *     attempt (a call that fell back has a `failed` row per model it tried before; all its rows share the
+         *     call's `created_at`), at most 1000.
+         */
+        RunUsage: {
+            /** Run Id */
+            run_id: string;
+            /** Items */
+            items: components["schemas"]["ModelCallRecord"][];
+        };
         /** RunView */
         RunView: {
             run: components["schemas"]["Run"];
@@ -4134,6 +4243,64 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["RunRecords"];
+                };
+            };
+            /** @description error */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description error */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description error */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description error */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    run_usage: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                run_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description success */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RunUsage"];
                 };
             };
             /** @description error */

@@ -130,6 +130,28 @@ async function cuttingProxy(marker: string, cuts: number) {
   };
 }
 
+test("a run's records, audit and model calls, the usage totals, conversations, agents and runners are read", async () => {
+  const admitted = await client.events.send(message("read me", "echo", "ts-reads"));
+  await client.runs.wait(admitted.run_id, { timeoutMs: 60_000 });
+  const records = await client.runs.records(admitted.run_id);
+  assert.ok(records.transcript.some((row) => row.role === "user"));
+  const audit = await client.runs.audit(admitted.run_id, { limit: 10 });
+  assert.ok(Array.isArray(audit.items));
+  const usage = await client.runs.usage(admitted.run_id);
+  assert.deepEqual(usage, { run_id: admitted.run_id, items: [] }); // echo calls no host model
+  const totals = await client.usage.totals({ group_by: "day", from: "2000-01-01T00:00:00Z" });
+  assert.equal(totals.group_by, "day");
+  const conversations = await client.conversations.list({ prefix: "ts-reads" });
+  assert.deepEqual(conversations.items.map((c) => c.conversation_id), ["ts-reads"]);
+  const agents = await client.agents.list();
+  assert.ok(agents.agents.some((a) => a.id === "echo"));
+  const runners = await client.runners.list();
+  assert.ok(runners.runners.length > 0);
+  await assert.rejects(client.runs.usage("run_nobody"), (error) => error instanceof APIError && error.status === 404);
+  const deleted = await client.conversations.delete("ts-reads");
+  assert.equal(deleted.conversation_id, "ts-reads");
+});
+
 test("a stream cut mid-event resumes with Last-Event-ID and hands each result out once", async () => {
   const proxy = await cuttingProxy("id: 3\n", 2);
   try {
