@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.harness.hostkit import claude_agent, harness_host, message, run_event, unique
+from tests.e2e.harness.hostkit import claude_agent, harness_host, host_model, message, run_event, unique
 from tests.fakes.anthropic import INPUT_TOKENS, OUTPUT_TOKENS, fake_anthropic
 from tests.fakes.script import ModelRequest, Reply, ToolCall, calls_then_answers
 
@@ -54,14 +54,7 @@ async def test_claude_code_on_a_host_model_holds_no_provider_key_and_runs_throug
         agent = claude_agent("claude", "http://127.0.0.1:9/unused", tmp_path / "harness", model="host:sonnet")
         agent["config"]["environment"] = {"ANTHROPIC_API_KEY": "sk-ant-from-the-agent-config"}
         agent["resources"] = {"models": ["sonnet"]}
-        models = {
-            "sonnet": {
-                "provider": "anthropic",
-                "base_url": fake.base_url,
-                "api_key_env": HOST_KEY_ENV,
-                "model": "claude-sonnet-4-5",
-            }
-        }
+        models = {"sonnet": host_model("anthropic", fake.base_url, HOST_KEY_ENV, "claude-sonnet-4-5")}
         async with harness_host(tmp_path, [agent], models=models) as host:
             done = await run_event(host, message("claude", unique("conv"), "Save something."))
             calls = await host.stores.usage.calls(done.run.run_id)

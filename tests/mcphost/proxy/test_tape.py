@@ -1,0 +1,139 @@
+"""Model calls in a recorded run's recording, and a replay's model calls answered from it with no
+upstream: the real `ModelProxy` over real stores, the fake Anthropic and OpenAI APIs for the recording."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from mcphost.llm import ModelConfig
+from mcphost.protocol import JSONObject
+from mcphost.recording import DocumentCall, RecordingDocument, ReplayBook
+from mcphost.stores import Stores
+from mcphost.stores.recordings import RecordingHeader
+from tests.fakes.anthropic import INPUT_TOKENS, OUTPUT_TOKENS, fake_anthropic
+from tests.fakes.openai import fake_openai
+from tests.fakes.script import Text, always
+from tests.mcphost.facts.conftest import RunHandle
+from tests.mcphost.proxy.kit import HOST_KEY, HOST_KEY_ENV, ServedProxy, client, serve_proxy, sse_events
+
+REFUSING = "http://127.0.0.1:9"
+"""The discard port: nothing listens there."""
+ASK: JSONObject = {"model": "sonnet", "max_tokens": 64, "messages": [{"role": "user", "content": "hi"}]}
+RESPOND: JSONObject = {
+    "model": "gpt",
+    "stream": True,
+    "input": "hi",
+    "stream_options": {"include_obfuscation": False},
+}
+
+
+@pytest.fixture(autouse=True)
+def host_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(HOST_KEY_ENV, HOST_KEY)
+
+
+def models(anthropic_url: str, openai_url: str) -> dict[str, ModelConfig]:
+    return {
+        "sonnet": ModelConfig(
+            provider="anthropic", base_url=anthropic_url, api_key_env=HOST_KEY_ENV, model="claude-sonnet-4-5"
+        ),
+        "gpt": ModelConfig(
+            provider="openai", base_url=openai_url, api_key_env=HOST_KEY_ENV, model="gpt-4o-mini"
+        ),
+    }
+
+
+async def recorded_run(served: ServedProxy) -> RunHandle:
+    run = await served.start_run(["sonnet", "gpt"], limits={"record": True})
+    await served.stores.recordings.begin(
+        RecordingHeader(
+            run_id=run.run_id, agent_id="agent-a", runner_id="r", envelope={}, context={}, agent={}
+        )
+    )
+    return run
+
+
+async def three_calls(served: ServedProxy, run: RunHandle, *, ask: JSONObject = ASK) -> list[tuple[int, str]]:
+    """A whole and a streamed Messages call and a streamed Responses call: (status, body text) each."""
+    async with client(run.token) as http:
+        whole = await http.post(f"{served.anthropic(run)}/v1/messages", json=ask)
+        streamed = await http.post(f"{served.anthropic(run)}/v1/messages", json={**ask, "stream": True})
+        responses = await http.post(f"{served.openai(run)}/responses", json=RESPOND)
+    return [(r.status_code, r.text) for r in (whole, streamed, responses)]
+
+
+def book_of(calls: list[DocumentCall]) -> ReplayBook:
+    return ReplayBook(
+        RecordingDocument(
+            run_id="run_recorded",
+            agent_id="agent-a",
+            runner_id="r",
+            status="completed",
+            envelope={},
+            context={},
+            agent={},
+            calls=calls,
+            results=[],
+        )
+    )
+
+
+async def test_model_calls_are_recorded_and_replayed_with_no_upstream(stores: Stores) -> None:
+    async with (
+        fake_anthropic(always(Text("recorded words"))) as anthropic,
+        fake_openai(always(Text("a response"))) as openai,
+        serve_proxy(stores, models(anthropic.base_url, openai.base_url)) as served,
+    ):
+        run = await recorded_run(served)
+        answers = await three_calls(served, run)
+    assert [status for status, _ in answers] == [200, 200, 200]
+    recorded = await stores.recordings.calls(run.run_id)
+    assert [c.tool for c in recorded] == [
+        "models/anthropic/v1/messages",
+        "models/anthropic/v1/messages",
+        "models/openai/v1/responses",
+    ]
+    whole, streamed, responses = recorded
+    assert whole.answer["body"] == json.loads(answers[0][1])
+    assert whole.answer["usage"] == {
+        "input_tokens": INPUT_TOKENS,
+        "output_tokens": OUTPUT_TOKENS,
+        "cached_tokens": 0,
+        "model": "claude-sonnet-4-5",
+    }
+    assert whole.arguments["stream"] is False
+    assert streamed.arguments["stream"] is True
+    assert whole.arguments["sha256"] != streamed.arguments["sha256"]
+    assert whole.arguments["request"] == {**ASK, "model": "sonnet"}
+    # The streams are recorded event by event, as the client received them.
+    for call, (_, text) in ((streamed, answers[1]), (responses, answers[2])):
+        assert [(e["event"], e["data"]) for e in call.answer["events"]] == sse_events(text)  # pyright: ignore[reportIndexIssue, reportArgumentType, reportCallIssue, reportGeneralTypeIssues]
+    assert "stream_options" not in responses.arguments["request"]  # pyright: ignore[reportOperatorIssue]
+
+    # The replay: another run, a base URL that refuses connections; same answers, same event sequences.
+    book = book_of(
+        [
+            DocumentCall(seq=c.seq, tool=c.tool, arguments=c.arguments, outcome=c.outcome, answer=c.answer)
+            for c in recorded
+        ]
+    )
+    async with serve_proxy(stores, models(REFUSING, REFUSING), replay=book) as replaying:
+        again = await replaying.start_run(["sonnet", "gpt"])
+        replayed = await three_calls(replaying, again)
+        changed = await three_calls(
+            replaying, again, ask={**ASK, "messages": [{"role": "user", "content": "bye"}]}
+        )
+    assert replayed[0][0] == 200
+    assert json.loads(replayed[0][1]) == json.loads(answers[0][1])
+    assert sse_events(replayed[1][1]) == sse_events(answers[1][1])
+    assert sse_events(replayed[2][1]) == sse_events(answers[2][1])
+    assert [c.recorded_seq for c in book.model_calls[:3]] == [1, 2, 3]
+    # A changed prompt has no recorded answer: refused in the API's error shape, noted, never sent upstream.
+    assert changed[0][0] == 400
+    assert json.loads(changed[0][1])["error"]["type"] == "invalid_request_error"
+    assert "no recorded answer" in json.loads(changed[0][1])["error"]["message"]
+    assert [c.recorded_seq for c in book.model_calls[3:]] == [None, None, None]
+    # The Responses call was the same but its recorded answer was already given (one answer per call).
+    assert await stores.usage.calls(again.run_id) == []
