@@ -13,8 +13,17 @@ import pytest
 from mcphost.config import Settings, settings_from_mapping
 from mcphost.recording import export_recording
 from mcphost.replay import replay_document
-from tests.e2e.harness.hostkit import claude_agent, harness_host, host_model, message, run_event, unique
+from tests.e2e.harness.hostkit import (
+    claude_agent,
+    codex_agent,
+    harness_host,
+    host_model,
+    message,
+    run_event,
+    unique,
+)
 from tests.fakes.anthropic import INPUT_TOKENS, OUTPUT_TOKENS, fake_anthropic
+from tests.fakes.openai import fake_openai
 from tests.fakes.script import ToolCall, calls_then_answers
 
 pytestmark = pytest.mark.slow
@@ -66,15 +75,23 @@ def _host_model_agent(tmp_path: Path, prompt: str) -> dict[str, Any]:
     return {**agent, "record": True, "prompt": prompt, "resources": {"models": ["sonnet"]}}
 
 
-def _replay_settings(tmp_path: Path, agent: dict[str, Any], base_url: str) -> Settings:
+def _replay_settings(
+    tmp_path: Path,
+    agent: dict[str, Any],
+    base_url: str,
+    *,
+    plugin: tuple[str, str] = ("claude-code", "mcphost_runners.claude_code"),
+    model: tuple[str, str, str] = ("sonnet", "anthropic", "claude-sonnet-4-5"),
+) -> Settings:
+    """The local config of a replay: `agent` on `plugin` (name, module), host model `model` (id,
+    provider, upstream name) at `base_url`."""
+    model_id, provider, upstream = model
     return settings_from_mapping(
         {
             "host": {"data_dir": str(tmp_path / "unused"), "bundled_plugins": False},
-            "plugins": [
-                {"name": "claude-code", "command": [sys.executable, "-m", "mcphost_runners.claude_code"]}
-            ],
+            "plugins": [{"name": plugin[0], "command": [sys.executable, "-m", plugin[1]]}],
             "agents": [agent],
-            "models": {"sonnet": host_model("anthropic", base_url, HOST_KEY_ENV, "claude-sonnet-4-5")},
+            "models": {model_id: host_model(provider, base_url, HOST_KEY_ENV, upstream)},
         },
         source="<replay e2e>",
         environ={},
@@ -136,3 +153,36 @@ async def test_claude_code_on_a_host_model_replays_with_no_model_upstream_and_a_
     assert unrecorded["model"] == "sonnet"
     assert unrecorded["changed"] == ["system"]
     assert any(d["aspect"] == "model_call" for d in diverged.differences)
+
+
+async def test_codex_on_a_host_model_replays_with_no_model_upstream(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(HOST_KEY_ENV, "sk-openai-replay-host-key")
+    turn = calls_then_answers(
+        [ToolCall("mcp__mcphost__state_set", {"scope": "conversation", "key": "color", "value": "green"})],
+        "Saved: {result}",
+    )
+    agent = codex_agent("codex", REFUSING_UPSTREAM, tmp_path / "harness", model="host:gpt")
+    agent = {**agent, "record": True, "resources": {"models": ["gpt"]}}
+    async with fake_openai(turn) as fake:
+        models = {"gpt": host_model("openai", fake.base_url, HOST_KEY_ENV, "gpt-4o-mini")}
+        async with harness_host(tmp_path, [agent], models=models) as host:
+            first = await run_event(host, message("codex", unique("conv"), "Remember that I like green."))
+            assert first.run.status.value == "completed", first.terminal
+            document = await export_recording(host.stores, first.run.run_id)
+        upstream_calls = len(fake.requests)
+    # The fake upstream is stopped; the replay's model base URL refuses connections.
+    model_calls = [c for c in document.calls if c.tool.startswith("models/")]
+    assert upstream_calls >= 2
+    assert [c.tool for c in model_calls] == ["models/openai/v1/responses"] * upstream_calls
+    settings = _replay_settings(
+        tmp_path,
+        agent,
+        REFUSING_UPSTREAM,
+        plugin=("codex-agent", "mcphost_runners.codex"),
+        model=("gpt", "openai", "gpt-4o-mini"),
+    )
+    report = await replay_document(document, settings)
+    assert report.diverged is False, (report.differences, report.unrecorded_calls)
+    assert report.status == "completed"

@@ -98,3 +98,31 @@ def test_a_deeply_nested_request_is_canonical_without_recursion() -> None:
     for _ in range(4999):
         inner = inner[0]  # pyright: ignore[reportIndexIssue, reportOptionalSubscript, reportUnknownVariableType]
     assert inner == ["at {run_id}"]
+
+
+def codex_request(session: str, item_id: str, elapsed: str, output: str = "ok") -> JSONObject:
+    return {
+        "model": "gpt",
+        "stream": True,
+        "prompt_cache_key": session,
+        "client_metadata": {"session_id": session, "turn_id": f"turn-{session}"},
+        "input": [
+            {"type": "message", "id": f"msg_{item_id}", "role": "user", "content": "Save something."},
+            {
+                "type": "function_call_output",
+                "id": f"fco_{item_id}",
+                "call_id": "call_1",
+                "output": (f"Wall time: {elapsed} seconds\nOutput:\n{output}"),
+            },
+        ],
+    }
+
+
+def test_codex_s_session_ids_input_item_ids_and_measured_wall_time_do_not_change_the_hash() -> None:
+    first = digest(codex_request("s-1", "a1", "0.0330"), api="responses")
+    assert digest(codex_request("s-2", "b2", "12.5"), api="responses") == first
+    # What the tool answered, and the call it answers, still count.
+    assert digest(codex_request("s-1", "a1", "0.0330", output="other"), api="responses") != first
+    moved = codex_request("s-1", "a1", "0.0330")
+    moved["input"][1]["call_id"] = "call_2"  # pyright: ignore[reportIndexIssue, reportOptionalSubscript, reportArgumentType, reportCallIssue]
+    assert digest(moved, api="responses") != first
