@@ -11,8 +11,8 @@ still active — read fresh from the runs table for each request, so a run's end
 every replica), the grant check (`grants.check` of `model:ID:invoke|stream`), the budget reservation
 (`stores.usage`), relaying the call upstream through the model's fallback chain (`llm.upstream`), and
 recording each attempt with its usage and cost. A recorded run's calls go into its recording, and a
-replay's are answered from one without an upstream (`_tape.ModelTape`). Does not own the models' config or prices
-(`llm.catalog`), the wire details (`llm.wire`), or the store.
+replay's are answered from one without an upstream (`_tape.ModelTape`). Does not own the models'
+config or prices (`llm.catalog`), the wire details (`llm.wire`), or the store.
 
 Invariants:
 - Every refusal and every failure is answered in the endpoint's own error shape (`wire.error_body`),
