@@ -136,7 +136,9 @@ async def test_claude_code_on_a_host_model_replays_with_no_model_upstream_and_a_
         c.tool for c in document.calls if c.tool not in ("tools/list",) and not c.tool.startswith("models/")
     ] == ["state_set"]
 
-    # Replayed with the model's base_url refusing connections: every model call comes from the recording.
+    # Replayed with the model's base_url refusing connections and no key in the environment: every model
+    # call comes from the recording.
+    monkeypatch.delenv(HOST_KEY_ENV)
     report = await replay_document(document, _replay_settings(tmp_path, agent, REFUSING_UPSTREAM))
     assert report.diverged is False, (report.differences, report.unrecorded_calls)
     assert report.status == "completed"
@@ -172,7 +174,8 @@ async def test_codex_on_a_host_model_replays_with_no_model_upstream(
             assert first.run.status.value == "completed", first.terminal
             document = await export_recording(host.stores, first.run.run_id)
         upstream_calls = len(fake.requests)
-    # The fake upstream is stopped; the replay's model base URL refuses connections.
+    # The fake upstream is stopped; the replay's model base URL refuses connections; no key is set.
+    monkeypatch.delenv(HOST_KEY_ENV)
     model_calls = [c for c in document.calls if c.tool.startswith("models/")]
     assert upstream_calls >= 2
     assert [c.tool for c in model_calls] == ["models/openai/v1/responses"] * upstream_calls
