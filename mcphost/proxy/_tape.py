@@ -6,9 +6,11 @@ which records a stream as it is relayed) and, on a replay, answering calls from 
 `ReplayBook.model_answer`), nor the canonical form (`llm.canonical`), nor relaying calls (`server.py`).
 
 Invariants:
-- A recorded call holds what its client received: the HTTP status and the whole JSON answer, or every
-  server-sent event of the stream in order (with the error event the host ends a broken stream with),
-  and the usage read from them. A write that fails is logged; it never changes the answer.
+- A recorded call holds what its client received: the HTTP status and the whole JSON answer (the
+  upstream's, or the host's own error when every model of the chain failed), or every server-sent
+  event of the stream in order (with the error event the host ends a broken stream with), and the
+  usage read from them. Refusals before a call is made (a token, a grant, a spent budget) are not
+  recorded. A write that fails is logged; it never changes the answer.
 - On a replay nothing is sent upstream: a call is answered from the recording (a stream as the same
   event sequence), or refused with a 400 in the endpoint's error shape that names it unrecorded, and
   the replay reports it as a divergence.
@@ -96,9 +98,14 @@ class ModelTape:
         return Response(json.dumps(answer.get("body")), status_code=status, media_type="application/json")
 
     async def record_whole(
-        self, api: Api, run_id: str, model_id: str, body: JSONObject, status: int, answer: JSONValue
+        self, api: Api, run_id: str, model_id: str, body: JSONObject, status: int, content: bytes | memoryview
     ) -> None:
-        """Record a whole answer the client received."""
+        """Record a whole answer the client received: the upstream's, or the host's own error (every
+        model of the chain failed, the run's deadline passed), so a replay gives it again."""
+        try:
+            answer: JSONValue = json.loads(bytes(content))
+        except (ValueError, RecursionError):
+            answer = {"unreadable": bytes(content[:1000]).decode("utf-8", "replace")}
         usage = usage_of(api, answer) if status == 200 else None
         await self._append(
             api, run_id, model_id, body, {"status": status, "usage": _usage(usage), "body": answer}

@@ -199,9 +199,14 @@ class ModelProxy:
             except BodyRefusedError as refused:
                 raise _RefusedError(refused.status, refused.kind, refused.message) from None
             model_id = self._granted(api, grant, body)
-            return await self._call(
+            response = await self._call(
                 api, run_id, grant, model_id, body, headers, str(scope.get("query_string", b""), "latin-1")
             )
+            if grant.record and not isinstance(response, StreamingResponse):  # streams: `_relay`
+                await self._tape.record_whole(
+                    api, run_id, model_id, body, response.status_code, response.body
+                )
+            return response
         except _RefusedError as refused:
             return _reply(api, refused.status, refused.kind, refused.message)
 
@@ -405,10 +410,6 @@ class ModelProxy:
             last.status = "failed"
             last.error = f"model {last.model_id!r} answered HTTP {response.status_code}"
         await self._finish(call, attempts, usage, None)
-        if call.grant.record:
-            await self._tape.record_whole(
-                call.api, call.run_id, call.model_id, call.body, response.status_code, payload
-            )
         headers = {h: v for h in _RELAYED_HEADERS if (v := response.headers.get(h)) is not None}
         return Response(
             bytes(raw), status_code=response.status_code, media_type="application/json", headers=headers

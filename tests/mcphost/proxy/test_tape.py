@@ -14,7 +14,7 @@ from mcphost.stores import Stores
 from mcphost.stores.recordings import RecordingHeader
 from tests.fakes.anthropic import INPUT_TOKENS, OUTPUT_TOKENS, fake_anthropic
 from tests.fakes.openai import fake_openai
-from tests.fakes.script import Text, always
+from tests.fakes.script import Fail, Text, always
 from tests.mcphost.facts.conftest import RunHandle
 from tests.mcphost.proxy.kit import HOST_KEY, HOST_KEY_ENV, ServedProxy, client, serve_proxy, sse_events
 
@@ -137,3 +137,32 @@ async def test_model_calls_are_recorded_and_replayed_with_no_upstream(stores: St
     assert [c.recorded_seq for c in book.model_calls[3:]] == [None, None, None]
     # The Responses call was the same but its recorded answer was already given (one answer per call).
     assert await stores.usage.calls(again.run_id) == []
+
+
+async def test_a_failed_call_is_recorded_as_the_client_saw_it_and_replayed_the_same(stores: Stores) -> None:
+    async with (
+        fake_anthropic(lambda _request: Fail(status=503, message="overloaded")) as anthropic,
+        serve_proxy(stores, models(anthropic.base_url, REFUSING)) as served,
+    ):
+        run = await recorded_run(served)
+        async with client(run.token) as http:
+            failed = await http.post(f"{served.anthropic(run)}/v1/messages", json=ASK)
+    assert failed.status_code == 502
+    [call] = await stores.recordings.calls(run.run_id)
+    assert call.outcome == "error"
+    assert call.answer["status"] == 502
+    assert call.answer["body"] == failed.json()
+    assert call.answer["usage"] is None
+
+    book = book_of(
+        [
+            DocumentCall(
+                seq=1, tool=call.tool, arguments=call.arguments, outcome=call.outcome, answer=call.answer
+            )
+        ]
+    )
+    async with serve_proxy(stores, models(REFUSING, REFUSING), replay=book) as replaying:
+        again = await replaying.start_run(["sonnet", "gpt"])
+        async with client(again.token) as http:
+            replayed = await http.post(f"{replaying.anthropic(again)}/v1/messages", json=ASK)
+    assert (replayed.status_code, replayed.json()) == (502, failed.json())
