@@ -37,6 +37,9 @@ from mcphost.stores.recordings import RecordedCallEntry
 logger = logging.getLogger(__name__)
 
 RECORD_WRITE_TIMEOUT_S = 10.0
+MAX_RECORDED_STREAM_BYTES = 64 * 1024 * 1024
+"""The most of one stream's event data a recording keeps (as much as a whole answer may hold); a
+longer stream is relayed in full and recorded as `{"truncated": true}`, which a replay cannot give."""
 
 
 class ModelReplayAnswers(Protocol):
@@ -82,10 +85,11 @@ class ModelTape:
                 "was not sent upstream."
             )
             return JSONResponse(error_body(api, "invalid_request", message), status_code=400)
-        if "unstorable" in answer:
+        if "unstorable" in answer or answer.get("truncated") is True:
             message = (
-                f"The recording could not keep the answer of this call to model {model_id!r} (it held JSON "
-                "a store cannot keep), so this replay cannot give it."
+                f"The recording could not keep the answer of this call to model {model_id!r} (JSON a "
+                f"store cannot keep, or a stream past {MAX_RECORDED_STREAM_BYTES} bytes), so this "
+                "replay cannot give it."
             )
             return JSONResponse(error_body(api, "upstream", message), status_code=502)
         status = answer.get("status")
@@ -119,16 +123,21 @@ class ModelTape:
         async def relayed() -> AsyncIterator[bytes]:
             reader, usage = SseReader(), StreamUsage(api)
             events: list[JSONValue] = []
+            kept = 0
             try:
                 async for chunk in chunks:
                     for event, data in reader.feed(chunk):
                         usage.feed(event, data)
-                        events.append({"event": event, "data": data})
+                        kept += len(data)
+                        if kept <= MAX_RECORDED_STREAM_BYTES:
+                            events.append({"event": event, "data": data})
                     yield chunk
             finally:
                 with anyio.CancelScope(shield=True):
                     await chunks.aclose()
                     answer: JSONObject = {"status": 200, "usage": _usage(usage.usage), "events": events}
+                    if kept > MAX_RECORDED_STREAM_BYTES:
+                        answer = {"status": 200, "usage": _usage(usage.usage), "truncated": True}
                     await self._append(api, run_id, model_id, body, answer)
 
         return relayed()

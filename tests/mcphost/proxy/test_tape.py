@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import json
 
+import httpx2
 import pytest
 
 from mcphost.llm import ModelConfig
 from mcphost.protocol import JSONObject
+from mcphost.proxy import _tape
 from mcphost.recording import DocumentCall, RecordingDocument, ReplayBook
 from mcphost.stores import Stores
-from mcphost.stores.recordings import RecordingHeader
+from mcphost.stores.recordings import RecordedCall, RecordingHeader
 from tests.fakes.anthropic import INPUT_TOKENS, OUTPUT_TOKENS, fake_anthropic
 from tests.fakes.openai import fake_openai
 from tests.fakes.script import Fail, Text, always
@@ -78,6 +80,17 @@ def book_of(calls: list[DocumentCall]) -> ReplayBook:
             results=[],
         )
     )
+
+
+async def replay_one(stores: Stores, call: RecordedCall, ask: JSONObject) -> httpx2.Response:
+    """`ask` at the Messages endpoint of a replay (another run, no upstream) whose recording is `call`."""
+    recorded = DocumentCall(
+        seq=call.seq, tool=call.tool, arguments=call.arguments, outcome=call.outcome, answer=call.answer
+    )
+    async with serve_proxy(stores, models(REFUSING, REFUSING), replay=book_of([recorded])) as replaying:
+        again = await replaying.start_run(["sonnet", "gpt"])
+        async with client(again.token) as http:
+            return await http.post(f"{replaying.anthropic(again)}/v1/messages", json=ask)
 
 
 async def test_model_calls_are_recorded_and_replayed_with_no_upstream(stores: Stores) -> None:
@@ -154,15 +167,26 @@ async def test_a_failed_call_is_recorded_as_the_client_saw_it_and_replayed_the_s
     assert call.answer["body"] == failed.json()
     assert call.answer["usage"] is None
 
-    book = book_of(
-        [
-            DocumentCall(
-                seq=1, tool=call.tool, arguments=call.arguments, outcome=call.outcome, answer=call.answer
-            )
-        ]
-    )
-    async with serve_proxy(stores, models(REFUSING, REFUSING), replay=book) as replaying:
-        again = await replaying.start_run(["sonnet", "gpt"])
-        async with client(again.token) as http:
-            replayed = await http.post(f"{replaying.anthropic(again)}/v1/messages", json=ASK)
+    replayed = await replay_one(stores, call, ASK)
     assert (replayed.status_code, replayed.json()) == (502, failed.json())
+
+
+async def test_a_stream_past_the_recording_bound_is_relayed_whole_and_not_replayed(
+    stores: Stores, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_tape, "MAX_RECORDED_STREAM_BYTES", 100)
+    async with (
+        fake_anthropic(always(Text("a long answer " * 20))) as anthropic,
+        serve_proxy(stores, models(anthropic.base_url, REFUSING)) as served,
+    ):
+        run = await recorded_run(served)
+        async with client(run.token) as http:
+            streamed = await http.post(f"{served.anthropic(run)}/v1/messages", json={**ASK, "stream": True})
+    assert sse_events(streamed.text)[-1][0] == "message_stop"
+    [call] = await stores.recordings.calls(run.run_id)
+    assert call.answer["truncated"] is True
+    assert "events" not in call.answer
+
+    replayed = await replay_one(stores, call, {**ASK, "stream": True})
+    assert replayed.status_code == 502
+    assert "could not keep the answer" in replayed.json()["error"]["message"]
