@@ -144,7 +144,7 @@ async def open_host(
     or with `all_plugins` (`mcphost runners --check`) every plugin is started.
 
     With `replay` (`mcphost replay`, on a scratch database), runs start on the recorded context and
-    every MCP call is answered from the recording."""
+    every MCP call and model call is answered from the recording."""
     bindings = Bindings(settings.agents, source=settings.source)
     channels = adapters(settings.channels, os.environ)
     metrics = HostMetrics()
@@ -197,6 +197,7 @@ async def open_host(
             budgets={a.id: ModelBudget.model_validate(a.budget.model_dump()) for a in settings.agents},
             guard=guard,
             on_call=metrics.model_call,
+            replay=replay,
         )
 
         async def end_run(run_id: str, _run: Run | None) -> None:

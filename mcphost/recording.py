@@ -25,6 +25,11 @@ Invariants:
   a recorded call not answered yet; identical repeated calls are answered in recorded order. Any other
   call is answered with a `not_found` tool error and noted as unrecorded. `tools/list` is answered
   with the first recorded listing and never consumed.
+- Model calls (the per-run model endpoints) are recorded beside the MCP calls, under `MODEL_CALLS`
+  names: arguments `{sha256, model, stream, request}` (the canonical request, `llm.canonical`), answer
+  `{status, usage, body | events}` (the whole answer, or every server-sent event in order). A replay
+  answers one when a recorded call of the same endpoint has the same `sha256` and was not answered
+  yet (`ReplayBook.model_answer`); any other is noted as unrecorded and never sent upstream.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ import os
 import stat
 import time
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -43,6 +49,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from mcphost.common.validation import describe
 from mcphost.errors import ConflictError, InvalidArgumentError, NotFoundError
+from mcphost.llm.wire import Api
 from mcphost.models import AgentConfig, AgentEventEnvelope
 from mcphost.protocol import (
     MAX_JSON_DEPTH,
@@ -64,6 +71,12 @@ MAX_DOCUMENT_DEPTH = MAX_JSON_DEPTH + 8
 under the document itself); the rest is slack."""
 TOOLS_LIST = "tools/list"
 """The name a `tools/list` request is recorded under (never a tool's name: tool names have no `/`)."""
+MODEL_CALLS: Mapping[Api, str] = {
+    "anthropic": "models/anthropic/v1/messages",
+    "chat": "models/openai/v1/chat/completions",
+    "responses": "models/openai/v1/responses",
+}
+"""The names a call at a per-run model endpoint is recorded under, by API (never a tool's name)."""
 
 
 class _DocumentModel(BaseModel):
@@ -296,6 +309,23 @@ def _no_constant(name: str) -> object:
     raise ValueError(f"{name} is not a JSON number")
 
 
+def is_model_call(tool: str) -> bool:
+    """Whether a recorded call's name is a model call's (`MODEL_CALLS`), not an MCP request's."""
+    return tool.startswith("models/")
+
+
+@dataclass(frozen=True)
+class ReplayedModelCall:
+    """One model call the replayed runner made, and the recorded call that answered it (None:
+    unrecorded, answered with an error)."""
+
+    endpoint: str
+    """Its `MODEL_CALLS` name."""
+    arguments: JSONObject
+    """`{sha256, model, stream, request}`, as recorded."""
+    recorded_seq: int | None
+
+
 @dataclass(frozen=True)
 class ReplayedCall:
     """One call the replayed runner made, and the recorded call that answered it (None: unrecorded)."""
@@ -312,11 +342,19 @@ class ReplayBook:
         self.document = document
         self.calls: list[ReplayedCall] = []
         """Every call the replay made, in the order it was answered (`tools/list` left out)."""
+        self.model_calls: list[ReplayedModelCall] = []
+        """Every model call the replay made, in the order it was answered."""
         self._queues: dict[str, deque[DocumentCall]] = {}
+        self._models: dict[tuple[str, str], deque[DocumentCall]] = {}
         self._tool_list: JSONObject | None = None
         for call in document.calls:
             if call.tool == TOOLS_LIST:
                 self._tool_list = self._tool_list or call.answer
+                continue
+            if is_model_call(call.tool):
+                digest = call.arguments.get("sha256")
+                if isinstance(digest, str):
+                    self._models.setdefault((call.tool, digest), deque()).append(call)
                 continue
             self._queues.setdefault(call_key(call.tool, call.arguments), deque()).append(call)
 
@@ -343,13 +381,27 @@ class ReplayBook:
             "details": {"replay_of": self.document.run_id, "unrecorded": True},
         }
 
+    def model_answer(self, run_id: str, endpoint: str, arguments: JSONObject) -> JSONObject | None:
+        """The recorded answer (`{status, usage, body | events}`) of the next model call at `endpoint`
+        (a `MODEL_CALLS` name) with the `sha256` of `arguments`; None for an unrecorded call (noted).
+        `run_id` is the replay's run (one replay at a time: unused)."""
+        del run_id
+        queue = self._models.get((endpoint, str(arguments.get("sha256"))))
+        if queue:
+            call = queue.popleft()
+            self.model_calls.append(ReplayedModelCall(endpoint, arguments, call.seq))
+            return call.answer
+        self.model_calls.append(ReplayedModelCall(endpoint, arguments, None))
+        return None
+
     def tool_list(self) -> JSONObject | None:
         """The recorded `tools/list` answer, or None when the run never listed its tools."""
         return self._tool_list
 
     def context(self, fresh: AgentRunContext) -> AgentRunContext:
         """The recorded context for the replay run: the recording's data (event, input, state, resources,
-        …) with the replay's run id, runner config, MCP access, deadline and trace context, and without
+        …) with the replay's run id, runner config, MCP access, model endpoints, deadline and trace
+        context, and without
         the harness session keys of the recorded state (a CLI session id and a folder of the machine
         that recorded the run, which the replay must neither resume nor write into)."""
         recorded = self.document.run_context()
@@ -371,7 +423,9 @@ class ReplayBook:
         return recorded.model_copy(
             update={
                 "run_id": fresh.run_id,
-                "context": recorded.context.model_copy(update={"mcp": fresh.context.mcp}),
+                "context": recorded.context.model_copy(
+                    update={"mcp": fresh.context.mcp, "models": fresh.context.models}
+                ),
                 "runtime": runtime,
                 "state": state,
                 "config": fresh.config,

@@ -13,9 +13,13 @@ Invariants:
   agent of `--config` with the recorded id when there is one, else the recorded entry as data (no
   runner config, and the local `run_timeout_s`, not a recorded `timeout_s`) on its recorded runner, which must be one the config's plugins serve (else
   `RunnerNotFoundError` naming the configured runners); `--runner` replaces the runner. The runner
-  gets the recorded context with the replay's run id, runner config, MCP access, deadline and trace
-  context (`ReplayBook.context`).
-- The comparison covers the tool-call sequence (`tools/list` left out), the final messages, the state
+  gets the recorded context with the replay's run id, runner config, MCP access, model endpoints,
+  deadline and trace context (`ReplayBook.context`).
+- Model calls are answered from the recording too (`ReplayBook.model_answer`, by the hash of their
+  canonical request): no model upstream is called; an unrecorded one is refused and reported with the
+  request fields that changed.
+- The comparison covers the tool-call sequence (`tools/list` left out), the model-call sequence (by
+  endpoint and request hash), the final messages, the state
   writes (but the harness runners' `external.session_id` / `external.working_directory`, new each
   run), the artifacts and the final status; each is aligned as a sequence (difflib), so one changed
   call is one difference, not a shift of everything after it. No differences and no unrecorded call
@@ -39,12 +43,12 @@ from mcphost.config import RetentionSettings, Settings
 from mcphost.errors import InvalidArgumentError, RunnerNotFoundError
 from mcphost.models import AgentConfig, AgentEventEnvelope, EventOptions
 from mcphost.protocol import JSONObject, JSONValue, is_json_object
-from mcphost.recording import TOOLS_LIST, RecordingDocument, ReplayBook, call_key
+from mcphost.recording import TOOLS_LIST, RecordingDocument, ReplayBook, call_key, is_model_call
 from mcphost.serving import serve_locally
 from mcphost.stores.retention import SESSION_STATE_KEYS
 
 Change = Literal["changed", "added", "missing"]
-Aspect = Literal["tool_call", "message", "state_write", "artifact", "status"]
+Aspect = Literal["tool_call", "model_call", "message", "state_write", "artifact", "status"]
 
 
 class ReplayReport(BaseModel):
@@ -62,7 +66,9 @@ class ReplayReport(BaseModel):
     """Each `{aspect, change, index, recorded, replayed}`; `index` counts within the aspect, in the
     recorded run for `changed` and `missing`, in the replay for `added`."""
     unrecorded_calls: list[JSONObject]
-    """Calls the replay answered with an error because the recording had no answer for them."""
+    """Calls the replay answered with an error because the recording had no answer for them: MCP calls
+    `{tool, arguments}`, model calls `{model_call, model, sha256, changed}` (`changed`: the request
+    fields that differ from the recorded model call at the same place, e.g. `system`, `tools`)."""
 
 
 @dataclass(frozen=True)
@@ -107,12 +113,15 @@ async def replay_document(
     recorded_calls = [
         _Item(call_key(c.tool, c.arguments), {"tool": c.tool, "arguments": c.arguments})
         for c in document.calls
-        if c.tool != TOOLS_LIST
+        if c.tool != TOOLS_LIST and not is_model_call(c.tool)
     ]
     replayed_calls = [
         _Item(call_key(c.tool, c.arguments), {"tool": c.tool, "arguments": c.arguments}) for c in book.calls
     ]
+    recorded_models = [(c.tool, c.arguments) for c in document.calls if is_model_call(c.tool)]
+    replayed_models = [(c.endpoint, c.arguments) for c in book.model_calls]
     differences = compare(recorded_calls, replayed_calls, recorded, results)
+    differences += _diff("model_call", _model_items(recorded_models), _model_items(replayed_models))
     if document.status != run.status.value:
         differences.append(
             {
@@ -126,6 +135,17 @@ async def replay_document(
     unrecorded: list[JSONObject] = [
         {"tool": c.tool, "arguments": c.arguments} for c in book.calls if c.recorded_seq is None
     ]
+    for i, c in enumerate(book.model_calls):
+        if c.recorded_seq is None:
+            was = recorded_models[i][1] if i < len(recorded_models) else None
+            unrecorded.append(
+                {
+                    "model_call": c.endpoint,
+                    "model": c.arguments.get("model"),
+                    "sha256": c.arguments.get("sha256"),
+                    "changed": changed_fields(was, c.arguments),
+                }
+            )
     return ReplayReport(
         run_id=document.run_id,
         replay_run_id=replay_run_id,
@@ -218,6 +238,28 @@ def compare(
     differences += _diff("state_write", _state_writes(recorded), _state_writes(replayed))
     differences += _diff("artifact", _artifacts(recorded), _artifacts(replayed))
     return differences
+
+
+def _model_items(calls: list[tuple[str, JSONObject]]) -> list[_Item]:
+    """Model calls by endpoint and canonical-request hash, shown without their (long) request."""
+    return [
+        _Item(
+            f"{endpoint} {arguments.get('sha256')}",
+            {"model_call": endpoint, "model": arguments.get("model"), "sha256": arguments.get("sha256")},
+        )
+        for endpoint, arguments in calls
+    ]
+
+
+def changed_fields(recorded: JSONObject | None, replayed: JSONObject) -> list[JSONValue]:
+    """The top-level request fields in which a replayed model call differs from a recorded one (all of
+    the replayed request's fields when there is none to compare with)."""
+    now = replayed.get("request")
+    now = now if is_json_object(now) else {}
+    was = recorded.get("request") if recorded is not None else None
+    if not is_json_object(was):
+        return sorted(now)
+    return sorted(k for k in set(was) | set(now) if _item(was.get(k)).key != _item(now.get(k)).key)
 
 
 def _diff(aspect: Aspect, recorded: list[_Item], replayed: list[_Item]) -> list[JSONObject]:

@@ -29,6 +29,10 @@ extension's); its `mcp-server` mode is gone from the pinned CLI. Each turn is `A
 
 Model endpoint: `config.base_url` (or `OPENAI_BASE_URL` in the agent's environment) defines a Responses
 provider whose key is read from the variable named by `config.api_key_env` (default `OPENAI_API_KEY`).
+On a host model (`model = "host:<id>"`) the provider is the run's OpenAI endpoint
+(`context.models.openai`, Responses at `…/responses`) with `env_key = "MCPHOST_MODEL_TOKEN"`, which
+holds the run token, the model is `-m <id>`, and every provider key variable (`PROVIDER_KEY_ENV`) is
+left out of the CLI's environment.
 
 A CLI that exits before `thread.started` naming our server on stderr failed to reach it:
 `runner.mcp_unavailable`.
@@ -45,6 +49,7 @@ from pydantic import Field, field_validator
 
 from mcphost.protocol import AgentRunContext, JSONObject, JSONValue, is_json_array, is_json_object
 from mcphost_runners._codex_stream import AppServerTurn, CodexStreamMapper, ThreadSettings
+from mcphost_runners._harness_config import host_model, host_model_access, without_provider_keys
 from mcphost_runners._harness_files import make_private_dir, write_private
 from mcphost_runners._harness_stream import Diagnostics, Failure, SessionCallback, StreamMapper, StreamState
 from mcphost_runners._harness_warm import WarmProcess
@@ -70,6 +75,8 @@ from mcphost_runners.sdk import RunOutput, serve
 Sandbox = Literal["read-only", "workspace-write", "danger-full-access"]
 INPUT_FILE = "INPUT.md"
 PROVIDER = "mcphost"
+MODEL_TOKEN_ENV = "MCPHOST_MODEL_TOKEN"
+"""On a host model: the variable holding the run token Codex sends to the run's model endpoint."""
 CODEX_CONFIG = """\
 # Written by mcphost's Codex runner: keep Codex off the network except for the model and MCP servers.
 check_for_update_on_startup = false
@@ -84,7 +91,7 @@ _MCP_STDERR_MARKERS = ("MCP server", "mcp_servers", "handshaking with MCP")
 
 
 class CodexConfig(HarnessConfig):
-    reserved_env: ClassVar[frozenset[str]] = HarnessConfig.reserved_env | {"CODEX_HOME"}
+    reserved_env: ClassVar[frozenset[str]] = HarnessConfig.reserved_env | {"CODEX_HOME", MODEL_TOKEN_ENV}
 
     base_url: str | None = Field(default=None, title="Responses API base URL")
     """A Responses API base URL (`.../v1`); default: `OPENAI_BASE_URL` from `environment`, else Codex's own."""
@@ -143,10 +150,11 @@ class CodexRunner(HarnessRunner):
             ]
         else:
             endpoint = [(f"{server}.url", mcp.url), (f"{server}.bearer_token_env_var", TOKEN_ENV)]
-        for key, value in self._settings(config, workspace, endpoint):
+        for key, value in self._settings(ctx, config, workspace, endpoint):
             argv += ["-c", f"{key}={toml_value(value)}"]
-        if config.model:
-            argv += ["-m", config.model]
+        model = host_model(config) or config.model
+        if model:
+            argv += ["-m", model]
         if session.session_id:
             argv += ["resume", session.session_id]
         argv += ["--", self._prompt(ctx, workspace)]
@@ -171,10 +179,11 @@ class CodexRunner(HarnessRunner):
             (f"{server}.url", mcp.session.url),
             (f"{server}.bearer_token_env_var", TOKEN_ENV),
         ]
-        settings = self._settings(config, workspace, endpoint)
+        settings = self._settings(ctx, config, workspace, endpoint)
         settings.insert(1, ("sandbox_mode", config.sandbox))
-        if config.model:
-            settings.append(("model", config.model))
+        model = host_model(config) or config.model
+        if model:
+            settings.append(("model", model))
         argv = [str(cli), "app-server", "--listen", "stdio://"]
         for key, value in settings:
             argv += ["-c", f"{key}={toml_value(value)}"]
@@ -208,7 +217,11 @@ class CodexRunner(HarnessRunner):
         return turn.opening(), turn
 
     def _settings(
-        self, config: CodexConfig, workspace: Workspace, endpoint: list[tuple[str, JSONValue]]
+        self,
+        ctx: AgentRunContext,
+        config: CodexConfig,
+        workspace: Workspace,
+        endpoint: list[tuple[str, JSONValue]],
     ) -> list[tuple[str, JSONValue]]:
         """The `-c` settings of both launches, with `endpoint` (how to reach the `mcphost` server)."""
         server = f"mcp_servers.{SERVER_NAME}"
@@ -219,19 +232,35 @@ class CodexRunner(HarnessRunner):
             (f"{server}.startup_timeout_sec", 30),
         ]
         settings += [(f"mcp_servers.{name}", entry) for name, entry in config.extra_mcp_servers.items()]
-        base_url = config.base_url or config.environment.get("OPENAI_BASE_URL")
-        if base_url:
-            provider: JSONObject = {
-                "name": "mcphost-configured",
-                "base_url": base_url,
-                "wire_api": "responses",
-                "env_key": config.api_key_env,
-            }
+        provider = self._provider(ctx, config)
+        if provider is not None:
             settings += [("model_provider", PROVIDER), (f"model_providers.{PROVIDER}", provider)]
         instructions = "\n\n".join(part for part in (config.prompt, context_hint(workspace)) if part)
         settings.append(("developer_instructions", instructions[:MAX_ARGV_TEXT]))
         settings += list(config.config_overrides.items())
         return settings
+
+    def _provider(self, ctx: AgentRunContext, config: CodexConfig) -> JSONObject | None:
+        """The `mcphost` model provider: on a host model the run's OpenAI endpoint (Responses) with the
+        run token from `MODEL_TOKEN_ENV`; else `config.base_url` with the key from `config.api_key_env`;
+        else none (Codex's own)."""
+        if host_model(config) is not None:
+            endpoints, _ = host_model_access(ctx)
+            return {
+                "name": "mcphost-host-model",
+                "base_url": endpoints.openai,
+                "wire_api": "responses",
+                "env_key": MODEL_TOKEN_ENV,
+            }
+        base_url = config.base_url or config.environment.get("OPENAI_BASE_URL")
+        if not base_url:
+            return None
+        return {
+            "name": "mcphost-configured",
+            "base_url": base_url,
+            "wire_api": "responses",
+            "env_key": config.api_key_env,
+        }
 
     def _prompt(self, ctx: AgentRunContext, workspace: Workspace) -> str:
         prompt = prompt_of(ctx)
@@ -249,7 +278,7 @@ class CodexRunner(HarnessRunner):
         home = make_private_dir(workspace.data_dir / "codex-home")
         codex_home = make_private_dir(home / ".codex")
         write_private(codex_home, "config.toml", CODEX_CONFIG)
-        return harness_environment(
+        env = harness_environment(
             config,
             defaults={"NO_COLOR": "1"},
             controlled={
@@ -259,6 +288,12 @@ class CodexRunner(HarnessRunner):
                 **trace_environment(ctx),
             },
         )
+        if host_model(config) is None:
+            return env
+        # On a host model Codex calls the run's endpoint with the run token; no provider key reaches its
+        # environment, whatever the agent's `environment` or `pass_env` say.
+        _, run_token_value = host_model_access(ctx)
+        return {**without_provider_keys(env), MODEL_TOKEN_ENV: run_token_value}
 
     def mapper(
         self, ctx: AgentRunContext, out: RunOutput, diagnostics: Diagnostics, on_session: SessionCallback

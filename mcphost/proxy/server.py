@@ -10,8 +10,9 @@ Owns authenticating a model request (Host/Origin by the host's `HttpGuard`, then
 still active — read fresh from the runs table for each request, so a run's end revokes it at once on
 every replica), the grant check (`grants.check` of `model:ID:invoke|stream`), the budget reservation
 (`stores.usage`), relaying the call upstream through the model's fallback chain (`llm.upstream`), and
-recording each attempt with its usage and cost. Does not own the models' config or prices
-(`llm.catalog`), the wire details (`llm.wire`), or the store.
+recording each attempt with its usage and cost. A recorded run's calls go into its recording, and a
+replay's are answered from one without an upstream (`_tape.ModelTape`). Does not own the models'
+config or prices (`llm.catalog`), the wire details (`llm.wire`), or the store.
 
 Invariants:
 - Every refusal and every failure is answered in the endpoint's own error shape (`wire.error_body`),
@@ -54,6 +55,7 @@ from mcphost.llm.wire import Api, ErrorKind, SseReader, StreamUsage, Usage, erro
 from mcphost.models import RunGrant
 from mcphost.protocol import JSONObject
 from mcphost.proxy._body import BodyRefusedError, parse_body, read_body
+from mcphost.proxy._tape import ModelReplayAnswers, ModelTape
 from mcphost.stores import Stores
 from mcphost.stores.usage import AttemptEnd, CallStart, ModelBudget
 
@@ -120,8 +122,10 @@ class ModelProxy:
         budgets: Mapping[str, ModelBudget] | None = None,
         guard: HttpGuard | None = None,
         on_call: OnCall | None = None,
+        replay: ModelReplayAnswers | None = None,
     ) -> None:
         self._stores = stores
+        self._tape = ModelTape(stores, replay)
         self._models = dict(models)
         self._budgets = dict(budgets or {})
         self._guard = guard or HttpGuard()
@@ -195,9 +199,14 @@ class ModelProxy:
             except BodyRefusedError as refused:
                 raise _RefusedError(refused.status, refused.kind, refused.message) from None
             model_id = self._granted(api, grant, body)
-            return await self._call(
+            response = await self._call(
                 api, run_id, grant, model_id, body, headers, str(scope.get("query_string", b""), "latin-1")
             )
+            if grant.record and not isinstance(response, StreamingResponse):  # streams: `_relay`
+                await self._tape.record_whole(
+                    api, run_id, model_id, body, response.status_code, response.body
+                )
+            return response
         except _RefusedError as refused:
             return _reply(api, refused.status, refused.kind, refused.message)
 
@@ -298,6 +307,9 @@ class ModelProxy:
         headers: Headers,
         query: str,
     ) -> Response:
+        replayed = self._tape.replayed(api, run_id, model_id, body)
+        if replayed is not None:  # a replay: answered from the recording, never upstream
+            return replayed
         client = self._client
         if client is None:
             raise _RefusedError(503, "upstream", "the host's model endpoints are not running")
@@ -407,7 +419,7 @@ class ModelProxy:
         """Relay a stream as it arrives, reading its usage on the way."""
         self._open.setdefault(call.run_id, set()).add(response)
 
-        async def chunks() -> AsyncIterator[bytes]:
+        async def chunks() -> AsyncGenerator[bytes]:
             last = attempts[-1]
             reader, usage = SseReader(), StreamUsage(call.api)
             first: float | None = None
@@ -444,8 +456,11 @@ class ModelProxy:
                     await self._finish(call, attempts, usage.usage, first)
 
         headers = {h: v for h in _RELAYED_HEADERS if (v := response.headers.get(h)) is not None}
+        relayed: AsyncIterator[bytes] = chunks()
+        if call.grant.record:
+            relayed = self._tape.tee(call.api, call.run_id, call.model_id, call.body, relayed)
         return StreamingResponse(
-            chunks(), media_type="text/event-stream", headers={**headers, "cache-control": "no-cache"}
+            relayed, media_type="text/event-stream", headers={**headers, "cache-control": "no-cache"}
         )
 
     async def _finish(

@@ -17,7 +17,7 @@ import pytest
 
 from mcphost.cli import main
 from mcphost.config import load_settings
-from mcphost.protocol import AgentRunContext, JSONObject
+from mcphost.protocol import AgentRunContext, JSONObject, ModelEndpoints
 from mcphost.recording import MAX_DOCUMENT_BYTES, MAX_DOCUMENT_DEPTH, RecordingDocument, ReplayBook
 from mcphost.replay import _replay_agent
 from tests.mcphost.hostkit import REPO
@@ -220,6 +220,21 @@ def test_the_replay_context_takes_config_access_and_trace_from_the_replay_and_no
     )
 
     ctx = book.context(fresh)
+    # A recorded run's model endpoints are another host's (or a crafted file's): the replay's own or none.
+    crafted = {"anthropic": "http://attacker.example/a", "openai": "http://attacker.example/o"}
+    document["context"]["context"] = {"models": crafted}
+    assert ReplayBook(RecordingDocument.model_validate(document)).context(fresh).context.models is None
+    replay_models = {"anthropic": "http://127.0.0.1:1/runs/run_replay/models/anthropic", "openai": "http://o"}
+    fresh_with_models = fresh.model_copy(
+        update={
+            "context": fresh.context.model_copy(
+                update={"models": ModelEndpoints.model_validate(replay_models)}
+            )
+        }
+    )
+    models = ReplayBook(RecordingDocument.model_validate(document)).context(fresh_with_models).context.models
+    assert models is not None
+    assert models.anthropic == replay_models["anthropic"]
 
     assert ctx.run_id == "run_replay"
     assert ctx.config == {"cli_path": "/usr/local/bin/claude"}

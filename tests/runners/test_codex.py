@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from mcphost.protocol import JSONObject
-from mcphost_runners.codex import CodexRunner, toml_value
-from mcphost_runners.harness import SESSION_KEY, WORKDIR_KEY
-from tests.fakes.harness_support import TOKEN, Collected, harness_context, run_directly
+from mcphost.protocol import JSONObject, ModelEndpoints, WarmSessionAccess
+from mcphost_runners.codex import CodexConfig, CodexRunner, toml_value
+from mcphost_runners.harness import SESSION_KEY, WORKDIR_KEY, ExternalSession, prepare_workspace
+from tests.fakes.harness_support import TOKEN, Collected, harness_context, mcp_access, run_directly
 from tests.fakes.replay_cli import write_wrapper
 
 RECORDED = Path(__file__).resolve().parents[1] / "fakes" / "recorded"
@@ -333,3 +333,62 @@ def test_toml_values_render_json_for_codex_overrides() -> None:
     assert toml_value({"name": "p", "n": {"deep": False}}) == '{"name" = "p", "n" = {"deep" = false}}'
     with pytest.raises(ValueError, match="null"):
         toml_value(None)
+
+
+def test_a_host_model_is_the_run_s_openai_endpoint_with_the_run_token_cold_and_warm(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-plugin-environment")
+    ctx = harness_context("hi", config={})
+    access = mcp_access("http://127.0.0.1:9/runs/run/mcp").model_copy(
+        update={
+            "session": WarmSessionAccess(
+                session_id="ws_1",
+                url="http://127.0.0.1:9/warm/ws_1/mcp",
+                headers={"Authorization": "Bearer st"},
+            )
+        }
+    )
+    endpoints = ModelEndpoints(
+        anthropic="http://127.0.0.1:9/runs/run/models/anthropic",
+        openai="http://127.0.0.1:9/runs/run/models/openai/v1",
+    )
+    ctx = ctx.model_copy(
+        update={"context": ctx.context.model_copy(update={"mcp": access, "models": endpoints})}
+    )
+    config = CodexConfig.model_validate(
+        {
+            "data_dir": str(tmp_path / "data"),
+            "model": "host:gpt",
+            "base_url": "http://127.0.0.1:1/v1",
+            "environment": {"OPENAI_API_KEY": "sk-agent", "CODEX_API_KEY": "sk-agent-2"},
+            "pass_env": ["OPENAI_API_KEY"],
+        }
+    )
+    runner, session = CodexRunner(), ExternalSession()
+    workspace = prepare_workspace(ctx, config, session)
+    for launch, model in (
+        (runner.launch(ctx, config, workspace, Path("/bin/codex"), session), None),
+        (runner.launch_warm(ctx, config, workspace, Path("/bin/codex"), session), '"gpt"'),
+    ):
+        found = settings(launch.argv)
+        assert found["model_provider"] == '"mcphost"'
+        provider = found["model_providers.mcphost"]
+        assert '"base_url" = "http://127.0.0.1:9/runs/run/models/openai/v1"' in provider
+        assert '"wire_api" = "responses"' in provider
+        assert '"env_key" = "MCPHOST_MODEL_TOKEN"' in provider
+        assert found.get("model") == model
+        assert TOKEN not in json.dumps(launch.argv)
+        assert launch.env["MCPHOST_MODEL_TOKEN"] == TOKEN
+        assert not {"OPENAI_API_KEY", "CODEX_API_KEY", "ANTHROPIC_API_KEY"} & set(launch.env)
+    cold = runner.launch(ctx, config, workspace, Path("/bin/codex"), session).argv
+    assert cold[cold.index("-m") + 1] == "gpt"
+
+
+def test_a_host_model_the_run_is_not_granted_is_a_clear_error(tmp_path: Path) -> None:
+    ctx = harness_context("hi", config={})
+    config = CodexConfig.model_validate({"data_dir": str(tmp_path / "data"), "model": "host:gpt"})
+    session = ExternalSession()
+    workspace = prepare_workspace(ctx, config, session)
+    with pytest.raises(ValueError, match=r"resources\.models"):
+        CodexRunner().launch(ctx, config, workspace, Path("/bin/codex"), session)

@@ -53,6 +53,11 @@ def codex_agent(agent_id: str, base_url: str, data_dir: Path, **config: Any) -> 
     return _agent(agent_id, CODEX_RUNNER, settings)
 
 
+def host_model(provider: str, base_url: str, api_key_env: str, model: str) -> dict[str, Any]:
+    """A `[models.<id>]` entry: `model` at `base_url`, with the host's key in `api_key_env`."""
+    return {"provider": provider, "base_url": base_url, "api_key_env": api_key_env, "model": model}
+
+
 def _agent(agent_id: str, runner: str, config: dict[str, Any]) -> dict[str, Any]:
     timeout = config.pop("timeout_s", 60)
     return {

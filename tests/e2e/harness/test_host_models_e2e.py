@@ -1,6 +1,6 @@
-"""The real Claude Code CLI on a host model: it talks to the run's model endpoint with the run token,
-the host calls the fake Messages API upstream with its own key, and no provider key is in the CLI's
-environment."""
+"""The real Claude Code and Codex CLIs on host models: each talks to the run's model endpoint with the
+run token, the host calls the fake Messages or Responses API upstream with its own key, and no
+provider key is in the CLI's environment."""
 
 from __future__ import annotations
 
@@ -9,9 +9,20 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.harness.hostkit import claude_agent, harness_host, message, run_event, unique
+from tests.e2e.harness.hostkit import (
+    claude_agent,
+    codex_agent,
+    harness_host,
+    host_model,
+    message,
+    run_event,
+    unique,
+)
 from tests.fakes.anthropic import INPUT_TOKENS, OUTPUT_TOKENS, fake_anthropic
-from tests.fakes.script import ModelRequest, Reply, ToolCall, calls_then_answers
+from tests.fakes.openai import INPUT_TOKENS as OPENAI_INPUT_TOKENS
+from tests.fakes.openai import OUTPUT_TOKENS as OPENAI_OUTPUT_TOKENS
+from tests.fakes.openai import fake_openai
+from tests.fakes.script import ModelRequest, Reply, Script, ToolCall, calls_then_answers
 
 pytestmark = pytest.mark.slow
 
@@ -36,10 +47,8 @@ def cli_environments(marker: str) -> list[dict[str, str]]:
     return found
 
 
-async def test_claude_code_on_a_host_model_holds_no_provider_key_and_runs_through_the_host(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv(HOST_KEY_ENV, HOST_KEY)
+def save_then_answer_watching(marker: str) -> tuple[list[list[dict[str, str]]], Script]:
+    """A script that saves state, then answers, reading the CLI's environment (`marker`) at each call."""
     seen: list[list[dict[str, str]]] = []
     answer = calls_then_answers(
         [ToolCall("mcp__mcphost__state_set", {"scope": "conversation", "key": "k", "value": "v"})],
@@ -47,21 +56,23 @@ async def test_claude_code_on_a_host_model_holds_no_provider_key_and_runs_throug
     )
 
     def script(request: ModelRequest) -> Reply:
-        seen.append(cli_environments("/models/anthropic"))
+        seen.append(cli_environments(marker))
         return answer(request)
+
+    return seen, script
+
+
+async def test_claude_code_on_a_host_model_holds_no_provider_key_and_runs_through_the_host(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(HOST_KEY_ENV, HOST_KEY)
+    seen, script = save_then_answer_watching("/models/anthropic")
 
     async with fake_anthropic(script) as fake:
         agent = claude_agent("claude", "http://127.0.0.1:9/unused", tmp_path / "harness", model="host:sonnet")
         agent["config"]["environment"] = {"ANTHROPIC_API_KEY": "sk-ant-from-the-agent-config"}
         agent["resources"] = {"models": ["sonnet"]}
-        models = {
-            "sonnet": {
-                "provider": "anthropic",
-                "base_url": fake.base_url,
-                "api_key_env": HOST_KEY_ENV,
-                "model": "claude-sonnet-4-5",
-            }
-        }
+        models = {"sonnet": host_model("anthropic", fake.base_url, HOST_KEY_ENV, "claude-sonnet-4-5")}
         async with harness_host(tmp_path, [agent], models=models) as host:
             done = await run_event(host, message("claude", unique("conv"), "Save something."))
             calls = await host.stores.usage.calls(done.run.run_id)
@@ -89,3 +100,48 @@ async def test_claude_code_on_a_host_model_holds_no_provider_key_and_runs_throug
         assert "ANTHROPIC_AUTH_TOKEN" not in env
         assert "OPENAI_API_KEY" not in env
     assert os.environ[HOST_KEY_ENV] == HOST_KEY
+
+
+OPENAI_HOST_KEY = "sk-openai-host-only-e2e"
+
+
+async def test_codex_on_a_host_model_holds_no_provider_key_and_runs_through_the_host(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(HOST_KEY_ENV, OPENAI_HOST_KEY)
+    seen, script = save_then_answer_watching("MCPHOST_MODEL_TOKEN=")
+
+    async with fake_openai(script) as fake:
+        agent = codex_agent("codex", "http://127.0.0.1:9/unused", tmp_path / "harness", model="host:gpt")
+        agent["config"]["environment"] = {
+            "OPENAI_API_KEY": "sk-from-the-agent-config",
+            "CODEX_API_KEY": "sk-x",
+        }
+        agent["resources"] = {"models": ["gpt"]}
+        models = {"gpt": host_model("openai", fake.base_url, HOST_KEY_ENV, "gpt-4o-mini")}
+        async with harness_host(tmp_path, [agent], models=models) as host:
+            done = await run_event(host, message("codex", unique("conv"), "Save something."))
+            calls = await host.stores.usage.calls(done.run.run_id)
+    assert done.run.status.value == "completed", (done.terminal["data"], fake.other_paths)
+    assert done.answer.startswith("Done:")
+    assert [(a.tool, a.outcome) for a in done.audit] == [("state_set", "ok")]
+    # Every Responses request reached the upstream through the host: its key, the upstream model name.
+    assert fake.requests
+    assert {r.path for r in fake.requests} == {"/responses"}
+    assert {r.headers["authorization"] for r in fake.requests} == {f"Bearer {OPENAI_HOST_KEY}"}
+    assert {r.body["model"] for r in fake.requests} == {"gpt-4o-mini"}
+    assert fake.other_paths == []
+    assert len(calls) == len(fake.requests)
+    assert {(c.status, c.api, c.model_id) for c in calls} == {("ok", "responses", "gpt")}
+    assert sum(c.input_tokens for c in calls) == OPENAI_INPUT_TOKENS * len(calls)
+    assert sum(c.output_tokens for c in calls) == OPENAI_OUTPUT_TOKENS * len(calls)
+    # The CLI's environment, read from /proc while it was calling: the run token only, no provider key.
+    environments = [env for found in seen for env in found]
+    assert environments
+    for env in environments:
+        assert env["MCPHOST_MODEL_TOKEN"] not in (OPENAI_HOST_KEY, "sk-from-the-agent-config")
+        assert OPENAI_HOST_KEY not in "\0".join(f"{k}={v}" for k, v in env.items())
+        assert "sk-from-the-agent-config" not in "\0".join(env.values())
+        for name in (HOST_KEY_ENV, "OPENAI_API_KEY", "CODEX_API_KEY", "ANTHROPIC_API_KEY", "OPENAI_BASE_URL"):
+            assert name not in env
+    assert os.environ[HOST_KEY_ENV] == OPENAI_HOST_KEY

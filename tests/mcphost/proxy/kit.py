@@ -17,6 +17,7 @@ from starlette.applications import Starlette
 from mcphost.llm import ModelConfig
 from mcphost.protocol import JSONObject
 from mcphost.proxy import ModelProxy
+from mcphost.recording import ReplayBook
 from mcphost.stores import Stores
 from mcphost.stores.usage import ModelBudget
 from tests.fakes._serve import serve_loopback
@@ -49,10 +50,14 @@ class ServedProxy:
 
 @asynccontextmanager
 async def serve_proxy(
-    stores: Stores, models: Mapping[str, ModelConfig], *, budgets: Mapping[str, ModelBudget] | None = None
+    stores: Stores,
+    models: Mapping[str, ModelConfig],
+    *,
+    budgets: Mapping[str, ModelBudget] | None = None,
+    replay: ReplayBook | None = None,
 ) -> AsyncGenerator[ServedProxy]:
     calls: list[tuple[str, str, tuple[int, int, int], float]] = []
-    proxy = ModelProxy(stores, models, budgets=budgets, on_call=lambda *a: calls.append(a))
+    proxy = ModelProxy(stores, models, budgets=budgets, on_call=lambda *a: calls.append(a), replay=replay)
     async with proxy.running(), serve_loopback(Starlette(routes=proxy.routes)) as url:
         yield ServedProxy(stores, proxy, url, calls)
 
