@@ -1,7 +1,7 @@
 """Host model calls and their budgets: the `model_calls` table (migration 0024).
 
-Owns reserving a call against the budgets of `[agents.budget]` before the upstream is asked, finishing
-it with what it cost (and a row per failed fallback attempt), and the totals `GET /v1/usage` and
+Owns reserving a call against the budgets of `[agents.budget]` before the upstream is asked, recording
+finished calls in batches (`record`: a row per attempt, a reserved call's row taking its last), and the totals `GET /v1/usage` and
 `mcphost usage` report. Does not own calling models or pricing them (`mcphost.llm`, the proxy).
 
 Invariants:
@@ -10,8 +10,10 @@ Invariants:
   hold — a reserved row at its reservation, a finished one at its cost — and inserts the new
   reservation only if every budget still has room for it. So however many calls race, on however many
   replicas, the spend passes a budget by at most what one call costs beyond its reservation.
-- A reservation is finished once (`finish` moves only a `reserved` row); a reservation its caller never
-  finished (a crash) keeps counting at its reservation, which errs toward refusing, never overspending.
+- A reservation is finished once (`record` moves only a `reserved` row); a reservation its caller never
+  finished (a crash), or not yet (its usage waits in the proxy's writer), counts at its reservation,
+  which errs toward refusing, never overspending. A call without a budget is not reserved: its rows
+  are inserted when it is recorded.
 """
 
 from __future__ import annotations
@@ -85,6 +87,17 @@ class AttemptEnd(_Frozen):
     cost_usd: float = 0.0
     latency_ms: float | None = None
     ttft_ms: float | None = None
+
+
+class FinishedCall(_Frozen):
+    """A call as it ended: who made it, its reservation's row if it had one, and each attempt."""
+
+    start: CallStart
+    call_id: str | None
+    """The `reserved` row `reserve` inserted, None when the call was not reserved (no budget)."""
+    created_at: float
+    """When the call began (its rows' `created_at` and UTC day)."""
+    attempts: tuple[AttemptEnd, ...]
 
 
 class ModelCallRecord(_Frozen):
@@ -238,38 +251,32 @@ class ModelCallStore:
             )
         return call_id
 
-    async def finish(self, call_id: str, attempts: Sequence[AttemptEnd]) -> None:
-        """Finish a reserved call: its row takes the last attempt; each earlier one gets a row of its own."""
-        assert attempts, "a finished call has at least one attempt"
-        *earlier, last = attempts
+    async def record(self, calls: Sequence[FinishedCall]) -> None:
+        """Write finished calls in one transaction: a row per attempt. A reserved call's row takes its last
+        attempt (only while still `reserved`: a call is finished once); every other attempt is inserted."""
+        inserted: list[dict[str, object]] = []
         async with self._db.write() as session:
-            row = (
-                await session.execute(select(ModelCallRow).where(ModelCallRow.call_id == call_id))
-            ).scalar_one_or_none()
-            if row is None or row.status != "reserved":
-                return
-            base = {
-                "run_id": row.run_id,
-                "agent_id": row.agent_id,
-                "actor_id": row.actor_id,
-                "conversation_id": row.conversation_id,
-                "kind": row.kind,
-                "api": row.api,
-                "streamed": row.streamed,
-                "reserved_tokens": 0,
-                "reserved_usd": 0.0,
-                "created_at": row.created_at,
-                "day": row.day,
-            }
-            for attempt in earlier:
-                await session.execute(
-                    insert(ModelCallRow).values(call_id=new_id("mcall"), **base, **_ended(attempt))
-                )
-            await session.execute(
-                update(ModelCallRow)
-                .where(ModelCallRow.call_id == call_id, ModelCallRow.status == "reserved")
-                .values(**_ended(last))
-            )
+            for call in calls:
+                assert call.attempts, "a finished call has at least one attempt"
+                *earlier, last = call.attempts
+                base = {
+                    **call.start.model_dump(),
+                    "reserved_tokens": 0,
+                    "reserved_usd": 0.0,
+                    "created_at": call.created_at,
+                    "day": utc_day(call.created_at),
+                }
+                inserted.extend({**base, "call_id": new_id("mcall"), **_ended(a)} for a in earlier)
+                if call.call_id is None:
+                    inserted.append({**base, "call_id": new_id("mcall"), **_ended(last)})
+                else:
+                    await session.execute(
+                        update(ModelCallRow)
+                        .where(ModelCallRow.call_id == call.call_id, ModelCallRow.status == "reserved")
+                        .values(**_ended(last))
+                    )
+            if inserted:
+                await session.execute(insert(ModelCallRow), inserted)
 
     @idempotent
     async def calls(self, run_id: str) -> list[ModelCallRecord]:
@@ -344,6 +351,7 @@ __all__ = [
     "USAGE_GROUPS",
     "AttemptEnd",
     "CallStart",
+    "FinishedCall",
     "ModelBudget",
     "ModelCallRecord",
     "ModelCallStore",
