@@ -24,14 +24,14 @@ from datetime import UTC, datetime
 from typing import Literal, get_args
 
 from pydantic import BaseModel, ConfigDict
-from sqlalchemy import case, func, insert, select, update
+from sqlalchemy import bindparam, case, func, insert, select, update
 
 from mcphost.errors import BudgetExceededError
 from mcphost.models import new_id
 from mcphost.stores._retry import idempotent
 from mcphost.stores._sql import lock_in_transaction
-from mcphost.stores.engine import Database
-from mcphost.stores.tables import ModelCallRow
+from mcphost.stores.engine import Database, core
+from mcphost.stores.tables import ModelCallRow, table_of
 
 UsageGroup = Literal["agent", "actor", "model", "conversation", "day"]
 USAGE_GROUPS: tuple[UsageGroup, ...] = get_args(UsageGroup)
@@ -144,11 +144,28 @@ def utc_day(when: float) -> str:
     return datetime.fromtimestamp(when, UTC).strftime("%Y-%m-%d")
 
 
-_HELD_USD = case((ModelCallRow.status == "reserved", ModelCallRow.reserved_usd), else_=ModelCallRow.cost_usd)
+# Built once (`engine.core`): a budgeted call reserves, every call is recorded.
+_CALLS = table_of(ModelCallRow)
+_M = _CALLS.c
+_HELD_USD = case((_M.status == "reserved", _M.reserved_usd), else_=_M.cost_usd)
 _HELD_TOKENS = case(
-    (ModelCallRow.status == "reserved", ModelCallRow.reserved_tokens),
-    else_=ModelCallRow.input_tokens + ModelCallRow.output_tokens + ModelCallRow.cached_tokens,
+    (_M.status == "reserved", _M.reserved_tokens),
+    else_=_M.input_tokens + _M.output_tokens + _M.cached_tokens,
 )
+_THIS_RUN = _M.run_id == bindparam("w_run_id")
+_TODAY = _M.day == bindparam("w_day")
+_HELD = select(
+    func.coalesce(func.sum(case((_THIS_RUN, _HELD_TOKENS), else_=0)), 0),
+    func.coalesce(func.sum(case((_THIS_RUN, _HELD_USD), else_=0.0)), 0.0),
+    func.coalesce(
+        func.sum(case((_TODAY & (_M.actor_id == bindparam("w_actor_id")), _HELD_USD), else_=0.0)), 0.0
+    ),
+    func.coalesce(func.sum(case((_TODAY, _HELD_USD), else_=0.0)), 0.0),
+).where(_M.agent_id == bindparam("w_agent_id"), _TODAY | _THIS_RUN)
+"""What an agent's budgets hold: this run's tokens and USD, the actor's USD today, the agent's USD today."""
+_INSERT = insert(_CALLS)
+_FINISH = update(_CALLS).where(_M.call_id == bindparam("w_call_id"), _M.status == "reserved")
+"""A reserved row takes its call's last attempt (the values are the execution's other parameters)."""
 
 
 class ModelCallStore:
@@ -169,39 +186,13 @@ class ModelCallStore:
         async with self._db.write() as session:
             if budget.any:
                 await lock_in_transaction(session, self._db.dialect, "model_budget", start.agent_id)
-                held = (
-                    await session.execute(
-                        select(
-                            func.coalesce(
-                                func.sum(case((ModelCallRow.run_id == start.run_id, _HELD_TOKENS), else_=0)),
-                                0,
-                            ),
-                            func.coalesce(
-                                func.sum(case((ModelCallRow.run_id == start.run_id, _HELD_USD), else_=0.0)),
-                                0.0,
-                            ),
-                            func.coalesce(
-                                func.sum(
-                                    case(
-                                        (
-                                            (ModelCallRow.day == day)
-                                            & (ModelCallRow.actor_id == start.actor_id),
-                                            _HELD_USD,
-                                        ),
-                                        else_=0.0,
-                                    )
-                                ),
-                                0.0,
-                            ),
-                            func.coalesce(
-                                func.sum(case((ModelCallRow.day == day, _HELD_USD), else_=0.0)), 0.0
-                            ),
-                        ).where(
-                            ModelCallRow.agent_id == start.agent_id,
-                            (ModelCallRow.day == day) | (ModelCallRow.run_id == start.run_id),
-                        )
-                    )
-                ).one()
+                params = {
+                    "w_run_id": start.run_id,
+                    "w_day": day,
+                    "w_actor_id": start.actor_id,
+                    "w_agent_id": start.agent_id,
+                }
+                held = (await (await core(session)).execute(_HELD, params)).one()
                 run_tokens, run_usd, actor_usd, day_usd = (
                     int(held[0]),
                     float(held[1]),
@@ -230,24 +221,25 @@ class ModelCallStore:
                             f"[agents.budget] {key}, or wait for the next UTC day for a daily budget.",
                             details={"budget": key, "limit": limit, "spent": spent, "wanted": wanted},
                         )
-            await session.execute(
-                insert(ModelCallRow).values(
-                    call_id=call_id,
+            await (await core(session)).execute(
+                _INSERT,
+                {
+                    "call_id": call_id,
                     **start.model_dump(),
-                    response_model=None,
-                    attempt=1,
-                    status="reserved",
-                    http_status=None,
-                    error=None,
-                    input_tokens=0,
-                    output_tokens=0,
-                    cached_tokens=0,
-                    cost_usd=0.0,
-                    latency_ms=None,
-                    ttft_ms=None,
-                    created_at=now,
-                    day=day,
-                )
+                    "response_model": None,
+                    "attempt": 1,
+                    "status": "reserved",
+                    "http_status": None,
+                    "error": None,
+                    "input_tokens": 0,
+                    "output_tokens": 0,
+                    "cached_tokens": 0,
+                    "cost_usd": 0.0,
+                    "latency_ms": None,
+                    "ttft_ms": None,
+                    "created_at": now,
+                    "day": day,
+                },
             )
         return call_id
 
@@ -270,13 +262,9 @@ class ModelCallStore:
                 if call.call_id is None:
                     inserted.append({**base, "call_id": new_id("mcall"), **_ended(last)})
                 else:
-                    await session.execute(
-                        update(ModelCallRow)
-                        .where(ModelCallRow.call_id == call.call_id, ModelCallRow.status == "reserved")
-                        .values(**_ended(last))
-                    )
+                    await (await core(session)).execute(_FINISH, {"w_call_id": call.call_id, **_ended(last)})
             if inserted:
-                await session.execute(insert(ModelCallRow), inserted)
+                await (await core(session)).execute(_INSERT, inserted)
 
     @idempotent
     async def calls(self, run_id: str) -> list[ModelCallRecord]:
