@@ -45,6 +45,12 @@ class Sizes:
     startup_rounds: int
     # warm: measured rounds (one cold and one warm turn each), after one warm-up turn per side
     warm_rounds: int
+    # models: calls per side per round and rounds (non-streamed, then time to first token), concurrent
+    # streams per burst and bursts per side
+    models_calls: int
+    models_rounds: int
+    models_streams: int
+    models_stream_rounds: int
 
 
 FULL = Sizes(
@@ -68,6 +74,10 @@ FULL = Sizes(
     scale_rounds=10,
     startup_rounds=5,
     warm_rounds=10,
+    models_calls=20,
+    models_rounds=15,
+    models_streams=64,
+    models_stream_rounds=6,
 )
 
 QUICK = Sizes(
@@ -91,6 +101,10 @@ QUICK = Sizes(
     scale_rounds=3,
     startup_rounds=1,
     warm_rounds=3,
+    models_calls=10,
+    models_rounds=6,
+    models_streams=64,
+    models_stream_rounds=2,
 )
 
 TINY = Sizes(
@@ -114,6 +128,10 @@ TINY = Sizes(
     scale_rounds=1,
     startup_rounds=1,
     warm_rounds=1,
+    models_calls=2,
+    models_rounds=1,
+    models_streams=4,
+    models_stream_rounds=1,
 )
 
 PRESETS = {"full": FULL, "quick": QUICK, "tiny": TINY}

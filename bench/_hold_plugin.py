@@ -2,7 +2,7 @@
 
 A stdio plugin on the runner SDK (`python -m bench._hold_plugin`), used to keep many runs active at
 once so the host's memory per active run can be measured, and to keep a run (and its MCP endpoint)
-alive while mcp-call calls it. Cancelling a run ends it at once (the SDK
+alive while mcp-call calls it (and while models calls the host's models through it). Cancelling a run ends it at once (the SDK
 reports `run.failed {code: cancelled}`).
 """
 
@@ -17,7 +17,8 @@ class HoldRunner(AgentRunner):
     name = "default"
     label = {"en": "Hold"}
     description = {"en": "Sleeps for input.text seconds, then replies 'held'."}
-    permissions = Permissions(history=["page"])  # mcp-call reads its history over MCP meanwhile
+    # mcp-call reads its history over MCP meanwhile; models calls the host's models through the run
+    permissions = Permissions(history=["page"], models=["invoke", "stream"])
 
     async def run(self, ctx: AgentRunContext, out: RunOutput) -> None:
         await anyio.sleep(float(ctx.input.text or "0"))

@@ -12,7 +12,7 @@ import logging
 import secrets
 import sys
 import time
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -20,6 +20,7 @@ from bench._databases import Workspace
 from bench._stdio import StdioDriver
 from mcphost.app import Host, open_host
 from mcphost.config import HostSettings, PluginConfig, Settings
+from mcphost.llm import ModelConfig
 from mcphost.models import AgentConfig, AgentEventEnvelope, new_id
 from mcphost.protocol import (
     ActorInfo,
@@ -28,6 +29,7 @@ from mcphost.protocol import (
     ContextAccess,
     ConversationInfo,
     EventInfo,
+    JSONObject,
     MCPAccess,
     RunInput,
     Runtime,
@@ -47,16 +49,40 @@ def quiet_logs() -> None:
     logging.getLogger("mcphost").setLevel(logging.WARNING)
 
 
-def settings(ws: Workspace, *, max_concurrent_runs: int = 64, hold: bool = False) -> Settings:
+def settings(
+    ws: Workspace,
+    *,
+    max_concurrent_runs: int = 64,
+    hold: bool = False,
+    models: Mapping[str, ModelConfig] | None = None,
+) -> Settings:
+    """The bench host's settings. With `models`, the hold agent may call them all, and a second hold
+    agent `hold-budget` (bot `hold-budget`) may too, under a daily budget it never reaches (so each
+    of its calls is reserved in the database first)."""
     # Only the plugins benchmarks use: the other bundled runners would only take CPU and memory.
     plugins = [PluginConfig(command=ECHO_COMMAND, name="echo")]
     if hold:
         plugins.append(PluginConfig(command=HOLD_COMMAND, name="hold"))
     agents = [AgentConfig.model_validate({"id": "echo", "runner": ECHO_RUNNER, "match": {"bot_id": "echo"}})]
+    granted: JSONObject = {"resources": {"models": sorted(models or {})}}
     if hold:
         agents.append(
-            AgentConfig.model_validate({"id": "hold", "runner": HOLD_RUNNER, "match": {"bot_id": "hold"}})
+            AgentConfig.model_validate(
+                {"id": "hold", "runner": HOLD_RUNNER, "match": {"bot_id": "hold"}, **granted}
+            )
         )
+        if models:
+            agents.append(
+                AgentConfig.model_validate(
+                    {
+                        "id": "hold-budget",
+                        "runner": HOLD_RUNNER,
+                        "match": {"bot_id": "hold-budget"},
+                        "budget": {"model_usd_per_day": 1_000_000},
+                        **granted,
+                    }
+                )
+            )
     return Settings(
         source="<bench>",
         host=HostSettings(
@@ -68,15 +94,21 @@ def settings(ws: Workspace, *, max_concurrent_runs: int = 64, hold: bool = False
         ),
         plugins=plugins,
         agents=agents,
+        models=dict(models or {}),
     )
 
 
 @asynccontextmanager
 async def bench_host(
-    ws: Workspace, *, max_concurrent_runs: int = 64, hold: bool = False
+    ws: Workspace,
+    *,
+    max_concurrent_runs: int = 64,
+    hold: bool = False,
+    models: Mapping[str, ModelConfig] | None = None,
 ) -> AsyncGenerator[Host, None]:
     quiet_logs()
-    async with open_host(settings(ws, max_concurrent_runs=max_concurrent_runs, hold=hold)) as host:
+    config = settings(ws, max_concurrent_runs=max_concurrent_runs, hold=hold, models=models)
+    async with open_host(config) as host:
         yield host
 
 

@@ -17,8 +17,10 @@ Invariants:
 - `/v1` and `/runs/{run_id}/mcp` are guarded by one `HttpGuard` instance (`Host.guard`, built from the
   settings, handed to the facts server and to the API's state): the same Host and Origin headers get the
   same verdict on both.
-- Wiring: the orchestrator calls `FactsServer.end_run` (and the run metrics) when each run ends,
-  inspection grants included; the facts server's context provider is `Orchestrator.context`, which
+- Wiring: the orchestrator calls `FactsServer.end_run`, `ModelProxy.end_run` (and the run metrics) when
+  each run ends, inspection grants included, and `ModelProxy.settle` as each run it executed begins to
+  close (its model calls' usage rows are written before its end); the model proxy trusts a grant from
+  memory only while `Orchestrator.executing` says the run executes here; the facts server's context provider is `Orchestrator.context`, which
   holds a run's context (token included) in memory only while the run is active on this process; every
   other process sharing the database serves the copy the runs store kept, without its token, when the
   run started. No token is ever stored.
@@ -198,6 +200,7 @@ async def open_host(
             guard=guard,
             on_call=metrics.model_call,
             replay=replay,
+            executing=orchestrator.executing,
         )
 
         async def end_run(run_id: str, _run: Run | None) -> None:
@@ -209,6 +212,7 @@ async def open_host(
                 metrics.run_ended(run)
 
         orchestrator.on_run_end.extend([end_run, count_run])
+        orchestrator.on_run_closing.append(models.settle)
         orchestrator.remote = RemoteRuns(stores, orchestrator.host_id, lease_s=settings.host.runtime_lease_s)
         scheduler = Scheduler(
             stores,

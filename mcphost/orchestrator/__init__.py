@@ -53,7 +53,9 @@ Invariants:
 - A run's context is built once, as it starts, inside the transaction that moves it to `running`
   (`runs.try_start`, which also appends the run's user input): the runs store keeps it without its
   token, for every replica's facts server; the copy with the token lives in memory only while the run
-  is active on this process (`context(run_id)`, the facts server's context provider). `on_run_end`
+  is active on this process (`context(run_id)`, the facts server's context provider). `on_run_closing`
+  callbacks run once per executed run as its close begins (its phase `CLOSING`, so `executing(run_id)`
+  is already false), before its end is written, bounded by `CLOSING_BOUND_S`. `on_run_end`
   callbacks run once per run, after its terminal status is written and its grant revoked, inside the
   shielded, bounded close; a failing callback is logged and does not stop the others.
 - A recorded run (`grant.record`) has its recording header (envelope, token-free context, agent entry)

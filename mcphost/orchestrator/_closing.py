@@ -12,6 +12,8 @@ Invariants:
 - A close whose write still failed leaves the run `UNFINISHED` with its outcome (the sweeper writes it)
   and revokes its grant anyway; a close that wrote it leaves the run `ENDED`. Either way its context and
   feed are let go and its feed is closed with the run as recorded.
+- `on_run_closing` callbacks run once per run of this process, as its close begins and before its end
+  is written (bounded by `CLOSING_BOUND_S`; e.g. the model proxy writing the run's usage rows).
 - `on_run_end` callbacks run once per run, after its end is written (or given up to the sweeper); a
   failing one is logged and does not stop the others.
 - The sweeper never touches a run that is being admitted or held by a task of this process.
@@ -43,6 +45,7 @@ from mcphost.stores import Stores
 logger = logging.getLogger("mcphost.orchestrator")
 
 OnRunEnd = Callable[[str, Run | None], Awaitable[None]]
+OnRunClosing = Callable[[str], Awaitable[None]]
 
 
 async def close(
@@ -53,10 +56,17 @@ async def close(
     stores: Stores,
     runs: ActiveRuns,
     on_run_end: Sequence[OnRunEnd],
+    on_run_closing: Sequence[OnRunClosing] = (),
 ) -> RunOutcome:
     """End the run: decide and record its end, revoke, wake its readers; the outcome recorded (or to be)."""
     run_id = active.run_id
     runs.move(active, RunPhase.CLOSING)
+    with anyio.move_on_after(tuning.CLOSING_BOUND_S) as waited:
+        await run_closing_callbacks(on_run_closing, run_id)
+    if waited.cancelled_caught:
+        logger.warning(
+            "run %s: its closing callbacks took over %g s; recording its end", run_id, tuning.CLOSING_BOUND_S
+        )
     outcome = decide_end(happened)
     ended: Run | None = None
     try:
@@ -86,6 +96,15 @@ async def close(
             "" if active.phase is RunPhase.ENDED else "; its end is not recorded yet",
         )
     return outcome
+
+
+async def run_closing_callbacks(callbacks: Sequence[OnRunClosing], run_id: str) -> None:
+    """Run the `on_run_closing` callbacks of a run whose close began; a failing one does not stop the others."""
+    for callback in list(callbacks):
+        try:
+            await callback(run_id)
+        except Exception:
+            logger.exception("run %s: an on_run_closing callback failed", run_id)
 
 
 async def run_callbacks(callbacks: Sequence[OnRunEnd], run_id: str, run: Run | None) -> None:

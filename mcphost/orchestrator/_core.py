@@ -127,6 +127,9 @@ class Orchestrator:
             page=lambda: tuning.RESULTS_PAGE,
         )
         self.on_run_end: list[Callable[[str, Run | None], Awaitable[None]]] = []
+        self.on_run_closing: list[Callable[[str], Awaitable[None]]] = []
+        """Called as the close of each run this process executed begins, before its end is recorded (e.g.
+        `ModelProxy.settle`: the run's usage rows are written first)."""
         self.remote: RemoteRuns | None = None
         """Executes the runs of agents with `[agents.runtime]` on runtimes (set by `app.open_host`)."""
         """Called once each run of this process has ended (e.g. `FactsServer.end_run`), with its id and
@@ -144,6 +147,10 @@ class Orchestrator:
     def active_run_ids(self) -> list[str]:
         """Runs this process is executing or holding in its queue right now."""
         return [active.run_id for active in self._runs.in_phase(*HELD)]
+
+    def executing(self, run_id: str) -> bool:
+        """The run executes on this process and its close has not begun."""
+        return self._runs.phase(run_id) is RunPhase.EXECUTING
 
     def phase(self, run_id: str) -> RunPhase | None:
         """Where the run is in this process, None when this process holds nothing of it."""
@@ -532,6 +539,7 @@ class Orchestrator:
                         stores=self._stores,
                         runs=self._runs,
                         on_run_end=self.on_run_end,
+                        on_run_closing=self.on_run_closing,
                     )
                 self._conversation_signal.notify()
                 if run_span is not None and ended is not None:

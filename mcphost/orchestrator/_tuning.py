@@ -35,5 +35,8 @@ TERMINAL_RETRY_S = 6.0
 run to the sweeper."""
 SWEEP_S = 5.0
 """How often the sweeper looks for runs this host owns but no longer executes (one indexed query)."""
-CLOSE_BOUND_S = TERMINAL_RETRY_S + 10.0
-"""The bound on a run's whole close: its terminal write, then the `on_run_end` callbacks."""
+CLOSING_BOUND_S = 5.0
+"""How long a run's close waits for its `on_run_closing` callbacks before it records the end anyway."""
+CLOSE_BOUND_S = CLOSING_BOUND_S + TERMINAL_RETRY_S + 10.0
+"""The bound on a run's whole close: its `on_run_closing` callbacks, its terminal write, then the
+`on_run_end` callbacks."""

@@ -7,12 +7,17 @@ Routes (under `MODELS_PATH` = `/runs/{run_id}/models`):
 
 Owns authenticating a model request (Host/Origin by the host's `HttpGuard`, then the run's token as
 `x-api-key` or `Authorization: Bearer`, compared in constant time with the stored hash, and the grant
-still active — read fresh from the runs table for each request, so a run's end revokes it at once on
-every replica), the grant check (`grants.check` of `model:ID:invoke|stream`), the budget reservation
-(`stores.usage`), relaying the call upstream through the model's fallback chain (`llm.upstream`), and
-recording each attempt with its usage and cost. A recorded run's calls go into its recording, and a
-replay's are answered from one without an upstream (`_tape.ModelTape`). Does not own the models'
-config or prices (`llm.catalog`), the wire details (`llm.wire`), or the store.
+still active), the grant check (`grants.check` of `model:ID:invoke|stream`), the budget reservation
+(`stores.usage`, for agents with a model budget), relaying the call upstream through the model's
+fallback chain (`llm.upstream`), and recording each attempt with its usage and cost (`_usage.UsageWriter`,
+after the answer is relayed). Does not own the models' config or prices (`llm.catalog`), the wire
+details (`llm.wire`), or the store. A recorded run's calls go into its recording, and a replay's
+are answered from one without an upstream (`_tape.ModelTape`).
+
+The request path, in order: the grant (from memory while the run executes on this process, else one
+read of the runs table), the body, the reservation (one write transaction, only with a budget), the
+upstream call on the shared client's pooled connections, the answer relayed as it comes; then the
+call's usage handed to the writer, which batches the rows of many calls into one transaction.
 
 Invariants:
 - Every refusal and every failure is answered in the endpoint's own error shape (`wire.error_body`),
@@ -27,6 +32,11 @@ Invariants:
   is refused with the endpoint to use.
 - Every wait is bounded: the upstream's by the model's timeouts, the whole call by the run's deadline;
   a run that ends closes its calls' upstream streams (`end_run`).
+- A token is refused once its run has ended, on every replica: a grant is trusted from memory only while
+  the orchestrator says the run executes here (it stops saying so as the run's close begins, before the
+  end is recorded); otherwise it is read from the runs table for each request.
+- Every attempt gets a usage row, and a run's rows are written before its end is recorded: the
+  orchestrator calls `settle` as a run begins to close (and `end_run` waits for calls that ended since).
 """
 
 from __future__ import annotations
@@ -56,8 +66,9 @@ from mcphost.models import RunGrant
 from mcphost.protocol import JSONObject
 from mcphost.proxy._body import BodyRefusedError, parse_body, read_body
 from mcphost.proxy._tape import ModelReplayAnswers, ModelTape
-from mcphost.stores import Stores
-from mcphost.stores.usage import AttemptEnd, CallStart, ModelBudget
+from mcphost.proxy._usage import UsageWriter
+from mcphost.stores import GrantRecord, Stores
+from mcphost.stores.usage import AttemptEnd, CallStart, FinishedCall, ModelBudget
 
 logger = logging.getLogger(__name__)
 
@@ -72,6 +83,7 @@ _RELAYED_HEADERS = ("request-id", "x-request-id")
 _WIRE_OF: Mapping[Api, WireFormat] = {"anthropic": "anthropic", "chat": "openai", "responses": "openai"}
 _OUT_FIELDS = ("max_tokens", "max_completion_tokens", "max_output_tokens")
 
+MAX_CACHED_GRANTS = 10_000
 OnCall = Callable[[str, str, tuple[int, int, int], float], None]
 """Called after each finished call with (model id, agent id, (input, output, cached) tokens, cost)."""
 
@@ -94,8 +106,10 @@ class _Call:
     model_id: str
     body: JSONObject
     streamed: bool
-    call_id: str
-    started: float
+    start: CallStart
+    call_id: str | None
+    """The call's `reserved` row, None when its agent has no model budget (nothing was reserved)."""
+    created_at: float
 
 
 def _token(headers: Headers) -> str | None:
@@ -123,13 +137,22 @@ class ModelProxy:
         guard: HttpGuard | None = None,
         on_call: OnCall | None = None,
         replay: ModelReplayAnswers | None = None,
+        executing: Callable[[str], bool] | None = None,
     ) -> None:
+        """`executing(run_id)`: the run is executing on this process and its close has not begun (the
+        orchestrator's word); such a run's grant is read once and then checked in memory. Without it,
+        every request reads the grant from the runs table."""
         self._stores = stores
         self._tape = ModelTape(stores, replay)
         self._models = dict(models)
-        self._budgets = dict(budgets or {})
+        self._budgets = {agent: b for agent, b in (budgets or {}).items() if b.any}
+        """The agents with a model budget: only their calls are reserved before the upstream is called."""
         self._guard = guard or HttpGuard()
         self._on_call = on_call
+        self._executing = executing
+        self._grants: dict[str, GrantRecord] = {}
+        """Grants of runs executing here, as read from the runs table (`_authenticate`)."""
+        self._writer = UsageWriter(stores.usage)
         self._facts: dict[str, ModelFacts] = {}
         self._client: httpx2.AsyncClient | None = None
         self._open: dict[str, set[httpx2.Response]] = {}
@@ -160,18 +183,30 @@ class ModelProxy:
 
     @asynccontextmanager
     async def running(self) -> AsyncGenerator[ModelProxy]:
-        """Serve calls: owns the upstream HTTP client (its connections are closed on exit)."""
-        async with httpx2.AsyncClient(follow_redirects=False, trust_env=False) as client:
+        """Serve calls: owns the upstream HTTP client (its connections are closed on exit) and the usage
+        writer (what it holds is written on exit)."""
+        async with (
+            self._writer.running(),
+            httpx2.AsyncClient(follow_redirects=False, trust_env=False) as client,
+        ):
             self._client = client
             try:
                 yield self
             finally:
                 self._client = None
 
+    async def settle(self, run_id: str) -> None:
+        """The run begins to close: forget its grant here and return once its calls' usage rows are written."""
+        self._grants.pop(run_id, None)
+        await self._writer.settle(run_id)
+
     async def end_run(self, run_id: str) -> None:
-        """The run ended: close the upstream streams its calls are relaying (each ends with an error event)."""
+        """The run ended: close the upstream streams its calls are relaying (each ends with an error event),
+        and wait for the usage rows of calls that ended since `settle`."""
+        self._grants.pop(run_id, None)
         for response in self._open.pop(run_id, set()):
             await response.aclose()
+        await self._writer.settle(run_id)
 
     def facts(self, model_id: str) -> ModelFacts:
         found = self._facts.get(model_id)
@@ -218,7 +253,7 @@ class ModelProxy:
         if not _RUN_ID.match(run_id):
             raise _RefusedError(404, "not_found", f"run {run_id[:100]!r} does not exist")
         try:
-            record = await self._stores.runs.grant(run_id)
+            record = await self._grant(run_id)
         except RunNotFoundError:
             raise _RefusedError(404, "not_found", f"run {run_id} does not exist") from None
         except StorageUnavailableError as exc:
@@ -238,6 +273,20 @@ class ModelProxy:
                 401, "authentication", f"run {run_id} is not active: its token was revoked when it ended"
             )
         return run_id, record.grant
+
+    async def _grant(self, run_id: str) -> GrantRecord:
+        """The run's grant record: from memory while the run executes here (its close, which the
+        orchestrator begins before it records the end, turns `executing` false), else the runs table."""
+        local = self._executing is not None and self._executing(run_id)
+        record = self._grants.get(run_id) if local else None
+        if record is not None and record.grant.deadline_at > time.time():
+            return record
+        record = await self._stores.runs.grant(run_id)
+        if local and record.active:
+            if len(self._grants) >= MAX_CACHED_GRANTS:
+                self._grants.clear()
+            self._grants[run_id] = record
+        return record
 
     def _list(self, api: Api, grant: RunGrant) -> Response:
         wire = _WIRE_OF[api]
@@ -317,7 +366,8 @@ class ModelProxy:
         if api == "chat" and streamed and "stream_options" not in body:
             body = {**body, "stream_options": {"include_usage": True}}
         agent_id = grant.layers.agent_id if grant.layers is not None else (grant.binding_id or "")
-        tokens, usd = self._reservation(model_id, body, len(json.dumps(body)))
+        budget = self._budgets.get(agent_id)
+        tokens, usd = (0, 0.0) if budget is None else self._reservation(model_id, body, len(json.dumps(body)))
         entry = self._models[model_id]
         start = CallStart(
             run_id=run_id,
@@ -332,15 +382,18 @@ class ModelProxy:
             reserved_tokens=tokens,
             reserved_usd=usd,
         )
-        try:
-            call_id = await self._stores.usage.reserve(start, self._budgets.get(agent_id, ModelBudget()))
-        except BudgetExceededError as exc:
-            raise _RefusedError(429, "rate_limit", exc.message) from None
-        except StorageUnavailableError:
-            raise _RefusedError(
-                503, "upstream", "the host cannot record model calls right now; retry"
-            ) from None
-        call = _Call(run_id, grant, api, model_id, body, streamed, call_id, time.monotonic())
+        created_at = time.time()
+        call_id: str | None = None
+        if budget is not None:
+            try:
+                call_id = await self._stores.usage.reserve(start, budget)
+            except BudgetExceededError as exc:
+                raise _RefusedError(429, "rate_limit", exc.message) from None
+            except StorageUnavailableError:
+                raise _RefusedError(
+                    503, "upstream", "the host cannot record model calls right now; retry"
+                ) from None
+        call = _Call(run_id, grant, api, model_id, body, streamed, start, call_id, created_at)
         chain = [(m, self._models[m]) for m in fallback_chain(self._models, model_id)]
         passed = {k.lower(): v for k, v in headers.items()}
         remaining = grant.deadline_at - time.time()
@@ -349,14 +402,14 @@ class ModelProxy:
             with anyio.fail_after(max(0.0, remaining)):
                 attempts, response = await open_first(client, chain, api, body, query, passed)
         except UpstreamFailedError as failed:
-            await self._finish(call, failed.attempts, None, None)
+            self._finish(call, failed.attempts, None, None)
             status = {"rate_limit": 429, "timeout": 504}.get(failed.kind, 502)
             said = "; ".join(a.error or "" for a in failed.attempts)
             return _reply(api, status, failed.kind, f"every model of the chain failed: {said}")
         except TimeoutError:
             failed_attempt = Attempt(model_id=model_id, upstream_model=entry.model, attempt=len(attempts) + 1)
             failed_attempt.status, failed_attempt.error = "failed", "the run's deadline passed"
-            await self._finish(call, [*attempts, failed_attempt], None, None)
+            self._finish(call, [*attempts, failed_attempt], None, None)
             return _reply(
                 api, 504, "timeout", f"the run's deadline passed before model {model_id!r} answered"
             )
@@ -389,7 +442,7 @@ class ModelProxy:
         finally:
             await response.aclose()
         if last.status == "failed":
-            await self._finish(call, attempts, None, None)
+            self._finish(call, attempts, None, None)
             return _reply(
                 call.api,
                 504 if last.error_kind == "timeout" else 502,
@@ -403,13 +456,13 @@ class ModelProxy:
             last.error = (
                 f"model {last.model_id!r} answered HTTP {response.status_code} with a body that is not JSON"
             )
-            await self._finish(call, attempts, None, None)
+            self._finish(call, attempts, None, None)
             return _reply(call.api, 502, "upstream", last.error)
         usage = usage_of(call.api, payload) if response.status_code == 200 else None
         if response.status_code != 200:
             last.status = "failed"
             last.error = f"model {last.model_id!r} answered HTTP {response.status_code}"
-        await self._finish(call, attempts, usage, None)
+        self._finish(call, attempts, usage, None)
         headers = {h: v for h in _RELAYED_HEADERS if (v := response.headers.get(h)) is not None}
         return Response(
             bytes(raw), status_code=response.status_code, media_type="application/json", headers=headers
@@ -453,7 +506,7 @@ class ModelProxy:
                 with anyio.CancelScope(shield=True):
                     self._open.get(call.run_id, set()).discard(response)
                     await response.aclose()
-                    await self._finish(call, attempts, usage.usage, first)
+                    self._finish(call, attempts, usage.usage, first)
 
         headers = {h: v for h in _RELAYED_HEADERS if (v := response.headers.get(h)) is not None}
         relayed: AsyncIterator[bytes] = chunks()
@@ -463,10 +516,8 @@ class ModelProxy:
             relayed, media_type="text/event-stream", headers={**headers, "cache-control": "no-cache"}
         )
 
-    async def _finish(
-        self, call: _Call, attempts: list[Attempt], usage: Usage | None, first: float | None
-    ) -> None:
-        """Record the call's attempts (the last with its usage and cost) and count it."""
+    def _finish(self, call: _Call, attempts: list[Attempt], usage: Usage | None, first: float | None) -> None:
+        """Hand the call's attempts (the last with its usage and cost) to the usage writer and count it."""
         now = time.monotonic()
         ends: list[AttemptEnd] = []
         for index, attempt in enumerate(attempts):
@@ -499,12 +550,11 @@ class ModelProxy:
                     else None,
                 )
             )
-        try:
-            await self._stores.usage.finish(call.call_id, ends)
-        except StorageUnavailableError as exc:
-            logger.warning(
-                "could not record model call %s of run %s: %s", call.call_id, call.run_id, exc.message
+        self._writer.add(
+            FinishedCall(
+                start=call.start, call_id=call.call_id, created_at=call.created_at, attempts=tuple(ends)
             )
+        )
         last = ends[-1]
         if self._on_call is not None:
             agent = (

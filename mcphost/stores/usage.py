@@ -1,7 +1,7 @@
 """Host model calls and their budgets: the `model_calls` table (migration 0024).
 
-Owns reserving a call against the budgets of `[agents.budget]` before the upstream is asked, finishing
-it with what it cost (and a row per failed fallback attempt), and the totals `GET /v1/usage` and
+Owns reserving a call against the budgets of `[agents.budget]` before the upstream is asked, recording
+finished calls in batches (`record`: a row per attempt, a reserved call's row taking its last), and the totals `GET /v1/usage` and
 `mcphost usage` report. Does not own calling models or pricing them (`mcphost.llm`, the proxy).
 
 Invariants:
@@ -10,8 +10,10 @@ Invariants:
   hold — a reserved row at its reservation, a finished one at its cost — and inserts the new
   reservation only if every budget still has room for it. So however many calls race, on however many
   replicas, the spend passes a budget by at most what one call costs beyond its reservation.
-- A reservation is finished once (`finish` moves only a `reserved` row); a reservation its caller never
-  finished (a crash) keeps counting at its reservation, which errs toward refusing, never overspending.
+- A reservation is finished once (`record` moves only a `reserved` row); a reservation its caller never
+  finished (a crash), or not yet (its usage waits in the proxy's writer), counts at its reservation,
+  which errs toward refusing, never overspending. A call without a budget is not reserved: its rows
+  are inserted when it is recorded.
 """
 
 from __future__ import annotations
@@ -22,14 +24,14 @@ from datetime import UTC, datetime
 from typing import Literal, get_args
 
 from pydantic import BaseModel, ConfigDict
-from sqlalchemy import case, func, insert, select, update
+from sqlalchemy import bindparam, case, func, insert, select, update
 
 from mcphost.errors import BudgetExceededError
 from mcphost.models import new_id
 from mcphost.stores._retry import idempotent
 from mcphost.stores._sql import lock_in_transaction
-from mcphost.stores.engine import Database
-from mcphost.stores.tables import ModelCallRow
+from mcphost.stores.engine import Database, core
+from mcphost.stores.tables import ModelCallRow, table_of
 
 UsageGroup = Literal["agent", "actor", "model", "conversation", "day"]
 USAGE_GROUPS: tuple[UsageGroup, ...] = get_args(UsageGroup)
@@ -85,6 +87,17 @@ class AttemptEnd(_Frozen):
     cost_usd: float = 0.0
     latency_ms: float | None = None
     ttft_ms: float | None = None
+
+
+class FinishedCall(_Frozen):
+    """A call as it ended: who made it, its reservation's row if it had one, and each attempt."""
+
+    start: CallStart
+    call_id: str | None
+    """The `reserved` row `reserve` inserted, None when the call was not reserved (no budget)."""
+    created_at: float
+    """When the call began (its rows' `created_at` and UTC day)."""
+    attempts: tuple[AttemptEnd, ...]
 
 
 class ModelCallRecord(_Frozen):
@@ -143,11 +156,28 @@ def utc_day(when: float) -> str:
     return datetime.fromtimestamp(when, UTC).strftime("%Y-%m-%d")
 
 
-_HELD_USD = case((ModelCallRow.status == "reserved", ModelCallRow.reserved_usd), else_=ModelCallRow.cost_usd)
+# Built once (`engine.core`): a budgeted call reserves, every call is recorded.
+_CALLS = table_of(ModelCallRow)
+_M = _CALLS.c
+_HELD_USD = case((_M.status == "reserved", _M.reserved_usd), else_=_M.cost_usd)
 _HELD_TOKENS = case(
-    (ModelCallRow.status == "reserved", ModelCallRow.reserved_tokens),
-    else_=ModelCallRow.input_tokens + ModelCallRow.output_tokens + ModelCallRow.cached_tokens,
+    (_M.status == "reserved", _M.reserved_tokens),
+    else_=_M.input_tokens + _M.output_tokens + _M.cached_tokens,
 )
+_THIS_RUN = _M.run_id == bindparam("w_run_id")
+_TODAY = _M.day == bindparam("w_day")
+_HELD = select(
+    func.coalesce(func.sum(case((_THIS_RUN, _HELD_TOKENS), else_=0)), 0),
+    func.coalesce(func.sum(case((_THIS_RUN, _HELD_USD), else_=0.0)), 0.0),
+    func.coalesce(
+        func.sum(case((_TODAY & (_M.actor_id == bindparam("w_actor_id")), _HELD_USD), else_=0.0)), 0.0
+    ),
+    func.coalesce(func.sum(case((_TODAY, _HELD_USD), else_=0.0)), 0.0),
+).where(_M.agent_id == bindparam("w_agent_id"), _TODAY | _THIS_RUN)
+"""What an agent's budgets hold: this run's tokens and USD, the actor's USD today, the agent's USD today."""
+_INSERT = insert(_CALLS)
+_FINISH = update(_CALLS).where(_M.call_id == bindparam("w_call_id"), _M.status == "reserved")
+"""A reserved row takes its call's last attempt (the values are the execution's other parameters)."""
 
 
 class ModelCallStore:
@@ -168,39 +198,13 @@ class ModelCallStore:
         async with self._db.write() as session:
             if budget.any:
                 await lock_in_transaction(session, self._db.dialect, "model_budget", start.agent_id)
-                held = (
-                    await session.execute(
-                        select(
-                            func.coalesce(
-                                func.sum(case((ModelCallRow.run_id == start.run_id, _HELD_TOKENS), else_=0)),
-                                0,
-                            ),
-                            func.coalesce(
-                                func.sum(case((ModelCallRow.run_id == start.run_id, _HELD_USD), else_=0.0)),
-                                0.0,
-                            ),
-                            func.coalesce(
-                                func.sum(
-                                    case(
-                                        (
-                                            (ModelCallRow.day == day)
-                                            & (ModelCallRow.actor_id == start.actor_id),
-                                            _HELD_USD,
-                                        ),
-                                        else_=0.0,
-                                    )
-                                ),
-                                0.0,
-                            ),
-                            func.coalesce(
-                                func.sum(case((ModelCallRow.day == day, _HELD_USD), else_=0.0)), 0.0
-                            ),
-                        ).where(
-                            ModelCallRow.agent_id == start.agent_id,
-                            (ModelCallRow.day == day) | (ModelCallRow.run_id == start.run_id),
-                        )
-                    )
-                ).one()
+                params = {
+                    "w_run_id": start.run_id,
+                    "w_day": day,
+                    "w_actor_id": start.actor_id,
+                    "w_agent_id": start.agent_id,
+                }
+                held = (await (await core(session)).execute(_HELD, params)).one()
                 run_tokens, run_usd, actor_usd, day_usd = (
                     int(held[0]),
                     float(held[1]),
@@ -229,59 +233,50 @@ class ModelCallStore:
                             f"[agents.budget] {key}, or wait for the next UTC day for a daily budget.",
                             details={"budget": key, "limit": limit, "spent": spent, "wanted": wanted},
                         )
-            await session.execute(
-                insert(ModelCallRow).values(
-                    call_id=call_id,
+            await (await core(session)).execute(
+                _INSERT,
+                {
+                    "call_id": call_id,
                     **start.model_dump(),
-                    response_model=None,
-                    attempt=1,
-                    status="reserved",
-                    http_status=None,
-                    error=None,
-                    input_tokens=0,
-                    output_tokens=0,
-                    cached_tokens=0,
-                    cost_usd=0.0,
-                    latency_ms=None,
-                    ttft_ms=None,
-                    created_at=now,
-                    day=day,
-                )
+                    "response_model": None,
+                    "attempt": 1,
+                    "status": "reserved",
+                    "http_status": None,
+                    "error": None,
+                    "input_tokens": 0,
+                    "output_tokens": 0,
+                    "cached_tokens": 0,
+                    "cost_usd": 0.0,
+                    "latency_ms": None,
+                    "ttft_ms": None,
+                    "created_at": now,
+                    "day": day,
+                },
             )
         return call_id
 
-    async def finish(self, call_id: str, attempts: Sequence[AttemptEnd]) -> None:
-        """Finish a reserved call: its row takes the last attempt; each earlier one gets a row of its own."""
-        assert attempts, "a finished call has at least one attempt"
-        *earlier, last = attempts
+    async def record(self, calls: Sequence[FinishedCall]) -> None:
+        """Write finished calls in one transaction: a row per attempt. A reserved call's row takes its last
+        attempt (only while still `reserved`: a call is finished once); every other attempt is inserted."""
+        inserted: list[dict[str, object]] = []
         async with self._db.write() as session:
-            row = (
-                await session.execute(select(ModelCallRow).where(ModelCallRow.call_id == call_id))
-            ).scalar_one_or_none()
-            if row is None or row.status != "reserved":
-                return
-            base = {
-                "run_id": row.run_id,
-                "agent_id": row.agent_id,
-                "actor_id": row.actor_id,
-                "conversation_id": row.conversation_id,
-                "kind": row.kind,
-                "api": row.api,
-                "streamed": row.streamed,
-                "reserved_tokens": 0,
-                "reserved_usd": 0.0,
-                "created_at": row.created_at,
-                "day": row.day,
-            }
-            for attempt in earlier:
-                await session.execute(
-                    insert(ModelCallRow).values(call_id=new_id("mcall"), **base, **_ended(attempt))
-                )
-            await session.execute(
-                update(ModelCallRow)
-                .where(ModelCallRow.call_id == call_id, ModelCallRow.status == "reserved")
-                .values(**_ended(last))
-            )
+            for call in calls:
+                assert call.attempts, "a finished call has at least one attempt"
+                *earlier, last = call.attempts
+                base = {
+                    **call.start.model_dump(),
+                    "reserved_tokens": 0,
+                    "reserved_usd": 0.0,
+                    "created_at": call.created_at,
+                    "day": utc_day(call.created_at),
+                }
+                inserted.extend({**base, "call_id": new_id("mcall"), **_ended(a)} for a in earlier)
+                if call.call_id is None:
+                    inserted.append({**base, "call_id": new_id("mcall"), **_ended(last)})
+                else:
+                    await (await core(session)).execute(_FINISH, {"w_call_id": call.call_id, **_ended(last)})
+            if inserted:
+                await (await core(session)).execute(_INSERT, inserted)
 
     @idempotent
     async def calls(self, run_id: str) -> list[ModelCallRecord]:
@@ -356,6 +351,7 @@ __all__ = [
     "USAGE_GROUPS",
     "AttemptEnd",
     "CallStart",
+    "FinishedCall",
     "ModelBudget",
     "ModelCallRecord",
     "ModelCallStore",

@@ -129,6 +129,7 @@ def test_every_benchmark_is_named_once() -> None:
         "bridge",
         "tracing",
         "warm",
+        "models",
     ]
 
 
@@ -160,3 +161,22 @@ async def test_warm_compares_cold_and_warm_turns_of_each_harness(tmp_path: Path)
     check(rows, "warm")
     for row in rows:
         assert float(row.extra["warm_process_rss_mb"]) > 0  # the warm process was alive and measured
+
+
+async def test_models_compares_proxied_calls_with_the_upstream_and_loses_no_stream(tmp_path: Path) -> None:
+    rows = await run_benchmark("models", tiny(tmp_path))
+    check(rows, "models")
+    per_dialect = [
+        "non-streamed, no budget",
+        "non-streamed, no budget, CPU",
+        "non-streamed, with a budget",
+        "non-streamed, with a budget, CPU",
+        "streamed, time to first token",
+        f"{TINY.models_streams} concurrent streams, burst",
+    ]
+    assert [row.case for row in rows] == [f"{d}, {case}" for d in dialects() for case in per_dialect]
+    bursts = [row for row in rows if "concurrent" in row.case]
+    for row in bursts:
+        assert row.verdict == "met", row.extra  # every stream ended and every call has its usage row
+        assert row.extra["streams"] == TINY.models_streams * TINY.models_stream_rounds
+    assert all(row.verdict in ("met", "missed") for row in rows if row.target is not None)

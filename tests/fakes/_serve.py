@@ -19,7 +19,9 @@ from starlette.types import ASGIApp
 @asynccontextmanager
 async def serve_loopback(app: ASGIApp) -> AsyncGenerator[str]:
     """Serve `app` on a free 127.0.0.1 port; yields its base URL (`http://127.0.0.1:<port>`)."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    # IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY on accepted connections only when the listening
+    # socket says TCP, and without it each answer waits out Nagle and a delayed ACK (~40 ms).
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]

@@ -665,3 +665,17 @@ async def test_mcphost_cancel_with_a_reason_ends_the_run_on_its_host_with_it(
             "cancel", run_id, "--reason", "x" * 501, "--config", str(config), cwd=tmp_path
         )
         assert (code, "--reason takes at most 500 printable characters." in err) == (EXIT_USAGE, True)
+
+
+async def test_closing_callbacks_run_before_the_end_is_recorded(host: Host) -> None:
+    seen: list[tuple[str, RunStatus, bool]] = []
+
+    async def closing(run_id: str) -> None:
+        run = await host.stores.runs.get(run_id)
+        seen.append((run_id, run.status, host.orchestrator.executing(run_id)))
+
+    host.orchestrator.on_run_closing.append(closing)
+    run = await run_event(host, message("hello", bot="echo"))
+    assert run.status is RunStatus.COMPLETED
+    # Still running in the store, and no longer executing here (the model proxy's grants stop at once).
+    assert seen == [(run.run_id, RunStatus.RUNNING, False)]

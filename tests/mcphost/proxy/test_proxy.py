@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import json
 import socket
+from collections.abc import Sequence
 
 import anyio
 import pytest
 
+from mcphost.errors import StorageUnavailableError
 from mcphost.llm import ModelConfig
 from mcphost.models import RunStatus
 from mcphost.stores import Stores
+from mcphost.stores.usage import FinishedCall
 from tests.fakes.anthropic import INPUT_TOKENS, OUTPUT_TOKENS, fake_anthropic
 from tests.fakes.openai import fake_openai
 from tests.fakes.openai_chat import Reply, serve_fake_chat
@@ -69,6 +72,7 @@ async def test_an_anthropic_call_passes_through_with_the_host_key_and_is_counted
         assert sent.body["messages"] == MESSAGES["messages"]
         assert sent.headers["x-api-key"] == HOST_KEY
         assert run.token not in json.dumps(sent.headers)
+        await served.proxy.settle(run.run_id)  # what the orchestrator does as a run closes
         [call] = await stores.usage.calls(run.run_id)
         assert (call.status, call.model_id, call.upstream_model) == ("ok", "sonnet", "claude-sonnet-4-5")
         assert (call.input_tokens, call.output_tokens, call.cached_tokens) == (INPUT_TOKENS, OUTPUT_TOKENS, 0)
@@ -101,6 +105,7 @@ async def test_an_anthropic_stream_is_relayed_event_by_event_with_its_usage(stor
         )
         assert text == "streamed words"
         assert upstream.requests[0].path == "/v1/messages"
+        await served.proxy.settle(run.run_id)  # what the orchestrator does as a run closes
         [call] = await stores.usage.calls(run.run_id)
         assert call.streamed
         assert call.status == "ok"
@@ -147,6 +152,7 @@ async def test_openai_chat_and_responses_streams_are_relayed_with_usage(stores: 
             assert json.loads(sse_events(answer.text)[-1][1])["type"] == "response.completed"
             listed = (await http.get(f"{served.openai(run)}/models")).json()
         assert [m["id"] for m in listed["data"]] == ["gpt", "small"]
+        await served.proxy.settle(run.run_id)  # what the orchestrator does as a run closes
         calls = await stores.usage.calls(run.run_id)
         assert [(c.model_id, c.status, c.input_tokens, c.output_tokens) for c in calls] == [
             ("small", "ok", 11, 2),
@@ -204,6 +210,7 @@ async def test_refusals_come_in_each_wire_format_s_own_error_shape(stores: Store
         assert "does not translate between wire formats" in other_wire.json()["error"]["message"]
         assert "resources.models" in cases[2][0].json()["error"]["message"]
         assert upstream.requests == []
+        await served.proxy.settle(run.run_id)  # what the orchestrator does as a run closes
         assert await stores.usage.calls(run.run_id) == []
 
 
@@ -322,3 +329,42 @@ async def test_a_model_the_upstream_refuses_is_answered_with_the_upstream_s_own_
     assert answer.json()["error"]["message"] == "bad tool schema"
     [call] = await stores.usage.calls(run.run_id)
     assert (call.status, call.http_status) == ("failed", 400)
+
+
+async def test_usage_rows_are_written_after_the_answer_yet_never_lost(
+    stores: Stores, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    record = stores.usage.record
+    refusals = 2
+
+    async def flaky(calls: Sequence[FinishedCall]) -> None:
+        nonlocal refusals
+        if refusals:
+            refusals -= 1
+            raise StorageUnavailableError("the database is away for a moment")
+        await record(calls)
+
+    monkeypatch.setattr(stores.usage, "record", flaky)
+    async with (
+        fake_anthropic(always(Text("hi"))) as upstream,
+        serve_proxy(stores, {"sonnet": claude(upstream.base_url)}) as served,
+    ):
+        run = await served.start_run(["sonnet"])
+        async with client(run.token) as http:
+            first = await http.post(
+                f"{served.anthropic(run)}/v1/messages", json={"model": "sonnet", **MESSAGES}
+            )
+            assert first.status_code == 200
+            # The run begins to close: its rows are in before settle returns, the refusals retried.
+            await served.proxy.settle(run.run_id)
+            assert refusals == 0
+            assert [c.status for c in await stores.usage.calls(run.run_id)] == ["ok"]
+            second = await http.post(
+                f"{served.anthropic(run)}/v1/messages", json={"model": "sonnet", **MESSAGES}
+            )
+            assert second.status_code == 200
+    # The host stopped right after the answer: the writer wrote the row on its way out.
+    calls = await stores.usage.calls(run.run_id)
+    assert [(c.status, c.input_tokens, c.output_tokens) for c in calls] == [
+        ("ok", INPUT_TOKENS, OUTPUT_TOKENS)
+    ] * 2
