@@ -194,6 +194,10 @@ async def sweep(stores: Stores, runs: ActiveRuns, host_id: str) -> list[str]:
             continue
         if active is not None and active.phase is RunPhase.UNFINISHED:
             runs.forget(active)
+        if not _ended_as(run, outcome):
+            # The read raced the run's own close: it ended (its way) between `active_on` and `finish`.
+            logger.debug("run %s ended on its own while the sweeper looked at it (%s)", run_id, run.status)
+            continue
         ended.append(run_id)
         logger.warning(
             "run %s had no executor on this host; the sweeper ended it %s%s",
@@ -206,6 +210,12 @@ async def sweep(stores: Stores, runs: ActiveRuns, host_id: str) -> list[str]:
         if active.run_id not in still_owned and active.phase is RunPhase.UNFINISHED:
             runs.forget(active)  # no longer active: ended by someone else meanwhile
     return ended
+
+
+def _ended_as(run: Run, outcome: RunOutcome) -> bool:
+    """The run ended with the outcome the sweeper wrote (`finish` keeps the first terminal status)."""
+    code = None if run.error is None else run.error.code
+    return run.status is outcome.status and code == (None if outcome.error is None else outcome.error.code)
 
 
 def _log_terminal_retry(run_id: str, state: RetryCallState) -> None:

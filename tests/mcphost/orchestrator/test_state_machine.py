@@ -256,6 +256,25 @@ async def test_storage_failing_at_the_close_leaves_the_end_to_the_sweeper(
     assert (await orchestrator.wait(run_id)).status is RunStatus.COMPLETED
 
 
+async def test_the_sweeper_does_not_claim_a_run_that_ended_while_it_looked(
+    orchestrator: Orchestrator,
+    stores: Stores,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    admission = await orchestrator.submit(message("ok", bot="fake"))
+    run_id = admission.run.run_id
+    assert (await _ended(orchestrator, run_id)).status is RunStatus.COMPLETED
+
+    async def stale(_host_id: str) -> list[str]:  # read before the run's close wrote its end
+        return [run_id]
+
+    monkeypatch.setattr(stores.runs, "active_on", stale)
+    assert await orchestrator.sweep() == []
+    assert "had no executor" not in caplog.text
+    assert (await stores.runs.get(run_id)).status is RunStatus.COMPLETED
+
+
 async def test_a_queued_run_waits_for_its_conversation_then_executes(
     orchestrator: Orchestrator, fake: FakeExecutor
 ) -> None:
