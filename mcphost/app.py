@@ -54,6 +54,7 @@ from mcphost.orchestrator import Orchestrator
 from mcphost.plugins.process import PluginProcess, PluginSpec, PluginSupervisor
 from mcphost.plugins.registry import RunnerRegistry
 from mcphost.proxy import ModelProxy
+from mcphost.proxy.calls import ModelCalls
 from mcphost.recording import ReplayBook
 from mcphost.retention import DAY_S, Collector, run_collector
 from mcphost.runtimes.remote import RemoteRuns
@@ -179,24 +180,24 @@ async def open_host(
         gateway = Gateway.from_settings(settings, stores)
         knowledge = KnowledgeBases.from_settings(stores.db, settings)
         guard = HttpGuard.from_settings(settings)
-        facts = FactsServer(
-            stores,
-            context_provider=orchestrator.context,
-            host_tools=gateway,
-            knowledge=knowledge,
-            guard=guard,
-            on_call=metrics.mcp_call,
-            replay=replay,
-            park=orchestrator.park,
-            warm=warm,
-        )
-
         models = ModelProxy(
             stores,
             settings.models,
             budgets={a.id: ModelBudget.model_validate(a.budget.model_dump()) for a in settings.agents},
             guard=guard,
             on_call=metrics.model_call,
+        )
+        facts = FactsServer(
+            stores,
+            context_provider=orchestrator.context,
+            host_tools=gateway,
+            knowledge=knowledge,
+            models=ModelCalls(models, settings.models),
+            guard=guard,
+            on_call=metrics.mcp_call,
+            replay=replay,
+            park=orchestrator.park,
+            warm=warm,
         )
 
         async def end_run(run_id: str, _run: Run | None) -> None:

@@ -45,7 +45,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 from starlette.types import Receive, Scope, Send
 
-from mcphost.errors import BudgetExceededError, RunNotFoundError, StorageUnavailableError
+from mcphost.errors import BudgetExceededError, RunNotFoundError, StorageUnavailableError, UnavailableError
 from mcphost.grants import refusal, token_matches
 from mcphost.guard import HttpGuard, declare_access
 from mcphost.llm import ModelConfig, ModelFacts, WireFormat, fallback_chain, model_facts
@@ -499,6 +499,87 @@ class ModelProxy:
                 (last.input_tokens, last.output_tokens, last.cached_tokens),
                 last.cost_usd,
             )
+
+    @asynccontextmanager
+    async def opened(
+        self, api: Api, run_id: str, grant: RunGrant, model_id: str, body: JSONObject
+    ) -> AsyncGenerator[OpenCall]:
+        """One call of a granted host model for the MCP model tools (`mcphost.proxy.calls`), through the
+        same budget reservation, fallback chain and usage rows as the wire endpoints: reserve, open the
+        first model of the chain that answers, hand its open answer to the caller to read, then record
+        every attempt with the usage the caller set. The caller bounds the whole call (the run's deadline).
+
+        Raises:
+            BudgetExceededError: a budget has no room for the call (nothing was sent upstream).
+            UpstreamFailedError: every model of the chain failed.
+        """
+        client = self._client
+        if client is None:
+            raise UnavailableError("the host's model endpoints are not running")
+        entry = self._models[model_id]
+        tokens, usd = self._reservation(model_id, body, len(json.dumps(body)))
+        start = CallStart(
+            run_id=run_id,
+            agent_id=grant.layers.agent_id if grant.layers is not None else (grant.binding_id or ""),
+            actor_id=grant.actor_id,
+            conversation_id=grant.conversation_id,
+            model_id=model_id,
+            upstream_model=entry.model,
+            kind=entry.kind,
+            api=api,
+            streamed=body.get("stream") is True,
+            reserved_tokens=tokens,
+            reserved_usd=usd,
+        )
+        call_id = await self._stores.usage.reserve(start, self._budgets.get(start.agent_id, ModelBudget()))
+        call = _Call(run_id, grant, api, model_id, body, start.streamed, call_id, time.monotonic())
+        chain = [(m, self._models[m]) for m in fallback_chain(self._models, model_id)]
+        attempts: list[Attempt] = []
+        found: OpenCall | None = None
+        try:
+            attempts, response = await open_first(client, chain, api, body, "", {})
+            found = OpenCall(response, attempts)
+            try:
+                yield found
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await response.aclose()
+        except UpstreamFailedError as failed:
+            attempts = failed.attempts
+            raise
+        except anyio.get_cancelled_exc_class():
+            ended = "the call was cancelled or the run's deadline passed before the model answered"
+            if found is not None:
+                found.fail(ended, "timeout")
+            else:
+                attempts = [Attempt(model_id, entry.model, 1, status="failed", error=ended)]
+            raise
+        finally:
+            if (
+                not attempts
+            ):  # open_first raised what it does not catch: still one row, not a held reservation
+                attempts = [Attempt(model_id, entry.model, 1, status="failed", error="the call failed")]
+            with anyio.CancelScope(shield=True):
+                await self._finish(
+                    call, attempts, found.usage if found else None, found.first if found else None
+                )
+
+
+@dataclass
+class OpenCall:
+    """A host model call opened for the MCP model tools (`ModelProxy.opened`): the answer of the model of
+    the chain that answered, still unread, and what the reader found."""
+
+    response: httpx2.Response
+    attempts: list[Attempt]
+    usage: Usage | None = None
+    first: float | None = None
+    """When the first streamed byte arrived (`time.monotonic()`), for the time to first token."""
+
+    def fail(self, message: str, kind: ErrorKind = "upstream") -> None:
+        """Record the answer as unusable: the last attempt failed with `message`."""
+        last = self.attempts[-1]
+        last.status, last.error, last.error_kind = "failed", message, kind
 
 
 class _Asgi:
