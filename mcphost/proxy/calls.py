@@ -80,13 +80,15 @@ class ModelCalls:
 
     def listed(self, grant: RunGrant) -> ModelsList:
         """The host models the run may call, and how."""
-        calls = sorted(grant.model_calls)
+
+        def calls(
+            info: HostModelInfo,
+        ) -> list[str]:  # a chat model is invoked or streamed, a rerank model reranks
+            return [c for c in sorted(grant.model_calls) if (c == "rerank") == (info.kind == "rerank")]
+
+        infos = [self._infos[m] for m in sorted(grant.models) if m in self._infos]
         return ModelsList(
-            models=[
-                HostModelInfo.model_validate({**self._infos[m].model_dump(), "calls": calls})
-                for m in sorted(grant.models)
-                if m in self._infos
-            ]
+            models=[HostModelInfo.model_validate({**i.model_dump(), "calls": calls(i)}) for i in infos]
         )
 
     def _entry(self, grant: RunGrant, model_id: str, how: str, kind: ModelKind) -> ModelConfig:

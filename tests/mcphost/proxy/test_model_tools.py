@@ -398,9 +398,14 @@ async def test_models_rerank_scores_documents_on_the_rerank_wire(stores: Stores)
             {"ranker": chat(upstream.base_url, "rr-1", kind="rerank"), "small": chat(upstream.base_url)},
         ) as host,
     ):
-        run = await host.start_run(["ranker", "small"], calls=["rerank"])
+        run = await host.start_run(["ranker", "small"], calls=["rerank", "invoke"])
         documents = ["apple pie recipe", "car repair", "pie crust tips"]
         async with connect(host.served, run) as client:
+            listed = ModelsList.model_validate(await ok(client, "models_list"))
+            assert [(m.model_id, m.kind, m.calls) for m in listed.models] == [
+                ("ranker", "rerank", ["rerank"]),
+                ("small", "chat", ["invoke"]),
+            ]
             answer = RerankAnswer.model_validate(
                 await ok(
                     client,
