@@ -430,3 +430,56 @@ async def test_models_rerank_scores_documents_on_the_rerank_wire(stores: Stores)
         assert "chat model" in wrong_kind["message"]
         [row] = await stores.usage.calls(run.run_id)
         assert (row.api, row.kind, row.status, row.input_tokens) == ("rerank", "rerank", "ok", 10)
+
+
+async def test_streamed_tool_calls_are_assembled_from_both_wires(stores: Stores) -> None:
+    async with (
+        serve_fake_chat() as upstream,
+        fake_anthropic(always(ToolCall("lookup", {"q": "pie", "n": 2}))) as anthropic_upstream,
+        serve_models(
+            stores, {"small": chat(upstream.base_url), "sonnet": claude(anthropic_upstream.base_url)}
+        ) as host,
+    ):
+        upstream.script(
+            "m1",
+            Reply(content="checking", tool_calls=(FakeToolCall("lookup", {"q": "tart", "n": 3}, id="c1"),)),
+        )
+        run = await host.start_run(["small", "sonnet"], calls=["stream"])
+        deltas: list[str | None] = []
+
+        async def progress(progress: float, total: float | None, message: str | None) -> None:
+            deltas.append(message)
+
+        request = {**HI, "tools": [{"name": "lookup"}]}
+        async with connect(host.served, run, mode=MODERN) as client:
+            from_chat = await client.call_tool(
+                "models_invoke", {"model": "small", **request}, progress_callback=progress
+            )
+            from_anthropic = await client.call_tool(
+                "models_invoke", {"model": "sonnet", **request}, progress_callback=progress
+            )
+        chat_answer = ModelInvocation.model_validate(from_chat.structured_content)
+        anthropic_answer = ModelInvocation.model_validate(from_anthropic.structured_content)
+        assert [p.model_dump() for p in chat_answer.message.content] == [
+            {"type": "text", "text": "checking"},
+            {"type": "tool_call", "id": "c1", "name": "lookup", "arguments": {"q": "tart", "n": 3}},
+        ]
+        assert chat_answer.stop_reason == "tool_use"
+        [call] = anthropic_answer.message.content
+        assert call.model_dump(exclude={"id"}) == {
+            "type": "tool_call",
+            "name": "lookup",
+            "arguments": {"q": "pie", "n": 2},
+        }
+        assert anthropic_answer.stop_reason == "tool_use"
+        assert (anthropic_answer.usage.input_tokens, anthropic_answer.usage.output_tokens) == (
+            INPUT_TOKENS,
+            OUTPUT_TOKENS,
+        )
+        assert deltas == ["checking"]
+        assert anthropic_upstream.requests[0].body["stream"] is True
+        rows = await stores.usage.calls(run.run_id)
+        assert [(r.api, r.streamed, r.status) for r in rows] == [
+            ("chat", True, "ok"),
+            ("anthropic", True, "ok"),
+        ]
