@@ -56,6 +56,7 @@ from mcphost.orchestrator import Orchestrator
 from mcphost.plugins.process import PluginProcess, PluginSpec, PluginSupervisor
 from mcphost.plugins.registry import RunnerRegistry
 from mcphost.proxy import ModelProxy
+from mcphost.proxy.calls import ModelCalls
 from mcphost.recording import ReplayBook
 from mcphost.retention import DAY_S, Collector, run_collector
 from mcphost.runtimes.remote import RemoteRuns
@@ -181,18 +182,6 @@ async def open_host(
         gateway = Gateway.from_settings(settings, stores)
         knowledge = KnowledgeBases.from_settings(stores.db, settings)
         guard = HttpGuard.from_settings(settings)
-        facts = FactsServer(
-            stores,
-            context_provider=orchestrator.context,
-            host_tools=gateway,
-            knowledge=knowledge,
-            guard=guard,
-            on_call=metrics.mcp_call,
-            replay=replay,
-            park=orchestrator.park,
-            warm=warm,
-        )
-
         models = ModelProxy(
             stores,
             settings.models,
@@ -201,6 +190,18 @@ async def open_host(
             on_call=metrics.model_call,
             replay=replay,
             executing=orchestrator.executing,
+        )
+        facts = FactsServer(
+            stores,
+            context_provider=orchestrator.context,
+            host_tools=gateway,
+            knowledge=knowledge,
+            models=ModelCalls(models, settings.models),
+            guard=guard,
+            on_call=metrics.mcp_call,
+            replay=replay,
+            park=orchestrator.park,
+            warm=warm,
         )
 
         async def end_run(run_id: str, _run: Run | None) -> None:

@@ -24,6 +24,7 @@ HostError                          code            HTTP
 ├── StorageFullError               storage_full    507 (the disk under data_dir or the database is full)
 ├── StorageIntegrityError          runtime_error   500 (a blob that does not match its SHA-256)
 ├── PluginError                    runner.crashed  502 (a plugin process that died or broke protocol)
+├── ModelCallError                 runtime_error   502 (a host model's chain failed or answered garbage)
 └── gateway.upstream.UpstreamError runtime_error   500 (an upstream tool server unreachable or unusable)
 ```
 
@@ -205,6 +206,15 @@ class PluginError(HostError):
     """Raised when a plugin process died, broke the protocol or could not start."""
 
     code = "runner.crashed"
+    status = 502
+
+
+class ModelCallError(HostError):
+    """Raised when a host model call of the MCP model tools found no usable answer: every model of its
+    fallback chain failed (429, 5xx, unreachable) or the one that answered sent something that is not
+    an answer. `details` names the model and each attempt."""
+
+    code = "runtime_error"
     status = 502
 
 

@@ -13,6 +13,10 @@ Invariants: the cut is computed once per run, here; every later check (the MCP e
 from the grant's own sets, the same ones the MCP server enforces; the layers kept with the grant
 (`RunGrant.layers`) only name the reason, and only what the run's own agent and runner declare. Tokens
 are 256-bit random values; only their SHA-256 is stored, and they are compared in constant time.
+
+Size: past 600 lines because building a grant and explaining each of its refusals by layer are one
+table read two ways (permissions → tools, models, state, storage, knowledge, actions): split apart, the
+two halves would each restate that table.
 """
 
 from __future__ import annotations
@@ -53,8 +57,16 @@ FACTS_TOOLS_BY_PERMISSION: Mapping[tuple[str, str], tuple[str, ...]] = {
 
 STORAGE_TOOLS: tuple[str, ...] = ("storage_get", "storage_set", "storage_delete", "storage_list")
 ALWAYS_TOOLS: tuple[str, ...] = ("run_context",)
+MODEL_TOOLS_BY_CALL: Mapping[str, tuple[str, ...]] = {
+    "invoke": ("models_list", "models_invoke"),
+    "stream": ("models_list", "models_invoke"),
+    "rerank": ("models_list", "models_rerank"),
+}
+"""Which model tools each way of calling a model (`permissions.models`) unlocks, for a run granted at
+least one host model; `models_invoke` streams when the client asks and `stream` is granted."""
 ALL_FACTS_TOOLS: frozenset[str] = frozenset(
     [t for tools in FACTS_TOOLS_BY_PERMISSION.values() for t in tools]
+    + [t for tools in MODEL_TOOLS_BY_CALL.values() for t in tools]
     + list(STORAGE_TOOLS)
     + list(ALWAYS_TOOLS)
 )
@@ -153,6 +165,9 @@ def build_grant(
     storage_areas = frozenset(perms.storage) & frozenset(agent.storage.areas)
     if storage_areas:
         tools.update(STORAGE_TOOLS)
+    if perms.models and agent.resources.models:
+        for how in perms.models:
+            tools.update(MODEL_TOOLS_BY_CALL[how])
 
     state_scopes = frozenset(agent.state.scopes)
     state_read = state_scopes if "read" in granted["state"] else frozenset[str]()
@@ -377,6 +392,8 @@ def _facts_tool_layers(layers: GrantLayers | None, name: str) -> _Removed:
         return None
     if name in STORAGE_TOOLS:
         return _storage_layers(layers, None)
+    if name.startswith("models_"):
+        return _model_tool_layers(layers, name)
     area, perm = next(key for key, names in FACTS_TOOLS_BY_PERMISSION.items() if name in names)
     declared: list[str] = getattr(layers.manifest, area)
     if perm not in declared:
@@ -534,6 +551,21 @@ def _model_layers(layers: GrantLayers | None, model_id: str, how: str | None) ->
         "agent",
         f"resources.models of {_agent(layers)} does not include {model_id[:100]!r}",
         f"add {model_id[:100]!r} to resources.models in {_entry(layers)} (a [models.{model_id[:64]}] table)",
+    )
+
+
+def _model_tool_layers(layers: GrantLayers, name: str) -> _Removed:
+    unlocking = [how for how, names in MODEL_TOOLS_BY_CALL.items() if name in names]
+    if not set(unlocking) & set(layers.manifest.models):
+        return (
+            "manifest",
+            f"{_runner(layers)} declares none of {', '.join(map(repr, unlocking))} in permissions.models",
+            f"add {unlocking[0]!r} to permissions.models in {_runner(layers)} (its author's change)",
+        )
+    return (
+        "agent",
+        f"{_agent(layers)} lists no resources.models",
+        f"add a host model id to resources.models in {_entry(layers)} (a [models.<id>] table)",
     )
 
 

@@ -28,13 +28,17 @@ Invariants:
 - The `mcp` SDK and `httpx2` are imported when the first connection opens, not with this module: every
   plugin imports the runner SDK, and a runner that never calls the run API (echo) should not pay a
   second of start-up for them.
+
+Size: past 600 lines because `RunAPI` has one typed method per tool of the run's MCP server (21, each
+the tool's arguments in Python and its answer model), over the one connection and error mapping above;
+the methods are the SDK's surface, and split across modules they would only be re-joined here.
 """
 
 from __future__ import annotations
 
 import base64
 import logging
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from types import TracebackType
 from typing import TYPE_CHECKING, TypeVar, cast
 
@@ -73,10 +77,18 @@ from mcphost.protocol.facts import (
     StorageWritten,
     TranscriptRole,
 )
+from mcphost.protocol.inference import (
+    ModelInvocation,
+    ModelMessage,
+    ModelsList,
+    ModelTool,
+    RerankAnswer,
+)
 
 if TYPE_CHECKING:
     import mcp_types as types
     from mcp import Client
+    from mcp.shared.dispatcher import ProgressFnT
     from mcp.shared.exceptions import MCPError
 
 logger = logging.getLogger("mcphost_runners.sdk")
@@ -483,10 +495,70 @@ class RunAPI:
         args = _without_none(kb_id=kb_id, query=query, top_k=top_k, filters=filters)
         return (await self._typed("knowledge_retrieve", args, KnowledgeHits)).chunks
 
+    async def models_list(self) -> ModelsList:
+        """The host models this run may call (`[models.<id>]` ids its grant allows), and how."""
+        return await self._typed("models_list", {}, ModelsList)
+
+    async def models_invoke(
+        self,
+        model: str,
+        messages: list[ModelMessage] | list[JSONObject],
+        *,
+        system: str | None = None,
+        tools: list[ModelTool] | list[JSONObject] | None = None,
+        tool_choice: str | None = None,
+        max_tokens: int = 1024,
+        temperature: float | None = None,
+        top_p: float | None = None,
+        stop: list[str] | None = None,
+        on_text: Callable[[str], Awaitable[None]] | None = None,
+    ) -> ModelInvocation:
+        """Ask host model `model` for its next message (the host holds the key and counts the tokens).
+
+        With `on_text`, the answer is streamed (when the grant allows `stream`): each text delta is passed
+        to it as it arrives, and the whole answer is returned at the end. A spent budget raises
+        `RunAPIError` with code `budget_exceeded` (`details["budget"]` names the key).
+        """
+        args = _without_none(
+            model=model,
+            messages=[_json(m) for m in messages],
+            system=system,
+            tools=[_json(t) for t in tools] if tools else None,
+            tool_choice=tool_choice,
+            max_tokens=max_tokens,
+            temperature=temperature,
+            top_p=top_p,
+            stop=stop,
+        )
+        deltas: ProgressFnT | None = None
+        if on_text is not None:
+            sink = on_text
+
+            async def forward(progress: float, total: float | None, message: str | None) -> None:
+                if message:
+                    await sink(message)
+
+            deltas = forward
+        return await self._typed("models_invoke", args, ModelInvocation, progress=deltas)
+
+    async def models_rerank(
+        self, model: str, query: str, documents: list[str], *, top_k: int | None = None
+    ) -> RerankAnswer:
+        """`documents` scored by relevance to `query` with host rerank model `model`, best first."""
+        args = _without_none(model=model, query=query, documents=documents, top_k=top_k)
+        return await self._typed("models_rerank", args, RerankAnswer)
+
     # -- plumbing ------------------------------------------------------------------------------------
 
-    async def _typed(self, tool: str, arguments: JSONObject, model: type[ModelT]) -> ModelT:
-        result = await self._call(tool, arguments)
+    async def _typed(
+        self,
+        tool: str,
+        arguments: JSONObject,
+        model: type[ModelT],
+        *,
+        progress: ProgressFnT | None = None,
+    ) -> ModelT:
+        result = await self._call(tool, arguments, progress=progress)
         try:
             return model.model_validate(result.structured_content)
         except ValidationError as exc:
@@ -496,9 +568,18 @@ class RunAPI:
                 tool=tool,
             ) from None
 
-    async def _call(self, tool: str, arguments: JSONObject) -> types.CallToolResult:
+    async def _call(
+        self,
+        tool: str,
+        arguments: JSONObject,
+        *,
+        progress: ProgressFnT | None = None,
+    ) -> types.CallToolResult:
         client = await self._connected_client()
-        result = await self._guard(tool, client.call_tool(tool, arguments, meta=self._request_meta()))
+        result = await self._guard(
+            tool,
+            client.call_tool(tool, arguments, meta=self._request_meta(), progress_callback=progress),
+        )
         if result.is_error:
             raise _tool_failure(tool, result)
         return result
@@ -531,6 +612,10 @@ class RunAPI:
                 retryable=True,
                 tool=what,
             ) from None
+
+
+def _json(value: BaseModel | JSONObject) -> JSONObject:
+    return value.model_dump(mode="json", exclude_none=True) if isinstance(value, BaseModel) else value
 
 
 def _without_none(**arguments: JSONValue) -> JSONObject:

@@ -434,10 +434,15 @@ def build_parser() -> argparse.ArgumentParser:
     config_sub = p.add_subparsers(dest="config_command", metavar="ACTION", required=True)
     c = config_sub.add_parser(
         "check",
-        help="validate the config, its runners, plugins, CLIs, tool servers and database",
-        description="Check the config: it loads; every agent's runner is provided by a configured plugin; every plugin's program exists; the harness CLIs the agents need are installed; every upstream tool server answers; the database opens. One line per check (ok, warn, fail); exits 1 when a check failed, 2 when the config does not load.",
+        help="validate the config, its runners, plugins, CLIs, tool servers, models and database",
+        description="Check the config: it loads; every agent's runner is provided by a configured plugin; every plugin's program exists; the harness CLIs the agents need are installed; every upstream tool server answers; every [models.<id>] answers a 1-token request (with the host's key; --skip-models to spend nothing); the database opens. One line per check (ok, warn, fail); exits 1 when a check failed, 2 when the config does not load.",
     )
     _add_tools_timeout(c)
+    c.add_argument(
+        "--skip-models",
+        action="store_true",
+        help="do not call the [models] (each check call costs one token)",
+    )
     _add_common(c)
 
     p = sub.add_parser(

@@ -3,7 +3,8 @@
 Owns the commented `mcphost.toml` that `init` writes (every key it sets is a default, so the file loads
 and changes nothing until edited) and the checks of `config check`: the config loads, every agent's
 runner is one the configured plugins provide, every plugin's program exists, the harness CLIs the agents
-need are installed, every upstream tool server answers, the database opens. Does not own validating the
+need are installed, every upstream tool server answers, every host model answers a 1-token request
+(unless `--skip-models`), the database opens. Does not own validating the
 config (`mcphost.config`), the runner listing (`_runners`) nor connecting upstreams (`mcphost.gateway`).
 
 Invariants: `init` never overwrites a file unless `--force`; `config check` prints one line (or one
@@ -104,13 +105,17 @@ def cmd_init(args: argparse.Namespace) -> int:
 class Check:
     check: str
     status: str
-    """`ok`, `warn` (cannot be told without starting something) or `fail`."""
+    """`ok`, `warn` (cannot be told without starting something, or not checked) or `fail`."""
     detail: str
+    http_status: int | None = None
+    """A model check's: the upstream's answer."""
+    latency_ms: float | None = None
+    """A model check's: how long its answer took."""
 
 
 def _show(check: Check, *, as_json: bool) -> None:
     if as_json:
-        dump(asdict(check))
+        dump({k: v for k, v in asdict(check).items() if v is not None})
     else:
         print(f"{check.status:<4}  {check.check:<24} {check.detail}", flush=True)
 
@@ -178,6 +183,19 @@ async def _checks(args: argparse.Namespace, settings_source: str | None) -> list
                     f"{len(server.tools)} tools" if ready else f"{server.state.value}: {server.last_error}",
                 )
             )
+
+    if settings.models and args.skip_models:
+        add(Check("models", "warn", f"{len(settings.models)} models not called (--skip-models)"))
+    elif settings.models:
+        import httpx2
+
+        from mcphost.llm.probe import probe_model
+
+        async with httpx2.AsyncClient(follow_redirects=False, trust_env=False) as client:
+            for model_id, entry in settings.models.items():
+                found = await probe_model(client, model_id, entry, timeout_s=args.timeout)
+                status = "warn" if found.status == "skipped" else found.status
+                add(Check(f"model {model_id}", status, found.detail, found.http_status, found.latency_ms))
 
     from mcphost.cli._runs import redact
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from mcphost.facts.providers import KnowledgeRetriever, RunParker
+from mcphost.facts.providers import KnowledgeRetriever, ModelCaller, RunParker
 from mcphost.models import RunGrant
 from mcphost.protocol import AgentRunContext, MediaContent
 from mcphost.stores import ArtifactRecord, Stores
@@ -32,6 +32,9 @@ class Call:
     knowledge: KnowledgeRetriever | None = None
     park: RunParker | None = None
     """Parks the run (a run whose runner parks, `grant.parks`); None on hosts without an orchestrator."""
+    models: ModelCaller | None = None
+    progress: Callable[[str], Awaitable[None]] | None = None
+    """Sends a progress notification with this message: set when the client asked for progress."""
     _context: AgentRunContext | None = field(default=None, repr=False)
 
     async def context(self) -> AgentRunContext:

@@ -66,6 +66,7 @@ from mcphost.facts.providers import (
     ContextProvider,
     HostToolProvider,
     KnowledgeRetriever,
+    ModelCaller,
     ReplayAnswers,
     RunParker,
 )
@@ -73,6 +74,7 @@ from mcphost.grants import allows_host_tool, refusal
 from mcphost.models import RunGrant
 from mcphost.protocol import (
     MAX_JSON_DEPTH,
+    STRICT_CONTEXT,
     JSONObject,
     JSONValue,
     is_error_code,
@@ -205,6 +207,7 @@ class FactsDispatch:
         context_provider: ContextProvider | None = None,
         host_tools: HostToolProvider | None = None,
         knowledge: KnowledgeRetriever | None = None,
+        models: ModelCaller | None = None,
         on_call: Callable[[str, str], None] | None = None,
         replay: ReplayAnswers | None = None,
         park: RunParker | None = None,
@@ -218,6 +221,7 @@ class FactsDispatch:
         self._context_provider = context_provider
         self._host_tools = host_tools
         self._knowledge = knowledge
+        self._models = models
         self._inflight = _InFlight()
         self.audit = AuditWriter(stores.audit, timeout_s=AUDIT_WRITE_TIMEOUT_S)
         """Group-committing audit writer; `FactsServer.running()` runs its task."""
@@ -269,6 +273,7 @@ class FactsDispatch:
             stores=self._stores,
             load_context=lambda: load_context(self._stores, grant, self._context_provider),
             knowledge=self._knowledge,
+            models=self._models,
             park=self._park,
         )
 
@@ -479,11 +484,12 @@ class FactsDispatch:
     ) -> types.CallToolResult:
         access = _access_of(ctx)
         arguments: dict[str, Any] = params.arguments or {}
+        progress = _progress_sink(ctx, params.meta)
         outcome = await self._execute(
             access,
             params.name,
             arguments,
-            lambda call: self._invoke(call, params.name, arguments),
+            lambda call: self._invoke(call, params.name, arguments, progress),
             types.CallToolResult,
             request=ctx,
             meta=params.meta,
@@ -493,7 +499,11 @@ class FactsDispatch:
         return outcome[0]
 
     async def _invoke(
-        self, call: Call, name: str, arguments: dict[str, Any]
+        self,
+        call: Call,
+        name: str,
+        arguments: dict[str, Any],
+        progress: Callable[[str], Awaitable[None]] | None = None,
     ) -> tuple[types.CallToolResult, int]:
         spec = FACTS_TOOLS.get(name)
         if spec is None:
@@ -511,10 +521,13 @@ class FactsDispatch:
                 details={"errors": [{"field": field, "message": problem.reason}]},
             )
         try:
-            args = spec.args.model_validate(arguments)
+            # Under STRICT_CONTEXT the protocol's argument models (the model tools') refuse unknown fields
+            # at every level, as the facts tools' own models do.
+            args = spec.args.model_validate(arguments, context=STRICT_CONTEXT)
         except ValidationError as error:
             raise _arguments_error(error) from None
         await await_approval(call, name, arguments)
+        call.progress = progress
         answer = await spec.handler(call, args)
         if not isinstance(answer, spec.answer):  # a programming error; answered as runtime_error
             raise AssertionError(f"{name} answered {type(answer).__name__}, not {spec.answer.__name__}")
@@ -629,6 +642,26 @@ class FactsDispatch:
         if isinstance(outcome, ToolCallError):
             raise _rpc_error(outcome)
         return outcome[0]
+
+
+def _progress_sink(
+    ctx: ServerRequestContext[Any, Any], meta: object
+) -> Callable[[str], Awaitable[None]] | None:
+    """Sends each message as the next progress notification of the request, when its `_meta` asks for
+    progress (a progress token); None otherwise."""
+    if not isinstance(meta, Mapping):
+        return None
+    found = cast("Mapping[str, object]", meta)
+    if found.get("progress_token") is None and found.get("progressToken") is None:
+        return None
+    sent = 0
+
+    async def send(message: str) -> None:
+        nonlocal sent
+        sent += 1
+        await ctx.session.report_progress(sent, None, message)
+
+    return send
 
 
 def _replayed(

@@ -20,8 +20,9 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 import mcp_types as types
+from pydantic import BaseModel
 
-from mcphost.facts import _artifacts, _history, _keyed, _run
+from mcphost.facts import _artifacts, _history, _keyed, _models, _run
 from mcphost.facts._args import (
     ArtifactArgs,
     ArtifactsCreateArgs,
@@ -38,15 +39,16 @@ from mcphost.facts._args import (
     StorageKeyArgs,
     StorageListArgs,
     StorageSetArgs,
-    ToolArgs,
 )
 from mcphost.facts._call import Call
 from mcphost.grants import ALL_FACTS_TOOLS
 from mcphost.models import RunGrant
 from mcphost.protocol import JSONObject, ProtocolModel
 from mcphost.protocol.facts import FACTS_ANSWERS, FACTS_TOOL_NAMES, FactsToolName, answer_schema
+from mcphost.protocol.inference import ModelsInvokeArgs, ModelsListArgs, ModelsRerankArgs
 
-ArgsT = TypeVar("ArgsT", bound=ToolArgs)
+ArgsT = TypeVar("ArgsT", bound=BaseModel)
+"""The facts tools' own `ToolArgs`, or the protocol's argument models of the model tools."""
 
 
 @dataclass(frozen=True)
@@ -205,6 +207,31 @@ _SPECS: list[ToolSpec[Any]] = [
         "Retrieve the passages of a knowledge base that best match a query.",
         KnowledgeRetrieveArgs,
         _run.knowledge_retrieve,
+    ),
+    ToolSpec(
+        "models_list",
+        "The host models this run may call: id, kind (chat, rerank, embedding), context window, whether "
+        "it takes tools and images, and how the run may call it (invoke, stream, rerank).",
+        ModelsListArgs,
+        _models.models_list,
+    ),
+    ToolSpec(
+        "models_invoke",
+        "Ask a host chat model for its next message: messages (text, images, tool calls and results), an "
+        "optional system prompt, tools, max_tokens, temperature, stop. Answers the assistant message with "
+        "its tool calls, stop_reason, usage and the model that answered (a fallback may answer). With a "
+        "progress token, text arrives as progress notifications first. Every call counts against the "
+        "agent's model budgets (budget_exceeded names the spent one).",
+        ModelsInvokeArgs,
+        _models.models_invoke,
+        read_only=False,
+    ),
+    ToolSpec(
+        "models_rerank",
+        "Score documents by relevance to a query with a host rerank model; best first, optionally only "
+        "the top_k.",
+        ModelsRerankArgs,
+        _models.models_rerank,
     ),
 ]
 

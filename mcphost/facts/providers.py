@@ -1,9 +1,10 @@
-"""The seams the host plugs into the facts server: run contexts, host tools, knowledge retrieval and
-the recorded answers of a replay.
+"""The seams the host plugs into the facts server: run contexts, host tools, knowledge retrieval, host
+model calls and the recorded answers of a replay.
 
-Owns four small contracts and nothing behind them. The facts server works without any of them: without
+Owns five small contracts and nothing behind them. The facts server works without any of them: without
 a `ContextProvider` it rebuilds what it can of a run's context from the stores; without a
-`HostToolProvider` no `<server>__<tool>` tools exist; without a `KnowledgeRetriever` every granted
+`HostToolProvider` no `<server>__<tool>` tools exist; without a `ModelCaller` `models_list` lists nothing
+and the other model tools answer `not_found`; without a `KnowledgeRetriever` every granted
 knowledge base answers `not_found` ("no index yet").
 
 Invariants every implementation must keep:
@@ -27,6 +28,13 @@ import mcp_types as types
 from mcphost.models import RunGrant
 from mcphost.protocol import AgentRunContext, JSONObject
 from mcphost.protocol.facts import KnowledgeChunk
+from mcphost.protocol.inference import (
+    ModelInvocation,
+    ModelsInvokeArgs,
+    ModelsList,
+    ModelsRerankArgs,
+    RerankAnswer,
+)
 
 ContextProvider = Callable[[str], Awaitable[AgentRunContext | None]]
 """`run_id` → the context the run was started with (token included; the facts server removes it), or
@@ -61,6 +69,28 @@ class KnowledgeRetriever(Protocol):
             NotFoundError: the knowledge base has no index (yet).
             InvalidArgumentError: `filters` the retriever does not understand.
         """
+        ...
+
+
+class ModelCaller(Protocol):
+    """The host's models, called for a run through its grant (`mcphost.proxy.calls.ModelCalls`)."""
+
+    def listed(self, grant: RunGrant) -> ModelsList:
+        """The host models the run may call."""
+        ...
+
+    async def invoke(
+        self,
+        run_id: str,
+        grant: RunGrant,
+        args: ModelsInvokeArgs,
+        on_text: Callable[[str], Awaitable[None]] | None,
+    ) -> ModelInvocation:
+        """One chat call; with `on_text`, streamed, each text delta passed to it as it arrives."""
+        ...
+
+    async def rerank(self, run_id: str, grant: RunGrant, args: ModelsRerankArgs) -> RerankAnswer:
+        """Documents scored by a rerank model, best first."""
         ...
 
 

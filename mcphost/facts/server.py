@@ -77,6 +77,7 @@ from mcphost.facts.providers import (
     ContextProvider,
     HostToolProvider,
     KnowledgeRetriever,
+    ModelCaller,
     ReplayAnswers,
     RunParker,
 )
@@ -156,6 +157,7 @@ class FactsServer:
         context_provider: ContextProvider | None = None,
         host_tools: HostToolProvider | None = None,
         knowledge: KnowledgeRetriever | None = None,
+        models: ModelCaller | None = None,
         guard: HttpGuard | None = None,
         on_call: Callable[[str, str], None] | None = None,
         grant_ttl_s: float = 2.0,
@@ -173,6 +175,8 @@ class FactsServer:
             context_provider: returns the context a run was started with (see `providers`).
             host_tools: upstream tools exposed as `<server>__<tool>`; none without it.
             knowledge: knowledge retrieval; without it `knowledge_retrieve` answers `not_found`.
+            models: the host's models (`proxy.calls.ModelCalls`); without it `models_list` lists none and
+                `models_invoke` / `models_rerank` answer `not_found`.
             guard: the host's Host/Origin policy, shared with `/v1` (default: loopback names and
                 origins only).
             on_call: called with (tool, outcome) for every audited call, as its audit row is written
@@ -199,6 +203,7 @@ class FactsServer:
             context_provider=context_provider,
             host_tools=host_tools,
             knowledge=knowledge,
+            models=models,
             on_call=on_call,
             replay=replay,
             park=park,

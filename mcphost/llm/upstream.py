@@ -41,6 +41,7 @@ _PATHS: Mapping[Api, str] = {
     "anthropic": "/v1/messages",
     "chat": "/chat/completions",
     "responses": "/responses",
+    "rerank": "/rerank",
 }
 
 AttemptStatus = Literal["ok", "failed"]

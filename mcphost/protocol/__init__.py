@@ -2,7 +2,8 @@
 
 Pure: imports nothing else from mcphost. Runners import this package and nothing else of the host.
 `json_schemas()` exports every model as JSON Schema for runners written in other languages, including the
-answer of every per-run MCP tool (`facts.py`, written as `<tool>_answer`).
+answer of every per-run MCP tool (`facts.py`, written as `<tool>_answer`) and the arguments of the model
+tools (`inference.py`, `models_invoke_args`, `models_rerank_args`).
 """
 
 from __future__ import annotations
@@ -66,6 +67,7 @@ from mcphost.protocol.context import (
     WarmSessionAccess,
 )
 from mcphost.protocol.facts import FACTS_TOOL_NAMES, FactsToolName, answer_schema
+from mcphost.protocol.inference import ModelsInvokeArgs, ModelsRerankArgs
 from mcphost.protocol.manifest import (
     RUNNER_ID_FORM,
     AgentRunnerManifest,
@@ -147,6 +149,8 @@ def json_schemas() -> dict[str, dict[str, Any]]:
         "run_response": RunResponse,
         "result_params": ResultParams,
         "cancel_params": CancelParams,
+        "models_invoke_args": ModelsInvokeArgs,
+        "models_rerank_args": ModelsRerankArgs,
     }
     out: dict[str, dict[str, Any]] = {}
     for name, model in models.items():

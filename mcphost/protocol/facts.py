@@ -29,6 +29,7 @@ from pydantic import ConfigDict, Field, SerializerFunctionWrapHandler, model_ser
 
 from mcphost.protocol._base import JSONObject, JSONValue, ProtocolModel
 from mcphost.protocol.context import AgentRunContext, ArtifactRef
+from mcphost.protocol.inference import ModelInvocation, ModelsList, RerankAnswer
 from mcphost.protocol.results import StateScope
 
 FactsToolName = Literal[
@@ -50,6 +51,9 @@ FactsToolName = Literal[
     "storage_list",
     "knowledge_list",
     "knowledge_retrieve",
+    "models_list",
+    "models_invoke",
+    "models_rerank",
 ]
 """Every tool of the per-run MCP server, in the order `tools/list` shows them."""
 
@@ -357,6 +361,9 @@ FACTS_ANSWERS: Mapping[FactsToolName, type[ProtocolModel]] = {
     "storage_list": StorageList,
     "knowledge_list": KnowledgeBases,
     "knowledge_retrieve": KnowledgeHits,
+    "models_list": ModelsList,
+    "models_invoke": ModelInvocation,
+    "models_rerank": RerankAnswer,
 }
 """The model of each tool's answer (its `structuredContent`)."""
 

@@ -11,8 +11,10 @@ still active), the grant check (`grants.check` of `model:ID:invoke|stream`), the
 (`stores.usage`, for agents with a model budget), relaying the call upstream through the model's
 fallback chain (`llm.upstream`), and recording each attempt with its usage and cost (`_usage.UsageWriter`,
 after the answer is relayed). Does not own the models' config or prices (`llm.catalog`), the wire
-details (`llm.wire`), or the store. A recorded run's calls go into its recording, and a replay's
-are answered from one without an upstream (`_tape.ModelTape`).
+details (`llm.wire`), or the store. A recorded run's calls go into its recording, and a replay's are
+answered from one without an upstream (`_tape.ModelTape`). Size: past 600 lines because one call's path
+(token, grant, reservation, relay through the fallback chain, usage) is shared by three wire formats and
+the model tools (`opened`), and splitting it would pass the call's private state between modules.
 
 The request path, in order: the grant (from memory while the run executes on this process, else one
 read of the runs table), the body, the reservation (one write transaction, only with a budget), the
@@ -56,7 +58,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 from starlette.types import Receive, Scope, Send
 
-from mcphost.errors import BudgetExceededError, RunNotFoundError, StorageUnavailableError
+from mcphost.errors import BudgetExceededError, RunNotFoundError, StorageUnavailableError, UnavailableError
 from mcphost.grants import refusal, token_matches
 from mcphost.guard import HttpGuard, declare_access
 from mcphost.llm import ModelConfig, ModelFacts, WireFormat, fallback_chain, model_facts
@@ -337,6 +339,34 @@ class ModelProxy:
             )
         return model_id
 
+    async def _begin(self, api: Api, run_id: str, grant: RunGrant, model_id: str, body: JSONObject) -> _Call:
+        """A granted call's start: its usage facts and, when its agent has a model budget, its reservation.
+
+        Raises:
+            BudgetExceededError: a budget has no room for the call.
+            StorageUnavailableError: the reservation could not be written.
+        """
+        agent_id = grant.layers.agent_id if grant.layers is not None else (grant.binding_id or "")
+        budget = self._budgets.get(agent_id)
+        tokens, usd = (0, 0.0) if budget is None else self._reservation(model_id, body, len(json.dumps(body)))
+        streamed = body.get("stream") is True
+        start = CallStart(
+            run_id=run_id,
+            agent_id=agent_id,
+            actor_id=grant.actor_id,
+            conversation_id=grant.conversation_id,
+            model_id=model_id,
+            upstream_model=self._models[model_id].model,
+            kind=self._models[model_id].kind,
+            api=api,
+            streamed=streamed,
+            reserved_tokens=tokens,
+            reserved_usd=usd,
+        )
+        created_at = time.time()
+        call_id = None if budget is None else await self._stores.usage.reserve(start, budget)
+        return _Call(run_id, grant, api, model_id, body, streamed, start, call_id, created_at)
+
     def _reservation(self, model_id: str, body: JSONObject, size: int) -> tuple[int, float]:
         out = next(
             (v for f in _OUT_FIELDS if isinstance(v := body.get(f), int) and v > 0), DEFAULT_MAX_OUTPUT_TOKENS
@@ -365,35 +395,15 @@ class ModelProxy:
         streamed = body.get("stream") is True
         if api == "chat" and streamed and "stream_options" not in body:
             body = {**body, "stream_options": {"include_usage": True}}
-        agent_id = grant.layers.agent_id if grant.layers is not None else (grant.binding_id or "")
-        budget = self._budgets.get(agent_id)
-        tokens, usd = (0, 0.0) if budget is None else self._reservation(model_id, body, len(json.dumps(body)))
+        try:
+            call = await self._begin(api, run_id, grant, model_id, body)
+        except BudgetExceededError as exc:
+            raise _RefusedError(429, "rate_limit", exc.message) from None
+        except StorageUnavailableError:
+            raise _RefusedError(
+                503, "upstream", "the host cannot record model calls right now; retry"
+            ) from None
         entry = self._models[model_id]
-        start = CallStart(
-            run_id=run_id,
-            agent_id=agent_id,
-            actor_id=grant.actor_id,
-            conversation_id=grant.conversation_id,
-            model_id=model_id,
-            upstream_model=entry.model,
-            kind=entry.kind,
-            api=api,
-            streamed=streamed,
-            reserved_tokens=tokens,
-            reserved_usd=usd,
-        )
-        created_at = time.time()
-        call_id: str | None = None
-        if budget is not None:
-            try:
-                call_id = await self._stores.usage.reserve(start, budget)
-            except BudgetExceededError as exc:
-                raise _RefusedError(429, "rate_limit", exc.message) from None
-            except StorageUnavailableError:
-                raise _RefusedError(
-                    503, "upstream", "the host cannot record model calls right now; retry"
-                ) from None
-        call = _Call(run_id, grant, api, model_id, body, streamed, start, call_id, created_at)
         chain = [(m, self._models[m]) for m in fallback_chain(self._models, model_id)]
         passed = {k.lower(): v for k, v in headers.items()}
         remaining = grant.deadline_at - time.time()
@@ -566,6 +576,69 @@ class ModelProxy:
                 (last.input_tokens, last.output_tokens, last.cached_tokens),
                 last.cost_usd,
             )
+
+    @asynccontextmanager
+    async def opened(
+        self, api: Api, run_id: str, grant: RunGrant, model_id: str, body: JSONObject
+    ) -> AsyncGenerator[OpenCall]:
+        """One call of a granted host model for the MCP model tools (`mcphost.proxy.calls`), through the
+        same budget reservation, fallback chain and usage rows as the wire endpoints: reserve, open the
+        first model of the chain that answers, hand its open answer to the caller to read, then record
+        every attempt with the usage the caller set. The caller bounds the whole call (the run's deadline).
+
+        Raises:
+            BudgetExceededError: a budget has no room for the call (nothing was sent upstream).
+            UpstreamFailedError: every model of the chain failed.
+        """
+        client = self._client
+        if client is None:
+            raise UnavailableError("the host's model endpoints are not running")
+        entry = self._models[model_id]
+        call = await self._begin(api, run_id, grant, model_id, body)
+        chain = [(m, self._models[m]) for m in fallback_chain(self._models, model_id)]
+        attempts: list[Attempt] = []
+        found: OpenCall | None = None
+        try:
+            attempts, response = await open_first(client, chain, api, body, "", {})
+            found = OpenCall(response, attempts)
+            try:
+                yield found
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await response.aclose()
+        except UpstreamFailedError as failed:
+            attempts = failed.attempts
+            raise
+        except anyio.get_cancelled_exc_class():
+            ended = "the call was cancelled or the run's deadline passed before the model answered"
+            if found is not None:
+                found.fail(ended, "timeout")
+            else:
+                attempts = [Attempt(model_id, entry.model, 1, status="failed", error=ended)]
+            raise
+        finally:
+            if (
+                not attempts
+            ):  # open_first raised what it does not catch: still one row, not a held reservation
+                attempts = [Attempt(model_id, entry.model, 1, status="failed", error="the call failed")]
+            self._finish(call, attempts, found.usage if found else None, found.first if found else None)
+
+
+@dataclass
+class OpenCall:
+    """A host model call opened for the MCP model tools (`ModelProxy.opened`): the answer of the model of
+    the chain that answered, still unread, and what the reader found."""
+
+    response: httpx2.Response
+    attempts: list[Attempt]
+    usage: Usage | None = None
+    first: float | None = None
+    """When the first streamed byte arrived (`time.monotonic()`), for the time to first token."""
+
+    def fail(self, message: str, kind: ErrorKind = "upstream") -> None:
+        """Record the answer as unusable: the last attempt failed with `message`."""
+        last = self.attempts[-1]
+        last.status, last.error, last.error_kind = "failed", message, kind
 
 
 class _Asgi:

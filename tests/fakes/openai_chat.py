@@ -9,6 +9,11 @@ A `Reply` is streamed the way the real API streams (`text/event-stream`, `chat.c
 content split into word pieces, each tool call's arguments split across two fragments, a finish chunk,
 a usage chunk, `data: [DONE]`), or answered as an error status, a raw (malformed) stream, a plain JSON
 completion, or not at all (`hang`, released when the server stops).
+
+`POST /v1/rerank` speaks the Cohere/Jina rerank shape vLLM serves (`{model, query, documents, top_n}` →
+`{results: [{index, relevance_score}], usage: {total_tokens}}`): a model with no scripted reply left
+scores each document by the share of the query's words it contains; a scripted `Reply` can fail it
+(`status`), hang it, or answer garbage (`text_body`).
 """
 
 from __future__ import annotations
@@ -119,6 +124,33 @@ class FakeChatServer:
         payloads = list(reply.raw) if reply.raw is not None else _chunks(model, reply)
         return StreamingResponse(_sse(payloads), media_type="text/event-stream")
 
+    async def _rerank(self, request: Request) -> Response:
+        body: JSON = await request.json()
+        model = str(body.get("model"))
+        self.requests.append(Received(model, body, {k.lower(): v for k, v in request.headers.items()}))
+        queue = self._scripts.get(model) or []
+        reply = queue.pop(0) if queue else Reply()
+        if reply.hang:
+            await self._stop.wait()
+            return _error(503, "stopped")
+        if reply.status != 200:
+            return _error(reply.status, reply.error, dict(reply.headers))
+        if reply.text_body is not None:
+            return Response(reply.text_body, media_type="text/plain")
+        words = set(str(body["query"]).lower().split())
+        documents = [str(d) for d in body["documents"]]
+        scores = [len(words & set(d.lower().split())) / max(1, len(words)) for d in documents]
+        results = sorted(
+            ({"index": i, "relevance_score": score} for i, score in enumerate(scores)),
+            key=lambda r: -float(r["relevance_score"]),
+        )
+        if isinstance(body.get("top_n"), int):
+            results = results[: body["top_n"]]
+        tokens = sum(len(d.split()) for d in documents) + len(words)
+        return JSONResponse(
+            {"id": "rerank-fake", "model": model, "results": results, "usage": {"total_tokens": tokens}}
+        )
+
 
 def _error(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
     return JSONResponse({"error": {"message": message, "type": "fake_error"}}, status, headers=headers)
@@ -194,7 +226,12 @@ def _completion(model: str, reply: Reply) -> JSON:
 async def serve_fake_chat() -> AsyncGenerator[FakeChatServer]:
     """The fake on a free 127.0.0.1 port, serving `POST /v1/chat/completions` until the block ends."""
     fake = FakeChatServer()
-    app = Starlette(routes=[Route("/v1/chat/completions", fake._completions, methods=["POST"])])  # pyright: ignore[reportPrivateUsage]
+    app = Starlette(
+        routes=[
+            Route("/v1/chat/completions", fake._completions, methods=["POST"]),  # pyright: ignore[reportPrivateUsage]
+            Route("/v1/rerank", fake._rerank, methods=["POST"]),  # pyright: ignore[reportPrivateUsage]
+        ]
+    )
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))

@@ -99,3 +99,19 @@ def test_host_models_are_the_agent_s_models_when_the_manifest_declares_model_cal
     assert none.models == frozenset()
     assert check(none, "model:sonnet").layer == "manifest"
     assert _model_grant(["invoke"], []).model_calls == frozenset()
+
+
+def test_the_model_tools_follow_the_model_calls_and_explain_names_the_layer_that_removed_them() -> None:
+    both = _model_grant(["invoke", "stream", "rerank"], ["sonnet"])
+    assert {"models_list", "models_invoke", "models_rerank"} <= both.tools
+    rerank_only = _model_grant(["rerank"], ["sonnet"])
+    assert {"models_list", "models_rerank"} <= rerank_only.tools
+    assert "models_invoke" not in rerank_only.tools
+    invoke = check(rerank_only, "tool:models_invoke")
+    assert (invoke.allowed, invoke.layer) == (False, "manifest")
+    assert "'invoke', 'stream'" in (invoke.reason or "")
+    no_models = _model_grant(["invoke"], [])
+    assert not {t for t in no_models.tools if t.startswith("models_")}
+    listed = check(no_models, "tool:models_list")
+    assert (listed.allowed, listed.layer) == (False, "agent")
+    assert "resources.models" in (listed.fix or "")

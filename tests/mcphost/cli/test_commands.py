@@ -20,6 +20,9 @@ from mcphost.retention import LEASE
 from mcphost.stores import open_stores
 from mcphost.stores.leases import LeaseStore
 from tests.examples.clikit import NO_BUNDLED, cli_env, mcphost
+from tests.fakes.anthropic import fake_anthropic
+from tests.fakes.openai_chat import Reply, serve_fake_chat
+from tests.fakes.script import Text, always
 from tests.mcphost.test_cli import _wait_for_running, write_config
 
 
@@ -296,3 +299,48 @@ async def test_gc_reports_rows_and_bytes_per_kind_a_dry_run_keeps_everything_and
     async with open_database(settings) as stores:
         assert await stores.artifacts.blobs.stored_size(expired.sha256) is None
         assert await stores.artifacts.read(kept.artifact_id) == b"k"
+
+
+async def test_config_check_calls_each_model_once_and_reports_each_without_a_traceback(
+    tmp_path: Path,
+) -> None:
+    async with serve_fake_chat() as chat, fake_anthropic(always(Text("pong"))) as claude:
+        chat.script("m1", Reply(content="p", json_body=True))
+        chat.script("m2", Reply(status=401, error="invalid api key"))
+        config = tmp_path / "mcphost.toml"
+        config.write_text(
+            '[[agents]]\nid = "default"\nrunner = "plugin:mcphost/memo/default"\n'
+            f'[models.good]\nprovider = "openai-compatible"\nbase_url = "{chat.base_url}"\nmodel = "m1"\n'
+            f'[models.sonnet]\nprovider = "anthropic"\nbase_url = "{claude.base_url}"\nmodel = "claude-sonnet-4-5"\n'
+            f'[models.refused]\nprovider = "openai-compatible"\nbase_url = "{chat.base_url}"\nmodel = "m2"\n'
+            f'[models.gone]\nprovider = "openai-compatible"\nbase_url = "http://127.0.0.1:{_closed_port()}/v1"\n'
+            'model = "x"\n'
+            f'[models.ranker]\nprovider = "openai-compatible"\nbase_url = "{chat.base_url}"\nmodel = "rr"\n'
+            'kind = "rerank"\n',
+            encoding="utf-8",
+        )
+        code, out, err = await mcphost("config", "check", "--json", "--timeout", "10", cwd=tmp_path)
+        assert code == EXIT_FAILED, out + err
+        assert "Traceback" not in err
+        models = {c["check"]: c for c in map(json.loads, out.splitlines()) if c["check"].startswith("model ")}
+        assert {name: c["status"] for name, c in models.items()} == {
+            "model good": "ok",
+            "model sonnet": "ok",
+            "model refused": "fail",
+            "model gone": "fail",
+            "model ranker": "ok",
+        }
+        assert models["model good"]["http_status"] == 200
+        assert models["model good"]["latency_ms"] >= 0
+        assert models["model refused"]["http_status"] == 401
+        assert "invalid api key" in models["model refused"]["detail"]
+        assert "could not be reached" in models["model gone"]["detail"]
+        assert [r.body.get("max_tokens") for r in chat.requests if r.model == "m1"] == [1]
+        assert [r.body["max_tokens"] for r in claude.requests] == [1]
+        assert [r.body["documents"] for r in chat.requests if r.model == "rr"] == [["pong"]]
+
+        before = len(chat.requests) + len(claude.requests)
+        code, out, err = await mcphost("config", "check", "--skip-models", cwd=tmp_path)
+        assert code == 0, out + err
+        assert "warn  models" in out
+        assert len(chat.requests) + len(claude.requests) == before

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import mcp_types as types
 from mcp import Client
 
-from mcphost.grants import ALL_FACTS_TOOLS
+from mcphost.grants import ALL_FACTS_TOOLS, MODEL_TOOLS_BY_CALL
 from mcphost.stores import ArtifactRecord
 from tests.mcphost.facts.conftest import RunHandle, Served, fails, ok
 
@@ -43,10 +43,14 @@ async def seed(served: Served, conversation_id: str = "conv-1") -> Seeded:
     return Seeded(artifact)
 
 
+_MODEL_TOOLS = frozenset(t for names in MODEL_TOOLS_BY_CALL.values() for t in names)
+
+
 async def exercise(client: Client, served: Served, run: RunHandle, seeded: Seeded) -> None:
     """Call everything once and check what comes back and what the audit recorded."""
     tools = {tool.name: tool for tool in (await client.list_tools()).tools}
-    assert set(tools) == ALL_FACTS_TOOLS
+    # The model tools need host models and a granted `permissions.models`: tests/mcphost/proxy/test_model_tools.py
+    assert set(tools) == ALL_FACTS_TOOLS - _MODEL_TOOLS
     assert tools["history_page"].input_schema["properties"]["limit"]["maximum"] == 100
     assert "newest first" in tools["history_page"].input_schema["properties"]["before_cursor"]["description"]
     calls = 0
@@ -177,5 +181,5 @@ async def exercise(client: Client, served: Served, run: RunHandle, seeded: Seede
     assert [r.seq for r in audit] == list(range(1, calls + 1))
     assert [r.outcome for r in audit].count("error") == 1  # knowledge_retrieve: not_found
     assert audit[0].tool == "run_context"
-    assert {r.tool for r in audit} >= ALL_FACTS_TOOLS | {"resources/read", "prompts/get"}
+    assert {r.tool for r in audit} >= (ALL_FACTS_TOOLS - _MODEL_TOOLS) | {"resources/read", "prompts/get"}
     assert all(len(r.args_digest) == 64 and r.duration_ms >= 0 for r in audit)

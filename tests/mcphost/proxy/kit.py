@@ -27,6 +27,32 @@ HOST_KEY_ENV = "MCPHOST_TEST_PROVIDER_KEY"
 HOST_KEY = "sk-host-secret-never-in-a-runner"
 
 
+def claude(base_url: str, **kw: object) -> ModelConfig:
+    """An Anthropic model entry on `base_url` with the host key's variable."""
+    return ModelConfig.model_validate(
+        {
+            "provider": "anthropic",
+            "base_url": base_url,
+            "api_key_env": HOST_KEY_ENV,
+            "model": "claude-sonnet-4-5",
+            **kw,
+        }
+    )
+
+
+def chat(base_url: str, model: str = "m1", **kw: object) -> ModelConfig:
+    """An OpenAI-compatible model entry on `base_url` (upstream name `model`) with the host key's variable."""
+    return ModelConfig.model_validate(
+        {
+            "provider": "openai-compatible",
+            "base_url": base_url,
+            "api_key_env": HOST_KEY_ENV,
+            "model": model,
+            **kw,
+        }
+    )
+
+
 @dataclass
 class ServedProxy:
     stores: Stores

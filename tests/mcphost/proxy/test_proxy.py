@@ -18,36 +18,12 @@ from tests.fakes.anthropic import INPUT_TOKENS, OUTPUT_TOKENS, fake_anthropic
 from tests.fakes.openai import fake_openai
 from tests.fakes.openai_chat import Reply, serve_fake_chat
 from tests.fakes.script import Fail, Hang, Text, always
-from tests.mcphost.proxy.kit import HOST_KEY, HOST_KEY_ENV, client, serve_proxy, sse_events
+from tests.mcphost.proxy.kit import HOST_KEY, HOST_KEY_ENV, chat, claude, client, serve_proxy, sse_events
 
 
 @pytest.fixture(autouse=True)
 def host_key(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(HOST_KEY_ENV, HOST_KEY)
-
-
-def claude(base_url: str, **kw: object) -> ModelConfig:
-    return ModelConfig.model_validate(
-        {
-            "provider": "anthropic",
-            "base_url": base_url,
-            "api_key_env": HOST_KEY_ENV,
-            "model": "claude-sonnet-4-5",
-            **kw,
-        }
-    )
-
-
-def chat(base_url: str, model: str = "m1", **kw: object) -> ModelConfig:
-    return ModelConfig.model_validate(
-        {
-            "provider": "openai-compatible",
-            "base_url": base_url,
-            "api_key_env": HOST_KEY_ENV,
-            "model": model,
-            **kw,
-        }
-    )
 
 
 MESSAGES = {"max_tokens": 64, "messages": [{"role": "user", "content": "hi"}]}
