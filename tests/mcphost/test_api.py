@@ -486,6 +486,9 @@ async def test_healthz_and_metrics_report_this_process(host: Host, client: httpx
     assert 'mcphost_run_duration_seconds_bucket{le="+Inf"} 2.0' in lines
     assert 'mcphost_plugin_restarts_total{plugin="echo"} 0.0' in lines
     assert 'mcphost_plugin_up{plugin="misbehave"} 1.0' in lines
+    # Each periodic loop of the host has its failure counter from the start.
+    for loop in ("the run sweep", "the cancel poll", "the scheduler", "the continuation sweep"):
+        assert any(line.startswith(f'mcphost_loop_failures_total{{loop="{loop}"}} ') for line in lines), loop
     assert any(
         line.startswith("mcphost_build_info{") and f'version="{__version__}"' in line for line in lines
     )
