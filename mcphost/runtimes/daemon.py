@@ -164,7 +164,7 @@ class RuntimeDaemon:
             try:
                 error = _ErrorAnswer.model_validate_json(response.content).error
             except ValidationError:
-                error = _Error(message=response.text[:500])
+                error = _ErrorBody(message=response.text[:500])
             reason = error.details.get("reason")
             refused = RefusedError(
                 response.status_code,
@@ -405,14 +405,16 @@ class RuntimeDaemon:
         run.wake()
 
 
-class _Error(BaseModel):
+class _ErrorBody(BaseModel):
+    """The `error` object of a refusal the host answered (the API's error body)."""
+
     code: str = ""
     message: str = ""
     details: dict[str, object] = Field(default_factory=dict[str, object])
 
 
 class _ErrorAnswer(BaseModel):
-    error: _Error
+    error: _ErrorBody
 
 
 def _batch(pending: list[RawResult]) -> list[RawResult]:

@@ -49,7 +49,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from mcphost.common.periodic import Periodic
 from mcphost.errors import ConflictError
-from mcphost.models import RunError, RunStatus
+from mcphost.models import RunFailure, RunStatus
 from mcphost.stores._sql import advisory_key, discard_connection, upsert
 from mcphost.stores.engine import Database
 from mcphost.stores.runs import ACTIVE_STATUSES, RESTARTABLE_CODE, RunStore
@@ -57,7 +57,7 @@ from mcphost.stores.tables import HostRow, RunRow
 
 log = logging.getLogger(__name__)
 
-HOST_RESTARTED = RunError(
+HOST_RESTARTED = RunFailure(
     code=RESTARTABLE_CODE,
     message="The host that ran this run stopped before it finished. Submit its event again (same "
     "event_id) to run it as a new attempt.",
@@ -80,7 +80,7 @@ class Recovery(BaseModel):
     """Were queued: now owned by the recovering host, still queued, for it to run."""
 
 
-CANCELLED_BEFORE_RESTART = RunError(
+CANCELLED_BEFORE_RESTART = RunFailure(
     code="cancelled",
     message="Run cancelled: its cancel was requested before the host that queued it stopped.",
 )

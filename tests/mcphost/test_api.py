@@ -23,7 +23,7 @@ from mcphost.app import Host, create_app, open_host
 from mcphost.console import is_console_path
 from mcphost.errors import InvalidArgumentError
 from mcphost.inspection import create_grant
-from mcphost.models import RunError, RunStatus
+from mcphost.models import RunFailure, RunStatus
 from mcphost.runtimes.wire import RUNTIME_PREFIX
 from tests.e2e.httpkit import (
     api_settings,
@@ -292,7 +292,7 @@ async def test_an_event_whose_run_failed_host_restarted_runs_again_and_both_runs
     first, grant = new_run("c1", event_id="evt-retried")
     await host.stores.runs.admit(first, grant=grant, concurrency="enqueue")
     await host.stores.runs.transition(
-        first.run_id, RunStatus.FAILED, error=RunError(code="host.restarted", message="host stopped")
+        first.run_id, RunStatus.FAILED, error=RunFailure(code="host.restarted", message="host stopped")
     )
     response = await client.post("/v1/events", json=event_body("hi", event_id="evt-retried"))
     assert response.status_code == 202
