@@ -62,7 +62,9 @@ async def test_twenty_concurrent_admits_of_one_event_create_one_run(
 
 async def _failed(stores: Stores, event_id: str, code: str, conversation_id: str | None = "c1") -> Run:
     run = await admitted(stores, conversation_id, event_id=event_id)
-    return await stores.runs.transition(run.run_id, RunStatus.FAILED, error=RunFailure(code=code, message="x"))
+    return await stores.runs.transition(
+        run.run_id, RunStatus.FAILED, error=RunFailure(code=code, message="x")
+    )
 
 
 async def test_an_event_whose_run_failed_host_restarted_is_admitted_again_as_a_linked_attempt(
