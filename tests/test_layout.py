@@ -107,3 +107,24 @@ def test_no_class_is_named_like_an_exception_unless_it_is_one() -> None:
     ]
     assert "HostError" in exceptions  # the walk found the tree
     assert misnamed == []
+
+
+def _is_fixture(node: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    for decorator in node.decorator_list:
+        target = decorator.func if isinstance(decorator, ast.Call) else decorator
+        if isinstance(target, ast.Attribute) and target.attr in ("fixture", "hookimpl"):
+            return True
+    return node.name.startswith("pytest_")
+
+
+def test_conftest_files_hold_fixtures_and_hooks_only() -> None:
+    """Helpers live in private modules the tests import by name (`tests/mcphost/facts/_helpers.py`), so a
+    reader finds where a name comes from; conftest.py holds what pytest injects: fixtures and hooks."""
+    helpers: list[str] = []
+    for path in sorted((ROOT / "tests").rglob("conftest.py")):
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            if isinstance(node, ast.ClassDef) or (
+                isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and not _is_fixture(node)
+            ):
+                helpers.append(f"{path.relative_to(ROOT)}: {node.name}")
+    assert helpers == []

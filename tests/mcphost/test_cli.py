@@ -31,7 +31,7 @@ from mcphost.facts._tools import FACTS_TOOLS
 from mcphost.models import RunStatus
 from mcphost.protocol.facts import FACTS_ANSWERS
 from mcphost.stores import Stores, open_stores
-from tests.conftest import NO_POSTGRES, POSTGRES_URL, fresh_postgres_database
+from tests._postgres import NO_POSTGRES, POSTGRES_URL, fresh_postgres_database
 from tests.fakes.shadow_packages import write_shadow_packages
 from tests.mcphost.hostkit import MISBEHAVE, REPO
 from tests.mcphost.stores.factories import admitted, nested_json, overwrite_json
