@@ -10,6 +10,9 @@ Invariants:
 - The sender is a task owned by the host (`DeliverySender.running()`, entered by `app.open_host`); it
   stops with the host, and a row it had claimed is claimed again by any host once the lease ends, so
   rows survive restarts and are spread across replicas without being sent twice by two live hosts.
+- Claims are one periodic loop (`common/periodic.py`): it claims again at once after starting sends,
+  when a send ends or a row is made due here (`wake`), else every `poll_s`; a failing claim is logged
+  once and retried with back-off.
 - Receivers are isolated: every claimed row is sent on a task of its own, and a host holds at most
   `per_url` rows of one URL at once (`DeliveryStore.claim` leaves a full URL's rows to later), so a
   receiver that never answers occupies only its own slots and delays no other receiver's rows.

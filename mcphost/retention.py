@@ -17,7 +17,8 @@ Invariants:
   symlink or a file stays. Harness homes lose only session-history files (`HOME_HISTORY`) not modified
   since the cutoff, and never one naming a session (or folder) a held run's conversation continues.
 - Files go in batches of at most `BATCH`, each in a worker thread; sizes are the files' own (`lstat`).
-- The job never takes the host down: a failing pass is logged and tried again at the next interval.
+- The job never takes the host down: a failing pass is logged and tried again after the interval, with
+  the periodic loops' back-off (`common/periodic.py`).
 """
 
 from __future__ import annotations
