@@ -29,6 +29,7 @@ from collections.abc import Awaitable, Callable
 import anyio
 from anyio.abc import TaskStatus
 
+from mcphost.common.periodic import Periodic
 from mcphost.errors import HostError
 from mcphost.ingress import continuation_event_id
 from mcphost.models import AgentEventEnvelope, EventInput
@@ -153,13 +154,9 @@ class Continuations:
 async def run_continuations(
     continuations: Continuations, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
 ) -> None:
-    """The continuation loop, until cancelled."""
-    task_status.started()
-    while True:
-        try:
-            await continuations.sweep()
-        except Exception as exc:
-            logger.warning(
-                "the continuation sweep failed; retrying in %g s: %s", SWEEP_S, exc.__cause__ or exc
-            )
-        await anyio.sleep(SWEEP_S)
+    """The continuation loop, until cancelled: a sweep at once and every `SWEEP_S` after."""
+
+    async def tick() -> None:
+        await continuations.sweep()
+
+    await Periodic("the continuation sweep", tick, interval_s=SWEEP_S).run(task_status=task_status)

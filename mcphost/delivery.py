@@ -10,6 +10,9 @@ Invariants:
 - The sender is a task owned by the host (`DeliverySender.running()`, entered by `app.open_host`); it
   stops with the host, and a row it had claimed is claimed again by any host once the lease ends, so
   rows survive restarts and are spread across replicas without being sent twice by two live hosts.
+- Claims are one periodic loop (`common/periodic.py`): it claims again at once after starting sends,
+  when a send ends or a row is made due here (`wake`), else every `poll_s`; a failing claim is logged
+  once and retried with back-off.
 - Receivers are isolated: every claimed row is sent on a task of its own, and a host holds at most
   `per_url` rows of one URL at once (`DeliveryStore.claim` leaves a full URL's rows to later), so a
   receiver that never answers occupies only its own slots and delays no other receiver's rows.
@@ -39,6 +42,7 @@ from collections import Counter
 from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
+from functools import partial
 from typing import Literal, get_args
 
 import anyio
@@ -47,6 +51,7 @@ from anyio.abc import TaskGroup
 from standardwebhooks import Webhook
 
 from mcphost.channels import ChannelAdapter, ChannelSendError, Target
+from mcphost.common.periodic import Periodic
 from mcphost.config import DELIVERY_LEASE_S, WebhookConfig
 from mcphost.protocol import JSONObject, is_json_array, is_json_object
 from mcphost.stores import DeliveryLease, DeliveryStore
@@ -139,7 +144,8 @@ class DeliverySender:
                 f"webhooks {late!r}: timeout_s must be shorter than the {self._lease_s:g} s lease"
             )
         self._in_flight: Counter[str] = Counter()
-        self._wake = anyio.Event()
+        self._claims: Periodic | None = None
+        """The claim loop while `running`."""
 
     @asynccontextmanager
     async def running(self) -> AsyncGenerator[None, None]:
@@ -151,48 +157,43 @@ class DeliverySender:
             httpx2.AsyncClient(follow_redirects=False) as client,
             anyio.create_task_group() as tg,
         ):
-            tg.start_soon(self._loop, client, tg)
+            self._claims = Periodic(
+                "the webhook sender", partial(self._claim, client, tg), interval_s=self._poll_s
+            )
+            tg.start_soon(self._claims.run)
             try:
                 yield
             finally:
                 tg.cancel_scope.cancel()
+                self._claims = None
                 with anyio.CancelScope(shield=True), anyio.move_on_after(5):
                     await self._deliveries.release(self._host_id)  # its rows: for the next host now
 
     def wake(self) -> None:
-        """Claim now rather than at the next poll (a row was just made due here)."""
-        self._wake.set()
+        """Claim now rather than at the next poll (a row was just made due here, or a send ended)."""
+        if self._claims is not None:
+            self._claims.wake()
 
-    async def _loop(self, client: httpx2.AsyncClient, tg: TaskGroup) -> None:
-        """Claim what this host has room for, start a task per row, and wait for a free slot or the poll."""
-        while True:
-            self._wake = anyio.Event()  # set by a send that ends from now on
-            started = 0
-            room = MAX_IN_FLIGHT - self._in_flight.total()
-            if room > 0:
-                try:
-                    claims = await self._deliveries.claim(
-                        self._host_id,
-                        lease_s=self._lease_s,
-                        limit=min(CLAIM_LIMIT, room),
-                        per_url=self._per_url,
-                        in_flight=self._in_flight,
-                    )
-                except Exception as exc:
-                    logger.warning("webhook sender: %s; retrying in %g s", exc.__cause__ or exc, self._poll_s)
-                else:
-                    for row in claims.expired:
-                        self._count("expired")
-                        logger.warning(
-                            "delivery %s to %s expired undelivered; it is dead", row.delivery_id, row.url
-                        )
-                    for lease in claims.leases:
-                        self._in_flight[lease.url] += 1
-                        tg.start_soon(self._send, client, lease)
-                    started = len(claims.leases)
-            if not started:
-                with anyio.move_on_after(self._poll_s):
-                    await self._wake.wait()
+    async def _claim(self, client: httpx2.AsyncClient, tg: TaskGroup) -> float | None:
+        """Claim what this host has room for and start a task per row; claim again at once when it
+        started any, else wait for a free slot (`wake`) or the poll."""
+        room = MAX_IN_FLIGHT - self._in_flight.total()
+        if room <= 0:
+            return None
+        claims = await self._deliveries.claim(
+            self._host_id,
+            lease_s=self._lease_s,
+            limit=min(CLAIM_LIMIT, room),
+            per_url=self._per_url,
+            in_flight=self._in_flight,
+        )
+        for row in claims.expired:
+            self._count("expired")
+            logger.warning("delivery %s to %s expired undelivered; it is dead", row.delivery_id, row.url)
+        for lease in claims.leases:
+            self._in_flight[lease.url] += 1
+            tg.start_soon(self._send, client, lease)
+        return 0 if claims.leases else None
 
     def _count(self, outcome: DeliveryOutcome) -> None:
         if self._on_outcome is not None:
@@ -209,7 +210,7 @@ class DeliverySender:
             self._in_flight[lease.url] -= 1
             if self._in_flight[lease.url] <= 0:
                 del self._in_flight[lease.url]
-            self._wake.set()
+            self.wake()
 
     async def _attempt(self, client: httpx2.AsyncClient, lease: DeliveryLease) -> DeliveryOutcome:
         if lease.url.startswith(CHANNEL_URL_PREFIX):

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from mcphost.errors import InvalidArgumentError
 from mcphost.grants import mint_token
-from mcphost.models import Run, RunError, RunGrant, RunStatus, new_id
+from mcphost.models import Run, RunFailure, RunGrant, RunStatus, new_id
 from mcphost.stores import Stores
 
 logger = logging.getLogger(__name__)
@@ -178,7 +178,7 @@ async def end_grant(
         return run
     error = None
     if status is not RunStatus.COMPLETED:
-        error = RunError(
+        error = RunFailure(
             code="cancelled", message=f"Inspection grant revoked: {reason}.", details={"reason": reason}
         )
     return await stores.runs.transition(run_id, status, error=error)

@@ -40,7 +40,7 @@ from typing import Any
 
 from mcphost.errors import HostError, NotFoundError
 from mcphost.grants import MESSAGE_KEY, action_out_of_scope, allows_state, refusal
-from mcphost.models import AgentEventEnvelope, RunError, RunGrant, RunStatus, new_id
+from mcphost.models import AgentEventEnvelope, RunFailure, RunGrant, RunStatus, new_id
 from mcphost.plugins.process import RawResult
 from mcphost.protocol import (
     MAX_INLINE_ARTIFACT_BYTES,
@@ -79,14 +79,14 @@ class RunOutcome:
     """How a run ended, as the journal saw it."""
 
     status: RunStatus
-    error: RunError | None = None
+    error: RunFailure | None = None
     usage: dict[str, Any] = field(default_factory=dict[str, Any])
     by_runner: bool = False
     """True when the runner's own `run.completed`/`run.failed` ended the run."""
 
     @classmethod
     def failed(cls, code: str, message: str, **details: Any) -> RunOutcome:
-        return cls(RunStatus.FAILED, RunError(code=code, message=message, details=details))
+        return cls(RunStatus.FAILED, RunFailure(code=code, message=message, details=details))
 
 
 def user_item(event: AgentEventEnvelope, run_id: str) -> dict[str, Any] | None:
@@ -459,7 +459,7 @@ class RunJournal:
         if isinstance(terminal, RunFailed):
             d = terminal.data
             status = RunStatus.CANCELLED if d.code == "cancelled" else RunStatus.FAILED
-            error = RunError(
+            error = RunFailure(
                 code=d.code, message=d.message, details=dict(d.details) | {"retryable": d.retryable}
             )
             return RunOutcome(status, error, by_runner=True)
@@ -468,7 +468,7 @@ class RunJournal:
         if not self._saw_message:
             return RunOutcome(
                 RunStatus.FAILED,
-                RunError(
+                RunFailure(
                     code="runner.empty_output", message="The runner completed without producing any message."
                 ),
                 usage=usage,
@@ -508,7 +508,7 @@ class RunJournal:
             data: dict[str, Any] = {"finish_reason": "stop", "usage": outcome.usage}
         else:
             terminal_type = "run.failed"
-            err = outcome.error or RunError(code="cancelled", message="The run was cancelled.")
+            err = outcome.error or RunFailure(code="cancelled", message="The run was cancelled.")
             data = {"code": err.code, "message": err.message, "retryable": False, "details": err.details}
         payload = {
             "type": terminal_type,

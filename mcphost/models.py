@@ -381,7 +381,9 @@ def can_transition(current: RunStatus, new: RunStatus) -> bool:
     return new in ALLOWED_TRANSITIONS[current]
 
 
-class RunError(_Frozen):
+class RunFailure(_Frozen):
+    """Why a run did not complete (`Run.error`): a code, a message and details. A record, not an exception."""
+
     code: str
     message: str
     details: JSONObject = Field(default_factory=dict)
@@ -401,7 +403,7 @@ class Run(_Frozen):
     started_at: float | None = None
     ended_at: float | None = None
     deadline_at: float
-    error: RunError | None = None
+    error: RunFailure | None = None
     usage: JSONObject = Field(default_factory=dict)
     host_id: str | None = None
     """Which host process owns the run (for restart recovery)."""

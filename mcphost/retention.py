@@ -17,7 +17,8 @@ Invariants:
   symlink or a file stays. Harness homes lose only session-history files (`HOME_HISTORY`) not modified
   since the cutoff, and never one naming a session (or folder) a held run's conversation continues.
 - Files go in batches of at most `BATCH`, each in a worker thread; sizes are the files' own (`lstat`).
-- The job never takes the host down: a failing pass is logged and tried again at the next interval.
+- The job never takes the host down: a failing pass is logged and tried again after the interval, with
+  the periodic loops' back-off (`common/periodic.py`).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from pathlib import Path
 import anyio
 from anyio.abc import TaskStatus
 
+from mcphost.common.periodic import Periodic
 from mcphost.config import RETENTION_KINDS, RetentionSettings
 from mcphost.stores import Stores
 from mcphost.stores.leases import LeaseStore
@@ -221,16 +223,16 @@ async def run_collector(
 ) -> None:
     """The periodic job, until cancelled: a pass at start and every `interval_s` after, while any kind
     has a maximum age (without one it returns at once)."""
-    task_status.started()
-    interval = collector.settings.interval_s
-    while collector.settings.enabled:
-        try:
-            done = await collector.tick()
-        except Exception:
-            log.exception("retention: the collection pass failed; trying again in %.0f s", interval)
-        else:
-            if done is None:
-                log.debug("retention: another host holds the %r lease; skipping this pass", LEASE)
-            for item in done or ():
-                log.info("retention: %s: %d deleted, %d bytes", item.kind, item.rows, item.bytes)
-        await anyio.sleep(interval)
+    if not collector.settings.enabled:
+        task_status.started()
+        return
+
+    async def tick() -> None:
+        done = await collector.tick()
+        if done is None:
+            log.debug("retention: another host holds the %r lease; skipping this pass", LEASE)
+        for item in done or ():
+            log.info("retention: %s: %d deleted, %d bytes", item.kind, item.rows, item.bytes)
+
+    loop = Periodic("the retention pass", tick, interval_s=collector.settings.interval_s)
+    await loop.run(task_status=task_status)

@@ -22,8 +22,8 @@ Invariants:
   on other replicas are seen then), and wakes at once when this process's API changes a schedule. A tick
   reads the schedules and their newest claims (two queries) and handles at most `MAX_FIRES_PER_TICK`
   due schedules; the rest go to the next tick, which follows immediately.
-- The loop never takes the host down: a failing tick (storage gone, a bug) is logged and retried after
-  `ERROR_BACKOFF_S`; a fire whose submit fails (no agent bound, a `reject` policy) is logged. Each fire
+- The loop never takes the host down: a failing tick (storage gone, a bug) is logged and retried with
+  back-off from `ERROR_BACKOFF_S` (`common/periodic.py`); a fire whose submit fails (no agent bound, a `reject` policy) is logged. Each fire
   this scheduler claimed is told to `on_fire` (`fired`, `skipped` or `refused`: the `/metrics` counter).
 - A config schedule and a stored schedule never share an id: `run_scheduler` refuses to start
   (`ConfigError`) when the database holds one with a config schedule's id, and the API refuses to create one.
@@ -41,6 +41,7 @@ from anyio.abc import TaskStatus
 from pydantic import BaseModel, ConfigDict
 
 from mcphost.bindings import Bindings
+from mcphost.common.periodic import Periodic
 from mcphost.errors import ConfigError, ConflictError, HostError, InvalidArgumentError
 from mcphost.models import AgentEventEnvelope
 from mcphost.stores import Page, StoredSchedule, Stores
@@ -109,7 +110,8 @@ class Scheduler:
         self._bindings = bindings
         self._host_id = host_id
         self._started_at = time.time()
-        self._wake = anyio.Event()
+        self.loop = Periodic("the scheduler", self._tick_now, interval_s=RELOAD_S, retry_s=ERROR_BACKOFF_S)
+        """Ticks until the next fire (`run_scheduler`); a failing tick backs off from `ERROR_BACKOFF_S`."""
 
     @property
     def config_ids(self) -> frozenset[str]:
@@ -117,7 +119,7 @@ class Scheduler:
 
     def wake(self) -> None:
         """Look at the schedules again now (one was created, paused, resumed or deleted)."""
-        self._wake.set()
+        self.loop.wake()
 
     def check(self, spec: ScheduleSpec) -> None:
         """Refuse a schedule no fire of which could run.
@@ -235,11 +237,9 @@ class Scheduler:
         if self._on_fire is not None:
             self._on_fire(outcome)
 
-    async def sleep_until(self, wake_at: float) -> None:
-        """Sleep until `wake_at`, or until `wake()` is called."""
-        with anyio.move_on_after(max(wake_at - time.time(), 0.0)):
-            await self._wake.wait()
-        self._wake = anyio.Event()
+    async def _tick_now(self) -> float:
+        """One pass of the loop at the current time; the seconds until the next."""
+        return max(await self.tick(time.time()) - time.time(), 0.0)
 
 
 def timetable(
@@ -334,11 +334,4 @@ async def run_scheduler(
 ) -> None:
     """The scheduler loop, until cancelled. Checks the config first, so a clash fails the host's start."""
     await scheduler.check_config()
-    task_status.started()
-    while True:
-        try:
-            wake_at = await scheduler.tick(time.time())
-        except Exception:
-            log.exception("the scheduler's tick failed; retrying in %.0f s", ERROR_BACKOFF_S)
-            wake_at = time.time() + ERROR_BACKOFF_S
-        await scheduler.sleep_until(wake_at)
+    await scheduler.loop.run(task_status=task_status)

@@ -6,7 +6,8 @@ by kind, approval decisions taken here by decision, host model tokens and cost b
 requests by method, route and status and their durations, outbound webhook deliveries by outcome and dead
 letters by reason, `mcphost_build_info`,
 and prometheus_client's process, platform and garbage-collector collectors; active runs and plugin
-restarts/up are read at render time. Does not own the endpoint (`_endpoints.metrics`) or when things are
+restarts/up and the failed ticks of periodic loops (`common/periodic.py`, per process: two hosts in one process
+share them) are read at render time. Does not own the endpoint (`_endpoints.metrics`) or when things are
 counted (`app.py` counts run ends, audited MCP calls, the retention job's passes, the scheduler's fires and
 the webhook sender's outcomes, `_middleware` HTTP requests, the ingest endpoints admitted events,
 `_approvals` decisions).
@@ -43,6 +44,7 @@ from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from prometheus_client.registry import Collector
 
 from mcphost import __version__
+from mcphost.common.periodic import FAILURES as LOOP_FAILURES
 from mcphost.config import RETENTION_KINDS
 from mcphost.delivery import DELIVERY_OUTCOMES, DeliveryOutcome
 from mcphost.models import Run
@@ -70,7 +72,7 @@ _DEAD_LETTER_REASONS: dict[DeliveryOutcome, str] = {
 
 
 class _Live(Collector):
-    """Values read from the host when scraped: active runs, and each plugin's restarts and state."""
+    """Values read when scraped: active runs, each plugin's restarts and state, loop failures."""
 
     def __init__(self) -> None:
         self.active_runs = 0
@@ -88,7 +90,14 @@ class _Live(Collector):
         for name, count, running in self.plugins:
             restarts.add_metric([name], count)
             up.add_metric([name], int(running))
-        yield from (active, restarts, up)
+        loops = CounterMetricFamily(
+            "mcphost_loop_failures",
+            "Failed ticks of this process's periodic loops (sweeps, scheduler, sender, ...), by loop name.",
+            labels=["loop"],
+        )
+        for name, count in sorted(LOOP_FAILURES.items()):
+            loops.add_metric([name], count)
+        yield from (active, restarts, up, loops)
 
 
 class HostMetrics:

@@ -19,7 +19,7 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validato
 from mcphost.gateway.upstream import UpstreamState
 from mcphost.grants import GrantView
 from mcphost.hooks import IgnoreReason
-from mcphost.models import ID_PATTERN, GrantLayers, Run, RunError, RunStatus
+from mcphost.models import ID_PATTERN, GrantLayers, Run, RunFailure, RunStatus
 from mcphost.protocol import AgentRunContext, JSONObject, JSONValue
 from mcphost.protocol.facts import KnowledgeChunk
 from mcphost.schedules import ScheduleStatus
@@ -249,7 +249,7 @@ class StreamEnd(_Answer):
 
     run_id: str
     status: RunStatus
-    error: RunError | None = None
+    error: RunFailure | None = None
     """Why the run did not complete (absent when it did)."""
 
 
@@ -285,7 +285,7 @@ class Attempt(_Answer):
     run_id: str
     attempt: int
     status: RunStatus
-    error: RunError | None
+    error: RunFailure | None
     created_at: float
     ended_at: float | None
 

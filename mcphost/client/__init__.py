@@ -23,7 +23,7 @@ the standard library; pydantic comes with the first answer model.
 
 from mcphost.client._async import AsyncClient, AsyncRunStream
 from mcphost.client._errors import APIConnectionError, APIError, ClientError
-from mcphost.client._stream import ResultEvent, RunEnd, RunError
+from mcphost.client._stream import ResultEvent, RunEnd, RunFailure
 from mcphost.client._sync import Client, RunStream
 
 __all__ = [
@@ -35,6 +35,6 @@ __all__ = [
     "ClientError",
     "ResultEvent",
     "RunEnd",
-    "RunError",
+    "RunFailure",
     "RunStream",
 ]

@@ -52,7 +52,9 @@ class ResultEvent:
 
 
 @dataclass(frozen=True, slots=True)
-class RunError:
+class RunFailure:
+    """Why a streamed run did not complete (`RunEnd.error`): a record, not an exception."""
+
     code: str
     message: str
     details: JSONObject = field(default_factory=dict[str, JSONValue])
@@ -64,7 +66,7 @@ class RunEnd:
 
     run_id: str
     status: str
-    error: RunError | None
+    error: RunFailure | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,7 +120,7 @@ class StreamState:
             self.end = RunEnd(
                 run_id=str(payload.get("run_id") or self.run_id),
                 status=str(payload.get("status")),
-                error=RunError(
+                error=RunFailure(
                     str(found.get("code")), str(found.get("message")), as_object(found.get("details"))
                 )
                 if error

@@ -41,7 +41,9 @@ class Admitted(Answer):
     created: bool
 
 
-class RunError(Answer):
+class RunFailure(Answer):
+    """Why a run did not complete (`Run.error`): a record, not an exception."""
+
     code: str
     message: str
     details: JSONObject = Field(default_factory=dict[str, JSONValue])
@@ -60,7 +62,7 @@ class Run(Answer):
     started_at: float | None = None
     ended_at: float | None = None
     deadline_at: float
-    error: RunError | None = None
+    error: RunFailure | None = None
     usage: JSONObject = Field(default_factory=dict[str, JSONValue])
     host_id: str | None = None
     attempt: int = 1
@@ -72,7 +74,7 @@ class Attempt(Answer):
     run_id: str
     attempt: int
     status: RunStatus
-    error: RunError | None
+    error: RunFailure | None
     created_at: float
     ended_at: float | None
 

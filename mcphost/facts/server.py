@@ -68,6 +68,7 @@ from starlette.routing import BaseRoute, Route, Router
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from mcphost.common.challenge import bearer_challenge
+from mcphost.common.periodic import Periodic
 from mcphost.errors import StorageUnavailableError
 from mcphost.facts._dispatch import ACCESS_KEY, FactsDispatch
 from mcphost.facts._grants import GrantCache, RunAccess
@@ -264,7 +265,11 @@ class FactsServer:
         async with manager.run(), anyio.create_task_group() as tg:
             await tg.start(self._dispatch.audit.run)
             self._manager, self._tg = manager, tg
-            tg.start_soon(self._sweep)
+            tg.start_soon(
+                Periodic(
+                    "the facts server sweep", self.sweep, interval_s=SWEEP_INTERVAL_S, wait_first=True
+                ).run
+            )
             try:
                 yield self
             finally:
@@ -321,14 +326,6 @@ class FactsServer:
     def open_sessions(self, run_id: str) -> int:
         """How many handshake-era sessions the run has open on this process."""
         return self._sessions.count(run_id)
-
-    async def _sweep(self) -> None:
-        while True:
-            await anyio.sleep(SWEEP_INTERVAL_S)
-            try:
-                await self.sweep()
-            except Exception:
-                logger.exception("the facts server sweep failed; retrying in %s s", SWEEP_INTERVAL_S)
 
     async def sweep(self) -> None:
         """Drop stale cache entries and limits; close sessions of runs that ended elsewhere."""

@@ -29,6 +29,7 @@ from anyio.abc import TaskGroup
 
 from mcphost import tracing
 from mcphost.bindings import Bindings
+from mcphost.common.periodic import Periodic
 from mcphost.context import runner_config, with_trace
 from mcphost.errors import HostError
 from mcphost.feed import ResultFeed, RunReader, RunSignals, Signal
@@ -111,7 +112,7 @@ class Orchestrator:
         self._runs = ActiveRuns()
         """Every run of this process, from its admission until it is forgotten, with its phase."""
         self._conversation_signal = Signal()
-        self._cancel_signal = Signal()
+        self._cancel_poll = Periodic("the cancel poll", self._poll_cancels, interval_s=tuning.CANCEL_POLL_S)
         """Woken when another process asked to cancel a run active here (`_poll_cancels`)."""
         self._remote = RunSignals()
         """Readers here of runs other processes execute, woken by those processes' wake-ups."""
@@ -180,12 +181,21 @@ class Orchestrator:
                     if self._stores.db.dialect == "postgresql":
                         self._listener = Listener(self._stores.db, self._woken)
                         await tg.start(self._listener.run)
-                    tg.start_soon(self._poll_cancels)
+                    tg.start_soon(self._cancel_poll.run)
                     for run_id in recovery.requeued:
                         await self._resume(run_id)
                     # After the resumes: an adopted run is ours and held by a task from here on.
-                    tg.start_soon(self._sweep_forever)
-                    tg.start_soon(self._sweep_grants_forever)
+                    sweep = Periodic(
+                        "the run sweep", self._sweep_tick, interval_s=tuning.SWEEP_S, wait_first=True
+                    )
+                    grants = Periodic(
+                        "the inspection grant sweep",
+                        self._sweep_grants_tick,
+                        interval_s=GRANT_SWEEP_S,
+                        wait_first=True,
+                    )
+                    tg.start_soon(sweep.run)
+                    tg.start_soon(grants.run)
                     try:
                         yield self
                     finally:
@@ -438,35 +448,31 @@ class Orchestrator:
         if wake is None:
             self._remote.notify_all()
             self._conversation_signal.notify()
-            self._cancel_signal.notify()
+            self._cancel_poll.wake()
             return
         kind, run_id = wake
         if kind == "cancel":
             if self._runs.held(run_id) is not None:
-                self._cancel_signal.notify()
+                self._cancel_poll.wake()
             return
         self._remote.notify(run_id)
         if kind == "end" and self._runs.phase(run_id) is not RunPhase.ENDED:  # our own ends wake our queue
             self._conversation_signal.notify()
 
-    async def _poll_cancels(self) -> None:
-        ticket = self._cancel_signal.ticket()
-        while True:
-            await Signal.wait(ticket, self._poll_s(tuning.CANCEL_POLL_S))
-            ticket = self._cancel_signal.ticket()  # before the query: a request after it wakes the next wait
-            if not self.active_run_ids():
-                continue  # nothing here to cancel: no query
-            try:
-                for run_id, reason in await self._stores.runs.cancel_requested(self.host_id):
-                    if self._runs.held(run_id) is None:
-                        continue
-                    parking = await self._stores.approvals.pending_parked(run_id)
-                    if parking is not None:  # another replica's facts server asked to park it
-                        await self.park(run_id, parking.approval_id)
-                    else:
-                        await self.cancel(run_id, reason=reason or "cancelled by request")
-            except Exception:
-                logger.exception("cancel poll failed; will retry")
+    async def _poll_cancels(self) -> float:
+        """One pass of the cancel poll: cancel (or park) the runs held here that another process asked to."""
+        wait = self._poll_s(tuning.CANCEL_POLL_S)
+        if not self.active_run_ids():
+            return wait  # nothing here to cancel: no query
+        for run_id, reason in await self._stores.runs.cancel_requested(self.host_id):
+            if self._runs.held(run_id) is None:
+                continue
+            parking = await self._stores.approvals.pending_parked(run_id)
+            if parking is not None:  # another replica's facts server asked to park it
+                await self.park(run_id, parking.approval_id)
+            else:
+                await self.cancel(run_id, reason=reason or "cancelled by request")
+        return wait
 
     # -- one run ---------------------------------------------------------------------------------------
 
@@ -624,15 +630,9 @@ class Orchestrator:
 
     # -- the sweepers ----------------------------------------------------------------------------------
 
-    async def _sweep_forever(self) -> None:
-        while True:
-            await anyio.sleep(tuning.SWEEP_S)
-            try:
-                await self.sweep()
-            except Exception as exc:
-                logger.warning(
-                    "the run sweep failed; retrying in %g s: %s", tuning.SWEEP_S, exc.__cause__ or exc
-                )
+    async def _sweep_tick(self) -> float:
+        await self.sweep()
+        return tuning.SWEEP_S
 
     async def sweep(self) -> list[str]:
         """End the runs this host owns that none of its tasks holds; their ids (`_closing.sweep`)."""
@@ -641,13 +641,8 @@ class Orchestrator:
             self._conversation_signal.notify()  # queued runs of their conversations may start now
         return ended
 
-    async def _sweep_grants_forever(self) -> None:
-        while True:
-            await anyio.sleep(GRANT_SWEEP_S)
-            try:
-                await self.sweep_grants()
-            except Exception:
-                logger.exception("the inspection grant sweep failed; retrying in %g s", GRANT_SWEEP_S)
+    async def _sweep_grants_tick(self) -> None:
+        await self.sweep_grants()
 
     async def sweep_grants(self) -> list[str]:
         """Close the inspection grants past their deadline (their tokens already stopped working); their ids."""

@@ -22,11 +22,11 @@ from dataclasses import dataclass, replace
 
 from mcphost.errors import StorageFullError, StorageUnavailableError, find_error
 from mcphost.journal import RunOutcome
-from mcphost.models import RunError, RunStatus
+from mcphost.models import RunFailure, RunStatus
 
 HOST_FAILED = "The host failed while running this run; the cause is in the host's log under this run id."
 STORAGE_ERRORS = (StorageUnavailableError, StorageFullError)
-LOST = RunError(
+LOST = RunFailure(
     code="host.run_lost",
     message="The host stopped executing this run without recording its end; it was closed by the sweeper.",
 )
@@ -67,7 +67,7 @@ def decide_end(happened: Happened) -> RunOutcome:
         if happened.parked_on is not None:
             return RunOutcome(
                 RunStatus.PARKED,
-                RunError(
+                RunFailure(
                     code="parked",
                     message=f"The run parked on approval {happened.parked_on!r}; its decision starts a "
                     "continuation run of the same conversation.",
@@ -99,7 +99,7 @@ def decide_end(happened: Happened) -> RunOutcome:
 
 
 def cancelled(reason: str) -> RunOutcome:
-    return RunOutcome(RunStatus.CANCELLED, RunError(code="cancelled", message=f"Run cancelled: {reason}."))
+    return RunOutcome(RunStatus.CANCELLED, RunFailure(code="cancelled", message=f"Run cancelled: {reason}."))
 
 
 def host_failure(exc: Exception) -> RunOutcome:

@@ -29,6 +29,7 @@ import subprocess
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,7 @@ import httpx2
 from pydantic import BaseModel, Field, ValidationError
 
 from mcphost import __version__
+from mcphost.common.periodic import Periodic
 from mcphost.errors import HostError, UnauthorizedError
 from mcphost.plugins.process import PluginProcess, PluginSpec, PluginSupervisor, RawResult
 from mcphost.plugins.registry import RunnerRegistry
@@ -149,6 +151,8 @@ class RuntimeDaemon:
         self.heartbeat_s = 1.0
         self.state = "online"
         self.registered: RegisterAnswer | None = None
+        self._heartbeats: Periodic | None = None
+        """The heartbeat loop while `serve` runs."""
 
     # -- HTTP ------------------------------------------------------------------------------------------
 
@@ -160,7 +164,7 @@ class RuntimeDaemon:
             try:
                 error = _ErrorAnswer.model_validate_json(response.content).error
             except ValidationError:
-                error = _Error(message=response.text[:500])
+                error = _ErrorBody(message=response.text[:500])
             reason = error.details.get("reason")
             refused = RefusedError(
                 response.status_code,
@@ -209,7 +213,15 @@ class RuntimeDaemon:
             await self._register(client, caps)
             task_status.started()
             async with anyio.create_task_group() as tg:
-                tg.start_soon(self._heartbeats, client, caps)
+                self._heartbeats = Periodic(
+                    "the runtime heartbeat",
+                    partial(self._heartbeat, client, caps),
+                    interval_s=self.heartbeat_s,
+                    retry_s=0.2,
+                    max_backoff_s=MAX_BACKOFF_S,
+                    fatal=(UnauthorizedError,),
+                )
+                tg.start_soon(self._heartbeats.run)
                 await self._claims(client, registry, tg)
 
     async def _register(self, client: httpx2.AsyncClient, caps: Capabilities) -> None:
@@ -220,41 +232,33 @@ class RuntimeDaemon:
         self.state = answer.state
         logger.info("registered as runtime %s (%s), %d slot(s)", answer.name, answer.runtime_id, self.slots)
 
-    async def _heartbeats(self, client: httpx2.AsyncClient, caps: Capabilities) -> None:
-        failures = 0
-        while True:
-            held = [
-                {"run_id": r.claim.run_id, "fence": r.claim.fence} for r in self._runs.values() if not r.lost
-            ]
-            try:
-                answer: HeartbeatAnswer = await self._post(
-                    client, "heartbeat", {"runs": held}, HeartbeatAnswer
-                )
-            except httpx2.TransportError as exc:
-                failures += 1
-                logger.warning("heartbeat failed (%s); host unreachable, retrying", exc)
-                await anyio.sleep(backoff(failures))
-                continue
-            except RefusedError as exc:
-                if exc.status == 401:
-                    raise UnauthorizedError(exc.message) from None
-                logger.warning("heartbeat refused: %s", exc.message)
-                await anyio.sleep(MAX_BACKOFF_S)
-                continue
-            if failures:  # the host may have restarted: tell it who we are again
-                failures = 0
-                await self._register(client, caps)
-            self.state = answer.state
-            self.heartbeat_s = answer.heartbeat_s
-            for entry in answer.runs:
-                run = self._runs.get(entry.run_id)
-                if run is not None and entry.cancel is not None:
-                    await self._cancel(run, entry.cancel)
-            for run_id in answer.lost:
-                run = self._runs.get(run_id)
-                if run is not None:
-                    await self._lose(run, "the host no longer gives it to this runtime")
-            await anyio.sleep(self.heartbeat_s)
+    async def _heartbeat(self, client: httpx2.AsyncClient, caps: Capabilities) -> float:
+        """One heartbeat (`Periodic`, every `heartbeat_s`): the runs held, and what the host says of them.
+
+        An unreachable host is retried with the loop's back-off, and told who we are again once it
+        answers (it may have restarted); a refusal waits `MAX_BACKOFF_S`; a 401 ends the daemon.
+        """
+        held = [{"run_id": r.claim.run_id, "fence": r.claim.fence} for r in self._runs.values() if not r.lost]
+        try:
+            answer: HeartbeatAnswer = await self._post(client, "heartbeat", {"runs": held}, HeartbeatAnswer)
+        except RefusedError as exc:
+            if exc.status == 401:
+                raise UnauthorizedError(exc.message) from None
+            logger.warning("heartbeat refused: %s", exc.message)
+            return MAX_BACKOFF_S
+        if self._heartbeats is not None and self._heartbeats.failing:  # the host may have restarted
+            await self._register(client, caps)
+        self.state = answer.state
+        self.heartbeat_s = answer.heartbeat_s
+        for entry in answer.runs:
+            run = self._runs.get(entry.run_id)
+            if run is not None and entry.cancel is not None:
+                await self._cancel(run, entry.cancel)
+        for run_id in answer.lost:
+            run = self._runs.get(run_id)
+            if run is not None:
+                await self._lose(run, "the host no longer gives it to this runtime")
+        return self.heartbeat_s
 
     async def _claims(
         self, client: httpx2.AsyncClient, registry: RunnerRegistry[PluginProcess], tg: anyio.abc.TaskGroup
@@ -401,14 +405,16 @@ class RuntimeDaemon:
         run.wake()
 
 
-class _Error(BaseModel):
+class _ErrorBody(BaseModel):
+    """The `error` object of a refusal the host answered (the API's error body)."""
+
     code: str = ""
     message: str = ""
     details: dict[str, object] = Field(default_factory=dict[str, object])
 
 
 class _ErrorAnswer(BaseModel):
-    error: _Error
+    error: _ErrorBody
 
 
 def _batch(pending: list[RawResult]) -> list[RawResult]:

@@ -39,6 +39,7 @@ import socket
 import time
 from collections.abc import AsyncGenerator
 from contextlib import asynccontextmanager
+from functools import partial
 
 import anyio
 from pydantic import BaseModel, ConfigDict
@@ -46,8 +47,9 @@ from sqlalchemy import delete, func, select, update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from mcphost.common.periodic import Periodic
 from mcphost.errors import ConflictError
-from mcphost.models import RunError, RunStatus
+from mcphost.models import RunFailure, RunStatus
 from mcphost.stores._sql import advisory_key, discard_connection, upsert
 from mcphost.stores.engine import Database
 from mcphost.stores.runs import ACTIVE_STATUSES, RESTARTABLE_CODE, RunStore
@@ -55,7 +57,7 @@ from mcphost.stores.tables import HostRow, RunRow
 
 log = logging.getLogger(__name__)
 
-HOST_RESTARTED = RunError(
+HOST_RESTARTED = RunFailure(
     code=RESTARTABLE_CODE,
     message="The host that ran this run stopped before it finished. Submit its event again (same "
     "event_id) to run it as a new attempt.",
@@ -78,7 +80,7 @@ class Recovery(BaseModel):
     """Were queued: now owned by the recovering host, still queued, for it to run."""
 
 
-CANCELLED_BEFORE_RESTART = RunError(
+CANCELLED_BEFORE_RESTART = RunFailure(
     code="cancelled",
     message="Run cancelled: its cancel was requested before the host that queued it stopped.",
 )
@@ -138,10 +140,18 @@ class HostStore:
         holder = await self._lock(key)
         if holder is None:
             raise ConflictError(f"Host {host_id!r} is already alive in another process; use a new host id.")
-        held = [holder]
+        held: list[AsyncConnection | None] = [holder]
+        keeper = Periodic(
+            "the host liveness check",
+            partial(self._keep_lock, host_id, key, held),
+            interval_s=LIVENESS_CHECK_S,
+            retry_s=LIVENESS_CHECK_S / 4,
+            max_backoff_s=LIVENESS_CHECK_S,
+            wait_first=True,
+        )
         try:
             async with anyio.create_task_group() as tg:
-                tg.start_soon(self._keep_lock, host_id, key, held)
+                tg.start_soon(keeper.run)
                 try:
                     await self._register(record)
                     yield record
@@ -149,7 +159,8 @@ class HostStore:
                     tg.cancel_scope.cancel()
                     await self._unregister(host_id)
         finally:
-            await discard_connection(held[0])
+            if held[0] is not None:
+                await discard_connection(held[0])
 
     async def _lock(self, key: int) -> AsyncConnection | None:
         """A dedicated connection holding the session lock `key`, or None when another session holds it."""
@@ -164,31 +175,26 @@ class HostStore:
         await discard_connection(conn)
         return None
 
-    async def _keep_lock(self, host_id: str, key: int, held: list[AsyncConnection]) -> None:
-        """Check the lock's connection every `LIVENESS_CHECK_S`; retake the lock when it was dropped."""
-        while True:
-            await anyio.sleep(LIVENESS_CHECK_S)
+    async def _keep_lock(self, host_id: str, key: int, held: list[AsyncConnection | None]) -> float | None:
+        """One check of the lock's connection (the `Periodic` ticks every `LIVENESS_CHECK_S`); when it was
+        dropped, retake the lock, again shortly while a peer's check holds the key. A reconnect that
+        raises is retried with the loop's back-off."""
+        conn = held[0]
+        if conn is not None:
             try:
-                await held[0].execute(select(1))
-                continue
+                await conn.execute(select(1))
+                return None
             except (SQLAlchemyError, OSError):
                 log.warning("host %s lost the connection that proves it alive; reconnecting", host_id)
-            await discard_connection(held[0])
-            while True:
-                try:
-                    holder = await self._lock(key)
-                except (SQLAlchemyError, OSError) as exc:
-                    log.warning(
-                        "host %s cannot reconnect its liveness lock yet: %s", host_id, type(exc).__name__
-                    )
-                    holder = None
-                if holder is not None:
-                    held[0] = holder
-                    log.info("host %s holds its liveness lock again", host_id)
-                    break
-                # A peer's check holds the key for the length of its transaction, or the server is
-                # still away: try again shortly.
-                await anyio.sleep(LIVENESS_CHECK_S / 4)
+            held[0] = None
+            await discard_connection(conn)
+        holder = await self._lock(key)
+        if holder is None:
+            # A peer's check holds the key for the length of its transaction: try again shortly.
+            return LIVENESS_CHECK_S / 4
+        held[0] = holder
+        log.info("host %s holds its liveness lock again", host_id)
+        return None
 
     async def _register(self, record: HostRecord) -> None:
         stmt = upsert(

@@ -61,7 +61,7 @@ from mcphost.errors import (
     InvalidArgumentError,
     RunNotFoundError,
 )
-from mcphost.models import ALLOWED_TRANSITIONS, ConcurrencyPolicy, Run, RunError, RunGrant, RunStatus
+from mcphost.models import ALLOWED_TRANSITIONS, ConcurrencyPolicy, Run, RunFailure, RunGrant, RunStatus
 from mcphost.protocol import AgentRunContext, JSONObject
 from mcphost.stores._cursor import CursorCodec, Page, check_limit
 from mcphost.stores._retry import idempotent
@@ -163,7 +163,7 @@ def _run(row: RunRow | Row[Any]) -> Run:
         started_at=row.started_at,
         ended_at=row.ended_at,
         deadline_at=row.deadline_at,
-        error=None if row.error is None else RunError.model_validate(row.error),
+        error=None if row.error is None else RunFailure.model_validate(row.error),
         usage=row.usage,
         host_id=row.host_id,
         attempt=row.attempt,
@@ -177,7 +177,7 @@ def _restartable(run: Run) -> bool:
     return run.status is RunStatus.FAILED and run.error is not None and run.error.code == RESTARTABLE_CODE
 
 
-def _outcome(error: RunError | None, usage: JSONObject | None) -> dict[str, Any]:
+def _outcome(error: RunFailure | None, usage: JSONObject | None) -> dict[str, Any]:
     """The `error` and `usage` columns a move to a terminal status writes, when given."""
     values: dict[str, Any] = {} if error is None else {"error": error.model_dump(mode="json")}
     return values if usage is None else values | {"usage": usage}
@@ -449,7 +449,7 @@ class RunStore:
         run_id: str,
         status: RunStatus,
         *,
-        error: RunError | None = None,
+        error: RunFailure | None = None,
         usage: JSONObject | None = None,
     ) -> Run:
         """Move a run to `status` (recording `error` and `usage` when given).
@@ -475,7 +475,7 @@ class RunStore:
         run_id: str,
         status: RunStatus,
         *,
-        error: RunError | None = None,
+        error: RunFailure | None = None,
         usage: JSONObject | None = None,
     ) -> Run:
         """Move an unfinished run to the terminal `status`; a run that has already ended stays as it is.

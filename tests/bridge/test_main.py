@@ -18,7 +18,7 @@ import pytest
 import mcphost_bridge
 from mcphost.context import mcp_access
 from mcphost_bridge.__main__ import build_parser, main
-from tests.bridge.conftest import (
+from tests.bridge._helpers import (
     INITIALIZE_PARAMS,
     BridgeProcess,
     Endpoint,

@@ -21,7 +21,7 @@ from mcp.client.session import ClientRequestContext, IncomingMessage
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.shared.exceptions import MCPError
 
-from tests.bridge.conftest import Endpoint, SeenRequest
+from tests.bridge._helpers import Endpoint, SeenRequest
 
 LEGACY = "2025-11-25"
 MODERN = "2026-07-28"

@@ -22,7 +22,7 @@ from mcphost.app import Host, open_host
 from mcphost.models import RunStatus
 from mcphost.orchestrator import _tuning as orchestrator_module
 from mcphost.stores.runs import ACTIVE_STATUSES
-from tests.conftest import NO_POSTGRES, POSTGRES_URL, fresh_postgres_database
+from tests._postgres import NO_POSTGRES, POSTGRES_URL, fresh_postgres_database
 from tests.e2e.httpkit import api_settings, event_body, parse_sse, served
 from tests.faults.faultkit import PostgresKiller
 

@@ -42,7 +42,7 @@ from mcphost.stores import Stores
 from tests.fuzz._figures import Tally, examples, store_of, tally
 from tests.fuzz._rows import changed, fingerprint
 from tests.fuzz.test_api_fuzz import RAW_VALUES, operations_of, run_generated
-from tests.mcphost.facts.conftest import FULL_PERMISSIONS, LEGACY, RunHandle, Served, connect, serve_facts
+from tests.mcphost.facts._helpers import FULL_PERMISSIONS, LEGACY, RunHandle, Served, connect, serve_facts
 from tests.mcphost.facts.scenario import seed
 
 HOST_FAILURES = frozenset({"runtime_error", "storage_unavailable", "storage_full"})

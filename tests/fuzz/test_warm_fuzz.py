@@ -33,7 +33,7 @@ from tests.fuzz._figures import Tally, examples, store_of, tally
 from tests.fuzz._rows import changed, fingerprint
 from tests.fuzz.test_api_fuzz import RAW_VALUES, run_generated
 from tests.fuzz.test_mcp_fuzz import ACCEPT, AUDIT, ENVELOPE, INTERNAL_ERROR, TOOL_CODES
-from tests.mcphost.facts.conftest import RunHandle, Served, serve_facts
+from tests.mcphost.facts._helpers import RunHandle, Served, serve_facts
 from tests.mcphost.facts.test_warm_sessions import SESSION, start_bound
 
 ENDED = WarmSessions.session_id("agent-a", "conv-ended", None)

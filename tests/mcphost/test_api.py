@@ -23,7 +23,7 @@ from mcphost.app import Host, create_app, open_host
 from mcphost.console import is_console_path
 from mcphost.errors import InvalidArgumentError
 from mcphost.inspection import create_grant
-from mcphost.models import RunError, RunStatus
+from mcphost.models import RunFailure, RunStatus
 from mcphost.runtimes.wire import RUNTIME_PREFIX
 from tests.e2e.httpkit import (
     api_settings,
@@ -292,7 +292,7 @@ async def test_an_event_whose_run_failed_host_restarted_runs_again_and_both_runs
     first, grant = new_run("c1", event_id="evt-retried")
     await host.stores.runs.admit(first, grant=grant, concurrency="enqueue")
     await host.stores.runs.transition(
-        first.run_id, RunStatus.FAILED, error=RunError(code="host.restarted", message="host stopped")
+        first.run_id, RunStatus.FAILED, error=RunFailure(code="host.restarted", message="host stopped")
     )
     response = await client.post("/v1/events", json=event_body("hi", event_id="evt-retried"))
     assert response.status_code == 202
@@ -486,6 +486,9 @@ async def test_healthz_and_metrics_report_this_process(host: Host, client: httpx
     assert 'mcphost_run_duration_seconds_bucket{le="+Inf"} 2.0' in lines
     assert 'mcphost_plugin_restarts_total{plugin="echo"} 0.0' in lines
     assert 'mcphost_plugin_up{plugin="misbehave"} 1.0' in lines
+    # Each periodic loop of the host has its failure counter from the start.
+    for loop in ("the run sweep", "the cancel poll", "the scheduler", "the continuation sweep"):
+        assert any(line.startswith(f'mcphost_loop_failures_total{{loop="{loop}"}} ') for line in lines), loop
     assert any(
         line.startswith("mcphost_build_info{") and f'version="{__version__}"' in line for line in lines
     )

@@ -31,8 +31,7 @@ from mcphost.facts._tools import FACTS_TOOLS
 from mcphost.models import RunStatus
 from mcphost.protocol.facts import FACTS_ANSWERS
 from mcphost.stores import Stores, open_stores
-from tests.conftest import NO_POSTGRES, POSTGRES_URL, fresh_postgres_database
-from tests.fakes.shadow_packages import write_shadow_packages
+from tests._postgres import NO_POSTGRES, POSTGRES_URL, fresh_postgres_database
 from tests.mcphost.hostkit import MISBEHAVE, REPO
 from tests.mcphost.stores.factories import admitted, nested_json, overwrite_json
 
@@ -134,23 +133,6 @@ def test_the_quickstart_streams_the_reply_and_prints_the_run(tmp_path: Path) -> 
     human = mcphost("show", runs[0]["run_id"], cwd=tmp_path)
     assert "grant revoked" in human.stdout
     assert "audit (" in human.stdout
-
-
-def test_the_quickstart_runs_in_a_project_holding_packages_named_like_mcphosts(tmp_path: Path) -> None:
-    """The README's first command, the installed `mcphost` script, with a fresh data dir, run in a project
-    with its own `runners/`, `bridge/`, `mcphost_runners/`... packages whose every module raises: the
-    bundled plugins never import them, so memo answers."""
-    project = write_shadow_packages(tmp_path / "project")
-    data_dir = tmp_path / "data"
-    done = mcphost(
-        "run", "hello", cwd=project, timeout=120, env={"MCPHOST_DATA_DIR": str(data_dir)}, script=True
-    )
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.startswith("Turn 1. I heard “hello”.")
-    assert "completed" in done.stderr
-    assert "is not part of mcphost" not in done.stderr
-    assert (data_dir / "mcphost.db").is_file()
-    assert not (project / ".mcphost").exists()
 
 
 def test_runners_lists_registered_and_rejected_manifests(tmp_path: Path) -> None:

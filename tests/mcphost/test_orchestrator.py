@@ -23,7 +23,6 @@ from mcphost.orchestrator import _tuning as orchestrator_module
 from mcphost.stores import event_values
 from mcphost.stores import runs as runs_store_module
 from mcphost.stores.results import StoredResult
-from tests.e2e.httpkit import asgi_client
 from tests.examples.clikit import mcphost
 from tests.mcphost.hostkit import ECHO_RUNNER, error_code, host_settings, message, run_event, wait_running
 from tests.mcphost.stores.factories import nested_json, overwrite_json
@@ -404,41 +403,6 @@ async def test_cancel_ends_a_running_run_as_cancelled(host: Host) -> None:
     assert run.status is RunStatus.CANCELLED
     assert error_code(run) == "cancelled"
     assert (await host.stores.runs.grant(run_id)).revoked
-
-
-async def test_a_cancel_sent_to_another_host_on_the_database_ends_the_run_with_its_reason(
-    database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # `hang` ignores runner/cancel, so the host cuts it off and ends it with the cancel's reason.
-    monkeypatch.setattr(orchestrator_module, "CANCEL_GRACE_S", 0.2)
-    settings = host_settings(database_url, tmp_path / "data")
-    async with open_host(settings) as executing, open_host(settings) as other, asgi_client(other) as client:
-        run_id = (await executing.orchestrator.submit(message("hang"))).run.run_id
-        await wait_running(executing, run_id)
-        assert run_id not in other.orchestrator.active_run_ids()
-        answer = await client.post(f"/v1/runs/{run_id}/cancel", json={"reason": "the ticket was withdrawn"})
-        assert answer.status_code == 202, answer.text
-        with anyio.fail_after(15):
-            run = await executing.orchestrator.wait(run_id)
-        assert run.status is RunStatus.CANCELLED
-        assert run.error is not None
-        assert (run.error.code, run.error.message) == (
-            "cancelled",
-            "Run cancelled: the ticket was withdrawn.",
-        )
-        [end] = [r for r in await results_of(executing, run) if r.type == "run.failed"]
-        assert "the ticket was withdrawn" in json.dumps(end.payload)
-
-        # An `interrupt` admitted on the other host says which newer run interrupted it, as it does locally.
-        first = (await executing.orchestrator.submit(message("hang", bot="int", conversation="ci"))).run
-        await wait_running(executing, first.run_id)
-        newer = (await other.orchestrator.submit(message("ok", bot="int", conversation="ci"))).run
-        with anyio.fail_after(15):
-            interrupted = await executing.orchestrator.wait(first.run_id)
-        assert interrupted.error is not None
-        assert (
-            interrupted.error.message == f"Run cancelled: interrupted by a newer event (run {newer.run_id})."
-        )
 
 
 async def test_non_message_events_never_become_user_transcript_rows(host: Host) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import logging
 import time
 import zoneinfo
 from collections.abc import AsyncGenerator
@@ -19,12 +20,14 @@ import pytest
 from pydantic import ValidationError
 from sqlalchemy import select
 
+from mcphost import schedules as schedules_module
 from mcphost.app import Host, open_host
 from mcphost.bindings import Bindings
+from mcphost.common.periodic import FAILURES as LOOP_FAILURES
 from mcphost.config import settings_from_mapping
 from mcphost.errors import ConfigError
 from mcphost.models import AgentConfig, AgentEventEnvelope
-from mcphost.schedules import MISFIRE_GRACE_S, Scheduler, schedule_page
+from mcphost.schedules import MISFIRE_GRACE_S, Scheduler, run_scheduler, schedule_page
 from mcphost.stores import Database, Stores
 from mcphost.stores.tables import RunRow, ScheduleFireRow
 from mcphost.timetable import ScheduleSpec, fire_event_id
@@ -187,6 +190,41 @@ async def test_two_schedulers_on_one_database_emit_each_fire_once(stores: Stores
     async with stores.db.read() as session:
         kept = (await session.execute(select(ScheduleFireRow.fire_at))).scalars().all()
     assert kept == [first + 10]  # only the newest claim is kept
+
+
+async def test_a_failing_tick_is_logged_once_counted_and_retried_until_the_fires_come(
+    stores: Stores, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The scheduler is a periodic loop (`common/periodic.py`): a tick whose storage fails is retried
+    with back-off from `ERROR_BACKOFF_S`, logged once with its traceback and counted."""
+    monkeypatch.setattr(schedules_module, "ERROR_BACKOFF_S", 0.05)
+    await stores.schedules.create(spec(id="tick", every="1s"))
+    sched, seen = scheduler(stores)
+    real = stores.schedules.last_fires
+    calls = 0
+
+    async def flaky(*args: Any, **kwargs: Any) -> Any:
+        nonlocal calls
+        calls += 1
+        if calls <= 3:
+            raise OSError("the disk went away")
+        return await real(*args, **kwargs)
+
+    monkeypatch.setattr(stores.schedules, "last_fires", flaky)
+    before = LOOP_FAILURES["the scheduler"]
+    async with anyio.create_task_group() as tg:
+        await tg.start(run_scheduler, sched)
+        with anyio.fail_after(20):
+            while not seen.events:  # noqa: ASYNC110  (the scheduler's own task)
+                await anyio.sleep(0.05)
+        tg.cancel_scope.cancel()
+    assert LOOP_FAILURES["the scheduler"] - before == 3
+    logged = [
+        r for r in caplog.records if r.name == "mcphost.common.periodic" and r.levelno >= logging.WARNING
+    ]
+    assert [r.getMessage().split(";")[0] for r in logged] == ["the scheduler failed"]
+    assert logged[0].exc_info is not None
+    assert "the disk went away" in str(logged[0].exc_info[1])
 
 
 async def test_a_late_fire_is_skipped_or_run_once_by_the_misfire_policy(stores: Stores) -> None:

@@ -30,7 +30,7 @@ from mcphost.app import open_host
 from mcphost.stores._retry import UNAVAILABLE_MESSAGE
 from mcphost.stores.engine import Database, normalize_url
 from mcphost.stores.health import DATA_DIR_MARKER, StorageProbe
-from tests.conftest import NO_POSTGRES, POSTGRES_URL, fresh_postgres_database
+from tests._postgres import NO_POSTGRES, POSTGRES_URL, fresh_postgres_database
 from tests.e2e.httpkit import api_settings, asgi_client, event_body, row_counts
 from tests.mcphost.test_cli import cli_env
 

@@ -18,7 +18,7 @@ from mcphost.protocol import JSONObject
 from mcphost.stores import Stores, open_stores
 from mcphost_runners.local_agent import LocalAgentRunner
 from tests.fakes.openai_chat import FakeChatServer, FakeToolCall, Reply, serve_fake_chat
-from tests.mcphost.facts.conftest import RunHandle, Served, serve_facts
+from tests.mcphost.facts._helpers import RunHandle, Served, serve_facts
 from tests.plugins.support import FAST, REPO, collect
 from tests.runners.test_runapi import SearchTools
 

@@ -14,7 +14,7 @@ from mcphost.plugins.process import PluginSpec, PluginSupervisor
 from mcphost.protocol import AgentRunContext, JSONObject, MCPAccess
 from mcphost.stores import Stores, open_stores
 from mcphost_runners.memo import MemoRunner, quote, search_words
-from tests.mcphost.facts.conftest import RunHandle, Served, serve_facts
+from tests.mcphost.facts._helpers import RunHandle, Served, serve_facts
 from tests.plugins.support import FAST, REPO, collect
 
 MEMO = "plugin:mcphost/memo/default"

@@ -1,5 +1,5 @@
 """`RunAPI` against the real facts server over real HTTP: real stores on a SQLite file, runs admitted with
-real grants (`tests/mcphost/facts/conftest.py`), and a fake upstream host tool provider."""
+real grants (`tests/mcphost/facts/_helpers.py`), and a fake upstream host tool provider."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from mcphost.models import RunGrant
 from mcphost.protocol import JSONObject, MCPAccess
 from mcphost.stores import Stores, open_stores
 from mcphost_runners.sdk import RunAPI, RunAPIError
-from tests.mcphost.facts.conftest import RunHandle, Served, serve_facts
+from tests.mcphost.facts._helpers import RunHandle, Served, serve_facts
 
 MODES = ["legacy", "2026-07-28"]
 

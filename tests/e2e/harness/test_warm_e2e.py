@@ -33,7 +33,7 @@ from tests.e2e.harness.hostkit import (
 from tests.fakes.anthropic import fake_anthropic
 from tests.fakes.openai import fake_openai
 from tests.fakes.script import ModelRequest, Reply, Script, Text, ToolCall
-from tests.mcphost.facts.conftest import raises_mcp_error
+from tests.mcphost.facts._helpers import raises_mcp_error
 
 pytestmark = pytest.mark.slow
 

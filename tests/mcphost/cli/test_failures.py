@@ -20,7 +20,7 @@ from sqlalchemy.engine import make_url
 from mcphost.cli import EXIT_INTERRUPTED, EXIT_PIPE, EXIT_USAGE
 from mcphost.models import RunStatus
 from mcphost.stores import open_stores
-from tests.conftest import NO_POSTGRES, POSTGRES_URL
+from tests._postgres import NO_POSTGRES, POSTGRES_URL
 from tests.examples.clikit import cli_env
 from tests.mcphost.test_cli import _wait_for_running, mcphost, write_config
 

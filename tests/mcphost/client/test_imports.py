@@ -54,6 +54,6 @@ def test_the_public_names_are_pinned() -> None:
         "ClientError",
         "ResultEvent",
         "RunEnd",
-        "RunError",
+        "RunFailure",
         "RunStream",
     ]

@@ -16,7 +16,7 @@ from mcp import Client
 
 from mcphost.grants import ALL_FACTS_TOOLS, MODEL_TOOLS_BY_CALL
 from mcphost.stores import ArtifactRecord
-from tests.mcphost.facts.conftest import RunHandle, Served, fails, ok
+from tests.mcphost.facts._helpers import RunHandle, Served, fails, ok
 
 
 @dataclass(frozen=True)

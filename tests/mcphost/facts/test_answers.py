@@ -22,7 +22,7 @@ from mcphost.protocol import STRICT_CONTEXT, JSONObject
 from mcphost.protocol.facts import FACTS_ANSWERS, FACTS_TOOL_NAMES, KnowledgeChunk
 from mcphost.stores import Stores
 from mcphost_runners.sdk import RunAPI
-from tests.mcphost.facts.conftest import ERAS, connect, ok, serve_facts
+from tests.mcphost.facts._helpers import ERAS, connect, ok, serve_facts
 from tests.mcphost.stores.factories import nested_json, overwrite_json
 
 

@@ -8,7 +8,7 @@ import anyio
 
 from mcphost.facts._audit import AuditWriter
 from mcphost.stores import AuditEntry, AuditRecord, AuditStore, Stores
-from tests.mcphost.facts.conftest import admit_run
+from tests.mcphost.facts._helpers import admit_run
 
 
 class CountingAudit(AuditStore):

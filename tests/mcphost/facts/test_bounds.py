@@ -14,7 +14,7 @@ import mcp_types as types
 from mcp import Client
 
 from mcphost.stores._cursor import CursorKind
-from tests.mcphost.facts.conftest import MODERN, Served, connect, fails, ok, table_fingerprint
+from tests.mcphost.facts._helpers import MODERN, Served, connect, fails, ok, table_fingerprint
 from tests.mcphost.stores.test_cursor import signed_with_the_old_source_key
 
 HUGE: list[Any] = [2**63, 2**64, 10**100, -(2**63) - 1]

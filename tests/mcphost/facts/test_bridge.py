@@ -11,7 +11,7 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
 from tests.fakes.shadow_packages import write_shadow_packages
-from tests.mcphost.facts.conftest import ERAS, RunHandle, Served, raises_mcp_error
+from tests.mcphost.facts._helpers import ERAS, RunHandle, Served, raises_mcp_error
 from tests.mcphost.facts.scenario import exercise, seed
 
 

@@ -13,7 +13,7 @@ from mcphost.grants import hash_token
 from mcphost.protocol import AgentRunContext, SkillInfo
 from mcphost.stores import Stores
 from mcphost.stores.tables import RunRow
-from tests.mcphost.facts.conftest import MODERN, RunHandle, Served, connect, ok, serve_facts
+from tests.mcphost.facts._helpers import MODERN, RunHandle, Served, connect, ok, serve_facts
 
 
 def test_redact_removes_the_token_wherever_the_host_put_it() -> None:

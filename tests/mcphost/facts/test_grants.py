@@ -5,7 +5,7 @@ from __future__ import annotations
 from mcphost.facts._grants import GrantCache
 from mcphost.models import RunStatus
 from mcphost.stores import Stores
-from tests.mcphost.facts.conftest import admit_run
+from tests.mcphost.facts._helpers import admit_run
 
 
 async def test_unknown_runs_are_none_and_not_cached(stores: Stores) -> None:

@@ -8,7 +8,7 @@ import time
 
 from mcphost.facts._args import MAX_READ_BYTES
 from mcphost.protocol.facts import TranscriptRole
-from tests.mcphost.facts.conftest import MODERN, Served, connect, fails, ok, raises_mcp_error
+from tests.mcphost.facts._helpers import MODERN, Served, connect, fails, ok, raises_mcp_error
 
 
 async def test_long_content_is_cut_at_4000_characters_and_flagged(served: Served) -> None:

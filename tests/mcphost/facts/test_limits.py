@@ -7,7 +7,7 @@ import anyio
 from mcphost.facts._limits import LimitRegistry, RefusalBudget, RunLimits
 from mcphost.facts._results import ToolCallError
 from mcphost.stores import AuditEntry, Stores
-from tests.mcphost.facts.conftest import admit_run
+from tests.mcphost.facts._helpers import admit_run
 
 
 def limits(

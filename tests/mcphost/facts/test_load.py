@@ -5,7 +5,7 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from tests.mcphost.facts.conftest import LEGACY, MODERN, RunHandle, Served, connect, ok
+from tests.mcphost.facts._helpers import LEGACY, MODERN, RunHandle, Served, connect, ok
 
 RUNS = 100
 CALLS = 20

@@ -10,7 +10,7 @@ import pytest
 
 from mcphost.protocol import MAX_JSON_DEPTH
 from mcphost_runners.sdk import EventRecord, HistoryPage, StateList
-from tests.mcphost.facts.conftest import MODERN, Served, connect, fails, ok, table_fingerprint
+from tests.mcphost.facts._helpers import MODERN, Served, connect, fails, ok, table_fingerprint
 from tests.mcphost.facts.test_scope import last_audit
 from tests.mcphost.stores.factories import nested_json, overwrite_json
 

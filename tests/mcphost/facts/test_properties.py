@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from mcp import Client
 
 from mcphost.facts._tools import FACTS_TOOLS
-from tests.mcphost.facts.conftest import (
+from tests.mcphost.facts._helpers import (
     LEGACY,
     MODERN,
     RunHandle,

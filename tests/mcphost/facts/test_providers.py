@@ -11,7 +11,7 @@ from mcphost.facts import KnowledgeChunk
 from mcphost.models import RunGrant
 from mcphost.protocol import JSONObject
 from mcphost.stores import Stores
-from tests.mcphost.facts.conftest import ERAS, connect, fails, ok, serve_facts
+from tests.mcphost.facts._helpers import ERAS, connect, fails, ok, serve_facts
 
 
 class UpstreamTools:

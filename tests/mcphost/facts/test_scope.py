@@ -17,7 +17,7 @@ from mcp import Client
 
 from mcphost.protocol import MAX_INLINE_ARTIFACT_BYTES
 from mcphost.stores import AuditRecord
-from tests.mcphost.facts.conftest import (
+from tests.mcphost.facts._helpers import (
     ERAS,
     FULL_PERMISSIONS,
     MODERN,

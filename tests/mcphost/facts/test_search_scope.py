@@ -18,7 +18,7 @@ from mcphost.config import KnowledgeBaseConfig
 from mcphost.knowledge.bases import KnowledgeBases
 from mcphost.protocol import JSONObject
 from mcphost.stores import Stores
-from tests.mcphost.facts.conftest import ERAS, MODERN, Served, connect, fails, serve_facts, structured
+from tests.mcphost.facts._helpers import ERAS, MODERN, Served, connect, fails, serve_facts, structured
 from tests.mcphost.stores.test_search_scope import injections, kb_tokens, thread_tokens
 
 

@@ -16,7 +16,7 @@ from mcphost.guard import HttpGuard
 from mcphost.models import RunStatus
 from mcphost.protocol import AgentRunContext
 from mcphost.stores import Stores, open_stores
-from tests.mcphost.facts.conftest import (
+from tests.mcphost.facts._helpers import (
     ERAS,
     LEGACY,
     MODERN,

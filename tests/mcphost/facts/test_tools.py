@@ -7,7 +7,7 @@ import pytest
 from mcphost.facts._results import digest_arguments
 from mcphost.facts._tools import FACTS_TOOLS
 from mcphost.grants import ALL_FACTS_TOOLS
-from tests.mcphost.facts.conftest import ERAS, MODERN, Served, connect
+from tests.mcphost.facts._helpers import ERAS, MODERN, Served, connect
 from tests.mcphost.facts.scenario import exercise, seed
 
 

@@ -25,7 +25,7 @@ from mcphost.protocol import AgentRunContext
 from mcphost.stores import Stores, open_stores
 from mcphost.stores.warm import WarmSessionStore
 from mcphost.warm import WarmSessions
-from tests.mcphost.facts.conftest import ERAS, RunHandle, Served, fails, ok, raises_mcp_error, serve_facts
+from tests.mcphost.facts._helpers import ERAS, RunHandle, Served, fails, ok, raises_mcp_error, serve_facts
 
 SESSION = WarmSessions.session_id("agent-a", "conv-w", None)
 PING = {"jsonrpc": "2.0", "id": 1, "method": "ping"}

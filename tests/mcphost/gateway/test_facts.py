@@ -18,7 +18,7 @@ from mcphost.config import KnowledgeBaseConfig, ToolServerConfig
 from mcphost.gateway.host_tools import Gateway
 from mcphost.knowledge.bases import KnowledgeBases
 from mcphost.stores import Stores
-from tests.mcphost.facts.conftest import RunHandle, Served, connect, fails, ok, serve_facts
+from tests.mcphost.facts._helpers import RunHandle, Served, connect, fails, ok, serve_facts
 from tests.mcphost.gateway.test_host_tools import TOKEN, UPSTREAM, HttpUpstream, _free_port
 
 GRANTED = ["up__echo", "up__huge", "up__hang", "up__crash", "up__pid", "up__forecast"]

@@ -10,7 +10,7 @@ import pytest
 
 from mcphost.errors import StorageFullError, StorageUnavailableError
 from mcphost.journal import RunOutcome
-from mcphost.models import RunError, RunStatus
+from mcphost.models import RunFailure, RunStatus
 from mcphost.orchestrator import HOST_FAILED, Happened, decide_end
 from mcphost.orchestrator._end import with_cancel_reason
 
@@ -19,17 +19,17 @@ ARCHITECTURE = Path(__file__).resolve().parents[3] / "docs" / "architecture.md"
 COMPLETED = RunOutcome(RunStatus.COMPLETED, usage={"input_tokens": 3}, by_runner=True)
 EMPTY = RunOutcome(
     RunStatus.FAILED,
-    RunError(code="runner.empty_output", message="The runner completed without producing any message."),
+    RunFailure(code="runner.empty_output", message="The runner completed without producing any message."),
     by_runner=True,
 )
 RUNNER_FAILED = RunOutcome(
     RunStatus.FAILED,
-    RunError(code="model.refused", message="no", details={"retryable": False}),
+    RunFailure(code="model.refused", message="no", details={"retryable": False}),
     by_runner=True,
 )
 RUNNER_CANCELLED = RunOutcome(
     RunStatus.CANCELLED,
-    RunError(code="cancelled", message="stopped", details={"retryable": False}),
+    RunFailure(code="cancelled", message="stopped", details={"retryable": False}),
     by_runner=True,
 )
 VIOLATION = RunOutcome.failed("payload_too_large", "a message.completed result of 9 bytes exceeds the limit")

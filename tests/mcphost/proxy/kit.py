@@ -1,6 +1,6 @@
 """Test helpers: a `ModelProxy` served under uvicorn on 127.0.0.1 over real stores, and granted runs.
 
-A run is admitted the way the orchestrator admits one (`tests.mcphost.facts.conftest.admit_run`), with a
+A run is admitted the way the orchestrator admits one (`tests.mcphost.facts._helpers.admit_run`), with a
 manifest that declares `permissions.models` and an agent whose `resources.models` names host models.
 """
 
@@ -21,7 +21,7 @@ from mcphost.recording import ReplayBook
 from mcphost.stores import Stores
 from mcphost.stores.usage import ModelBudget
 from tests.fakes._serve import serve_loopback
-from tests.mcphost.facts.conftest import FULL_PERMISSIONS, RunHandle, admit_run
+from tests.mcphost.facts._helpers import FULL_PERMISSIONS, RunHandle, admit_run
 
 HOST_KEY_ENV = "MCPHOST_TEST_PROVIDER_KEY"
 HOST_KEY = "sk-host-secret-never-in-a-runner"

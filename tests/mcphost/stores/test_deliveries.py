@@ -13,7 +13,7 @@ import pytest
 
 from mcphost.config import WebhookConfig
 from mcphost.errors import ConflictError, NotFoundError
-from mcphost.models import RunError, RunStatus
+from mcphost.models import RunFailure, RunStatus
 from mcphost.stores import DeliveryLease, Stores, open_stores
 from mcphost.stores.deliveries import EXPIRED_ERROR
 from tests.mcphost.stores.factories import admitted
@@ -41,7 +41,7 @@ async def test_results_and_run_ends_are_announced_once_with_their_transaction(ou
     with pytest.raises(ConflictError):  # a refused write announces nothing
         await outboxed.results.append_many(run.run_id, [("message.completed", message("other"))], first_seq=1)
     await outboxed.runs.transition(run.run_id, RunStatus.RUNNING)
-    error = RunError(code="deadline_exceeded", message="too slow")
+    error = RunFailure(code="deadline_exceeded", message="too slow")
     await outboxed.runs.finish(run.run_id, RunStatus.FAILED, error=error)
     await outboxed.runs.finish(run.run_id, RunStatus.COMPLETED)  # already ended: no second announcement
     items = (await outboxed.deliveries.list(run_id=run.run_id)).items

@@ -13,7 +13,7 @@ from mcphost.errors import (
     InvalidArgumentError,
     RunNotFoundError,
 )
-from mcphost.models import Run, RunError, RunStatus
+from mcphost.models import Run, RunFailure, RunStatus
 from mcphost.stores import Stores, open_stores
 from mcphost.stores.runs import interrupted_by
 from tests.mcphost.stores.factories import admitted, new_run
@@ -62,7 +62,9 @@ async def test_twenty_concurrent_admits_of_one_event_create_one_run(
 
 async def _failed(stores: Stores, event_id: str, code: str, conversation_id: str | None = "c1") -> Run:
     run = await admitted(stores, conversation_id, event_id=event_id)
-    return await stores.runs.transition(run.run_id, RunStatus.FAILED, error=RunError(code=code, message="x"))
+    return await stores.runs.transition(
+        run.run_id, RunStatus.FAILED, error=RunFailure(code=code, message="x")
+    )
 
 
 async def test_an_event_whose_run_failed_host_restarted_is_admitted_again_as_a_linked_attempt(
@@ -111,7 +113,7 @@ async def test_only_the_key_that_created_an_event_makes_its_next_attempt_after_a
 ) -> None:
     first = await _admitted_by(stores, "sender-a", "evt-1")
     first = await stores.runs.transition(
-        first.run_id, RunStatus.FAILED, error=RunError(code="host.restarted", message="x")
+        first.run_id, RunStatus.FAILED, error=RunFailure(code="host.restarted", message="x")
     )
     other, grant = new_run("c1", event_id="evt-1")
     taken = other.model_copy(update={"created_by": "sender-b"})
@@ -183,7 +185,7 @@ async def test_a_run_moves_through_its_states_and_ending_revokes_its_grant(store
 async def test_an_illegal_transition_raises_the_exact_message(stores: Stores) -> None:
     run = await admitted(stores)
     await stores.runs.transition(
-        run.run_id, RunStatus.FAILED, error=RunError(code="runner.crashed", message="boom")
+        run.run_id, RunStatus.FAILED, error=RunFailure(code="runner.crashed", message="boom")
     )
     with pytest.raises(IllegalTransitionError) as info:
         await stores.runs.transition(run.run_id, RunStatus.RUNNING)
@@ -192,7 +194,7 @@ async def test_an_illegal_transition_raises_the_exact_message(stores: Stores) ->
         await stores.runs.transition(run.run_id, RunStatus.COMPLETED)
     stored = await stores.runs.get(run.run_id)
     assert stored.status is RunStatus.FAILED
-    assert stored.error == RunError(code="runner.crashed", message="boom")
+    assert stored.error == RunFailure(code="runner.crashed", message="boom")
 
 
 async def test_finish_ends_a_run_once_and_a_repeat_returns_it_as_it_ended(stores: Stores) -> None:
@@ -202,7 +204,7 @@ async def test_finish_ends_a_run_once_and_a_repeat_returns_it_as_it_ended(stores
     ended = await stores.runs.finish(run.run_id, RunStatus.COMPLETED, usage={"tokens": 3})
     assert ended.status is RunStatus.COMPLETED
     assert ended.usage == {"tokens": 3}
-    again = await stores.runs.finish(run.run_id, RunStatus.FAILED, error=RunError(code="x", message="late"))
+    again = await stores.runs.finish(run.run_id, RunStatus.FAILED, error=RunFailure(code="x", message="late"))
     assert again == ended  # the first terminal status wins; nothing is rewritten
     assert (await stores.runs.grant(run.run_id)).revoked
     assert await stores.runs.active_on("h") == []

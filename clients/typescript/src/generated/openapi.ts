@@ -1108,7 +1108,7 @@ export interface components {
             /** Attempt */
             attempt: number;
             status: components["schemas"]["RunStatus"];
-            error: components["schemas"]["RunError"] | null;
+            error: components["schemas"]["RunFailure"] | null;
             /** Created At */
             created_at: number;
             /** Ended At */
@@ -2493,7 +2493,7 @@ export interface components {
             /** Deadline At */
             deadline_at: number;
             /** @default null */
-            error: components["schemas"]["RunError"] | null;
+            error: components["schemas"]["RunFailure"] | null;
             /** Usage */
             usage?: {
                 [key: string]: unknown;
@@ -2572,17 +2572,6 @@ export interface components {
             message: components["schemas"]["Message"] | null;
             usage?: components["schemas"]["Usage"];
         };
-        /** RunError */
-        RunError: {
-            /** Code */
-            code: string;
-            /** Message */
-            message: string;
-            /** Details */
-            details?: {
-                [key: string]: unknown;
-            };
-        };
         /** RunFailed */
         RunFailed: {
             /** Run Id */
@@ -2620,6 +2609,20 @@ export interface components {
              * @default false
              */
             retryable: boolean;
+            /** Details */
+            details?: {
+                [key: string]: unknown;
+            };
+        };
+        /**
+         * RunFailure
+         * @description Why a run did not complete (`Run.error`): a code, a message and details. A record, not an exception.
+         */
+        RunFailure: {
+            /** Code */
+            code: string;
+            /** Message */
+            message: string;
             /** Details */
             details?: {
                 [key: string]: unknown;
@@ -3211,7 +3214,7 @@ export interface components {
              * @description Why the run did not complete (absent when it did).
              * @default null
              */
-            error: components["schemas"]["RunError"] | null;
+            error: components["schemas"]["RunFailure"] | null;
         };
         /** SubjectInfo */
         SubjectInfo: {
