@@ -24,7 +24,7 @@ from mcphost.stores.usage import ModelBudget, ModelCallRecord
 from tests.fakes.anthropic import INPUT_TOKENS, OUTPUT_TOKENS, fake_anthropic
 from tests.fakes.openai_chat import FakeToolCall, Reply, serve_fake_chat
 from tests.fakes.script import Hang, ToolCall, always
-from tests.mcphost.facts.conftest import (
+from tests.mcphost.facts._helpers import (
     FULL_PERMISSIONS,
     MODERN,
     RunHandle,

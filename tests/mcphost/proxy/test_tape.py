@@ -17,7 +17,7 @@ from mcphost.stores.recordings import RecordedCall, RecordingHeader
 from tests.fakes.anthropic import INPUT_TOKENS, OUTPUT_TOKENS, fake_anthropic
 from tests.fakes.openai import fake_openai
 from tests.fakes.script import Fail, Text, always
-from tests.mcphost.facts.conftest import RunHandle
+from tests.mcphost.facts._helpers import RunHandle
 from tests.mcphost.proxy.kit import HOST_KEY, HOST_KEY_ENV, ServedProxy, client, serve_proxy, sse_events
 
 REFUSING = "http://127.0.0.1:9"
