@@ -3,7 +3,7 @@
 JSON reaches a test as `Any` (`Response.json()`, `json.loads`, `CallToolResult.structured_content`), and
 `isinstance(value, dict)` narrows `Any` to a dict of unknown types. These helpers check the shape the code
 under test promises and return it typed (`dict[str, Any]`, `list[Any]`), so a test indexes it without casts;
-a value of another shape fails the test with the value in the message.
+a value of another shape fails the test with the value in the message (`obj_or_none` only classifies).
 """
 
 from __future__ import annotations
@@ -17,6 +17,11 @@ def obj(value: object) -> dict[str, Any]:
     """`value`, which must be a JSON object."""
     assert isinstance(value, dict), f"expected a JSON object, got {value!r:.300}"
     return cast(dict[str, Any], value)
+
+
+def obj_or_none(value: object) -> dict[str, Any] | None:
+    """`value` if it is a JSON object, else None: for a test that classifies whatever comes back."""
+    return cast(dict[str, Any], value) if isinstance(value, dict) else None
 
 
 def arr(value: object) -> list[Any]:
