@@ -11,7 +11,7 @@ import logging
 import time
 from collections.abc import AsyncGenerator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import httpx2
@@ -25,6 +25,7 @@ from mcphost.errors import InvalidArgumentError
 from mcphost.inspection import create_grant
 from mcphost.models import RunError, RunStatus
 from mcphost.runtimes.wire import RUNTIME_PREFIX
+from tests._json import obj_or_none
 from tests.e2e.httpkit import (
     api_settings,
     asgi_client,
@@ -541,11 +542,13 @@ async def test_openapi_documents_every_route_and_its_references_resolve(
     assert "event_type" in schemas["AgentEventEnvelope"]["properties"]
 
     def refs(node: object) -> list[str]:
-        if isinstance(node, dict):
-            found = [node["$ref"]] if isinstance(node.get("$ref"), str) else []  # pyright: ignore[reportUnknownMemberType]
-            return found + [r for value in node.values() for r in refs(value)]  # pyright: ignore[reportUnknownVariableType]
+        mapping = obj_or_none(node)
+        if mapping is not None:
+            ref = mapping.get("$ref")
+            found = [ref] if isinstance(ref, str) else []
+            return found + [r for value in mapping.values() for r in refs(value)]
         if isinstance(node, list):
-            return [r for value in node for r in refs(value)]  # pyright: ignore[reportUnknownVariableType]
+            return [r for value in cast(list[object], node) for r in refs(value)]
         return []
 
     missing = {r for r in refs(doc) if r.removeprefix("#/components/schemas/") not in schemas}

@@ -10,7 +10,7 @@ import hashlib
 import re
 from collections.abc import AsyncGenerator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import httpx2
 import pytest
@@ -170,10 +170,10 @@ async def test_every_route_answers_each_role_as_it_declares(host: Host, client: 
             answer = await call(bearer(key))
             forbidden = _expected_forbidden(role, endpoint.role, endpoint.own_runs)
             if forbidden and not public:
-                error = answer.json().get("error", {}) if answer.status_code == 403 else {}
+                error: dict[str, Any] = answer.json().get("error", {}) if answer.status_code == 403 else {}
                 if (
                     error.get("code") != "unauthorized"
-                    or error.get("details", {}).get("required_role") != endpoint.role
+                    or cast(dict[str, Any], error.get("details", {})).get("required_role") != endpoint.role
                 ):
                     problems.append(
                         f"{name} as {role}: expected 403 naming {endpoint.role!r}, got {answer.status_code} {answer.text[:200]}"

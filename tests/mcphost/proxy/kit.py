@@ -52,7 +52,11 @@ async def serve_proxy(
     stores: Stores, models: Mapping[str, ModelConfig], *, budgets: Mapping[str, ModelBudget] | None = None
 ) -> AsyncGenerator[ServedProxy]:
     calls: list[tuple[str, str, tuple[int, int, int], float]] = []
-    proxy = ModelProxy(stores, models, budgets=budgets, on_call=lambda *a: calls.append(a))
+
+    def on_call(model_id: str, agent_id: str, tokens: tuple[int, int, int], cost: float) -> None:
+        calls.append((model_id, agent_id, tokens, cost))
+
+    proxy = ModelProxy(stores, models, budgets=budgets, on_call=on_call)
     async with proxy.running(), serve_loopback(Starlette(routes=proxy.routes)) as url:
         yield ServedProxy(stores, proxy, url, calls)
 
