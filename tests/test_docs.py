@@ -63,7 +63,7 @@ from mcphost.stores.state import MAX_VALUE_BYTES as MAX_STATE_BYTES
 from mcphost.stores.state import SNAPSHOT_MAX_BYTES
 from mcphost.stores.storage import MAX_VALUE_BYTES as MAX_STORAGE_BYTES
 from mcphost.stores.tables import metadata
-from tests._json import obj_or_none
+from tests._json import obj, obj_or_none
 from tests.test_layout import LIMIT
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -287,8 +287,7 @@ def _check(model: type[BaseModel], example: object) -> None:
 def test_every_json_example_of_the_protocol_parses_and_fits_its_model() -> None:
     checked: set[str] = set()
     for block in _json_blocks(PROTOCOL):
-        assert isinstance(block, dict)
-        example: dict[str, object] = block  # pyright: ignore[reportUnknownVariableType]
+        example = obj(block)
         if str(example.get("id", "")).startswith("plugin:"):
             _check(AgentRunnerManifest, example)
             checked.add("manifest")

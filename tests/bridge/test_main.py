@@ -11,7 +11,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import httpx2
 import pytest
@@ -40,9 +40,9 @@ MODERN_META = {
 
 def assert_only_jsonrpc(lines: list[bytes]) -> None:
     for line in lines:
-        message = json.loads(line)
+        message: object = json.loads(line)
         assert isinstance(message, dict), line
-        assert message.get("jsonrpc") == "2.0", line  # pyright: ignore[reportUnknownMemberType]
+        assert cast(dict[str, object], message).get("jsonrpc") == "2.0", line
 
 
 async def start_legacy_session(bridge_process: BridgeProcess) -> None:

@@ -143,7 +143,7 @@ class Caller:
 def _first(group: BaseExceptionGroup[MCPError]) -> MCPError:
     for exc in group.exceptions:
         if isinstance(exc, BaseExceptionGroup):
-            return _first(exc)  # pyright: ignore[reportUnknownArgumentType]
+            return _first(exc)
         return exc
     raise AssertionError("an empty exception group")
 
