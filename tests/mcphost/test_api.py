@@ -16,6 +16,8 @@ from typing import Any, cast
 import anyio
 import httpx2
 import pytest
+from starlette.applications import Starlette
+from starlette.routing import Route
 
 from mcphost import __version__
 from mcphost.api import ApiLimits, parse_range
@@ -526,15 +528,17 @@ async def test_openapi_documents_every_route_and_its_references_resolve(
     app = httpx2.ASGITransport  # the routes themselves, read from the app
     transport = client._transport  # pyright: ignore[reportPrivateUsage]
     assert isinstance(transport, app)
+    routes = cast(Starlette, transport.app).router.routes
     routed = {
-        (route.path, method)  # pyright: ignore[reportAttributeAccessIssue,reportUnknownMemberType]
-        for route in transport.app.router.routes  # pyright: ignore[reportFunctionMemberAccess,reportAttributeAccessIssue]
-        for method in (getattr(route, "methods", None) or ())  # pyright: ignore[reportUnknownArgumentType]
+        (route.path, method)
+        for route in routes
+        if isinstance(route, Route)  # the routes with methods (a Mount has none)
+        for method in (route.methods or ())
         # the MCP endpoint, the console's pages and the runtime protocol (runtime tokens only, in
         # docs/protocol.md §12) are not part of the API
         if method != "HEAD"
-        and not route.path.startswith(("/runs/", RUNTIME_PREFIX))  # pyright: ignore[reportAttributeAccessIssue, reportUnknownArgumentType]
-        and not is_console_path(route.path)  # pyright: ignore[reportAttributeAccessIssue, reportUnknownArgumentType]
+        and not route.path.startswith(("/runs/", RUNTIME_PREFIX))
+        and not is_console_path(route.path)
     }
     assert documented == routed
     schemas = doc["components"]["schemas"]
