@@ -20,9 +20,9 @@ from typing import Any
 
 import anyio
 import anyio.to_thread
-import asyncpg  # pyright: ignore[reportMissingTypeStubs]
 from sqlalchemy.engine import make_url
 
+from bench._pgconn import connect_pg
 from mcphost.stores.engine import sqlite_path
 
 ANCHOR_RUN = "run_bench_anchor"
@@ -151,7 +151,7 @@ async def _postgres_load(
     url: str, table: str, columns: Sequence[str], rows: Iterator[tuple[Any, ...]]
 ) -> None:
     dsn = make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
-    conn = await asyncpg.connect(dsn)
+    conn = await connect_pg(dsn)
     try:
         async with conn.transaction():
             for batch in batches(rows):

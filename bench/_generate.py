@@ -27,10 +27,10 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import asyncpg  # pyright: ignore[reportMissingTypeStubs]
 from sqlalchemy.engine import make_url
 
 from bench._bulk import EVENT_COLUMNS, TRANSCRIPT_COLUMNS, batches
+from bench._pgconn import connect_pg
 from mcphost.models import RunGrant
 
 FULL = {"conversations": 1_000_000, "transcript": 50_000_000, "events": 50_000_000, "runs": 5_000_000}
@@ -292,7 +292,7 @@ def driver_dsn(database_url: str) -> str:
 async def generate(database_url: str, plan: Plan) -> dict[str, float]:
     """COPY every table of `plan` into the migrated PostgreSQL database; seconds per table."""
     seconds: dict[str, float] = {}
-    conn = await asyncpg.connect(driver_dsn(database_url))
+    conn = await connect_pg(driver_dsn(database_url))
     try:
         for table, columns in TABLES:
             started = time.perf_counter()
@@ -308,7 +308,7 @@ async def generate(database_url: str, plan: Plan) -> dict[str, float]:
 
 async def table_sizes(database_url: str) -> dict[str, tuple[int, int, int]]:
     """Per generated table: (rows, heap bytes with TOAST, index bytes)."""
-    conn = await asyncpg.connect(driver_dsn(database_url))
+    conn = await connect_pg(driver_dsn(database_url))
     try:
         out: dict[str, tuple[int, int, int]] = {}
         for table, _ in TABLES:

@@ -126,7 +126,7 @@ class StdioDriver:
 
     def _on_line(self, message: dict[str, Any]) -> None:
         if message.get("method") == "runner/result":
-            params = message.get("params") or {}
+            params: dict[str, Any] = message.get("params") or {}
             pending = self._by_run.get(params.get("run_id", ""))
             if pending is not None:
                 pending.results.append(params.get("result") or {})

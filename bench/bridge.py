@@ -37,7 +37,7 @@ NAME = "bridge"
 ROUNDS = 10
 TARGET_MS = 300.0
 TIMEOUT_S = 60.0
-_TOOLS = [
+_TOOLS: list[dict[str, Any]] = [
     {"name": f"tool_{i}", "description": "a tool", "inputSchema": {"type": "object", "properties": {}}}
     for i in range(12)
 ]
@@ -147,7 +147,9 @@ async def tools_list_ms(url: str, opening: str) -> float:
             await process.stdin.send(b"".join(json.dumps(m).encode() + b"\n" for m in rest))
             answer = await _line(process.stdout, buffer)
         elapsed = (time.perf_counter_ns() - start) / 1e6
-        if len(answer.get("result", {}).get("tools", [])) != len(_TOOLS):
+        result: dict[str, Any] = answer.get("result", {})
+        tools: list[Any] = result.get("tools", [])
+        if len(tools) != len(_TOOLS):
             raise RuntimeError(f"the bridge answered tools/list with {answer!r}")
         await process.stdin.aclose()
         with anyio.fail_after(TIMEOUT_S):

@@ -89,7 +89,8 @@ class TextModel:
         self.real_cum = list(itertools.accumulate(real_weights))
         syllables = ["ka", "lo", "mi", "ne", "su", "ra", "to", "vi", "da", "pe", "zu", "go", "fi", "ba", "ho"]
         self.synthetic = [
-            "".join(syllables[(i // len(syllables) ** k) % len(syllables)] for k in range(4)) + str(i % 7)
+            "".join(syllables[(i // int(len(syllables) ** k)) % len(syllables)] for k in range(4))
+            + str(i % 7)
             for i in range(SYNTHETIC_WORDS)
         ]
         self.synthetic_cum = list(itertools.accumulate(1 / (r + 1) ** 1.07 for r in range(SYNTHETIC_WORDS)))

@@ -27,7 +27,7 @@ import socket
 from collections.abc import AsyncGenerator, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import httpx2
@@ -177,10 +177,11 @@ async def bridge_client(ctx: AgentRunContext, mode: str) -> AsyncGenerator[Clien
 
 async def call_page(client: Client) -> CallToolResult:
     result = await client.call_tool("history_page", {"limit": PAGE})
-    if result.is_error or not isinstance(result.structured_content, dict):
+    structured: object = result.structured_content
+    if result.is_error or not isinstance(structured, dict):
         raise RuntimeError(f"history_page failed: {result.content!r}")
-    items = result.structured_content.get("items")
-    if not isinstance(items, list) or len(items) != PAGE:  # pyright: ignore[reportUnknownArgumentType]
+    items = cast(dict[str, object], structured).get("items")
+    if not isinstance(items, list) or len(cast(list[object], items)) != PAGE:
         raise RuntimeError(f"history_page returned {items!r:.200}")
     return result
 

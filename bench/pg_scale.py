@@ -36,11 +36,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import anyio
-import asyncpg  # pyright: ignore[reportMissingTypeStubs]
 
 from bench._alternate import Samples, interleave
 from bench._databases import postgres_server_url, workspace
 from bench._generate import LONG, SMALL_SCALE, Plan, conversation_id, driver_dsn, generate, table_sizes
+from bench._pgconn import connect_pg
 from bench._report import RESULTS, load_average, publish
 from bench._stats import Row, Stat, fmt, judge
 from mcphost.models import Run, RunGrant, RunStatus, new_id
@@ -75,7 +75,7 @@ class Loaded:
 
 
 async def positions(url: str, stores: Stores, plan: Plan) -> Loaded:
-    conn = await asyncpg.connect(driver_dsn(url))
+    conn = await connect_pg(driver_dsn(url))
     try:
 
         async def seq_at(table: str, offset: int, order: str) -> int:

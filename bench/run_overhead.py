@@ -28,7 +28,6 @@ from typing import Any
 
 import anyio
 import anyio.to_thread
-import asyncpg  # pyright: ignore[reportMissingTypeStubs]
 from sqlalchemy.engine import make_url
 
 from bench._alternate import alternate, repeat, timed_ms
@@ -36,6 +35,7 @@ from bench._bulk import state_owner
 from bench._config import BenchConfig
 from bench._databases import DialectName, workspace
 from bench._host import bench_host, direct_run, host_run, message
+from bench._pgconn import connect_pg
 from bench._stats import Row, Stat, judge, percentile
 from bench._stdio import StdioDriver
 from mcphost.app import Host
@@ -216,7 +216,7 @@ async def _bare_upsert(database_url: str) -> AsyncGenerator[Callable[[], Awaitab
         return
 
     dsn = make_url(database_url).set(drivername="postgresql").render_as_string(hide_password=False)
-    conn = await asyncpg.connect(dsn)
+    conn = await connect_pg(dsn)
     sql = (
         f"INSERT INTO state ({_UPSERT_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (scope, owner, key) "
         "DO UPDATE SET value = excluded.value, size = excluded.size, updated_at = excluded.updated_at"

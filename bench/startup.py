@@ -43,6 +43,7 @@ from contextlib import asynccontextmanager, contextmanager
 from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import anyio
 import httpx2
@@ -104,6 +105,7 @@ class _StubEndpoint(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         request = json.loads(self.rfile.read(int(self.headers.get("content-length") or 0)))
+        result: dict[str, Any]
         if request.get("method") == "initialize":
             result = {
                 "protocolVersion": "2025-11-25",
@@ -194,7 +196,7 @@ async def _console_ms(flag: str) -> float:
     return (time.perf_counter_ns() - start) / 1e6
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
@@ -357,12 +359,14 @@ async def _targets(rounds: int, scratch: Path, warm_dir: Path, serve: bool) -> l
 
 async def _serve_ms(cwd: Path) -> float:
     """`mcphost serve` in `cwd` on a free port: ms from spawn to its first `GET /healthz` 200."""
-    port = _free_port()
+    port = free_port()
     return await _first_request([str(BIN / "mcphost"), "serve", "--listen", f"127.0.0.1:{port}"], port, cwd)
 
 
 @asynccontextmanager
-async def _folder(root: Path | None, prefix: str = "mcphost-bench-startup-") -> AsyncGenerator[Path, None]:
+async def scratch_folder(
+    root: Path | None, prefix: str = "mcphost-bench-startup-"
+) -> AsyncGenerator[Path, None]:
     """A fresh temporary folder under `root` (default: the system's), removed on exit."""
     path = Path(tempfile.mkdtemp(prefix=prefix, dir=root))
     try:
@@ -374,7 +378,7 @@ async def _folder(root: Path | None, prefix: str = "mcphost-bench-startup-") -> 
 async def run(cfg: BenchConfig) -> list[Row]:
     rounds = cfg.sizes.startup_rounds
     rows: list[Row] = []
-    async with _folder(cfg.tmp_root) as scratch:
+    async with scratch_folder(cfg.tmp_root) as scratch:
         # Each round: a fresh folder, `mcphost run` in it twice (cold: the database is created and
         # migrated; then warm), each next to a baseline sample, in alternating order.
         cold, warm = Samples([], [], 0), Samples([], [], 0)
@@ -463,7 +467,7 @@ async def run(cfg: BenchConfig) -> list[Row]:
             return rows
 
         async def bare() -> list[float]:
-            port = _free_port()
+            port = free_port()
             return [await _first_request([sys.executable, "-c", _BARE_APP, str(port)], port, scratch)]
 
         async def served() -> list[float]:

@@ -39,7 +39,7 @@ TARGET_CONCURRENCY = 64
 
 
 @dataclass
-class _Tally:
+class Tally:
     """What one side did across its measured rounds."""
 
     latencies: list[float] = field(default_factory=list[float])
@@ -55,8 +55,8 @@ class _Tally:
         return 1000 * self.cpu_s / max(self.runs, 1)
 
 
-async def _pushed(
-    seconds: float, concurrency: int, one: Callable[[int], Awaitable[object]], tally: _Tally
+async def pushed(
+    seconds: float, concurrency: int, one: Callable[[int], Awaitable[object]], tally: Tally
 ) -> float:
     """`concurrency` workers call `one(i)` (i = 0, 1, …) until `seconds` have passed; the runs they
     started still finish. Returns completed runs per second; adds latencies and this process's CPU
@@ -95,27 +95,27 @@ async def run(cfg: BenchConfig) -> list[Row]:
         ):
             batch = itertools.count()
             for concurrency in sizes.concurrencies:
-                hosted, direct = _Tally(), _Tally()
+                hosted, direct = Tally(), Tally()
 
                 async def subject(
-                    c: int = concurrency, t: _Tally = hosted, batches: Iterator[int] = batch
+                    c: int = concurrency, t: Tally = hosted, batches: Iterator[int] = batch
                 ) -> list[float]:
                     b = next(batches)
 
                     async def one(i: int) -> None:
                         await host_run(host, message("hello", f"b{b}-r{i}"))
 
-                    return [await _pushed(sizes.throughput_round_s, c, one, t)]
+                    return [await pushed(sizes.throughput_round_s, c, one, t)]
 
                 async def baseline(
-                    c: int = concurrency, t: _Tally = direct, batches: Iterator[int] = batch
+                    c: int = concurrency, t: Tally = direct, batches: Iterator[int] = batch
                 ) -> list[float]:
                     b = next(batches)
 
                     async def one(i: int) -> None:
                         await direct_run(driver, "hello", f"b{b}-r{i}")
 
-                    return [await _pushed(sizes.throughput_round_s, c, one, t)]
+                    return [await pushed(sizes.throughput_round_s, c, one, t)]
 
                 if concurrency == sizes.concurrencies[0]:  # warm up once per host
                     await baseline()

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import anyio
 
@@ -114,7 +114,7 @@ async def _measure(cfg: BenchConfig, harness: Harness, root: Path) -> Row:
                     warm = external.get("warm")
                     if not isinstance(warm, dict):
                         raise RuntimeError(f"the warm agent's turn did not run warm: {done.terminal}")
-                    warm_pid = int(warm["pid"])  # pyright: ignore[reportUnknownArgumentType] -- JSON metadata
+                    warm_pid = int(cast(dict[str, Any], warm)["pid"])
                 return [elapsed]
 
             async def cold() -> list[float]:

@@ -14,7 +14,9 @@ import importlib.util
 import json
 import re
 import tomllib
+from collections.abc import Iterable
 from pathlib import Path
+from typing import cast
 
 import pytest
 from pydantic import BaseModel
@@ -61,6 +63,7 @@ from mcphost.stores.state import MAX_VALUE_BYTES as MAX_STATE_BYTES
 from mcphost.stores.state import SNAPSHOT_MAX_BYTES
 from mcphost.stores.storage import MAX_VALUE_BYTES as MAX_STORAGE_BYTES
 from mcphost.stores.tables import metadata
+from tests._json import obj, obj_or_none
 from tests.test_layout import LIMIT
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -72,7 +75,9 @@ PACKAGES = ("mcphost", "mcphost_runners", "mcphost_bridge")
 def _missing(names: object, text: str) -> list[str]:
     assert isinstance(names, (set, frozenset, list, tuple, dict))
     """The names that appear in `text` neither as `name` nor, for optional arguments, as `name?`."""
-    return sorted(str(n) for n in names if f"`{n}`" not in text and f"`{n}?`" not in text)  # pyright: ignore[reportUnknownVariableType]
+    return sorted(
+        str(n) for n in cast(Iterable[object], names) if f"`{n}`" not in text and f"`{n}?`" not in text
+    )
 
 
 def _size(value: int) -> str:
@@ -132,7 +137,7 @@ def _layers_contract() -> list[str]:
     contracts: list[dict[str, object]] = config["tool"]["importlinter"]["contracts"]
     layers = next(c["layers"] for c in contracts if c.get("type") == "layers")
     assert isinstance(layers, list)
-    return [str(layer) for layer in layers]  # pyright: ignore[reportUnknownVariableType]
+    return [str(layer) for layer in cast(list[object], layers)]
 
 
 def _layer_row(row: str) -> list[str]:
@@ -257,16 +262,18 @@ def _json_blocks(text: str) -> list[object]:
 
 def _unknown_keys(example: object, actual: object, path: str = "") -> list[str]:
     """Keys of `example` (recursively) that the model's own dump of it does not have."""
-    if isinstance(example, dict) and isinstance(actual, dict):
+    example_object, actual_object = obj_or_none(example), obj_or_none(actual)
+    if example_object is not None and actual_object is not None:
         found: list[str] = []
-        for key, value in example.items():  # pyright: ignore[reportUnknownVariableType]
-            if key not in actual:
+        for key, value in example_object.items():
+            if key not in actual_object:
                 found.append(f"{path}{key}")
             else:
-                found += _unknown_keys(value, actual[key], f"{path}{key}.")
+                found += _unknown_keys(value, actual_object[key], f"{path}{key}.")
         return found
     if isinstance(example, list) and isinstance(actual, list):
-        return [k for e, a in zip(example, actual, strict=False) for k in _unknown_keys(e, a, path)]  # pyright: ignore[reportUnknownVariableType, reportUnknownArgumentType]
+        pairs = zip(cast(list[object], example), cast(list[object], actual), strict=False)
+        return [k for e, a in pairs for k in _unknown_keys(e, a, path)]
     return []
 
 
@@ -280,8 +287,7 @@ def _check(model: type[BaseModel], example: object) -> None:
 def test_every_json_example_of_the_protocol_parses_and_fits_its_model() -> None:
     checked: set[str] = set()
     for block in _json_blocks(PROTOCOL):
-        assert isinstance(block, dict)
-        example: dict[str, object] = block  # pyright: ignore[reportUnknownVariableType]
+        example = obj(block)
         if str(example.get("id", "")).startswith("plugin:"):
             _check(AgentRunnerManifest, example)
             checked.add("manifest")

@@ -20,13 +20,14 @@ import tomllib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import yaml
 
 from mcphost.config import HostSettings
 from mcphost.plugins._startup import OWN_PACKAGES
+from tests._json import obj
 from tests.mcphost.test_serve import free_port, mcphost, start_server
 
 REPO = Path(__file__).resolve().parents[1]
@@ -80,13 +81,11 @@ def _env_pairs(args: str) -> dict[str, str]:
 def _exec_form(args: str) -> list[str]:
     value = yaml.safe_load(args)  # a JSON array is YAML
     assert isinstance(value, list), f"not the exec form: {args}"
-    return [str(part) for part in value]
+    return [str(part) for part in cast(list[object], value)]
 
 
 def compose() -> dict[str, Any]:
-    data = yaml.safe_load((REPO / "compose.yaml").read_text(encoding="utf-8"))
-    assert isinstance(data, dict)
-    return data
+    return obj(yaml.safe_load((REPO / "compose.yaml").read_text(encoding="utf-8")))
 
 
 _VARIABLE = re.compile(r"\$\{(\w+)(?::?[-?]([^}]*))?\}")

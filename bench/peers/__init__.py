@@ -44,8 +44,8 @@ from bench.peers._servers import (
     mcphost_server,
     peer_available,
 )
-from bench.startup import _folder
-from bench.throughput import _pushed, _Tally
+from bench.startup import scratch_folder
+from bench.throughput import Tally, pushed
 
 NAME = "peers"
 WARMUP_RUNS = 5
@@ -98,7 +98,7 @@ class _Side:
     servers: list[Server]
     run_one: RunOne
     client: httpx2.AsyncClient
-    tally: _Tally = field(default_factory=_Tally)
+    tally: Tally = field(default_factory=Tally)
     cpu_per_run_ms: list[float] = field(default_factory=list[float])
     total_runs: int = 0
     failed: int = 0
@@ -132,7 +132,7 @@ class _Side:
                 self.errors.append(str(exc)[:300])
 
         runs_before, cpu_before = self.tally.runs, self.cpu_s()
-        rate = await _pushed(seconds, concurrency, one, self.tally)
+        rate = await pushed(seconds, concurrency, one, self.tally)
         cpu, runs = self.cpu_s() - cpu_before, self.tally.runs - runs_before
         self.failed += failed
         self.total_runs += runs - failed
@@ -161,7 +161,7 @@ async def run(cfg: PeerConfig) -> list[Row]:
     elif not peer:
         cfg.skipped.append("peers / LangGraph: not requested (--no-peer)")
     mcphost_c1: dict[DialectName, list[float]] = {}
-    async with _folder(cfg.tmp_root, "mcphost-bench-peers-") as folder:
+    async with scratch_folder(cfg.tmp_root, "mcphost-bench-peers-") as folder:
         for dialect in cfg.dialects:
             got, c1_cpu = await _dialect(dialect, cfg, folder / dialect, peer=peer)
             rows.extend(got)

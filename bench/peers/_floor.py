@@ -20,9 +20,10 @@ from __future__ import annotations
 import re
 import sqlite3
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import anyio.to_thread
@@ -40,8 +41,8 @@ _ID = re.compile(r"^[a-z]{2,8}_[0-9A-HJKMNP-TV-Z]{26}$")
 class Capture:
     """One run's transactions: each a list of (statement, parameters, executemany)."""
 
-    transactions: list[list[tuple[str, Any, bool]]] = field(default_factory=list)
-    ids: set[str] = field(default_factory=set)
+    transactions: list[list[tuple[str, Any, bool]]] = field(default_factory=list[list[tuple[str, Any, bool]]])
+    ids: set[str] = field(default_factory=set[str])
 
     @property
     def statements(self) -> int:
@@ -79,13 +80,19 @@ async def capture(tmp_root: Path | None = None) -> tuple[Capture, Path, Path]:
             tx.append((word, (), False))
             out.transactions.append(tx)
 
+    def on_commit(conn: object) -> None:
+        on_end(conn, "COMMIT")
+
+    def on_rollback(conn: object) -> None:
+        on_end(conn, "ROLLBACK")
+
     async with workspace("sqlite", tmp_root) as ws:
         async with bench_host(ws) as host:
             hooks = host.stores.db.hooks  # every engine's, the writer thread's too; safe while it serves
             hooks.add("begin", on_begin)
             hooks.add("before_cursor_execute", on_statement)
-            hooks.add("commit", lambda conn: on_end(conn, "COMMIT"))
-            hooks.add("rollback", lambda conn: on_end(conn, "ROLLBACK"))
+            hooks.add("commit", on_commit)
+            hooks.add("rollback", on_rollback)
             for i in range(WARMUP_RUNS):
                 await host.orchestrator.wait(await host_run(host, message("hello", f"conv-warm-{i}")))
             recording = True
@@ -106,9 +113,12 @@ async def capture(tmp_root: Path | None = None) -> tuple[Capture, Path, Path]:
 
 
 def _flat(params: Any, many: bool) -> list[Any]:
+    def values(row: Any) -> Iterable[Any]:
+        return cast(dict[str, Any], row).values() if isinstance(row, dict) else row
+
     if many:
-        return [p for row in params for p in (row.values() if isinstance(row, dict) else row)]
-    return list(params.values() if isinstance(params, dict) else params or ())
+        return [p for row in params for p in values(row)]
+    return list(values(params or ()))
 
 
 def _is_id(value: Any) -> bool:
@@ -132,7 +142,9 @@ class Replayer:
             return p + suffix if isinstance(p, str) and p in self.cap.ids else p
 
         def row(r: Any) -> Any:
-            return {k: one(v) for k, v in r.items()} if isinstance(r, dict) else tuple(one(v) for v in r)
+            if isinstance(r, dict):
+                return {k: one(v) for k, v in cast(dict[str, Any], r).items()}
+            return tuple(one(v) for v in r)
 
         if many:
             return [row(r) for r in params]

@@ -30,7 +30,7 @@ import httpx2
 
 from bench._databases import Workspace
 from bench._host import ECHO_COMMAND, ECHO_RUNNER
-from bench.startup import BIN, _free_port, clean_env
+from bench.startup import BIN, clean_env, free_port
 
 PEER_DIR = Path(__file__).parent / "langgraph"
 PEER_PYTHON = PEER_DIR / ".venv" / "bin" / "python"
@@ -134,7 +134,7 @@ async def _started(
 @asynccontextmanager
 async def mcphost_server(ws: Workspace, folder: Path) -> AsyncGenerator[Server, None]:
     """`mcphost serve` on a free loopback port with the echo agent, on `ws`'s database."""
-    port = _free_port()
+    port = free_port()
     await anyio.Path(folder).mkdir(parents=True, exist_ok=True)
     config = folder / f"mcphost-{port}.toml"
     await anyio.Path(config).write_text(_toml_config(ws, f"127.0.0.1:{port}"))
@@ -148,7 +148,7 @@ async def mcphost_server(ws: Workspace, folder: Path) -> AsyncGenerator[Server, 
 @asynccontextmanager
 async def langgraph_server(folder: Path) -> AsyncGenerator[Server, None]:
     """LangGraph's in-memory server (`serve.py`) on a free loopback port; its files go under `folder`."""
-    port = _free_port()
+    port = free_port()
     await anyio.Path(folder).mkdir(parents=True, exist_ok=True)
     argv = [str(PEER_PYTHON), str(PEER_DIR / "serve.py"), str(port), str(PEER_JOBS)]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("VIRTUAL_ENV", "MCPHOST_"))} | PEER_ENV

@@ -122,7 +122,9 @@ class _Failures:
 
 
 @dataclass
-class _Side:
+class SoakSide:
+    """One side of the soak (mcphost or the peer): its server, how it runs a turn, its memory per block."""
+
     label: str
     server: Server
     run_one: RunOne
@@ -186,7 +188,7 @@ async def _dialect(dialect: DialectName, cfg: SoakConfig, root: Path | None, *, 
         ws = await stack.enter_async_context(workspace(dialect, root))
         folder = ws.data_dir.parent / "servers"
         sides = [
-            _Side(
+            SoakSide(
                 "mcphost serve",
                 await stack.enter_async_context(mcphost_server(ws, folder)),
                 mcphost_run,
@@ -197,7 +199,7 @@ async def _dialect(dialect: DialectName, cfg: SoakConfig, root: Path | None, *, 
         if peer:
             sides.insert(
                 0,
-                _Side(
+                SoakSide(
                     "LangGraph inmem",
                     await stack.enter_async_context(langgraph_server(folder)),
                     langgraph_turn,
@@ -217,11 +219,11 @@ async def _dialect(dialect: DialectName, cfg: SoakConfig, root: Path | None, *, 
             for i in range(sizes.turns + TURN_WARMUP):
                 for side in sides if i % 2 == 0 else reversed(sides):
                     await side.turn(conversations[side.label])
-            rows.append(_thread_row(dialect, sides, sizes.turns))
+            rows.append(thread_row(dialect, sides, sizes.turns))
         return rows
 
 
-def _memory_row(dialect: DialectName, sides: list[_Side], block: int) -> Row:
+def _memory_row(dialect: DialectName, sides: list[SoakSide], block: int) -> Row:
     growth = {side.label: side.rss_mib[-1] - side.rss_mib[0] for side in sides}
     mine, theirs = sides[-1], sides[0] if len(sides) > 1 else None
     extra: dict[str, float | str] = {}
@@ -251,7 +253,7 @@ def _growth(turn_ms: Sequence[float]) -> tuple[float, float, float]:
     return first, last, last / first - 1
 
 
-def _thread_row(dialect: DialectName, sides: list[_Side], turns: int) -> Row:
+def thread_row(dialect: DialectName, sides: list[SoakSide], turns: int) -> Row:
     mine, theirs = sides[-1], sides[0] if len(sides) > 1 else None
     extra: dict[str, float | str] = {}
     stats: dict[str, Stat] = {}

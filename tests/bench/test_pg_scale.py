@@ -7,6 +7,7 @@ deletes nothing); it never judges speed.
 from __future__ import annotations
 
 import math
+from typing import cast
 
 import pytest
 
@@ -31,4 +32,4 @@ async def test_pg_scale_measures_every_operation_and_the_retention_pass(shared_p
         assert row.verdict in ("met", "missed")
     sizes = details["sizes_big"]
     assert isinstance(sizes, dict)
-    assert set(sizes) == {"runs", "audit", "transcript", "events"}  # pyright: ignore[reportUnknownArgumentType]
+    assert set(cast(dict[str, object], sizes)) == {"runs", "audit", "transcript", "events"}

@@ -16,7 +16,7 @@ import pytest
 
 from bench._stats import judge
 from bench.peers._servers import Server, peer_available
-from bench.peers.soak import KEPT_ERRORS, PRESETS, TURN_WARMUP, SoakConfig, _Side, _thread_row, main, run
+from bench.peers.soak import KEPT_ERRORS, PRESETS, TURN_WARMUP, SoakConfig, SoakSide, main, run, thread_row
 
 pytestmark = pytest.mark.timeout(600)
 TINY = PRESETS["tiny"]
@@ -85,10 +85,10 @@ async def test_failed_turns_are_counted_and_their_first_messages_kept_in_the_row
             raise RuntimeError(f"turn {turn} did not echo")
 
     # The side's server and client are only handed to run_one, which uses neither.
-    side = _Side("mcphost serve", cast(Server, None), run_one, cast(httpx2.AsyncClient, None), str)
+    side = SoakSide("mcphost serve", cast(Server, None), run_one, cast(httpx2.AsyncClient, None), str)
     for _ in range(TURN_WARMUP + 20):
         await side.turn("conversation")
-    row = _thread_row("sqlite", [side], 20)
+    row = thread_row("sqlite", [side], 20)
     assert row.extra["mcphost_failed_turns"] == len(failing)
     assert row.extra["mcphost_first_errors"] == " | ".join(
         f"turn {turn} did not echo" for turn in failing[:KEPT_ERRORS]

@@ -17,7 +17,7 @@ from collections.abc import AsyncGenerator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Annotated, Any
+from typing import IO, Annotated, Any, cast
 
 import anyio
 import anyio.to_thread
@@ -197,7 +197,7 @@ class BridgeProcess:
         self.stdout_lines.append(line)
         decoded = json.loads(line)
         assert isinstance(decoded, dict), line
-        return decoded  # pyright: ignore[reportUnknownVariableType]
+        return cast(dict[str, Any], decoded)
 
     async def request(
         self, request_id: int | str, method: str, params: dict[str, Any] | None = None

@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any, cast
 
 import httpx2
 import pytest
@@ -39,9 +40,9 @@ MODERN_META = {
 
 def assert_only_jsonrpc(lines: list[bytes]) -> None:
     for line in lines:
-        message = json.loads(line)
+        message: object = json.loads(line)
         assert isinstance(message, dict), line
-        assert message.get("jsonrpc") == "2.0", line  # pyright: ignore[reportUnknownMemberType]
+        assert cast(dict[str, object], message).get("jsonrpc") == "2.0", line
 
 
 async def start_legacy_session(bridge_process: BridgeProcess) -> None:
@@ -342,7 +343,7 @@ async def test_a_client_may_pipeline_the_handshake_and_its_first_requests(
 ) -> None:
     """Regression: `tools/list` written right behind `initialize` went out without the session id and came
     back as "Bad Request: Missing session ID"."""
-    burst = [
+    burst: list[dict[str, Any]] = [
         {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": INITIALIZE_PARAMS},
         {"jsonrpc": "2.0", "method": "notifications/initialized"},
         {"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": {}},
@@ -355,7 +356,7 @@ async def test_a_client_may_pipeline_the_handshake_and_its_first_requests(
     ]
     async with open_bridge(endpoint.url, tmp_path, token=endpoint.token) as bridge_process:
         await bridge_process.send(b"\n".join(json.dumps(m).encode() for m in burst))  # one write, no waiting
-        answers = {}
+        answers: dict[int, dict[str, Any]] = {}
         while len(answers) < 3:
             received = await bridge_process.receive(timeout=30)
             answers[received["id"]] = received

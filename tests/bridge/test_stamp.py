@@ -11,7 +11,9 @@ from typing import Any
 
 import mcp_types
 import pytest
-from mcp.client.session import _make_modern_stamp  # the SDK's own stamp is the reference
+
+# The SDK's own (private) stamp is the reference the bridge's must equal; no public API exposes it.
+from mcp.client.session import _make_modern_stamp  # pyright: ignore[reportPrivateUsage]
 from mcp.shared import inbound
 from mcp.shared.dispatcher import CallOptions
 from mcp_types import JSONRPCMessage, JSONRPCNotification, JSONRPCRequest, JSONRPCResponse

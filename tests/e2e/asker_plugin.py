@@ -12,6 +12,7 @@ the platform actions `refund` and `message.edit` (`permissions.platform_api`).
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import httpx2
 from mcp import Client
@@ -52,8 +53,13 @@ class AskerRunner(AgentRunner):
         ):
             result = await client.call_tool("state_set", {"scope": "conversation", "key": key, "value": "v"})
             read = await client.call_tool("state_get", {"scope": "conversation", "key": key})
-        stored = (read.structured_content or {}).get("value")
-        reply = {"is_error": result.is_error, "answer": result.structured_content, "stored": stored}
+        content: dict[str, Any] = read.structured_content or {}
+        stored = content.get("value")
+        reply: dict[str, Any] = {
+            "is_error": result.is_error,
+            "answer": result.structured_content,
+            "stored": stored,
+        }
         await out.message(json.dumps(reply))
 
 

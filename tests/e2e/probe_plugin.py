@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import httpx2
@@ -37,9 +37,10 @@ HOLD_MIN_CALLS = 10
 
 
 def _structured(result: types.CallToolResult) -> dict[str, Any]:
-    data = result.structured_content
+    # Not tests._json.structured: this plugin runs as a script, where the `tests` package is not importable.
+    data: object = result.structured_content
     assert isinstance(data, dict), result
-    return data  # pyright: ignore[reportUnknownVariableType]
+    return cast(dict[str, Any], data)
 
 
 class ProbeRunner(AgentRunner):
@@ -99,9 +100,10 @@ class ProbeRunner(AgentRunner):
             tools = sorted(t.name for t in (await client.list_tools()).tools)
             context = _structured(await client.call_tool("run_context", {}))
             history = _structured(await client.call_tool("history_page", {"limit": 10}))
+        config: dict[str, Any] = context.get("config") or {}
         reply = {
             "tools": tools,
-            "prompt": (context.get("config") or {}).get("prompt"),
+            "prompt": config.get("prompt"),
             "history": [item["content"] for item in history["items"]],
             "url": mcp.url,
         }

@@ -23,6 +23,7 @@ from mcphost.inspection import create_grant
 from mcphost.models import RunStatus
 from mcphost.protocol import AgentRunContext
 from mcphost.serving import drain
+from tests._json import structured
 from tests.e2e.httpkit import (
     PROBE_PROMPT,
     Served,
@@ -168,8 +169,7 @@ async def test_an_inspection_grant_reads_its_conversation_and_ends_when_revoked_
             ]
         )
         page = await client.call_tool("history_page", {"limit": 10})
-        assert isinstance(page.structured_content, dict)
-        assert [i["content"] for i in page.structured_content["items"]] == ["remember this", "remember this"]
+        assert [i["content"] for i in structured(page)["items"]] == ["remember this", "remember this"]
     shown = (await http.get(f"/v1/runs/{made.run.run_id}")).json()
     assert shown["run"]["runner_id"] is None
     assert shown["grant"]["conversation_id"] == "insp"

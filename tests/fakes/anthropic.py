@@ -14,6 +14,7 @@ import uuid
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from typing import cast
 
 import anyio
 from starlette.applications import Starlette
@@ -67,8 +68,8 @@ class FakeAnthropic:
 
 
 def parse_request(path: str, body: JSON, headers: dict[str, str]) -> ModelRequest:
-    tools = tuple(str(t.get("name")) for t in body.get("tools") or [] if isinstance(t, dict))
-    messages: list[JSON] = [m for m in body.get("messages") or [] if isinstance(m, dict)]
+    tools = tuple(str(t.get("name")) for t in _objects(body.get("tools")))
+    messages = _objects(body.get("messages"))
     # Everything after the last user message that carries text (not only tool results) is this turn.
     results: list[str] = []
     user_text = ""
@@ -96,6 +97,12 @@ def parse_request(path: str, body: JSON, headers: dict[str, str]) -> ModelReques
         tool_results=tuple(results),
         user_text=user_text,
     )
+
+
+def _objects(value: object) -> list[JSON]:
+    """The objects of a JSON array that may be absent; items that are not objects are skipped."""
+    items = cast(list[object], value) if isinstance(value, list) else []
+    return [cast(JSON, item) for item in items if isinstance(item, dict)]
 
 
 def _event(name: str, data: JSON) -> bytes:

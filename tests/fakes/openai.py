@@ -17,6 +17,7 @@ import uuid
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from typing import cast
 
 import anyio
 from starlette.applications import Starlette
@@ -62,29 +63,34 @@ class FakeOpenAI:
         return JSONResponse({"error": {"message": "not found in the fake"}}, status_code=404)
 
 
+def _tools(holder: JSON) -> list[JSON]:
+    """The `tools` array of a request body or of a namespace tool (absent: none)."""
+    return cast(list[JSON], holder.get("tools") or [])
+
+
 def _namespaces(body: JSON) -> list[str]:
-    return [str(t["name"]) for t in body.get("tools") or [] if t.get("type") == "namespace"]
+    return [str(t["name"]) for t in _tools(body) if t.get("type") == "namespace"]
 
 
 def _offered(body: JSON) -> tuple[str, ...]:
     names: list[str] = []
-    for tool in body.get("tools") or []:
+    for tool in _tools(body):
         if tool.get("type") == "namespace":
-            names += [f"{tool['name']}__{inner.get('name')}" for inner in tool.get("tools") or []]
+            names += [f"{tool['name']}__{inner.get('name')}" for inner in _tools(tool)]
         elif tool.get("name"):
             names.append(str(tool["name"]))
     return tuple(names)
 
 
 def parse_request(path: str, body: JSON, headers: dict[str, str]) -> ModelRequest:
-    items: list[JSON] = [i for i in body.get("input") or [] if isinstance(i, dict)]
+    items = [cast(JSON, i) for i in cast(list[object], body.get("input") or []) if isinstance(i, dict)]
     results: list[str] = []
     user_text = ""
     for item in items:
         kind = item.get("type", "message")
         if kind == "message" and item.get("role") == "user":
             content = item.get("content")
-            parts = [{"text": content}] if isinstance(content, str) else list(content or [])
+            parts: list[JSON] = [{"text": content}] if isinstance(content, str) else list(content or [])
             texts = [str(p.get("text", "")) for p in parts if p.get("type", "input_text") == "input_text"]
             # Codex sends its environment context and instructions as user messages too.
             texts = [t for t in texts if not t.lstrip().startswith("<")]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 JSON = dict[str, Any]
 
@@ -101,9 +101,10 @@ def text_of(value: Any) -> str:
         return value
     if isinstance(value, list):
         parts: list[str] = []
-        for block in value:  # pyright: ignore[reportUnknownVariableType]
-            if isinstance(block, dict) and isinstance(block.get("text"), str):  # pyright: ignore[reportUnknownMemberType]
-                parts.append(block["text"])  # pyright: ignore[reportUnknownArgumentType]
+        for block in cast(list[object], value):
+            text = cast(dict[str, object], block).get("text") if isinstance(block, dict) else None
+            if isinstance(text, str):
+                parts.append(text)
             else:
                 parts.append(json.dumps(block))
         return "\n".join(parts)

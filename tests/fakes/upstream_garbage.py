@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import sys
 
-TOOLS = [
+TOOLS: list[dict[str, object]] = [
     {"name": name, "description": f"{name} tool", "inputSchema": {"type": "object", "properties": {}}}
     for name in ("noise", "wrong_shape", "silence", "deep", "abyss")
 ]

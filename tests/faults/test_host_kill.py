@@ -24,6 +24,7 @@ import anyio
 import httpx2
 import pytest
 
+from tests._json import obj
 from tests.mcphost.hostkit import MISBEHAVE, MISBEHAVE_RUNNER, REPO
 
 pytestmark = pytest.mark.timeout(300)  # two server start-ups and a few seconds of runs, on a loaded machine
@@ -164,7 +165,7 @@ async def test_every_acknowledged_event_ends_in_a_terminal_run_after_kill_9_mid_
             ]
             ended = {event_id: await wait_terminal(client, a["run_id"]) for event_id, a in acked.items()}
             restarted = [
-                e for e, run in ended.items() if (run["error"] or {}).get("code") == "host.restarted"
+                e for e, run in ended.items() if obj(run["error"] or {}).get("code") == "host.restarted"
             ]
             requeued = [
                 e

@@ -39,6 +39,7 @@ from schemathesis.core import NOT_SET
 
 from mcphost.protocol.codes import ERROR_CODES
 from mcphost.stores import Stores
+from tests._json import obj_or_none
 from tests.fuzz._figures import Tally, examples, store_of, tally
 from tests.fuzz._rows import changed, fingerprint
 from tests.fuzz.test_api_fuzz import RAW_VALUES, operations_of, run_generated
@@ -142,7 +143,7 @@ class Caller:
 def _first(group: BaseExceptionGroup[MCPError]) -> MCPError:
     for exc in group.exceptions:
         if isinstance(exc, BaseExceptionGroup):
-            return _first(exc)  # pyright: ignore[reportUnknownArgumentType]
+            return _first(exc)
         return exc
     raise AssertionError("an empty exception group")
 
@@ -151,8 +152,8 @@ def _outcome(result: Any) -> str | None:
     """The tool error code of a `CallToolResult` (None when it is no error, or no tool result)."""
     if not isinstance(result, types.CallToolResult) or not result.is_error:
         return None
-    data = result.structured_content
-    return str(data.get("code")) if isinstance(data, dict) else "<no structured content>"
+    data = obj_or_none(result.structured_content)
+    return str(data.get("code")) if data is not None else "<no structured content>"
 
 
 def _text(result: Any) -> str:
@@ -196,8 +197,9 @@ async def test_every_tool_with_arguments_from_its_input_schema(fuzzed: Fixture, 
 
         async def exercise(name: str, arguments: Any) -> None:
             called[name] = called.get(name, 0) + 1
-            if isinstance(arguments, dict):
-                await caller.call(name, arguments, lambda: client.call_tool(name, arguments))
+            as_object = obj_or_none(arguments)
+            if as_object is not None:
+                await caller.call(name, as_object, lambda: client.call_tool(name, as_object))
             else:  # not an object: only raw JSON-RPC can send it
                 await raw_call(caller, name, arguments)
 
@@ -214,7 +216,7 @@ async def test_every_tool_with_arguments_from_its_input_schema(fuzzed: Fixture, 
             for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
 
                 def each(case: Any, name: str = name) -> None:
-                    arguments = {} if case.body is NOT_SET else case.body
+                    arguments: Any = {} if case.body is NOT_SET else case.body
                     if isinstance(arguments, bytes):
                         arguments = arguments.decode("latin-1")
                     anyio.from_thread.run(exercise, name, arguments)
@@ -365,9 +367,10 @@ async def raw_rpc(
     message = _message(response)
     if "error" in message:
         raise MCPError(message["error"]["code"], message["error"]["message"])
-    result = message["result"]
-    if isinstance(result, dict) and "content" in result:
-        return types.CallToolResult.model_validate(result)
+    result: object = message["result"]
+    as_object = obj_or_none(result)
+    if as_object is not None and "content" in as_object:
+        return types.CallToolResult.model_validate(as_object)
     return result
 
 

@@ -26,9 +26,11 @@ import httpx2
 import pytest
 from hypothesis import strategies as st
 
+from mcphost.protocol import AgentRunContext
 from mcphost.stores import Stores
 from mcphost.stores.warm import WarmSessionStore
 from mcphost.warm import WarmSessions
+from tests._json import obj_or_none
 from tests.fuzz._figures import Tally, examples, store_of, tally
 from tests.fuzz._rows import changed, fingerprint
 from tests.fuzz.test_api_fuzz import RAW_VALUES, run_generated
@@ -55,9 +57,13 @@ async def fuzzed(stores: Stores) -> AsyncGenerator[Warm, None]:
     warm = await WarmSessions.open(WarmSessionStore(stores.db))
     stranger = WarmSessions(WarmSessionStore(stores.db), key=b"another-key-of-32-bytes-long!!!!")
     async with serve_facts(stores, warm=warm) as served:
+
+        def offered(ctx: AgentRunContext) -> AgentRunContext:
+            return warm.offer(ctx, agent_id="agent-a", public_url=served.base_url)
+
         ended = await served.start_run(
             conversation_id="conv-ended",
-            revise=lambda ctx: warm.offer(ctx, agent_id="agent-a", public_url=served.base_url),
+            revise=offered,
         )
         await served.finish(ended)
         run = await start_bound(served, warm, permissions={"history": ["page"]})
@@ -227,10 +233,11 @@ class Checker:
         self.figures.tried += 1
         status = response.status_code
         message = _message(response)
-        error = message.get("error") if isinstance(message, dict) else None
-        result = message.get("result") if isinstance(message, dict) else None
-        tool_error = isinstance(result, dict) and result.get("isError") is True
-        code = error.get("code") if isinstance(error, dict) else None
+        answer = obj_or_none(message)
+        error = obj_or_none(answer.get("error")) if answer is not None else None
+        result = obj_or_none(answer.get("result")) if answer is not None else None
+        tool_error = result is not None and result.get("isError") is True
+        code = error.get("code") if error is not None else None
         self.figures.saw(f"http:{status}" + (f"/jsonrpc:{code}" if code is not None else ""))
         problems: list[str] = []
         if status >= 500:
@@ -242,8 +249,8 @@ class Checker:
         if "Traceback" in response.text:
             problems.append("traceback in the answer")
         if tool_error:
-            structured = result.get("structuredContent") if isinstance(result, dict) else None
-            tool_code = structured.get("code") if isinstance(structured, dict) else None
+            structured = obj_or_none(result.get("structuredContent")) if result is not None else None
+            tool_code = structured.get("code") if structured is not None else None
             if tool_code not in TOOL_CODES:
                 problems.append(f"tool error with code {tool_code!r}")
         refused = status >= 400 or error is not None or tool_error

@@ -11,11 +11,13 @@ import logging
 import time
 from collections.abc import AsyncGenerator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import httpx2
 import pytest
+from starlette.applications import Starlette
+from starlette.routing import Route
 
 from mcphost import __version__
 from mcphost.api import ApiLimits, parse_range
@@ -25,6 +27,7 @@ from mcphost.errors import InvalidArgumentError
 from mcphost.inspection import create_grant
 from mcphost.models import RunFailure, RunStatus
 from mcphost.runtimes.wire import RUNTIME_PREFIX
+from tests._json import obj_or_none
 from tests.e2e.httpkit import (
     api_settings,
     asgi_client,
@@ -528,15 +531,17 @@ async def test_openapi_documents_every_route_and_its_references_resolve(
     app = httpx2.ASGITransport  # the routes themselves, read from the app
     transport = client._transport  # pyright: ignore[reportPrivateUsage]
     assert isinstance(transport, app)
+    routes = cast(Starlette, transport.app).router.routes
     routed = {
-        (route.path, method)  # pyright: ignore[reportAttributeAccessIssue,reportUnknownMemberType]
-        for route in transport.app.router.routes  # pyright: ignore[reportFunctionMemberAccess,reportAttributeAccessIssue]
-        for method in (getattr(route, "methods", None) or ())  # pyright: ignore[reportUnknownArgumentType]
+        (route.path, method)
+        for route in routes
+        if isinstance(route, Route)  # the routes with methods (a Mount has none)
+        for method in (route.methods or ())
         # the MCP endpoint, the console's pages and the runtime protocol (runtime tokens only, in
         # docs/protocol.md §12) are not part of the API
         if method != "HEAD"
-        and not route.path.startswith(("/runs/", RUNTIME_PREFIX))  # pyright: ignore[reportAttributeAccessIssue, reportUnknownArgumentType]
-        and not is_console_path(route.path)  # pyright: ignore[reportAttributeAccessIssue, reportUnknownArgumentType]
+        and not route.path.startswith(("/runs/", RUNTIME_PREFIX))
+        and not is_console_path(route.path)
     }
     assert documented == routed
     schemas = doc["components"]["schemas"]
@@ -544,11 +549,13 @@ async def test_openapi_documents_every_route_and_its_references_resolve(
     assert "event_type" in schemas["AgentEventEnvelope"]["properties"]
 
     def refs(node: object) -> list[str]:
-        if isinstance(node, dict):
-            found = [node["$ref"]] if isinstance(node.get("$ref"), str) else []  # pyright: ignore[reportUnknownMemberType]
-            return found + [r for value in node.values() for r in refs(value)]  # pyright: ignore[reportUnknownVariableType]
+        mapping = obj_or_none(node)
+        if mapping is not None:
+            ref = mapping.get("$ref")
+            found = [ref] if isinstance(ref, str) else []
+            return found + [r for value in mapping.values() for r in refs(value)]
         if isinstance(node, list):
-            return [r for value in node for r in refs(value)]  # pyright: ignore[reportUnknownVariableType]
+            return [r for value in cast(list[object], node) for r in refs(value)]
         return []
 
     missing = {r for r in refs(doc) if r.removeprefix("#/components/schemas/") not in schemas}

@@ -58,7 +58,7 @@ async def test_integer_query_parameters_refuse_every_value_outside_their_range(
 ) -> None:
     run_id = await a_finished_run(host, client)
     as_json = {"accept": "application/json"}
-    routes = [
+    routes: list[tuple[str, str, dict[str, str]]] = [
         ("/v1/runs", "limit", {}),
         (f"/v1/runs/{run_id}/results", "after", as_json),
         (f"/v1/runs/{run_id}/results", "limit", as_json),

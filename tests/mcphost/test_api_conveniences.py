@@ -8,7 +8,7 @@ from __future__ import annotations
 import datetime
 from collections.abc import AsyncGenerator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import httpx2
@@ -18,6 +18,7 @@ from mcphost.api import openapi
 from mcphost.app import Host, open_host
 from mcphost.common.timestamps import is_epoch_field, iso8601
 from mcphost.models import RunStatus
+from tests._json import obj_or_none
 from tests.e2e.httpkit import api_settings, asgi_client, event_body, parse_sse, row_counts
 
 ECHO_OWNER = {"runner_id": "plugin:mcphost/echo/default", "binding_id": "echo", "conversation_id": "c1"}
@@ -217,15 +218,16 @@ async def test_every_epoch_field_of_an_answer_has_its_iso_twin_and_passthrough_j
 
     def twins(value: object) -> None:
         """Every epoch key of the model-made JSON has its twin (payloads skipped)."""
-        if isinstance(value, dict):
-            for key, item in value.items():  # pyright: ignore[reportUnknownVariableType]
+        mapping = obj_or_none(value)
+        if mapping is not None:
+            for key, item in mapping.items():
                 if key in ("payload", "data", "input", "metadata"):
                     continue
-                if isinstance(key, str) and is_epoch_field(key) and (item is None or isinstance(item, float)):
-                    assert f"{key}_iso" in value, key
+                if is_epoch_field(key) and (item is None or isinstance(item, float)):
+                    assert f"{key}_iso" in mapping, key
                 twins(item)
         elif isinstance(value, list):
-            for item in value:  # pyright: ignore[reportUnknownVariableType]
+            for item in cast(list[object], value):
                 twins(item)
 
     for answer in (

@@ -37,6 +37,19 @@ JSON = st.recursive(
 )
 HEADER_TEXT = st.text(alphabet=string.ascii_letters + string.digits + " -=,;:/.*", max_size=40)
 IDS = st.one_of(st.sampled_from(["c1", "run_x", "art_x", "a b", "..", "%", "x" * 300]), st.text(max_size=30))
+# These two are built apart: inside `st.one_of(..., JSON)` pyright infers their keys as unknown.
+CONVERSATIONS = st.fixed_dictionaries(
+    {"conversation_id": IDS},
+    optional={"bot_id": st.one_of(st.sampled_from(["echo", "nobody"]), IDS), "thread_id": IDS},
+)
+INPUTS = st.fixed_dictionaries(
+    {},
+    optional={
+        "text": st.one_of(st.text(max_size=50), JSON),
+        "attachments": st.lists(st.fixed_dictionaries({"artifact_id": IDS}), max_size=2),
+        "contents": JSON,
+    },
+)
 
 
 ENVELOPES = st.fixed_dictionaries(
@@ -47,25 +60,9 @@ ENVELOPES = st.fixed_dictionaries(
         ),
         "event_id": st.one_of(st.text(max_size=30), JSON),
         "source": st.one_of(st.sampled_from(["api", "cli", "nope"]), JSON),
-        "conversation": st.one_of(
-            st.fixed_dictionaries(
-                {"conversation_id": IDS},
-                optional={"bot_id": st.one_of(st.sampled_from(["echo", "nobody"]), IDS), "thread_id": IDS},
-            ),
-            JSON,
-        ),
+        "conversation": st.one_of(CONVERSATIONS, JSON),
         "actor": st.one_of(st.fixed_dictionaries({"actor_id": IDS}), JSON),
-        "input": st.one_of(
-            st.fixed_dictionaries(
-                {},
-                optional={
-                    "text": st.one_of(st.text(max_size=50), JSON),
-                    "attachments": st.lists(st.fixed_dictionaries({"artifact_id": IDS}), max_size=2),
-                    "contents": JSON,
-                },
-            ),
-            JSON,
-        ),
+        "input": st.one_of(INPUTS, JSON),
         "data": JSON,
         "agent_id": st.one_of(st.sampled_from(["echo", "ghost"]), JSON),
         "surprise": JSON,

@@ -10,10 +10,11 @@ import hashlib
 import re
 from collections.abc import AsyncGenerator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import httpx2
 import pytest
+from starlette.requests import Request
 from starlette.routing import Route
 
 from mcphost.api import openapi
@@ -136,7 +137,11 @@ async def test_every_route_of_the_app_declares_what_it_requires(host: Host) -> N
     assert by_path["/sessions/{session_id}/mcp"] == "run-token"
     assert by_path["/"] == by_path["/console"] == "site"
     # The check finds a route that declares nothing.
-    assert declared_access(Route("/v1/new", lambda request: None)) is None  # pyright: ignore[reportUnknownLambdaType,reportUnknownArgumentType]
+
+    def undeclared_endpoint(request: Request) -> None:
+        return None
+
+    assert declared_access(Route("/v1/new", undeclared_endpoint)) is None
 
 
 def _path(template: str) -> str:
@@ -171,10 +176,10 @@ async def test_every_route_answers_each_role_as_it_declares(host: Host, client: 
             answer = await call(bearer(key))
             forbidden = _expected_forbidden(role, endpoint.role, endpoint.own_runs)
             if forbidden and not public:
-                error = answer.json().get("error", {}) if answer.status_code == 403 else {}
+                error: dict[str, Any] = answer.json().get("error", {}) if answer.status_code == 403 else {}
                 if (
                     error.get("code") != "unauthorized"
-                    or error.get("details", {}).get("required_role") != endpoint.role
+                    or cast(dict[str, Any], error.get("details", {})).get("required_role") != endpoint.role
                 ):
                     problems.append(
                         f"{name} as {role}: expected 403 naming {endpoint.role!r}, got {answer.status_code} {answer.text[:200]}"

@@ -23,6 +23,7 @@ from mcphost.api._http import EventStream, json_event
 from mcphost.app import Host, open_host
 from mcphost.models import RunStatus
 from mcphost.serving import bind_socket, serve_http
+from tests._json import obj
 from tests.e2e.httpkit import api_settings, event_body, served
 
 
@@ -50,10 +51,9 @@ async def read_results(
             if event.event == "end":
                 return seqs, True
             if event.event not in ("run", "error"):
-                payload = event.json()
-                assert isinstance(payload, dict)
+                payload = obj(event.json())
                 assert event.event == payload["type"]  # a result is named by its type
-                assert event.id == str(payload["seq"])  # pyright: ignore[reportUnknownArgumentType]
+                assert event.id == str(payload["seq"])
                 seqs.append(int(event.id))
                 if stop_after is not None and len(seqs) >= stop_after:
                     return seqs, False

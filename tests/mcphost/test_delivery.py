@@ -187,7 +187,7 @@ async def test_a_dead_delivery_is_listed_and_a_manual_redelivery_sends_it_once(
         receiver.fail_first = 0
         # The sender now polls only every minute: the redelivery is sent because the API wakes it, within
         # the receiver's max_age_s (it expired again under load when it waited for the next poll).
-        host.sender._poll_s = 60.0
+        host.sender._poll_s = 60.0  # pyright: ignore[reportPrivateUsage] -- slow the running sender's poll
         await anyio.sleep(0.6)  # the wait already under way (the old poll) ends first
         again = await client.post(f"/v1/deliveries/{dead.delivery_id}/redeliver")
         assert again.status_code == 202, again.text

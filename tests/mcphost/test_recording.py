@@ -19,7 +19,7 @@ from mcphost.cli import main
 from mcphost.config import load_settings
 from mcphost.protocol import AgentRunContext, JSONObject, ModelEndpoints
 from mcphost.recording import MAX_DOCUMENT_BYTES, MAX_DOCUMENT_DEPTH, RecordingDocument, ReplayBook
-from mcphost.replay import _replay_agent
+from mcphost.replay import _replay_agent  # pyright: ignore[reportPrivateUsage] -- how replay picks the agent
 from tests.mcphost.hostkit import REPO
 from tests.mcphost.recordkit import (
     CLAUDE,

@@ -28,6 +28,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcphost.models import RunStatus
 from mcphost.serving import bind_socket, serve_http
 from mcphost.stores import open_stores
+from tests._json import structured
 from tests.e2e.httpkit import PROBE, PROBE_PROMPT, parse_sse
 from tests.mcphost.hostkit import MISBEHAVE, REPO
 
@@ -384,8 +385,7 @@ def test_grant_prints_working_configs_and_revoke_ends_the_grant(tmp_path: Path, 
         ):
             tools = sorted(t.name for t in (await client.list_tools()).tools)
             page = await client.call_tool("history_page", {"limit": 10})
-            assert isinstance(page.structured_content, dict)
-            history = [item["content"] for item in page.structured_content["items"]]
+            history: list[str] = [item["content"] for item in structured(page)["items"]]
         bridge = StdioServerParameters(
             command=bridge_config["command"],
             args=bridge_config["args"],

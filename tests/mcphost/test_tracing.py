@@ -34,8 +34,7 @@ from mcphost.config import PluginConfig, ToolServerConfig
 from mcphost.errors import ConfigError
 from mcphost.facts._dispatch import FactsDispatch
 from tests.e2e.httpkit import api_settings, event_body, serve_app
-from tests.mcphost.gateway.test_host_tools import HttpUpstream, gateway, grant, text_of
-from tests.mcphost.gateway.test_host_tools import _free_port as free_port
+from tests.mcphost.gateway.test_host_tools import HttpUpstream, free_port, gateway, grant, text_of
 from tests.mcphost.hostkit import REPO, agent
 
 MEMO_RUNNER = "plugin:mcphost/memo/default"

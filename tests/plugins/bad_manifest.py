@@ -33,16 +33,18 @@ def send(message: dict[str, Any]) -> None:
 def main() -> None:
     for line in sys.stdin:
         msg = json.loads(line)
-        method, request_id, params = msg.get("method"), msg.get("id"), msg.get("params") or {}
+        method, request_id = msg.get("method"), msg.get("id")
+        params: dict[str, Any] = msg.get("params") or {}
         if method == "initialize":
             plugin = {"author": "test", "name": "badmanifest", "version": "1.0"}
             send({"jsonrpc": "2.0", "id": request_id, "result": {"plugin": plugin, "runners": MANIFESTS}})
         elif method == "runner/run":
             run_id = params["context"]["run_id"]
-            for result in (
+            results: list[dict[str, Any]] = [
                 {"type": "message.completed", "data": {"message": {"content": "good"}}},
                 {"type": "run.completed", "data": {}},
-            ):
+            ]
+            for result in results:
                 notification = {"run_id": run_id, "result": {"run_id": run_id, **result}}
                 send({"jsonrpc": "2.0", "method": "runner/result", "params": notification})
             send({"jsonrpc": "2.0", "id": request_id, "result": {"status": "completed"}})

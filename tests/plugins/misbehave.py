@@ -331,7 +331,8 @@ def main(argv: list[str]) -> None:
         while _frozen.is_set():
             time.sleep(3600)
         msg = json.loads(line)
-        method, request_id, params = msg.get("method"), msg.get("id"), msg.get("params") or {}
+        method, request_id = msg.get("method"), msg.get("id")
+        params: dict[str, Any] = msg.get("params") or {}
         if method == "initialize":
             manifest = {
                 "id": RUNNER_ID,
@@ -358,8 +359,9 @@ def main(argv: list[str]) -> None:
                     }
                 )
                 continue
-            ctx = params["context"]
-            text = (ctx.get("input") or {}).get("text") or ""
+            ctx: dict[str, Any] = params["context"]
+            run_input: dict[str, Any] = ctx.get("input") or {}
+            text: str = run_input.get("text") or ""
             _states[ctx["run_id"]] = ctx.get("state")
             threading.Thread(target=run, args=(request_id, ctx["run_id"], text), daemon=True).start()
         elif method == "runner/cancel":

@@ -95,7 +95,7 @@ async def replay(
         conversation_state=state,
     )
     collected = await run_directly(ClaudeCodeRunner(), ctx)
-    started = json.loads(captured.read_text()) if captured.exists() else {}
+    started: dict[str, Any] = json.loads(captured.read_text()) if captured.exists() else {}
     return collected, started
 
 

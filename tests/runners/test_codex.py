@@ -75,7 +75,7 @@ async def replay(
         streaming=streaming,
     )
     collected = await run_directly(CodexRunner(), ctx)
-    started = json.loads(captured.read_text()) if captured.exists() else {}
+    started: dict[str, Any] = json.loads(captured.read_text()) if captured.exists() else {}
     return collected, started
 
 

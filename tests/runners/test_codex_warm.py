@@ -120,7 +120,7 @@ def item(phase: str, **fields: Any) -> dict[str, Any]:
 
 
 def completed(status: str = "completed", error: dict[str, Any] | None = None) -> dict[str, Any]:
-    turn = {"id": TURN, "items": [], "status": status, "error": error}
+    turn: dict[str, Any] = {"id": TURN, "items": [], "status": status, "error": error}
     return note("turn/completed", threadId=THREAD, turn=turn)
 
 

@@ -14,6 +14,7 @@ from mcphost.models import RunGrant
 from mcphost.protocol import JSONObject, MCPAccess
 from mcphost.stores import Stores, open_stores
 from mcphost_runners.sdk import RunAPI, RunAPIError
+from tests._json import obj
 from tests.mcphost.facts._helpers import RunHandle, Served, serve_facts
 
 MODES = ["legacy", "2026-07-28"]
@@ -96,8 +97,7 @@ async def test_every_method_answers_with_typed_results(served: Served, mode: str
 
         event = await api.events_get(run.event.event_id)
         assert event.event_type == "message.received"
-        assert isinstance(event.data, dict)
-        assert event.data["input"]["text"] == "what about apple tart?"
+        assert obj(event.data)["input"]["text"] == "what about apple tart?"
         events = await api.events_page(event_types=["message.received"])
         assert [e.event_id for e in events.items] == [run.event.event_id]
 

@@ -375,7 +375,7 @@ async def test_a_line_over_the_limit_from_the_host_is_skipped() -> None:
 @pytest.mark.parametrize(
     "anyio_backend",
     [
-        pytest.param(("asyncio", {}), id="pipe"),  # asyncio gives the plugin a pipe for stdout
+        pytest.param(("asyncio", dict[str, bool]()), id="pipe"),  # asyncio gives the plugin a pipe for stdout
         pytest.param(("asyncio", {"use_uvloop": True}), id="socket"),  # uvloop (libuv): a socket pair
     ],
 )

@@ -7,9 +7,11 @@ answers a message with its text; this node does the same to the graph's state.
 
 from __future__ import annotations
 
-from typing import TypedDict
+import importlib
+from typing import Any, TypedDict
 
-from langgraph.graph import END, START, StateGraph  # pyright: ignore[reportMissingImports]
+# LangGraph is installed in this folder's own environment only, so its API is untyped here: reached as `Any`.
+_langgraph: Any = importlib.import_module("langgraph.graph")
 
 
 class EchoState(TypedDict, total=False):
@@ -21,4 +23,10 @@ def echo(state: EchoState) -> EchoState:
     return {"reply": state.get("text", "")}
 
 
-graph = StateGraph(EchoState).add_node("echo", echo).add_edge(START, "echo").add_edge("echo", END).compile()
+graph = (
+    _langgraph.StateGraph(EchoState)
+    .add_node("echo", echo)
+    .add_edge(_langgraph.START, "echo")
+    .add_edge("echo", _langgraph.END)
+    .compile()
+)

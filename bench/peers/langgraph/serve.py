@@ -13,13 +13,16 @@ keeps the comparison fair:
 
 from __future__ import annotations
 
+import importlib
 import sys
 from pathlib import Path
 from typing import Any
 
 import anyio
-from langgraph_api.cli import run_server  # pyright: ignore[reportMissingImports]
-from langgraph_runtime_inmem import ops  # pyright: ignore[reportMissingImports]
+
+# LangGraph is installed in this folder's own environment only, so its API is untyped here: reached as `Any`.
+_cli: Any = importlib.import_module("langgraph_api.cli")
+ops: Any = importlib.import_module("langgraph_runtime_inmem.ops")
 
 IDLE_POLL_S = 0.5
 
@@ -60,7 +63,7 @@ def main() -> None:
     port, jobs = int(sys.argv[1]), int(sys.argv[2])
     _wake_on_put()
     graph = str(Path(__file__).with_name("echo_graph.py").resolve())
-    run_server(
+    _cli.run_server(
         host="127.0.0.1",
         port=port,
         reload=False,

@@ -13,6 +13,7 @@ import pytest
 from mcphost.config import Settings, settings_from_mapping
 from mcphost.recording import export_recording
 from mcphost.replay import replay_document
+from tests._json import arr, obj
 from tests.e2e.harness.hostkit import (
     claude_agent,
     codex_agent,
@@ -122,10 +123,9 @@ async def test_claude_code_on_a_host_model_replays_with_no_model_upstream_and_a_
         assert call.outcome == "ok"
         assert len(str(call.arguments["sha256"])) == 64
         assert call.arguments["stream"] is True
-        events = call.answer["events"]
-        assert isinstance(events, list)
-        assert next(e["event"] for e in events) == "message_start"  # pyright: ignore[reportIndexIssue, reportArgumentType, reportCallIssue]
-        assert [e["event"] for e in events][-1] == "message_stop"  # pyright: ignore[reportIndexIssue, reportArgumentType, reportCallIssue]
+        events = [obj(e) for e in arr(call.answer["events"])]
+        assert events[0]["event"] == "message_start"
+        assert events[-1]["event"] == "message_stop"
         assert call.answer["usage"] == {
             "input_tokens": INPUT_TOKENS,
             "output_tokens": OUTPUT_TOKENS,

@@ -84,11 +84,12 @@ def script(request: ModelRequest) -> Reply:
 def _user_texts(body: Any) -> list[str]:
     """The user messages of a Messages API (`messages`) or Responses API (`input`) request, in order."""
     texts: list[str] = []
-    for item in body.get("messages") or body.get("input") or []:
+    items: list[Any] = body.get("messages") or body.get("input") or []
+    for item in items:
         if item.get("role") != "user" or item.get("type", "message") != "message":
             continue
         content = item.get("content")
-        parts = (
+        parts: list[str] = (
             [content]
             if isinstance(content, str)
             else [p.get("text", "") for p in content if p.get("type") in ("text", "input_text")]

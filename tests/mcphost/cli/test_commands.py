@@ -23,7 +23,7 @@ from tests.examples.clikit import NO_BUNDLED, cli_env, mcphost
 from tests.fakes.anthropic import fake_anthropic
 from tests.fakes.openai_chat import Reply, serve_fake_chat
 from tests.fakes.script import Text, always
-from tests.mcphost.test_cli import _wait_for_running, write_config
+from tests.mcphost.test_cli import wait_for_running, write_config
 
 
 async def test_init_writes_a_commented_config_that_loads_and_refuses_to_overwrite(tmp_path: Path) -> None:
@@ -113,7 +113,7 @@ async def test_cancel_ends_a_running_run_and_follow_streams_it_to_the_end(tmp_pa
     db_url = f"sqlite+aiosqlite:///{tmp_path / 'data' / 'mcphost.db'}"
     running = _start(["run", "slow:60", "--conversation", "m1", "--config", str(config)], tmp_path)
     try:
-        run_id = await _wait_for_running(db_url, tmp_path / "data")
+        run_id = await wait_for_running(db_url, tmp_path / "data")
         follow = _start(
             ["show", run_id, "--follow", "--json", "--interval", "0.1", "--config", str(config)], tmp_path
         )
@@ -241,7 +241,7 @@ async def test_cancel_with_url_goes_through_the_servers_api(tmp_path: Path) -> N
         send = _start(
             ["send", "slow:60", "--conversation", "m1", "--url", url, "--config", str(config)], tmp_path
         )
-        run_id = await _wait_for_running(db_url, tmp_path / "data")
+        run_id = await wait_for_running(db_url, tmp_path / "data")
         code, _, err = await mcphost("cancel", run_id, "--url", url, "--reason", "test", cwd=tmp_path)
         assert code == 0, err
         _, send_err = await anyio.to_thread.run_sync(lambda: send.communicate(timeout=60))

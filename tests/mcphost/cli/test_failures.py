@@ -22,7 +22,7 @@ from mcphost.models import RunStatus
 from mcphost.stores import open_stores
 from tests._postgres import NO_POSTGRES, POSTGRES_URL
 from tests.examples.clikit import cli_env
-from tests.mcphost.test_cli import _wait_for_running, mcphost, write_config
+from tests.mcphost.test_cli import mcphost, wait_for_running, write_config
 
 READ_COMMANDS = [
     ["runs"],
@@ -128,7 +128,7 @@ async def test_ctrl_c_during_a_run_is_one_line_and_exit_130(tmp_path: Path) -> N
     )
     db_url = f"sqlite+aiosqlite:///{tmp_path / 'data' / 'mcphost.db'}"
     try:
-        run_id = await _wait_for_running(db_url, tmp_path / "data")
+        run_id = await wait_for_running(db_url, tmp_path / "data")
         process.send_signal(signal.SIGINT)
         with anyio.fail_after(30):
             await process.wait()

@@ -7,6 +7,7 @@ import shlex
 import sys
 import tomllib
 from pathlib import Path
+from typing import cast
 
 from mcphost.cli._grants import CODEX_STARTUP_TIMEOUT_S, bridge_command, mcp_client_configs
 
@@ -82,6 +83,6 @@ def _merge(into: dict[str, object], more: dict[str, object]) -> None:
     for key, value in more.items():
         current = into.get(key)
         if isinstance(current, dict) and isinstance(value, dict):
-            _merge(current, value)  # pyright: ignore[reportUnknownArgumentType]
+            _merge(cast(dict[str, object], current), cast(dict[str, object], value))
         else:
             into[key] = value

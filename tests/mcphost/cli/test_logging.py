@@ -11,7 +11,7 @@ import json
 import logging
 from collections.abc import Generator
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TextIO, cast
 
 import httpx2
 import pytest
@@ -56,7 +56,7 @@ def configure(level: str, stream: io.StringIO) -> None:
     configure_logging(level, json_logs=True)
     [handler] = logging.getLogger().handlers
     assert isinstance(handler, logging.StreamHandler)
-    handler.setStream(stream)  # pyright: ignore[reportUnknownMemberType]
+    cast("logging.StreamHandler[TextIO]", handler).setStream(stream)
 
 
 def json_lines(stream: io.StringIO) -> list[dict[str, Any]]:

@@ -17,6 +17,7 @@ import httpx2
 from mcphost.app import Host, open_host
 from mcphost.config import PluginConfig, Settings
 from mcphost.stores.approvals import ABANDONED_NOTE
+from tests._json import obj
 from tests.e2e.httpkit import event_body, serve_app
 from tests.mcphost.hostkit import REPO, agent, host_settings
 
@@ -76,10 +77,8 @@ async def pending_of(client: httpx2.AsyncClient, run_id: str) -> dict[str, Any]:
 async def reply_of(host: Host, run_id: str) -> dict[str, Any]:
     await host.orchestrator.wait(run_id)
     (done,) = [r for r in await host.stores.results.list(run_id) if r.type == "message.completed"]
-    data = done.payload["data"]
-    assert isinstance(data, dict)
-    message = data["message"]
-    assert isinstance(message, dict)
+    data = obj(done.payload["data"])
+    message = obj(data["message"])
     content = message["content"]
     assert isinstance(content, str)
     return json.loads(content)

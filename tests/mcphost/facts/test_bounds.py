@@ -14,6 +14,7 @@ import mcp_types as types
 from mcp import Client
 
 from mcphost.stores._cursor import CursorKind
+from tests._json import obj
 from tests.mcphost.facts._helpers import MODERN, Served, connect, fails, ok, table_fingerprint
 from tests.mcphost.stores.test_cursor import signed_with_the_old_source_key
 
@@ -36,7 +37,7 @@ async def refused(client: Client, tool: str, arguments: dict[str, Any], field: s
     assert isinstance(result, types.CallToolResult)
     data = result.structured_content
     assert result.is_error, (tool, arguments, data)
-    assert isinstance(data, dict)
+    data = obj(data)
     assert data["code"] == "invalid_argument", (tool, arguments, data)
     assert field in data["message"], (tool, field, data["message"])
     return str(data["message"])

@@ -18,6 +18,7 @@ from mcphost.config import KnowledgeBaseConfig
 from mcphost.knowledge.bases import KnowledgeBases
 from mcphost.protocol import JSONObject
 from mcphost.stores import Stores
+from tests._json import arr, obj, obj_or_none
 from tests.mcphost.facts._helpers import ERAS, MODERN, Served, connect, fails, serve_facts, structured
 from tests.mcphost.stores.test_search_scope import injections, kb_tokens, thread_tokens
 
@@ -30,12 +31,11 @@ async def _found(client: Client, tool: str, arguments: JSONObject, key: str, fie
     if result.is_error:
         assert data["code"] == "invalid_argument", data
         return None
-    entries = data[key]
-    assert isinstance(entries, list)
+    entries = arr(data[key])
     out: set[str] = set()
     for entry in entries:
-        shown = entry["item"] if key == "hits" and isinstance(entry, dict) else entry
-        assert isinstance(shown, dict)
+        hit = obj_or_none(entry)
+        shown = obj(hit["item"] if key == "hits" and hit is not None else entry)
         value = shown[field]
         assert isinstance(value, str)
         out.add(value)

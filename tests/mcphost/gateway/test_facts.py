@@ -19,7 +19,7 @@ from mcphost.gateway.host_tools import Gateway
 from mcphost.knowledge.bases import KnowledgeBases
 from mcphost.stores import Stores
 from tests.mcphost.facts._helpers import RunHandle, Served, connect, fails, ok, serve_facts
-from tests.mcphost.gateway.test_host_tools import TOKEN, UPSTREAM, HttpUpstream, _free_port
+from tests.mcphost.gateway.test_host_tools import TOKEN, UPSTREAM, HttpUpstream, free_port
 
 GRANTED = ["up__echo", "up__huge", "up__hang", "up__crash", "up__pid", "up__forecast"]
 
@@ -68,7 +68,7 @@ async def upstream(request: pytest.FixtureRequest) -> AsyncGenerator[ToolServerC
     if request.param == "stdio":
         yield ToolServerConfig(command=[sys.executable, UPSTREAM, "stdio"], timeout_s=UPSTREAM_TIMEOUT_S)
         return
-    server = HttpUpstream(_free_port(), TOKEN)
+    server = HttpUpstream(free_port(), TOKEN)
     await server.start()
     HTTP_SERVERS[server.url] = server
     try:

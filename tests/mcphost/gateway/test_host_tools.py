@@ -97,7 +97,7 @@ async def gateway(
         yield gw
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
@@ -140,7 +140,7 @@ class HttpUpstream:
 
 @pytest.fixture
 async def http_upstream() -> AsyncIterator[HttpUpstream]:
-    upstream = HttpUpstream(_free_port(), TOKEN)
+    upstream = HttpUpstream(free_port(), TOKEN)
     await upstream.start()
     try:
         yield upstream
@@ -303,7 +303,7 @@ async def test_a_result_nested_too_deep_is_refused_and_the_server_still_answers(
 
 
 async def test_a_server_that_is_down_is_left_out_and_calls_fail_fast() -> None:
-    dead = ToolServerConfig(url=f"http://127.0.0.1:{_free_port()}/mcp", timeout_s=60.0)
+    dead = ToolServerConfig(url=f"http://127.0.0.1:{free_port()}/mcp", timeout_s=60.0)
     servers = {"dead": dead, "fake": stdio(), "nocmd": ToolServerConfig(command=["/nonexistent/binary"])}
     async with gateway(servers, backoff_initial_s=30.0, backoff_max_s=60.0) as gw:
         names = {t.name for t in await gw.list_tools(grant("*"))}

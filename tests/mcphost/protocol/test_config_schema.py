@@ -55,9 +55,9 @@ def test_every_kind_of_field_maps_to_its_form_type() -> None:
     [(ClaudeCodeRunner, ClaudeCodeConfig), (CodexRunner, CodexConfig), (LocalAgentRunner, LocalAgentConfig)],
 )
 def test_each_bundled_runner_declares_exactly_the_keys_its_model_accepts(
-    runner: type, model: type[BaseModel]
+    runner: type[ClaudeCodeRunner | CodexRunner | LocalAgentRunner], model: type[BaseModel]
 ) -> None:
-    schema: list[ConfigField] = runner.config_schema  # pyright: ignore[reportAttributeAccessIssue]
+    schema: list[ConfigField] = runner.config_schema
     assert [f.name for f in schema] == [name for name in model.model_fields if name != "prompt"]
     assert all(f.label != f.name for f in schema), "every field has a human label (Field(title=...))"
     required = {

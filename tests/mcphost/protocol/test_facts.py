@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from pydantic import ValidationError
 
 from mcphost.protocol import STRICT_CONTEXT, AgentRunContext
 from mcphost.protocol.facts import FACTS_ANSWERS, HistorySearch, StateListItem, StateValue
 
-ITEM = {
+ITEM: dict[str, Any] = {
     "cursor": "c1",
     "item_id": "itm_1",
     "role": "user",

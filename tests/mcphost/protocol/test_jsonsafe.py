@@ -10,23 +10,22 @@ from pydantic import BaseModel, ValidationError
 
 from mcphost.protocol import INT64_MAX, INT64_MIN, StorableJSON, StorableText, unstorable
 
+PLAIN_JSON: list[object] = [
+    None,
+    True,
+    0,
+    INT64_MAX,
+    INT64_MIN,
+    1.5e308,
+    -0.0,
+    "",
+    "emoji 😀 and é",
+    {"a": [1, {"b": "c"}], "": None},
+    [[[]]],
+]
 
-@pytest.mark.parametrize(
-    "value",
-    [
-        None,
-        True,
-        0,
-        INT64_MAX,
-        INT64_MIN,
-        1.5e308,
-        -0.0,
-        "",
-        "emoji 😀 and é",
-        {"a": [1, {"b": "c"}], "": None},
-        [[[]]],
-    ],
-)
+
+@pytest.mark.parametrize("value", PLAIN_JSON)
 def test_plain_json_within_bounds_is_storable(value: object) -> None:
     assert unstorable(value) is None
 

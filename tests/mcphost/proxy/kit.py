@@ -83,7 +83,11 @@ async def serve_proxy(
     replay: ReplayBook | None = None,
 ) -> AsyncGenerator[ServedProxy]:
     calls: list[tuple[str, str, tuple[int, int, int], float]] = []
-    proxy = ModelProxy(stores, models, budgets=budgets, on_call=lambda *a: calls.append(a), replay=replay)
+
+    def on_call(model_id: str, agent_id: str, tokens: tuple[int, int, int], cost: float) -> None:
+        calls.append((model_id, agent_id, tokens, cost))
+
+    proxy = ModelProxy(stores, models, budgets=budgets, on_call=on_call, replay=replay)
     async with proxy.running(), serve_loopback(Starlette(routes=proxy.routes)) as url:
         yield ServedProxy(stores, proxy, url, calls)
 

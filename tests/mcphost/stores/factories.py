@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import time
+from typing import Any, cast
 
 import sqlalchemy as sa
 
@@ -76,5 +77,5 @@ async def overwrite_json(stores: Stores, table: str, column: str, text: str, **w
     condition = " AND ".join(f"{name} = :{name}" for name in where)
     statement = sa.text(f"UPDATE {table} SET {column} = {value} WHERE {condition}")  # test-only names
     async with stores.db.write() as session:
-        updated = await session.execute(statement, {"value": text, **where})
-    assert updated.rowcount == 1, (table, where)  # pyright: ignore[reportAttributeAccessIssue]
+        updated = cast("sa.CursorResult[Any]", await session.execute(statement, {"value": text, **where}))
+    assert updated.rowcount == 1, (table, where)

@@ -6,7 +6,7 @@ import errno
 import hashlib
 import os
 import time
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable
 from pathlib import Path
 from typing import BinaryIO
 
@@ -52,7 +52,7 @@ async def _put(stores: Stores, data: bytes = DATA) -> str:
 
 def _files(root: Path) -> list[Path]:
     """Files under `root` but the empty marker every data_dir holds (`stores/health.py`)."""
-    found = root.rglob("*") if root.exists() else []
+    found: Iterable[Path] = root.rglob("*") if root.exists() else []
     return sorted(p for p in found if p.is_file() and p.name != DATA_DIR_MARKER)
 
 
@@ -166,7 +166,7 @@ async def test_a_full_disk_is_storage_full_and_leaves_nothing_behind(
 ) -> None:
     # The real fault (a full tmpfs under the HTTP API) is in tests/mcphost/test_storage_faults.py; this
     # injected one runs where mounting is not permitted, and covers both blob backends' staging.
-    real_write = blobs_module._write_all
+    real_write = blobs_module._write_all  # pyright: ignore[reportPrivateUsage] -- the write the fault wraps
     written = 0
 
     def write_until_full(f: BinaryIO, data: bytes) -> None:

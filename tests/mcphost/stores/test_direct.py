@@ -4,7 +4,8 @@ could not reproduce it exactly."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, cast
 
 import pytest
 from sqlalchemy import Row, bindparam, select
@@ -51,8 +52,9 @@ async def test_rows_are_what_sqlalchemy_reads_json_decoded_and_by_name(stores: S
     moved, direct, via_sqlalchemy = await _on_writer(stores, body)
     assert not isinstance(direct, Row)  # the direct path served it
     assert isinstance(via_sqlalchemy, Row)
-    assert tuple(direct) == tuple(via_sqlalchemy)
-    assert tuple(moved) == tuple(via_sqlalchemy)
+    expected = tuple(cast(Sequence[Any], via_sqlalchemy))
+    assert tuple(direct) == expected
+    assert tuple(moved) == expected
     assert direct.error == error
     assert direct.status == "failed"
     assert direct.ended_at == 123.5

@@ -41,7 +41,7 @@ async def _register_other(stores: Stores, host_id: str, *, pid: int, hostname: s
     record = HostRecord(
         host_id=host_id, pid=pid, hostname=hostname or socket.gethostname(), started_at=now, heartbeat_at=now
     )
-    await stores.hosts._register(record)
+    await stores.hosts._register(record)  # pyright: ignore[reportPrivateUsage] -- another process's row, as it writes it
 
 
 async def _running_on(stores: Stores, host_id: str, conversation_id: str) -> Run:

@@ -16,11 +16,11 @@ from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import asyncpg  # pyright: ignore[reportMissingTypeStubs]
 import pytest
 import sqlalchemy as sa
 
 from bench._generate import Plan, driver_dsn, generate
+from bench._pgconn import connect_pg
 from bench.pg_scale import OPERATIONS, Loaded, positions
 from mcphost.stores import Stores, open_stores
 from mcphost.stores.retention import ROW_KINDS, RetentionStore
@@ -100,7 +100,7 @@ async def _plans_of(
 async def test_no_operation_scans_a_big_table(shared_postgres: str, tmp_path: Path) -> None:
     plan = Plan.at(SCALE)
     await generate(shared_postgres, plan)
-    conn = await asyncpg.connect(driver_dsn(shared_postgres))
+    conn = await connect_pg(driver_dsn(shared_postgres))
     failures: list[str] = []
     try:
         async with open_stores(shared_postgres, tmp_path / "data") as stores:
