@@ -3,8 +3,10 @@ and the HTTP app around them.
 
 `open_host(settings)` enters every long-lived part once, in dependency order, and leaves them in reverse
 order with bounded shutdowns: the orchestrator (active runs cancelled and closed), then the facts server,
-then the upstream tool servers (`gateway`), then the plugin processes, then the database; the scheduler
-and the retention job (`run_collector`) are tasks of the host. The facts server gets its seams here: run
+then the upstream tool servers (`gateway`), then the database, then the plugin processes (started
+first, so their start overlaps the database's opening and migration; the host waits for their
+`initialize` answers before it builds the rest); the scheduler and the retention job (`run_collector`)
+are tasks of the host. The facts server gets its seams here: run
 contexts from the orchestrator, host tools from the gateway, retrieval from the knowledge bases, the
 host's `HttpGuard` and the MCP-call metric. `build_app(host)` is the Starlette app over an open host (the
 `/v1` API with its middleware and error mapping from `api`, the console, and the facts server, itself the
@@ -178,11 +180,15 @@ async def open_host(
     metrics = HostMetrics()
     async with (
         _tracing(),
-        open_database(settings) as stores,
+        # Entered first and not waited for: the plugins start while the database is opened (migrated).
         PluginSupervisor(
-            plugin_specs(settings), runner_ids=None if all_plugins else {a.runner for a in settings.agents}
+            plugin_specs(settings),
+            runner_ids=None if all_plugins else {a.runner for a in settings.agents},
+            wait=False,
         ) as supervisor,
+        open_database(settings) as stores,
     ):
+        await supervisor.ready()
         registry = RunnerRegistry(supervisor.plugins, supervisor.start)
         warm = await WarmSessions.open(
             WarmSessionStore(stores.db),
