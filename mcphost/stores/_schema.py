@@ -9,9 +9,10 @@ nor PostgreSQL, whose new databases are migrated by Alembic as before.
 Invariants:
 - Only an empty database (no object in `sqlite_master`) and only a snapshot taken at the current head
   (`engine.migration_head()`) are replayed; anything else is left to Alembic.
-- The replay is the migrated schema, object for object and statement for statement: a test builds one
-  database each way and compares their whole `sqlite_master` and `alembic_version`, so a new migration
-  without a new snapshot fails it (regenerate with `python -m mcphost.stores._schema`).
+- The replay is the migrated schema, object for object and statement for statement (up to the order
+  of a rebuilt table's constraint lines, which Alembic's batch mode writes in set order): a test builds
+  one database each way and compares their whole `sqlite_master` and `alembic_version`, so a new
+  migration without a new snapshot fails it (regenerate with `python -m mcphost.stores._schema`).
 - The shadow tables of a full-text virtual table are created with it, so they are not in the snapshot.
 
 Why: importing Alembic and running every migration on a new file is most of a first `mcphost run`'s
