@@ -3,8 +3,10 @@ and the HTTP app around them.
 
 `open_host(settings)` enters every long-lived part once, in dependency order, and leaves them in reverse
 order with bounded shutdowns: the orchestrator (active runs cancelled and closed), then the facts server,
-then the upstream tool servers (`gateway`), then the plugin processes, then the database; the scheduler
-and the retention job (`run_collector`) are tasks of the host. The facts server gets its seams here: run
+then the upstream tool servers (`gateway`), then the database, then the plugin processes (started
+first, so their start overlaps the database's opening and migration; the host waits for their
+`initialize` answers before it builds the rest); the scheduler and the retention job (`run_collector`)
+are tasks of the host. The facts server gets its seams here: run
 contexts from the orchestrator, host tools from the gateway, retrieval from the knowledge bases, the
 host's `HttpGuard` and the MCP-call metric. `build_app(host)` is the Starlette app over an open host (the
 `/v1` API with its middleware and error mapping from `api`, the console, and the facts server, itself the
@@ -33,39 +35,32 @@ from collections.abc import AsyncGenerator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from functools import partial
+from typing import TYPE_CHECKING
 
-import anyio
-import anyio.to_thread
-from starlette.applications import Starlette
-from starlette.types import Lifespan
+if TYPE_CHECKING:
+    # Imported where they are used instead: importing this module (every command that opens the
+    # database does) costs no more than its own lines; the server stack loads when a host is opened
+    # and the API when an app is built (tests/mcphost/cli/test_startup.py checks).
+    from starlette.applications import Starlette
+    from starlette.types import Lifespan
 
-from mcphost import console, tracing
-from mcphost.api import EXCEPTION_HANDLERS, ApiLimits, ApiState, HostMetrics, middleware, routes
-from mcphost.bindings import Bindings
-from mcphost.channels import ChannelAdapter, adapters
-from mcphost.config import Settings
-from mcphost.continuations import Continuations, run_continuations
-from mcphost.delivery import DeliverySender
-from mcphost.facts import FactsServer, granted_tools
-from mcphost.gateway.host_tools import Gateway
-from mcphost.guard import HttpGuard
-from mcphost.knowledge.bases import KnowledgeBases
-from mcphost.llm import host_model_infos
-from mcphost.models import AgentEventEnvelope, Run
-from mcphost.orchestrator import Orchestrator
-from mcphost.plugins.process import PluginProcess, PluginSpec, PluginSupervisor
-from mcphost.plugins.registry import RunnerRegistry
-from mcphost.proxy import ModelProxy
-from mcphost.proxy.calls import ModelCalls
-from mcphost.recording import ReplayBook
-from mcphost.retention import DAY_S, Collector, run_collector
-from mcphost.runtimes.remote import RemoteRuns
-from mcphost.schedules import Scheduler, run_scheduler
-from mcphost.stores import Stores, open_stores
-from mcphost.stores.retention import Collected
-from mcphost.stores.usage import ModelBudget
-from mcphost.stores.warm import WarmSessionStore
-from mcphost.warm import WarmSessions
+    from mcphost.api import ApiLimits, HostMetrics
+    from mcphost.bindings import Bindings
+    from mcphost.channels import ChannelAdapter
+    from mcphost.config import Settings
+    from mcphost.continuations import Continuations
+    from mcphost.delivery import DeliverySender
+    from mcphost.facts import FactsServer
+    from mcphost.gateway.host_tools import Gateway
+    from mcphost.guard import HttpGuard
+    from mcphost.knowledge.bases import KnowledgeBases
+    from mcphost.orchestrator import Orchestrator
+    from mcphost.plugins.process import PluginProcess, PluginSpec, PluginSupervisor
+    from mcphost.plugins.registry import RunnerRegistry
+    from mcphost.proxy import ModelProxy
+    from mcphost.recording import ReplayBook
+    from mcphost.schedules import Scheduler
+    from mcphost.stores import Stores
 
 
 @dataclass(frozen=True)
@@ -89,12 +84,14 @@ class Host:
     """Sends the outbound webhook outbox (woken at once by a manual redelivery)."""
     models: ModelProxy
     """The per-run model endpoints (`/runs/{run_id}/models/...`) over `[models]`."""
-    channels: Mapping[str, ChannelAdapter] = field(default_factory=dict[str, ChannelAdapter])
+    channels: Mapping[str, ChannelAdapter] = field(default_factory=dict[str, "ChannelAdapter"])
     """The `[channels.<id>]` chat platforms' adapters, their credentials read at start."""
 
 
 def plugin_specs(settings: Settings) -> list[PluginSpec]:
     """The configured plugins, then the bundled ones, which serve only `plugin:mcphost/<name>/...` ids."""
+    from mcphost.plugins.process import PluginSpec
+
     configured = len(settings.plugins)
     return [
         PluginSpec(
@@ -111,6 +108,9 @@ def plugin_specs(settings: Settings) -> list[PluginSpec]:
 @asynccontextmanager
 async def open_database(settings: Settings) -> AsyncGenerator[Stores, None]:
     """Only the stores (with pending migrations applied): for read-only commands."""
+    from mcphost.retention import DAY_S
+    from mcphost.stores import open_stores
+
     async with open_stores(
         settings.database_url,
         settings.host.data_dir,
@@ -129,6 +129,10 @@ async def open_database(settings: Settings) -> AsyncGenerator[Stores, None]:
 async def _tracing() -> AsyncGenerator[None, None]:
     """Tracing as the `OTEL_*` variables ask (off by default); queued spans are exported at the end,
     off the event loop (the exporter's flush blocks)."""
+    import anyio.to_thread
+
+    from mcphost import tracing
+
     with tracing.from_environment():
         try:
             yield
@@ -148,16 +152,46 @@ async def open_host(
 
     With `replay` (`mcphost replay`, on a scratch database), runs start on the recorded context and
     every MCP call and model call is answered from the recording."""
+    import anyio
+
+    from mcphost.api import HostMetrics
+    from mcphost.bindings import Bindings
+    from mcphost.channels import adapters
+    from mcphost.continuations import Continuations, run_continuations
+    from mcphost.delivery import DeliverySender
+    from mcphost.facts import FactsServer, granted_tools
+    from mcphost.gateway.host_tools import Gateway
+    from mcphost.guard import HttpGuard
+    from mcphost.knowledge.bases import KnowledgeBases
+    from mcphost.llm import host_model_infos
+    from mcphost.models import AgentEventEnvelope, Run
+    from mcphost.orchestrator import Orchestrator
+    from mcphost.plugins.process import PluginSupervisor
+    from mcphost.plugins.registry import RunnerRegistry
+    from mcphost.proxy import ModelProxy
+    from mcphost.proxy.calls import ModelCalls
+    from mcphost.retention import Collector, run_collector
+    from mcphost.runtimes.remote import RemoteRuns
+    from mcphost.schedules import Scheduler, run_scheduler
+    from mcphost.stores.retention import Collected
+    from mcphost.stores.usage import ModelBudget
+    from mcphost.stores.warm import WarmSessionStore
+    from mcphost.warm import WarmSessions
+
     bindings = Bindings(settings.agents, source=settings.source)
     channels = adapters(settings.channels, os.environ)
     metrics = HostMetrics()
     async with (
         _tracing(),
-        open_database(settings) as stores,
+        # Entered first and not waited for: the plugins start while the database is opened (migrated).
         PluginSupervisor(
-            plugin_specs(settings), runner_ids=None if all_plugins else {a.runner for a in settings.agents}
+            plugin_specs(settings),
+            runner_ids=None if all_plugins else {a.runner for a in settings.agents},
+            wait=False,
         ) as supervisor,
+        open_database(settings) as stores,
     ):
+        await supervisor.ready()
         registry = RunnerRegistry(supervisor.plugins, supervisor.start)
         warm = await WarmSessions.open(
             WarmSessionStore(stores.db),
@@ -279,6 +313,11 @@ async def open_host(
 
 def _starlette(settings: Settings, lifespan: Lifespan[Starlette] | None = None) -> Starlette:
     """The app's routes (the facts server's are added by `_attach`), middleware and error handlers."""
+    from starlette.applications import Starlette
+
+    from mcphost import console
+    from mcphost.api import EXCEPTION_HANDLERS, middleware, routes
+
     return Starlette(
         routes=[*routes(), *console.routes()],
         middleware=middleware(settings.host.cors_origins, site_paths=console.is_console_path),
@@ -290,6 +329,8 @@ def _starlette(settings: Settings, lifespan: Lifespan[Starlette] | None = None) 
 def _attach(app: Starlette, host: Host, limits: ApiLimits | None) -> None:
     """Serve `host` from `app`: the state the routes and middleware read, and the facts server's route
     (the facts server is itself the endpoint of `/runs/{run_id}/mcp`)."""
+    from mcphost.api import ApiLimits, ApiState
+
     app.state.api = ApiState(
         stores=host.stores,
         orchestrator=host.orchestrator,

@@ -21,9 +21,8 @@ from __future__ import annotations
 import datetime
 import re
 import zoneinfo
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-from croniter import CroniterError, croniter
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from mcphost.ingress import SCHEDULE_PREFIX
@@ -36,6 +35,9 @@ from mcphost.models import (
     EventSubject,
 )
 from mcphost.protocol import MAX_JSON_DEPTH, JSONObject, json_depth, nesting_message, unstorable
+
+if TYPE_CHECKING:
+    from croniter import croniter
 
 SCHEDULE_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$"
 DEFAULT_EVENT_TYPE = "schedule.triggered"
@@ -150,6 +152,10 @@ class ScheduleSpec(BaseModel):
         if (self.cron is None) == (self.every is None):
             raise ValueError("set exactly one of 'cron' (an expression) or 'every' (a period such as '10s')")
         if self.cron is not None:
+            from croniter import (
+                croniter,  # only for a cron schedule (with dateutil, a third of `send`'s config)
+            )
+
             if not croniter.is_valid(self.cron):
                 raise ValueError(f"cron: {self.cron[:200]!r} is not a valid cron expression")
             if (problem := cron_step_problem(self.cron)) is not None:
@@ -168,6 +174,8 @@ class ScheduleSpec(BaseModel):
         return None if self.every is None else parse_every(self.every)
 
     def _cron(self, at: float) -> croniter:
+        from croniter import croniter
+
         assert self.cron is not None
         start = datetime.datetime.fromtimestamp(at, zoneinfo.ZoneInfo(self.timezone))
         return croniter(self.cron, start)
@@ -178,6 +186,8 @@ class ScheduleSpec(BaseModel):
         period = self.period_s
         if period is not None:
             return (int(after) // period + 1) * period
+        from croniter import CroniterError
+
         try:
             return int(self._cron(after).get_next(float))
         except (CroniterError, ValueError, OverflowError):
@@ -195,6 +205,8 @@ class ScheduleSpec(BaseModel):
         period = self.period_s
         if period is not None:
             return int(at) // period * period
+        from croniter import CroniterError
+
         try:
             return int(self._cron(int(at) + 1).get_prev(float))
         except (CroniterError, ValueError, OverflowError):

@@ -673,8 +673,10 @@ class PluginSupervisor:
     Entering starts concurrently the plugins that may serve one of `runner_ids` (None: every plugin; a
     plugin whose `serves` prefix is unknown is always started) and returns once each has either answered
     `initialize` or failed its first start (recorded on the plugin, retried in the background). The others
-    stay `idle` until `start()` asks for one of their runners. Leaving, or a cancelled host, cancels every
-    supervision loop; each loop stops its process shielded and bounded.
+    stay `idle` until `start()` asks for one of their runners. With `wait=False` entering returns as soon
+    as those first starts are under way, so the caller's own start-up overlaps the plugins' (`mcphost run`
+    migrates its database meanwhile), and `ready()` waits for them. Leaving, or a cancelled host, cancels
+    every supervision loop; each loop stops its process shielded and bounded.
     """
 
     def __init__(
@@ -684,6 +686,7 @@ class PluginSupervisor:
         host_version: str = __version__,
         timings: PluginTimings | None = None,
         runner_ids: Collection[str] | None = None,
+        wait: bool = True,
     ) -> None:
         names = [spec.name for spec in specs]
         repeated = sorted({name for name in names if names.count(name) > 1})
@@ -697,6 +700,8 @@ class PluginSupervisor:
                 plugin.state = "idle"
         self._tg: anyio.abc.TaskGroup | None = None
         self._starting: anyio.Lock | None = None
+        self._wait = wait
+        self._first_starts: anyio.Event | None = None
 
     def get(self, name: str) -> PluginProcess:
         for plugin in self.plugins:
@@ -728,8 +733,19 @@ class PluginSupervisor:
             raise RuntimeError("PluginSupervisor is already entered.")
         tg = anyio.create_task_group()
         await tg.__aenter__()
+        first = [p for p in self.plugins if p.state != "idle"]
+        done = self._first_starts = anyio.Event()
         try:
-            await _start_all(tg, [p for p in self.plugins if p.state != "idle"])
+            if self._wait:
+                await _start_all(tg, first)
+                done.set()
+            else:
+
+                async def first_starts() -> None:
+                    await _start_all(tg, first)
+                    done.set()
+
+                tg.start_soon(first_starts)
         except BaseException:
             tg.cancel_scope.cancel()
             exc_type, exc, tb = sys.exc_info()
@@ -737,6 +753,13 @@ class PluginSupervisor:
             raise
         self._tg = tg
         return self
+
+    async def ready(self) -> None:
+        """Wait until each plugin started on entering has answered `initialize` or failed its first start
+        (at once after entering with `wait=True`)."""
+        if self._first_starts is None:
+            raise RuntimeError("PluginSupervisor is not entered.")
+        await self._first_starts.wait()
 
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None

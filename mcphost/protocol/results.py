@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated, Literal, get_args
 
-from pydantic import Field, TypeAdapter, ValidationError, field_validator
+from pydantic import ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 
 from mcphost.common.validation import describe
 from mcphost.protocol._base import (
@@ -210,7 +210,10 @@ AgentRunResult = Annotated[
     Field(discriminator="type"),
 ]
 
-RESULT_ADAPTER: TypeAdapter[AgentRunResult] = TypeAdapter(AgentRunResult)
+RESULT_ADAPTER: TypeAdapter[AgentRunResult] = TypeAdapter(
+    AgentRunResult,
+    config=ConfigDict(defer_build=True),  # built on its first validation, not at import
+)
 RESULT_TYPES: frozenset[str] = frozenset(
     {
         "message.delta",

@@ -98,6 +98,7 @@ from mcphost.protocol import MAX_JSON_DEPTH
 from mcphost.stores import _direct
 from mcphost.stores._hooks import EngineHooks
 from mcphost.stores._retry import storage_error
+from mcphost.stores._schema import create_from_snapshot
 from mcphost.stores._sql import Dialect, lock_in_transaction
 
 if TYPE_CHECKING:
@@ -459,10 +460,11 @@ def _revision(connection: Connection) -> str | None:
     return str(rows[0]) if len(rows) == 1 else None
 
 
-def _upgrade_on(connection: Connection, cfg: Config) -> bool:
+def _upgrade_on(connection: Connection, url: str) -> bool:
     """Upgrade to head; whether the revision changed (False when the schema was at head already)."""
     from alembic import command
 
+    cfg = alembic_config(url)
     before = _revision(connection)
     cfg.attributes["connection"] = connection
     command.upgrade(cfg, "head")
@@ -478,7 +480,8 @@ async def migrate(db: Database) -> None:
     """Apply every pending migration in one write transaction (a no-op at head).
 
     A schema already at head is only read (the `alembic_version` row against `migration_head()`; no
-    lock, no write transaction, no Alembic import). Otherwise, on SQLite, the transaction runs with
+    lock, no write transaction, no Alembic import). An empty SQLite database gets the head schema from
+    its snapshot (`_schema.py`), also without Alembic. Otherwise, on SQLite, the transaction runs with
     foreign key enforcement off, as SQLite's table-rebuild procedure requires
     (dropping a parent table would otherwise cascade-delete its children's rows); when a migration was
     applied it fails and rolls back if `PRAGMA foreign_key_check` (linear in the database's size) finds a
@@ -488,11 +491,10 @@ async def migrate(db: Database) -> None:
     if db.dialect == "sqlite":
         await _migrate_sqlite(db)
     elif not await _at_head(db):  # the schema never moves backwards under us
-        cfg = alembic_config(db.url)
         async with db.write() as session:
             await lock_in_transaction(session, db.dialect, "migrate", "schema")
             connection = await session.connection()
-            await connection.run_sync(_upgrade_on, cfg)
+            await connection.run_sync(_upgrade_on, db.url)
     log.info("database schema is at head (%s)", db.dialect)
 
 
@@ -525,14 +527,16 @@ def _open_lock_file(path: Path) -> BinaryIO | None:
 async def _migrate_sqlite_locked(db: Database) -> None:
     if await _at_head(db):  # the schema never moves backwards under us
         return
-    cfg = alembic_config(db.url)
+    head = migration_head()
     assert db._write_lock is not None  # pyright: ignore[reportPrivateUsage]  # the same module's writer queue
     async with db._write_lock, db.engine.connect() as conn:  # pyright: ignore[reportPrivateUsage]  # as above
         await conn.execution_options(**{_WRITE_OPTION: True, _NO_FOREIGN_KEYS_OPTION: True})
         try:
             with anyio.CancelScope(shield=True):
                 async with conn.begin():
-                    if not await conn.run_sync(_upgrade_on, cfg):
+                    if await conn.run_sync(create_from_snapshot, head):
+                        return  # a new database: the migrated schema in one step, no Alembic
+                    if not await conn.run_sync(_upgrade_on, db.url):
                         return  # another process brought it to head meanwhile
                     dangling = (await conn.exec_driver_sql("PRAGMA foreign_key_check")).all()
                     if dangling:

@@ -93,6 +93,38 @@ def test_the_http_clients_import_no_server_module(args: list[str], tmp_path: Pat
     assert f"cannot reach mcphost at {url}" in done.stderr  # it ran as far as the request
     assert "httpx2" in modules
     assert _server_modules(modules) == []
+    assert [m for m in modules if m.split(".")[0] in ("croniter", "dateutil")] == []  # no cron schedule
+
+
+def _imported_by_code(code: str) -> set[str]:
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", "-c", code],
+        env=cli_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return {line.rsplit("|", 1)[1].strip() for line in done.stderr.splitlines() if "|" in line}
+
+
+def test_importing_the_composition_imports_no_server_part_until_a_host_is_opened() -> None:
+    modules = _imported_by_code("import mcphost.app")
+    assert "mcphost.app" in modules
+    assert _server_modules(modules) == ["mcphost.app"]
+    assert not [m for m in modules if m.split(".")[0] in ("pydantic", "prometheus_client", "croniter")]
+
+
+def test_importing_the_protocol_builds_no_validator_of_the_result_union() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", "import mcphost.protocol as p; print(p.RESULT_ADAPTER.pydantic_complete)"],
+        env=cli_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert done.stdout.strip() == "False"  # built on the first result validated, not at import
 
 
 def test_cancel_without_url_still_cancels_in_the_database(tmp_path: Path) -> None:
@@ -164,14 +196,6 @@ price of its own), never to start a host."""
 
 
 def test_starting_a_host_imports_no_library_of_a_single_feature() -> None:
-    done = subprocess.run(
-        [sys.executable, "-X", "importtime", "-c", "import mcphost.app, mcphost.channels, mcphost.llm"],
-        env=cli_env(),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
-    modules = {line.rsplit("|", 1)[1].strip() for line in done.stderr.splitlines() if "|" in line}
+    modules = _imported_by_code("import mcphost.app, mcphost.channels, mcphost.llm")
     assert "mcphost.channels.slack" in modules  # the measurement saw the channel adapters load
     assert sorted(m for m in modules if m.split(".")[0] in OPTIONAL_AT_START) == []

@@ -6,6 +6,8 @@ which one a runner needs; a `[[plugins]]` entry may serve any id and is always s
 
 from __future__ import annotations
 
+import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -14,7 +16,8 @@ import pytest
 from mcphost.app import open_host, plugin_specs
 from mcphost.config import BUNDLED_PLUGINS, DEFAULT_AGENT_RUNNER, HostSettings, PluginConfig, Settings
 from mcphost.errors import RunnerNotFoundError
-from mcphost.plugins.process import PluginProcess
+from mcphost.plugins.process import PluginProcess, PluginSpec, PluginSupervisor
+from mcphost.stores import Database, engine
 from tests.mcphost.hostkit import ECHO_RUNNER, MISBEHAVE, agent
 
 
@@ -88,3 +91,46 @@ async def test_a_configured_plugin_may_serve_any_runner_so_it_always_starts(tmp_
         "claude-code": "idle",
         "codex-agent": "idle",
     }
+
+
+_SLOW_ECHO = (
+    "import runpy, time; time.sleep(1.5); runpy.run_module('mcphost_runners.echo', run_name='__main__')"
+)
+
+
+async def test_without_waiting_the_supervisor_returns_while_its_plugins_start_and_ready_waits_for_them() -> (
+    None
+):
+    spec = PluginSpec("slow", [sys.executable, "-c", _SLOW_ECHO])
+    started = time.monotonic()
+    async with PluginSupervisor([spec], wait=False) as supervisor:
+        entered = time.monotonic() - started
+        (plugin,) = supervisor.plugins
+        assert plugin.state == "starting"  # spawned, not answered yet: the caller goes on meanwhile
+        await supervisor.ready()
+        assert plugin.state == "running"
+        assert time.monotonic() - started >= 1.5
+    assert entered < 1.0
+
+
+async def test_a_host_starts_its_plugins_while_it_opens_the_database(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    supervisors: list[PluginSupervisor] = []
+    states_while_migrating: list[dict[str, str]] = []
+    enter, migrate = PluginSupervisor.__aenter__, engine.migrate
+
+    async def recording_enter(self: PluginSupervisor) -> PluginSupervisor:
+        supervisors.append(self)
+        return await enter(self)
+
+    async def recording_migrate(db: Database) -> None:
+        states_while_migrating.extend(_states(s.plugins) for s in supervisors)
+        await migrate(db)
+
+    monkeypatch.setattr(PluginSupervisor, "__aenter__", recording_enter)
+    monkeypatch.setattr(engine, "migrate", recording_migrate)
+    async with open_host(_settings(tmp_path)) as host:
+        assert _states(host.supervisor.plugins)["memo"] == "running"
+    # The memo plugin was already spawned when the migration began (not after the database was open).
+    assert [states["memo"] for states in states_while_migrating] == ["starting"]

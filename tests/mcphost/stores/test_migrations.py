@@ -18,7 +18,7 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, inspect, text
 
 from mcphost.errors import ConfigError
-from mcphost.stores import Database, engine, migrate, open_stores, upgrade_database
+from mcphost.stores import Database, _schema, engine, migrate, open_stores, upgrade_database
 from mcphost.stores.engine import alembic_config, sqlite_path
 from mcphost.stores.tables import described_by_metadata, metadata
 
@@ -142,7 +142,9 @@ async def test_upgrading_to_run_attempts_keeps_every_run_with_its_results_and_au
 
 async def test_sqlite_checks_foreign_keys_after_an_upgrade_and_not_at_head(tmp_path: Path) -> None:
     # `PRAGMA foreign_key_check` reads every table: it belongs to a start that migrated, not to each start.
-    db = Database(f"sqlite+aiosqlite:///{tmp_path / 'mcphost.db'}")
+    url = f"sqlite+aiosqlite:///{tmp_path / 'mcphost.db'}"
+    await anyio.to_thread.run_sync(lambda: command.upgrade(alembic_config(url), "0001"))
+    db = Database(url)
     statements: list[str] = []
 
     def record(_conn: object, _cursor: object, statement: str, *_rest: object) -> None:
@@ -150,7 +152,7 @@ async def test_sqlite_checks_foreign_keys_after_an_upgrade_and_not_at_head(tmp_p
 
     db.hooks.add("before_cursor_execute", record)
     try:
-        await migrate(db)  # an empty file: every migration runs
+        await migrate(db)  # a file at the first revision: every later migration runs
         assert sum("foreign_key_check" in s for s in statements) == 1
         statements.clear()
         await migrate(db)  # at head
@@ -245,6 +247,69 @@ async def test_a_sqlite_file_locked_past_the_busy_timeout_is_a_clear_error(
                 pass
         other.execute("ROLLBACK")
     assert "Make the file" not in str(caught.value)
+
+
+def _constraints_sorted(sql: str | None) -> str | None:
+    """A statement with its table constraints in one order: Alembic's batch mode writes a rebuilt table's
+    UNIQUE constraints in set order, which differs from one interpreter to the next (hash seed)."""
+    if sql is None:
+        return None
+    lines = [line.removesuffix(", ") for line in sql.split("\n")]
+    columns = [line for line in lines if not line.startswith("\tCONSTRAINT")]
+    constraints = sorted(line for line in lines if line.startswith("\tCONSTRAINT"))
+    return "\n".join([*columns[:-1], *constraints, columns[-1]])
+
+
+def _schema_of(path: Path) -> tuple[list[tuple[object, ...]], list[tuple[object, ...]]]:
+    """Every object of a SQLite file's schema (its statement text included) and its revision."""
+    with closing(sqlite3.connect(path)) as connection:
+        rows = connection.execute("SELECT type, name, tbl_name, sql FROM sqlite_master").fetchall()
+        revision = connection.execute("SELECT version_num FROM alembic_version").fetchall()
+    master = [(kind, name, table, _constraints_sorted(sql)) for kind, name, table, sql in rows]
+    return sorted(master, key=repr), revision
+
+
+async def test_a_new_sqlite_database_gets_exactly_the_schema_the_migrations_build(tmp_path: Path) -> None:
+    migrated, replayed = tmp_path / "migrated.db", tmp_path / "replayed.db"
+    await anyio.to_thread.run_sync(lambda: command.upgrade(alembic_config(f"sqlite:///{migrated}"), "head"))
+    async with open_stores(f"sqlite+aiosqlite:///{replayed}", tmp_path / "data"):
+        pass
+    master, revision = _schema_of(replayed)
+    assert any(kind == "trigger" for kind, *_ in master)  # the full-text objects are there too
+    assert revision == [(engine.migration_head(),)]
+    assert (master, revision) == _schema_of(migrated), (
+        "the SQLite schema snapshot is stale: run `uv run python -m mcphost.stores._schema`"
+    )
+
+
+async def test_a_new_sqlite_database_is_created_without_alembic(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def no_alembic(*_args: object) -> bool:
+        raise AssertionError("Alembic ran on a new database")
+
+    monkeypatch.setattr(engine, "_upgrade_on", no_alembic)
+    async with open_stores(f"sqlite+aiosqlite:///{tmp_path / 'mcphost.db'}", tmp_path / "data") as stores:
+        await stores.events.append(event_id="e", event_type="a.b", kind="system", source="system", payload={})
+        assert (await stores.events.get("e")).event_id == "e"
+
+
+async def test_a_snapshot_of_another_revision_or_a_database_with_objects_goes_through_alembic(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stale = tmp_path / "stale.json"
+    stale.write_text('{"revision": "0001", "statements": ["CREATE TABLE wrong (x)"]}', encoding="utf-8")
+    monkeypatch.setattr(_schema, "SNAPSHOT", stale)
+    async with open_stores(f"sqlite+aiosqlite:///{tmp_path / 'a.db'}", tmp_path / "data"):
+        pass
+    assert "wrong" not in _tables(tmp_path / "a.db")
+    with closing(sqlite3.connect(tmp_path / "b.db")) as other:
+        other.execute("CREATE TABLE mine (x)")
+    monkeypatch.undo()
+    async with open_stores(f"sqlite+aiosqlite:///{tmp_path / 'b.db'}", tmp_path / "data"):
+        pass
+    master, _ = _schema_of(tmp_path / "b.db")
+    assert {"mine", "runs"} <= {name for _, name, *_ in master}
 
 
 def test_the_cheap_head_read_from_the_files_is_alembics_head() -> None:
