@@ -96,22 +96,6 @@ async def test_a_last_event_id_past_the_sequence_range_is_400(host: Host, client
         refused(response, "header Last-Event-ID")
 
 
-async def test_cursors_carrying_positions_past_64_bits_are_400_not_500(
-    host: Host, client: httpx2.AsyncClient
-) -> None:
-    await a_finished_run(host, client)
-    for value in [-1, *HUGE, "text", 1.5, None]:
-        for path, kind, names in [
-            ("/v1/runs", "runs", ["cursor"]),
-            ("/v1/conversations/talk/transcript", "transcript", ["before", "after"]),
-            ("/v1/conversations/talk/events", "events", ["before", "after"]),
-        ]:
-            for name in names:
-                response = await client.get(path, params={name: cursor(host, kind, value)})  # pyright: ignore[reportArgumentType]
-                error = error_of(response, 400, "invalid_argument")
-                assert "Malformed" in error["message"], error
-
-
 async def test_byte_ranges_past_64_bits_are_416_or_the_whole_content_never_500(
     client: httpx2.AsyncClient,
 ) -> None:
