@@ -4,12 +4,10 @@ is the host's interpreter."""
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 
 from tests.examples.clikit import NO_BUNDLED, mcphost
-from tests.examples.test_readme_plugin import readme_block
 from tests.mcphost.hostkit import REPO
 
 BAD_MANIFEST = [sys.executable, str(REPO / "tests" / "plugins" / "bad_manifest.py")]
@@ -88,23 +86,3 @@ async def test_runners_check_starts_the_plugins_and_reports_rejected_manifests_a
     status = {r["id"]: r["status"] for r in report["runners"]}
     assert status["plugin:mcphost/claude-code/default"] == "missing"
     assert status["plugin:mcphost/echo/default"] == "ready"
-
-
-async def test_python_in_a_plugin_command_is_the_hosts_interpreter(tmp_path: Path) -> None:
-    # A PATH without the venv whose first `python` fails: the README plugin must still run.
-    fake_bin = tmp_path / "bin"
-    fake_bin.mkdir()
-    for name in ("python", "python3"):
-        fake = fake_bin / name
-        fake.write_text("#!/bin/sh\necho 'not the host interpreter' >&2\nexit 3\n", encoding="utf-8")
-        fake.chmod(0o755)
-    (tmp_path / "shout.py").write_text(readme_block("# shout.py"), encoding="utf-8")
-    (tmp_path / "mcphost.toml").write_text(
-        '[[plugins]]\ncommand = ["python", "shout.py"]\n\n'
-        '[[agents]]\nid = "shout"\nrunner = "plugin:acme/shout/default"\n',
-        encoding="utf-8",
-    )
-    path = os.pathsep.join([str(fake_bin), "/usr/bin", "/bin"])
-    code, out, err = await mcphost("run", "hello there", cwd=tmp_path, env={**NO_BUNDLED, "PATH": path})
-    assert code == 0, err
-    assert out == "HELLO THERE\n"
