@@ -147,19 +147,6 @@ EVENT_FIELDS: list[tuple[str, str]] = [
 ]
 
 
-async def test_an_event_with_an_unstorable_value_is_400_naming_the_field_and_stores_nothing(
-    host: Host, client: httpx2.AsyncClient
-) -> None:
-    before = await row_counts(host.stores)
-    for splice, field in EVENT_FIELDS:
-        base = event_body("hello", conversation="bounds")
-        base.pop(splice.split('"', 2)[1], None)
-        body = json.dumps(base)[:-1] + ", " + splice + "}"
-        response = await client.post("/v1/events", content=body, headers={"content-type": "application/json"})
-        refused(response, field)
-    assert await row_counts(host.stores) == before
-
-
 async def test_query_strings_and_path_ids_with_nul_or_surrogates_are_400(
     host: Host, client: httpx2.AsyncClient
 ) -> None:
