@@ -13,8 +13,9 @@ import secrets
 import socket
 import sys
 import threading
-from collections.abc import AsyncGenerator
-from contextlib import asynccontextmanager
+import time
+from collections.abc import AsyncGenerator, Generator
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Annotated, Any, cast
@@ -22,6 +23,7 @@ from typing import IO, Annotated, Any, cast
 import anyio
 import anyio.to_thread
 import mcp_types as types
+import uvicorn
 from anyio.abc import Process
 from anyio.streams.buffered import BufferedByteReceiveStream
 from mcp.server.mcpserver import Context, MCPServer
@@ -269,3 +271,33 @@ INITIALIZE_PARAMS: dict[str, Any] = {
     "capabilities": {},
     "clientInfo": {"name": "raw-test", "version": "0"},
 }
+
+
+@contextmanager
+def serving_endpoint(*, json_response: bool = False) -> Generator[Endpoint]:
+    """A fresh test MCP server (sessions, recorded requests and tool events start empty) for the block.
+
+    `json_response=True`: a server that answers with JSON bodies instead of SSE.
+    """
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    found = Endpoint(
+        f"http://127.0.0.1:{port}/mcp", secrets.token_urlsafe(32), [], ToolEvents(), [], json_response
+    )
+    mcp_app = build_server(found.events).streamable_http_app(json_response=json_response)
+    app = BearerGate(mcp_app, found.token, found)
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started:
+        assert thread.is_alive(), "the test MCP server thread died"
+        assert time.monotonic() < deadline, "the test MCP server did not start within 10 s"
+        time.sleep(0.01)
+    try:
+        yield found
+    finally:
+        server.should_exit = True
+        thread.join(10)
+        sock.close()

@@ -11,7 +11,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, cast
+from typing import cast
 
 import httpx2
 import pytest
@@ -335,37 +335,3 @@ def test_python_dash_m_bridge_is_the_command() -> None:
 
 def test_the_public_surface_is_pinned() -> None:
     assert mcphost_bridge.__all__ == ["DEFAULT_TOKEN_ENV", "BridgeConfig", "BridgeError", "run_bridge"]
-
-
-@pytest.mark.parametrize("endpoint", [False, True], indirect=True, ids=["sse", "json"])
-async def test_a_client_may_pipeline_the_handshake_and_its_first_requests(
-    endpoint: Endpoint, tmp_path: Path
-) -> None:
-    """Regression: `tools/list` written right behind `initialize` went out without the session id and came
-    back as "Bad Request: Missing session ID"."""
-    burst: list[dict[str, Any]] = [
-        {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": INITIALIZE_PARAMS},
-        {"jsonrpc": "2.0", "method": "notifications/initialized"},
-        {"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": {}},
-        {
-            "jsonrpc": "2.0",
-            "id": 3,
-            "method": "tools/call",
-            "params": {"name": "echo", "arguments": {"text": "x"}},
-        },
-    ]
-    async with open_bridge(endpoint.url, tmp_path, token=endpoint.token) as bridge_process:
-        await bridge_process.send(b"\n".join(json.dumps(m).encode() for m in burst))  # one write, no waiting
-        answers: dict[int, dict[str, Any]] = {}
-        while len(answers) < 3:
-            received = await bridge_process.receive(timeout=30)
-            answers[received["id"]] = received
-        assert answers[1]["result"]["protocolVersion"] == LEGACY
-        assert "echo" in {tool["name"] for tool in answers[2]["result"]["tools"]}
-        assert answers[3]["result"]["structuredContent"] == {"text": "x", "count": 1}
-        await bridge_process.close_stdin()
-        assert await bridge_process.wait() == 0
-    posts = [seen for seen in endpoint.seen if seen.method == "POST"]
-    assert "mcp-session-id" not in posts[0].headers
-    assert all("mcp-session-id" in seen.headers for seen in posts[1:])
-    assert_only_jsonrpc(bridge_process.stdout_lines)

@@ -25,7 +25,7 @@ from mcphost.app import Host, create_app, open_host
 from mcphost.console import is_console_path
 from mcphost.errors import InvalidArgumentError
 from mcphost.inspection import create_grant
-from mcphost.models import RunFailure, RunStatus
+from mcphost.models import RunStatus
 from mcphost.runtimes.wire import RUNTIME_PREFIX
 from tests._json import obj_or_none
 from tests.e2e.httpkit import (
@@ -39,7 +39,7 @@ from tests.e2e.httpkit import (
     state_of,
     wait_status,
 )
-from tests.mcphost.stores.factories import nested_json, new_run, overwrite_json
+from tests.mcphost.stores.factories import nested_json, overwrite_json
 
 
 @pytest.fixture
@@ -287,33 +287,6 @@ async def test_runs_are_listed_newest_first_filtered_and_paged(
     error_of(await client.get("/v1/runs", params={"limit": 0}), 400, "invalid_argument")
     error_of(await client.get("/v1/runs", params={"cursor": "garbage"}), 400, "invalid_argument")
     error_of(await client.get("/v1/runs", params={"conversation_id": "bad id"}), 400, "invalid_argument")
-
-
-async def test_an_event_whose_run_failed_host_restarted_runs_again_and_both_runs_show_the_chain(
-    host: Host, client: httpx2.AsyncClient
-) -> None:
-    first, grant = new_run("c1", event_id="evt-retried")
-    await host.stores.runs.admit(first, grant=grant, concurrency="enqueue")
-    await host.stores.runs.transition(
-        first.run_id, RunStatus.FAILED, error=RunFailure(code="host.restarted", message="host stopped")
-    )
-    response = await client.post("/v1/events", json=event_body("hi", event_id="evt-retried"))
-    assert response.status_code == 202
-    answer = response.json()
-    assert answer["created"] is True
-    assert answer["run_id"] != first.run_id
-    await host.orchestrator.wait(answer["run_id"])
-    for run_id in (first.run_id, answer["run_id"]):
-        view = (await client.get(f"/v1/runs/{run_id}")).json()
-        assert [(a["run_id"], a["attempt"], a["status"]) for a in view["attempts"]] == [
-            (first.run_id, 1, "failed"),
-            (answer["run_id"], 2, "completed"),
-        ]
-        assert view["attempts"][0]["error"]["code"] == "host.restarted"
-    second = (await client.get(f"/v1/runs/{answer['run_id']}")).json()["run"]
-    assert (second["attempt"], second["previous_run_id"]) == (2, first.run_id)
-    replay = (await client.post("/v1/events", json=event_body("hi", event_id="evt-retried"))).json()
-    assert (replay["run_id"], replay["created"]) == (answer["run_id"], False)
 
 
 async def test_a_run_is_shown_with_its_grant_summary_and_never_its_token(

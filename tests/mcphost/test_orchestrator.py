@@ -347,35 +347,6 @@ async def test_an_inline_artifact_is_registered_and_owned_by_the_run(host: Host)
     assert await host.stores.artifacts.read(artifact_id) == b"hello artifact"
 
 
-async def test_a_message_may_not_carry_another_conversations_artifact(host: Host) -> None:
-    foreign = await host.stores.artifacts.put_bytes(
-        b"secret of c2", name="s.txt", mime_type="text/plain", max_bytes=100, conversation_id="c2"
-    )
-    other_run = await host.stores.artifacts.put_bytes(
-        b"of another run",
-        name="o.txt",
-        mime_type="text/plain",
-        max_bytes=100,
-        owner_run_id="run_other",
-        conversation_id="c1",
-    )
-    for artifact_id, code in [
-        (foreign.artifact_id, "unauthorized"),
-        (other_run.artifact_id, "unauthorized"),
-        ("art_missing", "invalid_argument"),
-    ]:
-        run = await run_event(host, message(f"msg-artifact:{artifact_id}"))
-        assert run.status is RunStatus.FAILED
-        assert error_code(run) == code
-        assert run.error is not None
-        assert artifact_id in run.error.message
-        # Neither stored nor streamed: the message is not among the results, nor in the transcript.
-        assert "message.completed" not in [r.type for r in await results_of(host, run)]
-    transcript = (await host.stores.transcript.page("c1", None, limit=100)).items
-    assert [t.role for t in transcript] == ["user", "user", "user"]
-    assert all(not t.artifacts for t in transcript)
-
-
 async def test_a_message_names_its_own_inline_artifact_by_the_runners_id(host: Host) -> None:
     run = await run_event(host, message("artifact-inline-msg"))
     assert run.status is RunStatus.COMPLETED, run.error

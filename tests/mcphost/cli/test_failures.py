@@ -96,18 +96,6 @@ def test_a_reader_that_goes_away_ends_the_command_quietly(tmp_path: Path) -> Non
         assert (code, stderr) == (EXIT_PIPE, ""), args
 
 
-def test_a_shell_pipe_into_head_prints_the_first_line_only(tmp_path: Path) -> None:
-    assert mcphost("run", "hello", cwd=tmp_path).returncode == 0
-    run_id = json.loads(mcphost("runs", "--json", cwd=tmp_path).stdout)["items"][0]["run_id"]
-    line = f"{sys.executable} -m mcphost.cli show {run_id} | head -1"
-    done = subprocess.run(
-        ["sh", "-c", line], cwd=tmp_path, env=cli_env(), capture_output=True, text=True, timeout=60
-    )
-    assert done.stdout.startswith(run_id)
-    assert done.stdout.count("\n") == 1
-    assert done.stderr == ""
-
-
 async def test_ctrl_c_during_a_run_is_one_line_and_exit_130(tmp_path: Path) -> None:
     config = write_config(tmp_path)
     process = await anyio.open_process(

@@ -4,64 +4,25 @@ is the host's interpreter."""
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 
 from tests.examples.clikit import NO_BUNDLED, mcphost
-from tests.examples.test_readme_plugin import readme_block
 from tests.mcphost.hostkit import REPO
 
 BAD_MANIFEST = [sys.executable, str(REPO / "tests" / "plugins" / "bad_manifest.py")]
 
 
-def _config(tmp_path: Path, extra: str = "") -> Path:
+def runners_config(tmp_path: Path, extra: str = "") -> Path:
     path = tmp_path / "mcphost.toml"
     path.write_text(f'[host]\ndata_dir = "{tmp_path / "data"}"\n{extra}', encoding="utf-8")
     return path
 
 
-async def test_runners_lists_the_bundled_runners_without_starting_any_plugin(tmp_path: Path) -> None:
-    # A plugin that records its start: it must not start without --check.
-    marker = tmp_path / "started"
-    recorder = [sys.executable, "-c", f"open({str(marker)!r}, 'w').close()"]
-    config = _config(
-        tmp_path,
-        f'[[plugins]]\nname = "recorder"\ncommand = {json.dumps(recorder)}\n'
-        '[[agents]]\nid = "c"\nrunner = "plugin:mcphost/claude-code/default"\n'
-        'config = { cli_path = "/nonexistent/claude" }\nevent_types = ["x.y"]\n',
-    )
-    code, out, err = await mcphost("runners", "--json", "--config", str(config), cwd=tmp_path)
-    assert code == 0, err
-    report = json.loads(out)
-    assert out.count("\n") == 1
-    assert not marker.exists()
-    assert report["checked"] is False
-    status = {r["id"]: r["status"] for r in report["runners"]}
-    assert status == {
-        "plugin:mcphost/echo/default": "ready",
-        "plugin:mcphost/memo/default": "ready",
-        "plugin:mcphost/claude-code/default": "missing",
-        "plugin:mcphost/codex-agent/default": "ready",
-    }
-    missing = next(r for r in report["runners"] if r["status"] == "missing")
-    assert "'/nonexistent/claude' is not an executable" in missing["detail"]
-    plugins = {p["name"]: p for p in report["plugins"]}
-    assert {p["state"] for p in plugins.values()} == {"configured"}
-    assert all(p["pid"] is None for p in plugins.values())
-    assert "--check" in plugins["recorder"]["last_error"]
-    assert plugins["echo"]["runners"] == ["plugin:mcphost/echo/default"]
-
-    code, out, err = await mcphost("runners", "--config", str(config), cwd=tmp_path)
-    assert code == 0, err
-    line = next(x for x in out.splitlines() if "claude-code/default" in x)
-    assert "missing" in line
-    assert "running" not in out
-    assert not marker.exists()
-
-
 async def test_a_plugin_whose_program_is_not_found_is_listed_missing(tmp_path: Path) -> None:
-    config = _config(tmp_path, '[[plugins]]\nname = "gone"\ncommand = ["no-such-program-xyz", "run"]\n')
+    config = runners_config(
+        tmp_path, '[[plugins]]\nname = "gone"\ncommand = ["no-such-program-xyz", "run"]\n'
+    )
     code, out, err = await mcphost("runners", "--json", "--config", str(config), cwd=tmp_path, env=NO_BUNDLED)
     assert code == 0, err
     (plugin,) = json.loads(out)["plugins"]
@@ -71,7 +32,7 @@ async def test_a_plugin_whose_program_is_not_found_is_listed_missing(tmp_path: P
 async def test_runners_check_starts_the_plugins_and_reports_rejected_manifests_and_missing_clis(
     tmp_path: Path,
 ) -> None:
-    config = _config(
+    config = runners_config(
         tmp_path,
         f'[[plugins]]\nname = "bad"\ncommand = {json.dumps(BAD_MANIFEST)}\n'
         '[[agents]]\nid = "c"\nrunner = "plugin:mcphost/claude-code/default"\n'
@@ -88,23 +49,3 @@ async def test_runners_check_starts_the_plugins_and_reports_rejected_manifests_a
     status = {r["id"]: r["status"] for r in report["runners"]}
     assert status["plugin:mcphost/claude-code/default"] == "missing"
     assert status["plugin:mcphost/echo/default"] == "ready"
-
-
-async def test_python_in_a_plugin_command_is_the_hosts_interpreter(tmp_path: Path) -> None:
-    # A PATH without the venv whose first `python` fails: the README plugin must still run.
-    fake_bin = tmp_path / "bin"
-    fake_bin.mkdir()
-    for name in ("python", "python3"):
-        fake = fake_bin / name
-        fake.write_text("#!/bin/sh\necho 'not the host interpreter' >&2\nexit 3\n", encoding="utf-8")
-        fake.chmod(0o755)
-    (tmp_path / "shout.py").write_text(readme_block("# shout.py"), encoding="utf-8")
-    (tmp_path / "mcphost.toml").write_text(
-        '[[plugins]]\ncommand = ["python", "shout.py"]\n\n'
-        '[[agents]]\nid = "shout"\nrunner = "plugin:acme/shout/default"\n',
-        encoding="utf-8",
-    )
-    path = os.pathsep.join([str(fake_bin), "/usr/bin", "/bin"])
-    code, out, err = await mcphost("run", "hello there", cwd=tmp_path, env={**NO_BUNDLED, "PATH": path})
-    assert code == 0, err
-    assert out == "HELLO THERE\n"

@@ -149,18 +149,6 @@ def test_the_values_the_parser_copies_match_their_sources() -> None:
     assert cli.DEFAULT_MAX_UPLOAD_BYTES == DEFAULT_MAX_UPLOAD_BYTES
 
 
-@pytest.mark.parametrize("before", [True, False], ids=["before-the-command", "after-the-command"])
-def test_config_is_taken_before_or_after_the_command(tmp_path: Path, before: bool) -> None:
-    data = tmp_path / "elsewhere"
-    config = tmp_path / "mine.toml"
-    config.write_text(f'[host]\ndata_dir = "{data}"\nbundled_plugins = false\n', encoding="utf-8")
-    args = ["--config", str(config), "runs"] if before else ["runs", "--config", str(config)]
-    done = mcphost(*args, cwd=tmp_path)
-    assert done.returncode == 0, done.stderr
-    assert (data / "mcphost.db").is_file()
-    assert not (tmp_path / ".mcphost").exists()
-
-
 def test_config_after_the_command_wins_over_one_before_it(tmp_path: Path) -> None:
     config = tmp_path / "mine.toml"
     config.write_text(f'[host]\ndata_dir = "{tmp_path / "after"}"\n', encoding="utf-8")

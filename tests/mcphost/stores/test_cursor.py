@@ -77,15 +77,6 @@ def signed_with_the_old_source_key(kind: str, value: object) -> str:
     return base64.urlsafe_b64encode(check + raw).decode().rstrip("=")
 
 
-def test_a_cursor_forged_with_the_key_from_the_source_code_is_refused() -> None:
-    with pytest.raises(InvalidArgumentError, match="Malformed"):
-        CODEC.decode_seq(signed_with_the_old_source_key("events", 1), "events")
-    with pytest.raises(InvalidArgumentError, match="Malformed"):
-        CODEC.decode_seq(signed_with_the_old_source_key("runs", 2**40), "runs")
-    with pytest.raises(InvalidArgumentError, match="Malformed"):
-        CODEC.decode_key(signed_with_the_old_source_key("state", "secret-key"), "state")
-
-
 def test_a_cursor_of_another_installation_is_refused() -> None:
     other = CursorCodec.of("another installation's secret")
     with pytest.raises(InvalidArgumentError, match="Malformed"):

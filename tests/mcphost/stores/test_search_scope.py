@@ -77,33 +77,6 @@ def injections(own: list[str], other: list[str]) -> list[str]:
 # -- history ---------------------------------------------------------------------------------------------
 
 
-async def test_a_planted_thread_token_does_not_bring_another_threads_rows(stores: Stores) -> None:
-    t = stores.transcript
-    await t.append(conversation_id="conv-a", role="user", content="the lighthouse of a", actor_id="alice")
-    planted = " ".join(thread_tokens("conv-a"))
-    await t.append(
-        conversation_id="conv-b", role="user", content=f"{planted} lighthouse secret of b", actor_id="mallory"
-    )
-    await t.append(
-        conversation_id="conv-a", thread_id="t1", role="user", content=f"{planted} lighthouse in t1"
-    )
-    await t.append(
-        conversation_id="conv-a",
-        thread_id="t2",
-        role="user",
-        content=" ".join(thread_tokens("conv-a", "t1")) + " lighthouse in t2",
-    )
-    hits = await t.search("conv-a", query="lighthouse")
-    assert [(h.record.conversation_id, h.record.content, h.record.actor_id) for h in hits] == [
-        ("conv-a", "the lighthouse of a", "alice")
-    ]
-    assert [h.record.content for h in await t.search("conv-a", "t1", query="lighthouse")] == [
-        f"{planted} lighthouse in t1"
-    ]
-    assert await t.search("conv-a", query="secret") == []
-    assert await t.search("conv-c", query="lighthouse") == []
-
-
 async def test_query_text_cannot_widen_a_history_search(stores: Stores) -> None:
     t = stores.transcript
     a, b = thread_tokens("conv-a"), thread_tokens("conv-b")

@@ -8,7 +8,7 @@ import pytest
 
 from mcphost.errors import InvalidArgumentError, PayloadTooLargeError
 from mcphost.models import RunGrant
-from mcphost.protocol import MAX_JSON_DEPTH, STATE_SCOPES
+from mcphost.protocol import STATE_SCOPES
 from mcphost.stores import ScopeSnapshot, Stores
 from mcphost.stores.state import MAX_VALUE_BYTES, STATE_OWNER_IDS, owner_from_ids
 from tests.mcphost.stores.factories import nested_json, overwrite_json
@@ -154,19 +154,6 @@ async def test_a_snapshot_is_exactly_at_most_the_cap(stores: Stores) -> None:
         one_more = {**snapshot, next_key: entry.value}
         assert len(json.dumps(one_more, separators=(",", ":"), ensure_ascii=False).encode()) > cap
     assert await stores.state.snapshot("runner", ("nobody",)) == ScopeSnapshot(values={})
-
-
-async def test_a_value_nested_past_the_limit_is_refused_and_nothing_is_written(stores: Stores) -> None:
-    await stores.state.set("runner", ("r",), "k", "kept")
-    with pytest.raises(InvalidArgumentError, match="nest more than 64 levels deep") as refused:
-        await stores.state.set("runner", ("r",), "k", json.loads(nested_json(MAX_JSON_DEPTH + 1)))
-    assert refused.value.details == {"field": "value", "max_depth": MAX_JSON_DEPTH}
-    with pytest.raises(InvalidArgumentError, match="nest more than 64 levels deep"):
-        await stores.state.set("runner", ("r",), "k", {"a": json.loads(nested_json(MAX_JSON_DEPTH))})
-    entry = await stores.state.get("runner", ("r",), "k")
-    assert entry is not None
-    assert entry.value == "kept"
-    await stores.state.set("runner", ("r",), "k", json.loads(nested_json(MAX_JSON_DEPTH)))
 
 
 @pytest.mark.parametrize("depth", [300, 5000])

@@ -1,4 +1,7 @@
-"""Fault suite: PostgreSQL drops the host's connections while it is under load.
+"""Issue 10, item 4: PostgreSQL connections terminated under load gave HTTP 500s, runs failed with the raw
+SQL statement and its parameters in error.message, and streams ended with neither `end` nor `error`.
+
+Fault suite: PostgreSQL drops the host's connections while it is under load.
 
 PostgreSQL only. Clients post events (retrying a 503 with the same `event_id`, as a careful client does)
 and follow each run's result stream, while every backend of the test's database is terminated again and
@@ -54,6 +57,8 @@ async def host(
 async def test_a_host_survives_its_postgres_connections_being_killed_under_load(
     host: Host, postgres_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
+    """Issue 10, item 4: PostgreSQL connections terminated under load gave HTTP 500s, runs failed with the
+    raw SQL statement and its parameters in error.message, and streams ended with neither `end` nor `error`."""
     caplog.set_level(logging.WARNING)
     killer = PostgresKiller(postgres_url)
     statuses: list[int] = []

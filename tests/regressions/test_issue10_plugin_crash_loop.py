@@ -1,4 +1,7 @@
-"""Fault: a plugin that crashes on a poison event, then crash-loops, on a SQLite file and on PostgreSQL.
+"""Issue 10, item 6: while a crashed plugin restarted, every new run of its runners failed runner.crashed at
+once, so one poison event broke unrelated conversations.
+
+Fault: a plugin that crashes on a poison event, then crash-loops, on a SQLite file and on PostgreSQL.
 
 The real host (`open_host`) with the real misbehaving plugin process and the default plugin timings; the
 operator's view is read through the real HTTP API. It ends with every event in a terminal run and no run
@@ -29,6 +32,8 @@ async def host(database_url: str, tmp_path: Path) -> AsyncGenerator[Host, None]:
 async def test_a_poison_event_fails_only_its_run_and_a_crash_loop_fails_fast_with_the_reason(
     host: Host,
 ) -> None:
+    """Issue 10, item 6: while a crashed plugin restarted, every new run of its runners failed
+    runner.crashed at once, so one poison event broke unrelated conversations."""
     plugin = host.supervisor.get("misbehave")
     defaults = PluginTimings()  # the timings an operator gets
     limit, window = defaults.crash_loop_limit, defaults.crash_loop_window
