@@ -2,28 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator
-from pathlib import Path
-
 import httpx2
-import pytest
 
-from mcphost.app import Host, open_host
-from tests.e2e.httpkit import api_settings, asgi_client
+from mcphost.app import Host
 from tests.mcphost.test_api import error_of
 from tests.mcphost.test_api_bounds import HUGE, a_finished_run, cursor
-
-
-@pytest.fixture
-async def host(database_url: str, tmp_path: Path) -> AsyncGenerator[Host, None]:
-    async with open_host(api_settings(database_url, tmp_path / "data")) as opened:
-        yield opened
-
-
-@pytest.fixture
-async def client(host: Host) -> AsyncGenerator[httpx2.AsyncClient, None]:
-    async with asgi_client(host) as opened:
-        yield opened
 
 
 async def test_cursors_carrying_positions_past_64_bits_are_400_not_500(

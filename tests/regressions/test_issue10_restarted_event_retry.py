@@ -4,22 +4,15 @@ host.restarted, so the event never ran."""
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator
-from pathlib import Path
 
 import httpx2
 import pytest
 
 from mcphost.api import ApiLimits
-from mcphost.app import Host, open_host
+from mcphost.app import Host
 from mcphost.models import RunFailure, RunStatus
-from tests.e2e.httpkit import api_settings, asgi_client, event_body
+from tests.e2e.httpkit import asgi_client, event_body
 from tests.mcphost.stores.factories import new_run
-
-
-@pytest.fixture
-async def host(database_url: str, tmp_path: Path) -> AsyncGenerator[Host, None]:
-    async with open_host(api_settings(database_url, tmp_path / "data")) as opened:
-        yield opened
 
 
 @pytest.fixture
