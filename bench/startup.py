@@ -22,6 +22,10 @@
   `mcphost send hello --url` against a stub that answers at once (so the time is the client's) ≤ 3x
   `python -c "import httpx2"`; `mcphost serve` to its first `GET /healthz` 200 ≤ 1.5x `import mcp`;
   `python -c "import mcphost.app"` ≤ 1.2x `import mcp`.
+- The stack's floor, beside them: `python -c` importing only the libraries any run or server of this
+  design needs before a line of mcphost runs (SQLAlchemy's asyncio engine and the SQLite driver, the MCP
+  server, uvicorn and Starlette), against the same `import mcp`. No target: it shows how much of the `run`
+  and `serve` ratios is the stack's, and whether a target sits below it.
 
 Every subject runs in a subprocess with `MCPHOST_*` variables removed, so it sees the embedded default.
 No warm-up rounds: each round is a cold `mcphost run` in a new folder, then a warm one in the same
@@ -354,7 +358,26 @@ async def _targets(rounds: int, scratch: Path, warm_dir: Path, serve: bool) -> l
             _TARGETS["import"],
         )
     )
+
+    async def import_stack() -> list[float]:
+        return [await _python_ms(_STACK)]
+
+    samples = await alternate(import_mcp, import_stack, rounds=rounds, warmup=0, min_rounds=1)
+    rows.append(
+        Row(
+            benchmark=NAME,
+            case="floor: the stack's imports (no target)",
+            baseline_label="`python -c 'import mcp'`",
+            subject_label="`python -c` importing SQLAlchemy asyncio + aiosqlite + mcp.server + uvicorn + Starlette",
+            baseline=Stat.of(samples.baseline, "ms"),
+            subject=Stat.of(samples.subject, "ms"),
+        )
+    )
     return rows
+
+
+_STACK = "import sqlalchemy.ext.asyncio, aiosqlite, mcp.server.lowlevel, uvicorn, starlette.applications"
+"""What any run or server of this design imports before a line of mcphost runs: the floor of `run`/`serve`."""
 
 
 async def _serve_ms(cwd: Path) -> float:
