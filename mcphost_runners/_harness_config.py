@@ -198,14 +198,20 @@ def host_model(config: HarnessConfig) -> str | None:
     return config.model.removeprefix(HOST_MODEL_PREFIX) or None
 
 
-def host_model_access(ctx: AgentRunContext) -> tuple[ModelEndpoints, str]:
-    """The run's model endpoints and its token, for a CLI on a host model.
+def host_model_access(ctx: AgentRunContext, *, warm: bool = False) -> tuple[ModelEndpoints, str]:
+    """The model endpoints and the credential of a CLI on a host model: the run's endpoints and token,
+    or with `warm` the warm session's (`mcp.session.models` and the session token), which serve
+    whichever run of the session is current, so a warm process keeps calling the host after its first
+    run ended.
 
     Raises:
         ValueError: the run is granted no host model (its agent's `resources.models` is empty).
     """
     endpoints, mcp = ctx.context.models, ctx.context.mcp
     token = run_token(mcp) if mcp is not None else None
+    if warm and mcp is not None and mcp.session is not None:
+        endpoints = mcp.session.models
+        token = mcp.session.headers.get("Authorization", "").removeprefix("Bearer ").strip() or None
     if endpoints is None or token is None:
         raise ValueError(
             "model = 'host:<id>' needs the run to be granted that host model: add it to resources.models "

@@ -335,7 +335,7 @@ def test_toml_values_render_json_for_codex_overrides() -> None:
         toml_value(None)
 
 
-def test_a_host_model_is_the_run_s_openai_endpoint_with_the_run_token_cold_and_warm(
+def test_a_host_model_is_the_run_s_openai_endpoint_cold_and_the_session_s_warm(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "sk-plugin-environment")
@@ -346,6 +346,10 @@ def test_a_host_model_is_the_run_s_openai_endpoint_with_the_run_token_cold_and_w
                 session_id="ws_1",
                 url="http://127.0.0.1:9/warm/ws_1/mcp",
                 headers={"Authorization": "Bearer st"},
+                models=ModelEndpoints(
+                    anthropic="http://127.0.0.1:9/sessions/ws_1/models/anthropic",
+                    openai="http://127.0.0.1:9/sessions/ws_1/models/openai/v1",
+                ),
             )
         }
     )
@@ -367,19 +371,25 @@ def test_a_host_model_is_the_run_s_openai_endpoint_with_the_run_token_cold_and_w
     )
     runner, session = CodexRunner(), ExternalSession()
     workspace = prepare_workspace(ctx, config, session)
-    for launch, model in (
-        (runner.launch(ctx, config, workspace, Path("/bin/codex"), session), None),
-        (runner.launch_warm(ctx, config, workspace, Path("/bin/codex"), session), '"gpt"'),
+    # A warm process outlives its run: it calls the session's endpoint with the session token.
+    for launch, model, base, token in (
+        (runner.launch(ctx, config, workspace, Path("/bin/codex"), session), None, "runs/run", TOKEN),
+        (
+            runner.launch_warm(ctx, config, workspace, Path("/bin/codex"), session),
+            '"gpt"',
+            "sessions/ws_1",
+            "st",
+        ),
     ):
         found = settings(launch.argv)
         assert found["model_provider"] == '"mcphost"'
         provider = found["model_providers.mcphost"]
-        assert '"base_url" = "http://127.0.0.1:9/runs/run/models/openai/v1"' in provider
+        assert f'"base_url" = "http://127.0.0.1:9/{base}/models/openai/v1"' in provider
         assert '"wire_api" = "responses"' in provider
         assert '"env_key" = "MCPHOST_MODEL_TOKEN"' in provider
         assert found.get("model") == model
         assert TOKEN not in json.dumps(launch.argv)
-        assert launch.env["MCPHOST_MODEL_TOKEN"] == TOKEN
+        assert launch.env["MCPHOST_MODEL_TOKEN"] == token
         assert not {"OPENAI_API_KEY", "CODEX_API_KEY", "ANTHROPIC_API_KEY"} & set(launch.env)
     cold = runner.launch(ctx, config, workspace, Path("/bin/codex"), session).argv
     assert cold[cold.index("-m") + 1] == "gpt"

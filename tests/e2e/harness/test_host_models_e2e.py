@@ -1,14 +1,17 @@
 """The real Claude Code and Codex CLIs on host models: each talks to the run's model endpoint with the
-run token, the host calls the fake Messages or Responses API upstream with its own key, and no
-provider key is in the CLI's environment."""
+run token (a warm Claude Code to its session's, with the session token, run after run), the host calls
+the fake Messages or Responses API upstream with its own key, and no provider key is in the CLI's
+environment."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
+import httpx2
 import pytest
 
+from mcphost.warm import WarmSessions
 from tests.e2e.harness.hostkit import (
     claude_agent,
     codex_agent,
@@ -22,7 +25,7 @@ from tests.fakes.anthropic import INPUT_TOKENS, OUTPUT_TOKENS, fake_anthropic
 from tests.fakes.openai import INPUT_TOKENS as OPENAI_INPUT_TOKENS
 from tests.fakes.openai import OUTPUT_TOKENS as OPENAI_OUTPUT_TOKENS
 from tests.fakes.openai import fake_openai
-from tests.fakes.script import ModelRequest, Reply, Script, ToolCall, calls_then_answers
+from tests.fakes.script import ModelRequest, Reply, Script, Text, ToolCall, always, calls_then_answers
 
 pytestmark = pytest.mark.slow
 
@@ -145,3 +148,73 @@ async def test_codex_on_a_host_model_holds_no_provider_key_and_runs_through_the_
         for name in (HOST_KEY_ENV, "OPENAI_API_KEY", "CODEX_API_KEY", "ANTHROPIC_API_KEY", "OPENAI_BASE_URL"):
             assert name not in env
     assert os.environ[HOST_KEY_ENV] == OPENAI_HOST_KEY
+
+
+async def test_a_warm_claude_code_on_a_host_model_answers_run_after_run_through_its_session(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(HOST_KEY_ENV, HOST_KEY)
+    seen: list[list[dict[str, str]]] = []
+    answer = always(Text("Warm answer."))
+
+    def script(request: ModelRequest) -> Reply:
+        seen.append(cli_environments("/models/anthropic"))
+        return answer(request)
+
+    conversation = unique("conv")
+    async with fake_anthropic(script) as fake:
+        agent = claude_agent("claude", "http://127.0.0.1:9/unused", tmp_path / "harness", model="host:sonnet")
+        agent["config"]["warm"] = True
+        agent["config"]["environment"] = {"ANTHROPIC_API_KEY": "sk-ant-from-the-agent-config"}
+        agent["resources"] = {"models": ["sonnet"]}
+        models = {"sonnet": host_model("anthropic", fake.base_url, HOST_KEY_ENV, "claude-sonnet-4-5")}
+        async with harness_host(tmp_path, [agent], models=models) as host:
+            first = await run_event(host, message("claude", conversation, "First question."))
+            after_first = len(fake.requests)
+            second = await run_event(host, message("claude", conversation, "Second question."))
+            rows = [await host.stores.usage.calls(r.run.run_id) for r in (first, second)]
+            warm = host.facts.warm
+            assert warm is not None
+            session_id = WarmSessions.session_id("claude", conversation, None)
+            url = f"{host.orchestrator.public_url.rstrip('/')}/sessions/{session_id}/models/anthropic"
+            async with httpx2.AsyncClient(headers={"x-api-key": warm.token(session_id)}, timeout=10) as http:
+                ended = await http.post(
+                    f"{url}/v1/messages",
+                    json={
+                        "model": "sonnet",
+                        "max_tokens": 8,
+                        "messages": [{"role": "user", "content": "hi"}],
+                    },
+                )
+    for done in (first, second):
+        assert done.run.status.value == "completed", (done.terminal["data"], fake.other_paths)
+        assert done.answer == "Warm answer."
+    # One process answered both runs (the second reused the first's), each through the host.
+    first_warm = first.terminal["metadata"]["external"]["warm"]
+    assert second.terminal["metadata"]["external"]["warm"] == {
+        "pid": first_warm["pid"],
+        "reused": True,
+        "turns": 2,
+    }
+    assert 0 < after_first < len(fake.requests)
+    assert fake.other_paths == []
+    assert {r.headers["x-api-key"] for r in fake.requests} == {HOST_KEY}
+    # Each run's calls are its own usage rows, as many as reached the upstream while it ran.
+    assert [len(found) for found in rows] == [after_first, len(fake.requests) - after_first]
+    for found in rows:
+        assert {(c.status, c.model_id) for c in found} == {("ok", "sonnet")}
+        assert sum(c.input_tokens for c in found) == INPUT_TOKENS * len(found)
+    # The warm CLI's environment: the session's endpoint and token, no provider key.
+    environments = [env for found in seen for env in found]
+    assert environments
+    for env in environments:
+        assert env["ANTHROPIC_BASE_URL"].endswith(f"/sessions/{session_id}/models/anthropic")
+        assert env["ANTHROPIC_API_KEY"] == warm.token(session_id)
+        assert HOST_KEY not in "\0".join(f"{k}={v}" for k, v in env.items())
+        assert "sk-ant-from-the-agent-config" not in "\0".join(env.values())
+        for name in (HOST_KEY_ENV, "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN", "OPENAI_API_KEY"):
+            assert name not in env
+    # With its last run ended, the session's credential calls nothing.
+    assert ended.status_code == 403
+    assert ended.json()["error"]["type"] == "permission_error"
+    assert "has no run in progress" in ended.json()["error"]["message"]
