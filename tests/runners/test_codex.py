@@ -335,8 +335,9 @@ def test_toml_values_render_json_for_codex_overrides() -> None:
         toml_value(None)
 
 
+@pytest.mark.parametrize("named", [{"model": "host:gpt"}, {"model_source": "host", "model": "gpt"}])
 def test_a_host_model_is_the_run_s_openai_endpoint_cold_and_the_session_s_warm(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, named: dict[str, str]
 ) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "sk-plugin-environment")
     ctx = harness_context("hi", config={})
@@ -363,7 +364,7 @@ def test_a_host_model_is_the_run_s_openai_endpoint_cold_and_the_session_s_warm(
     config = CodexConfig.model_validate(
         {
             "data_dir": str(tmp_path / "data"),
-            "model": "host:gpt",
+            **named,
             "base_url": "http://127.0.0.1:1/v1",
             "environment": {"OPENAI_API_KEY": "sk-agent", "CODEX_API_KEY": "sk-agent-2"},
             "pass_env": ["OPENAI_API_KEY"],
@@ -402,3 +403,10 @@ def test_a_host_model_the_run_is_not_granted_is_a_clear_error(tmp_path: Path) ->
     workspace = prepare_workspace(ctx, config, session)
     with pytest.raises(ValueError, match=r"resources\.models"):
         CodexRunner().launch(ctx, config, workspace, Path("/bin/codex"), session)
+
+
+def test_a_host_model_source_without_a_model_is_refused() -> None:
+    with pytest.raises(ValueError, match=r"model_source = 'host' needs model = '<id>'"):
+        CodexConfig.model_validate({"model_source": "host"})
+    with pytest.raises(ValueError, match=r"model_source = 'host' needs model"):
+        CodexConfig.model_validate({"model_source": "host", "model": "host:"})
