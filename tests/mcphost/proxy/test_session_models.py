@@ -4,6 +4,7 @@ wire's own error shape, and taking only the session's token."""
 
 from __future__ import annotations
 
+import anyio
 import httpx2
 import pytest
 
@@ -16,9 +17,18 @@ from mcphost.stores.warm import WarmSessionStore
 from mcphost.warm import WarmSessions
 from tests.fakes.anthropic import INPUT_TOKENS, OUTPUT_TOKENS, fake_anthropic
 from tests.fakes.openai_chat import Reply, serve_fake_chat
-from tests.fakes.script import Text, always
+from tests.fakes.script import Hang, Text, always
 from tests.mcphost.facts._helpers import RunHandle
-from tests.mcphost.proxy.kit import HOST_KEY, HOST_KEY_ENV, ServedProxy, chat, claude, client, serve_proxy
+from tests.mcphost.proxy.kit import (
+    HOST_KEY,
+    HOST_KEY_ENV,
+    ServedProxy,
+    chat,
+    claude,
+    client,
+    serve_proxy,
+    sse_events,
+)
 
 SESSION = WarmSessions.session_id("agent-a", "conv-w", None)
 ASK = {"model": "sonnet", "max_tokens": 64, "messages": [{"role": "user", "content": "hi"}]}
@@ -211,3 +221,70 @@ async def test_without_warm_sessions_the_route_does_not_exist(stores: Stores) ->
         answer = await http.post(f"{anthropic(served)}/messages", json=ASK)
     assert answer.status_code == 404
     assert answer.json()["error"]["type"] == "not_found_error"
+
+
+async def test_a_stream_in_flight_when_the_current_run_ends_is_closed_as_that_runs(stores: Stores) -> None:
+    warm = await WarmSessions.open(WarmSessionStore(stores.db))
+    async with (
+        fake_anthropic(always(Hang())) as upstream,
+        serve_proxy(stores, {"sonnet": claude(upstream.base_url)}, warm=warm) as served,
+        client(warm.token(SESSION)) as http,
+    ):
+        run = await start_bound(served, warm, ["sonnet"])
+        received: list[bytes] = []
+        with anyio.fail_after(20):
+            async with http.stream(
+                "POST",
+                f"{anthropic(served)}/messages",
+                json={**ASK, "stream": True, "tools": [{"name": "t"}]},
+            ) as answer:
+                chunks = answer.aiter_raw()
+                received.append(await anext(chunks))  # message_start: the upstream is now silent
+                await finish(served, run)
+                received.extend([chunk async for chunk in chunks])
+    events = sse_events(b"".join(received).decode())
+    assert events[0][0] == "message_start"
+    assert events[-1][0] == "error", events
+    [call] = await stores.usage.calls(run.run_id)
+    assert call.status == "failed"
+    assert f"run {run.run_id} ended while model 'sonnet' was streaming" in (call.error or "")
+
+
+async def test_bad_bodies_and_credentials_at_the_session_route_are_refused_in_the_wires_shape(
+    stores: Stores,
+) -> None:
+    warm = await WarmSessions.open(WarmSessionStore(stores.db))
+    token = warm.token(SESSION)
+    deep: object = "x"
+    for _ in range(200):
+        deep = [deep]
+    async with (
+        serve_fake_chat() as upstream,
+        serve_proxy(stores, {"small": chat(upstream.base_url)}, warm=warm) as served,
+        client(token) as http,
+    ):
+        run = await start_bound(served, warm, ["small"])
+        url = f"{openai(served)}/chat/completions"
+        sent = {
+            "not json": await http.post(url, content=b"{nope"),
+            "NaN": await http.post(url, content=b'{"model": "small", "temperature": NaN, "messages": []}'),
+            "deep": await http.post(url, json={**CHAT, "deep": deep}),
+            "huge": await http.post(url, content=b"x" * (33 * 1024 * 1024)),
+            "no model": await http.post(url, json={"messages": []}),
+            "huge token": await http.post(url, json=CHAT, headers={"x-api-key": "mst_" + "a" * 100_000}),
+            "another run's model": await http.post(url, json={**CHAT, "model": "other"}),
+        }
+        await finish(served, run)
+    statuses = {name: (r.status_code, set(r.json()["error"])) for name, r in sent.items()}
+    shape = {"message", "type", "param", "code"}
+    assert statuses == {
+        "not json": (400, shape),
+        "NaN": (400, shape),
+        "deep": (400, shape),
+        "huge": (413, shape),
+        "no model": (400, shape),
+        "huge token": (401, shape),
+        "another run's model": (403, shape),
+    }
+    assert upstream.requests == []
+    assert await stores.usage.calls(run.run_id) == []
