@@ -224,6 +224,7 @@ async def open_host(
             on_call=metrics.model_call,
             replay=replay,
             executing=orchestrator.executing,
+            warm=warm,
         )
         facts = FactsServer(
             stores,

@@ -4,6 +4,8 @@ Routes (under `MODELS_PATH` = `/runs/{run_id}/models`):
 - `POST /anthropic/v1/messages` — Anthropic Messages, streamed (SSE) or not; `GET /anthropic/v1/models`.
 - `POST /openai/v1/chat/completions`, `POST /openai/v1/responses` — OpenAI Chat Completions and
   Responses, streamed or not; `GET /openai/v1/models`.
+The same routes under `/sessions/{session_id}/models` serve a warm session's current run, authenticated
+by the session token (`_session.py` names the run; everything after is the run's own path).
 
 Owns authenticating a model request (Host/Origin by the host's `HttpGuard`, then the run's token as
 `x-api-key` or `Authorization: Bearer`, compared in constant time with the stored hash, and the grant
@@ -67,10 +69,12 @@ from mcphost.llm.wire import Api, ErrorKind, SseReader, StreamUsage, Usage, erro
 from mcphost.models import RunGrant
 from mcphost.protocol import JSONObject
 from mcphost.proxy._body import BodyRefusedError, parse_body, read_body
+from mcphost.proxy._session import SessionRefusedError, no_run_message, session_run
 from mcphost.proxy._tape import ModelReplayAnswers, ModelTape
 from mcphost.proxy._usage import UsageWriter
 from mcphost.stores import GrantRecord, Stores
 from mcphost.stores.usage import AttemptEnd, CallStart, FinishedCall, ModelBudget
+from mcphost.warm import SESSION_MODELS_PATH, WarmSessions
 
 logger = logging.getLogger(__name__)
 
@@ -140,11 +144,14 @@ class ModelProxy:
         on_call: OnCall | None = None,
         replay: ModelReplayAnswers | None = None,
         executing: Callable[[str], bool] | None = None,
+        warm: WarmSessions | None = None,
     ) -> None:
         """`executing(run_id)`: the run is executing on this process and its close has not begun (the
         orchestrator's word); such a run's grant is read once and then checked in memory. Without it,
-        every request reads the grant from the runs table."""
+        every request reads the grant from the runs table. `warm`: the warm sessions whose model routes
+        (`/sessions/{session_id}/models/...`) this serves (None: those paths are 404)."""
         self._stores = stores
+        self._warm = warm
         self._tape = ModelTape(stores, replay)
         self._models = dict(models)
         self._budgets = {agent: b for agent, b in (budgets or {}).items() if b.any}
@@ -168,13 +175,12 @@ class ModelProxy:
         ]
         self._routes: list[BaseRoute] = [
             declare_access(
-                Route(
-                    MODELS_PATH + path,
-                    endpoint=self._endpoint(api),
-                    methods=[method],
-                    name=f"mcphost_models_{i}",
-                ),
-                "run-token",
+                Route(base + path, endpoint=self._endpoint(api), methods=[method], name=f"{name}_{i}"),
+                "run-token",  # the run's token, or the warm session's: not an API key
+            )
+            for base, name in (
+                (MODELS_PATH, "mcphost_models"),
+                (SESSION_MODELS_PATH, "mcphost_session_models"),
             )
             for i, (path, method, api) in enumerate(routes)
         ]
@@ -251,16 +257,13 @@ class ModelProxy:
         site = self._guard.site_refusal(headers)
         if site is not None:
             raise _RefusedError(site.status, "permission", site.message)
-        run_id = str(scope.get("path_params", {}).get("run_id", ""))
+        params = scope.get("path_params", {})
+        if "session_id" in params:
+            return await self._session(str(params["session_id"]), headers)
+        run_id = str(params.get("run_id", ""))
         if not _RUN_ID.match(run_id):
             raise _RefusedError(404, "not_found", f"run {run_id[:100]!r} does not exist")
-        try:
-            record = await self._grant(run_id)
-        except RunNotFoundError:
-            raise _RefusedError(404, "not_found", f"run {run_id} does not exist") from None
-        except StorageUnavailableError as exc:
-            logger.warning("could not read the grant of run %s: %s", run_id, exc.__cause__ or exc.message)
-            raise _RefusedError(503, "upstream", "the host cannot read run grants right now; retry") from None
+        record = await self._read_grant(run_id)
         token = _token(headers)
         if token is None:
             raise _RefusedError(
@@ -275,6 +278,26 @@ class ModelProxy:
                 401, "authentication", f"run {run_id} is not active: its token was revoked when it ended"
             )
         return run_id, record.grant
+
+    async def _session(self, session_id: str, headers: Headers) -> tuple[str, RunGrant]:
+        """The warm session's current run and its grant, when the credential is the session's token."""
+        try:
+            run_id = await session_run(self._warm, session_id, _token(headers))
+        except SessionRefusedError as refused:
+            raise _RefusedError(refused.status, refused.kind, refused.message) from None
+        record = await self._read_grant(run_id)
+        if not record.active:  # the run ended between the two reads
+            raise _RefusedError(403, "permission", no_run_message(session_id))
+        return run_id, record.grant
+
+    async def _read_grant(self, run_id: str) -> GrantRecord:
+        try:
+            return await self._grant(run_id)
+        except RunNotFoundError:
+            raise _RefusedError(404, "not_found", f"run {run_id} does not exist") from None
+        except StorageUnavailableError as exc:
+            logger.warning("could not read the grant of run %s: %s", run_id, exc.__cause__ or exc.message)
+            raise _RefusedError(503, "upstream", "the host cannot read run grants right now; retry") from None
 
     async def _grant(self, run_id: str) -> GrantRecord:
         """The run's grant record: from memory while the run executes here (its close, which the

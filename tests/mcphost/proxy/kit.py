@@ -20,6 +20,7 @@ from mcphost.proxy import ModelProxy
 from mcphost.recording import ReplayBook
 from mcphost.stores import Stores
 from mcphost.stores.usage import ModelBudget
+from mcphost.warm import WarmSessions
 from tests.fakes._serve import serve_loopback
 from tests.mcphost.facts._helpers import FULL_PERMISSIONS, RunHandle, admit_run
 
@@ -81,13 +82,14 @@ async def serve_proxy(
     *,
     budgets: Mapping[str, ModelBudget] | None = None,
     replay: ReplayBook | None = None,
+    warm: WarmSessions | None = None,
 ) -> AsyncGenerator[ServedProxy]:
     calls: list[tuple[str, str, tuple[int, int, int], float]] = []
 
     def on_call(model_id: str, agent_id: str, tokens: tuple[int, int, int], cost: float) -> None:
         calls.append((model_id, agent_id, tokens, cost))
 
-    proxy = ModelProxy(stores, models, budgets=budgets, on_call=on_call, replay=replay)
+    proxy = ModelProxy(stores, models, budgets=budgets, on_call=on_call, replay=replay, warm=warm)
     async with proxy.running(), serve_loopback(Starlette(routes=proxy.routes)) as url:
         yield ServedProxy(stores, proxy, url, calls)
 
