@@ -33,7 +33,9 @@ Invariants:
 - A `message.completed` reply whose message this host streamed (`replies.ReplyStreams`) waits until
   the stream hands its placeholder over; its first part then edits the placeholder (a placeholder the
   platform no longer lets edit gets the part as a new message), and the id is kept in the row's body
-  (`placeholder`) with a failed attempt, so a retry edits it too.
+  (`placeholder`) with a failed attempt, so a retry edits it too. A `run.failed` notice waits for the
+  run's stream to end, and goes after a placeholder it left (`part` 1: a Discord follow-up, not the
+  interaction's answer).
 - After its text, a reply uploads the files its message names (`replies.reply_files`), counted in the
   body's `sent_files` like the parts; a file over the platform's `max_upload_bytes` (or
   `MAX_UPLOAD_BYTES`), or no longer stored, is a short notice in the chat instead.
@@ -325,9 +327,17 @@ class DeliverySender:
         wait: float | None = None
         final = False
         with anyio.move_on_after(deadline) as scope:
-            ready = True
+            ready, offset = True, 0
             if sent == 0 and placeholder is None and parts:
                 ready, placeholder = await self._placeholder(lease, source, deadline / 2)
+            if (
+                ready
+                and lease.type == "run.failed"
+                and self._streams is not None
+                and lease.run_id is not None
+            ):
+                ready, kept = await self._streams.kept(lease.run_id, timeout=deadline / 2)
+                offset = 1 if kept else 0  # after the placeholder the stream kept, not into it
             if not ready:
                 error, wait = (
                     "the reply's placeholder is still being edited by its stream",
@@ -338,7 +348,7 @@ class DeliverySender:
                     if sent == 0 and placeholder is not None:
                         await self._replace(client, source, target, placeholder, parts[0])
                     else:
-                        await source.send(client, target, parts[sent], part=sent)
+                        await source.send(client, target, parts[sent], part=sent + offset)
                     sent += 1
                 while ready and uploaded < len(files):
                     await self._upload(

@@ -21,7 +21,8 @@ Invariants:
   (a placeholder, or its first `message.completed`) or the run ends; a permanent refusal stops it.
 - A run that ends with a placeholder but no `message.completed` for it (it failed, or its last
   message came only in `run.completed`) leaves the placeholder showing its text without the cursor;
-  a failure's notice is the outbox's `run.failed` row, posted as a message of its own.
+  a failure's notice is the outbox's `run.failed` row, posted after it as a message of its own
+  (`kept`).
 - Streaming is a courtesy of the host that admitted the run: a run whose `message.completed` row
   another replica claims, or a restart mid-run, loses the placeholder's last edit (the final text is
   then posted as new messages), never the answer.
@@ -130,6 +131,8 @@ class _RunStream:
     """The host sequence of the last result handled."""
     ended_at: float | None = None
     closed: bool = False
+    kept: bool = False
+    """The run ended with a placeholder of no `message.completed`, left showing its text."""
     handed: dict[int, str] = field(default_factory=dict[int, str])
     """Placeholder ids by the host sequence of their message's `message.completed`."""
     lock: anyio.Lock = field(default_factory=anyio.Lock)
@@ -173,13 +176,33 @@ class ReplyStreams:
         stream = self._runs.get(run_id)
         if stream is None:
             return True, None
+        if not await self._until(
+            stream, lambda: stream.position >= seq or stream.ended_at is not None, timeout
+        ):
+            return False, None
+        return True, stream.handed.pop(seq, None)
+
+    async def kept(self, run_id: str, *, timeout: float) -> tuple[bool, bool]:
+        """(ready, kept): ready once this host's stream of the run ended (or it streams no such run);
+        kept when it left a placeholder showing a message the run never completed, which a failure's
+        notice must not overwrite (a Discord interaction's first part edits its answer)."""
+        stream = self._runs.get(run_id)
+        if stream is None:
+            return True, False
+        if not await self._until(stream, lambda: stream.ended_at is not None, timeout):
+            return False, False
+        return True, stream.kept
+
+    @staticmethod
+    async def _until(stream: _RunStream, done: Callable[[], bool], timeout: float) -> bool:
+        """Whether `done()` held within `timeout`, looked at each time the stream moved."""
         with anyio.move_on_after(timeout):
             while True:
                 ticket = stream.moved.ticket()
-                if stream.position >= seq or stream.ended_at is not None:
-                    return True, stream.handed.pop(seq, None)
+                if done():
+                    return True
                 await ticket.wait()
-        return False, None
+        return False
 
     async def _stream(self, source: ChannelAdapter, target: Target, run_id: str, stream: _RunStream) -> None:
         interval = source.config.stream_interval_s
@@ -212,6 +235,7 @@ class ReplyStreams:
                 and not last.broken  # shown with its cursor: drop it
             ):
                 parts = source.split(last.text)
+                stream.kept = True
                 if parts and self._http is not None:
                     with anyio.fail_after(source.config.timeout_s):
                         await source.edit(self._http, target, last.message_id, parts[0])

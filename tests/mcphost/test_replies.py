@@ -15,9 +15,9 @@ import pytest
 from mcphost.channels import DiscordAdapter, SlackAdapter, TelegramAdapter
 from mcphost.config import ChannelConfig
 from mcphost.models import AgentConfig, RunStatus
-from mcphost.replies import CURSOR
+from mcphost.replies import CURSOR, reply_files
 from mcphost.stores import DeliveryRecord
-from tests.fakes.chat_apis import Posted
+from tests.fakes.chat_apis import FakeDiscord, FakeSlack, FakeTelegram, Posted
 from tests.mcphost.hostkit import MISBEHAVE_RUNNER
 from tests.mcphost.test_channels import (
     CHAT_EVENTS,
@@ -208,3 +208,99 @@ async def test_discord_streams_into_its_deferred_answer_then_follows_up_with_the
     assert chat.discord.files == [("tok-i-s1", "streamed.bin", STREAMED_FILE)]
     assert chat.discord.typing
     assert chat.discord.typing[0][0] == "D1"
+
+
+async def test_a_placeholder_deleted_mid_stream_still_gets_its_final_text_as_a_new_message(
+    chat: Chat,
+) -> None:
+    body = slack_message("stream:10:0.15:20", ts="1700000000.000200", event_id="Ev21")
+    response = await chat.client.post("/v1/channels/slack", content=body, headers=slack_headers(body))
+    assert response.status_code == 200, response.text
+    with anyio.fail_after(10):
+        while not chat.slack.shown:  # noqa: ASYNC110  (the stream's own task posts it)
+            await anyio.sleep(0.01)
+    (ts,) = chat.slack.shown
+    del chat.slack.shown[ts]  # a person deleted the placeholder: Slack answers message_not_found
+    await chat.host.orchestrator.wait(response.headers["x-mcphost-run-id"])
+    rows = await delivered(chat, 1)
+    assert [(r.type, r.status) for r in rows] == [("message.completed", "delivered")]
+    posts = [m for m in chat.slack.messages if m.method == "chat.postMessage"]
+    assert len(posts) == 2
+    assert posts[0].text.endswith(CURSOR)
+    assert posts[1].text == streamed(10, 20)  # the whole answer, posted anew
+
+
+PLATFORMS = ["slack", "tg", "dc"]
+EDITS = {"slack": "chat.update", "tg": "editMessageText", "dc": "edit"}
+
+
+def inbound(platform: str, text: str, n: int) -> tuple[str, bytes, dict[str, str]]:
+    """A signed request of `platform` carrying `text` (the `n`th of the test: its own ids)."""
+    if platform == "slack":
+        body = slack_message(text, ts=f"1700000001.{n:06d}", event_id=f"Ev3{n}")
+        return "/v1/channels/slack", body, slack_headers(body)
+    if platform == "tg":
+        body = telegram_update(9200 + n, text)
+        return "/v1/channels/tg", body, tg_headers()
+    body = discord_command(f"i-3{n}", text)
+    return "/v1/channels/dc", body, discord_headers(body)
+
+
+def fake_of(chat: Chat, platform: str) -> FakeSlack | FakeTelegram | FakeDiscord:
+    return {"slack": chat.slack, "tg": chat.telegram, "dc": chat.discord}[platform]
+
+
+def edit_tries(fake: FakeSlack | FakeTelegram | FakeDiscord, platform: str) -> list[float]:
+    """When each edit request reached the fake (answered or refused)."""
+    if platform == "dc":
+        return [at for path, at in fake.requests if "/messages/" in path and not path.endswith("@original")]
+    return [at for method, at in fake.requests if method == EDITS[platform]]
+
+
+@pytest.mark.parametrize("platform", PLATFORMS)
+async def test_a_429_on_an_edit_is_retried_after_the_platforms_wait_and_the_answer_still_lands(
+    chat: Chat, platform: str
+) -> None:
+    fake = fake_of(chat, platform)
+    fake.retry_after = 0.8
+    fake.fail_on[EDITS[platform]] = [429]
+    await admitted(chat, *inbound(platform, "stream:6:0.2:20", 1))
+    await delivered(chat, 1)
+    tries = edit_tries(fake, platform)
+    assert len(tries) >= 2
+    assert tries[1] - tries[0] >= 0.8  # the platform's Retry-After, not the 0.3 s interval
+    placeholder = next(iter(fake.shown)) if platform != "dc" else chat.discord.originals["tok-i-31"]
+    assert fake.shown[placeholder] == streamed(6, 20)
+
+
+@pytest.mark.parametrize("platform", PLATFORMS)
+async def test_a_run_that_fails_mid_stream_tells_its_notice_on_every_platform(
+    chat: Chat, platform: str
+) -> None:
+    fake = fake_of(chat, platform)
+    run_id = await admitted(chat, *inbound(platform, "stream-fail:3:0.2:10", 2))
+    assert (await chat.host.stores.runs.get(run_id)).status is RunStatus.FAILED
+    rows = await delivered(chat, 1)
+    assert [(r.type, r.url) for r in rows] == [("run.failed", f"channel:{platform}")]
+    notice = "Sorry — I could not finish this request. Please try again."
+    with anyio.fail_after(10):
+        while notice not in [m.text for m in fake.messages]:  # noqa: ASYNC110
+            await anyio.sleep(0.05)
+        while any(text.endswith(CURSOR.strip()) for text in fake.shown.values()):  # noqa: ASYNC110
+            await anyio.sleep(0.05)
+    assert streamed(3, 10) in fake.shown.values()  # the placeholder keeps what was streamed
+
+
+def test_a_reply_uploads_each_artifact_its_message_names_once_and_nothing_else() -> None:
+    message = {
+        "artifacts": [{"artifact_id": "a"}, "junk", {"artifact_id": 5}, {"artifact_id": "a"}, {"name": "x"}],
+        "contents": [
+            {"type": "text", "text": "t", "artifact_id": "not-a-file"},
+            {"type": "file", "artifact_id": "b"},
+            {"type": "image", "artifact_id": "a"},
+            {"type": "audio", "artifact_id": ""},
+        ],
+    }
+    assert reply_files({"message": message}) == ["a", "b"]
+    assert reply_files({"message": "not an object"}) == []
+    assert reply_files({}) == []
