@@ -119,6 +119,9 @@ class _Message:
 
     text: str = ""
     shown: str = ""
+    """The text when the placeholder was last brought up to date."""
+    sent: str = ""
+    """The placeholder's own text as last sent (a preview: `_preview`)."""
     message_id: str | None = None
     broken: bool = False
     """The platform refused the placeholder or an edit of it for good: it is not handed over."""
@@ -140,6 +143,16 @@ class _RunStream:
     moved: Signal = field(default_factory=Signal)
     changed: Signal = field(default_factory=Signal)
     posted: anyio.Event = field(default_factory=anyio.Event)
+
+
+def _preview(source: ChannelAdapter, text: str) -> str | None:
+    """What a placeholder shows of `text`: its first part, always ending in the cursor, so it never
+    equals the final text (Telegram refuses an edit to the same text) and shows the run is writing."""
+    parts = source.split(text + CURSOR)
+    if not parts:
+        return None
+    first = parts[0]
+    return first if first.endswith(CURSOR) else first[: -len(CURSOR)] + CURSOR
 
 
 class ReplyStreams:
@@ -265,15 +278,18 @@ class ReplyStreams:
             await anyio.sleep(max(0.0, next_at - anyio.current_time()))
             async with stream.lock:
                 message = stream.current
-                parts = source.split(message.text + CURSOR)
-                if stream.closed or message.broken or message.text == message.shown or not parts:
+                preview = _preview(source, message.text)
+                if stream.closed or message.broken or message.text == message.shown or preview is None:
                     continue
                 text = message.text
+                if preview == message.sent:  # grown past the first part: the placeholder shows it all
+                    message.shown = text
+                    continue
                 wait = interval
                 try:
                     with anyio.fail_after(source.config.timeout_s):
-                        await self._show(source, target, stream, message, parts[0])
-                    message.shown = text
+                        await self._show(source, target, stream, message, preview)
+                    message.shown, message.sent = text, preview
                 except ChannelSendError as exc:
                     if exc.permanent:
                         message.broken = True

@@ -304,3 +304,19 @@ def test_a_reply_uploads_each_artifact_its_message_names_once_and_nothing_else()
     assert reply_files({"message": message}) == ["a", "b"]
     assert reply_files({"message": "not an object"}) == []
     assert reply_files({}) == []
+
+
+async def test_a_telegram_stream_longer_than_one_message_keeps_one_placeholder_and_splits_the_end(
+    chat: Chat,
+) -> None:
+    body = telegram_update(9104, "stream:12:0.1:400")  # 4,860 characters: two Telegram messages
+    await admitted(chat, "/v1/channels/tg", body, tg_headers())
+    await delivered(chat, 1)
+    parts = TelegramAdapter.split(chat.host.channels["tg"], streamed(12, 400))  # pyright: ignore[reportArgumentType]
+    assert len(parts) == 2
+    sends = [m for m in chat.telegram.messages if m.method == "sendMessage"]
+    assert len(sends) == 2  # the placeholder, then the second part: the first part was never posted twice
+    edits = [m.text for m in chat.telegram.messages if m.method == "editMessageText"]
+    assert all(text.endswith(CURSOR.strip()) for text in edits[:-1])  # every preview showed its cursor
+    first, second = chat.telegram.shown
+    assert (chat.telegram.shown[first], chat.telegram.shown[second]) == (parts[0], parts[1])
