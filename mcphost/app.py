@@ -269,6 +269,9 @@ async def open_host(
             orchestrator.host_id,
             channels=channels,
             on_outcome=metrics.delivery,
+            follow=orchestrator.results,
+            artifacts=stores.artifacts,
+            events=stores.events,
         )
         host = Host(
             settings,
@@ -346,6 +349,7 @@ def _attach(app: Starlette, host: Host, limits: ApiLimits | None) -> None:
         continuations=host.continuations,
         webhooks=host.settings.webhooks,
         wake_deliveries=host.sender.wake,
+        stream_reply=host.sender.stream,
         knowledge=host.knowledge,
         gateway=host.gateway,
     )

@@ -433,6 +433,11 @@ class ChannelConfig(_Section):
     """How long a reply is retried (honouring the platform's `Retry-After`) before it is dead."""
     timeout_s: float = Field(default=15.0, gt=0, le=DELIVERY_LEASE_S - DELIVERY_SETTLE_S)
     """The whole of one send of a reply (every part of it) to the platform's API."""
+    stream_interval_s: float = Field(default=1.0, ge=0, le=60)
+    """While a run streams (`message.delta`), its reply is a placeholder message edited at most once per
+    this many seconds (longer when the platform says `Retry-After`); 0: no placeholder, the reply is
+    posted once complete. Slack `chat.update`, Telegram `editMessageText` and Discord message edits all
+    take one edit a second per message."""
 
     @field_validator("api_base")
     @classmethod

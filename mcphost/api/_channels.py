@@ -3,7 +3,8 @@
 Owns the order of the steps: find the channel, read the body under its `max_bytes`, verify the request
 and answer a platform handshake (the channel's adapter: `mcphost.channels`), normalize the payload,
 answer a platform retry with its run, check that an agent takes the event, then store the raw payload
-as an artifact (the event's `raw_ref`) and admit the event. Does not own verification or mapping (the
+as an artifact (the event's `raw_ref`), admit the event and start streaming its run's reply (typing,
+placeholder edits: `replies.py` through the sender). Does not own verification or mapping (the
 adapters), nor admission (the orchestrator). The route authenticates by the platform's signature, not
 by the `/v1` API key (`_middleware` lets it through the key check).
 
@@ -105,6 +106,8 @@ async def receive_channel(request: Request) -> Response:
         mapped.model_copy(update={"raw_ref": raw.artifact_id}), via="channel"
     )
     state.metrics.event_admitted(created=admission.created)
+    if admission.created and state.stream_reply is not None:
+        state.stream_reply(channel_id, event.target, admission.run.run_id)
     return _answer(source, event, run_id=admission.run.run_id)
 
 
