@@ -10,6 +10,8 @@ Invariants:
   hold — a reserved row at its reservation, a finished one at its cost — and inserts the new
   reservation only if every budget still has room for it. So however many calls race, on however many
   replicas, the spend passes a budget by at most what one call costs beyond its reservation.
+- What the budgets hold is read through indexes: the agent's rows of today ((agent_id, day)) and the
+  run's rows of earlier days (run_id), never the agent's whole history.
 - Both writes are hot-path transactions (`Database.run_write`): on a SQLite file each is one hop to
   the writer thread, not one round trip to aiosqlite's thread per statement, BEGIN and COMMIT (a usage
   batch took about ten, and each hand-off between the threads costs the event loop the CPU on a loaded
@@ -28,7 +30,7 @@ from datetime import UTC, datetime
 from typing import Literal, get_args
 
 from pydantic import BaseModel, ConfigDict
-from sqlalchemy import bindparam, case, func, insert, select, update
+from sqlalchemy import bindparam, case, func, insert, select, union_all, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from mcphost.errors import BudgetExceededError
@@ -171,14 +173,27 @@ _HELD_TOKENS = case(
 )
 _THIS_RUN = _M.run_id == bindparam("w_run_id")
 _TODAY = _M.day == bindparam("w_day")
+_AGENT = _M.agent_id == bindparam("w_agent_id")
+_HELD_COLUMNS = (
+    case((_THIS_RUN, _HELD_TOKENS), else_=0).label("run_tokens"),
+    case((_THIS_RUN, _HELD_USD), else_=0.0).label("run_usd"),
+    case((_TODAY & (_M.actor_id == bindparam("w_actor_id")), _HELD_USD), else_=0.0).label("actor_usd"),
+    case((_TODAY, _HELD_USD), else_=0.0).label("day_usd"),
+)
+# The agent's rows of today (index (agent_id, day)), and this run's rows of earlier days (index run_id: a
+# run that crossed midnight; a run's rows are all its agent's). One `agent_id = ? AND (day = ? OR run_id
+# = ?)` read every row the agent ever had: an index served only its agent_id, so a reservation cost as
+# much as the agent's whole history.
+_HELD_ROWS = union_all(
+    select(*_HELD_COLUMNS).where(_AGENT, _TODAY),
+    select(*_HELD_COLUMNS).where(_THIS_RUN, _M.day != bindparam("w_day")),
+).subquery()
 _HELD = select(
-    func.coalesce(func.sum(case((_THIS_RUN, _HELD_TOKENS), else_=0)), 0),
-    func.coalesce(func.sum(case((_THIS_RUN, _HELD_USD), else_=0.0)), 0.0),
-    func.coalesce(
-        func.sum(case((_TODAY & (_M.actor_id == bindparam("w_actor_id")), _HELD_USD), else_=0.0)), 0.0
-    ),
-    func.coalesce(func.sum(case((_TODAY, _HELD_USD), else_=0.0)), 0.0),
-).where(_M.agent_id == bindparam("w_agent_id"), _TODAY | _THIS_RUN)
+    func.coalesce(func.sum(_HELD_ROWS.c.run_tokens), 0),
+    func.coalesce(func.sum(_HELD_ROWS.c.run_usd), 0.0),
+    func.coalesce(func.sum(_HELD_ROWS.c.actor_usd), 0.0),
+    func.coalesce(func.sum(_HELD_ROWS.c.day_usd), 0.0),
+)
 """What an agent's budgets hold: this run's tokens and USD, the actor's USD today, the agent's USD today."""
 _INSERT = insert(_CALLS)
 _FINISH = update(_CALLS).where(_M.call_id == bindparam("w_call_id"), _M.status == "reserved")
