@@ -294,6 +294,11 @@ async def _concurrent(
         c for c in recorded if c.status == "ok" and c.streamed and c.output_tokens > 0 and c.input_tokens > 0
     ]
     missing = proxied_calls - len(complete_rows)
+    # What went wrong, when something did: the recorded errors of the calls that were not complete.
+    errors = sorted(
+        {f"{c.status} HTTP {c.http_status}: {c.error}" for c in recorded if c not in complete_rows}
+    )
+    lost = f"; not complete: {' | '.join(errors[:3])[:600]}" if errors else ""
     return Row(
         benchmark=NAME,
         case=f"{dialect}, {streams} concurrent streams, burst",
@@ -307,7 +312,7 @@ async def _concurrent(
             "streams": float(proxied_calls),
             "incomplete_streams": float(incomplete),
             "missing_usage_rows": float(missing),
-            "note": f"{proxied_calls} proxied streams, {fmt(float(len(recorded)))} usage rows",
+            "note": f"{proxied_calls} proxied streams, {fmt(float(len(recorded)))} usage rows{lost}",
         },
     )
 
