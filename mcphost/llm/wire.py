@@ -16,6 +16,7 @@ include the cached ones, subtracted here); cache writes count as input. The SSE 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
@@ -133,6 +134,29 @@ def usage_of(api: Api, body: JSONValue) -> Usage | None:
     return Usage(max(0, prompt - cached), _int(usage.get("output_tokens")), cached, model_name)
 
 
+_CONTENT_EVENTS: Mapping[Api, frozenset[str]] = {
+    "anthropic": frozenset({"ping", "content_block_start", "content_block_delta", "content_block_stop"}),
+    "chat": frozenset(),  # its chunks are not named: see `StreamUsage.feed`
+    "responses": frozenset(
+        {
+            "response.output_text.delta",
+            "response.output_text.done",
+            "response.content_part.added",
+            "response.content_part.done",
+            "response.output_item.added",
+            "response.output_item.done",
+            "response.function_call_arguments.delta",
+            "response.function_call_arguments.done",
+            "response.reasoning_summary_text.delta",
+            "response.in_progress",
+            "response.created",
+        }
+    ),
+    "rerank": frozenset(),
+}
+"""Named stream events that carry content only (never usage, an error or the end), per API."""
+
+
 class StreamUsage:
     """The usage of a streamed answer, read from its events as they are relayed."""
 
@@ -145,9 +169,15 @@ class StreamUsage:
         """The message of an error event the upstream sent in the stream."""
 
     def feed(self, event: str | None, data: str) -> None:
-        """Read one event (`event:` name and `data:` text)."""
+        """Read one event (`event:` name and `data:` text). Events that can carry neither usage, nor an
+        error, nor the stream's end are not parsed: they are nearly every event of a stream (one per
+        token or so), and the relay reads each on the way to its client."""
         if self._api == "chat" and data.strip() == "[DONE]":
             self.finished = True
+            return
+        if event is not None and event in _CONTENT_EVENTS[self._api]:
+            return
+        if self._api == "chat" and '"usage"' not in data and '"error"' not in data:
             return
         try:
             payload = json.loads(data)
