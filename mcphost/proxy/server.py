@@ -58,6 +58,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 from starlette.types import Receive, Scope, Send
 
+from mcphost import tracing
 from mcphost.errors import BudgetExceededError, RunNotFoundError, StorageUnavailableError, UnavailableError
 from mcphost.grants import refusal, token_matches
 from mcphost.guard import HttpGuard, declare_access
@@ -67,6 +68,7 @@ from mcphost.llm.wire import Api, ErrorKind, SseReader, StreamUsage, Usage, erro
 from mcphost.models import RunGrant
 from mcphost.protocol import JSONObject
 from mcphost.proxy._body import BodyRefusedError, parse_body, read_body
+from mcphost.proxy._spans import record_call
 from mcphost.proxy._tape import ModelReplayAnswers, ModelTape
 from mcphost.proxy._usage import UsageWriter
 from mcphost.stores import GrantRecord, Stores
@@ -88,6 +90,8 @@ _OUT_FIELDS = ("max_tokens", "max_completion_tokens", "max_output_tokens")
 MAX_CACHED_GRANTS = 10_000
 OnCall = Callable[[str, str, tuple[int, int, int], float], None]
 """Called after each finished call with (model id, agent id, (input, output, cached) tokens, cost)."""
+RunTrace = Callable[[str], Awaitable[tracing.Carrier | None]]
+"""The W3C context of a run's span (the span around its runner), None when unknown."""
 
 
 class _RefusedError(Exception):
@@ -112,6 +116,9 @@ class _Call:
     call_id: str | None
     """The call's `reserved` row, None when its agent has no model budget (nothing was reserved)."""
     created_at: float
+    trace: tracing.Carrier | None = None
+    """Where the call's span hangs: the run's span at the wire endpoints, None (the current span) for
+    the model tools."""
 
 
 def _token(headers: Headers) -> str | None:
@@ -140,10 +147,13 @@ class ModelProxy:
         on_call: OnCall | None = None,
         replay: ModelReplayAnswers | None = None,
         executing: Callable[[str], bool] | None = None,
+        run_trace: RunTrace | None = None,
     ) -> None:
         """`executing(run_id)`: the run is executing on this process and its close has not begun (the
         orchestrator's word); such a run's grant is read once and then checked in memory. Without it,
-        every request reads the grant from the runs table."""
+        every request reads the grant from the runs table. `run_trace(run_id)`: the run's span context,
+        which the `chat {model}` span of a call at the wire endpoints is a child of (else the context
+        stored with the grant, its ingest span)."""
         self._stores = stores
         self._tape = ModelTape(stores, replay)
         self._models = dict(models)
@@ -152,6 +162,8 @@ class ModelProxy:
         self._guard = guard or HttpGuard()
         self._on_call = on_call
         self._executing = executing
+        self._run_trace = run_trace
+        self._providers = {m: entry.provider for m, entry in self._models.items()}
         self._grants: dict[str, GrantRecord] = {}
         """Grants of runs executing here, as read from the runs table (`_authenticate`)."""
         self._writer = UsageWriter(stores.usage)
@@ -403,6 +415,8 @@ class ModelProxy:
             raise _RefusedError(
                 503, "upstream", "the host cannot record model calls right now; retry"
             ) from None
+        if tracing.enabled():
+            call.trace = await self._trace_parent(run_id, grant)
         entry = self._models[model_id]
         chain = [(m, self._models[m]) for m in fallback_chain(self._models, model_id)]
         passed = {k.lower(): v for k, v in headers.items()}
@@ -427,6 +441,10 @@ class ModelProxy:
         if streamed and response.status_code == 200 and kind.startswith("text/event-stream"):
             return self._relay(call, attempts, response)
         return await self._whole(call, attempts, response)
+
+    async def _trace_parent(self, run_id: str, grant: RunGrant) -> tracing.Carrier | None:
+        found = await self._run_trace(run_id) if self._run_trace is not None else None
+        return found or tracing.carrier_of(grant.traceparent, grant.tracestate)
 
     async def _whole(self, call: _Call, attempts: list[Attempt], response: httpx2.Response) -> Response:
         """Read a whole answer, then answer it (the upstream's own 4xx included) with its usage recorded."""
@@ -565,6 +583,7 @@ class ModelProxy:
                 start=call.start, call_id=call.call_id, created_at=call.created_at, attempts=tuple(ends)
             )
         )
+        record_call(call.start, call.created_at, attempts, ends, self._providers, call.trace)
         last = ends[-1]
         if self._on_call is not None:
             agent = (

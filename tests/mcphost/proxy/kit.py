@@ -17,6 +17,7 @@ from starlette.applications import Starlette
 from mcphost.llm import ModelConfig
 from mcphost.protocol import JSONObject
 from mcphost.proxy import ModelProxy
+from mcphost.proxy.server import RunTrace
 from mcphost.recording import ReplayBook
 from mcphost.stores import Stores
 from mcphost.stores.usage import ModelBudget
@@ -81,13 +82,14 @@ async def serve_proxy(
     *,
     budgets: Mapping[str, ModelBudget] | None = None,
     replay: ReplayBook | None = None,
+    run_trace: RunTrace | None = None,
 ) -> AsyncGenerator[ServedProxy]:
     calls: list[tuple[str, str, tuple[int, int, int], float]] = []
 
     def on_call(model_id: str, agent_id: str, tokens: tuple[int, int, int], cost: float) -> None:
         calls.append((model_id, agent_id, tokens, cost))
 
-    proxy = ModelProxy(stores, models, budgets=budgets, on_call=on_call, replay=replay)
+    proxy = ModelProxy(stores, models, budgets=budgets, on_call=on_call, replay=replay, run_trace=run_trace)
     async with proxy.running(), serve_loopback(Starlette(routes=proxy.routes)) as url:
         yield ServedProxy(stores, proxy, url, calls)
 
