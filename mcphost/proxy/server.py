@@ -69,7 +69,7 @@ from mcphost.models import RunGrant
 from mcphost.protocol import JSONObject
 from mcphost.proxy._body import BodyRefusedError, parse_body, read_body
 from mcphost.proxy._spans import record_call
-from mcphost.proxy._tape import ModelReplayAnswers, ModelTape
+from mcphost.proxy._tape import ModelReplayAnswers, ModelTape, Refusal
 from mcphost.proxy._usage import UsageWriter
 from mcphost.stores import GrantRecord, Stores
 from mcphost.stores.usage import AttemptEnd, CallStart, FinishedCall, ModelBudget
@@ -241,23 +241,29 @@ class ModelProxy:
         headers = Headers(scope=scope)
         try:
             run_id, grant = await self._authenticate(api, scope, headers)
-            if scope["method"] == "GET":
-                return self._list(api, grant)
+        except _RefusedError as refused:  # not the run's request: neither recorded nor replayed
+            return _reply(api, refused.status, refused.kind, refused.message)
+        if scope["method"] == "GET":
+            return self._list(api, grant)
+        raw: bytes | None = None
+        body: JSONObject | None = None
+        try:
             try:
-                body = parse_body(await read_body(headers, receive))
+                raw = await read_body(headers, receive)
+                body = parse_body(raw)
             except BodyRefusedError as refused:
                 raise _RefusedError(refused.status, refused.kind, refused.message) from None
             model_id = self._granted(api, grant, body)
             response = await self._call(
                 api, run_id, grant, model_id, body, headers, str(scope.get("query_string", b""), "latin-1")
             )
-            if grant.record and not isinstance(response, StreamingResponse):  # streams: `_relay`
-                await self._tape.record_whole(
-                    api, run_id, model_id, body, response.status_code, response.body
-                )
-            return response
         except _RefusedError as refused:
-            return _reply(api, refused.status, refused.kind, refused.message)
+            # The host's own refusal of the run's request: recorded and replayed like an answer.
+            reply = _reply(api, refused.status, refused.kind, refused.message)
+            return await self._tape.refused(api, run_id, grant.record, Refusal(raw, body, reply))
+        if grant.record and not isinstance(response, StreamingResponse):  # streams: `_relay`
+            await self._tape.record_whole(api, run_id, model_id, body, response.status_code, response.body)
+        return response
 
     async def _authenticate(self, api: Api, scope: Scope, headers: Headers) -> tuple[str, RunGrant]:
         site = self._guard.site_refusal(headers)
