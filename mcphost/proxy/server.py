@@ -3,11 +3,12 @@
 Routes (under `MODELS_PATH` = `/runs/{run_id}/models`):
 - `POST /anthropic/v1/messages` — Anthropic Messages, streamed (SSE) or not; `GET /anthropic/v1/models`.
 - `POST /openai/v1/chat/completions`, `POST /openai/v1/responses` — OpenAI Chat Completions and
-  Responses, streamed or not; `GET /openai/v1/models`.
+  Responses, streamed or not; `POST /openai/v1/embeddings` — OpenAI Embeddings, for models of kind
+  `embedding` (checked by `llm.embedding.body_problem`); `GET /openai/v1/models`.
 
 Owns authenticating a model request (Host/Origin by the host's `HttpGuard`, then the run's token as
 `x-api-key` or `Authorization: Bearer`, compared in constant time with the stored hash, and the grant
-still active), the grant check (`grants.check` of `model:ID:invoke|stream`), the budget reservation
+still active), the grant check (`grants.check` of `model:ID:invoke|stream|embed`), the budget reservation
 (`stores.usage`, for agents with a model budget), relaying the call upstream through the model's
 fallback chain (`llm.upstream`), and recording each attempt with its usage and cost (`_usage.UsageWriter`,
 after the answer is relayed). Does not own the models' config or prices (`llm.catalog`), the wire
@@ -63,6 +64,7 @@ from mcphost.errors import BudgetExceededError, RunNotFoundError, StorageUnavail
 from mcphost.grants import refusal, token_matches
 from mcphost.guard import HttpGuard, declare_access
 from mcphost.llm import ModelConfig, ModelFacts, WireFormat, fallback_chain, model_facts
+from mcphost.llm.embedding import body_problem
 from mcphost.llm.upstream import Attempt, UpstreamFailedError, open_first
 from mcphost.llm.wire import Api, ErrorKind, SseReader, StreamUsage, Usage, error_body, stream_error, usage_of
 from mcphost.models import RunGrant
@@ -84,7 +86,12 @@ BYTES_PER_TOKEN = 3
 """A cautious estimate of a request's input tokens from its size (for its reservation only)."""
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,99}$")
 _RELAYED_HEADERS = ("request-id", "x-request-id")
-_WIRE_OF: Mapping[Api, WireFormat] = {"anthropic": "anthropic", "chat": "openai", "responses": "openai"}
+_WIRE_OF: Mapping[Api, WireFormat] = {
+    "anthropic": "anthropic",
+    "chat": "openai",
+    "responses": "openai",
+    "embeddings": "openai",
+}
 _OUT_FIELDS = ("max_tokens", "max_completion_tokens", "max_output_tokens")
 
 MAX_CACHED_GRANTS = 10_000
@@ -128,6 +135,10 @@ def _token(headers: Headers) -> str | None:
     scheme, _, token = headers.get("authorization", "").partition(" ")
     token = token.strip()
     return token if scheme.lower() == "bearer" and token else None
+
+
+def _a(kind: str) -> str:
+    return f"an {kind}" if kind[:1] in "aeiou" else f"a {kind}"
 
 
 def _reply(api: Api, status: int, kind: ErrorKind, message: str) -> JSONResponse:
@@ -176,6 +187,7 @@ class ModelProxy:
             ("/anthropic/v1/models", "GET", "anthropic"),
             ("/openai/v1/chat/completions", "POST", "chat"),
             ("/openai/v1/responses", "POST", "responses"),
+            ("/openai/v1/embeddings", "POST", "embeddings"),
             ("/openai/v1/models", "GET", "chat"),
         ]
         self._routes: list[BaseRoute] = [
@@ -334,7 +346,7 @@ class ModelProxy:
     def _granted(self, api: Api, grant: RunGrant, body: JSONObject) -> str:
         """The id of the host model the body names, when the run may call it so at this endpoint."""
         model_id = str(body["model"]).removeprefix("host:")
-        how = "stream" if body.get("stream") is True else "invoke"
+        how = "embed" if api == "embeddings" else "stream" if body.get("stream") is True else "invoke"
         if model_id not in grant.models or how not in grant.model_calls:
             message, _ = refusal(grant, f"model:{model_id[:64]}:{how}", f"{how} model {model_id[:64]!r}")
             raise _RefusedError(403, "permission", message)
@@ -343,9 +355,12 @@ class ModelProxy:
             raise _RefusedError(
                 404, "not_found", f"model {model_id!r} is granted but no longer configured on this host"
             )
-        if entry.kind != "chat":
+        wanted = "embedding" if api == "embeddings" else "chat"
+        if entry.kind != wanted:
             raise _RefusedError(
-                400, "invalid_request", f"model {model_id!r} is a {entry.kind} model, not a chat model"
+                400,
+                "invalid_request",
+                f"model {model_id!r} is {_a(entry.kind)} model, not {_a(wanted)} model",
             )
         if entry.wire != _WIRE_OF[api]:
             where = "anthropic/v1/messages" if entry.wire == "anthropic" else "openai/v1/..."
@@ -355,6 +370,9 @@ class ModelProxy:
                 f"model {model_id!r} speaks the {entry.wire} wire format (provider {entry.provider!r}); call it at "
                 f"/runs/<run_id>/models/{where}. The host does not translate between wire formats.",
             )
+        problem = body_problem(body) if api == "embeddings" else None
+        if problem is not None:
+            raise _RefusedError(400, "invalid_request", problem)
         return model_id
 
     async def _begin(self, api: Api, run_id: str, grant: RunGrant, model_id: str, body: JSONObject) -> _Call:
@@ -386,8 +404,13 @@ class ModelProxy:
         return _Call(run_id, grant, api, model_id, body, streamed, start, call_id, created_at)
 
     def _reservation(self, model_id: str, body: JSONObject, size: int) -> tuple[int, float]:
-        out = next(
-            (v for f in _OUT_FIELDS if isinstance(v := body.get(f), int) and v > 0), DEFAULT_MAX_OUTPUT_TOKENS
+        out = (
+            0
+            if self._models[model_id].kind == "embedding"
+            else next(
+                (v for f in _OUT_FIELDS if isinstance(v := body.get(f), int) and v > 0),
+                DEFAULT_MAX_OUTPUT_TOKENS,
+            )
         )
         out = min(out, 10**9)
         inp = size // BYTES_PER_TOKEN

@@ -260,3 +260,22 @@ async def test_tokens_and_cost_are_counted_by_model_agent_and_kind(stores: Store
     assert 'mcphost_model_tokens_total{agent="agent-a",kind="output",model="small"} 4.0' in lines
     assert 'mcphost_model_tokens_total{agent="agent-a",kind="cached",model="small"} 0.0' in lines
     assert 'mcphost_model_cost_usd_total{agent="agent-a",model="small"} 14.0' in lines
+
+
+async def test_an_embedding_call_is_an_embeddings_span(stores: Stores, spans: InMemorySpanExporter) -> None:
+    async with serve_fake_chat() as upstream:
+        models = {"emb": chat(upstream.base_url, "e1", kind="embedding")}
+        async with serve_proxy(stores, models, run_trace=run_span) as served:
+            run = await served.start_run(["emb"], calls=["embed"])
+            async with client(run.token, bearer=True) as http:
+                answer = await http.post(
+                    f"{served.openai(run)}/embeddings", json={"model": "emb", "input": ["a b", "c"]}
+                )
+    assert answer.status_code == 200
+    [span] = model_spans(spans)
+    assert span.name == "embeddings emb"
+    assert parent_of(span) == (RUN_TRACE, RUN_SPAN)
+    attributes = dict(span.attributes or {})
+    assert attributes["gen_ai.operation.name"] == "embeddings"
+    assert (attributes["gen_ai.usage.input_tokens"], attributes["gen_ai.usage.output_tokens"]) == (3, 0)
+    assert attributes["gen_ai.response.model"] == "e1"
