@@ -22,9 +22,10 @@ from typing import Literal
 
 from mcphost.protocol import JSONObject, JSONValue, is_json_object
 
-Api = Literal["anthropic", "chat", "responses", "rerank"]
-"""Anthropic Messages, OpenAI Chat Completions, OpenAI Responses, and the `/rerank` endpoint of
-OpenAI-compatible servers (Cohere/Jina shape, as vLLM serves it; called by the `models_rerank` tool only)."""
+Api = Literal["anthropic", "chat", "responses", "rerank", "embeddings"]
+"""Anthropic Messages, OpenAI Chat Completions, OpenAI Responses, the `/rerank` endpoint of
+OpenAI-compatible servers (Cohere/Jina shape, as vLLM serves it; called by the `models_rerank` tool only),
+and OpenAI Embeddings (`/embeddings`, never streamed)."""
 MAX_EVENT_BYTES = 4 * 1024 * 1024
 
 ErrorKind = Literal[
@@ -82,7 +83,7 @@ def stream_error(api: Api, kind: ErrorKind, message: str) -> bytes:
     match api:
         case "anthropic":
             return _sse("error", error_body(api, kind, message))
-        case "chat" | "rerank":
+        case "chat" | "rerank" | "embeddings":
             return _sse(None, error_body(api, kind, message))
         case "responses":
             _, code = _OPENAI_TYPES[kind]
@@ -127,7 +128,7 @@ def usage_of(api: Api, body: JSONValue) -> Usage | None:
         cached = _int(_obj(usage.get("prompt_tokens_details")).get("cached_tokens"))
         prompt = _int(usage.get("prompt_tokens"))
         return Usage(max(0, prompt - cached), _int(usage.get("completion_tokens")), cached, model_name)
-    if api == "rerank":  # Jina and vLLM count `total_tokens` (some servers `prompt_tokens`), all input
+    if api in ("rerank", "embeddings"):  # `total_tokens` (some servers `prompt_tokens`), all input
         return Usage(_int(usage.get("total_tokens")) or _int(usage.get("prompt_tokens")), 0, 0, model_name)
     cached = _int(_obj(usage.get("input_tokens_details")).get("cached_tokens"))
     prompt = _int(usage.get("input_tokens"))
@@ -205,7 +206,7 @@ class StreamUsage:
                     found = usage_of("responses", _obj(payload.get("response")))
                     if found is not None:
                         self.usage = found
-            case "rerank":  # not streamed
+            case "rerank" | "embeddings":  # not streamed
                 pass
 
     def _anthropic(self, kind: str | None, payload: JSONObject) -> None:

@@ -124,8 +124,8 @@ class HostModelInfo(ProtocolModel):
     """The model supports tool calls."""
     images: bool = False
     """The model takes images."""
-    calls: list[Literal["invoke", "stream", "rerank"]] = Field(
-        default_factory=list[Literal["invoke", "stream", "rerank"]]
+    calls: list[Literal["invoke", "stream", "rerank", "embed"]] = Field(
+        default_factory=list[Literal["invoke", "stream", "rerank", "embed"]]
     )
     """How the run may call it (its grant)."""
 
