@@ -365,6 +365,40 @@ async def test_a_translated_stream_the_upstream_breaks_off_ends_with_the_client_
         assert [c.status for c in calls] == ["failed", "failed"]
 
 
+async def test_an_upstream_that_answers_garbage_or_hangs_gets_a_precise_error_in_the_client_s_shape(
+    stores: Stores,
+) -> None:
+    async with (
+        serve_fake_chat() as upstream,
+        serve_proxy(stores, {"local": chat(upstream.base_url, timeout_s=0.5)}) as served,
+    ):
+        upstream.script(
+            "m1",
+            Reply(text_body="<html>gateway</html>"),
+            Reply(json_body=True, content="x", usage=(2**60, -1)),
+            Reply(hang=True),
+        )
+        run = await served.start_run(["local"])
+        async with client(run.token) as http:
+            url = f"{served.anthropic(run)}/v1/messages"
+            garbage = await http.post(url, json=ANTHROPIC_TURN)
+            huge_usage = await http.post(url, json=ANTHROPIC_TURN)
+            hung = await http.post(url, json=ANTHROPIC_TURN)
+        assert garbage.status_code == 502
+        assert garbage.json()["error"]["type"] == "api_error"
+        assert "not JSON" in garbage.json()["error"]["message"]
+        assert huge_usage.status_code == 200  # out-of-range counts are read as 0, never trusted
+        assert (huge_usage.json()["usage"]["input_tokens"], huge_usage.json()["usage"]["output_tokens"]) == (
+            0,
+            0,
+        )
+        assert hung.status_code == 504
+        assert hung.json()["error"]["type"] == "api_error"
+        await served.proxy.settle(run.run_id)
+        calls = await stores.usage.calls(run.run_id)
+        assert [c.status for c in calls] == ["failed", "ok", "failed"]
+
+
 async def test_without_the_translate_extra_a_translated_call_is_refused_with_the_install_line(
     stores: Stores, monkeypatch: pytest.MonkeyPatch
 ) -> None:
