@@ -124,7 +124,7 @@ def test_an_image_reaches_a_chat_model_as_an_image_url() -> None:
     ]
 
 
-NO_NETWORK = """
+NO_NETWORK = r"""
 import json, socket, sys
 seen = []
 def hook(event, args):
@@ -146,6 +146,25 @@ answer = {"id": "c", "object": "chat.completion", "created": 1, "model": "m", "c
     "usage": {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4}}
 Translation(lib, "anthropic", "chat", chat, "m").whole(200, answer)
 Translation(lib, "responses", "chat", {"model": "m", "input": "hi"}, "m").whole(200, answer)
+chunk = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m"}
+upstream = [
+    {**chunk, "choices": [{"index": 0, "delta": {"role": "assistant", "content": "yo"}}]},
+    {**chunk, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]},
+    {**chunk, "choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4}},
+]
+async def events():
+    for c in upstream:
+        yield ("data: " + json.dumps(c) + "\n\n").encode()
+    yield b"data: [DONE]\n\n"
+async def streams():
+    for client in ("anthropic", "responses"):
+        body = {"model": "m", "input": "hi", "stream": True} if client == "responses" else {**chat, "stream": True}
+        got = [e async for e in Translation(lib, client, "chat", body, "m").stream(events()).events()]
+        assert len(got) > 3 and b"yo" in b"".join(got), (client, got)
+import anyio
+anyio.run(streams)
+import time
+time.sleep(0.5)  # LiteLLM's end-of-stream logging runs in its own threads
 print(json.dumps(seen))
 """
 
