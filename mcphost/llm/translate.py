@@ -32,6 +32,7 @@ Invariants:
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import os
@@ -264,7 +265,9 @@ class Translation:
             ) from None
 
     def _to_chat(self) -> JSONObject:
-        body = dict(self.body)
+        body = copy.deepcopy(
+            self.body
+        )  # LiteLLM may edit what it is given; the tape hashes the client's body
         match self.client:
             case "chat":
                 return body
@@ -352,10 +355,11 @@ class Translation:
             case "anthropic":
                 return _dump(lib.anthropic_adapter.translate_completion_output_params(chat, self.tool_names))
             case "responses":
-                options = {k: v for k, v in self.body.items() if k not in ("model", "input")}
+                body = copy.deepcopy(self.body)
+                options = {k: v for k, v in body.items() if k not in ("model", "input")}
                 return _dump(
                     lib.responses.transform_chat_completion_response_to_responses_api_response(
-                        self.body.get("input", ""), options, chat
+                        body.get("input", ""), options, chat
                     )
                 )
             case "rerank":
@@ -453,7 +457,7 @@ class TranslatedStream:
 
     async def _responses(self) -> AsyncIterator[bytes]:
         lib, t = self._t.lib, self._t
-        body = t.body
+        body = copy.deepcopy(t.body)
         log = lib.logging(
             model=t.answer_model,
             messages=[],

@@ -176,3 +176,22 @@ def test_litellm_is_off_the_start_up_path_and_never_reaches_the_network() -> Non
     assert done.returncode == 0, done.stderr[-3000:]
     # stdout is one line: LiteLLM printed nothing of its own
     assert json.loads(done.stdout) == []
+
+
+@pytest.mark.parametrize(
+    ("client", "upstream", "body"),
+    [
+        ("anthropic", "chat", {"model": "m", "max_tokens": 9, "system": [{"type": "text", "text": "s"}],
+                               "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]}),
+        ("chat", "anthropic", {"model": "m", "messages": [{"role": "developer", "content": "d"},
+                                                         {"role": "user", "content": "hi"}]}),
+        ("responses", "chat", {"model": "m", "instructions": "i",
+                               "input": [{"role": "user", "content": [{"type": "input_text", "text": "hi"}]}]}),
+    ],
+)  # fmt: skip
+def test_translating_leaves_the_client_s_body_as_it_was(
+    client: Any, upstream: Any, body: dict[str, Any]
+) -> None:
+    before = json.dumps(body, sort_keys=True)
+    Translation(load(), client, upstream, body, "m").request()  # the tape hashes the body the client sent
+    assert json.dumps(body, sort_keys=True) == before
