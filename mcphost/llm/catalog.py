@@ -72,6 +72,10 @@ class ModelConfig(InboundModel):
     """The model supports tool calls (told to runners in their context)."""
     images: bool = False
     """The model takes images (told to runners in their context)."""
+    responses: bool | None = None
+    """The upstream serves the OpenAI Responses API (`/responses`); unset: true for `openai`, false for
+    `openai-compatible` (most local servers and gateways serve Chat Completions only). A Responses call
+    (Codex) to a model that does not is translated to Chat Completions (`llm.translate`)."""
     timeout_s: float = Field(default=120.0, gt=0, le=3600)
     """The longest wait for the upstream's answer to begin, and then between two streamed chunks."""
     connect_timeout_s: float = Field(default=10.0, gt=0, le=300)
@@ -86,6 +90,13 @@ class ModelConfig(InboundModel):
     @property
     def wire(self) -> WireFormat:
         return "anthropic" if self.provider == "anthropic" else "openai"
+
+    @property
+    def serves_responses(self) -> bool:
+        """Responses calls go to the upstream's own `/responses` (else they are translated to chat)."""
+        if self.wire != "openai":
+            return False
+        return self.responses if self.responses is not None else self.provider == "openai"
 
     @property
     def url(self) -> str:
@@ -111,6 +122,8 @@ def check_models(models: Mapping[str, ModelConfig]) -> list[str]:
                 f"{where}: model id {model_id[:64]!r} must be 1-64 lowercase letters, digits and ._- "
                 "(starting with a letter or digit)"
             )
+        if entry.responses is not None and entry.wire != "openai":
+            problems.append(f"{where}.responses: only for providers 'openai' and 'openai-compatible'")
         if entry.provider == "openai-compatible" and entry.base_url is None:
             problems.append(f"{where}.base_url: required for provider 'openai-compatible'")
         for other in entry.fallback:
@@ -124,7 +137,13 @@ def check_models(models: Mapping[str, ModelConfig]) -> list[str]:
             elif models[other].wire != entry.wire:
                 problems.append(
                     f"{where}.fallback: model {other!r} speaks the {models[other].wire} wire format and "
-                    f"{model_id!r} the {entry.wire} one; the host does not translate between them"
+                    f"{model_id!r} the {entry.wire} one; a fallback must speak its model's format (one "
+                    "request is sent along the chain)"
+                )
+            elif models[other].serves_responses != entry.serves_responses:
+                problems.append(
+                    f"{where}.fallback: model {other!r} and {model_id!r} disagree on serving the Responses "
+                    "API (`responses`); set it the same on both (one request is sent along the chain)"
                 )
         cycle = _cycle(models, model_id)
         if cycle is not None:

@@ -215,11 +215,14 @@ class StreamUsage:
             inp, out, cached = _anthropic_usage(_obj(message.get("usage")))
             model = message.get("model")
             self.usage = Usage(inp, out, cached, model if isinstance(model, str) else None)
-        elif kind == "message_delta":
+        elif kind == "message_delta":  # its counts are the message's so far; input ones when it has them
             usage = _obj(payload.get("usage"))
             base = self.usage or Usage()
             out = _int(usage.get("output_tokens")) or base.output_tokens
-            self.usage = Usage(base.input_tokens, out, base.cached_tokens, base.model)
+            inp, cached = base.input_tokens, base.cached_tokens
+            if "input_tokens" in usage:
+                inp, _, cached = _anthropic_usage(usage)
+            self.usage = Usage(inp, out, cached, base.model)
         elif kind == "message_stop":
             self.finished = True
 

@@ -32,9 +32,9 @@ Invariants:
 - A request is passed upstream as the client sent it but for its `model` (the upstream's name) and,
   on a streamed Chat Completions request without it, `stream_options.include_usage` (so the usage can
   be counted). Only `upstream.PASSED_HEADERS` reach the upstream; the run token never does.
-- The host does not translate between wire formats: a model is called only at the endpoint of the
-  format its provider speaks (Anthropic, or OpenAI for `openai` and `openai-compatible`); elsewhere it
-  is refused with the endpoint to use.
+- A call at an endpoint whose format the model's provider does not speak is translated
+  (`llm.translate`, LiteLLM's functions): the usage, the tape and the error
+  shapes then see the client's format only. Without the `translate` extra it is refused (501).
 - Every wait is bounded: the upstream's by the model's timeouts, the whole call by the run's deadline;
   a run that ends closes its calls' upstream streams (`end_run`).
 - A token is refused once its run has ended, on every replica: a grant is trusted from memory only while
@@ -67,6 +67,12 @@ from mcphost.grants import refusal, token_matches
 from mcphost.guard import HttpGuard, declare_access
 from mcphost.llm import ModelConfig, ModelFacts, WireFormat, fallback_chain, model_facts
 from mcphost.llm.embedding import body_problem
+from mcphost.llm.translate import (
+    TranslationError,
+    TranslationUnavailableError,
+    translated_response,
+    translating,
+)
 from mcphost.llm.upstream import Attempt, UpstreamFailedError, open_first
 from mcphost.llm.wire import Api, ErrorKind, SseReader, StreamUsage, Usage, error_body, stream_error, usage_of
 from mcphost.models import RunGrant
@@ -385,14 +391,6 @@ class ModelProxy:
                 "invalid_request",
                 f"model {model_id!r} is {_a(entry.kind)} model, not {_a(wanted)} model",
             )
-        if entry.wire != _WIRE_OF[api]:
-            where = "anthropic/v1/messages" if entry.wire == "anthropic" else "openai/v1/..."
-            raise _RefusedError(
-                400,
-                "invalid_request",
-                f"model {model_id!r} speaks the {entry.wire} wire format (provider {entry.provider!r}); call it at "
-                f"/runs/<run_id>/models/{where}. The host does not translate between wire formats.",
-            )
         problem = body_problem(body) if api == "embeddings" else None
         if problem is not None:
             raise _RefusedError(400, "invalid_request", problem)
@@ -460,6 +458,14 @@ class ModelProxy:
         if api == "chat" and streamed and "stream_options" not in body:
             body = {**body, "stream_options": {"include_usage": True}}
         try:
+            sent_api, sent, translation = await translating(api, self._models[model_id], model_id, body)
+        except TranslationUnavailableError as exc:
+            raise _RefusedError(501, "upstream", str(exc)) from None
+        except TranslationError as exc:
+            raise _RefusedError(400, "invalid_request", str(exc)) from None
+        if translation is not None:  # the client's query and headers are its own API's
+            query, headers = "", Headers()
+        try:
             call = await self._begin(api, run_id, grant, model_id, body)
         except BudgetExceededError as exc:
             raise _RefusedError(429, "rate_limit", exc.message) from None
@@ -476,7 +482,9 @@ class ModelProxy:
         attempts: list[Attempt] = []
         try:
             with anyio.fail_after(max(0.0, remaining)):
-                attempts, response = await open_first(client, chain, api, body, query, passed)
+                attempts, response = await open_first(client, chain, sent_api, sent, query, passed)
+            if translation is not None:
+                response = translated_response(translation, response)
         except UpstreamFailedError as failed:
             self._finish(call, failed.attempts, None, None)
             status = {"rate_limit": 429, "timeout": 504}.get(failed.kind, 502)

@@ -10,6 +10,12 @@ content split into word pieces, each tool call's arguments split across two frag
 a usage chunk, `data: [DONE]`), or answered as an error status, a raw (malformed) stream, a plain JSON
 completion, or not at all (`hang`, released when the server stops).
 
+A fake can instead answer every request with a `tests.fakes.script.Script` (`fake.answer_with(script)`),
+as the Anthropic and Responses fakes do: the request is parsed into a `ModelRequest` (the tools it
+offers, the `tool` messages since the last user text, that text) and the script's `Text`, `ToolCall`,
+`Hang` or `Fail` becomes a `Reply` (streamed when the request asks for it, else one JSON completion);
+`requests_seen` then keeps the parsed requests. Real harnesses use it (their side requests vary).
+
 `POST /v1/rerank` speaks the Cohere/Jina rerank shape vLLM serves (`{model, query, documents, top_n}` →
 `{results: [{index, relevance_score}], usage: {total_tokens}}`): a model with no scripted reply left
 scores each document by the share of the query's words it contains; a scripted `Reply` can fail it
@@ -28,7 +34,7 @@ import socket
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import anyio.lowlevel
@@ -37,6 +43,8 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
+
+from tests.fakes.script import Fail, Hang, ModelRequest, Script, Text, ToolCall, text_of
 
 JSON = dict[str, Any]
 
@@ -92,6 +100,29 @@ class FakeChatServer:
     requests: list[Received] = field(default_factory=list[Received])
     _scripts: dict[str, list[Reply]] = field(default_factory=dict[str, list[Reply]])
     _stop: anyio.Event = field(default_factory=anyio.Event)
+    _answer: Script | None = None
+    requests_seen: list[ModelRequest] = field(default_factory=list[ModelRequest])
+    """The parsed requests of a fake answering with a script (`answer_with`)."""
+
+    def answer_with(self, script: Script) -> None:
+        """Answer every request with `script` instead of the per-model queues."""
+        self._answer = script
+
+    def _from_script(self, body: JSON, headers: dict[str, str]) -> Reply:
+        assert self._answer is not None
+        parsed = parse_request("/v1/chat/completions", body, headers)
+        self.requests_seen.append(parsed)
+        found = self._answer(parsed)
+        whole = body.get("stream") is not True
+        match found:
+            case Text(text=text):
+                return Reply(content=text, json_body=whole)
+            case ToolCall(name=name, arguments=arguments):
+                return Reply(tool_calls=(FakeToolCall(name, arguments),), json_body=whole)
+            case Hang():
+                return Reply(hang=True)
+            case Fail(status=status, message=message):
+                return Reply(status=status, error=message)
 
     def reset(self) -> None:
         """Forget the requests and scripts so far and release hanging answers (a server shared by tests)."""
@@ -111,11 +142,15 @@ class FakeChatServer:
     async def _completions(self, request: Request) -> Response:
         body: JSON = await request.json()
         model = str(body.get("model"))
-        self.requests.append(Received(model, body, {k.lower(): v for k, v in request.headers.items()}))
-        queue = self._scripts.get(model) or []
-        if not queue:
-            return _error(500, f"the fake has no scripted reply left for model {model!r}")
-        reply = queue.pop(0)
+        headers = {k.lower(): v for k, v in request.headers.items()}
+        self.requests.append(Received(model, body, headers))
+        if self._answer is not None:
+            reply = self._from_script(body, headers)
+        else:
+            queue = self._scripts.get(model) or []
+            if not queue:
+                return _error(500, f"the fake has no scripted reply left for model {model!r}")
+            reply = queue.pop(0)
         if reply.hang:
             await self._stop.wait()  # the event of this moment: `reset()` swaps in a new one
             return _error(503, "stopped")
@@ -197,6 +232,40 @@ def fake_vector(item: str | list[int], size: int) -> list[float]:
     seed = hashlib.sha256(json.dumps(item).encode()).digest()
     stream = b"".join(hashlib.sha256(seed + n.to_bytes(4, "big")).digest() for n in range(size // 32 + 1))
     return [round(b / 127.5 - 1, 6) for b in stream[:size]]
+
+
+def _objects(value: object) -> list[JSON]:
+    items = cast(list[object], value) if isinstance(value, list) else []
+    return [cast(JSON, item) for item in items if isinstance(item, dict)]
+
+
+def parse_request(path: str, body: JSON, headers: dict[str, str]) -> ModelRequest:
+    """A Chat Completions request as a script sees it: everything after the last user text is this turn."""
+    tools = tuple(str(cast(JSON, t.get("function") or {}).get("name")) for t in _objects(body.get("tools")))
+    results: list[str] = []
+    user_text = ""
+    for message in _objects(body.get("messages")):
+        role = message.get("role")
+        if role == "tool":
+            results.append(text_of(message.get("content")))
+        elif role == "user":
+            content = message.get("content")
+            parts = [{"type": "text", "text": content}] if isinstance(content, str) else _objects(content)
+            texts = [
+                str(p.get("text", ""))
+                for p in parts
+                if p.get("type") == "text" and not str(p.get("text", "")).startswith("<system-reminder>")
+            ]
+            if texts:
+                user_text, results = "\n".join(texts), []
+    return ModelRequest(
+        path=path,
+        body=body,
+        headers=headers,
+        offered_tools=tools,
+        tool_results=tuple(results),
+        user_text=user_text,
+    )
 
 
 def _error(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
