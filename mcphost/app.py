@@ -156,7 +156,7 @@ async def open_host(
 
     from mcphost.api import HostMetrics
     from mcphost.bindings import Bindings
-    from mcphost.channels import adapters
+    from mcphost.channels import adapters, channel_files
     from mcphost.continuations import Continuations, run_continuations
     from mcphost.delivery import DeliverySender
     from mcphost.facts import FactsServer, granted_tools
@@ -300,6 +300,7 @@ async def open_host(
             models.running(),
             orchestrator.running(),
             sender.running(),
+            channel_files(channels, stores.artifacts),
             anyio.create_task_group() as tg,
         ):
             await tg.start(run_scheduler, scheduler)

@@ -29,12 +29,14 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from mcphost.channels._adapter import (
     ChannelEvent,
+    ChannelSendError,
     Target,
     Verdict,
     call,
     json_payload,
     object_of,
     refused,
+    same_origin,
     text_of,
 )
 from mcphost.channels._text import split_text
@@ -46,6 +48,8 @@ PING, COMMAND, COMPONENT, AUTOCOMPLETE, MODAL = 1, 2, 3, 4, 5
 THREAD_TYPES = frozenset({10, 11, 12})
 """Channel types that are threads (announcement, public, private)."""
 NO_MENTIONS: JSONObject = {"parse": []}
+CDN_HOSTS = ("https://cdn.discordapp.com", "https://media.discordapp.net")
+"""Where Discord serves attachments."""
 
 
 def _options(data: JSONObject) -> str:
@@ -156,6 +160,16 @@ class DiscordAdapter:
     def acknowledge(self, event: ChannelEvent | None) -> JSONObject | None:
         """A deferred response (type 5): the user sees "thinking…" until the reply edits it."""
         return {"type": 5}
+
+    async def file_request(self, http: httpx2.AsyncClient, locator: JSONObject) -> tuple[str, dict[str, str]]:
+        """An attachment's CDN URL (signed by Discord, fetched without the bot token)."""
+        url = str(locator.get("url") or "")
+        if not same_origin(url, *CDN_HOSTS, self.config.base_url):
+            raise ChannelSendError(
+                f"Discord attachment URL {url[:200]!r} is not on Discord's CDN; it is not fetched.",
+                permanent=True,
+            )
+        return url, {}
 
     # -- outbound -----------------------------------------------------------------------------------
 

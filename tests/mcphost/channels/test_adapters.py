@@ -205,7 +205,9 @@ def test_telegram_updates_map_to_their_events() -> None:
         "photo": [{"file_id": "small", "file_unique_id": "s", "file_size": 10},
                   {"file_id": "big", "file_unique_id": "b", "file_size": 999}]}}))  # fmt: skip
     assert photo is not None
-    assert photo.attachments == [{"kind": "photo", "file_id": "big", "file_unique_id": "b", "file_size": 999}]
+    (file,) = photo.attachments
+    assert (file.locator, file.size, file.mime_type) == ({"file_id": "big"}, 999, "image/jpeg")
+    assert file.meta == {"kind": "photo", "file_id": "big", "file_unique_id": "b", "file_size": 999}
     assert TELEGRAM.normalize(tg({"update_id": 7, "poll": {"id": "p"}})) is None
     assert TELEGRAM.normalize(tg({"update_id": "7"})) is None
 
