@@ -154,9 +154,10 @@ async def open_host(
     every MCP call and model call is answered from the recording."""
     import anyio
 
-    from mcphost.api import HostMetrics
+    from mcphost.api import HostMetrics, admit_channel_event
     from mcphost.bindings import Bindings
-    from mcphost.channels import adapters, channel_files
+    from mcphost.channels import ChannelEvent, DiscordAdapter, adapters, channel_files
+    from mcphost.channels.discord_gateway import DiscordGateway
     from mcphost.continuations import Continuations, run_continuations
     from mcphost.delivery import DeliverySender
     from mcphost.facts import FactsServer, granted_tools
@@ -173,6 +174,7 @@ async def open_host(
     from mcphost.retention import Collector, run_collector
     from mcphost.runtimes.remote import RemoteRuns
     from mcphost.schedules import Scheduler, run_scheduler
+    from mcphost.stores.leases import LeaseStore
     from mcphost.stores.retention import Collected
     from mcphost.stores.usage import ModelBudget
     from mcphost.stores.warm import WarmSessionStore
@@ -306,6 +308,18 @@ async def open_host(
             await tg.start(run_scheduler, scheduler)
             await tg.start(run_collector, collector)
             await tg.start(run_continuations, continuations)
+            for source in channels.values():
+                if isinstance(source, DiscordAdapter) and source.config.gateway:
+
+                    async def ingest(
+                        event: ChannelEvent, raw: bytes, source: DiscordAdapter = source
+                    ) -> object:
+                        return await admit_channel_event(stores, orchestrator, metrics, source, event, raw)
+
+                    gateway_link = DiscordGateway(
+                        source, ingest, LeaseStore(stores.db), holder=orchestrator.host_id
+                    )
+                    await tg.start(gateway_link.run)
             try:
                 yield host
             finally:

@@ -36,7 +36,7 @@ import httpx2
 
 from mcphost.config import ChannelConfig, ChannelPlatform
 from mcphost.errors import InvalidArgumentError, UnauthorizedError
-from mcphost.protocol import JSONObject, JSONValue, is_json_object
+from mcphost.protocol import JSONObject, JSONValue, is_json_array, is_json_object
 
 MAX_DEPTH = 64
 """Deepest JSON nesting an inbound payload may have (the platforms' own are far shallower)."""
@@ -98,6 +98,28 @@ class Attachment:
     enforced again while the bytes stream in)."""
     meta: JSONObject = field(default_factory=dict[str, object])  # pyright: ignore[reportAssignmentType]
     """The platform's ids for the file, kept in the event's `data.attachments`."""
+
+
+def url_files(items: JSONValue | None, *, urls: tuple[str, ...], name: str, mime: str) -> list[Attachment]:
+    """The files of a platform's file list that carry a download URL (the first of `urls` present),
+    named by its `name` field, typed by its `mime` field, sized by `size`; its id, name, type and size
+    kept as `meta`. A file without a URL is left out (one the platform did not share with the bot)."""
+    found: list[Attachment] = []
+    for item in items if is_json_array(items) else []:
+        item = object_of(item)
+        url = next((u for u in (text_of(item.get(key)) for key in urls) if u is not None), None)
+        if url is None:
+            continue
+        found.append(
+            Attachment(
+                locator={"url": url},
+                name=text_of(item.get(name)),
+                mime_type=text_of(item.get(mime)) or "application/octet-stream",
+                size=size_of(item.get("size")),
+                meta={k: item[k] for k in ("id", name, mime, "size") if k in item},
+            )
+        )
+    return found
 
 
 @dataclass(frozen=True)

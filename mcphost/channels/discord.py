@@ -4,8 +4,8 @@ follow-ups out.
 Owns Discord's request signature (Ed25519 over `X-Signature-Timestamp` + body, checked against the
 application's public key with `cryptography`), its PING, the mapping of interactions to events, and its
 HTTP API calls. Discord delivers messages, reactions and member changes only over its Gateway (a
-websocket), not to an HTTP endpoint, so over this channel only interactions arrive. Does not own the
-adapter contract (`_adapter.py`).
+websocket), not to an HTTP endpoint: with `gateway = true` the channel also holds a Gateway connection
+(`discord_gateway.py`). Does not own the adapter contract (`_adapter.py`).
 
 Invariants:
 - An event's key is the interaction's `id`; the signed timestamp must be within the channel's
@@ -83,6 +83,15 @@ class DiscordAdapter:
                 f"channels.{channel_id}: {config.secret_env} must hold the Discord application's public key "
                 "(64 hex digits, from the Developer Portal's General Information page)."
             ) from None
+
+    @property
+    def token(self) -> str:
+        """The bot token (the Gateway's IDENTIFY and RESUME carry it)."""
+        return self._token
+
+    def auth(self) -> dict[str, str]:
+        """The bot's `Authorization` header (the Gateway's `GET /gateway/bot`)."""
+        return {"authorization": f"Bot {self._token}"}
 
     # -- inbound ------------------------------------------------------------------------------------
 

@@ -34,8 +34,8 @@ from mcphost.channels._adapter import (
     object_of,
     refused,
     same_origin,
-    size_of,
     text_of,
+    url_files,
 )
 from mcphost.channels._text import split_text
 from mcphost.config import ChannelPlatform
@@ -65,24 +65,11 @@ def _signed(secret: str, now: float, body: bytes, stamp: str, signature: str) ->
 
 
 def _files(event: JSONObject) -> list[Attachment]:
-    """A message's `files[]`, each located by its `url_private_download` (or `url_private`)."""
-    files = event.get("files")
-    found: list[Attachment] = []
-    for item in files if is_json_array(files) else []:
-        item = object_of(item)
-        url = text_of(item.get("url_private_download")) or text_of(item.get("url_private"))
-        if url is None:
-            continue  # a file Slack did not share with the bot (`file_access: check_file_info`)
-        found.append(
-            Attachment(
-                locator={"url": url},
-                name=text_of(item.get("name")),
-                mime_type=text_of(item.get("mimetype")) or "application/octet-stream",
-                size=size_of(item.get("size")),
-                meta={k: item[k] for k in ("id", "name", "mimetype", "size") if k in item},
-            )
-        )
-    return found
+    """A message's `files[]`, each located by its `url_private_download` (or `url_private`); a file
+    Slack did not share with the bot (`file_access: check_file_info`) has neither."""
+    return url_files(
+        event.get("files"), urls=("url_private_download", "url_private"), name="name", mime="mimetype"
+    )
 
 
 class SlackAdapter(Credentialed):
