@@ -20,7 +20,9 @@ Invariants:
   with what was wrong and skipped; the connection stays up. A frame past `MAX_FRAME_BYTES` closes the
   connection (websocket code 1009) and the RESUME replays what followed it.
 - Close codes that no retry can fix (4004 bad token, 4013/4014 intents) stop this channel's Gateway
-  with an error saying what to change; the host keeps running.
+  with an error saying what to change; the host keeps running. Any other failure (the database down
+  while renewing the lease or admitting, a bug) is logged and retried after the back-off: the
+  Gateway task never takes the host down.
 - The bot's own messages and reactions, and other bots' messages, are ignored.
 """
 
@@ -127,11 +129,11 @@ class DiscordGateway:
         backoff = BACKOFF_MIN_S
         try:
             while True:
-                if not await self._leases.acquire(self.lease, self._holder, term_s=LEASE_TERM_S):
-                    await anyio.sleep(LEASE_TERM_S / 3)
-                    continue
                 started = time.monotonic()
                 try:
+                    if not await self._leases.acquire(self.lease, self._holder, term_s=LEASE_TERM_S):
+                        await anyio.sleep(LEASE_TERM_S / 3)
+                        continue
                     await self._connection()
                 except GatewayFatalError as exc:
                     logger.error("channel %s: Discord Gateway stopped: %s", self.channel_id, exc)
@@ -140,13 +142,18 @@ class DiscordGateway:
                     logger.warning(
                         "channel %s: Discord Gateway dropped: %s; reconnecting", self.channel_id, exc
                     )
+                except Exception:  # the database, or a bug: never take the host down; try again later
+                    logger.exception("channel %s: Discord Gateway failed; reconnecting", self.channel_id)
                 if time.monotonic() - started > BACKOFF_MAX_S:
                     backoff = BACKOFF_MIN_S  # it was up a while: this is a new outage
                 await anyio.sleep(backoff * random.uniform(0.5, 1.0))
                 backoff = min(backoff * 2, BACKOFF_MAX_S)
         finally:
             with anyio.CancelScope(shield=True), anyio.move_on_after(10):
-                await self._leases.release(self.lease, self._holder)
+                try:
+                    await self._leases.release(self.lease, self._holder)
+                except Exception:  # it lapses within LEASE_TERM_S anyway
+                    logger.warning("channel %s: could not release the Gateway lease", self.channel_id)
 
     async def _gateway_url(self) -> str:
         base = self.source.config.base_url

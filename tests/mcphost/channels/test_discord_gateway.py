@@ -206,3 +206,20 @@ async def test_one_host_of_those_sharing_the_database_holds_the_gateway_and_anot
                 await until(lambda: len(fake.identifies) == 2)
                 await fake.dispatch("MESSAGE_CREATE", message("M11", "after the takeover"))
                 await run_of(second, "channel:dc:msg:M11")
+
+
+async def test_a_refused_token_stops_the_gateway_with_what_to_fix_and_the_host_keeps_running(
+    database_url: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="mcphost.channels.discord_gateway")
+    fake = FakeGateway("another-token")
+    async with fake.serve() as server, serve_loopback(fake.app) as base:
+        fake.bound(server)
+        settings = api_settings(database_url, tmp_path / "data").model_copy(
+            update={"channels": {"dc": channel("discord", base, gateway=True)}}
+        )
+        async with open_host(settings) as host:
+            await until(lambda: "Discord Gateway stopped" in caplog.text)
+            assert "the bot token was refused; check the token variable of the channel" in caplog.text
+            assert fake.identifies == [], "the token never reached a websocket"
+            assert (await host.stores.runs.list(limit=1)).items == []
