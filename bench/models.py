@@ -11,10 +11,14 @@ so every number is this process's: the host's overhead is the subject's minus th
   all threads; the fake and the client count on both sides, so the difference is the host's), calls
   alternating in ABBA rounds; for an agent without a model budget (no reservation) and one with a daily
   budget it never reaches (each call reserved in the database first). Target: host CPU ≤ 1.5 ms p50.
-- streamed: time to first token (the first body chunk of a `stream: true` call). Target: ≤ +3 ms p50.
+- streamed: time to first token (the first body chunk of a `stream: true` call), the sides alternating
+  call by call (ABBA). Target: ≤ +3 ms p50.
 - 64 concurrent streams (`Sizes.models_streams`): a burst of streams at once, each read to its end,
   direct against proxied. Target: no loss — every proxied stream ends with `message_stop`, and once the
   run has ended (`orchestrator.wait`) every call has its usage row, `ok`, with the fake's tokens.
+- the MCP model tools: `models_invoke` through the run's MCP server (the `mcp` SDK's `Client` over the
+  host's HTTP app) against the same request straight to the fake, whole and streamed with progress
+  notifications; latency and the host's CPU per call, the clients on a thread of their own (`_tools`).
 
 Runs on every configured database (the reservation and the usage rows are database writes).
 """
@@ -27,9 +31,10 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 import anyio
+import anyio.to_thread
 import httpx2
 
-from bench._alternate import alternate
+from bench._alternate import Samples, alternate
 from bench._config import BenchConfig
 from bench._databases import DialectName, workspace
 from bench._host import bench_host, message
@@ -44,6 +49,8 @@ TARGET_TTFT_MS = 3.0
 HOLD_S = 600.0
 BODY = {"model": "fake", "max_tokens": 64, "messages": [{"role": "user", "content": "hi"}]}
 STREAMED = {**BODY, "stream": True}
+TOOL_ARGUMENTS = {"model": "fake", "max_tokens": 64, "messages": [{"role": "user", "content": "hi"}]}
+"""`models_invoke`'s arguments for the same request as `BODY`."""
 
 
 @dataclass
@@ -58,6 +65,8 @@ class _Target:
 class _Run:
     run_id: str
     proxied: _Target
+    mcp_url: str
+    mcp_headers: dict[str, str]
 
 
 async def run(cfg: BenchConfig) -> list[Row]:
@@ -100,7 +109,8 @@ async def _hold_run(host: Host, bot: str, conversation: str) -> AsyncGenerator[_
     assert mcp is not None
     url = f"{models_url(host.orchestrator.public_url, run_id)}/anthropic/v1/messages"
     try:
-        yield _Run(run_id, _Target(url, {"x-api-key": mcp.headers["Authorization"].removeprefix("Bearer ")}))
+        token = mcp.headers["Authorization"].removeprefix("Bearer ")
+        yield _Run(run_id, _Target(url, {"x-api-key": token}), mcp.url, dict(mcp.headers))
     finally:
         await host.orchestrator.cancel(run_id, reason="benchmark case over")
         with anyio.fail_after(30):
@@ -199,24 +209,27 @@ async def _dialect(
         )
     rows.append(await _ttft(dialect, cfg, host, http, direct))
     rows.append(await _concurrent(dialect, cfg, host, http, direct))
+    rows.extend(await _tools(dialect, cfg, host, direct))
     return rows
 
 
 async def _ttft(
     dialect: DialectName, cfg: BenchConfig, host: Host, http: httpx2.AsyncClient, direct: _Target
 ) -> Row:
+    """Time to first token, the sides alternating call by call (ABBA): a first token takes a millisecond
+    or two, so a burst of outside load on a block of one side's calls would decide the median."""
     sizes = cfg.sizes
-
-    def side(target: _Target) -> Callable[[], Awaitable[list[float]]]:
-        async def measure() -> list[float]:
-            return [await _first_token_ms(http, target) for _ in range(sizes.models_calls)]
-
-        return measure
-
+    samples = Samples([], [], 0)
     async with _hold_run(host, "hold", "models-ttft") as held:
-        samples = await alternate(
-            side(direct), side(held.proxied), rounds=sizes.models_rounds, warmup=1, min_rounds=1
-        )
+        for round_ in range(sizes.models_rounds + 1):  # the first round warms up and is not counted
+            into = Samples([], [], 0) if round_ == 0 else samples
+            for i in range(sizes.models_calls):
+                if i % 2 == 0:
+                    into.baseline.append(await _first_token_ms(http, direct))
+                    into.subject.append(await _first_token_ms(http, held.proxied))
+                else:
+                    into.subject.append(await _first_token_ms(http, held.proxied))
+                    into.baseline.append(await _first_token_ms(http, direct))
     overhead = percentile(samples.subject, 50) - percentile(samples.baseline, 50)
     return Row(
         benchmark=NAME,
@@ -227,7 +240,12 @@ async def _ttft(
         subject=Stat.of(samples.subject, "ms"),
         target=f"≤ +{TARGET_TTFT_MS:g} ms p50",
         verdict=judge(overhead <= TARGET_TTFT_MS),
-        extra={"overhead_p50_ms": overhead},
+        extra={
+            "overhead_p50_ms": overhead,
+            "direct_p90_ms": percentile(samples.baseline, 90),
+            "proxied_p90_ms": percentile(samples.subject, 90),
+            "overhead_p90_ms": percentile(samples.subject, 90) - percentile(samples.baseline, 90),
+        },
     )
 
 
@@ -276,6 +294,11 @@ async def _concurrent(
         c for c in recorded if c.status == "ok" and c.streamed and c.output_tokens > 0 and c.input_tokens > 0
     ]
     missing = proxied_calls - len(complete_rows)
+    # What went wrong, when something did: the recorded errors of the calls that were not complete.
+    errors = sorted(
+        {f"{c.status} HTTP {c.http_status}: {c.error}" for c in recorded if c not in complete_rows}
+    )
+    lost = f"; not complete: {' | '.join(errors[:3])[:600]}" if errors else ""
     return Row(
         benchmark=NAME,
         case=f"{dialect}, {streams} concurrent streams, burst",
@@ -289,6 +312,140 @@ async def _concurrent(
             "streams": float(proxied_calls),
             "incomplete_streams": float(incomplete),
             "missing_usage_rows": float(missing),
-            "note": f"{proxied_calls} proxied streams, {fmt(float(len(recorded)))} usage rows",
+            "note": f"{proxied_calls} proxied streams, {fmt(float(len(recorded)))} usage rows{lost}",
         },
     )
+
+
+@dataclass
+class _ToolSamples:
+    """Per call, one list per measure: wall ms, CPU ms of every thread but the clients' (the host, its
+    SQLite writer thread and the fake), and the clients' thread's CPU ms."""
+
+    wall: list[float]
+    host_cpu: list[float]
+    client_cpu: list[float]
+
+
+def _tool_samples() -> _ToolSamples:
+    return _ToolSamples([], [], [])
+
+
+@dataclass
+class _ToolRound:
+    """One round's samples, per side and kind of call."""
+
+    direct_whole: _ToolSamples
+    tool_whole: _ToolSamples
+    direct_streamed: _ToolSamples
+    tool_streamed: _ToolSamples
+
+
+async def _tools(dialect: DialectName, cfg: BenchConfig, host: Host, direct: _Target) -> list[Row]:
+    """`models_invoke` through the run's MCP server (the `mcp` SDK's `Client` over the host's real HTTP
+    app, 2026-07-28 era) against the same request straight to the fake: whole, and streamed with its
+    text as progress notifications (against the stream read to its end). The clients run in a thread of
+    their own with its own event loop, so the event loop's thread is the host and the fake alone: the
+    host's CPU per call is that thread's CPU through the tool minus straight to the fake, without the
+    MCP client's. A fresh hold run per round keeps each run under the MCP call rate (50/s, bursts of 100)."""
+    sizes = cfg.sizes
+    merged = _ToolRound(_tool_samples(), _tool_samples(), _tool_samples(), _tool_samples())
+    for round_ in range(sizes.models_rounds + 1):  # the first round warms up and is not counted
+        async with _hold_run(host, "hold", f"models-tools-{round_}") as held:
+            found = await anyio.to_thread.run_sync(_tool_round_in_thread, direct, held, sizes.models_calls)
+        if round_ == 0:
+            continue
+        for name in ("direct_whole", "tool_whole", "direct_streamed", "tool_streamed"):
+            into, came = getattr(merged, name), getattr(found, name)
+            into.wall.extend(came.wall)
+            into.host_cpu.extend(came.host_cpu)
+            into.client_cpu.extend(came.client_cpu)
+    rows: list[Row] = []
+    for label, base, tool in (
+        ("whole", merged.direct_whole, merged.tool_whole),
+        ("streamed with progress", merged.direct_streamed, merged.tool_streamed),
+    ):
+        host_cpu = percentile(tool.host_cpu, 50) - percentile(base.host_cpu, 50)
+        rows.append(
+            Row(
+                benchmark=NAME,
+                case=f"{dialect}, models_invoke over MCP, {label}",
+                baseline_label="fake upstream directly",
+                subject_label="models_invoke through the run's MCP server",
+                baseline=Stat.of(base.wall, "ms"),
+                subject=Stat.of(tool.wall, "ms"),
+                extra={
+                    "overhead_p50_ms": percentile(tool.wall, 50) - percentile(base.wall, 50),
+                    "host_cpu_p50_ms": host_cpu,
+                    "host_and_fake_cpu_direct_p50_ms": percentile(base.host_cpu, 50),
+                    "host_and_fake_cpu_tool_p50_ms": percentile(tool.host_cpu, 50),
+                    "client_cpu_direct_p50_ms": percentile(base.client_cpu, 50),
+                    "client_cpu_tool_p50_ms": percentile(tool.client_cpu, 50),
+                    "note": "host CPU: the process's CPU but the clients' thread's (host, its threads, the fake)",
+                },
+            )
+        )
+    return rows
+
+
+def _tool_round_in_thread(direct: _Target, held: _Run, calls: int) -> _ToolRound:
+    return anyio.run(_tool_round, direct, held, calls)
+
+
+async def _tool_round(direct: _Target, held: _Run, calls: int) -> _ToolRound:
+    """On the clients' thread: warm both sides up, then `calls` calls of each kind, alternating ABBA."""
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+
+    found = _ToolRound(_tool_samples(), _tool_samples(), _tool_samples(), _tool_samples())
+    deltas: list[str] = []
+
+    async def progress(progress: float, total: float | None, message: str | None) -> None:
+        deltas.append(message or "")
+
+    async with (
+        httpx2.AsyncClient(timeout=httpx2.Timeout(30), trust_env=False) as http,
+        httpx2.AsyncClient(headers=held.mcp_headers, timeout=httpx2.Timeout(30), trust_env=False) as mcp_http,
+        Client(streamable_http_client(held.mcp_url, http_client=mcp_http), mode="2026-07-28") as client,
+    ):
+
+        async def tool(streamed: bool) -> None:
+            deltas.clear()
+            result = await client.call_tool(
+                "models_invoke", TOOL_ARGUMENTS, progress_callback=progress if streamed else None
+            )
+            structured: object = result.structured_content
+            if result.is_error or not isinstance(structured, dict) or (streamed and not deltas):
+                raise RuntimeError(f"models_invoke failed: {result.content!r:.300}")
+
+        async def direct_streamed() -> None:
+            if not await _stream_ends(http, direct):
+                raise RuntimeError("a direct stream did not end with message_stop")
+
+        sides: list[
+            tuple[
+                Callable[[], Awaitable[object]], _ToolSamples, Callable[[], Awaitable[object]], _ToolSamples
+            ]
+        ] = [
+            (lambda: _call(http, direct), found.direct_whole, lambda: tool(False), found.tool_whole),
+            (direct_streamed, found.direct_streamed, lambda: tool(True), found.tool_streamed),
+        ]
+        for base, _, subject, _ in sides:
+            for _ in range(3):
+                await base()
+                await subject()
+        for base, base_into, subject, subject_into in sides:
+            for i in range(calls):
+                pair = ((base, base_into), (subject, subject_into))
+                for fn, into in pair if i % 2 == 0 else pair[::-1]:
+                    wall, process_cpu, client_cpu = (
+                        time.perf_counter_ns(),
+                        time.process_time_ns(),
+                        time.thread_time_ns(),
+                    )
+                    await fn()
+                    clients = time.thread_time_ns() - client_cpu
+                    into.client_cpu.append(clients / 1e6)
+                    into.host_cpu.append((time.process_time_ns() - process_cpu - clients) / 1e6)
+                    into.wall.append((time.perf_counter_ns() - wall) / 1e6)
+    return found

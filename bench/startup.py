@@ -22,8 +22,16 @@
   `mcphost send hello --url` against a stub that answers at once (so the time is the client's) ≤ 3x
   `python -c "import httpx2"`; `mcphost serve` to its first `GET /healthz` 200 ≤ 1.5x `import mcp`;
   `python -c "import mcphost.app"` ≤ 1.2x `import mcp`.
+- The stack's floor, beside them: `python -c` importing only the libraries any run or server of this
+  design needs before a line of mcphost runs (SQLAlchemy's asyncio engine and the SQLite driver, the MCP
+  server, uvicorn and Starlette), against the same `import mcp`. No target: it shows how much of the `run`
+  and `serve` ratios is the stack's, and whether a target sits below it.
 
 Every subject runs in a subprocess with `MCPHOST_*` variables removed, so it sees the embedded default.
+Bytecode first: the benchmark compiles the environment's packages and the repository's (`compileall`,
+a no-op when current) before measuring, because a machine with `PYTHONDONTWRITEBYTECODE=1` (CI's kind)
+never caches it on import, and every sample would measure the bytecode compiler instead of the start-up
+a user sees from the second command on (SQLAlchemy alone: 0.99 s of CPU from source, 0.35 s cached).
 No warm-up rounds: each round is a cold `mcphost run` in a new folder, then a warm one in the same
 folder, so the cold one also warms the OS caches for the warm one.
 """
@@ -35,6 +43,7 @@ import os
 import shutil
 import socket
 import sys
+import sysconfig
 import tempfile
 import threading
 import time
@@ -57,6 +66,7 @@ from bench._stdio import StdioDriver
 NAME = "startup"
 BIN = Path(sys.executable).parent
 READY_TIMEOUT_S = 60.0
+_REPO = Path(__file__).resolve().parent.parent
 _BARE_APP = """
 import sys, uvicorn
 from starlette.applications import Starlette
@@ -354,7 +364,26 @@ async def _targets(rounds: int, scratch: Path, warm_dir: Path, serve: bool) -> l
             _TARGETS["import"],
         )
     )
+
+    async def import_stack() -> list[float]:
+        return [await _python_ms(_STACK)]
+
+    samples = await alternate(import_mcp, import_stack, rounds=rounds, warmup=0, min_rounds=1)
+    rows.append(
+        Row(
+            benchmark=NAME,
+            case="floor: the stack's imports (no target)",
+            baseline_label="`python -c 'import mcp'`",
+            subject_label="`python -c` importing SQLAlchemy asyncio + aiosqlite + mcp.server + uvicorn + Starlette",
+            baseline=Stat.of(samples.baseline, "ms"),
+            subject=Stat.of(samples.subject, "ms"),
+        )
+    )
     return rows
+
+
+_STACK = "import sqlalchemy.ext.asyncio, aiosqlite, mcp.server.lowlevel, uvicorn, starlette.applications"
+"""What any run or server of this design imports before a line of mcphost runs: the floor of `run`/`serve`."""
 
 
 async def _serve_ms(cwd: Path) -> float:
@@ -375,9 +404,17 @@ async def scratch_folder(
         shutil.rmtree(path, ignore_errors=True)
 
 
+async def _compile_bytecode() -> None:
+    """Bytecode for every package the subjects and baselines import (see the module docstring)."""
+    folders = [sysconfig.get_paths()["purelib"]]
+    folders += [str(_REPO / name) for name in ("mcphost", "mcphost_runners", "mcphost_bridge")]
+    await anyio.run_process([sys.executable, "-m", "compileall", "-q", "-j", "0", *folders], check=True)
+
+
 async def run(cfg: BenchConfig) -> list[Row]:
     rounds = cfg.sizes.startup_rounds
     rows: list[Row] = []
+    await _compile_bytecode()
     async with scratch_folder(cfg.tmp_root) as scratch:
         # Each round: a fresh folder, `mcphost run` in it twice (cold: the database is created and
         # migrated; then warm), each next to a baseline sample, in alternating order.

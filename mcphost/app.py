@@ -22,7 +22,9 @@ Invariants:
 - Wiring: the orchestrator calls `FactsServer.end_run`, `ModelProxy.end_run` (and the run metrics) when
   each run ends, inspection grants included, and `ModelProxy.settle` as each run it executed begins to
   close (its model calls' usage rows are written before its end); the model proxy trusts a grant from
-  memory only while `Orchestrator.executing` says the run executes here; the facts server's context provider is `Orchestrator.context`, which
+  memory only while `Orchestrator.executing` says the run executes here, and hangs a call's `chat {model}`
+  span under the span around the run's runner (from `Orchestrator.context`); the facts server's context
+  provider is `Orchestrator.context`, which
   holds a run's context (token included) in memory only while the run is active on this process; every
   other process sharing the database serves the copy the runs store kept, without its token, when the
   run started. No token is ever stored.
@@ -154,6 +156,7 @@ async def open_host(
     every MCP call and model call is answered from the recording."""
     import anyio
 
+    from mcphost import tracing
     from mcphost.api import HostMetrics, admit_channel_event
     from mcphost.bindings import Bindings
     from mcphost.channels import ChannelEvent, DiscordAdapter, adapters, channel_files
@@ -217,6 +220,14 @@ async def open_host(
         gateway = Gateway.from_settings(settings, stores)
         knowledge = KnowledgeBases.from_settings(stores.db, settings)
         guard = HttpGuard.from_settings(settings)
+
+        async def run_trace(run_id: str) -> dict[str, str] | None:
+            """The span around the run's runner, which model calls at the wire endpoints hang under."""
+            ctx = await orchestrator.context(run_id)
+            return (
+                None if ctx is None else tracing.carrier_of(ctx.runtime.traceparent, ctx.runtime.tracestate)
+            )
+
         models = ModelProxy(
             stores,
             settings.models,
@@ -225,6 +236,8 @@ async def open_host(
             on_call=metrics.model_call,
             replay=replay,
             executing=orchestrator.executing,
+            warm=warm,
+            run_trace=run_trace,
         )
         facts = FactsServer(
             stores,
@@ -269,6 +282,9 @@ async def open_host(
             orchestrator.host_id,
             channels=channels,
             on_outcome=metrics.delivery,
+            follow=orchestrator.results,
+            artifacts=stores.artifacts,
+            events=stores.events,
         )
         host = Host(
             settings,
@@ -315,7 +331,9 @@ async def open_host(
                     async def ingest(
                         event: ChannelEvent, raw: bytes, source: DiscordAdapter = source
                     ) -> object:
-                        return await admit_channel_event(stores, orchestrator, metrics, source, event, raw)
+                        return await admit_channel_event(
+                            stores, orchestrator, metrics, source, event, raw, stream_reply=sender.stream
+                        )
 
                     gateway_link = DiscordGateway(
                         source, ingest, LeaseStore(stores.db), holder=orchestrator.host_id
@@ -361,6 +379,7 @@ def _attach(app: Starlette, host: Host, limits: ApiLimits | None) -> None:
         continuations=host.continuations,
         webhooks=host.settings.webhooks,
         wake_deliveries=host.sender.wake,
+        stream_reply=host.sender.stream,
         knowledge=host.knowledge,
         gateway=host.gateway,
     )

@@ -434,6 +434,11 @@ class ChannelConfig(_Section):
     timeout_s: float = Field(default=15.0, gt=0, le=DELIVERY_LEASE_S - DELIVERY_SETTLE_S)
     """The whole of one send of a reply (every part of it) to the platform's API; also each wait of an
     inbound file's download."""
+    stream_interval_s: float = Field(default=1.0, ge=0, le=60)
+    """While a run streams (`message.delta`), its reply is a placeholder message edited at most once per
+    this many seconds (longer when the platform says `Retry-After`); 0: no placeholder, the reply is
+    posted once complete. Slack `chat.update`, Telegram `editMessageText` and Discord message edits all
+    take one edit a second per message."""
     max_attachment_bytes: int = Field(default=20 * 1024 * 1024, ge=1, le=2 * 1024 * 1024 * 1024)
     """The largest inbound file fetched (on its first read, never at arrival); a larger one — declared,
     or found while its bytes stream in — is refused with `payload_too_large` and never fetched again."""

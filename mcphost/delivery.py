@@ -30,6 +30,15 @@ Invariants:
   parts already sent are recorded with a failed attempt, so a retry sends only the rest. A platform's
   own wait (429 `Retry-After`, Telegram's `retry_after`) sets the next attempt instead of the back-off;
   an error the platform says is final (no such chat, a refused token) ends the row `dead` at once.
+- A `message.completed` reply whose message this host streamed (`replies.ReplyStreams`) waits until
+  the stream hands its placeholder over; its first part then edits the placeholder (a placeholder the
+  platform no longer lets edit gets the part as a new message), and the id is kept in the row's body
+  (`placeholder`) with a failed attempt, so a retry edits it too. A `run.failed` notice waits for the
+  run's stream to end, and goes after a placeholder it left (`part` 1: a Discord follow-up, not the
+  interaction's answer).
+- After its text, a reply uploads the files its message names (`replies.reply_files`), counted in the
+  body's `sent_files` like the parts; a file over the platform's `max_upload_bytes` (or
+  `MAX_UPLOAD_BYTES`), or no longer stored, is a short notice in the chat instead.
 """
 
 from __future__ import annotations
@@ -53,8 +62,10 @@ from standardwebhooks import Webhook
 from mcphost.channels import ChannelAdapter, ChannelSendError, Target
 from mcphost.common.periodic import Periodic
 from mcphost.config import DELIVERY_LEASE_S, WebhookConfig
-from mcphost.protocol import JSONObject, is_json_array, is_json_object
-from mcphost.stores import DeliveryLease, DeliveryStore
+from mcphost.errors import HostError
+from mcphost.protocol import JSONObject, is_json_object
+from mcphost.replies import Follow, ReplyStreams, artifact_of, content_text, reply_files
+from mcphost.stores import ArtifactStore, DeliveryLease, DeliveryStore, EventStore
 from mcphost.stores.deliveries import CHANNEL_URL_PREFIX, EXPIRED_ERROR
 
 logger = logging.getLogger(__name__)
@@ -72,6 +83,10 @@ RETRY_BASE_S = 2.0
 RETRY_MAX_S = 3600.0
 UNCONFIGURED_ERROR = "the webhook URL is no longer configured in [[webhooks]]"
 UNCONFIGURED_CHANNEL_ERROR = "the channel is no longer configured in [channels]"
+MAX_UPLOAD_BYTES = 50 * 1024 * 1024
+"""The largest file a reply uploads, whatever the platform allows (it is read into memory)."""
+PLACEHOLDER_WAIT_S = 1.0
+"""How soon a reply whose placeholder the stream still holds is tried again."""
 
 DeliveryOutcome = Literal["delivered", "failed", "dead", "expired", "unconfigured", "superseded"]
 """What became of one claimed row on this host: `delivered` (2xx); `failed` (a failed send, tried again
@@ -122,9 +137,13 @@ class DeliverySender:
         per_url: int | None = None,
         channels: Mapping[str, ChannelAdapter] | None = None,
         on_outcome: Callable[[DeliveryOutcome], None] | None = None,
+        follow: Follow | None = None,
+        artifacts: ArtifactStore | None = None,
+        events: EventStore | None = None,
     ) -> None:
         """Timings default to the module's constants, read when the sender is made; `on_outcome` hears
-        of every claimed row's end here (the metrics).
+        of every claimed row's end here (the metrics); `follow` (a run's results, live) streams the
+        replies of channel runs (`stream`), and `artifacts` with `events` let replies upload files.
 
         Raises:
             ValueError: a webhook's `timeout_s` does not end before the lease.
@@ -146,6 +165,9 @@ class DeliverySender:
         self._in_flight: Counter[str] = Counter()
         self._claims: Periodic | None = None
         """The claim loop while `running`."""
+        self._streams = ReplyStreams(follow) if follow is not None and self._channels else None
+        self._artifacts = artifacts
+        self._events = events
 
     @asynccontextmanager
     async def running(self) -> AsyncGenerator[None, None]:
@@ -161,13 +183,24 @@ class DeliverySender:
                 "the webhook sender", partial(self._claim, client, tg), interval_s=self._poll_s
             )
             tg.start_soon(self._claims.run)
+            if self._streams is not None:
+                self._streams.bind(client, tg)
             try:
                 yield
             finally:
                 tg.cancel_scope.cancel()
                 self._claims = None
+                if self._streams is not None:
+                    self._streams.bind(None, None)
                 with anyio.CancelScope(shield=True), anyio.move_on_after(5):
                     await self._deliveries.release(self._host_id)  # its rows: for the next host now
+
+    def stream(self, channel_id: str, target: Target, run_id: str) -> None:
+        """Stream the reply of a run of `channel_id`'s event admitted here: its typing indicator and
+        placeholder edits (`replies.ReplyStreams`); nothing when the sender does not run."""
+        source = self._channels.get(channel_id)
+        if self._streams is not None and source is not None:
+            self._streams.start(source, target, run_id)
 
     def wake(self) -> None:
         """Claim now rather than at the next poll (a row was just made due here, or a send ended)."""
@@ -284,15 +317,44 @@ class DeliverySender:
             await self._deliveries.bury(lease, error=f"not a reply this channel can send: {exc}")
             return "dead"
         deadline = min(source.config.timeout_s, lease.claimed_until - now)
-        sent = first = _sent_parts(lease.body)
+        sent = first = _count(lease.body, "sent_parts")
+        uploaded = first_file = _count(lease.body, "sent_files")
+        held = lease.body.get("placeholder")
+        placeholder = held if isinstance(held, str) else None
+        data = lease.body.get("data")
+        files = reply_files(data) if lease.type == "message.completed" and is_json_object(data) else []
         error: str | None = None
         wait: float | None = None
         final = False
         with anyio.move_on_after(deadline) as scope:
+            ready, offset = True, 0
+            if sent == 0 and placeholder is None and parts:
+                ready, placeholder = await self._placeholder(lease, source, deadline / 2)
+            if (
+                ready
+                and lease.type == "run.failed"
+                and self._streams is not None
+                and lease.run_id is not None
+            ):
+                ready, kept = await self._streams.kept(lease.run_id, timeout=deadline / 2)
+                offset = 1 if kept else 0  # after the placeholder the stream kept, not into it
+            if not ready:
+                error, wait = (
+                    "the reply's placeholder is still being edited by its stream",
+                    PLACEHOLDER_WAIT_S,
+                )
             try:
-                while sent < len(parts):
-                    await source.send(client, target, parts[sent], part=sent)
+                while ready and sent < len(parts):
+                    if sent == 0 and placeholder is not None:
+                        await self._replace(client, source, target, placeholder, parts[0])
+                    else:
+                        await source.send(client, target, parts[sent], part=sent + offset)
                     sent += 1
+                while ready and uploaded < len(files):
+                    await self._upload(
+                        client, source, target, lease, files[uploaded], part=sent + uploaded + 1
+                    )
+                    uploaded += 1
             except ChannelSendError as exc:
                 error, wait, final = str(exc)[:300], exc.retry_after, exc.permanent
         if scope.cancelled_caught:
@@ -302,9 +364,10 @@ class DeliverySender:
         if error is None:
             recorded, outcome = await self._deliveries.delivered(lease), "delivered"
             logger.info(
-                "replied %s in %d part(s) on %s for run %s",
+                "replied %s in %d part(s) and %d file(s) on %s for run %s",
                 lease.delivery_id,
                 len(parts),
+                len(files),
                 lease.url,
                 lease.run_id,
             )
@@ -313,7 +376,13 @@ class DeliverySender:
                 wait if wait is not None else backoff(lease.attempts + 1, base_s=self._retry_base_s)
             )
             dead = final or next_at >= lease.expires_at
-            progress = lease.body | {"sent_parts": sent} if sent > first else None
+            progress: JSONObject | None = None
+            if sent > first or uploaded > first_file or placeholder != held:
+                progress = lease.body | {
+                    "sent_parts": sent,
+                    "sent_files": uploaded,
+                    "placeholder": placeholder,
+                }
             recorded = await self._deliveries.retry(
                 lease, error=error, next_attempt_at=next_at, dead=dead, body=progress
             )
@@ -321,6 +390,71 @@ class DeliverySender:
             logger.warning("reply %s on %s failed after %d of %d part(s) (%s)%s", lease.delivery_id, lease.url,
                            sent, len(parts), error, "; it is dead" if dead else "")  # fmt: skip
         return outcome if recorded else "superseded"
+
+    async def _placeholder(
+        self, lease: DeliveryLease, source: ChannelAdapter, timeout: float
+    ) -> tuple[bool, str | None]:
+        """(ready, id) of the placeholder this host streamed for the row's message (`ReplyStreams`)."""
+        seq = lease.body.get("result_seq")
+        if (
+            self._streams is None
+            or lease.type != "message.completed"
+            or lease.run_id is None
+            or source.config.stream_interval_s <= 0
+            or not isinstance(seq, int)
+        ):
+            return True, None
+        return await self._streams.placeholder(lease.run_id, seq, timeout=timeout)
+
+    @staticmethod
+    async def _replace(
+        client: httpx2.AsyncClient, source: ChannelAdapter, target: Target, placeholder: str, text: str
+    ) -> None:
+        """The first part of a streamed reply, into its placeholder; as a new message when the platform
+        refuses the edit for good (the placeholder was deleted, or may no longer be edited)."""
+        try:
+            await source.edit(client, target, placeholder, text)
+        except ChannelSendError as exc:
+            if not exc.permanent:
+                raise
+            logger.warning("placeholder %s on %s could not take the final text (%s); posting it anew",
+                           placeholder, source.channel_id, exc)  # fmt: skip
+            await source.send(client, target, text, part=0)
+
+    async def _upload(
+        self,
+        client: httpx2.AsyncClient,
+        source: ChannelAdapter,
+        target: Target,
+        lease: DeliveryLease,
+        artifact_id: str,
+        *,
+        part: int,
+    ) -> None:
+        """One file of a reply, or the notice of why it is not uploaded."""
+        record = None
+        if self._artifacts is not None and self._events is not None and lease.run_id is not None:
+            record = await artifact_of(self._artifacts, self._events, lease.run_id, artifact_id)
+        if record is None or self._artifacts is None:
+            await source.send(client, target, f"(The file {artifact_id!r} is no longer stored, so it is not attached.)",
+                              part=part)  # fmt: skip
+            return
+        name = record.name or record.artifact_id
+        limit = min(source.max_upload_bytes, MAX_UPLOAD_BYTES)
+        if record.size > limit:
+            notice = (
+                f"(The file {name!r} is {record.size:,} bytes, over the {limit:,}-byte limit for a "
+                f"{source.platform} upload, so it is not attached; it is kept as artifact {record.artifact_id}.)"
+            )
+            await source.send(client, target, notice, part=part)
+            return
+        try:
+            data = await self._artifacts.read(record.artifact_id)
+        except HostError as exc:
+            await source.send(client, target, f"(The file {name!r} could not be read ({exc}), so it is not attached.)"[:1000],
+                              part=part)  # fmt: skip
+            return
+        await source.upload(client, target, name[:200], record.mime_type, data)
 
     async def _act(
         self, client: httpx2.AsyncClient, lease: DeliveryLease, source: ChannelAdapter
@@ -391,8 +525,8 @@ def action_of(body: JSONObject) -> tuple[str, Target, str, str]:
     return name, target, message_id, value
 
 
-def _sent_parts(body: JSONObject) -> int:
-    sent = body.get("sent_parts")
+def _count(body: JSONObject, key: str) -> int:
+    sent = body.get(key)
     return sent if isinstance(sent, int) and not isinstance(sent, bool) and sent >= 0 else 0
 
 
@@ -405,12 +539,7 @@ def reply_text(kind: str, data: JSONObject) -> str:
     message = data.get("message")
     if not is_json_object(message):
         return ""
-    content = message.get("content")
-    if isinstance(content, str):
-        return content
-    contents = message.get("contents")
-    texts = [c.get("text") for c in (contents if is_json_array(contents) else []) if is_json_object(c)]
-    return "\n".join(t for t in texts if isinstance(t, str))
+    return content_text(message, sep="\n")
 
 
 def reply_of(source: ChannelAdapter, kind: str, body: JSONObject) -> tuple[Target, list[str]]:

@@ -1,7 +1,7 @@
 """Live delivery inside one host process: wake-up signals, each active run's result feed, and the
 readers of a run's results and end.
 
-Owns `Signal` (a wake-up that is never lost), `RunSignals` (a signal per run that readers here are
+Owns `RunSignals` (a `common.tickets.Signal` per run that readers here are
 waiting on, woken by other processes' wake-ups, `stores/wakeups.py`), `ResultFeed`, the results of one
 run this process executes, handed to the readers of this process in memory as they are persisted, and
 `RunReader` (`Orchestrator.results` and `wait`): a run active here is read from its feed, any other
@@ -24,37 +24,13 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable, Generator, Sequence
 from contextlib import contextmanager
 
-import anyio
-
+from mcphost.common.tickets import Signal
 from mcphost.models import Run
 from mcphost.stores import Stores
 from mcphost.stores.results import StoredResult
 
 FEED_KEPT = 1000
 """Results a feed keeps for readers that fall behind (further back they read the store)."""
-
-
-class Signal:
-    """A wake-up that is never lost: `notify()` wakes every waiter holding a ticket taken before it.
-
-    Take `ticket()` *before* reading the state the signal guards, then `wait(ticket)`: a notify that
-    lands between the read and the wait has already set the ticket, so the wait returns at once.
-    """
-
-    def __init__(self) -> None:
-        self._event = anyio.Event()
-
-    def ticket(self) -> anyio.Event:
-        return self._event
-
-    def notify(self) -> None:
-        self._event.set()
-        self._event = anyio.Event()
-
-    @staticmethod
-    async def wait(ticket: anyio.Event, timeout: float) -> None:
-        with anyio.move_on_after(timeout):
-            await ticket.wait()
 
 
 class RunSignals:

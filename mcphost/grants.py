@@ -2,7 +2,7 @@
 
 Owns the rule that turns (runner manifest permissions) ∩ (agent policy) ∩ (event scope) into a frozen
 `RunGrant`, and `check`, which says of one target (`tool:NAME`, `state:SCOPE:read|write`,
-`storage:AREA`, `knowledge:KB`, `resource:URI`, `action:NAME`, `model:ID[:invoke|stream|rerank]`) whether a grant allows it and, when not, which layer
+`storage:AREA`, `knowledge:KB`, `resource:URI`, `action:NAME`, `model:ID[:invoke|stream|rerank|embed]`) whether a grant allows it and, when not, which layer
 removed it and which key would add it (and, of an allowed tool, whether its calls wait for a person's
 approval: `asks_approval`). `mcphost explain` and every `unauthorized` refusal of the per-run
 MCP server word their answer through `check`. `action_out_of_scope` is the event layer of a platform
@@ -61,6 +61,7 @@ MODEL_TOOLS_BY_CALL: Mapping[str, tuple[str, ...]] = {
     "invoke": ("models_list", "models_invoke"),
     "stream": ("models_list", "models_invoke"),
     "rerank": ("models_list", "models_rerank"),
+    "embed": ("models_list", "models_embed"),
 }
 """Which model tools each way of calling a model (`permissions.models`) unlocks, for a run granted at
 least one host model; `models_invoke` streams when the client asks and `stream` is granted."""
@@ -93,7 +94,7 @@ class GrantView(BaseModel):
     models: list[str] = []
     """Host models the run may call (`[models.<id>]` ids)."""
     model_calls: list[str] = []
-    """How it may call them: `invoke`, `stream`, `rerank`."""
+    """How it may call them: `invoke`, `stream`, `rerank`, `embed`."""
     call_budget: int | None
     byte_budget: int | None
 
@@ -257,7 +258,7 @@ class GrantCheck(BaseModel):
     target: str
     """What was checked: `tool:NAME`, `state:SCOPE:read|write`, `storage:AREA`, `knowledge:KB`,
     `resource:URI`, `action:NAME` (a platform action; its target's scope is checked per request) or
-    `model:ID[:invoke|stream|rerank]` (a host model)."""
+    `model:ID[:invoke|stream|rerank|embed]` (a host model)."""
     allowed: bool
     approval: bool = False
     """Allowed, but each call waits for a person's decision: the agent marks the tool `ask`
@@ -299,8 +300,10 @@ def check(grant: RunGrant, target: str) -> GrantCheck:
             removed = None if allowed else _knowledge_layers(grant, rest)
         case "model":
             model_id, _, how = rest.partition(":")
-            if not model_id or how not in ("", "invoke", "stream", "rerank"):
-                raise ValueError(f"{target[:120]!r}: a model target is 'model:ID[:invoke|stream|rerank]'")
+            if not model_id or how not in ("", "invoke", "stream", "rerank", "embed"):
+                raise ValueError(
+                    f"{target[:120]!r}: a model target is 'model:ID[:invoke|stream|rerank|embed]'"
+                )
             allowed = model_id in grant.models and (not how or how in grant.model_calls)
             removed = None if allowed else _model_layers(grant.layers, model_id, how or None)
         case "action":
@@ -321,7 +324,7 @@ def check(grant: RunGrant, target: str) -> GrantCheck:
         case _:
             raise ValueError(
                 f"{target[:120]!r} is not a target; use tool:NAME, state:SCOPE:read|write, storage:AREA, "
-                "knowledge:KB, resource:URI, action:NAME or model:ID[:invoke|stream|rerank]"
+                "knowledge:KB, resource:URI, action:NAME or model:ID[:invoke|stream|rerank|embed]"
             )
     if allowed:
         pattern = asks_approval(grant, rest) if kind == "tool" else None
@@ -541,7 +544,7 @@ def _model_layers(layers: GrantLayers | None, model_id: str, how: str | None) ->
     if layers is None:
         return None
     if not layers.manifest.models or (how is not None and how not in layers.manifest.models):
-        what = repr(how) if how else "any of 'invoke', 'stream', 'rerank'"
+        what = repr(how) if how else "any of 'invoke', 'stream', 'rerank', 'embed'"
         return (
             "manifest",
             f"{_runner(layers)} does not declare {what} in permissions.models",

@@ -75,6 +75,7 @@ MODEL_CALLS: Mapping[Api, str] = {
     "anthropic": "models/anthropic/v1/messages",
     "chat": "models/openai/v1/chat/completions",
     "responses": "models/openai/v1/responses",
+    "embeddings": "models/openai/v1/embeddings",
 }
 """The names a call at a per-run model endpoint is recorded under, by API (never a tool's name)."""
 

@@ -26,7 +26,7 @@ import logging
 import os
 import re
 import time
-from collections.abc import Generator, Mapping
+from collections.abc import Generator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import TYPE_CHECKING, Literal
 
@@ -68,6 +68,25 @@ MCP_METHOD = "mcp.method.name"
 MCP_SESSION = "mcp.session.id"
 WARM_SESSION = "mcphost.warm_session.id"
 ERROR_TYPE = "error.type"
+# The GenAI inference span (`chat {model}`): the names of the installed opentelemetry-semantic-conventions
+# (`gen_ai_attributes`; a test pins them equal), spelled here so that tracing off imports none of it.
+GEN_AI_PROVIDER = "gen_ai.provider.name"
+GEN_AI_SYSTEM = "gen_ai.system"
+"""The provider under its older (deprecated) name, which many trace back-ends still group by."""
+GEN_AI_REQUEST_MODEL = "gen_ai.request.model"
+GEN_AI_RESPONSE_MODEL = "gen_ai.response.model"
+GEN_AI_INPUT_TOKENS = "gen_ai.usage.input_tokens"
+GEN_AI_OUTPUT_TOKENS = "gen_ai.usage.output_tokens"
+GEN_AI_CACHED_TOKENS = "gen_ai.usage.cache_read.input_tokens"
+GEN_AI_TIME_TO_FIRST_CHUNK = "gen_ai.response.time_to_first_chunk"
+"""Seconds from the request to the first chunk of a streamed answer."""
+HTTP_STATUS = "http.response.status_code"
+MODEL_ID = "mcphost.model.id"
+MODEL_UPSTREAM = "mcphost.model.upstream"
+MODEL_ATTEMPT = "mcphost.model.attempt"
+MODEL_ATTEMPTS = "mcphost.model.attempts"
+MODEL_COST = "mcphost.model.cost_usd"
+MODEL_STREAMED = "mcphost.model.streamed"
 
 EXPORTERS = ("otlp", "console", "none")
 PROTOCOLS = ("http/protobuf",)
@@ -228,24 +247,41 @@ def _error_type(exc: BaseException) -> str:
     return code if isinstance(code, str) else type(exc).__qualname__
 
 
+Attributes = Mapping[str, str | int | float | bool]
+SpanEvent = tuple[str, Attributes, int]
+"""A named point of a span: (name, attributes, time in ns since the epoch)."""
+
+
 def record(
     name: str,
     *,
     start_ns: int,
-    attributes: Mapping[str, str | int | float | bool],
+    attributes: Attributes,
     error_type: str | None = None,
+    parent: Carrier | None = None,
+    kind: SpanKind = "internal",
+    end_ns: int | None = None,
+    events: Sequence[SpanEvent] = (),
 ) -> None:
-    """A finished child of the current span, from `start_ns` to now (a step timed before its attributes
-    were known, e.g. the binding before the run id). Off: nothing."""
+    """A finished span from `start_ns` to `end_ns` (default now), with `events`: a child of `parent`
+    when given, else of the current span (a step timed before its attributes were known, e.g. the
+    binding before the run id, or a model call recorded once its usage is read). Off: nothing."""
     if _tracer is None:
         return
+    from opentelemetry.trace import SpanKind as OtelKind
     from opentelemetry.trace import StatusCode
 
-    done = _tracer.start_span(name, start_time=start_ns, attributes=attributes)
+    otel_kind = {"internal": OtelKind.INTERNAL, "server": OtelKind.SERVER, "client": OtelKind.CLIENT}[kind]
+    context = None if parent is None else _context(parent)
+    done = _tracer.start_span(
+        name, context=context, kind=otel_kind, start_time=start_ns, attributes=attributes
+    )
+    for event_name, event_attributes, at_ns in events:
+        done.add_event(event_name, attributes=event_attributes, timestamp=at_ns)
     if error_type is not None:
         done.set_attribute(ERROR_TYPE, error_type)
         done.set_status(StatusCode.ERROR)
-    done.end(end_time=time.time_ns())
+    done.end(end_time=time.time_ns() if end_ns is None else end_ns)
 
 
 def annotate(current: Span | None, attributes: Mapping[str, str | int | float | bool | None]) -> None:
@@ -316,6 +352,17 @@ def accept(headers: Mapping[str, str]) -> dict[str, str]:
     return out
 
 
+def carrier_of(traceparent: str | None, tracestate: str | None) -> dict[str, str] | None:
+    """A carrier from a kept `traceparent` and `tracestate` (a grant's, a runner context's); None
+    without a `traceparent`."""
+    if traceparent is None:
+        return None
+    found = {TRACEPARENT: traceparent}
+    if tracestate is not None:
+        found[TRACESTATE] = tracestate
+    return found
+
+
 def _context(parent: Carrier) -> Context:
     from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
@@ -330,6 +377,7 @@ __all__ = [
     "accept",
     "annotate",
     "carrier",
+    "carrier_of",
     "enabled",
     "event",
     "fail",

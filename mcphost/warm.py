@@ -2,8 +2,9 @@
 
 A warm harness process (`[agents.config] warm = true`) lives across the runs of one conversation, so its
 MCP config cannot carry a run's URL and token. It is given `/sessions/{session_id}/mcp` and a session
-token instead; this module names the session, derives its token, and answers which run the endpoint
-currently serves. Does not own serving the endpoint (`facts/server.py`), the SQL behind the binding
+token instead (and, on host models, `/sessions/{session_id}/models/...` with the same token); this module
+names the session, derives its token, and answers which run the endpoints currently serve. Does not own
+serving the endpoints (`facts/server.py`, `proxy/_session.py`), the SQL behind the binding
 (`stores/warm.py`), nor the warm processes (they live in the runner's plugin, `mcphost_runners/_harness_warm.py`).
 
 Invariants:
@@ -22,15 +23,22 @@ import hashlib
 import hmac
 import re
 
-from mcphost.protocol import AgentRunContext, WarmSessionAccess
+from mcphost.protocol import AgentRunContext, ModelEndpoints, WarmSessionAccess
 from mcphost.stores.warm import WarmSessionStore
 
 SESSION_PATH = "/sessions/{session_id}/mcp"
+SESSION_MODELS_PATH = "/sessions/{session_id}/models"
 SESSION_ID = re.compile(r"^ses_[0-9a-f]{32}$")
 
 
 def session_url(public_url: str, session_id: str) -> str:
     return f"{public_url.rstrip('/')}/sessions/{session_id}/mcp"
+
+
+def session_model_endpoints(public_url: str, session_id: str) -> ModelEndpoints:
+    """The session's model endpoints: those of its current run, at a URL that outlives each run."""
+    base = f"{public_url.rstrip('/')}/sessions/{session_id}/models"
+    return ModelEndpoints(anthropic=f"{base}/anthropic", openai=f"{base}/openai/v1")
 
 
 class WarmSessions:
@@ -96,8 +104,9 @@ class WarmSessions:
         return await self._store.latest_run(session_id)
 
     def offer(self, ctx: AgentRunContext, *, agent_id: str, public_url: str) -> AgentRunContext:
-        """`ctx` with its warm session endpoint (token-free), or `ctx` itself when the run has no
-        conversation or no MCP endpoint. Called while the run's context is built in its start
+        """`ctx` with its warm session endpoint (token-free; with the session's model endpoints when the
+        run has model endpoints), or `ctx` itself when the run has no conversation or no MCP endpoint.
+        Called while the run's context is built in its start
         transaction, which records the session on the run: that is what binds it."""
         mcp = ctx.context.mcp
         if ctx.conversation is None or mcp is None:
@@ -109,6 +118,7 @@ class WarmSessions:
             max_sessions=int(self._limits["max_sessions"]),
             idle_timeout_s=float(self._limits["idle_timeout_s"]),
             max_rss_mb=int(self._limits["max_rss_mb"]),
+            models=None if ctx.context.models is None else session_model_endpoints(public_url, session_id),
         )
         full = mcp.model_copy(update={"session": access})
         return ctx.model_copy(update={"context": ctx.context.model_copy(update={"mcp": full})})

@@ -15,9 +15,9 @@ import re
 import shutil
 from collections.abc import Mapping
 from pathlib import Path
-from typing import ClassVar, Literal
+from typing import ClassVar, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from mcphost.common.validation import problems
 from mcphost.protocol import (
@@ -30,6 +30,8 @@ from mcphost.protocol import (
 )
 
 TOKEN_ENV = "MCPHOST_RUN_TOKEN"
+HOST_MODEL_PREFIX = "host:"
+"""`model = "host:<id>"` names a host model (`[models.<id>]`): the run's model endpoint, not a provider."""
 SERVER_NAME = "mcphost"
 """The name the per-run MCP server has inside every harness (tools become `mcp__mcphost__<tool>`)."""
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -69,6 +71,11 @@ class HarnessConfig(BaseModel):
     )
     """How the CLI reaches the run's MCP server: Streamable HTTP with the bearer token, or the stdio bridge."""
     model: str | None = Field(default=None, title="Model")
+    """The CLI's model; `host:<id>` names the host's `[models.<id>]`, called through the run's endpoint
+    with the run token (no provider key reaches the CLI)."""
+    model_source: Literal["own", "host"] = Field(default="own", title="Where the model is")
+    """`host`: `model` names a host model (`[models.<id>]`, the `host:` prefix optional); `own`: the
+    CLI's own provider, unless `model` is written `host:<id>`."""
     extra_mcp_servers: dict[str, JSONObject] = Field(
         default_factory=dict[str, JSONObject], title="More MCP servers, by name"
     )
@@ -82,6 +89,14 @@ class HarnessConfig(BaseModel):
     save_session: bool = Field(default=True, title="Save the session in conversation state")
     """Save `external.session_id` and `external.working_directory` in conversation state (needs the
     agent's state policy to allow writing `conversation`, the default)."""
+
+    @model_validator(mode="after")
+    def _host_source_names_a_model(self) -> Self:
+        if self.model_source == "host" and not (self.model or "").removeprefix(HOST_MODEL_PREFIX):
+            raise ValueError(
+                "model_source = 'host' needs model = '<id>' naming one of the host's [models.<id>]"
+            )
+        return self
 
     @field_validator("environment")
     @classmethod
@@ -177,7 +192,6 @@ def resolve_cli(name: str, cli_path: str | None, search_path: str | None) -> Pat
     return local if local.is_file() and os.access(local, os.X_OK) else None
 
 
-HOST_MODEL_PREFIX = "host:"
 PROVIDER_KEY_ENV: frozenset[str] = frozenset(
     {
         "ANTHROPIC_API_KEY",
@@ -192,20 +206,29 @@ run token where the CLI needs a key."""
 
 
 def host_model(config: HarnessConfig) -> str | None:
-    """The host model id an agent's `model = "host:<id>"` names, or None (the CLI's own provider)."""
-    if config.model is None or not config.model.startswith(HOST_MODEL_PREFIX):
+    """The host model id an agent's `model = "host:<id>"` (or `model_source = "host"`) names, or None
+    (the CLI's own provider)."""
+    if config.model is None:
+        return None
+    if config.model_source != "host" and not config.model.startswith(HOST_MODEL_PREFIX):
         return None
     return config.model.removeprefix(HOST_MODEL_PREFIX) or None
 
 
-def host_model_access(ctx: AgentRunContext) -> tuple[ModelEndpoints, str]:
-    """The run's model endpoints and its token, for a CLI on a host model.
+def host_model_access(ctx: AgentRunContext, *, warm: bool = False) -> tuple[ModelEndpoints, str]:
+    """The model endpoints and the credential of a CLI on a host model: the run's endpoints and token,
+    or with `warm` the warm session's (`mcp.session.models` and the session token), which serve
+    whichever run of the session is current, so a warm process keeps calling the host after its first
+    run ended.
 
     Raises:
         ValueError: the run is granted no host model (its agent's `resources.models` is empty).
     """
     endpoints, mcp = ctx.context.models, ctx.context.mcp
     token = run_token(mcp) if mcp is not None else None
+    if warm and mcp is not None and mcp.session is not None:
+        endpoints = mcp.session.models
+        token = mcp.session.headers.get("Authorization", "").removeprefix("Bearer ").strip() or None
     if endpoints is None or token is None:
         raise ValueError(
             "model = 'host:<id>' needs the run to be granted that host model: add it to resources.models "

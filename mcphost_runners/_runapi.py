@@ -78,6 +78,7 @@ from mcphost.protocol.facts import (
     TranscriptRole,
 )
 from mcphost.protocol.inference import (
+    EmbeddingAnswer,
     ModelInvocation,
     ModelMessage,
     ModelsList,
@@ -547,6 +548,14 @@ class RunAPI:
         """`documents` scored by relevance to `query` with host rerank model `model`, best first."""
         args = _without_none(model=model, query=query, documents=documents, top_k=top_k)
         return await self._typed("models_rerank", args, RerankAnswer)
+
+    async def models_embed(
+        self, model: str, inputs: list[str], *, dimensions: int | None = None
+    ) -> EmbeddingAnswer:
+        """A vector for each of `inputs`, in order, from host embedding model `model` (`dimensions`: a
+        shorter vector, on models that can give one)."""
+        args = _without_none(model=model, inputs=inputs, dimensions=dimensions)
+        return await self._typed("models_embed", args, EmbeddingAnswer)
 
     # -- plumbing ------------------------------------------------------------------------------------
 

@@ -19,6 +19,11 @@ in the run's folder, with `HOME` and `CLAUDE_CONFIG_DIR` private to the runner (
 The MCP config file (mode 0600, removed when the CLI ends) holds the run's server as Streamable HTTP with
 the bearer header, or as the stdio bridge with the token in its environment, plus `extra_mcp_servers`.
 
+On a host model (`model = "host:<id>"`) the CLI gets `ANTHROPIC_BASE_URL` = the run's Anthropic endpoint
+(`context.models.anthropic`) and the run token as `ANTHROPIC_API_KEY`, and no provider key variable
+(`PROVIDER_KEY_ENV`); a warm process gets the session's endpoint (`context.mcp.session.models`) and the
+session token instead, which serve whichever run of the session is current.
+
 Stream mapping: `system/init` → fail closed unless `mcphost` is `connected`, else `external.session_id`
 and `external.working_directory` into conversation state; `stream_event` text deltas → `message.delta`
 (when the surface streams); `assistant` tool_use → `tool.call.started` (and, for `AskUserQuestion`, `interaction.requested`); `user` tool_result →
@@ -156,7 +161,7 @@ class ClaudeCodeRunner(HarnessRunner):
         )
         argv = self._argv(ctx, config, workspace, cli, session, mcp_config)
         argv[2:2] = ["--input-format", "stream-json"]
-        return Launch(argv, self._environment(ctx, config, workspace), secret_files=[mcp_config])
+        return Launch(argv, self._environment(ctx, config, workspace, warm=True), secret_files=[mcp_config])
 
     def turn_message(self, ctx: AgentRunContext, workspace: Workspace) -> bytes:
         message = {"type": "user", "message": {"role": "user", "content": self._prompt(ctx, workspace)}}
@@ -199,7 +204,7 @@ class ClaudeCodeRunner(HarnessRunner):
         return prompt
 
     def _environment(
-        self, ctx: AgentRunContext, config: ClaudeCodeConfig, workspace: Workspace
+        self, ctx: AgentRunContext, config: ClaudeCodeConfig, workspace: Workspace, *, warm: bool = False
     ) -> dict[str, str]:
         home = make_private_dir(workspace.data_dir / "claude-home")
         env = harness_environment(
@@ -214,9 +219,10 @@ class ClaudeCodeRunner(HarnessRunner):
         model_id = host_model(config)
         if model_id is None:
             return env
-        # On a host model the CLI talks to the run's Anthropic endpoint with the run token; no provider
-        # key reaches its environment, whatever the agent's `environment` or `pass_env` say.
-        endpoints, token = host_model_access(ctx)
+        # On a host model the CLI talks to the run's Anthropic endpoint with the run token (a warm one
+        # to the session's, with the session token); no provider key reaches its environment, whatever
+        # the agent's `environment` or `pass_env` say.
+        endpoints, token = host_model_access(ctx, warm=warm)
         return {
             **without_provider_keys(env),
             "ANTHROPIC_BASE_URL": endpoints.anthropic,

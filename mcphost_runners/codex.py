@@ -32,7 +32,8 @@ provider whose key is read from the variable named by `config.api_key_env` (defa
 On a host model (`model = "host:<id>"`) the provider is the run's OpenAI endpoint
 (`context.models.openai`, Responses at `…/responses`) with `env_key = "MCPHOST_MODEL_TOKEN"`, which
 holds the run token, the model is `-m <id>`, and every provider key variable (`PROVIDER_KEY_ENV`) is
-left out of the CLI's environment.
+left out of the CLI's environment. A warm process's provider is the session's OpenAI endpoint
+(`context.mcp.session.models.openai`) with the session token, serving whichever run is current.
 
 A CLI that exits before `thread.started` naming our server on stderr failed to reach it:
 `runner.mcp_unavailable`.
@@ -150,7 +151,7 @@ class CodexRunner(HarnessRunner):
             ]
         else:
             endpoint = [(f"{server}.url", mcp.url), (f"{server}.bearer_token_env_var", TOKEN_ENV)]
-        for key, value in self._settings(ctx, config, workspace, endpoint):
+        for key, value in self._settings(ctx, config, workspace, endpoint, warm=False):
             argv += ["-c", f"{key}={toml_value(value)}"]
         model = host_model(config) or config.model
         if model:
@@ -158,7 +159,7 @@ class CodexRunner(HarnessRunner):
         if session.session_id:
             argv += ["resume", session.session_id]
         argv += ["--", self._prompt(ctx, workspace)]
-        return Launch(argv, self._environment(ctx, config, workspace, run_token(mcp) or ""))
+        return Launch(argv, self._environment(ctx, config, workspace, run_token(mcp) or "", warm=False))
 
     def launch_warm(
         self,
@@ -179,7 +180,7 @@ class CodexRunner(HarnessRunner):
             (f"{server}.url", mcp.session.url),
             (f"{server}.bearer_token_env_var", TOKEN_ENV),
         ]
-        settings = self._settings(ctx, config, workspace, endpoint)
+        settings = self._settings(ctx, config, workspace, endpoint, warm=True)
         settings.insert(1, ("sandbox_mode", config.sandbox))
         model = host_model(config) or config.model
         if model:
@@ -188,7 +189,7 @@ class CodexRunner(HarnessRunner):
         for key, value in settings:
             argv += ["-c", f"{key}={toml_value(value)}"]
         token = mcp.session.headers.get("Authorization", "").removeprefix("Bearer ").strip()
-        return Launch(argv, self._environment(ctx, config, workspace, token))
+        return Launch(argv, self._environment(ctx, config, workspace, token, warm=True))
 
     def warm_turn(
         self,
@@ -222,6 +223,8 @@ class CodexRunner(HarnessRunner):
         config: CodexConfig,
         workspace: Workspace,
         endpoint: list[tuple[str, JSONValue]],
+        *,
+        warm: bool,
     ) -> list[tuple[str, JSONValue]]:
         """The `-c` settings of both launches, with `endpoint` (how to reach the `mcphost` server)."""
         server = f"mcp_servers.{SERVER_NAME}"
@@ -232,7 +235,7 @@ class CodexRunner(HarnessRunner):
             (f"{server}.startup_timeout_sec", 30),
         ]
         settings += [(f"mcp_servers.{name}", entry) for name, entry in config.extra_mcp_servers.items()]
-        provider = self._provider(ctx, config)
+        provider = self._provider(ctx, config, warm=warm)
         if provider is not None:
             settings += [("model_provider", PROVIDER), (f"model_providers.{PROVIDER}", provider)]
         instructions = "\n\n".join(part for part in (config.prompt, context_hint(workspace)) if part)
@@ -240,12 +243,12 @@ class CodexRunner(HarnessRunner):
         settings += list(config.config_overrides.items())
         return settings
 
-    def _provider(self, ctx: AgentRunContext, config: CodexConfig) -> JSONObject | None:
-        """The `mcphost` model provider: on a host model the run's OpenAI endpoint (Responses) with the
-        run token from `MODEL_TOKEN_ENV`; else `config.base_url` with the key from `config.api_key_env`;
-        else none (Codex's own)."""
+    def _provider(self, ctx: AgentRunContext, config: CodexConfig, *, warm: bool) -> JSONObject | None:
+        """The `mcphost` model provider: on a host model the run's OpenAI endpoint (Responses; `warm`:
+        the session's) with the run token (the session token) from `MODEL_TOKEN_ENV`; else
+        `config.base_url` with the key from `config.api_key_env`; else none (Codex's own)."""
         if host_model(config) is not None:
-            endpoints, _ = host_model_access(ctx)
+            endpoints, _ = host_model_access(ctx, warm=warm)
             return {
                 "name": "mcphost-host-model",
                 "base_url": endpoints.openai,
@@ -273,7 +276,7 @@ class CodexRunner(HarnessRunner):
         return prompt
 
     def _environment(
-        self, ctx: AgentRunContext, config: CodexConfig, workspace: Workspace, token: str
+        self, ctx: AgentRunContext, config: CodexConfig, workspace: Workspace, token: str, *, warm: bool
     ) -> dict[str, str]:
         home = make_private_dir(workspace.data_dir / "codex-home")
         codex_home = make_private_dir(home / ".codex")
@@ -292,8 +295,8 @@ class CodexRunner(HarnessRunner):
             return env
         # On a host model Codex calls the run's endpoint with the run token; no provider key reaches its
         # environment, whatever the agent's `environment` or `pass_env` say.
-        _, run_token_value = host_model_access(ctx)
-        return {**without_provider_keys(env), MODEL_TOKEN_ENV: run_token_value}
+        _, model_token = host_model_access(ctx, warm=warm)
+        return {**without_provider_keys(env), MODEL_TOKEN_ENV: model_token}
 
     def mapper(
         self, ctx: AgentRunContext, out: RunOutput, diagnostics: Diagnostics, on_session: SessionCallback

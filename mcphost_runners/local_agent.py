@@ -24,6 +24,13 @@ unreachable MCP server → `runner.mcp_unavailable`. Details name every model tr
 The API key comes only from the environment variable named by `api_key_env`, in the plugin process's
 environment — operators pass it with `[[plugins]] env = { OPENAI_API_KEY = "..." }`. It is sent in the
 `Authorization` header and nowhere else.
+
+Host models: a model named `host:<id>` (or any model when `model_source = "host"`) is the host's
+`[models.<id>]`, called at the run's own Chat Completions endpoint (`context.models.openai`) with the run
+token as its key: no `base_url` or `api_key_env` is needed, and the plugin holds no provider key (the host
+keeps it, counts the tokens and applies the agent's budget). `model` and `fallback_models` may mix host
+and own models. A host model the run is not granted (`resources.models` of the agent) fails the run
+`unauthorized` before any model is called, naming the key to add.
 """
 
 from __future__ import annotations
@@ -33,13 +40,16 @@ import json
 import os
 import re
 import time
+from dataclasses import dataclass
+from typing import Literal, Self
 
 import httpx2
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from mcphost.common.validation import problems
 from mcphost.protocol import JSONObject, config_schema_of, is_json_object
 from mcphost.protocol.results import FinishReason
+from mcphost_runners._harness_config import HOST_MODEL_PREFIX, run_token
 from mcphost_runners._openai_chat import ChatAnswer, ChatClient, ChatError, ToolCall
 from mcphost_runners.sdk import (
     AgentRunContext,
@@ -78,13 +88,19 @@ class LocalAgentConfig(BaseModel):
 
     model_config = ConfigDict(extra="ignore", frozen=True, use_attribute_docstrings=True)
 
-    base_url: str = Field(min_length=1, pattern=r"^https?://", title="API base URL")
-    """The API root, e.g. "https://api.openai.com/v1" or "http://127.0.0.1:11434/v1"."""
+    base_url: str | None = Field(default=None, min_length=1, pattern=r"^https?://", title="API base URL")
+    """The API root, e.g. "https://api.openai.com/v1" or "http://127.0.0.1:11434/v1" (not needed when
+    every model is a host model)."""
     model: str = Field(min_length=1, title="Model")
+    """The model; `host:<id>` names the host's `[models.<id>]`, called through the run's own endpoint."""
+    model_source: Literal["own", "host"] = Field(default="own", title="Where the models are")
+    """`host`: `model` and `fallback_models` name host models (`[models.<id>]`), the `host:` prefix
+    optional; `own`: they are the endpoint's at `base_url`, but for those named `host:<id>`."""
     api_key_env: str | None = Field(default=None, title="Env var holding the API key")
-    """Name of the environment variable holding the API key (none: no Authorization header)."""
+    """Name of the environment variable holding the API key (none: no Authorization header). Not used
+    for host models: the run token is their key."""
     fallback_models: list[str] = Field(default_factory=list[str], title="Fallback models, in order")
-    """Tried in order when the model before fails."""
+    """Tried in order when the model before fails (`host:<id>` for host models)."""
     max_tool_rounds: int = Field(default=8, ge=0, le=100, title="Most tool-call rounds per run")
     history_turns: int = Field(default=10, ge=0, le=100, title="Earlier transcript items in context")
     """How many earlier transcript items to include."""
@@ -95,6 +111,34 @@ class LocalAgentConfig(BaseModel):
     temperature: float | None = Field(default=None, title="Temperature")
     max_tokens: int | None = Field(default=None, ge=1, title="Most output tokens per answer")
     prompt: str | None = None
+
+    def host_model(self, name: str) -> str | None:
+        """The host model id `name` stands for, or None when it is the endpoint's own model."""
+        if self.model_source == "host" or name.startswith(HOST_MODEL_PREFIX):
+            return name.removeprefix(HOST_MODEL_PREFIX)
+        return None
+
+    @model_validator(mode="after")
+    def _own_models_need_a_base_url(self) -> Self:
+        names = (self.model, *self.fallback_models)
+        if any(self.host_model(m) == "" for m in names):
+            raise ValueError("'host:' names no model; write 'host:<id>' with an id of [models.<id>]")
+        own = [m for m in names if self.host_model(m) is None]
+        if own and self.base_url is None:
+            raise ValueError(
+                f"base_url is required for model {own[0]!r}, which is not a host model; "
+                "or name a host model as 'host:<id>' (declared in [models.<id>])"
+            )
+        return self
+
+
+@dataclass(frozen=True)
+class _Endpoint:
+    """Where one model is called: its API root, its key, and the name its requests carry."""
+
+    base_url: str
+    api_key: str | None
+    model: str
 
 
 class _RunFailedError(Exception):
@@ -119,6 +163,7 @@ class LocalAgentRunner(AgentRunner):
         streaming=True, tool_calling=True, knowledge_retrieval=True, multimodal_input=True
     )
     permissions = Permissions(
+        models=["invoke", "stream"],
         history=["page", "search"],
         events=["get", "page"],
         artifacts=["metadata", "read", "create"],
@@ -157,9 +202,11 @@ class _Turn:
         self.streaming = ctx.delivery.supports_streaming
         self.usage = ChatAnswer(model=config.model)
         self.rounds = 0
+        self.endpoints: dict[str, _Endpoint] = {}
+        """Where each of `models` is called (`_endpoints`, at the run's start)."""
 
     async def run(self) -> None:
-        api_key = self._api_key()
+        self.endpoints = self._endpoints()
         messages = [{"role": "system", "content": self.config.prompt or DEFAULT_PROMPT}]
         messages += await self._history()
         messages.append(await self._current_input())
@@ -171,10 +218,9 @@ class _Turn:
             options["max_tokens"] = self.config.max_tokens
         timeout = httpx2.Timeout(10.0, read=self.config.timeout_s)
         async with httpx2.AsyncClient(timeout=timeout) as http:
-            chat = ChatClient(http, self.config.base_url, api_key)
             while True:
                 offer = tools if self.rounds < self.config.max_tool_rounds else []
-                answer = await self._ask(chat, messages, offer, options)
+                answer = await self._ask(http, messages, offer, options)
                 if not answer.tool_calls or not offer:
                     break
                 self.rounds += 1
@@ -200,6 +246,53 @@ class _Turn:
         )
 
     # -- context -------------------------------------------------------------------------------------
+
+    def _endpoints(self) -> dict[str, _Endpoint]:
+        """Where each model of the run is called: its own endpoint, or the run's for a host model."""
+        config = self.config
+        found: dict[str, _Endpoint] = {}
+        own_key: tuple[str | None] | None = None
+        for name in self.models:
+            model_id = config.host_model(name)
+            if model_id is not None:
+                found[name] = self._host_endpoint(name, model_id)
+                continue
+            assert config.base_url is not None  # LocalAgentConfig's validator
+            if own_key is None:
+                own_key = (self._api_key(),)
+            found[name] = _Endpoint(config.base_url, own_key[0], name)
+        return found
+
+    def _host_endpoint(self, name: str, model_id: str) -> _Endpoint:
+        """The run's Chat Completions endpoint and token for host model `model_id`, when it is granted."""
+        ctx = self.ctx
+        granted = {m.model_id: m for m in ctx.resources.models}
+        info = granted.get(model_id)
+        endpoints, mcp = ctx.context.models, ctx.context.mcp
+        token = run_token(mcp) if mcp is not None else None
+        details: JSONObject = {"model": name, "granted": sorted(granted)}
+        if info is None or endpoints is None or token is None:
+            raise _RunFailedError(
+                "unauthorized",
+                f"Host model {model_id!r} ({name!r} in the local agent's config) is not granted to this run: "
+                f"add {model_id!r} to resources.models of the agent (and declare it in a [models.{model_id}] "
+                "table of mcphost.toml).",
+                details=details,
+            )
+        if info.kind != "chat":
+            raise _RunFailedError(
+                "invalid_argument",
+                f"Host model {model_id!r} is a {info.kind} model; the local agent needs a chat model.",
+                details=details,
+            )
+        if "stream" not in info.calls:
+            raise _RunFailedError(
+                "unauthorized",
+                f"Host model {model_id!r} is granted without 'stream' calls, which the local agent makes: "
+                "the runner's manifest must declare permissions.models = ['invoke', 'stream'].",
+                details={**details, "calls": list(info.calls)},
+            )
+        return _Endpoint(endpoints.openai, token, model_id)
 
     def _api_key(self) -> str | None:
         name = self.config.api_key_env
@@ -271,11 +364,17 @@ class _Turn:
     # -- the loop ------------------------------------------------------------------------------------
 
     async def _ask(
-        self, chat: ChatClient, messages: list[JSONObject], tools: list[JSONObject], options: JSONObject
+        self,
+        http: httpx2.AsyncClient,
+        messages: list[JSONObject],
+        tools: list[JSONObject],
+        options: JSONObject,
     ) -> ChatAnswer:
         """One answer, from the first model that gives one."""
         last: ChatError | None = None
         for index, model in enumerate(list(self.models)):
+            endpoint = self.endpoints[model]
+            chat = ChatClient(http, endpoint.base_url, endpoint.api_key)
             timeout_s, timeout_code = self._timeout()
             separated = False
 
@@ -290,7 +389,7 @@ class _Turn:
 
             try:
                 answer = await chat.complete(
-                    model=model,
+                    model=endpoint.model,
                     messages=messages,
                     tools=tools,
                     options=options,

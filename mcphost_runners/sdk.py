@@ -72,6 +72,7 @@ from mcphost.protocol.facts import (
 )
 from mcphost.protocol.inference import (
     AssistantMessage,
+    EmbeddingAnswer,
     ImagePart,
     ModelInvocation,
     ModelMessage,
@@ -100,6 +101,7 @@ __all__ = [
     "ConfigField",
     "ContextSupport",
     "Deleted",
+    "EmbeddingAnswer",
     "EventPage",
     "EventRecord",
     "HistoryPage",

@@ -3,7 +3,8 @@
 Owns the order of the steps: find the channel, read the body under its `max_bytes`, verify the request
 and answer a platform handshake (the channel's adapter: `mcphost.channels`), normalize the payload,
 answer a platform retry with its run, check that an agent takes the event, then store the raw payload
-as an artifact (the event's `raw_ref`) and admit the event. Does not own verification or mapping (the
+as an artifact (the event's `raw_ref`), admit the event and start streaming its run's reply (typing,
+placeholder edits: `replies.py` through the sender). Does not own verification or mapping (the
 adapters), nor admission (the orchestrator). The route authenticates by the platform's signature, not
 by the `/v1` API key (`_middleware` lets it through the key check).
 
@@ -30,6 +31,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -37,7 +39,7 @@ from starlette.responses import JSONResponse, Response
 from mcphost.api._http import check_storable, path_id, read_body
 from mcphost.api._metrics import HostMetrics
 from mcphost.api._state import api_state
-from mcphost.channels import MAX_ATTACHMENTS, ChannelAdapter, ChannelEvent, envelope
+from mcphost.channels import MAX_ATTACHMENTS, ChannelAdapter, ChannelEvent, Target, envelope
 from mcphost.errors import AmbiguousBindingError, NoBindingError, NotFoundError, UnavailableError
 from mcphost.orchestrator import Orchestrator
 from mcphost.protocol import ArtifactRef, JSONObject
@@ -93,6 +95,7 @@ async def receive_channel(request: Request) -> Response:
         body,
         content_type=request.headers.get("content-type", "application/json"),
         draining=state.draining,
+        stream_reply=state.stream_reply,
     )
     if ignored is not None:
         return _ignored(request, source, event, ignored)
@@ -109,11 +112,13 @@ async def admit_channel_event(
     *,
     content_type: str = "application/json",
     draining: bool = False,
+    stream_reply: Callable[[str, Target, str], None] | None = None,
 ) -> tuple[str | None, str | None]:
     """Admit one verified, normalized platform event (from this route or a Discord Gateway): its run id,
     or why it was ignored (`no_binding`). A retry answers the existing run and stores nothing; else the
     raw payload is stored as the event's `raw_ref` and each file it carried as a lazy artifact in its
-    `input.attachments` (fetched on first read, bounded by `max_attachment_bytes`).
+    `input.attachments` (fetched on first read, bounded by `max_attachment_bytes`); a new run's reply is
+    streamed through `stream_reply` (typing, placeholder edits).
 
     Raises:
         InvalidArgumentError: the event does not map to a storable envelope.
@@ -176,6 +181,8 @@ async def admit_channel_event(
         mapped.model_copy(update={"raw_ref": raw_artifact.artifact_id}), via="channel"
     )
     metrics.event_admitted(created=admission.created)
+    if admission.created and stream_reply is not None:
+        stream_reply(channel_id, event.target, admission.run.run_id)
     return admission.run.run_id, None
 
 

@@ -19,7 +19,7 @@ from starlette.requests import Request
 
 from mcphost.api._metrics import HostMetrics
 from mcphost.bindings import Bindings
-from mcphost.channels import ChannelAdapter
+from mcphost.channels import ChannelAdapter, Target
 from mcphost.config import HookConfig, WebhookConfig
 from mcphost.continuations import Continuations
 from mcphost.gateway.host_tools import Gateway
@@ -73,6 +73,9 @@ class ApiState:
     """The `[[webhooks]]` receivers (a redelivery is retried for its receiver's `max_age_s`)."""
     wake_deliveries: Callable[[], None] | None = None
     """Wakes this host's webhook sender, so a manual redelivery is claimed now rather than at the next poll."""
+    stream_reply: Callable[[str, Target, str], None] | None = None
+    """Streams the reply of a channel run admitted here (channel id, reply target, run id): typing and
+    placeholder edits (`DeliverySender.stream`)."""
     knowledge: KnowledgeBases | None = None
     """The configured knowledge bases (`GET /v1/knowledge`, an operator's search)."""
     gateway: Gateway | None = None

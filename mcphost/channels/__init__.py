@@ -123,8 +123,8 @@ def envelope(source: ChannelAdapter, event: ChannelEvent) -> AgentEventEnvelope:
         "delivery": {
             "surface": source.platform,
             "reply_target": event.target.dumps(),
-            "supports_streaming": False,
-            "supports_edit": False,
+            "supports_streaming": source.config.stream_interval_s > 0,
+            "supports_edit": True,
             "max_message_size": source.max_chars,
         },
     }

@@ -3,9 +3,10 @@
 Owns the contract between the host and one platform: inbound, `verify` (is this request the
 platform's? — a `Verdict`, or an `UnauthorizedError`) and `normalize` (which `ChannelEvent`, if any,
 a verified payload is) and `acknowledge` (the body the platform must get back), and `file_request` (how
-to download a file a message carried: the `Attachment.locator` in, the URL and headers out); outbound, `split` and
-`escape` (the platform's message limit and markup) and `send` / `edit` / `react` / `typing` (its Web
-API), which raise `ChannelSendError` carrying the platform's rate-limit answer. Does not own reading
+to download a file a message carried: the `Attachment.locator` in, the URL and headers out); outbound,
+`split` and `escape` (the platform's message limit and markup) and `send` / `edit` / `react` / `typing` /
+`upload` (its Web API), which raise `ChannelSendError` carrying the platform's rate-limit answer; and the
+platform's pacing: `typing_every_s` (how long its typing indicator lasts) and `max_upload_bytes`. Does not own reading
 the body, dedupe or admission (`api/_channels.py`), the outbox and retries (`delivery.py`), nor the
 configuration (`config.ChannelConfig`).
 
@@ -159,6 +160,11 @@ class ChannelAdapter(Protocol):
     platform: ClassVar[ChannelPlatform]
     max_chars: ClassVar[int]
     """The platform's limit on one message's text."""
+    typing_every_s: ClassVar[float | None]
+    """How often `typing` is repeated while a run works (the indicator's own lifetime, less a margin);
+    None: the platform has no typing indicator for a bot."""
+    max_upload_bytes: ClassVar[int]
+    """The largest file a bot may upload; a bigger artifact gets a notice instead."""
     channel_id: str
     config: ChannelConfig
 
@@ -174,6 +180,9 @@ class ChannelAdapter(Protocol):
     async def edit(self, http: httpx2.AsyncClient, target: Target, message_id: str, text: str) -> None: ...
     async def react(self, http: httpx2.AsyncClient, target: Target, message_id: str, emoji: str) -> None: ...
     async def typing(self, http: httpx2.AsyncClient, target: Target) -> None: ...
+    async def upload(
+        self, http: httpx2.AsyncClient, target: Target, name: str, mime_type: str, data: bytes
+    ) -> str | None: ...
 
 
 def text_of(value: JSONValue | None) -> str | None:
@@ -285,11 +294,25 @@ async def call(
     *,
     json_body: JSONObject | None,
     headers: Mapping[str, str],
+    form: Mapping[str, str] | None = None,
+    files: Mapping[str, tuple[str, bytes, str]] | None = None,
+    content: bytes | None = None,
 ) -> tuple[httpx2.Response, JSONObject | None]:
-    """One API request; the response and its JSON object body (None when it has none). A 429 or a 5xx
-    raises a retryable `ChannelSendError`; another 4xx a permanent one."""
+    """One API request: a JSON body, a form (multipart with `files`, which map a field to (file name,
+    bytes, media type)) or raw `content`; the response and its JSON object body (None when it has none).
+    A 429 or a 5xx raises a retryable `ChannelSendError`; another 4xx a permanent one."""
     try:
-        response = await http.request(method, url, json=json_body, headers=dict(headers))
+        if json_body is None and (form is not None or files is not None or content is not None):
+            response = await http.request(
+                method,
+                url,
+                data=dict(form) if form is not None else None,
+                files=dict(files) if files is not None else None,
+                content=content,
+                headers=dict(headers),
+            )
+        else:
+            response = await http.request(method, url, json=json_body, headers=dict(headers))
     except httpx2.HTTPError as exc:
         raise ChannelSendError(f"{type(exc).__name__}: {exc}"[:300]) from None
     try:

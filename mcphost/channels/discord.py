@@ -13,12 +13,18 @@ Invariants:
 - An interaction is answered at once with a deferred response (type 5, "thinking…"); the reply's first
   part then edits that response (`PATCH /webhooks/<app>/<token>/messages/@original`) and later parts are
   follow-ups (`POST /webhooks/<app>/<token>`). Without an interaction the reply is a channel message.
+- A streamed reply edits its placeholder where it was posted: an interaction's through its webhook
+  (`PATCH /webhooks/<app>/<token>/messages/<id>`), a channel message through
+  `PATCH /channels/<id>/messages/<id>`. `POST /channels/<id>/typing` is repeated every 8 s while a run
+  works (Discord shows it for 10 s). A file is a message with an attachment (multipart `payload_json`
+  + `files[0]`), a follow-up for an interaction; at most 10 MiB, Discord's limit for a bot.
 - Text is sent as Discord markdown with `allowed_mentions: {"parse": []}`: markdown renders as the run
   wrote it, and no `@everyone`, role or user mention in it pings anyone.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import ClassVar
 from urllib.parse import quote
@@ -71,6 +77,9 @@ def _options(data: JSONObject) -> str:
 class DiscordAdapter:
     platform: ClassVar[ChannelPlatform] = "discord"
     max_chars: ClassVar[int] = 2000
+    typing_every_s: ClassVar[float | None] = 8.0
+    max_upload_bytes: ClassVar[int] = 10 * 1024 * 1024
+    """Discord's limit on a bot's attachments: 10 MiB."""
 
     def __init__(self, channel_id: str, config: ChannelConfig, *, secret: str, token: str) -> None:
         self.channel_id = channel_id
@@ -191,12 +200,20 @@ class DiscordAdapter:
     def _auth(self) -> dict[str, str]:
         return {"authorization": f"Bot {self._token}"}
 
+    def _hook(self, target: Target) -> str | None:
+        """The interaction's webhook URL, when the reply answers one."""
+        if target.interaction is None:
+            return None
+        app, _, token = target.interaction.partition("/")
+        return f"{self.config.base_url}/webhooks/{quote(app, safe='')}/{quote(token, safe='')}"
+
+    def _messages(self, target: Target) -> str:
+        return f"{self.config.base_url}/channels/{quote(target.chat, safe='')}/messages"
+
     async def send(self, http: httpx2.AsyncClient, target: Target, text: str, *, part: int) -> str | None:
         body: JSONObject = {"content": text, "allowed_mentions": NO_MENTIONS}
-        base = self.config.base_url
-        if target.interaction is not None:
-            app, _, token = target.interaction.partition("/")
-            hook = f"{base}/webhooks/{quote(app, safe='')}/{quote(token, safe='')}"
+        hook = self._hook(target)
+        if hook is not None:
             if part == 0:
                 _, answer = await call(
                     http, "PATCH", f"{hook}/messages/@original", json_body=body, headers={}
@@ -206,14 +223,19 @@ class DiscordAdapter:
         else:
             if part == 0 and target.message is not None:
                 body["message_reference"] = {"message_id": target.message, "fail_if_not_exists": False}
-            url = f"{base}/channels/{quote(target.chat, safe='')}/messages"
-            _, answer = await call(http, "POST", url, json_body=body, headers=self._auth())
+            _, answer = await call(http, "POST", self._messages(target), json_body=body, headers=self._auth())
         return text_of((answer or {}).get("id"))
 
     async def edit(self, http: httpx2.AsyncClient, target: Target, message_id: str, text: str) -> None:
-        url = f"{self.config.base_url}/channels/{quote(target.chat, safe='')}/messages/{quote(message_id, safe='')}"
         body: JSONObject = {"content": text, "allowed_mentions": NO_MENTIONS}
-        await call(http, "PATCH", url, json_body=body, headers=self._auth())
+        hook = self._hook(target)
+        if hook is not None:
+            await call(
+                http, "PATCH", f"{hook}/messages/{quote(message_id, safe='@')}", json_body=body, headers={}
+            )
+        else:
+            url = f"{self._messages(target)}/{quote(message_id, safe='')}"
+            await call(http, "PATCH", url, json_body=body, headers=self._auth())
 
     async def react(self, http: httpx2.AsyncClient, target: Target, message_id: str, emoji: str) -> None:
         chat, message = quote(target.chat, safe=""), quote(message_id, safe="")
@@ -225,3 +247,26 @@ class DiscordAdapter:
     async def typing(self, http: httpx2.AsyncClient, target: Target) -> None:
         url = f"{self.config.base_url}/channels/{quote(target.chat, safe='')}/typing"
         await call(http, "POST", url, json_body=None, headers=self._auth())
+
+    async def upload(
+        self, http: httpx2.AsyncClient, target: Target, name: str, mime_type: str, data: bytes
+    ) -> str | None:
+        payload = {"attachments": [{"id": 0, "filename": name}], "allowed_mentions": NO_MENTIONS}
+        form = {"payload_json": json.dumps(payload, separators=(",", ":"))}
+        files = {"files[0]": (name, data, mime_type)}
+        hook = self._hook(target)
+        if hook is not None:
+            _, answer = await call(
+                http, "POST", f"{hook}?wait=true", json_body=None, headers={}, form=form, files=files
+            )
+        else:
+            _, answer = await call(
+                http,
+                "POST",
+                self._messages(target),
+                json_body=None,
+                headers=self._auth(),
+                form=form,
+                files=files,
+            )
+        return text_of((answer or {}).get("id"))

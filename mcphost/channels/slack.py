@@ -10,6 +10,11 @@ Invariants:
   and every retry of either (`X-Slack-Retry-Num`), are one event; other events key on `event_id`,
   slash commands on `trigger_id`, block actions on `trigger_id`.
 - Messages with a `bot_id` (the bot's own and other bots') and `bot_message` subtypes are ignored.
+- Slack has no typing indicator for an Events API bot (`typing_every_s` is None): a streamed reply's
+  placeholder message is what shows the run is working.
+- A file goes up as `slack_sdk`'s `files_upload_v2` sends it: `files.getUploadURLExternal` (form:
+  `filename`, `length`), the bytes POSTed to the `upload_url` it answers, then
+  `files.completeUploadExternal` sharing the file in the chat and thread.
 - Text sent is mrkdwn-escaped (`&`, `<`, `>`), so a reply can neither ping `<!channel>` nor a user by
   accident nor break a link; its parts measure at most `max_chars` escaped.
 """
@@ -76,6 +81,9 @@ class SlackAdapter(Credentialed):
     platform: ClassVar[ChannelPlatform] = "slack"
     max_chars: ClassVar[int] = 4000
     """Slack cuts a message's `text` at 40,000 characters, and renders past about 4,000 poorly."""
+    typing_every_s: ClassVar[float | None] = None
+    max_upload_bytes: ClassVar[int] = 1024 * 1024 * 1024
+    """Slack's limit on one file: 1 GB."""
 
     # -- inbound ------------------------------------------------------------------------------------
 
@@ -254,13 +262,20 @@ class SlackAdapter(Credentialed):
     def split(self, text: str) -> list[str]:
         return split_text(text, self.max_chars, lambda part: len(self.escape(part)))
 
-    async def _api(self, http: httpx2.AsyncClient, method: str, body: JSONObject) -> JSONObject:
-        headers = {
-            "authorization": f"Bearer {self._token}",
-            "content-type": "application/json; charset=utf-8",
-        }
+    async def _api(
+        self,
+        http: httpx2.AsyncClient,
+        method: str,
+        body: JSONObject,
+        *,
+        form: Mapping[str, str] | None = None,
+    ) -> JSONObject:
+        headers = {"authorization": f"Bearer {self._token}"}
+        if form is None:
+            headers["content-type"] = "application/json; charset=utf-8"
+        url = f"{self.config.base_url}/{method}"
         _, answer = await call(
-            http, "POST", f"{self.config.base_url}/{method}", json_body=body, headers=headers
+            http, "POST", url, json_body=None if form else body, headers=headers, form=form
         )
         if answer is None or answer.get("ok") is not True:
             error = str((answer or {}).get("error") or "no JSON answer")[:100]
@@ -287,3 +302,23 @@ class SlackAdapter(Credentialed):
 
     async def typing(self, http: httpx2.AsyncClient, target: Target) -> None:
         """Slack has no typing indicator for a bot's Web API calls; nothing to do."""
+
+    async def upload(
+        self, http: httpx2.AsyncClient, target: Target, name: str, mime_type: str, data: bytes
+    ) -> str | None:
+        ticket = await self._api(
+            http, "files.getUploadURLExternal", {}, form={"filename": name, "length": str(len(data))}
+        )
+        upload_url, file_id = text_of(ticket.get("upload_url")), text_of(ticket.get("file_id"))
+        if upload_url is None or file_id is None:
+            raise ChannelSendError(
+                "Slack files.getUploadURLExternal: no upload_url or file_id", permanent=True
+            )
+        await call(
+            http, "POST", upload_url, json_body=None, headers={"content-type": mime_type}, content=data
+        )
+        body: JSONObject = {"files": [{"id": file_id, "title": name}], "channel_id": target.chat}
+        if target.thread is not None:
+            body["thread_ts"] = target.thread
+        await self._api(http, "files.completeUploadExternal", body)
+        return file_id

@@ -9,6 +9,8 @@ Invariants:
   same id, so a redelivery is the same event. Telegram signs no time: a captured request sent again is
   that same update, the same run.
 - Messages from the bot itself (its id is the token's part before `:`) are ignored.
+- While a run works, `sendChatAction` `typing` is repeated every 4 s (Telegram shows it for 5 s, or
+  until the bot's next message); a file goes up as `sendDocument` (multipart), at most 50 MB.
 - Text goes out with `parse_mode = HTML`: `&`, `<` and `>` are escaped, fenced code becomes
   `<pre><code>` and inline code `<code>`; a part is at most 4096 characters of text (tags are not
   counted by Telegram), and a code block cut between parts is closed and reopened.
@@ -102,6 +104,9 @@ def _chat_int(chat: str) -> int | str:
 class TelegramAdapter(Credentialed):
     platform: ClassVar[ChannelPlatform] = "telegram"
     max_chars: ClassVar[int] = 4096
+    typing_every_s: ClassVar[float | None] = 4.0
+    max_upload_bytes: ClassVar[int] = 50 * 1000 * 1000
+    """The Bot API's limit on a file a bot sends: 50 MB."""
 
     def __init__(self, channel_id: str, config: ChannelConfig, *, secret: str, token: str) -> None:
         super().__init__(channel_id, config, secret=secret, token=token)
@@ -272,9 +277,20 @@ class TelegramAdapter(Credentialed):
     def split(self, text: str) -> list[str]:
         return split_text(text, self.max_chars)
 
-    async def _api(self, http: httpx2.AsyncClient, method: str, body: JSONObject) -> JSONObject:
+    async def _api(
+        self,
+        http: httpx2.AsyncClient,
+        method: str,
+        body: JSONObject,
+        *,
+        files: Mapping[str, tuple[str, bytes, str]] | None = None,
+    ) -> JSONObject:
         url = f"{self.config.base_url}/bot{self._token}/{method}"
-        _, answer = await call(http, "POST", url, json_body=body, headers={})
+        if files is None:
+            _, answer = await call(http, "POST", url, json_body=body, headers={})
+        else:
+            form = {k: str(v) for k, v in body.items()}
+            _, answer = await call(http, "POST", url, json_body=None, headers={}, form=form, files=files)
         if answer is None or answer.get("ok") is not True:
             said = str((answer or {}).get("description") or "no JSON answer")[:200]
             raise ChannelSendError(f"Telegram {method}: {said}", permanent=True)
@@ -308,6 +324,14 @@ class TelegramAdapter(Credentialed):
 
     async def typing(self, http: httpx2.AsyncClient, target: Target) -> None:
         await self._api(http, "sendChatAction", self._where(target) | {"action": "typing"})
+
+    async def upload(
+        self, http: httpx2.AsyncClient, target: Target, name: str, mime_type: str, data: bytes
+    ) -> str | None:
+        answer = await self._api(
+            http, "sendDocument", self._where(target), files={"document": (name, data, mime_type)}
+        )
+        return text_of(object_of(answer.get("result")).get("message_id"))
 
     async def set_webhook(self, http: httpx2.AsyncClient, url: str) -> JSONObject:
         """Point the bot's webhook at `url` with the channel's secret token (`mcphost channels register`)."""

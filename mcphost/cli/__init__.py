@@ -2,7 +2,9 @@
 
 The package owns argument parsing, logging set-up (the only place that configures logging), and how
 results are shown to a person or a script (`--json`). Every command loads the config first, so a bad
-config fails before anything starts. Failures exit non-zero with a one-line reason on stderr:
+config fails before anything starts — except `send` given a server's URL (`--url` or `MCPHOST_URL`)
+and `cancel --url`: they are clients of a server that has its own config, and start at the cost of the
+HTTP client alone. Failures exit non-zero with a one-line reason on stderr:
 1 for a run that did not complete or an operational error, 2 for bad usage or bad config.
 
 This module owns the parser, its argument types and `main`, the entry point of both the console script
@@ -13,7 +15,8 @@ revoke and the MCP client configs), `_knowledge` (kb, tools), `_state` (state ge
 (record export, replay); `_common` holds exit codes, logging set-up and output helpers.
 
 Invariants: every subcommand, flag and help text is declared here, in the order `--help` lists them;
-every command but `schema` loads the config before it does anything; a `HostError` (also one wrapped in
+every command but `schema`, `init`, `completion`, `send` with a server URL and `cancel --url` loads the
+config before it does anything; a `HostError` (also one wrapped in
 an exception group) becomes a one-line error and exit code 1, or 2 for a `ConfigError`.
 
 Size: past 600 lines because the whole command-line surface is declared in one place, `build_parser`,
@@ -774,10 +777,17 @@ def _main(argv: Sequence[str] | None) -> int:
 
         return anyio.run(cmd_config_check, args, args.config)
 
-    from mcphost.config import load_settings
     from mcphost.errors import ConfigError, HostError, find_error
 
     try:
+        if (args.command == "send" and (args.url or os.environ.get("MCPHOST_URL"))) or (
+            args.command == "cancel" and args.url
+        ):
+            from mcphost.cli._send import cmd_client
+
+            return anyio.run(cmd_client, args)
+        from mcphost.config import load_settings
+
         settings = load_settings(args.config)
         module, name = _COMMANDS[args.command]
         command: Any = getattr(importlib.import_module(f"mcphost.cli.{module}"), name)

@@ -120,7 +120,9 @@ def short(value: Any, width: int = 100) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def event_from_args(args: argparse.Namespace) -> AgentEventEnvelope:
+def event_payload(args: argparse.Namespace) -> dict[str, Any]:
+    """The event `run` and `send` build from their arguments, as JSON, before any validation but its own:
+    `--event-id`'s form and `--data`'s JSON (what the server cannot tell apart from the rest)."""
     payload: dict[str, Any] = {
         "event_type": args.event_type,
         "source": "cli",
@@ -135,17 +137,23 @@ def event_from_args(args: argparse.Namespace) -> AgentEventEnvelope:
         payload["event_id"] = args.event_id
     if args.agent:
         payload["agent_id"] = args.agent
+    if args.data:
+        from mcphost.errors import ConfigError
+
+        try:
+            payload["data"] = json.loads(args.data)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"--data is not valid JSON: {exc}") from None
+    return payload
+
+
+def event_from_args(args: argparse.Namespace) -> AgentEventEnvelope:
+    payload = event_payload(args)
     from pydantic import ValidationError
 
     from mcphost.common.validation import describe
     from mcphost.errors import ConfigError
     from mcphost.models import AgentEventEnvelope
-
-    if args.data:
-        try:
-            payload["data"] = json.loads(args.data)
-        except json.JSONDecodeError as exc:
-            raise ConfigError(f"--data is not valid JSON: {exc}") from None
 
     try:
         return AgentEventEnvelope.model_validate(payload)

@@ -4,7 +4,10 @@ Owns `send`, which posts one event to a running `mcphost serve` and prints its r
 run` does, and the cancel through `POST /v1/runs/{id}/cancel`. The HTTP exchange, the stream's resume
 with `Last-Event-ID` and the error answers are the client's (`mcphost.client.AsyncClient`). Imports no
 server module (not `mcphost.app`, the API, Starlette, SQLAlchemy or Alembic): a client starts at the cost
-of its HTTP client (tests/mcphost/cli checks). Does not own the server (`_server`, `mcphost.serving`) nor
+of its HTTP client (tests/mcphost/cli checks). Given the server's URL (`send --url`, `MCPHOST_URL`,
+`cancel --url`) it reads no config and imports neither pydantic nor the protocol's models (`cmd_client`):
+the event goes as the JSON the arguments make, and the server, which validates every event, answers a
+bad one with the field at fault. Does not own the server (`_server`, `mcphost.serving`) nor
 the cancel in the database (`_grants`, imported only without `--url`).
 
 Invariants: the event has an id before the first POST (the envelope's default), so a POST retried after
@@ -17,20 +20,15 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from typing import TYPE_CHECKING, Any
 
-from mcphost.cli._common import EXIT_FAILED, EXIT_OK, dump, event_from_args, fail
+from mcphost.cli._common import EXIT_FAILED, EXIT_OK, dump, event_payload, fail
 from mcphost.client import APIConnectionError, APIError, AsyncClient
-from mcphost.common.served import advertised_url
-from mcphost.config import Settings
-from mcphost.protocol import JSONObject
 
+if TYPE_CHECKING:
+    from mcphost.config import Settings
 
-def _server_url(args: argparse.Namespace, settings: Settings) -> str:
-    return (
-        args.url
-        or os.environ.get("MCPHOST_URL")
-        or advertised_url(settings.host.data_dir, settings.host.public_url, settings.host.listen)
-    ).rstrip("/")
+JSONObject = dict[str, Any]
 
 
 def _client(args: argparse.Namespace, url: str) -> AsyncClient:
@@ -77,13 +75,27 @@ class _ReplyPrinter:
 SEND_RECONNECTS = 5
 
 
+async def cmd_client(args: argparse.Namespace) -> int:
+    """`send` with the server's URL given (`--url`, `MCPHOST_URL`) and `cancel --url`: no config read."""
+    if args.command == "cancel":
+        return await _cancel_over_http(args)
+    return await _send(args, (args.url or os.environ["MCPHOST_URL"]).rstrip("/"))
+
+
 async def cmd_send(args: argparse.Namespace, settings: Settings) -> int:
-    event = event_from_args(args)
-    url = _server_url(args, settings)
+    """`send` to the server this config advertises (its `[host] public_url`, or the address it serves on)."""
+    from mcphost.common.served import advertised_url
+
+    url = advertised_url(settings.host.data_dir, settings.host.public_url, settings.host.listen)
+    return await _send(args, url.rstrip("/"))
+
+
+async def _send(args: argparse.Namespace, url: str) -> int:
+    event = event_payload(args)
     printer = _ReplyPrinter(as_json=args.json)
     async with _client(args, url) as client:
         try:
-            async with client.events.stream(event.model_dump(mode="json")) as stream:
+            async with client.events.stream(event) as stream:
                 async for item in stream:
                     printer.result(item.raw)
         except APIError as exc:
@@ -108,10 +120,8 @@ async def cmd_send(args: argparse.Namespace, settings: Settings) -> int:
 
 
 async def cmd_cancel(args: argparse.Namespace, settings: Settings) -> int:
-    """Cancel a run (an inspection grant is revoked): through `POST /v1/runs/{id}/cancel` with `--url`,
-    else in the database, where the host running it sees the request and ends it."""
-    if args.url:
-        return await _cancel_over_http(args)
+    """Cancel a run (an inspection grant is revoked) in the database, where the host running it sees the
+    request and ends it; with `--url` it is `cmd_client`'s, through `POST /v1/runs/{id}/cancel`."""
     from mcphost.cli._grants import cancel_in_database
 
     return await cancel_in_database(args, settings)

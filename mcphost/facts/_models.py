@@ -1,4 +1,4 @@
-"""Handlers of the model tools: `models_list`, `models_invoke`, `models_rerank` (PROTOCOL §7).
+"""Handlers of the model tools: `models_list`, `models_invoke`, `models_rerank`, `models_embed` (PROTOCOL §7).
 
 Owns handing an admitted call to the host's `ModelCaller` with the run's grant, and the stream of text
 deltas to the call's progress notifications when the client asked for them. Does not check which model
@@ -12,7 +12,9 @@ from mcphost.errors import NotFoundError
 from mcphost.facts._call import Call
 from mcphost.facts.providers import ModelCaller
 from mcphost.protocol.inference import (
+    EmbeddingAnswer,
     ModelInvocation,
+    ModelsEmbedArgs,
     ModelsInvokeArgs,
     ModelsList,
     ModelsListArgs,
@@ -37,3 +39,7 @@ async def models_invoke(call: Call, args: ModelsInvokeArgs) -> ModelInvocation:
 
 async def models_rerank(call: Call, args: ModelsRerankArgs) -> RerankAnswer:
     return await _caller(call).rerank(call.run_id, call.grant, args)
+
+
+async def models_embed(call: Call, args: ModelsEmbedArgs) -> EmbeddingAnswer:
+    return await _caller(call).embed(call.run_id, call.grant, args)

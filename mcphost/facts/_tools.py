@@ -45,7 +45,7 @@ from mcphost.grants import ALL_FACTS_TOOLS
 from mcphost.models import RunGrant
 from mcphost.protocol import JSONObject, ProtocolModel
 from mcphost.protocol.facts import FACTS_ANSWERS, FACTS_TOOL_NAMES, FactsToolName, answer_schema
-from mcphost.protocol.inference import ModelsInvokeArgs, ModelsListArgs, ModelsRerankArgs
+from mcphost.protocol.inference import ModelsEmbedArgs, ModelsInvokeArgs, ModelsListArgs, ModelsRerankArgs
 
 ArgsT = TypeVar("ArgsT", bound=BaseModel)
 """The facts tools' own `ToolArgs`, or the protocol's argument models of the model tools."""
@@ -211,7 +211,7 @@ _SPECS: list[ToolSpec[Any]] = [
     ToolSpec(
         "models_list",
         "The host models this run may call: id, kind (chat, rerank, embedding), context window, whether "
-        "it takes tools and images, and how the run may call it (invoke, stream, rerank).",
+        "it takes tools and images, and how the run may call it (invoke, stream, rerank, embed).",
         ModelsListArgs,
         _models.models_list,
     ),
@@ -232,6 +232,14 @@ _SPECS: list[ToolSpec[Any]] = [
         "the top_k.",
         ModelsRerankArgs,
         _models.models_rerank,
+    ),
+    ToolSpec(
+        "models_embed",
+        "Embed texts with a host embedding model: a vector per input, in order, and the usage. "
+        "Optional dimensions shortens the vectors on models that can. Counts against the agent's model "
+        "budgets (budget_exceeded names the spent one).",
+        ModelsEmbedArgs,
+        _models.models_embed,
     ),
 ]
 

@@ -29,7 +29,9 @@ from mcphost.models import RunGrant
 from mcphost.protocol import AgentRunContext, JSONObject
 from mcphost.protocol.facts import KnowledgeChunk
 from mcphost.protocol.inference import (
+    EmbeddingAnswer,
     ModelInvocation,
+    ModelsEmbedArgs,
     ModelsInvokeArgs,
     ModelsList,
     ModelsRerankArgs,
@@ -91,6 +93,10 @@ class ModelCaller(Protocol):
 
     async def rerank(self, run_id: str, grant: RunGrant, args: ModelsRerankArgs) -> RerankAnswer:
         """Documents scored by a rerank model, best first."""
+        ...
+
+    async def embed(self, run_id: str, grant: RunGrant, args: ModelsEmbedArgs) -> EmbeddingAnswer:
+        """A vector per input from an embedding model, in the order of the inputs."""
         ...
 
 

@@ -177,7 +177,7 @@ class FactsServer:
             host_tools: upstream tools exposed as `<server>__<tool>`; none without it.
             knowledge: knowledge retrieval; without it `knowledge_retrieve` answers `not_found`.
             models: the host's models (`proxy.calls.ModelCalls`); without it `models_list` lists none and
-                `models_invoke` / `models_rerank` answer `not_found`.
+                `models_invoke` / `models_rerank` / `models_embed` answer `not_found`.
             guard: the host's Host/Origin policy, shared with `/v1` (default: loopback names and
                 origins only).
             on_call: called with (tool, outcome) for every audited call, as its audit row is written

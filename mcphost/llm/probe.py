@@ -1,13 +1,13 @@
 """Probing the host's models: one smallest call to each `[models.<id>]` (`mcphost config check`).
 
 Owns the probe request of each kind — a chat model asked for one token of an answer to `ping` in its own
-wire (`neutral.request_body`), a rerank model one query over one document — sent to the model itself,
+wire (`neutral.request_body`), a rerank model one query over one document, an embedding model one
+short input (`embedding.embed_body`) — sent to the model itself,
 never its fallbacks, with the host's key, and what came back: ok, or the HTTP status and the upstream's
 message, or the transport failure, with the latency. Does not own reporting (`cli/_setup.py`).
 
 Invariants: a probe never raises for what the upstream did (refused, unreachable, hung, garbage): every
-outcome is a `ModelProbe`; an embedding model is not probed (the host does not call embedding models yet).
-Each probe costs at most one input word and one output token.
+outcome is a `ModelProbe`. Each probe costs at most one input word and one output token.
 """
 
 from __future__ import annotations
@@ -21,11 +21,12 @@ import anyio
 import httpx2
 
 from mcphost.llm.catalog import ModelConfig
+from mcphost.llm.embedding import embed_body
 from mcphost.llm.neutral import api_of, request_body, rerank_body
 from mcphost.llm.upstream import UpstreamFailedError, open_first
 from mcphost.llm.wire import Api
 from mcphost.protocol import JSONObject, is_json_object
-from mcphost.protocol.inference import ModelMessage, ModelsInvokeArgs, ModelsRerankArgs
+from mcphost.protocol.inference import ModelMessage, ModelsEmbedArgs, ModelsInvokeArgs, ModelsRerankArgs
 
 MAX_PROBE_BODY_BYTES = 256 * 1024
 
@@ -45,11 +46,13 @@ async def probe_model(
     client: httpx2.AsyncClient, model_id: str, entry: ModelConfig, *, timeout_s: float
 ) -> ModelProbe:
     """Call `entry` once with the smallest request of its kind (bounded by `timeout_s` in all)."""
-    if entry.kind == "embedding":
-        return ModelProbe(model_id, "skipped", "embedding models are not probed")
     api: Api
     body: JSONObject
-    if entry.kind == "rerank":
+    if entry.kind == "embedding":
+        if entry.wire != "openai":
+            return ModelProbe(model_id, "fail", f"provider {entry.provider!r} has no embeddings API")
+        api, body = "embeddings", embed_body(ModelsEmbedArgs(model=model_id, inputs=["ping"]))
+    elif entry.kind == "rerank":
         api, body = "rerank", rerank_body(ModelsRerankArgs(model=model_id, query="ping", documents=["pong"]))
     else:
         api = api_of(entry)

@@ -42,6 +42,7 @@ _PATHS: Mapping[Api, str] = {
     "chat": "/chat/completions",
     "responses": "/responses",
     "rerank": "/rerank",
+    "embeddings": "/embeddings",
 }
 
 AttemptStatus = Literal["ok", "failed"]

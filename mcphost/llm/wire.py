@@ -16,14 +16,16 @@ include the cached ones, subtracted here); cache writes count as input. The SSE 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
 from mcphost.protocol import JSONObject, JSONValue, is_json_object
 
-Api = Literal["anthropic", "chat", "responses", "rerank"]
-"""Anthropic Messages, OpenAI Chat Completions, OpenAI Responses, and the `/rerank` endpoint of
-OpenAI-compatible servers (Cohere/Jina shape, as vLLM serves it; called by the `models_rerank` tool only)."""
+Api = Literal["anthropic", "chat", "responses", "rerank", "embeddings"]
+"""Anthropic Messages, OpenAI Chat Completions, OpenAI Responses, the `/rerank` endpoint of
+OpenAI-compatible servers (Cohere/Jina shape, as vLLM serves it; called by the `models_rerank` tool only),
+and OpenAI Embeddings (`/embeddings`, never streamed)."""
 MAX_EVENT_BYTES = 4 * 1024 * 1024
 
 ErrorKind = Literal[
@@ -81,7 +83,7 @@ def stream_error(api: Api, kind: ErrorKind, message: str) -> bytes:
     match api:
         case "anthropic":
             return _sse("error", error_body(api, kind, message))
-        case "chat" | "rerank":
+        case "chat" | "rerank" | "embeddings":
             return _sse(None, error_body(api, kind, message))
         case "responses":
             _, code = _OPENAI_TYPES[kind]
@@ -126,11 +128,34 @@ def usage_of(api: Api, body: JSONValue) -> Usage | None:
         cached = _int(_obj(usage.get("prompt_tokens_details")).get("cached_tokens"))
         prompt = _int(usage.get("prompt_tokens"))
         return Usage(max(0, prompt - cached), _int(usage.get("completion_tokens")), cached, model_name)
-    if api == "rerank":  # Jina and vLLM count `total_tokens` (some servers `prompt_tokens`), all input
+    if api in ("rerank", "embeddings"):  # `total_tokens` (some servers `prompt_tokens`), all input
         return Usage(_int(usage.get("total_tokens")) or _int(usage.get("prompt_tokens")), 0, 0, model_name)
     cached = _int(_obj(usage.get("input_tokens_details")).get("cached_tokens"))
     prompt = _int(usage.get("input_tokens"))
     return Usage(max(0, prompt - cached), _int(usage.get("output_tokens")), cached, model_name)
+
+
+_CONTENT_EVENTS: Mapping[Api, frozenset[str]] = {
+    "anthropic": frozenset({"ping", "content_block_start", "content_block_delta", "content_block_stop"}),
+    "chat": frozenset(),  # its chunks are not named: see `StreamUsage.feed`
+    "responses": frozenset(
+        {
+            "response.output_text.delta",
+            "response.output_text.done",
+            "response.content_part.added",
+            "response.content_part.done",
+            "response.output_item.added",
+            "response.output_item.done",
+            "response.function_call_arguments.delta",
+            "response.function_call_arguments.done",
+            "response.reasoning_summary_text.delta",
+            "response.in_progress",
+            "response.created",
+        }
+    ),
+    "rerank": frozenset(),
+}
+"""Named stream events that carry content only (never usage, an error or the end), per API."""
 
 
 class StreamUsage:
@@ -145,9 +170,15 @@ class StreamUsage:
         """The message of an error event the upstream sent in the stream."""
 
     def feed(self, event: str | None, data: str) -> None:
-        """Read one event (`event:` name and `data:` text)."""
+        """Read one event (`event:` name and `data:` text). Events that can carry neither usage, nor an
+        error, nor the stream's end are not parsed: they are nearly every event of a stream (one per
+        token or so), and the relay reads each on the way to its client."""
         if self._api == "chat" and data.strip() == "[DONE]":
             self.finished = True
+            return
+        if event is not None and event in _CONTENT_EVENTS[self._api]:
+            return
+        if self._api == "chat" and '"usage"' not in data and '"error"' not in data:
             return
         try:
             payload = json.loads(data)
@@ -175,7 +206,7 @@ class StreamUsage:
                     found = usage_of("responses", _obj(payload.get("response")))
                     if found is not None:
                         self.usage = found
-            case "rerank":  # not streamed
+            case "rerank" | "embeddings":  # not streamed
                 pass
 
     def _anthropic(self, kind: str | None, payload: JSONObject) -> None:

@@ -162,12 +162,7 @@ async def _pump_rest(receive: MemoryObjectReceiveStream[RawResult], journal: Run
 
 def stored_trace(grant: RunGrant) -> dict[str, str] | None:
     """The ingest span's context as the run's admission stored it, else None (the current span)."""
-    if grant.traceparent is None:
-        return None
-    trace = {tracing.TRACEPARENT: grant.traceparent}
-    if grant.tracestate is not None:
-        trace[tracing.TRACESTATE] = grant.tracestate
-    return trace
+    return tracing.carrier_of(grant.traceparent, grant.tracestate)
 
 
 def conversation_attribute(conversation_id: str | None) -> dict[str, str]:

@@ -3,7 +3,7 @@
 Pure: imports nothing else from mcphost. Runners import this package and nothing else of the host.
 `json_schemas()` exports every model as JSON Schema for runners written in other languages, including the
 answer of every per-run MCP tool (`facts.py`, written as `<tool>_answer`) and the arguments of the model
-tools (`inference.py`, `models_invoke_args`, `models_rerank_args`).
+tools (`inference.py`, `models_invoke_args`, `models_rerank_args`, `models_embed_args`).
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ from mcphost.protocol.context import (
     WarmSessionAccess,
 )
 from mcphost.protocol.facts import FACTS_TOOL_NAMES, FactsToolName, answer_schema
-from mcphost.protocol.inference import ModelsInvokeArgs, ModelsRerankArgs
+from mcphost.protocol.inference import ModelsEmbedArgs, ModelsInvokeArgs, ModelsRerankArgs
 from mcphost.protocol.manifest import (
     RUNNER_ID_FORM,
     AgentRunnerManifest,
@@ -151,6 +151,7 @@ def json_schemas() -> dict[str, dict[str, Any]]:
         "cancel_params": CancelParams,
         "models_invoke_args": ModelsInvokeArgs,
         "models_rerank_args": ModelsRerankArgs,
+        "models_embed_args": ModelsEmbedArgs,
     }
     out: dict[str, dict[str, Any]] = {}
     for name, model in models.items():

@@ -124,8 +124,8 @@ class HostModelInfo(ProtocolModel):
     """The model supports tool calls."""
     images: bool = False
     """The model takes images."""
-    calls: list[Literal["invoke", "stream", "rerank"]] = Field(
-        default_factory=list[Literal["invoke", "stream", "rerank"]]
+    calls: list[Literal["invoke", "stream", "rerank", "embed"]] = Field(
+        default_factory=list[Literal["invoke", "stream", "rerank", "embed"]]
     )
     """How the run may call it (its grant)."""
 
@@ -162,6 +162,18 @@ class BridgeCommand(ProtocolModel):
     env: dict[str, str] = Field(default_factory=dict[str, str])
 
 
+class ModelEndpoints(ProtocolModel):
+    """The run's model endpoints (PROTOCOL §7a), authenticated by the run token (`mcp.headers`) sent as
+    `x-api-key` or `Authorization: Bearer`. Unmodified provider clients take these as their base URL."""
+
+    anthropic: str
+    """Anthropic Messages (`POST {anthropic}/v1/messages`): an Anthropic SDK's or Claude Code's
+    `ANTHROPIC_BASE_URL`."""
+    openai: str
+    """OpenAI (`POST {openai}/chat/completions`, `POST {openai}/responses`, `GET {openai}/models`): an
+    OpenAI SDK's `base_url`, a Codex model provider's `base_url`."""
+
+
 class WarmSessionAccess(ProtocolModel):
     """The stable MCP endpoint of a warm harness session (PROTOCOL §9): offered when the agent's config
     says `warm = true` and the run belongs to a conversation. `headers` carries the session token: a
@@ -177,6 +189,10 @@ class WarmSessionAccess(ProtocolModel):
     """A warm process with no turn for this long is stopped."""
     max_rss_mb: int = 2048
     """The warm processes of a plugin together stay under this resident memory (LRU eviction)."""
+    models: ModelEndpoints | None = None
+    """The session's model endpoints (`/sessions/{session_id}/models/...`), when the run is granted host
+    models: the model endpoints of whichever run of the session is current, authenticated by the session
+    token (`headers`), refusing every call between runs. A warm process on a host model keeps these."""
 
 
 class MCPAccess(ProtocolModel):
@@ -188,18 +204,6 @@ class MCPAccess(ProtocolModel):
     protocol_versions: list[str] = Field(default_factory=list[str])
     session: WarmSessionAccess | None = None
     """The warm session endpoint, when the agent asked for one (`warm = true`); else absent."""
-
-
-class ModelEndpoints(ProtocolModel):
-    """The run's model endpoints (PROTOCOL §7a), authenticated by the run token (`mcp.headers`) sent as
-    `x-api-key` or `Authorization: Bearer`. Unmodified provider clients take these as their base URL."""
-
-    anthropic: str
-    """Anthropic Messages (`POST {anthropic}/v1/messages`): an Anthropic SDK's or Claude Code's
-    `ANTHROPIC_BASE_URL`."""
-    openai: str
-    """OpenAI (`POST {openai}/chat/completions`, `POST {openai}/responses`, `GET {openai}/models`): an
-    OpenAI SDK's `base_url`, a Codex model provider's `base_url`."""
 
 
 class ContextAccess(ProtocolModel):

@@ -29,7 +29,7 @@ from pydantic import ConfigDict, Field, SerializerFunctionWrapHandler, model_ser
 
 from mcphost.protocol._base import JSONObject, JSONValue, ProtocolModel
 from mcphost.protocol.context import AgentRunContext, ArtifactRef
-from mcphost.protocol.inference import ModelInvocation, ModelsList, RerankAnswer
+from mcphost.protocol.inference import EmbeddingAnswer, ModelInvocation, ModelsList, RerankAnswer
 from mcphost.protocol.results import StateScope
 
 FactsToolName = Literal[
@@ -54,6 +54,7 @@ FactsToolName = Literal[
     "models_list",
     "models_invoke",
     "models_rerank",
+    "models_embed",
 ]
 """Every tool of the per-run MCP server, in the order `tools/list` shows them."""
 
@@ -364,6 +365,7 @@ FACTS_ANSWERS: Mapping[FactsToolName, type[ProtocolModel]] = {
     "models_list": ModelsList,
     "models_invoke": ModelInvocation,
     "models_rerank": RerankAnswer,
+    "models_embed": EmbeddingAnswer,
 }
 """The model of each tool's answer (its `structuredContent`)."""
 

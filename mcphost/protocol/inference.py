@@ -1,9 +1,9 @@
 """Host model calls over the per-run MCP server: the provider-neutral arguments and answers of
-`models_list`, `models_invoke` and `models_rerank` (PROTOCOL §7).
+`models_list`, `models_invoke`, `models_rerank` and `models_embed` (PROTOCOL §7).
 
 Owns one request shape for every chat model the host serves — messages of text, image, tool-call and
 tool-result parts, a system prompt, tools, sampling settings — and the answer shapes (`ModelInvocation`,
-`ModelsList`, `RerankAnswer`). The host translates a request into its model's own wire format
+`ModelsList`, `RerankAnswer`, `EmbeddingAnswer`). The host translates a request into its model's own wire format
 (Anthropic Messages or OpenAI Chat Completions, `mcphost.llm.neutral`) and the answer back; a runner
 never sees a provider's format, URL or key. Pure, like the rest of the package.
 
@@ -32,6 +32,11 @@ MAX_REQUEST_CHARS = 8 * 1024 * 1024
 MAX_OUTPUT_TOKENS = 128_000
 MAX_TOOLS = 128
 MAX_RERANK_DOCUMENTS = 1000
+MAX_EMBED_INPUTS = 2048
+"""The most texts one `models_embed` call embeds (OpenAI's own bound per request)."""
+MAX_EMBED_INPUT_CHARS = 100_000
+"""The longest text `models_embed` takes (embedding models take a few thousand tokens at most)."""
+MAX_EMBED_DIMENSIONS = 65_536
 
 StopReason = Literal["end_turn", "max_tokens", "stop_sequence", "tool_use", "refusal", "other"]
 """Why the model stopped: its turn ended, it hit `max_tokens` or a `stop` string, it called tools, it
@@ -176,6 +181,19 @@ class ModelsRerankArgs(_Args):
     """Return only the best `top_k` documents (default: all)."""
 
 
+class ModelsEmbedArgs(_Args):
+    """`models_embed`: a vector for each text from a host embedding model."""
+
+    model: str = Field(min_length=1, max_length=64)
+    """The id of a host model of kind `embedding` this run is granted."""
+    inputs: list[Annotated[str, Field(min_length=1, max_length=MAX_EMBED_INPUT_CHARS)]] = Field(
+        min_length=1, max_length=MAX_EMBED_INPUTS
+    )
+    """The texts to embed; the answer's vectors are in the same order."""
+    dimensions: int | None = Field(default=None, ge=1, le=MAX_EMBED_DIMENSIONS)
+    """The length of each vector, for models that can shorten theirs (default: the model's own)."""
+
+
 # -- answers ------------------------------------------------------------------------------------------
 
 
@@ -234,4 +252,17 @@ class RerankAnswer(ModelAnswer):
     model: str
     results: list[RerankScore]
     usage: ModelUsage
+    attempts: int
+
+
+class EmbeddingAnswer(ModelAnswer):
+    """`models_embed`: one vector per input, in the order of `inputs`."""
+
+    model: str
+    """The host model that answered: the one named, or a fallback of it."""
+    response_model: str | None
+    """The model name the upstream reported."""
+    vectors: list[list[float]]
+    usage: ModelUsage
+    """Embedding counts input tokens only (`output_tokens` is 0)."""
     attempts: int

@@ -62,7 +62,7 @@ StatePermission = Literal["read", "write"]
 StoragePermission = Literal["plugin", "workspace", "binding"]
 KnowledgePermission = Literal["list", "retrieve"]
 ToolsPermission = Literal["call"]
-ModelsPermission = Literal["invoke", "stream", "rerank"]
+ModelsPermission = Literal["invoke", "stream", "rerank", "embed"]
 
 
 class Permissions(InboundModel):
@@ -78,7 +78,8 @@ class Permissions(InboundModel):
     platform_api: list[str] = Field(default_factory=list[str])
     models: list[ModelsPermission] = Field(default_factory=list[ModelsPermission])
     """Calls of the host's models the runner may make (the agent's `resources.models` names which):
-    `invoke` (a whole answer), `stream` (a streamed one), `rerank`."""
+    `invoke` (a whole answer), `stream` (a streamed one), `rerank`, and `embed` (an extension of
+    mcphost's: vectors from an embedding model, `models_embed`)."""
 
 
 class ContextSupport(InboundModel):

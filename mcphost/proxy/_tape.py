@@ -9,18 +9,25 @@ Invariants:
 - A recorded call holds what its client received: the HTTP status and the whole JSON answer (the
   upstream's, or the host's own error when every model of the chain failed), or every server-sent
   event of the stream in order (with the error event the host ends a broken stream with), and the
-  usage read from them. Refusals before a call is made (a token, a grant, a spent budget) are not
-  recorded. A write that fails is logged; it never changes the answer.
-- On a replay nothing is sent upstream: a call is answered from the recording (a stream as the same
-  event sequence), or refused with a 400 in the endpoint's error shape that names it unrecorded, and
-  the replay reports it as a divergence.
+  usage read from them. The host's own refusals of a run's request (`refused`: a body it cannot take,
+  a model not granted or not callable there, a spent budget) are recorded the same way, with the
+  status and error body the client got; a request whose token is not the run's is not the run's and
+  is never recorded. A write that fails is logged; it never changes the answer.
+- A refused request is recorded under the canonical form of its body when the body parsed (so the same
+  request refused again matches, and a request made differently does not), else under the digest of
+  its raw bytes (of the refusal's message when not even those were read: a body past the size bound).
+- On a replay nothing is sent upstream: a call — refused or not — is answered from the recording (a
+  stream as the same event sequence), or refused with a 400 in the endpoint's error shape that names
+  it unrecorded, and the replay reports it as a divergence.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Iterable
+from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from typing import Protocol
 
@@ -50,6 +57,18 @@ class ModelReplayAnswers(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class Refusal:
+    """The host's refusal of a run's request, as the client gets it."""
+
+    raw: bytes | None
+    """The request's body as read; None when it was refused before it was read (too large)."""
+    body: JSONObject | None
+    """The body as parsed; None when it did not parse."""
+    reply: JSONResponse
+    """The refusal: its status and the endpoint's error body."""
+
+
 def _today() -> list[str]:
     return sorted({date.today().isoformat(), datetime.now(UTC).date().isoformat()})
 
@@ -72,22 +91,61 @@ class ModelTape:
             "request": _storable_request(request) if is_json_object(request) else {},
         }
 
+    def refusal_arguments(self, api: Api, run_id: str, refusal: Refusal) -> JSONObject:
+        """A refused request's recorded arguments: those of its call when its body parsed, else
+        `{sha256, model: null, stream: false, request: {unparsed_bytes}}` over its raw bytes."""
+        if refusal.body is not None:
+            model_id = str(refusal.body.get("model", "")).removeprefix("host:")[:200]
+            return self.arguments(api, run_id, model_id, refusal.body)
+        seen = refusal.raw if refusal.raw is not None else bytes(refusal.reply.body)
+        return {
+            "sha256": hashlib.sha256(b"unparsed\0" + seen).hexdigest(),
+            "model": None,
+            "stream": False,
+            "request": {"unparsed_bytes": None if refusal.raw is None else len(refusal.raw)},
+        }
+
+    async def refused(self, api: Api, run_id: str, record: bool, refusal: Refusal) -> Response:
+        """The answer to a request the host refused: on a replay, the recorded answer of the same
+        request (or the divergence); else the refusal, recorded first when the run is (`record`)."""
+        if self._replay is None and not record:
+            return refusal.reply
+        arguments = self.refusal_arguments(api, run_id, refusal)
+        if self._replay is not None:
+            return self._answer(api, run_id, arguments)
+        await self._append(
+            api,
+            run_id,
+            arguments,
+            {
+                "status": refusal.reply.status_code,
+                "usage": None,
+                "body": json.loads(bytes(refusal.reply.body)),
+            },
+        )
+        return refusal.reply
+
     def replayed(self, api: Api, run_id: str, model_id: str, body: JSONObject) -> Response | None:
         """On a replay, the recorded answer of this call (or its refusal); None when not replaying."""
         if self._replay is None:
             return None
-        arguments = self.arguments(api, run_id, model_id, body)
+        return self._answer(api, run_id, self.arguments(api, run_id, model_id, body))
+
+    def _answer(self, api: Api, run_id: str, arguments: JSONObject) -> Response:
+        assert self._replay is not None
         answer = self._replay.model_answer(run_id, MODEL_CALLS[api], arguments)
+        model_id = arguments.get("model")
+        named = f"to model {model_id!r}" if isinstance(model_id, str) else "whose body the host refused"
         if answer is None:
             message = (
-                f"This replay has no recorded answer for this request to model {model_id!r} (its "
+                f"This replay has no recorded answer for this request {named} (its "
                 f"canonical form has sha256 {arguments['sha256']}); it is reported as a divergence and "
                 "was not sent upstream."
             )
             return JSONResponse(error_body(api, "invalid_request", message), status_code=400)
         if "unstorable" in answer or answer.get("truncated") is True:
             message = (
-                f"The recording could not keep the answer of this call to model {model_id!r} (JSON a "
+                f"The recording could not keep the answer of this call {named} (JSON a "
                 f"store cannot keep, or a stream past {MAX_RECORDED_STREAM_BYTES} bytes), so this "
                 "replay cannot give it."
             )
@@ -112,7 +170,10 @@ class ModelTape:
             answer = {"unreadable": bytes(content[:1000]).decode("utf-8", "replace")}
         usage = usage_of(api, answer) if status == 200 else None
         await self._append(
-            api, run_id, model_id, body, {"status": status, "usage": _usage(usage), "body": answer}
+            api,
+            run_id,
+            self.arguments(api, run_id, model_id, body),
+            {"status": status, "usage": _usage(usage), "body": answer},
         )
 
     def tee(
@@ -138,17 +199,15 @@ class ModelTape:
                     answer: JSONObject = {"status": 200, "usage": _usage(usage.usage), "events": events}
                     if kept > MAX_RECORDED_STREAM_BYTES:
                         answer = {"status": 200, "usage": _usage(usage.usage), "truncated": True}
-                    await self._append(api, run_id, model_id, body, answer)
+                    await self._append(api, run_id, self.arguments(api, run_id, model_id, body), answer)
 
         return relayed()
 
-    async def _append(
-        self, api: Api, run_id: str, model_id: str, body: JSONObject, answer: JSONObject
-    ) -> None:
+    async def _append(self, api: Api, run_id: str, arguments: JSONObject, answer: JSONObject) -> None:
         entry = RecordedCallEntry(
             run_id=run_id,
             tool=MODEL_CALLS[api],
-            arguments=self.arguments(api, run_id, model_id, body),
+            arguments=arguments,
             outcome="ok" if answer["status"] == 200 else "error",
             answer=storable_arguments(answer),
         )

@@ -1,7 +1,8 @@
-"""`ModelCalls`: the host models as MCP tools of the run (`models_list`, `models_invoke`, `models_rerank`).
+"""`ModelCalls`: the host models as MCP tools of the run (`models_list`, `models_invoke`, `models_rerank`,
+`models_embed`).
 
 Owns answering those tools for the facts server (it is the `facts.providers.ModelCaller` the host plugs
-in): the grant check of each call (`model:ID:invoke|stream|rerank`), what a model can take (its kind,
+in): the grant check of each call (`model:ID:invoke|stream|rerank|embed`), what a model can take (its kind,
 tools, images), the neutral request in the model's wire format (`llm.neutral`), reading the answer —
 whole, or streamed with its text deltas handed to the caller as they arrive — and turning every failure
 into a `HostError` with a precise message. Does not own the budget reservation, the fallback chain or
@@ -38,6 +39,7 @@ from mcphost.errors import (
 )
 from mcphost.grants import refusal
 from mcphost.llm import ModelConfig, ModelKind, host_model_infos
+from mcphost.llm.embedding import embed_body, read_vectors
 from mcphost.llm.neutral import (
     Answer,
     AnswerError,
@@ -54,8 +56,10 @@ from mcphost.models import RunGrant
 from mcphost.protocol import HostModelInfo, JSONValue, is_json_object
 from mcphost.protocol.inference import (
     AssistantMessage,
+    EmbeddingAnswer,
     ImagePart,
     ModelInvocation,
+    ModelsEmbedArgs,
     ModelsInvokeArgs,
     ModelsList,
     ModelsRerankArgs,
@@ -65,6 +69,19 @@ from mcphost.protocol.inference import (
 from mcphost.proxy.server import MAX_RESPONSE_BYTES, ModelProxy, OpenCall
 
 T = TypeVar("T")
+
+_CALLS_OF: Mapping[str, ModelKind] = {
+    "invoke": "chat",
+    "stream": "chat",
+    "rerank": "rerank",
+    "embed": "embedding",
+}
+"""The kind of model each way of calling (`permissions.models`) calls."""
+_TOOL_OF: Mapping[ModelKind, str] = {
+    "chat": "models_invoke",
+    "rerank": "models_rerank",
+    "embedding": "models_embed",
+}
 
 TextSink = Callable[[str], Awaitable[None]]
 """Called with each text delta of a streamed answer, in order."""
@@ -81,10 +98,9 @@ class ModelCalls:
     def listed(self, grant: RunGrant) -> ModelsList:
         """The host models the run may call, and how."""
 
-        def calls(
-            info: HostModelInfo,
-        ) -> list[str]:  # a chat model is invoked or streamed, a rerank model reranks
-            return [c for c in sorted(grant.model_calls) if (c == "rerank") == (info.kind == "rerank")]
+        def calls(info: HostModelInfo) -> list[str]:
+            # a chat model is invoked or streamed, a rerank model reranks, an embedding model embeds
+            return [c for c in sorted(grant.model_calls) if _CALLS_OF.get(c, "chat") == info.kind]
 
         infos = [self._infos[m] for m in sorted(grant.models) if m in self._infos]
         return ModelsList(
@@ -103,10 +119,9 @@ class ModelCalls:
                 details={"model": model_id},
             )
         if entry.kind != kind:
-            tool = "models_invoke" if entry.kind == "chat" else "models_rerank"
             raise InvalidArgumentError(
-                f"Model {model_id!r} is a {entry.kind} model, not a {kind} model"
-                + (f"; call it with {tool}." if entry.kind != "embedding" else "."),
+                f"Model {model_id!r} is {_a(entry.kind)} model, not {_a(kind)} model; call it with "
+                f"{_TOOL_OF[entry.kind]}.",
                 details={"model": model_id, "kind": entry.kind},
             )
         return entry
@@ -173,6 +188,31 @@ class ModelCalls:
             )
 
         return await self._call("rerank", run_id, grant, args.model, body, read)
+
+    async def embed(self, run_id: str, grant: RunGrant, args: ModelsEmbedArgs) -> EmbeddingAnswer:
+        """A vector for each input from an embedding model, in the order of the inputs."""
+        entry = self._entry(grant, args.model, "embed", "embedding")
+        if entry.wire != "openai":
+            raise InvalidArgumentError(
+                f"Model {args.model!r} is of provider {entry.provider!r}, which has no embeddings API; "
+                "the host embeds with openai and openai-compatible models.",
+                details={"model": args.model},
+            )
+        body = {"model": args.model, **embed_body(args)}
+
+        async def read(call: OpenCall) -> EmbeddingAnswer:
+            payload = await _read_whole(call)
+            vectors = read_vectors(payload, len(args.inputs))
+            call.usage = usage_of("embeddings", payload)
+            return EmbeddingAnswer(
+                model=call.attempts[-1].model_id,
+                response_model=call.usage.model if call.usage is not None else None,
+                vectors=vectors,
+                usage=self._usage(call, call.usage),
+                attempts=len(call.attempts),
+            )
+
+        return await self._call("embeddings", run_id, grant, args.model, body, read)
 
     def _usage(self, call: OpenCall, usage: Usage | None) -> ModelUsage:
         found = usage or Usage()
@@ -241,6 +281,10 @@ class ModelCalls:
                 "what you have.",
                 details={"model": model_id, "deadline_at": grant.deadline_at},
             ) from None
+
+
+def _a(kind: str) -> str:
+    return f"an {kind}" if kind[:1] in "aeiou" else f"a {kind}"
 
 
 def _details(model_id: str, attempts: list[Attempt]) -> dict[str, JSONValue]:

@@ -3,11 +3,14 @@
 Routes (under `MODELS_PATH` = `/runs/{run_id}/models`):
 - `POST /anthropic/v1/messages` — Anthropic Messages, streamed (SSE) or not; `GET /anthropic/v1/models`.
 - `POST /openai/v1/chat/completions`, `POST /openai/v1/responses` — OpenAI Chat Completions and
-  Responses, streamed or not; `GET /openai/v1/models`.
+  Responses, streamed or not; `POST /openai/v1/embeddings` — OpenAI Embeddings, for models of kind
+  `embedding` (checked by `llm.embedding.body_problem`); `GET /openai/v1/models`.
+The same routes under `/sessions/{session_id}/models` serve a warm session's current run, authenticated
+by the session token (`_session.py` names the run; everything after is the run's own path).
 
 Owns authenticating a model request (Host/Origin by the host's `HttpGuard`, then the run's token as
 `x-api-key` or `Authorization: Bearer`, compared in constant time with the stored hash, and the grant
-still active), the grant check (`grants.check` of `model:ID:invoke|stream`), the budget reservation
+still active), the grant check (`grants.check` of `model:ID:invoke|stream|embed`), the budget reservation
 (`stores.usage`, for agents with a model budget), relaying the call upstream through the model's
 fallback chain (`llm.upstream`), and recording each attempt with its usage and cost (`_usage.UsageWriter`,
 after the answer is relayed). Does not own the models' config or prices (`llm.catalog`), the wire
@@ -58,19 +61,24 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 from starlette.types import Receive, Scope, Send
 
+from mcphost import tracing
 from mcphost.errors import BudgetExceededError, RunNotFoundError, StorageUnavailableError, UnavailableError
 from mcphost.grants import refusal, token_matches
 from mcphost.guard import HttpGuard, declare_access
 from mcphost.llm import ModelConfig, ModelFacts, WireFormat, fallback_chain, model_facts
+from mcphost.llm.embedding import body_problem
 from mcphost.llm.upstream import Attempt, UpstreamFailedError, open_first
 from mcphost.llm.wire import Api, ErrorKind, SseReader, StreamUsage, Usage, error_body, stream_error, usage_of
 from mcphost.models import RunGrant
 from mcphost.protocol import JSONObject
 from mcphost.proxy._body import BodyRefusedError, parse_body, read_body
-from mcphost.proxy._tape import ModelReplayAnswers, ModelTape
+from mcphost.proxy._session import SessionRefusedError, no_run_message, session_run
+from mcphost.proxy._spans import record_call
+from mcphost.proxy._tape import ModelReplayAnswers, ModelTape, Refusal
 from mcphost.proxy._usage import UsageWriter
 from mcphost.stores import GrantRecord, Stores
 from mcphost.stores.usage import AttemptEnd, CallStart, FinishedCall, ModelBudget
+from mcphost.warm import SESSION_MODELS_PATH, WarmSessions
 
 logger = logging.getLogger(__name__)
 
@@ -82,12 +90,19 @@ BYTES_PER_TOKEN = 3
 """A cautious estimate of a request's input tokens from its size (for its reservation only)."""
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,99}$")
 _RELAYED_HEADERS = ("request-id", "x-request-id")
-_WIRE_OF: Mapping[Api, WireFormat] = {"anthropic": "anthropic", "chat": "openai", "responses": "openai"}
+_WIRE_OF: Mapping[Api, WireFormat] = {
+    "anthropic": "anthropic",
+    "chat": "openai",
+    "responses": "openai",
+    "embeddings": "openai",
+}
 _OUT_FIELDS = ("max_tokens", "max_completion_tokens", "max_output_tokens")
 
 MAX_CACHED_GRANTS = 10_000
 OnCall = Callable[[str, str, tuple[int, int, int], float], None]
 """Called after each finished call with (model id, agent id, (input, output, cached) tokens, cost)."""
+RunTrace = Callable[[str], Awaitable[tracing.Carrier | None]]
+"""The W3C context of a run's span (the span around its runner), None when unknown."""
 
 
 class _RefusedError(Exception):
@@ -112,6 +127,9 @@ class _Call:
     call_id: str | None
     """The call's `reserved` row, None when its agent has no model budget (nothing was reserved)."""
     created_at: float
+    trace: tracing.Carrier | None = None
+    """Where the call's span hangs: the run's span at the wire endpoints, None (the current span) for
+    the model tools."""
 
 
 def _token(headers: Headers) -> str | None:
@@ -121,6 +139,10 @@ def _token(headers: Headers) -> str | None:
     scheme, _, token = headers.get("authorization", "").partition(" ")
     token = token.strip()
     return token if scheme.lower() == "bearer" and token else None
+
+
+def _a(kind: str) -> str:
+    return f"an {kind}" if kind[:1] in "aeiou" else f"a {kind}"
 
 
 def _reply(api: Api, status: int, kind: ErrorKind, message: str) -> JSONResponse:
@@ -140,11 +162,17 @@ class ModelProxy:
         on_call: OnCall | None = None,
         replay: ModelReplayAnswers | None = None,
         executing: Callable[[str], bool] | None = None,
+        warm: WarmSessions | None = None,
+        run_trace: RunTrace | None = None,
     ) -> None:
         """`executing(run_id)`: the run is executing on this process and its close has not begun (the
         orchestrator's word); such a run's grant is read once and then checked in memory. Without it,
-        every request reads the grant from the runs table."""
+        every request reads the grant from the runs table. `warm`: the warm sessions whose model routes
+        (`/sessions/{session_id}/models/...`) this serves (None: those paths are 404). `run_trace(run_id)`:
+        the run's span context, which the `chat {model}` span of a call at the wire endpoints is a child
+        of (else the context stored with the grant, its ingest span)."""
         self._stores = stores
+        self._warm = warm
         self._tape = ModelTape(stores, replay)
         self._models = dict(models)
         self._budgets = {agent: b for agent, b in (budgets or {}).items() if b.any}
@@ -152,6 +180,8 @@ class ModelProxy:
         self._guard = guard or HttpGuard()
         self._on_call = on_call
         self._executing = executing
+        self._run_trace = run_trace
+        self._providers = {m: entry.provider for m, entry in self._models.items()}
         self._grants: dict[str, GrantRecord] = {}
         """Grants of runs executing here, as read from the runs table (`_authenticate`)."""
         self._writer = UsageWriter(stores.usage)
@@ -164,17 +194,17 @@ class ModelProxy:
             ("/anthropic/v1/models", "GET", "anthropic"),
             ("/openai/v1/chat/completions", "POST", "chat"),
             ("/openai/v1/responses", "POST", "responses"),
+            ("/openai/v1/embeddings", "POST", "embeddings"),
             ("/openai/v1/models", "GET", "chat"),
         ]
         self._routes: list[BaseRoute] = [
             declare_access(
-                Route(
-                    MODELS_PATH + path,
-                    endpoint=self._endpoint(api),
-                    methods=[method],
-                    name=f"mcphost_models_{i}",
-                ),
-                "run-token",
+                Route(base + path, endpoint=self._endpoint(api), methods=[method], name=f"{name}_{i}"),
+                "run-token",  # the run's token, or the warm session's: not an API key
+            )
+            for base, name in (
+                (MODELS_PATH, "mcphost_models"),
+                (SESSION_MODELS_PATH, "mcphost_session_models"),
             )
             for i, (path, method, api) in enumerate(routes)
         ]
@@ -229,38 +259,41 @@ class ModelProxy:
         headers = Headers(scope=scope)
         try:
             run_id, grant = await self._authenticate(api, scope, headers)
-            if scope["method"] == "GET":
-                return self._list(api, grant)
+        except _RefusedError as refused:  # not the run's request: neither recorded nor replayed
+            return _reply(api, refused.status, refused.kind, refused.message)
+        if scope["method"] == "GET":
+            return self._list(api, grant)
+        raw: bytes | None = None
+        body: JSONObject | None = None
+        try:
             try:
-                body = parse_body(await read_body(headers, receive))
+                raw = await read_body(headers, receive)
+                body = parse_body(raw)
             except BodyRefusedError as refused:
                 raise _RefusedError(refused.status, refused.kind, refused.message) from None
             model_id = self._granted(api, grant, body)
             response = await self._call(
                 api, run_id, grant, model_id, body, headers, str(scope.get("query_string", b""), "latin-1")
             )
-            if grant.record and not isinstance(response, StreamingResponse):  # streams: `_relay`
-                await self._tape.record_whole(
-                    api, run_id, model_id, body, response.status_code, response.body
-                )
-            return response
         except _RefusedError as refused:
-            return _reply(api, refused.status, refused.kind, refused.message)
+            # The host's own refusal of the run's request: recorded and replayed like an answer.
+            reply = _reply(api, refused.status, refused.kind, refused.message)
+            return await self._tape.refused(api, run_id, grant.record, Refusal(raw, body, reply))
+        if grant.record and not isinstance(response, StreamingResponse):  # streams: `_relay`
+            await self._tape.record_whole(api, run_id, model_id, body, response.status_code, response.body)
+        return response
 
     async def _authenticate(self, api: Api, scope: Scope, headers: Headers) -> tuple[str, RunGrant]:
         site = self._guard.site_refusal(headers)
         if site is not None:
             raise _RefusedError(site.status, "permission", site.message)
-        run_id = str(scope.get("path_params", {}).get("run_id", ""))
+        params = scope.get("path_params", {})
+        if "session_id" in params:
+            return await self._session(str(params["session_id"]), headers)
+        run_id = str(params.get("run_id", ""))
         if not _RUN_ID.match(run_id):
             raise _RefusedError(404, "not_found", f"run {run_id[:100]!r} does not exist")
-        try:
-            record = await self._grant(run_id)
-        except RunNotFoundError:
-            raise _RefusedError(404, "not_found", f"run {run_id} does not exist") from None
-        except StorageUnavailableError as exc:
-            logger.warning("could not read the grant of run %s: %s", run_id, exc.__cause__ or exc.message)
-            raise _RefusedError(503, "upstream", "the host cannot read run grants right now; retry") from None
+        record = await self._read_grant(run_id)
         token = _token(headers)
         if token is None:
             raise _RefusedError(
@@ -275,6 +308,26 @@ class ModelProxy:
                 401, "authentication", f"run {run_id} is not active: its token was revoked when it ended"
             )
         return run_id, record.grant
+
+    async def _session(self, session_id: str, headers: Headers) -> tuple[str, RunGrant]:
+        """The warm session's current run and its grant, when the credential is the session's token."""
+        try:
+            run_id = await session_run(self._warm, session_id, _token(headers))
+        except SessionRefusedError as refused:
+            raise _RefusedError(refused.status, refused.kind, refused.message) from None
+        record = await self._read_grant(run_id)
+        if not record.active:  # the run ended between the two reads
+            raise _RefusedError(403, "permission", no_run_message(session_id))
+        return run_id, record.grant
+
+    async def _read_grant(self, run_id: str) -> GrantRecord:
+        try:
+            return await self._grant(run_id)
+        except RunNotFoundError:
+            raise _RefusedError(404, "not_found", f"run {run_id} does not exist") from None
+        except StorageUnavailableError as exc:
+            logger.warning("could not read the grant of run %s: %s", run_id, exc.__cause__ or exc.message)
+            raise _RefusedError(503, "upstream", "the host cannot read run grants right now; retry") from None
 
     async def _grant(self, run_id: str) -> GrantRecord:
         """The run's grant record: from memory while the run executes here (its close, which the
@@ -316,7 +369,7 @@ class ModelProxy:
     def _granted(self, api: Api, grant: RunGrant, body: JSONObject) -> str:
         """The id of the host model the body names, when the run may call it so at this endpoint."""
         model_id = str(body["model"]).removeprefix("host:")
-        how = "stream" if body.get("stream") is True else "invoke"
+        how = "embed" if api == "embeddings" else "stream" if body.get("stream") is True else "invoke"
         if model_id not in grant.models or how not in grant.model_calls:
             message, _ = refusal(grant, f"model:{model_id[:64]}:{how}", f"{how} model {model_id[:64]!r}")
             raise _RefusedError(403, "permission", message)
@@ -325,9 +378,12 @@ class ModelProxy:
             raise _RefusedError(
                 404, "not_found", f"model {model_id!r} is granted but no longer configured on this host"
             )
-        if entry.kind != "chat":
+        wanted = "embedding" if api == "embeddings" else "chat"
+        if entry.kind != wanted:
             raise _RefusedError(
-                400, "invalid_request", f"model {model_id!r} is a {entry.kind} model, not a chat model"
+                400,
+                "invalid_request",
+                f"model {model_id!r} is {_a(entry.kind)} model, not {_a(wanted)} model",
             )
         if entry.wire != _WIRE_OF[api]:
             where = "anthropic/v1/messages" if entry.wire == "anthropic" else "openai/v1/..."
@@ -337,6 +393,9 @@ class ModelProxy:
                 f"model {model_id!r} speaks the {entry.wire} wire format (provider {entry.provider!r}); call it at "
                 f"/runs/<run_id>/models/{where}. The host does not translate between wire formats.",
             )
+        problem = body_problem(body) if api == "embeddings" else None
+        if problem is not None:
+            raise _RefusedError(400, "invalid_request", problem)
         return model_id
 
     async def _begin(self, api: Api, run_id: str, grant: RunGrant, model_id: str, body: JSONObject) -> _Call:
@@ -368,8 +427,13 @@ class ModelProxy:
         return _Call(run_id, grant, api, model_id, body, streamed, start, call_id, created_at)
 
     def _reservation(self, model_id: str, body: JSONObject, size: int) -> tuple[int, float]:
-        out = next(
-            (v for f in _OUT_FIELDS if isinstance(v := body.get(f), int) and v > 0), DEFAULT_MAX_OUTPUT_TOKENS
+        out = (
+            0
+            if self._models[model_id].kind == "embedding"
+            else next(
+                (v for f in _OUT_FIELDS if isinstance(v := body.get(f), int) and v > 0),
+                DEFAULT_MAX_OUTPUT_TOKENS,
+            )
         )
         out = min(out, 10**9)
         inp = size // BYTES_PER_TOKEN
@@ -403,6 +467,8 @@ class ModelProxy:
             raise _RefusedError(
                 503, "upstream", "the host cannot record model calls right now; retry"
             ) from None
+        if tracing.enabled():
+            call.trace = await self._trace_parent(run_id, grant)
         entry = self._models[model_id]
         chain = [(m, self._models[m]) for m in fallback_chain(self._models, model_id)]
         passed = {k.lower(): v for k, v in headers.items()}
@@ -427,6 +493,10 @@ class ModelProxy:
         if streamed and response.status_code == 200 and kind.startswith("text/event-stream"):
             return self._relay(call, attempts, response)
         return await self._whole(call, attempts, response)
+
+    async def _trace_parent(self, run_id: str, grant: RunGrant) -> tracing.Carrier | None:
+        found = await self._run_trace(run_id) if self._run_trace is not None else None
+        return found or tracing.carrier_of(grant.traceparent, grant.tracestate)
 
     async def _whole(self, call: _Call, attempts: list[Attempt], response: httpx2.Response) -> Response:
         """Read a whole answer, then answer it (the upstream's own 4xx included) with its usage recorded."""
@@ -565,6 +635,7 @@ class ModelProxy:
                 start=call.start, call_id=call.call_id, created_at=call.created_at, attempts=tuple(ends)
             )
         )
+        record_call(call.start, call.created_at, attempts, ends, self._providers, call.trace)
         last = ends[-1]
         if self._on_call is not None:
             agent = (

@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 import anyio
-from sqlalchemy import Insert, Table, func, select
+from sqlalchemy import Insert, Table, bindparam, func, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
@@ -39,10 +39,14 @@ def advisory_key(namespace: str, value: str) -> int:
     return int.from_bytes(digest, "big", signed=True)
 
 
+_ADVISORY_XACT_LOCK = select(func.pg_advisory_xact_lock(bindparam("w_advisory_key")))
+"""Built once: a statement built per call pays its construction and cache key on every lock."""
+
+
 async def lock_in_transaction(session: AsyncSession, dialect: Dialect, namespace: str, value: str) -> None:
     """Hold a lock on (namespace, value) until the current write transaction ends."""
     if dialect == "postgresql":
-        await session.execute(select(func.pg_advisory_xact_lock(advisory_key(namespace, value))))
+        await session.execute(_ADVISORY_XACT_LOCK, {"w_advisory_key": advisory_key(namespace, value)})
 
 
 def insert_ignoring(

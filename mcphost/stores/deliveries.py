@@ -44,7 +44,7 @@ from mcphost.config import ChannelConfig, WebhookConfig
 from mcphost.errors import NotFoundError
 from mcphost.ingress import event_channel
 from mcphost.models import RunStatus, new_id
-from mcphost.protocol import JSONObject, is_json_object
+from mcphost.protocol import JSONObject, JSONValue, is_json_object
 from mcphost.stores._cursor import CursorCodec, Page, check_limit
 from mcphost.stores._retry import idempotent
 from mcphost.stores.engine import Database
@@ -152,15 +152,20 @@ class Outbox:
         return target if isinstance(target, str) else None
 
     async def _insert(
-        self, session: AsyncSession, run: RunRow | Row[Any], facts: list[tuple[str, JSONObject]]
+        self,
+        session: AsyncSession,
+        run: RunRow | Row[Any],
+        facts: list[tuple[str, JSONObject]],
+        seqs: Sequence[int | None] = (),
     ) -> None:
-        wanted = [(t, data, w) for t, data in facts for w in self._targets(t, run, data)]
+        numbered = [(t, data, seqs[i] if i < len(seqs) else None) for i, (t, data) in enumerate(facts)]
+        wanted = [(t, data, seq, w) for t, data, seq in numbered for w in self._targets(t, run, data)]
         if not wanted:
             return
         reply_target = await self._reply_target(session, run.event_id)
         now = time.time()
         rows: list[dict[str, Any]] = []
-        for event_type, data, (url, max_age_s) in wanted:
+        for event_type, data, seq, (url, max_age_s) in wanted:
             delivery_id = new_id("msg")
             body: JSONObject = {
                 "type": event_type,
@@ -174,6 +179,8 @@ class Outbox:
                 "reply_target": reply_target,
                 "data": data,
             }
+            if seq is not None and url.startswith(CHANNEL_URL_PREFIX):
+                body["result_seq"] = seq  # which streamed placeholder is this message's (replies.py)
             rows.append(
                 {
                     "delivery_id": delivery_id,
@@ -212,18 +219,31 @@ class Outbox:
         await self._insert(session, run, facts)
 
     async def results(
-        self, session: AsyncSession, run_id: str, items: Sequence[tuple[str, JSONObject]]
+        self,
+        session: AsyncSession,
+        run_id: str,
+        items: Sequence[tuple[str, JSONObject]],
+        *,
+        first_seq: int | None = None,
     ) -> None:
-        """Rows for results just stored (in that transaction): `message.completed`, `action.requested`."""
-        facts: list[tuple[str, object]] = [
-            (t, p.get("data") or {}) for t, p in items if t in ANNOUNCED_RESULTS
-        ]
-        await self.announce(
-            session, run_id, [(t, d if is_json_object(d) else {"value": d}) for t, d in facts]
-        )
+        """Rows for results just stored (in that transaction): `message.completed`, `action.requested`;
+        a chat channel's row carries its result's host sequence (`result_seq`) when `first_seq` is given."""
+        facts: list[tuple[str, JSONObject]] = []
+        seqs: list[int | None] = []
+        for i, (kind, payload) in enumerate(items):
+            if kind in ANNOUNCED_RESULTS:
+                data: JSONValue = payload.get("data") or {}
+                facts.append((kind, data if is_json_object(data) else {"value": data}))
+                seqs.append(None if first_seq is None else first_seq + i)
+        await self.announce(session, run_id, facts, seqs=seqs)
 
     async def announce(
-        self, session: AsyncSession, run_id: str, facts: Sequence[tuple[str, JSONObject]]
+        self,
+        session: AsyncSession,
+        run_id: str,
+        facts: Sequence[tuple[str, JSONObject]],
+        *,
+        seqs: Sequence[int | None] = (),
     ) -> None:
         """Rows for facts of a run written in this transaction (`approval.requested`, `action.approved`)."""
         if not (self.webhooks or self.channels) or not facts:
@@ -231,7 +251,7 @@ class Outbox:
         run = (await session.execute(select(RunRow).where(RunRow.run_id == run_id))).scalar_one_or_none()
         if run is None or run.agent_id is None:
             return
-        await self._insert(session, run, list(facts))
+        await self._insert(session, run, list(facts), seqs)
 
 
 class DeliveryStore:

@@ -38,7 +38,8 @@ Invariants:
   the file to WAL after the first had, upgrading a read lock, which SQLite refuses at once with
   "database is locked" (no busy handler runs for a lock upgrade).
 - On a SQLite file, hot-path write transactions (`run_write`: a run's admission and start, its result
-  batches, its end, MCP audit rows) cost one hop off the event loop: the whole transaction runs
+  batches, its end, MCP audit rows, a model call's budget reservation and the usage rows of finished
+  model calls) cost one hop off the event loop: the whole transaction runs
   synchronously on a worker thread (one at a time, `CapacityLimiter(1)`) through a second, sync
   `sqlite3` engine with the same connect listener (WAL, pragmas) and `BEGIN IMMEDIATE` (sent straight
   to sqlite3), queued on the same `anyio.Lock` as every other writer and shielded the same way. The

@@ -149,7 +149,7 @@ class ResultStore:
                 ]
                 await (await core(session)).execute(_INSERT, rows)
                 if self._outbox is not None:  # announced in the same transaction (stores/deliveries.py)
-                    await self._outbox.results(session, run_id, items)
+                    await self._outbox.results(session, run_id, items, first_seq=first_seq)
                 if self._approvals is not None:  # actions with an idempotency key (stores/approvals.py)
                     await self._approvals.actions(session, run_id, items)
                 await announce(session, self._db.dialect, "results", run_id)  # stores/wakeups.py

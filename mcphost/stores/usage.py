@@ -10,6 +10,12 @@ Invariants:
   hold — a reserved row at its reservation, a finished one at its cost — and inserts the new
   reservation only if every budget still has room for it. So however many calls race, on however many
   replicas, the spend passes a budget by at most what one call costs beyond its reservation.
+- What the budgets hold is read through indexes: the agent's rows of today ((agent_id, day)) and the
+  run's rows of earlier days (run_id), never the agent's whole history.
+- Both writes are hot-path transactions (`Database.run_write`): on a SQLite file each is one hop to
+  the writer thread, not one round trip to aiosqlite's thread per statement, BEGIN and COMMIT (a usage
+  batch took about ten, and each hand-off between the threads costs the event loop the CPU on a loaded
+  machine). So their bodies only compute and execute statements.
 - A reservation is finished once (`record` moves only a `reserved` row); a reservation its caller never
   finished (a crash), or not yet (its usage waits in the proxy's writer), counts at its reservation,
   which errs toward refusing, never overspending. A call without a budget is not reserved: its rows
@@ -24,7 +30,8 @@ from datetime import UTC, datetime
 from typing import Literal, get_args
 
 from pydantic import BaseModel, ConfigDict
-from sqlalchemy import bindparam, case, func, insert, select, update
+from sqlalchemy import bindparam, case, func, insert, select, union_all, update
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from mcphost.errors import BudgetExceededError
 from mcphost.models import new_id
@@ -166,14 +173,27 @@ _HELD_TOKENS = case(
 )
 _THIS_RUN = _M.run_id == bindparam("w_run_id")
 _TODAY = _M.day == bindparam("w_day")
+_AGENT = _M.agent_id == bindparam("w_agent_id")
+_HELD_COLUMNS = (
+    case((_THIS_RUN, _HELD_TOKENS), else_=0).label("run_tokens"),
+    case((_THIS_RUN, _HELD_USD), else_=0.0).label("run_usd"),
+    case((_TODAY & (_M.actor_id == bindparam("w_actor_id")), _HELD_USD), else_=0.0).label("actor_usd"),
+    case((_TODAY, _HELD_USD), else_=0.0).label("day_usd"),
+)
+# The agent's rows of today (index (agent_id, day)), and this run's rows of earlier days (index run_id: a
+# run that crossed midnight; a run's rows are all its agent's). One `agent_id = ? AND (day = ? OR run_id
+# = ?)` read every row the agent ever had: an index served only its agent_id, so a reservation cost as
+# much as the agent's whole history.
+_HELD_ROWS = union_all(
+    select(*_HELD_COLUMNS).where(_AGENT, _TODAY),
+    select(*_HELD_COLUMNS).where(_THIS_RUN, _M.day != bindparam("w_day")),
+).subquery()
 _HELD = select(
-    func.coalesce(func.sum(case((_THIS_RUN, _HELD_TOKENS), else_=0)), 0),
-    func.coalesce(func.sum(case((_THIS_RUN, _HELD_USD), else_=0.0)), 0.0),
-    func.coalesce(
-        func.sum(case((_TODAY & (_M.actor_id == bindparam("w_actor_id")), _HELD_USD), else_=0.0)), 0.0
-    ),
-    func.coalesce(func.sum(case((_TODAY, _HELD_USD), else_=0.0)), 0.0),
-).where(_M.agent_id == bindparam("w_agent_id"), _TODAY | _THIS_RUN)
+    func.coalesce(func.sum(_HELD_ROWS.c.run_tokens), 0),
+    func.coalesce(func.sum(_HELD_ROWS.c.run_usd), 0.0),
+    func.coalesce(func.sum(_HELD_ROWS.c.actor_usd), 0.0),
+    func.coalesce(func.sum(_HELD_ROWS.c.day_usd), 0.0),
+)
 """What an agent's budgets hold: this run's tokens and USD, the actor's USD today, the agent's USD today."""
 _INSERT = insert(_CALLS)
 _FINISH = update(_CALLS).where(_M.call_id == bindparam("w_call_id"), _M.status == "reserved")
@@ -195,7 +215,8 @@ class ModelCallStore:
         now = time.time()
         day = utc_day(now)
         call_id = new_id("mcall")
-        async with self._db.write() as session:
+
+        async def reserve_in(session: AsyncSession) -> None:
             if budget.any:
                 await lock_in_transaction(session, self._db.dialect, "model_budget", start.agent_id)
                 params = {
@@ -253,13 +274,16 @@ class ModelCallStore:
                     "day": day,
                 },
             )
+
+        await self._db.run_write(reserve_in)
         return call_id
 
     async def record(self, calls: Sequence[FinishedCall]) -> None:
         """Write finished calls in one transaction: a row per attempt. A reserved call's row takes its last
         attempt (only while still `reserved`: a call is finished once); every other attempt is inserted."""
-        inserted: list[dict[str, object]] = []
-        async with self._db.write() as session:
+
+        async def record_in(session: AsyncSession) -> None:
+            inserted: list[dict[str, object]] = []
             for call in calls:
                 assert call.attempts, "a finished call has at least one attempt"
                 *earlier, last = call.attempts
@@ -277,6 +301,8 @@ class ModelCallStore:
                     await (await core(session)).execute(_FINISH, {"w_call_id": call.call_id, **_ended(last)})
             if inserted:
                 await (await core(session)).execute(_INSERT, inserted)
+
+        await self._db.run_write(record_in)
 
     @idempotent
     async def calls(self, run_id: str) -> list[ModelCallRecord]:

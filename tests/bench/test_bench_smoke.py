@@ -173,8 +173,15 @@ async def test_models_compares_proxied_calls_with_the_upstream_and_loses_no_stre
         "non-streamed, with a budget, CPU",
         "streamed, time to first token",
         f"{TINY.models_streams} concurrent streams, burst",
+        "models_invoke over MCP, whole",
+        "models_invoke over MCP, streamed with progress",
     ]
     assert [row.case for row in rows] == [f"{d}, {case}" for d in dialects() for case in per_dialect]
+    for row in (row for row in rows if "models_invoke" in row.case):
+        assert row.baseline is not None
+        samples = TINY.models_calls * TINY.models_rounds  # the warm-up round is not counted
+        assert (row.baseline.n, row.subject.n) == (samples, samples)
+        assert float(row.extra["client_cpu_tool_p50_ms"]) > 0  # the MCP client ran on its own thread
     bursts = [row for row in rows if "concurrent" in row.case]
     for row in bursts:
         assert row.verdict == "met", row.extra  # every stream ended and every call has its usage row

@@ -13,11 +13,15 @@ completion, or not at all (`hang`, released when the server stops).
 `POST /v1/rerank` speaks the Cohere/Jina rerank shape vLLM serves (`{model, query, documents, top_n}` →
 `{results: [{index, relevance_score}], usage: {total_tokens}}`): a model with no scripted reply left
 scores each document by the share of the query's words it contains; a scripted `Reply` can fail it
-(`status`), hang it, or answer garbage (`text_body`).
+(`status`), hang it, or answer garbage (`text_body`). `POST /v1/embeddings` speaks OpenAI Embeddings
+(`{model, input, dimensions}` → `{data: [{index, embedding}], usage: {prompt_tokens, total_tokens}}`):
+each input's vector is derived from its SHA-256 (`fake_vector`, deterministic), a token per word; a
+scripted `Reply` can fail, hang or garble it the same way.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import socket
@@ -124,7 +128,9 @@ class FakeChatServer:
         payloads = list(reply.raw) if reply.raw is not None else _chunks(model, reply)
         return StreamingResponse(_sse(payloads), media_type="text/event-stream")
 
-    async def _rerank(self, request: Request) -> Response:
+    async def _scripted(self, request: Request) -> tuple[JSON, str, Response | None]:
+        """A computed endpoint's request: its body, its model, and the scripted failure to answer
+        (None: no reply scripted, or one that does not fail, so the fake computes the answer)."""
         body: JSON = await request.json()
         model = str(body.get("model"))
         self.requests.append(Received(model, body, {k.lower(): v for k, v in request.headers.items()}))
@@ -132,11 +138,40 @@ class FakeChatServer:
         reply = queue.pop(0) if queue else Reply()
         if reply.hang:
             await self._stop.wait()
-            return _error(503, "stopped")
+            return body, model, _error(503, "stopped")
         if reply.status != 200:
-            return _error(reply.status, reply.error, dict(reply.headers))
+            return body, model, _error(reply.status, reply.error, dict(reply.headers))
         if reply.text_body is not None:
-            return Response(reply.text_body, media_type="text/plain")
+            return body, model, Response(reply.text_body, media_type="text/plain")
+        return body, model, None
+
+    async def _embeddings(self, request: Request) -> Response:
+        body, model, failed = await self._scripted(request)
+        if failed is not None:
+            return failed
+        given: Any = body["input"]
+        items: list[str | list[int]] = list(given) if isinstance(given, list) else [given]  # pyright: ignore[reportUnknownArgumentType]  # the fake trusts what the host checked
+        if items and all(isinstance(t, int) for t in items):
+            items = [given]
+        size = int(body.get("dimensions") or EMBEDDING_DIMENSIONS)
+        data = [
+            {"object": "embedding", "index": i, "embedding": fake_vector(item, size)}
+            for i, item in enumerate(items)
+        ]
+        tokens = sum(len(item.split()) if isinstance(item, str) else len(item) for item in items)
+        return JSONResponse(
+            {
+                "object": "list",
+                "model": model,
+                "data": data,
+                "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+            }
+        )
+
+    async def _rerank(self, request: Request) -> Response:
+        body, model, failed = await self._scripted(request)
+        if failed is not None:
+            return failed
         words = set(str(body["query"]).lower().split())
         documents = [str(d) for d in body["documents"]]
         scores = [len(words & set(d.lower().split())) / max(1, len(words)) for d in documents]
@@ -150,6 +185,18 @@ class FakeChatServer:
         return JSONResponse(
             {"id": "rerank-fake", "model": model, "results": results, "usage": {"total_tokens": tokens}}
         )
+
+
+EMBEDDING_DIMENSIONS = 8
+"""The length of the fake's vectors when a request names no `dimensions`."""
+
+
+def fake_vector(item: str | list[int], size: int) -> list[float]:
+    """The fake's vector of one input: `size` numbers in [-1, 1] from the SHA-256 of its JSON, the same
+    for the same input every time."""
+    seed = hashlib.sha256(json.dumps(item).encode()).digest()
+    stream = b"".join(hashlib.sha256(seed + n.to_bytes(4, "big")).digest() for n in range(size // 32 + 1))
+    return [round(b / 127.5 - 1, 6) for b in stream[:size]]
 
 
 def _error(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
@@ -230,6 +277,7 @@ async def serve_fake_chat() -> AsyncGenerator[FakeChatServer]:
         routes=[
             Route("/v1/chat/completions", fake._completions, methods=["POST"]),  # pyright: ignore[reportPrivateUsage]
             Route("/v1/rerank", fake._rerank, methods=["POST"]),  # pyright: ignore[reportPrivateUsage]
+            Route("/v1/embeddings", fake._embeddings, methods=["POST"]),  # pyright: ignore[reportPrivateUsage]
         ]
     )
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)

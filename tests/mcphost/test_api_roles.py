@@ -135,6 +135,8 @@ async def test_every_route_of_the_app_declares_what_it_requires(host: Host) -> N
     by_path = {getattr(r, "path", ""): declared_access(r) for r in app.routes}
     assert by_path["/runs/{run_id}/mcp"] == "run-token"
     assert by_path["/sessions/{session_id}/mcp"] == "run-token"
+    assert by_path["/sessions/{session_id}/models/anthropic/v1/messages"] == "run-token"
+    assert by_path["/sessions/{session_id}/models/openai/v1/chat/completions"] == "run-token"
     assert by_path["/"] == by_path["/console"] == "site"
     # The check finds a route that declares nothing.
 

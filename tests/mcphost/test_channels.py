@@ -8,7 +8,8 @@ import hashlib
 import hmac
 import json
 import time
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -74,13 +75,21 @@ def channel(platform: str, base: str, **extra: Any) -> ChannelConfig:
             "token_env": env[1],
             "api_base": base,
             "timeout_s": 2,
+            "stream_interval_s": 0,
             **extra,
         }
     )
 
 
-@pytest.fixture
-async def chat(database_url: str, tmp_path: Path) -> AsyncGenerator[Chat, None]:
+@asynccontextmanager
+async def open_chat(
+    database_url: str,
+    data_dir: Path,
+    agents: list[AgentConfig],
+    channels_at: Callable[[str, str, str], dict[str, ChannelConfig]],
+) -> AsyncGenerator[Chat, None]:
+    """A host with `agents` and the channels `channels_at(slack_url, telegram_url, discord_url)` makes,
+    served next to a fake of each platform."""
     slack, telegram, discord = (
         FakeSlack("xoxb-slack-bot-token"),
         FakeTelegram(TG_TOKEN),
@@ -91,23 +100,33 @@ async def chat(database_url: str, tmp_path: Path) -> AsyncGenerator[Chat, None]:
         serve_loopback(telegram.app) as telegram_url,
         serve_loopback(discord.app) as discord_url,
     ):
-        base = api_settings(database_url, tmp_path / "data")
-        agents = [
-            AgentConfig(id="chat", runner=ECHO_RUNNER, event_types=CHAT_EVENTS,
-                        match={"bot_id": ["slack", "slow", "tg", "dc"]}),
-            AgentConfig.model_validate({"id": "failing", "runner": MISBEHAVE_RUNNER, "match": {"bot_id": "tgbad"},
-                                        "actions": {"allow": ["reaction.add"]}}),
-        ]  # fmt: skip
-        channels = {
-            "slack": channel("slack", f"{slack_url}/api"),
-            "slow": channel("slack", f"{slack_url}/api", max_age_s=1.5),
-            "tg": channel("telegram", telegram_url),
-            "tgbad": channel("telegram", telegram_url),
-            "dc": channel("discord", discord_url),
-        }
+        base = api_settings(database_url, data_dir)
+        channels = channels_at(f"{slack_url}/api", telegram_url, discord_url)
         settings = base.model_copy(update={"agents": agents, "channels": channels})
         async with open_host(settings) as host, asgi_client(host) as client:
             yield Chat(host, client, slack, telegram, discord)
+
+
+@pytest.fixture
+async def chat(database_url: str, tmp_path: Path) -> AsyncGenerator[Chat, None]:
+    agents = [
+        AgentConfig(id="chat", runner=ECHO_RUNNER, event_types=CHAT_EVENTS,
+                    match={"bot_id": ["slack", "slow", "tg", "dc"]}),
+        AgentConfig.model_validate({"id": "failing", "runner": MISBEHAVE_RUNNER, "match": {"bot_id": "tgbad"},
+                                    "actions": {"allow": ["reaction.add"]}}),
+    ]  # fmt: skip
+
+    def channels(slack: str, telegram: str, discord: str) -> dict[str, ChannelConfig]:
+        return {
+            "slack": channel("slack", slack),
+            "slow": channel("slack", slack, max_age_s=1.5),
+            "tg": channel("telegram", telegram),
+            "tgbad": channel("telegram", telegram),
+            "dc": channel("discord", discord),
+        }
+
+    async with open_chat(database_url, tmp_path / "data", agents, channels) as chat:
+        yield chat
 
 
 # -- signing, as each platform signs -----------------------------------------------------------------
@@ -338,7 +357,7 @@ async def test_an_authorized_reaction_action_is_executed_on_the_events_message(c
 
 async def test_a_429_is_retried_after_the_platforms_wait_and_delivered_once(chat: Chat) -> None:
     chat.telegram.retry_after = 1.0
-    chat.telegram.fail = [429]
+    chat.telegram.fail_on["sendMessage"] = [429]  # not the typing indicator's sendChatAction
     body = telegram_update(9005, "patience")
     await admitted(chat, "/v1/channels/tg", body, tg_headers())
     (reply,) = await posted(chat.telegram.messages, 1)

@@ -173,6 +173,11 @@ def test_serve_and_send_stream_a_reply_and_sigterm_stops_cleanly(tmp_path: Path,
     refused = mcphost("send", "x", "--agent", "ghost", "--url", server.url, cwd=tmp_path)
     assert refused.returncode == 1
     assert "not_found" in refused.stderr
+    # the event goes as JSON: the server, which validates every event, names the field at fault
+    invalid = mcphost("send", "x", "--conversation", "c" * 300, "--url", server.url, cwd=tmp_path)
+    assert invalid.returncode == 1
+    assert invalid.stderr.startswith("mcphost: error: invalid_argument: body.conversation.conversation_id: ")
+    assert "Traceback" not in invalid.stderr
     # `grant` prints the address really bound (--listen), not the configured 127.0.0.1:8787 ...
     granted = mcphost("grant", "--conversation", "cli", "--json", "--config", str(config), cwd=tmp_path)
     assert json.loads(granted.stdout)["url"].startswith(f"{server.url}/runs/run_"), granted.stderr

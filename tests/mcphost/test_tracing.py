@@ -24,8 +24,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
 )
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from mcphost import tracing
@@ -42,19 +41,6 @@ CALLER_TRACE = "0af7651916cd43dd8448eb211c80319c"
 CALLER_SPAN = "b7ad6b7169203331"
 CALLER = f"00-{CALLER_TRACE}-{CALLER_SPAN}-01"
 SECRET_TEXT = "tea with the secret word xyzzy"
-
-
-@pytest.fixture
-def spans() -> Generator[InMemorySpanExporter]:
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    tracing.use(provider)
-    try:
-        yield exporter
-    finally:
-        tracing.use(None)
-        provider.shutdown()
 
 
 @pytest.fixture

@@ -24,6 +24,11 @@ by `ctx.input.text`:
     freeze           the whole process stops answering anything (a deadlock): it reads its next line, then
                      blocks for good
     flood:N          N deltas (sequence 1..N), then run.completed with a message
+    stream:N:PAUSE:WIDTH  N deltas of one line each ("<i> " and WIDTH x's), PAUSE seconds apart, then the
+                     message.completed of their text and run.completed
+    stream-fail:N:PAUSE:WIDTH  the same deltas, then run.failed runner.error
+    stream-file:N:PAUSE:WIDTH  the same deltas, an inline artifact.created (`streamed.bin`, 300 bytes
+                     with NULs), then the message.completed of their text naming it, and run.completed
     slow:SECONDS     sleeps (honouring runner/cancel → run.failed cancelled), then ok
     state:SCOPE      state.updated on SCOPE, then ok
     action:KEY       action.requested `deploy` (target {"env": "staging"}, idempotency key KEY; the manifest
@@ -43,6 +48,8 @@ by `ctx.input.text`:
     deep-state:N     state.updated (conversation scope) whose value nests N arrays deep, then ok
     deep-line:N      a runner/result line nested N arrays deep (past the JSON parser's recursion limit
                      when N is in the thousands), then ok
+
+A Discord slash command's text is its options (`q=<value>`): a leading `q=` is dropped.
 
 Process-level flags: `--exit-immediately` (exits with code 3 before reading anything), `--silent` (reads
 but never answers anything, so `initialize` times out), `--stubborn` (ignores SIGTERM, `shutdown` and stdin
@@ -120,9 +127,38 @@ def nested(depth: int) -> Any:
     return value
 
 
+STREAMED_FILE = bytes(range(256)) + b"\x00streamed\x00" * 4
+"""The bytes of `stream-file`'s artifact (every byte value, and NULs)."""
+
+
+def stream(run_id: str, name: str, arg: str, cancelled: threading.Event) -> str:
+    count, pause, width = (arg.split(":") + ["3", "0.1", "10"][len(arg.split(":")) :])[:3]
+    pieces = [f"{i:03d} {'x' * int(width)}\n" for i in range(int(count))]
+    for piece in pieces:
+        delta(run_id, piece)
+        if cancelled.wait(float(pause)):
+            result(run_id, "run.failed", {"code": "cancelled", "message": "cancelled while streaming"})
+            return "failed"
+    if name == "stream-fail":
+        result(run_id, "run.failed", {"code": "runner.error", "message": "failed while streaming"})
+        return "failed"
+    msg: dict[str, Any] = {"role": "assistant", "content": "".join(pieces)}
+    if name == "stream-file":
+        ref = {"artifact_id": "art_streamed", "name": "streamed.bin", "mime_type": "application/octet-stream",
+               "size": len(STREAMED_FILE), "sha256": hashlib.sha256(STREAMED_FILE).hexdigest()}  # fmt: skip
+        encoded = base64.b64encode(STREAMED_FILE).decode()
+        result(run_id, "artifact.created", {"artifact": ref, "content_base64": encoded})
+        msg["artifacts"] = [{"artifact_id": "art_streamed"}]
+    result(run_id, "message.completed", {"message": msg})
+    completed(run_id)
+    return "completed"
+
+
 def behave(run_id: str, text: str, cancelled: threading.Event) -> str | None:
     """Do what `text` asks; the status to answer with, or None to never answer."""
-    name, _, arg = text.partition(":")
+    name, _, arg = text.removeprefix("q=").partition(":")
+    if name in ("stream", "stream-fail", "stream-file"):
+        return stream(run_id, name, arg, cancelled)
     if name == "ok":
         return ok(run_id)
     if name == "usage":

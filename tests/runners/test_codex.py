@@ -335,8 +335,9 @@ def test_toml_values_render_json_for_codex_overrides() -> None:
         toml_value(None)
 
 
-def test_a_host_model_is_the_run_s_openai_endpoint_with_the_run_token_cold_and_warm(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("named", [{"model": "host:gpt"}, {"model_source": "host", "model": "gpt"}])
+def test_a_host_model_is_the_run_s_openai_endpoint_cold_and_the_session_s_warm(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, named: dict[str, str]
 ) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "sk-plugin-environment")
     ctx = harness_context("hi", config={})
@@ -346,6 +347,10 @@ def test_a_host_model_is_the_run_s_openai_endpoint_with_the_run_token_cold_and_w
                 session_id="ws_1",
                 url="http://127.0.0.1:9/warm/ws_1/mcp",
                 headers={"Authorization": "Bearer st"},
+                models=ModelEndpoints(
+                    anthropic="http://127.0.0.1:9/sessions/ws_1/models/anthropic",
+                    openai="http://127.0.0.1:9/sessions/ws_1/models/openai/v1",
+                ),
             )
         }
     )
@@ -359,7 +364,7 @@ def test_a_host_model_is_the_run_s_openai_endpoint_with_the_run_token_cold_and_w
     config = CodexConfig.model_validate(
         {
             "data_dir": str(tmp_path / "data"),
-            "model": "host:gpt",
+            **named,
             "base_url": "http://127.0.0.1:1/v1",
             "environment": {"OPENAI_API_KEY": "sk-agent", "CODEX_API_KEY": "sk-agent-2"},
             "pass_env": ["OPENAI_API_KEY"],
@@ -367,19 +372,25 @@ def test_a_host_model_is_the_run_s_openai_endpoint_with_the_run_token_cold_and_w
     )
     runner, session = CodexRunner(), ExternalSession()
     workspace = prepare_workspace(ctx, config, session)
-    for launch, model in (
-        (runner.launch(ctx, config, workspace, Path("/bin/codex"), session), None),
-        (runner.launch_warm(ctx, config, workspace, Path("/bin/codex"), session), '"gpt"'),
+    # A warm process outlives its run: it calls the session's endpoint with the session token.
+    for launch, model, base, token in (
+        (runner.launch(ctx, config, workspace, Path("/bin/codex"), session), None, "runs/run", TOKEN),
+        (
+            runner.launch_warm(ctx, config, workspace, Path("/bin/codex"), session),
+            '"gpt"',
+            "sessions/ws_1",
+            "st",
+        ),
     ):
         found = settings(launch.argv)
         assert found["model_provider"] == '"mcphost"'
         provider = found["model_providers.mcphost"]
-        assert '"base_url" = "http://127.0.0.1:9/runs/run/models/openai/v1"' in provider
+        assert f'"base_url" = "http://127.0.0.1:9/{base}/models/openai/v1"' in provider
         assert '"wire_api" = "responses"' in provider
         assert '"env_key" = "MCPHOST_MODEL_TOKEN"' in provider
         assert found.get("model") == model
         assert TOKEN not in json.dumps(launch.argv)
-        assert launch.env["MCPHOST_MODEL_TOKEN"] == TOKEN
+        assert launch.env["MCPHOST_MODEL_TOKEN"] == token
         assert not {"OPENAI_API_KEY", "CODEX_API_KEY", "ANTHROPIC_API_KEY"} & set(launch.env)
     cold = runner.launch(ctx, config, workspace, Path("/bin/codex"), session).argv
     assert cold[cold.index("-m") + 1] == "gpt"
@@ -392,3 +403,10 @@ def test_a_host_model_the_run_is_not_granted_is_a_clear_error(tmp_path: Path) ->
     workspace = prepare_workspace(ctx, config, session)
     with pytest.raises(ValueError, match=r"resources\.models"):
         CodexRunner().launch(ctx, config, workspace, Path("/bin/codex"), session)
+
+
+def test_a_host_model_source_without_a_model_is_refused() -> None:
+    with pytest.raises(ValueError, match=r"model_source = 'host' needs model = '<id>'"):
+        CodexConfig.model_validate({"model_source": "host"})
+    with pytest.raises(ValueError, match=r"model_source = 'host' needs model"):
+        CodexConfig.model_validate({"model_source": "host", "model": "host:"})

@@ -408,13 +408,45 @@ async def test_a_bad_config_is_invalid_argument_naming_the_field(
     assert "config.fallback_models" in failed["message"]
 
 
+async def test_an_own_model_without_a_base_url_or_an_empty_host_model_is_invalid_argument(
+    served: Served, plugin: PluginSupervisor, fake: FakeChatServer
+) -> None:
+    status, results, _ = await run_agent(
+        served, plugin, fake, config={"base_url": None, "model": "host:small", "fallback_models": ["m2"]}
+    )
+    failed = failure(status, results)
+    assert failed["code"] == "invalid_argument"
+    assert "base_url is required for model 'm2', which is not a host model" in failed["message"]
+    status, results, _ = await run_agent(served, plugin, fake, config={"model": "host:"})
+    assert "'host:' names no model" in failure(status, results)["message"]
+    assert fake.requests == []
+
+
+async def test_a_host_model_the_run_is_not_granted_fails_before_any_call_naming_the_key(
+    served: Served, plugin: PluginSupervisor, fake: FakeChatServer
+) -> None:
+    status, results, _ = await run_agent(
+        served, plugin, fake, config={"base_url": None, "model_source": "host", "model": "small"}
+    )
+    failed = failure(status, results)
+    assert failed["code"] == "unauthorized"
+    assert failed["message"].startswith(
+        "Host model 'small' ('small' in the local agent's config) is not granted"
+    )
+    assert "add 'small' to resources.models of the agent" in failed["message"]
+    assert failed["details"] == {"model": "small", "granted": []}
+    assert fake.requests == []
+
+
 def test_the_manifest_declares_the_config_form() -> None:
     manifest = LocalAgentRunner().manifest(author="mcphost", plugin="local-agent")
     assert manifest.id == LOCAL
     fields = {f.name: f for f in manifest.config_schema}
-    assert [name for name, f in fields.items() if f.required] == ["base_url", "model"]
+    assert [name for name, f in fields.items() if f.required] == ["model"]
+    assert fields["model_source"].default == "own"
     assert fields["fallback_models"].default == []
     assert fields["max_tool_rounds"].default == 8
     assert fields["history_turns"].default == 10
     assert manifest.capabilities.tool_calling
     assert manifest.permissions.tools == ["call"]
+    assert manifest.permissions.models == ["invoke", "stream"]

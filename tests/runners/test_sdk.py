@@ -48,6 +48,7 @@ def test_the_public_surface_is_pinned() -> None:
         "ConfigField",
         "ContextSupport",
         "Deleted",
+        "EmbeddingAnswer",
         "EventPage",
         "EventRecord",
         "HistoryPage",

@@ -316,7 +316,9 @@ async def test_config_check_calls_each_model_once_and_reports_each_without_a_tra
             f'[models.gone]\nprovider = "openai-compatible"\nbase_url = "http://127.0.0.1:{_closed_port()}/v1"\n'
             'model = "x"\n'
             f'[models.ranker]\nprovider = "openai-compatible"\nbase_url = "{chat.base_url}"\nmodel = "rr"\n'
-            'kind = "rerank"\n',
+            'kind = "rerank"\n'
+            f'[models.embedder]\nprovider = "openai-compatible"\nbase_url = "{chat.base_url}"\nmodel = "emb"\n'
+            'kind = "embedding"\n',
             encoding="utf-8",
         )
         code, out, err = await mcphost("config", "check", "--json", "--timeout", "10", cwd=tmp_path)
@@ -329,6 +331,7 @@ async def test_config_check_calls_each_model_once_and_reports_each_without_a_tra
             "model refused": "fail",
             "model gone": "fail",
             "model ranker": "ok",
+            "model embedder": "ok",
         }
         assert models["model good"]["http_status"] == 200
         assert models["model good"]["latency_ms"] >= 0
@@ -338,6 +341,7 @@ async def test_config_check_calls_each_model_once_and_reports_each_without_a_tra
         assert [r.body.get("max_tokens") for r in chat.requests if r.model == "m1"] == [1]
         assert [r.body["max_tokens"] for r in claude.requests] == [1]
         assert [r.body["documents"] for r in chat.requests if r.model == "rr"] == [["pong"]]
+        assert [r.body["input"] for r in chat.requests if r.model == "emb"] == [["ping"]]
 
         before = len(chat.requests) + len(claude.requests)
         code, out, err = await mcphost("config", "check", "--skip-models", cwd=tmp_path)

@@ -94,6 +94,33 @@ def test_the_http_clients_import_no_server_module(args: list[str], tmp_path: Pat
     assert "httpx2" in modules
     assert _server_modules(modules) == []
     assert [m for m in modules if m.split(".")[0] in ("croniter", "dateutil")] == []  # no cron schedule
+    if args[0] == "send" and "--url" in args:  # the event goes as JSON: the server validates it
+        assert [m for m in modules if m.split(".")[0] == "pydantic"] == []
+    if "--url" in args:  # a client of a server with its own config: no config read, no host models built
+        assert [
+            m for m in modules if m.startswith(("mcphost.config", "mcphost.protocol", "mcphost.models"))
+        ] == []
+
+
+@pytest.mark.parametrize("how", ["--url", "MCPHOST_URL"])
+def test_send_to_a_given_url_reads_no_config_so_a_broken_one_does_not_stop_it(
+    how: str, tmp_path: Path
+) -> None:
+    url = f"http://127.0.0.1:{_closed_port()}"
+    (tmp_path / "mcphost.toml").write_text("[host\nthis is not TOML\n")
+    env = cli_env() | ({"MCPHOST_URL": url} if how == "MCPHOST_URL" else {})
+    done = subprocess.run(
+        [sys.executable, "-m", "mcphost.cli", "send", "hello", *(["--url", url] if how == "--url" else [])],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 1, done.stderr
+    assert f"cannot reach mcphost at {url}" in done.stderr
+    assert "Traceback" not in done.stderr
 
 
 def _imported_by_code(code: str) -> set[str]:

@@ -63,6 +63,11 @@ def test_each_bundled_runner_declares_exactly_the_keys_its_model_accepts(
     required = {
         f.name: "http://127.0.0.1:1/v1" if f.name == "base_url" else "m" for f in schema if f.required
     }
+    # Conditionally required: the local agent's base_url (unless every model is a host model), and the
+    # model `model_source = "host"` names.
+    required.setdefault("model", "m")
+    if "base_url" in model.model_fields:
+        required.setdefault("base_url", "http://127.0.0.1:1/v1")
     defaults = {f.name: f.default for f in schema if not f.required and f.default is not None}
     model.model_validate({**required, **defaults})  # every advertised default is one the model accepts
     for field in schema:

@@ -6,7 +6,7 @@ manifest that declares `permissions.models` and an agent whose `resources.models
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, Mapping
+from collections.abc import AsyncGenerator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -17,9 +17,12 @@ from starlette.applications import Starlette
 from mcphost.llm import ModelConfig
 from mcphost.protocol import JSONObject
 from mcphost.proxy import ModelProxy
-from mcphost.recording import ReplayBook
+from mcphost.proxy.server import RunTrace
+from mcphost.recording import DocumentCall, RecordingDocument, ReplayBook
 from mcphost.stores import Stores
+from mcphost.stores.recordings import RecordedCall, RecordingHeader
 from mcphost.stores.usage import ModelBudget
+from mcphost.warm import WarmSessions
 from tests.fakes._serve import serve_loopback
 from tests.mcphost.facts._helpers import FULL_PERMISSIONS, RunHandle, admit_run
 
@@ -81,13 +84,17 @@ async def serve_proxy(
     *,
     budgets: Mapping[str, ModelBudget] | None = None,
     replay: ReplayBook | None = None,
+    warm: WarmSessions | None = None,
+    run_trace: RunTrace | None = None,
 ) -> AsyncGenerator[ServedProxy]:
     calls: list[tuple[str, str, tuple[int, int, int], float]] = []
 
     def on_call(model_id: str, agent_id: str, tokens: tuple[int, int, int], cost: float) -> None:
         calls.append((model_id, agent_id, tokens, cost))
 
-    proxy = ModelProxy(stores, models, budgets=budgets, on_call=on_call, replay=replay)
+    proxy = ModelProxy(
+        stores, models, budgets=budgets, on_call=on_call, replay=replay, warm=warm, run_trace=run_trace
+    )
     async with proxy.running(), serve_loopback(Starlette(routes=proxy.routes)) as url:
         yield ServedProxy(stores, proxy, url, calls)
 
@@ -114,3 +121,32 @@ def sse_events(text: str) -> list[tuple[str | None, str]]:
                 data.append(line[5:].strip())
         found.append((name, "\n".join(data)))
     return found
+
+
+async def begin_recording(stores: Stores, run_id: str) -> None:
+    """The recording header of a run admitted with `record` (the orchestrator writes it as a run starts)."""
+    await stores.recordings.begin(
+        RecordingHeader(run_id=run_id, agent_id="agent-a", runner_id="r", envelope={}, context={}, agent={})
+    )
+
+
+def book_of(calls: Sequence[RecordedCall]) -> ReplayBook:
+    """A replay's book of `calls` as a run's recording holds them (`mcphost replay` reads the same)."""
+    return ReplayBook(
+        RecordingDocument(
+            run_id="run_recorded",
+            agent_id="agent-a",
+            runner_id="r",
+            status="completed",
+            envelope={},
+            context={},
+            agent={},
+            calls=[
+                DocumentCall(
+                    seq=c.seq, tool=c.tool, arguments=c.arguments, outcome=c.outcome, answer=c.answer
+                )
+                for c in calls
+            ],
+            results=[],
+        )
+    )

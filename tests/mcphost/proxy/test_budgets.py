@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import time
+
 import anyio
 import httpx2
 import pytest
 
+from mcphost.errors import BudgetExceededError
 from mcphost.llm import ModelConfig
 from mcphost.stores import Stores
-from mcphost.stores.usage import ModelBudget, ModelCallRecord
+from mcphost.stores.usage import AttemptEnd, CallStart, FinishedCall, ModelBudget, ModelCallRecord
 from tests.fakes.openai_chat import Reply, serve_fake_chat
 from tests.mcphost.proxy.kit import client, serve_proxy
 
@@ -83,3 +86,66 @@ async def test_twenty_racing_calls_never_spend_past_the_budget(
 
 async def _calls(stores: Stores, run_id: str) -> list[ModelCallRecord]:
     return await stores.usage.calls(run_id)
+
+
+async def test_what_a_budget_holds_is_the_run_across_days_and_the_agent_and_actor_today(
+    stores: Stores,
+) -> None:
+    """A reservation sums the run's calls whatever their day (a run that crossed midnight), the agent's and
+    the actor's of today only, and never another agent's."""
+    now = time.time()
+
+    def start(run_id: str, agent_id: str, actor_id: str) -> CallStart:
+        return CallStart(
+            run_id=run_id,
+            agent_id=agent_id,
+            actor_id=actor_id,
+            conversation_id=None,
+            model_id="a",
+            upstream_model="m1",
+            kind="chat",
+            api="chat",
+            streamed=False,
+            reserved_tokens=10,
+            reserved_usd=1.0,
+        )
+
+    def spent(run_id: str, agent_id: str, actor_id: str, at: float) -> FinishedCall:
+        attempt = AttemptEnd(
+            model_id="a", upstream_model="m1", attempt=1, status="ok", output_tokens=10, cost_usd=1.0
+        )
+        return FinishedCall(
+            start=start(run_id, agent_id, actor_id), call_id=None, created_at=at, attempts=(attempt,)
+        )
+
+    yesterday = now - 86_400
+    await stores.usage.record(
+        [
+            spent("run-long", "agent-a", "ann", yesterday),  # this run, yesterday: counts for the run
+            spent("run-old", "agent-a", "ann", yesterday),  # another run, yesterday: counts for nothing
+            spent("run-other", "agent-a", "ann", now),  # today: counts for the actor and the day
+            spent("run-bob", "agent-a", "bob", now),  # today, another actor: counts for the day
+            spent("run-b", "agent-b", "ann", now),  # another agent: counts for nothing
+        ]
+    )
+    held: dict[str, float] = {}
+    for key, budget in (
+        ("model_tokens_per_run", ModelBudget(model_tokens_per_run=19)),
+        ("model_usd_per_run", ModelBudget(model_usd_per_run=1.5)),
+        ("model_usd_per_day_per_actor", ModelBudget(model_usd_per_day_per_actor=1.5)),
+        ("model_usd_per_day", ModelBudget(model_usd_per_day=2.5)),
+    ):
+        with pytest.raises(BudgetExceededError) as refused:  # each limit is short of one call's room
+            await stores.usage.reserve(start("run-long", "agent-a", "ann"), budget)
+        assert refused.value.details["budget"] == key
+        held[key] = float(str(refused.value.details["spent"]))
+    assert held == {
+        "model_tokens_per_run": 10,
+        "model_usd_per_run": 1.0,
+        "model_usd_per_day_per_actor": 1.0,
+        "model_usd_per_day": 2.0,
+    }
+    roomy = ModelBudget(
+        model_tokens_per_run=20, model_usd_per_run=2, model_usd_per_day_per_actor=2, model_usd_per_day=3
+    )
+    assert await stores.usage.reserve(start("run-long", "agent-a", "ann"), roomy)

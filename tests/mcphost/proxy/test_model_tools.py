@@ -19,6 +19,7 @@ from mcphost.protocol import STRICT_CONTEXT, JSONObject
 from mcphost.protocol.inference import ModelInvocation, ModelsList, RerankAnswer
 from mcphost.proxy import ModelProxy
 from mcphost.proxy.calls import ModelCalls
+from mcphost.recording import ReplayBook
 from mcphost.stores import Stores
 from mcphost.stores.usage import ModelBudget, ModelCallRecord
 from tests.fakes.anthropic import INPUT_TOKENS, OUTPUT_TOKENS, fake_anthropic
@@ -35,7 +36,7 @@ from tests.mcphost.facts._helpers import (
     raises_mcp_error,
     serve_facts,
 )
-from tests.mcphost.proxy.kit import HOST_KEY, HOST_KEY_ENV, chat, claude
+from tests.mcphost.proxy.kit import HOST_KEY, HOST_KEY_ENV, begin_recording, book_of, chat, claude
 
 
 @pytest.fixture(autouse=True)
@@ -64,10 +65,17 @@ class Host:
 
 @asynccontextmanager
 async def serve_models(
-    stores: Stores, models: Mapping[str, ModelConfig], *, budgets: Mapping[str, ModelBudget] | None = None
+    stores: Stores,
+    models: Mapping[str, ModelConfig],
+    *,
+    budgets: Mapping[str, ModelBudget] | None = None,
+    replay: ReplayBook | None = None,
 ) -> AsyncGenerator[Host]:
-    proxy = ModelProxy(stores, models, budgets=budgets)
-    async with proxy.running(), serve_facts(stores, models=ModelCalls(proxy, models)) as served:
+    proxy = ModelProxy(stores, models, budgets=budgets, replay=replay)
+    async with (
+        proxy.running(),
+        serve_facts(stores, models=ModelCalls(proxy, models), replay=replay) as served,
+    ):
         yield Host(served, proxy)
 
 
@@ -278,6 +286,38 @@ async def test_a_spent_budget_answers_budget_exceeded_naming_its_key(stores: Sto
         assert refused["details"]["budget"] == "model_tokens_per_run"
         assert "model_tokens_per_run" in refused["message"]
         assert upstream.requests == []
+
+
+async def test_a_recorded_run_s_refused_model_tool_calls_are_recorded_and_replayed_the_same(
+    stores: Stores,
+) -> None:
+    budgets = {"agent-a": ModelBudget(model_tokens_per_run=100)}
+    asks: list[JSONObject] = [
+        {"model": "small", **HI, "max_tokens": 500},  # past the budget
+        {"model": "big", **HI},  # not granted
+        {"model": "small", "messages": [], "max_tokens": 0},  # not a request the tool takes
+    ]
+    async with (
+        serve_fake_chat() as upstream,
+        serve_models(stores, {"small": chat(upstream.base_url)}, budgets=budgets) as host,
+    ):
+        run = await host.start_run(["small"], limits={"record": True})
+        await begin_recording(stores, run.run_id)
+        async with connect(host.served, run) as client:
+            refused = [await fails(client, "models_invoke", ask) for ask in asks]
+    assert [r["code"] for r in refused] == ["budget_exceeded", "unauthorized", "invalid_argument"]
+    assert upstream.requests == []
+    recorded = await stores.recordings.calls(run.run_id)
+    assert [(c.tool, c.outcome) for c in recorded] == [("models_invoke", "error")] * 3
+
+    book = book_of(recorded)
+    # The replay: no budget, an upstream nobody listens on; each refusal comes back as recorded.
+    async with serve_models(stores, {"small": chat("http://127.0.0.1:9/v1")}, replay=book) as replaying:
+        again = await replaying.start_run(["small"])
+        async with connect(replaying.served, again) as client:
+            replayed = [await fails(client, "models_invoke", ask) for ask in asks]
+    assert replayed == refused
+    assert [c.recorded_seq for c in book.calls] == [c.seq for c in recorded]
 
 
 async def test_an_upstream_that_hangs_or_answers_garbage_gets_a_precise_error(stores: Stores) -> None:

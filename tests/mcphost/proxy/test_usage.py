@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import threading
+import time
 from pathlib import Path
 
 import anyio
@@ -13,6 +15,7 @@ from mcphost.app import open_host
 from mcphost.cli import main
 from mcphost.llm import ModelConfig
 from mcphost.stores import Stores
+from mcphost.stores.usage import AttemptEnd, CallStart, FinishedCall, ModelBudget
 from tests.e2e.httpkit import api_settings, asgi_client
 from tests.fakes.openai_chat import Reply, serve_fake_chat
 from tests.mcphost.proxy.kit import client, serve_proxy
@@ -160,3 +163,52 @@ async def test_a_runs_model_calls_are_listed_a_row_per_attempt_fallbacks_include
     assert ok["created_at_iso"].endswith("Z")
     assert quiet.json() == {"run_id": other.run_id, "items": []}
     assert unknown.status_code == 404
+
+
+async def test_a_reservation_and_a_usage_batch_are_one_transaction_each_on_sqlite_the_writer_threads(
+    stores: Stores,
+) -> None:
+    """The model calls' two writes are hot-path transactions: one each, whatever the batch's size, and on
+    a SQLite file begun on the writer thread (one hop off the event loop), never on the loop's."""
+    begun: list[int] = []
+    statements: list[str] = []
+
+    def begin(_conn: object) -> None:
+        begun.append(threading.get_ident())
+
+    def statement(_conn: object, _cursor: object, sql: str, *_: object) -> None:
+        if not sql.startswith(("BEGIN", "PRAGMA")):
+            statements.append(sql.split()[0])
+
+    start = CallStart(
+        run_id="run_usage_hops",
+        agent_id="agent-a",
+        actor_id="ann",
+        conversation_id="conv-1",
+        model_id="a",
+        upstream_model="m1",
+        kind="chat",
+        api="chat",
+        streamed=False,
+        reserved_tokens=100,
+        reserved_usd=0.01,
+    )
+    ok = AttemptEnd(
+        model_id="a", upstream_model="m1", attempt=1, status="ok", input_tokens=3, output_tokens=1
+    )
+    loop_thread = threading.get_ident()
+    with stores.db.hooks.added("begin", begin), stores.db.hooks.added("before_cursor_execute", statement):
+        call_id = await stores.usage.reserve(start, ModelBudget(model_usd_per_day=5.0))
+        reserved = len(begun)
+        now = time.time()
+        await stores.usage.record(
+            [FinishedCall(start=start, call_id=call_id, created_at=now, attempts=(ok,))]
+            + [FinishedCall(start=start, call_id=None, created_at=now, attempts=(ok,)) for _ in range(9)]
+        )
+    assert (reserved, len(begun)) == (1, 2)
+    locked = ["SELECT"] if stores.db.dialect == "postgresql" else []  # the agent's advisory lock
+    assert statements == [*locked, "SELECT", "INSERT", "UPDATE", "INSERT"]  # held, reserve; finish, 9 rows
+    on_loop = [thread == loop_thread for thread in begun]
+    assert on_loop == ([False, False] if stores.db.dialect == "sqlite" else [True, True])
+    rows = await stores.usage.calls("run_usage_hops")
+    assert [(r.status, r.input_tokens) for r in rows] == [("ok", 3)] * 10

@@ -1719,7 +1719,7 @@ export interface components {
              * Target
              * @description What was checked: `tool:NAME`, `state:SCOPE:read|write`, `storage:AREA`, `knowledge:KB`,
              *     `resource:URI`, `action:NAME` (a platform action; its target's scope is checked per request) or
-             *     `model:ID[:invoke|stream|rerank]` (a host model).
+             *     `model:ID[:invoke|stream|rerank|embed]` (a host model).
              */
             target: string;
             /** Allowed */
@@ -1835,7 +1835,7 @@ export interface components {
             models: string[];
             /**
              * Model Calls
-             * @description How it may call them: `invoke`, `stream`, `rerank`.
+             * @description How it may call them: `invoke`, `stream`, `rerank`, `embed`.
              * @default []
              */
             model_calls: string[];
@@ -1901,7 +1901,7 @@ export interface components {
             models: string[];
             /**
              * Model Calls
-             * @description How it may call them: `invoke`, `stream`, `rerank`.
+             * @description How it may call them: `invoke`, `stream`, `rerank`, `embed`.
              * @default []
              */
             model_calls: string[];
@@ -1985,7 +1985,7 @@ export interface components {
              * Calls
              * @description How the run may call it (its grant).
              */
-            calls?: ("invoke" | "stream" | "rerank")[];
+            calls?: ("invoke" | "stream" | "rerank" | "embed")[];
         };
         /** InlinePolicy */
         InlinePolicy: {
@@ -2390,9 +2390,10 @@ export interface components {
             /**
              * Models
              * @description Calls of the host's models the runner may make (the agent's `resources.models` names which):
-             *     `invoke` (a whole answer), `stream` (a streamed one), `rerank`.
+             *     `invoke` (a whole answer), `stream` (a streamed one), `rerank`, and `embed` (an extension of
+             *     mcphost's: vectors from an embedding model, `models_embed`).
              */
-            models?: ("invoke" | "stream" | "rerank")[];
+            models?: ("invoke" | "stream" | "rerank" | "embed")[];
         };
         /** PluginInfo */
         PluginInfo: {
