@@ -157,9 +157,9 @@ async def open_host(
     import anyio
 
     from mcphost import tracing
-    from mcphost.api import HostMetrics
+    from mcphost.api import HostMetrics, admit_channel_event
     from mcphost.bindings import Bindings
-    from mcphost.channels import adapters
+    from mcphost.channels import ChannelEvent, DiscordAdapter, adapters, channel_files
     from mcphost.continuations import Continuations, run_continuations
     from mcphost.delivery import DeliverySender
     from mcphost.facts import FactsServer, granted_tools
@@ -176,6 +176,7 @@ async def open_host(
     from mcphost.retention import Collector, run_collector
     from mcphost.runtimes.remote import RemoteRuns
     from mcphost.schedules import Scheduler, run_scheduler
+    from mcphost.stores.leases import LeaseStore
     from mcphost.stores.retention import Collected
     from mcphost.stores.usage import ModelBudget
     from mcphost.stores.warm import WarmSessionStore
@@ -316,11 +317,28 @@ async def open_host(
             models.running(),
             orchestrator.running(),
             sender.running(),
+            channel_files(channels, stores.artifacts),
             anyio.create_task_group() as tg,
         ):
             await tg.start(run_scheduler, scheduler)
             await tg.start(run_collector, collector)
             await tg.start(run_continuations, continuations)
+            for source in channels.values():
+                if isinstance(source, DiscordAdapter) and source.config.gateway:
+                    # Imported here: `websockets` costs a host without a Gateway channel ~0.05 s to start.
+                    from mcphost.channels.discord_gateway import DiscordGateway
+
+                    async def ingest(
+                        event: ChannelEvent, raw: bytes, source: DiscordAdapter = source
+                    ) -> object:
+                        return await admit_channel_event(
+                            stores, orchestrator, metrics, source, event, raw, stream_reply=sender.stream
+                        )
+
+                    gateway_link = DiscordGateway(
+                        source, ingest, LeaseStore(stores.db), holder=orchestrator.host_id
+                    )
+                    await tg.start(gateway_link.run)
             try:
                 yield host
             finally:

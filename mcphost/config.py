@@ -432,12 +432,20 @@ class ChannelConfig(_Section):
     max_age_s: float = Field(default=3600.0, gt=0, le=7 * 24 * 3600)
     """How long a reply is retried (honouring the platform's `Retry-After`) before it is dead."""
     timeout_s: float = Field(default=15.0, gt=0, le=DELIVERY_LEASE_S - DELIVERY_SETTLE_S)
-    """The whole of one send of a reply (every part of it) to the platform's API."""
+    """The whole of one send of a reply (every part of it) to the platform's API; also each wait of an
+    inbound file's download."""
     stream_interval_s: float = Field(default=1.0, ge=0, le=60)
     """While a run streams (`message.delta`), its reply is a placeholder message edited at most once per
     this many seconds (longer when the platform says `Retry-After`); 0: no placeholder, the reply is
     posted once complete. Slack `chat.update`, Telegram `editMessageText` and Discord message edits all
     take one edit a second per message."""
+    max_attachment_bytes: int = Field(default=20 * 1024 * 1024, ge=1, le=2 * 1024 * 1024 * 1024)
+    """The largest inbound file fetched (on its first read, never at arrival); a larger one — declared,
+    or found while its bytes stream in — is refused with `payload_too_large` and never fetched again."""
+    gateway: bool = False
+    """Discord only: also hold a Gateway (websocket) connection, over which Discord delivers messages,
+    edits, deletions, reactions and member changes (interactions still arrive over HTTP). One host of
+    those sharing the database holds it (a lease)."""
 
     @field_validator("api_base")
     @classmethod
@@ -445,6 +453,12 @@ class ChannelConfig(_Section):
         if value is not None and not value.startswith(("http://", "https://")):
             raise ValueError(f"expected an http:// or https:// URL, got {value[:100]!r}")
         return None if value is None else value.rstrip("/")
+
+    @model_validator(mode="after")
+    def _gateway_is_discord(self) -> ChannelConfig:
+        if self.gateway and self.platform != "discord":
+            raise ValueError(f"gateway = true is for Discord channels only; this one is {self.platform!r}")
+        return self
 
     @property
     def base_url(self) -> str:

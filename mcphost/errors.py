@@ -23,6 +23,7 @@ HostError                          code            HTTP
 ├── StorageUnavailableError        storage_unavailable 503 (the database or data_dir cannot be read or written)
 ├── StorageFullError               storage_full    507 (the disk under data_dir or the database is full)
 ├── StorageIntegrityError          runtime_error   500 (a blob that does not match its SHA-256)
+├── ArtifactFetchError             runtime_error   502 (a lazy artifact's platform did not give its bytes)
 ├── PluginError                    runner.crashed  502 (a plugin process that died or broke protocol)
 ├── ModelCallError                 runtime_error   502 (a host model's chain failed or answered garbage)
 └── gateway.upstream.UpstreamError runtime_error   500 (an upstream tool server unreachable or unusable)
@@ -200,6 +201,14 @@ class StorageIntegrityError(HostError):
 
     code = "runtime_error"
     status = 500
+
+
+class ArtifactFetchError(HostError):
+    """Raised when a lazy artifact's bytes could not be fetched from its platform (HTTP 404, a 5xx, a
+    timeout, a refused token): nothing was stored, and the next read tries again."""
+
+    code = "runtime_error"
+    status = 502
 
 
 class PluginError(HostError):

@@ -41,6 +41,7 @@ Invariants:
 from __future__ import annotations
 
 from mcphost.api._artifacts import parse_range
+from mcphost.api._channels import admit_channel_event
 from mcphost.api._errors import EXCEPTION_HANDLERS, error_response, host_error_response
 from mcphost.api._metrics import UNMATCHED_ROUTE, HostMetrics
 from mcphost.api._middleware import middleware
@@ -60,6 +61,7 @@ __all__ = [
     "RangeNotSatisfiableError",
     "RunsPage",
     "UnavailableError",
+    "admit_channel_event",
     "error_response",
     "host_error_response",
     "middleware",

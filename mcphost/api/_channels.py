@@ -18,6 +18,11 @@ Invariants:
   channel's `events`, or one no agent takes — is answered 200 with the platform's acknowledgement and
   `X-Mcphost-Ignored: <reason>`, logged and counted, and stores nothing: a platform redelivers what it
   got no 2xx for (Telegram holds the bot's later updates behind it), so refusing would block the chat.
+- A message's files become lazy artifacts (`ArtifactStore.put_lazy`) listed in the run's
+  `input.attachments`: nothing is downloaded here; the first read fetches them, bounded by the
+  channel's `max_attachment_bytes`.
+- `admit_channel_event` is the one path from a normalized event to a run, for this route and for a
+  Discord Gateway connection alike, so a Gateway replay after RESUME dedupes like an HTTP retry.
 - A retry (the same adapter key: Slack's `X-Slack-Retry-Num` resends, Telegram's redelivered
   `update_id`) answers 200 with the existing run in `X-Mcphost-Run-Id` and stores nothing again.
 """
@@ -26,15 +31,19 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from mcphost.api._http import check_storable, path_id, read_body
+from mcphost.api._metrics import HostMetrics
 from mcphost.api._state import api_state
-from mcphost.channels import ChannelAdapter, ChannelEvent, envelope
+from mcphost.channels import MAX_ATTACHMENTS, ChannelAdapter, ChannelEvent, Target, envelope
 from mcphost.errors import AmbiguousBindingError, NoBindingError, NotFoundError, UnavailableError
-from mcphost.protocol import JSONObject
+from mcphost.orchestrator import Orchestrator
+from mcphost.protocol import ArtifactRef, JSONObject
+from mcphost.stores import Stores
 
 logger = logging.getLogger(__name__)
 
@@ -77,38 +86,104 @@ async def receive_channel(request: Request) -> Response:
         reason = "event_not_selected"
     if event is None or reason is not None:
         return _ignored(request, source, event, reason or "unsupported_event")
+    run_id, ignored = await admit_channel_event(
+        state.stores,
+        state.orchestrator,
+        state.metrics,
+        source,
+        event,
+        body,
+        content_type=request.headers.get("content-type", "application/json"),
+        draining=state.draining,
+        stream_reply=state.stream_reply,
+    )
+    if ignored is not None:
+        return _ignored(request, source, event, ignored)
+    return _answer(source, event, run_id=run_id)
+
+
+async def admit_channel_event(
+    stores: Stores,
+    orchestrator: Orchestrator,
+    metrics: HostMetrics,
+    source: ChannelAdapter,
+    event: ChannelEvent,
+    raw: bytes,
+    *,
+    content_type: str = "application/json",
+    draining: bool = False,
+    stream_reply: Callable[[str, Target, str], None] | None = None,
+) -> tuple[str | None, str | None]:
+    """Admit one verified, normalized platform event (from this route or a Discord Gateway): its run id,
+    or why it was ignored (`no_binding`). A retry answers the existing run and stores nothing; else the
+    raw payload is stored as the event's `raw_ref` and each file it carried as a lazy artifact in its
+    `input.attachments` (fetched on first read, bounded by `max_attachment_bytes`); a new run's reply is
+    streamed through `stream_reply` (typing, placeholder edits).
+
+    Raises:
+        InvalidArgumentError: the event does not map to a storable envelope.
+        UnavailableError: the host is draining.
+    """
+    channel_id = source.channel_id
     mapped = envelope(source, event)
     check_storable(mapped.model_dump(mode="json"), "mapped event")
-    if state.draining:
+    if draining:
         raise UnavailableError(
             "The host is shutting down and takes no new events; the platform retries later."
         )
-    existing = await state.stores.runs.get_by_event(mapped.event_id)
+    existing = await stores.runs.get_by_event(mapped.event_id)
     if existing is not None:
-        state.metrics.event_admitted(created=False)
-        return _answer(source, event, run_id=existing.run_id)
+        metrics.event_admitted(created=False)
+        return existing.run_id, None
     try:
-        state.orchestrator.resolve(mapped)
+        orchestrator.resolve(mapped)
     except (NoBindingError, AmbiguousBindingError) as exc:
         logger.warning(
             "channel %s: %s event %s taken by no agent: %s", channel_id, event.event_type, event.key, exc
         )
-        return _ignored(request, source, event, "no_binding")
-    raw = await state.stores.artifacts.put_bytes(
-        body,
+        return None, "no_binding"
+    raw_artifact = await stores.artifacts.put_bytes(
+        raw,
         name=f"{channel_id}-{mapped.event_id}.json"[:200],
-        mime_type=request.headers.get("content-type", "application/json").split(";")[0][:100]
-        or "application/json",
-        max_bytes=source.config.max_bytes,
+        mime_type=content_type.split(";")[0][:100] or "application/json",
+        max_bytes=max(len(raw), source.config.max_bytes),
         conversation_id=mapped.conversation_id,
     )
-    admission = await state.orchestrator.submit(
-        mapped.model_copy(update={"raw_ref": raw.artifact_id}), via="channel"
+    if len(event.attachments) > MAX_ATTACHMENTS:
+        logger.warning(
+            "channel %s: event %s carries %d files; the first %d become artifacts",
+            channel_id, event.key, len(event.attachments), MAX_ATTACHMENTS,
+        )  # fmt: skip
+    refs: list[ArtifactRef] = []
+    for file in event.attachments[:MAX_ATTACHMENTS]:
+        pending = await stores.artifacts.put_lazy(
+            origin=channel_id,
+            locator=file.locator,
+            name=file.name[:1000] if file.name is not None else None,
+            mime_type=file.mime_type[:200],
+            declared_size=file.size,
+            max_bytes=source.config.max_attachment_bytes,
+            conversation_id=mapped.conversation_id,
+        )
+        refs.append(pending.to_ref())
+    if refs:
+        described = [
+            {**meta, "artifact_id": ref.artifact_id}
+            for meta, ref in zip([dict(a.meta) for a in event.attachments], refs, strict=False)
+        ]
+        mapped = mapped.model_copy(
+            update={
+                "input": mapped.input.model_copy(update={"attachments": refs}),
+                "data": {**mapped.data, "attachments": described},
+            }
+        )
+    admission = await orchestrator.submit(
+        mapped.model_copy(update={"raw_ref": raw_artifact.artifact_id}), via="channel"
     )
-    state.metrics.event_admitted(created=admission.created)
-    if admission.created and state.stream_reply is not None:
-        state.stream_reply(channel_id, event.target, admission.run.run_id)
-    return _answer(source, event, run_id=admission.run.run_id)
+    metrics.event_admitted(created=admission.created)
+    if admission.created and stream_reply is not None:
+        stream_reply(channel_id, event.target, admission.run.run_id)
+    return admission.run.run_id, None
 
 
 def _ignored(request: Request, source: ChannelAdapter, event: ChannelEvent | None, reason: str) -> Response:

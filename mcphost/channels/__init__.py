@@ -24,12 +24,15 @@ from collections.abc import Mapping
 from pydantic import ValidationError
 
 from mcphost.channels._adapter import (
+    MAX_ATTACHMENTS,
+    Attachment,
     ChannelAdapter,
     ChannelEvent,
     ChannelSendError,
     Target,
     Verdict,
 )
+from mcphost.channels._files import channel_files
 from mcphost.channels._text import split_text
 from mcphost.channels.discord import DiscordAdapter
 from mcphost.channels.slack import SlackAdapter
@@ -42,6 +45,8 @@ from mcphost.models import ID_PATTERN, AgentEventEnvelope
 from mcphost.protocol import JSONObject
 
 __all__ = [
+    "MAX_ATTACHMENTS",
+    "Attachment",
     "ChannelAdapter",
     "ChannelEvent",
     "ChannelSendError",
@@ -52,6 +57,7 @@ __all__ = [
     "Verdict",
     "adapter",
     "adapters",
+    "channel_files",
     "envelope",
     "split_text",
 ]
@@ -99,7 +105,7 @@ def envelope(source: ChannelAdapter, event: ChannelEvent) -> AgentEventEnvelope:
     channel_id = source.channel_id
     data: JSONObject = {"channel": channel_id, "platform": source.platform, "chat": event.chat, **event.data}
     if event.attachments:
-        data["attachments"] = list(event.attachments)
+        data["attachments"] = [dict(a.meta) for a in event.attachments]
     conversation: JSONObject = {"conversation_id": f"{channel_id}:{event.chat}", "bot_id": channel_id}
     if (thread := _id(event.thread)) is not None:
         conversation["thread_id"] = thread

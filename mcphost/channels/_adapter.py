@@ -2,9 +2,10 @@
 
 Owns the contract between the host and one platform: inbound, `verify` (is this request the
 platform's? — a `Verdict`, or an `UnauthorizedError`) and `normalize` (which `ChannelEvent`, if any,
-a verified payload is) and `acknowledge` (the body the platform must get back); outbound, `split` and
-`escape` (the platform's message limit and markup) and `send` / `edit` / `react` / `typing` / `upload`
-(its Web API), which raise `ChannelSendError` carrying the platform's rate-limit answer; and the
+a verified payload is) and `acknowledge` (the body the platform must get back), and `file_request` (how
+to download a file a message carried: the `Attachment.locator` in, the URL and headers out); outbound,
+`split` and `escape` (the platform's message limit and markup) and `send` / `edit` / `react` / `typing` /
+`upload` (its Web API), which raise `ChannelSendError` carrying the platform's rate-limit answer; and the
 platform's pacing: `typing_every_s` (how long its typing indicator lasts) and `max_upload_bytes`. Does not own reading
 the body, dedupe or admission (`api/_channels.py`), the outbox and retries (`delivery.py`), nor the
 configuration (`config.ChannelConfig`).
@@ -17,6 +18,9 @@ Invariants:
 - A `ChannelEvent.key` is a function of what the platform repeats on a retry (Slack's message
   channel+ts or `event_id`, Telegram's `update_id`, Discord's interaction id): a retry is the same
   event id, so the same run.
+- `file_request` sends the bot token only to the platform's own file host (or the channel's `api_base`,
+  where a test's fake lives); a locator pointing elsewhere is refused, so a payload cannot make the
+  host hand its token to a third party.
 - The parts of `split(text)` are each within the platform's limit after `escape`, and a code block
   cut between parts is closed and reopened.
 """
@@ -27,12 +31,13 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import ClassVar, Protocol
+from urllib.parse import urlsplit
 
 import httpx2
 
 from mcphost.config import ChannelConfig, ChannelPlatform
 from mcphost.errors import InvalidArgumentError, UnauthorizedError
-from mcphost.protocol import JSONObject, JSONValue, is_json_object
+from mcphost.protocol import JSONObject, JSONValue, is_json_array, is_json_object
 
 MAX_DEPTH = 64
 """Deepest JSON nesting an inbound payload may have (the platforms' own are far shallower)."""
@@ -76,6 +81,48 @@ class Verdict:
     """The platform's count of earlier tries of this request (Slack's `X-Slack-Retry-Num`)."""
 
 
+MAX_ATTACHMENTS = 100
+"""Files one event may carry (`EventInput.attachments`' bound); past it the rest are left out, logged."""
+
+
+@dataclass(frozen=True)
+class Attachment:
+    """A file a message carried, as the platform announced it: it becomes a lazy artifact whose bytes
+    `file_request` locates on its first read (`ArtifactStore.put_lazy`)."""
+
+    locator: JSONObject
+    """What `file_request` needs: the file's URL (Slack, Discord) or its `file_id` (Telegram)."""
+    name: str | None = None
+    mime_type: str = "application/octet-stream"
+    size: int | None = None
+    """The size the platform declared (checked against `max_attachment_bytes` before any fetch, and
+    enforced again while the bytes stream in)."""
+    meta: JSONObject = field(default_factory=dict[str, object])  # pyright: ignore[reportAssignmentType]
+    """The platform's ids for the file, kept in the event's `data.attachments`."""
+
+
+def url_files(items: JSONValue | None, *, urls: tuple[str, ...], name: str, mime: str) -> list[Attachment]:
+    """The files of a platform's file list that carry a download URL (the first of `urls` present),
+    named by its `name` field, typed by its `mime` field, sized by `size`; its id, name, type and size
+    kept as `meta`. A file without a URL is left out (one the platform did not share with the bot)."""
+    found: list[Attachment] = []
+    for item in items if is_json_array(items) else []:
+        item = object_of(item)
+        url = next((u for u in (text_of(item.get(key)) for key in urls) if u is not None), None)
+        if url is None:
+            continue
+        found.append(
+            Attachment(
+                locator={"url": url},
+                name=text_of(item.get(name)),
+                mime_type=text_of(item.get(mime)) or "application/octet-stream",
+                size=size_of(item.get("size")),
+                meta={k: item[k] for k in ("id", name, mime, "size") if k in item},
+            )
+        )
+    return found
+
+
 @dataclass(frozen=True)
 class ChannelEvent:
     """One platform event, normalized; the route turns it into an `AgentEventEnvelope`."""
@@ -92,8 +139,8 @@ class ChannelEvent:
     workspace: str | None = None
     text: str | None = None
     data: JSONObject = field(default_factory=dict[str, object])  # pyright: ignore[reportAssignmentType]
-    attachments: list[JSONObject] = field(default_factory=list[JSONObject])
-    """Files the platform announced (its ids, names, sizes); recorded, not fetched."""
+    attachments: list[Attachment] = field(default_factory=list[Attachment])
+    """Files the message carried; each becomes a lazy artifact listed in the run's input."""
 
 
 class ChannelSendError(Exception):
@@ -124,6 +171,9 @@ class ChannelAdapter(Protocol):
     def verify(self, headers: Mapping[str, str], body: bytes, *, now: float) -> Verdict: ...
     def normalize(self, verdict: Verdict) -> ChannelEvent | None: ...
     def acknowledge(self, event: ChannelEvent | None) -> JSONObject | None: ...
+    async def file_request(
+        self, http: httpx2.AsyncClient, locator: JSONObject
+    ) -> tuple[str, dict[str, str]]: ...
     def escape(self, text: str) -> str: ...
     def split(self, text: str) -> list[str]: ...
     async def send(self, http: httpx2.AsyncClient, target: Target, text: str, *, part: int) -> str | None: ...
@@ -142,6 +192,23 @@ def text_of(value: JSONValue | None) -> str | None:
     if isinstance(value, int):
         return str(value)
     return value if isinstance(value, str) and value else None
+
+
+def size_of(value: JSONValue | None) -> int | None:
+    """A declared file size: a non-negative JSON integer, else None (unknown)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def same_origin(url: str, *bases: str) -> bool:
+    """Whether `url` is an http(s) URL on the scheme and host (and port) of one of `bases` (a base may
+    be a bare `https://host`)."""
+    parsed = urlsplit(url)
+    if parsed.scheme not in ("http", "https") or not parsed.netloc:
+        return False
+    return any(
+        (parsed.scheme, parsed.netloc.lower()) == ((b := urlsplit(base)).scheme, b.netloc.lower())
+        for base in bases
+    )
 
 
 def object_of(value: JSONValue | None) -> JSONObject:

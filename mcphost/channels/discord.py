@@ -4,8 +4,8 @@ follow-ups out.
 Owns Discord's request signature (Ed25519 over `X-Signature-Timestamp` + body, checked against the
 application's public key with `cryptography`), its PING, the mapping of interactions to events, and its
 HTTP API calls. Discord delivers messages, reactions and member changes only over its Gateway (a
-websocket), not to an HTTP endpoint, so over this channel only interactions arrive. Does not own the
-adapter contract (`_adapter.py`).
+websocket), not to an HTTP endpoint: with `gateway = true` the channel also holds a Gateway connection
+(`discord_gateway.py`). Does not own the adapter contract (`_adapter.py`).
 
 Invariants:
 - An event's key is the interaction's `id`; the signed timestamp must be within the channel's
@@ -35,12 +35,14 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from mcphost.channels._adapter import (
     ChannelEvent,
+    ChannelSendError,
     Target,
     Verdict,
     call,
     json_payload,
     object_of,
     refused,
+    same_origin,
     text_of,
 )
 from mcphost.channels._text import split_text
@@ -52,6 +54,8 @@ PING, COMMAND, COMPONENT, AUTOCOMPLETE, MODAL = 1, 2, 3, 4, 5
 THREAD_TYPES = frozenset({10, 11, 12})
 """Channel types that are threads (announcement, public, private)."""
 NO_MENTIONS: JSONObject = {"parse": []}
+CDN_HOSTS = ("https://cdn.discordapp.com", "https://media.discordapp.net")
+"""Where Discord serves attachments."""
 
 
 def _options(data: JSONObject) -> str:
@@ -88,6 +92,15 @@ class DiscordAdapter:
                 f"channels.{channel_id}: {config.secret_env} must hold the Discord application's public key "
                 "(64 hex digits, from the Developer Portal's General Information page)."
             ) from None
+
+    @property
+    def token(self) -> str:
+        """The bot token (the Gateway's IDENTIFY and RESUME carry it)."""
+        return self._token
+
+    def auth(self) -> dict[str, str]:
+        """The bot's `Authorization` header (the Gateway's `GET /gateway/bot`)."""
+        return {"authorization": f"Bot {self._token}"}
 
     # -- inbound ------------------------------------------------------------------------------------
 
@@ -165,6 +178,16 @@ class DiscordAdapter:
     def acknowledge(self, event: ChannelEvent | None) -> JSONObject | None:
         """A deferred response (type 5): the user sees "thinking…" until the reply edits it."""
         return {"type": 5}
+
+    async def file_request(self, http: httpx2.AsyncClient, locator: JSONObject) -> tuple[str, dict[str, str]]:
+        """An attachment's CDN URL (signed by Discord, fetched without the bot token)."""
+        url = str(locator.get("url") or "")
+        if not same_origin(url, *CDN_HOSTS, self.config.base_url):
+            raise ChannelSendError(
+                f"Discord attachment URL {url[:200]!r} is not on Discord's CDN; it is not fetched.",
+                permanent=True,
+            )
+        return url, {}
 
     # -- outbound -----------------------------------------------------------------------------------
 

@@ -28,6 +28,7 @@ from urllib.parse import parse_qs
 import httpx2
 
 from mcphost.channels._adapter import (
+    Attachment,
     ChannelEvent,
     ChannelSendError,
     Credentialed,
@@ -37,17 +38,21 @@ from mcphost.channels._adapter import (
     json_payload,
     object_of,
     refused,
+    same_origin,
     text_of,
+    url_files,
 )
 from mcphost.channels._text import split_text
 from mcphost.config import ChannelPlatform
 from mcphost.errors import InvalidArgumentError
-from mcphost.protocol import JSONObject, is_json_array, is_json_object
+from mcphost.protocol import JSONObject, is_json_array
 
 RETRYABLE_ERRORS = frozenset(
     {"ratelimited", "internal_error", "fatal_error", "request_timeout", "service_unavailable"}
 )
 """Slack `error` codes (HTTP 200, `ok: false`) that may pass; every other one is permanent."""
+FILES_HOST = "https://files.slack.com"
+"""Where Slack serves `url_private_download`; the bot token goes nowhere else (but `api_base`)."""
 MESSAGE_EVENTS = frozenset({None, "thread_broadcast", "file_share", "me_message"})
 """`message` subtypes that are a user's message."""
 
@@ -64,14 +69,12 @@ def _signed(secret: str, now: float, body: bytes, stamp: str, signature: str) ->
     return SignatureVerifier(secret, At()).is_valid(body, stamp, signature)
 
 
-def _files(event: JSONObject) -> list[JSONObject]:
-    files = event.get("files")
-    found: list[JSONObject] = []
-    for item in files if is_json_array(files) else []:
-        if is_json_object(item):
-            keep = ("id", "name", "mimetype", "size", "url_private")
-            found.append({k: item[k] for k in keep if k in item})
-    return found
+def _files(event: JSONObject) -> list[Attachment]:
+    """A message's `files[]`, each located by its `url_private_download` (or `url_private`); a file
+    Slack did not share with the bot (`file_access: check_file_info`) has neither."""
+    return url_files(
+        event.get("files"), urls=("url_private_download", "url_private"), name="name", mime="mimetype"
+    )
 
 
 class SlackAdapter(Credentialed):
@@ -240,6 +243,16 @@ class SlackAdapter(Credentialed):
 
     def acknowledge(self, event: ChannelEvent | None) -> JSONObject | None:
         return None  # an empty 200: Slack shows nothing for it, even after a slash command
+
+    async def file_request(self, http: httpx2.AsyncClient, locator: JSONObject) -> tuple[str, dict[str, str]]:
+        """A file's private URL, fetched with the bot token (the app needs the `files:read` scope)."""
+        url = str(locator.get("url") or "")
+        if not same_origin(url, FILES_HOST, self.config.base_url):
+            raise ChannelSendError(
+                f"Slack file URL {url[:200]!r} is not on {FILES_HOST}; the bot token is not sent there.",
+                permanent=True,
+            )
+        return url, {"authorization": f"Bearer {self._token}"}
 
     # -- outbound -----------------------------------------------------------------------------------
 

@@ -22,10 +22,12 @@ import hmac
 import re
 from collections.abc import Mapping
 from typing import ClassVar
+from urllib.parse import quote
 
 import httpx2
 
 from mcphost.channels._adapter import (
+    Attachment,
     ChannelEvent,
     ChannelSendError,
     Credentialed,
@@ -35,6 +37,7 @@ from mcphost.channels._adapter import (
     json_payload,
     object_of,
     refused,
+    size_of,
     text_of,
 )
 from mcphost.channels._text import split_text
@@ -45,27 +48,52 @@ MEMBER_STATUSES = frozenset({"member", "administrator", "creator"})
 _FENCED = re.compile(r"```([A-Za-z0-9_+-]*)\n?(.*?)```", re.DOTALL)
 _INLINE = re.compile(r"`([^`\n]+)`")
 ATTACHMENT_KINDS = ("document", "audio", "video", "voice", "animation", "video_note", "sticker")
+DEFAULT_MIME = {
+    "voice": "audio/ogg",
+    "video_note": "video/mp4",
+    "animation": "video/mp4",
+    "sticker": "image/webp",
+}
+"""The type of a file Telegram sends without `mime_type`."""
 
 
 def _html(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
-def _attachments(message: JSONObject) -> list[JSONObject]:
-    found: list[JSONObject] = []
+def _attachments(message: JSONObject) -> list[Attachment]:
+    """A message's files, each located by its `file_id` (`getFile` turns it into a download path)."""
+    found: list[Attachment] = []
     photos = message.get("photo")
     if is_json_array(photos) and photos and is_json_object(photos[-1]):  # the largest size comes last
-        found.append(
-            {
-                "kind": "photo",
-                **{k: v for k, v in photos[-1].items() if k in ("file_id", "file_unique_id", "file_size")},
-            }
-        )
+        photo = photos[-1]
+        if (file_id := text_of(photo.get("file_id"))) is not None:
+            found.append(
+                Attachment(
+                    locator={"file_id": file_id},
+                    name="photo.jpg",
+                    mime_type="image/jpeg",
+                    size=size_of(photo.get("file_size")),
+                    meta={
+                        "kind": "photo",
+                        **{k: v for k, v in photo.items() if k in ("file_id", "file_unique_id", "file_size")},
+                    },
+                )
+            )
     for kind in ATTACHMENT_KINDS:
         item = message.get(kind)
-        if is_json_object(item):
+        if is_json_object(item) and (file_id := text_of(item.get("file_id"))) is not None:
             keep = ("file_id", "file_unique_id", "file_name", "mime_type", "file_size")
-            found.append({"kind": kind, **{k: v for k, v in item.items() if k in keep}})
+            found.append(
+                Attachment(
+                    locator={"file_id": file_id},
+                    name=text_of(item.get("file_name")) or kind,
+                    mime_type=text_of(item.get("mime_type"))
+                    or DEFAULT_MIME.get(kind, "application/octet-stream"),
+                    size=size_of(item.get("file_size")),
+                    meta={"kind": kind, **{k: v for k, v in item.items() if k in keep}},
+                )
+            )
     return found
 
 
@@ -215,6 +243,15 @@ class TelegramAdapter(Credentialed):
         if event is not None and event.source_event_type == "callback_query":
             return {"method": "answerCallbackQuery", "callback_query_id": event.data.get("callback_query_id")}
         return None
+
+    async def file_request(self, http: httpx2.AsyncClient, locator: JSONObject) -> tuple[str, dict[str, str]]:
+        """`getFile` for the file's path, then `<api>/file/bot<token>/<file_path>` (the token is in the
+        URL; Telegram serves bots files of at most 20 MB)."""
+        answer = await self._api(http, "getFile", {"file_id": str(locator.get("file_id") or "")})
+        path = text_of(object_of(answer.get("result")).get("file_path"))
+        if path is None or path.startswith("/") or ".." in path.split("/"):
+            raise ChannelSendError("Telegram getFile: the answer names no usable file_path", permanent=True)
+        return f"{self.config.base_url}/file/bot{self._token}/{quote(path)}", {}
 
     # -- outbound -----------------------------------------------------------------------------------
 

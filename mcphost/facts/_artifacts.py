@@ -13,6 +13,8 @@ Invariants:
   JSON, XML) and the bytes read are valid UTF-8, otherwise base64. `eof` says whether the read reached
   the end. The resource returns the whole artifact only up to `MAX_READ_BYTES` (`payload_too_large`
   beyond, naming `artifacts_read`).
+- A lazy artifact is fetched only after the read rule allowed the read; a fetch that fails answers
+  `runtime_error` (retried on the next read), one over its channel's bound `payload_too_large`.
 - `artifacts_create` stores at most `MAX_INLINE_ARTIFACT_BYTES`, owned by the run and its conversation.
 """
 
@@ -52,18 +54,19 @@ def _as_text(mime_type: str, data: bytes) -> str | None:
 
 
 async def readable(call: Call, artifact_id: str) -> ArtifactRecord:
-    """The artifact's record when this run may read it; a missing id is refused like a foreign one."""
+    """The artifact's record when this run may read it; a missing id is refused like a foreign one. A
+    lazy artifact (a chat channel's inbound file) is fetched here, after the check, on its first read."""
     try:
-        record = await call.stores.artifacts.get(artifact_id)
+        found = await call.stores.artifacts.describe(artifact_id)
     except NotFoundError:
-        record = None
-    if record is None or not await call.may_read_artifact(record):
+        found = None
+    if found is None or not await call.may_read_artifact(found):
         raise ToolCallError(
             "unauthorized",
             f"Artifact {artifact_id!r} does not exist or is not readable by this run; a run may read its "
             "own artifacts, its conversation's and its input attachments.",
         )
-    return record
+    return found if isinstance(found, ArtifactRecord) else await call.stores.artifacts.get(artifact_id)
 
 
 def metadata(record: ArtifactRecord) -> ArtifactMetadata:

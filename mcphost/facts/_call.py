@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from mcphost.facts.providers import KnowledgeRetriever, ModelCaller, RunParker
 from mcphost.models import RunGrant
 from mcphost.protocol import AgentRunContext, MediaContent
-from mcphost.stores import ArtifactRecord, Stores
+from mcphost.stores import ArtifactRecord, PendingArtifact, Stores
 
 
 @dataclass
@@ -52,7 +52,7 @@ class Call:
             and thread_id == self.grant.thread_id
         )
 
-    async def may_read_artifact(self, record: ArtifactRecord) -> bool:
+    async def may_read_artifact(self, record: ArtifactRecord | PendingArtifact) -> bool:
         """Owned by the run, owned by the run's conversation, or handed to the run as its input (its
         attachments, media contents, or the event's raw payload, `raw_ref`)."""
         if record.owner_run_id == self.run_id:

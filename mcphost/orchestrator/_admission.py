@@ -60,9 +60,9 @@ async def check_inputs(stores: Stores, event: AgentEventEnvelope) -> None:
                 "upload it first and list it in attachments"
             )
     for ref in event.input.attachments:
-        await stores.artifacts.get(ref.artifact_id)  # NotFoundError: nothing stored yet
+        await stores.artifacts.describe(ref.artifact_id)  # NotFoundError: nothing stored yet; never fetches
     if event.raw_ref is not None:
-        await stores.artifacts.get(event.raw_ref)
+        await stores.artifacts.describe(event.raw_ref)
 
 
 def new_run(

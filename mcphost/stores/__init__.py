@@ -31,7 +31,7 @@ from mcphost.stores.approvals import (
     ApprovalStore,
     Decision,
 )
-from mcphost.stores.artifacts import ArtifactRecord, ArtifactStore
+from mcphost.stores.artifacts import ArtifactRecord, ArtifactStore, Fetcher, PendingArtifact
 from mcphost.stores.audit import AuditEntry, AuditRecord, AuditStore
 from mcphost.stores.blobs import BlobBackend, DatabaseBlobs, DiskBlobs
 from mcphost.stores.conversations import ConversationDeleted, ConversationRecord, ConversationStore
@@ -220,11 +220,13 @@ __all__ = [
     "DispatchStore",
     "EventKind",
     "EventStore",
+    "Fetcher",
     "GrantRecord",
     "HostRecord",
     "HostStore",
     "ModelCallStore",
     "Page",
+    "PendingArtifact",
     "RecordedCall",
     "RecordedCallEntry",
     "RecordingHeader",

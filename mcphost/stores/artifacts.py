@@ -13,6 +13,14 @@ Invariants:
   reads are O(length) amortized. A blob altered after that first check keeps its size check only.
 - An artifact past `expires_at` reads as not found. A new artifact gets `expires_at` from the caller
   or, without one, `default_ttl_s` after its creation (`[retention] artifacts_days`); None keeps it.
+- A lazy artifact (`put_lazy`, a chat channel's inbound file) has an id but no `artifacts` row until
+  its first read: its `artifact_sources` row holds the platform's locator, the declared size and the
+  bound. `describe` answers for it without fetching; `get` (and so every read) fetches it once through
+  the fetcher registered for its origin (`fetchers`), streaming into a blob cut at the bound, then
+  inserts the `artifacts` row and deletes the source row in one transaction (a second fetcher racing
+  it finds the row gone and keeps the first one's). A fetch that failed records its error and the next
+  read tries again; a file over the bound (declared, or found while streaming) is refused at once on
+  every later read and never fetched again. Fetches of one artifact in one process are serialized.
 - A row is inserted only while its blob is there: the insert checks the blob under the per-hash lock
   retention takes to delete an unreferenced blob (`BLOB_LOCK`), and stores the bytes again when
   retention removed them in between, so a new artifact sharing an expiring one's bytes keeps them.
@@ -24,25 +32,36 @@ import hashlib
 import time
 from collections import OrderedDict
 from collections.abc import AsyncIterable, AsyncIterator, Callable
+from typing import Literal
 
 import anyio
 from pydantic import BaseModel, ConfigDict
-from sqlalchemy import insert, select
+from sqlalchemy import delete, insert, select, update
 
-from mcphost.errors import InvalidArgumentError, NotFoundError, PayloadTooLargeError, StorageIntegrityError
+from mcphost.errors import (
+    ArtifactFetchError,
+    InvalidArgumentError,
+    NotFoundError,
+    PayloadTooLargeError,
+    StorageIntegrityError,
+)
 from mcphost.models import new_id
-from mcphost.protocol import ArtifactRef
+from mcphost.protocol import ArtifactRef, JSONObject
 from mcphost.stores._retry import idempotent
 from mcphost.stores._sql import lock_in_transaction
-from mcphost.stores.blobs import BlobBackend, remove_file, stage
+from mcphost.stores.blobs import BlobBackend, StagedBlob, remove_file, stage
 from mcphost.stores.engine import Database
-from mcphost.stores.tables import ArtifactRow
+from mcphost.stores.tables import ArtifactRow, ArtifactSourceRow
 
 BLOB_LOCK = "blob"
 """The `lock_in_transaction` namespace of a blob's hash: held while a row starts referencing the blob
 and while retention deletes it."""
 VERIFIED_CACHE_SIZE = 4096
 _HASH_IN_THREAD = 64 * 1024
+
+Fetcher = Callable[[JSONObject], AsyncIterator[bytes]]
+"""A lazy artifact's origin: its locator in, its bytes out as they arrive; raises `ArtifactFetchError`
+when the platform does not give them."""
 
 
 class ArtifactRecord(BaseModel):
@@ -69,6 +88,42 @@ class ArtifactRecord(BaseModel):
             size=self.size,
             sha256=self.sha256,
         )
+
+
+class PendingArtifact(BaseModel):
+    """A lazy artifact not fetched yet (`artifact_sources`): what its platform declared, and the last
+    fetch's failure."""
+
+    model_config = ConfigDict(frozen=True)
+
+    artifact_id: str
+    origin: str
+    """Whose fetcher gets the bytes: the channel id."""
+    locator: JSONObject
+    name: str | None
+    mime_type: str
+    declared_size: int | None
+    max_bytes: int
+    conversation_id: str | None
+    created_at: float
+    expires_at: float | None
+    error_code: Literal["too_large", "fetch_failed"] | None = None
+    error: str | None = None
+    attempts: int = 0
+    owner_run_id: None = None
+    """No run owns an inbound file; its conversation does (the same read rule as `ArtifactRecord`)."""
+
+    def to_ref(self) -> ArtifactRef:
+        """The protocol handle: the declared size, no hash yet."""
+        return ArtifactRef(
+            artifact_id=self.artifact_id, name=self.name, mime_type=self.mime_type, size=self.declared_size
+        )
+
+
+def _pending(row: ArtifactSourceRow) -> PendingArtifact:
+    return PendingArtifact.model_validate(
+        {column: getattr(row, column) for column in PendingArtifact.model_fields if column != "owner_run_id"}
+    )
 
 
 def _record(row: ArtifactRow) -> ArtifactRecord:
@@ -112,6 +167,9 @@ class ArtifactStore:
         self.blobs = blobs
         self.default_ttl_s = default_ttl_s
         self._verified: OrderedDict[str, None] = OrderedDict()
+        self.fetchers: dict[str, Fetcher] = {}
+        """Lazy artifacts' origins (channel id → its fetcher), registered by whoever serves them."""
+        self._fetching: dict[str, anyio.Lock] = {}
 
     async def put_bytes(
         self,
@@ -175,30 +233,145 @@ class ArtifactStore:
             created_at=now,
             expires_at=expires_at,
         )
+        await self._insert(staged, record)
+        return record
+
+    async def _insert(self, staged: StagedBlob, record: ArtifactRecord, *, source: str | None = None) -> bool:
+        """Commit `staged` and insert `record` (deleting lazy artifact `source`'s row in the same
+        transaction); False when `source` was gone (another fetch inserted it first). Removes the
+        staging file either way."""
         try:
             while True:
                 await self.blobs.commit(staged)
                 async with self._db.write() as session:
                     await lock_in_transaction(session, self._db.dialect, BLOB_LOCK, staged.sha256)
                     if await self.blobs.stored_size(staged.sha256) == staged.size:
+                        if source is not None:
+                            gone = await session.execute(
+                                delete(ArtifactSourceRow).where(ArtifactSourceRow.artifact_id == source)
+                            )
+                            if not gone.rowcount:  # pyright: ignore[reportAttributeAccessIssue,reportUnknownMemberType]  # a DML result
+                                return False
                         await session.execute(insert(ArtifactRow).values(record.model_dump()))
-                        return record
+                        return True
                 # Retention deleted these bytes (an expired artifact had them) after `commit` saw them.
         finally:
             await remove_file(staged.path)
 
     @idempotent
-    async def get(self, artifact_id: str) -> ArtifactRecord:
-        """The metadata of an artifact that exists and has not expired."""
+    async def _lookup(self, artifact_id: str) -> ArtifactRecord | PendingArtifact | None:
         async with self._db.read() as session:
             row = (
                 await session.execute(select(ArtifactRow).where(ArtifactRow.artifact_id == artifact_id))
             ).scalar_one_or_none()
-        if row is None:
+            if row is not None:
+                return _record(row)
+            source = (
+                await session.execute(
+                    select(ArtifactSourceRow).where(ArtifactSourceRow.artifact_id == artifact_id)
+                )
+            ).scalar_one_or_none()
+        return None if source is None else _pending(source)
+
+    async def describe(self, artifact_id: str) -> ArtifactRecord | PendingArtifact:
+        """An artifact that exists and has not expired, stored or still lazy; fetches nothing."""
+        found = await self._lookup(artifact_id)
+        if found is None:
             raise NotFoundError(f"Artifact {artifact_id!r} does not exist; check the id.")
-        if row.expires_at is not None and row.expires_at <= time.time():
+        if found.expires_at is not None and found.expires_at <= time.time():
             raise NotFoundError(f"Artifact {artifact_id!r} has expired; upload it again if you need it.")
-        return _record(row)
+        return found
+
+    async def get(self, artifact_id: str) -> ArtifactRecord:
+        """The metadata of an artifact that exists and has not expired; a lazy one is fetched first.
+
+        Raises:
+            NotFoundError: no such artifact, or it expired.
+            PayloadTooLargeError: a lazy artifact larger than its bound.
+            ArtifactFetchError: a lazy artifact its platform did not give (the next call tries again).
+        """
+        found = await self.describe(artifact_id)
+        return found if isinstance(found, ArtifactRecord) else await self._fetch(found)
+
+    async def put_lazy(
+        self,
+        *,
+        origin: str,
+        locator: JSONObject,
+        name: str | None,
+        mime_type: str,
+        declared_size: int | None,
+        max_bytes: int,
+        conversation_id: str | None = None,
+        expires_at: float | None = None,
+    ) -> PendingArtifact:
+        """A new lazy artifact: an id now, its bytes fetched from `locator` by `origin`'s fetcher on first
+        read. One declared larger than `max_bytes` is recorded as `too_large` and never fetched."""
+        now = time.time()
+        if expires_at is None and self.default_ttl_s is not None:
+            expires_at = now + self.default_ttl_s
+        too_large = declared_size is not None and declared_size > max_bytes
+        pending = PendingArtifact(
+            artifact_id=new_id("art"), origin=origin, locator=locator, name=name, mime_type=mime_type,
+            declared_size=declared_size, max_bytes=max_bytes, conversation_id=conversation_id,
+            created_at=now, expires_at=expires_at, error_code="too_large" if too_large else None,
+            error=f"the platform declared {declared_size} bytes; this channel's max_attachment_bytes is "
+            f"{max_bytes}" if too_large else None,
+        )  # fmt: skip
+        async with self._db.write() as session:
+            await session.execute(
+                insert(ArtifactSourceRow).values(pending.model_dump(exclude={"owner_run_id"}))
+            )
+        return pending
+
+    async def _fetch(self, pending: PendingArtifact) -> ArtifactRecord:
+        artifact_id = pending.artifact_id
+        if pending.error_code == "too_large":
+            raise _too_large(pending, pending.error or "")
+        fetcher = self.fetchers.get(pending.origin)
+        if fetcher is None:
+            raise ArtifactFetchError(
+                f"Artifact {artifact_id!r} is a file of channel {pending.origin!r}, which this host does not "
+                f"serve; configure [channels.{pending.origin}] to fetch it.",
+                details={"artifact_id": artifact_id, "origin": pending.origin},
+            )
+        lock = self._fetching.setdefault(artifact_id, anyio.Lock())
+        try:
+            async with lock:
+                found = await self._lookup(artifact_id)
+                if not isinstance(found, PendingArtifact):  # fetched (or deleted) while this one waited
+                    return await self.get(artifact_id)
+                try:
+                    staged = await stage(
+                        fetcher(pending.locator), self.blobs.staging_dir, max_bytes=pending.max_bytes
+                    )
+                except PayloadTooLargeError:
+                    why = f"its bytes ran past this channel's max_attachment_bytes ({pending.max_bytes})"
+                    await self._failed(artifact_id, "too_large", why)
+                    raise _too_large(pending, why) from None
+                except ArtifactFetchError as exc:
+                    await self._failed(artifact_id, "fetch_failed", exc.message)
+                    raise
+                record = ArtifactRecord(
+                    artifact_id=artifact_id, name=pending.name, mime_type=pending.mime_type, size=staged.size,
+                    sha256=staged.sha256, owner_run_id=None, conversation_id=pending.conversation_id,
+                    created_at=pending.created_at, expires_at=pending.expires_at,
+                )  # fmt: skip
+                if not await self._insert(staged, record, source=artifact_id):
+                    return await self.get(artifact_id)  # another host fetched it first
+                return record
+        finally:
+            if not lock.locked() and lock.statistics().tasks_waiting == 0:
+                self._fetching.pop(artifact_id, None)
+
+    async def _failed(self, artifact_id: str, code: str, error: str) -> None:
+        with anyio.CancelScope(shield=True), anyio.move_on_after(10):
+            async with self._db.write() as session:
+                await session.execute(
+                    update(ArtifactSourceRow)
+                    .where(ArtifactSourceRow.artifact_id == artifact_id)
+                    .values(error_code=code, error=error[:1000], attempts=ArtifactSourceRow.attempts + 1)
+                )
 
     async def read(self, artifact_id: str, offset: int = 0, length: int | None = None) -> bytes:
         """Bytes [offset, offset + length) of an artifact (to the end when `length` is None)."""
@@ -263,6 +436,14 @@ def _bounds(record: ArtifactRecord, offset: int, length: int | None) -> tuple[in
         )
     stop = record.size if length is None else min(record.size, offset + length)
     return offset, stop
+
+
+def _too_large(pending: PendingArtifact, why: str) -> PayloadTooLargeError:
+    return PayloadTooLargeError(
+        f"Artifact {pending.artifact_id!r} ({pending.name or 'an attached file'}) is not fetched: {why}. "
+        "Ask the sender for a smaller file, or raise max_attachment_bytes in the channel's configuration.",
+        details={"artifact_id": pending.artifact_id, "max_bytes": pending.max_bytes, "reason": "too_large"},
+    )
 
 
 def _corrupt(record: ArtifactRecord) -> StorageIntegrityError:

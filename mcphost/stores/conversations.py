@@ -42,6 +42,7 @@ from mcphost.stores.engine import Database
 from mcphost.stores.tables import (
     ApprovalRow,
     ArtifactRow,
+    ArtifactSourceRow,
     AuditRow,
     ConversationRow,
     DeliveryRow,
@@ -224,6 +225,9 @@ class ConversationStore:
             hashes = set((await session.execute(select(ArtifactRow.sha256).where(artifacts))).scalars())
             counts: dict[str, int] = {}
             counts["artifacts"] = await _count_delete(session, delete(ArtifactRow).where(artifacts))
+            counts["artifacts"] += await _count_delete(
+                session, delete(ArtifactSourceRow).where(ArtifactSourceRow.conversation_id == conversation_id)
+            )
             counts["state"] = await _delete_state(session, conversation_id)
             approvals = or_(ApprovalRow.conversation_id == conversation_id, ApprovalRow.run_id.in_(runs))
             counts["approvals"] = await _count_delete(session, delete(ApprovalRow).where(approvals))

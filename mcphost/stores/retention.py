@@ -2,7 +2,7 @@
 in bounded batches.
 
 Owns the deletes of the row kinds (`ROW_KINDS`): run results (with the run's recording, if any), audit, the event log, the transcript,
-artifacts (rows and blobs) and dead deliveries; and the answers the file kinds need from the database
+artifacts (rows and blobs; lazy artifacts never read, `artifact_sources`, by the same rule) and dead deliveries; and the answers the file kinds need from the database
 (`RetentionStore.removable_run_folders`, `held_sessions`). Does not own the maximum ages (`[retention]`
 in `config.py`), the files on disk (`mcphost/retention.py`) or when collection runs.
 
@@ -56,6 +56,7 @@ from mcphost.stores.engine import Database
 from mcphost.stores.tables import (
     ApprovalRow,
     ArtifactRow,
+    ArtifactSourceRow,
     AuditRow,
     DeliveryRow,
     EventRow,
@@ -223,8 +224,11 @@ class RetentionStore:
         one goes when created before the cutoff; pass `cutoff=0` to keep those)."""
         now = time.time()
         if kind == "artifacts":
-            keys, _, _ = _candidates(kind, cutoff, now, await self._held_inputs())
-            return await self._collect_artifacts(keys, cutoff, dry_run=dry_run)
+            held = await self._held_inputs()
+            keys, _, _ = _candidates(kind, cutoff, now, held)
+            collected = await self._collect_artifacts(keys, cutoff, dry_run=dry_run)
+            sources = await self._collect_sources(held, cutoff, now, dry_run=dry_run)
+            return collected.model_copy(update={"rows": collected.rows + sources})
         parts = [_candidates(kind, cutoff, now)]
         if kind == "run_results":
             parts.extend(_recordings(cutoff))
@@ -300,6 +304,29 @@ class RetentionStore:
             if len(batch) < BATCH:
                 break
         return Collected(kind="artifacts", rows=rows, bytes=freed_bytes, cutoff=cutoff)
+
+    async def _collect_sources(
+        self, held: frozenset[str], cutoff: float, now: float, *, dry_run: bool
+    ) -> int:
+        """Lazy artifacts never read (`artifact_sources`) by the artifacts' own rule: past `expires_at`,
+        or without one created before `cutoff`, and not an input of a held run or its conversation's."""
+        where = (
+            ArtifactSourceRow.artifact_id.not_in(list(held)),
+            or_(
+                ArtifactSourceRow.expires_at <= now,
+                ArtifactSourceRow.expires_at.is_(None) & (ArtifactSourceRow.created_at < cutoff),
+            ),
+            or_(
+                ArtifactSourceRow.conversation_id.is_(None),
+                ArtifactSourceRow.conversation_id.not_in(_held_conversations()),
+            ),
+        )
+        if dry_run:
+            async with self._db.read() as session:
+                return int(await session.scalar(select(func.count()).where(*where)) or 0)
+        async with self._db.write() as session:
+            result = await session.execute(delete(ArtifactSourceRow).where(*where))
+            return int(result.rowcount or 0)  # pyright: ignore[reportAttributeAccessIssue,reportUnknownMemberType,reportUnknownArgumentType]  # a DML result
 
     async def removable_run_folders(self, run_ids: Sequence[str], cutoff: float) -> set[str]:
         """Of `run_ids` (folder names), those whose run finished before `cutoff` while no held run shares

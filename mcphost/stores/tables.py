@@ -195,6 +195,27 @@ class ArtifactRow(Base):
     expires_at: Mapped[float | None] = mapped_column(Double)
 
 
+class ArtifactSourceRow(Base):
+    """A lazy artifact: the id is handed out before its bytes exist; they are fetched from `locator` by
+    `origin`'s fetcher on first read, then the `artifacts` row is inserted and this one deleted."""
+
+    __tablename__ = "artifact_sources"
+
+    artifact_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    origin: Mapped[str] = mapped_column(String(200))
+    locator: Mapped[dict[str, Any]] = mapped_column(JSON)
+    name: Mapped[str | None] = mapped_column(String(1000))
+    mime_type: Mapped[str] = mapped_column(String(200))
+    declared_size: Mapped[int | None] = mapped_column(BigInteger)
+    max_bytes: Mapped[int] = mapped_column(BigInteger)
+    conversation_id: Mapped[str | None] = mapped_column(Id)
+    created_at: Mapped[float] = mapped_column(Double, index=True)
+    expires_at: Mapped[float | None] = mapped_column(Double)
+    error_code: Mapped[str | None] = mapped_column(String(32))
+    error: Mapped[str | None] = mapped_column(String(1000))
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+
+
 class BlobChunkRow(Base):
     """Blob bytes for the database backend: fixed-size chunks of one content-addressed blob."""
 

@@ -9,12 +9,21 @@ import json
 import time
 from urllib.parse import urlencode
 
+import httpx2
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
-from mcphost.channels import DiscordAdapter, SlackAdapter, TelegramAdapter, Verdict, split_text
+from mcphost.channels import (
+    ChannelSendError,
+    DiscordAdapter,
+    SlackAdapter,
+    TelegramAdapter,
+    Verdict,
+    split_text,
+)
 from mcphost.channels._adapter import Target
+from mcphost.channels.discord_gateway import dispatch_event
 from mcphost.config import ChannelConfig
 from mcphost.errors import InvalidArgumentError, UnauthorizedError
 from tests.fakes.chat_apis import telegram_visible
@@ -205,7 +214,9 @@ def test_telegram_updates_map_to_their_events() -> None:
         "photo": [{"file_id": "small", "file_unique_id": "s", "file_size": 10},
                   {"file_id": "big", "file_unique_id": "b", "file_size": 999}]}}))  # fmt: skip
     assert photo is not None
-    assert photo.attachments == [{"kind": "photo", "file_id": "big", "file_unique_id": "b", "file_size": 999}]
+    (file,) = photo.attachments
+    assert (file.locator, file.size, file.mime_type) == ({"file_id": "big"}, 999, "image/jpeg")
+    assert file.meta == {"kind": "photo", "file_id": "big", "file_unique_id": "b", "file_size": 999}
     assert TELEGRAM.normalize(tg({"update_id": 7, "poll": {"id": "p"}})) is None
     assert TELEGRAM.normalize(tg({"update_id": "7"})) is None
 
@@ -234,3 +245,27 @@ def test_a_discord_button_maps_to_an_interaction_in_its_thread() -> None:
         "x-signature-timestamp": stamp,
     }
     assert DISCORD.normalize(DISCORD.verify(headers, autocomplete, now=time.time())) is None
+
+
+async def test_a_discord_attachment_is_fetched_from_its_cdn_without_the_token_and_nothing_else_is() -> None:
+    data = {"id": "M1", "channel_id": "C1", "guild_id": "G1", "content": "", "author": {"id": "7"},
+            "attachments": [{"id": "A1", "filename": "a.png", "content_type": "image/png", "size": 5,
+                             "url": "https://cdn.discordapp.com/attachments/1/2/a.png"},
+                            {"id": "A2", "filename": "nourl.bin"}]}  # fmt: skip
+    event = dispatch_event("MESSAGE_CREATE", data, bot_user="9", session="s", seq=3)
+    assert event is not None
+    (file,) = event.attachments
+    assert (file.name, file.mime_type, file.size) == ("a.png", "image/png", 5)
+    async with httpx2.AsyncClient() as http:
+        assert await DISCORD.file_request(http, file.locator) == (str(file.locator["url"]), {})
+        for url in ("https://evil.example/a.png", "http://cdn.discordapp.com/a.png", "file:///etc/passwd"):
+            with pytest.raises(ChannelSendError, match="is not on Discord's CDN; it is not fetched"):
+                await DISCORD.file_request(http, {"url": url})
+    assert (
+        dispatch_event("MESSAGE_CREATE", data | {"author": {"id": "9"}}, bot_user="9", session="s", seq=4)
+        is None
+    )
+    assert dispatch_event("MESSAGE_UPDATE", data, bot_user="9", session="s", seq=5) is None, (
+        "no edited_timestamp"
+    )
+    assert dispatch_event("TYPING_START", data, bot_user="9", session="s", seq=6) is None

@@ -205,9 +205,9 @@ def test_every_documented_mcphost_config_line_parses_as_written() -> None:
         assert args.command == argv[2], where
 
 
-OPTIONAL_AT_START = ("slack_sdk", "genai_prices")
+OPTIONAL_AT_START = ("slack_sdk", "genai_prices", "websockets")
 """Libraries of one feature each, loaded when the feature is first used (a Slack request, a model with no
-price of its own), never to start a host."""
+price of its own, a Discord Gateway channel), never to start a host."""
 
 
 def test_starting_a_host_imports_no_library_of_a_single_feature() -> None:

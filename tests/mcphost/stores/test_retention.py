@@ -18,6 +18,7 @@ from mcphost.stores.retention import BATCH, RetentionStore
 from mcphost.stores.tables import (
     ApprovalRow,
     ArtifactRow,
+    ArtifactSourceRow,
     AuditRow,
     DeliveryRow,
     EventRow,
@@ -295,3 +296,28 @@ async def test_dead_deliveries_go_after_their_max_age_and_others_stay(stores: St
     async with stores.db.read() as session:
         left = set(await session.scalars(select(DeliveryRow.delivery_id)))
     assert left == {"msg_2", "msg_3", "msg_4"}
+
+
+async def test_lazy_artifacts_never_read_go_by_the_artifacts_rule_while_a_held_conversations_stay(
+    stores: Stores,
+) -> None:
+    running = await admitted(stores, conversation_id="live")  # queued: held
+    past = time.time() - 10
+
+    async def lazy(conversation_id: str | None, expires_at: float | None) -> str:
+        pending = await stores.artifacts.put_lazy(
+            origin="chan", locator={"url": "x"}, name="f", mime_type="text/plain", declared_size=1,
+            max_bytes=10, conversation_id=conversation_id, expires_at=expires_at,
+        )  # fmt: skip
+        return pending.artifact_id
+
+    expired = await lazy("done", past)
+    fresh = await lazy("done", time.time() + 3600)
+    held = await lazy(running.conversation_id, past)
+    retention = RetentionStore(stores.db, stores.artifacts.blobs)
+    assert (await retention.collect("artifacts", 0, dry_run=True)).rows == 1
+    assert (await retention.collect("artifacts", 0)).rows == 1
+    async with stores.db.read() as session:
+        left = set(await session.scalars(select(ArtifactSourceRow.artifact_id)))
+    assert left == {fresh, held}
+    assert expired not in left
