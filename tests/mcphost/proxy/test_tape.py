@@ -57,11 +57,18 @@ def models(anthropic_url: str, openai_url: str) -> dict[str, ModelConfig]:
         "gpt": ModelConfig(
             provider="openai", base_url=openai_url, api_key_env=HOST_KEY_ENV, model="gpt-4o-mini"
         ),
+        "embedder": ModelConfig(
+            provider="openai",
+            base_url=openai_url,
+            api_key_env=HOST_KEY_ENV,
+            model="text-embedding-3-small",
+            kind="embedding",
+        ),
     }
 
 
 async def recorded_run(served: ServedProxy) -> RunHandle:
-    run = await served.start_run(["sonnet", "gpt"], limits={"record": True})
+    run = await served.start_run(["sonnet", "gpt", "embedder"], limits={"record": True})
     await begin_recording(served.stores, run.run_id)
     return run
 
@@ -197,8 +204,8 @@ BAD_BODIES: list[tuple[str, bytes]] = [
 async def refused_calls(
     served: ServedProxy, run: RunHandle, *, ask: JSONObject = ASK
 ) -> list[httpx2.Response]:
-    """What the host refuses, in order: bad bodies, a model not granted, a model of the other wire format
-    at the Messages endpoint, and a call past the run's budget."""
+    """What the host refuses, in order: bad bodies, a model not granted, an embedding model at the
+    Messages endpoint, and a call past the run's budget."""
     url = f"{served.anthropic(run)}/v1/messages"
     async with client(run.token) as http:
         answers = [
@@ -206,7 +213,7 @@ async def refused_calls(
             for _, raw in BAD_BODIES
         ]
         answers.append(await http.post(url, json={**ask, "model": "opus"}))
-        answers.append(await http.post(url, json={**ask, "model": "gpt"}))
+        answers.append(await http.post(url, json={**ask, "model": "embedder"}))
         answers.append(await http.post(url, json=ask))
     return answers
 
@@ -232,7 +239,7 @@ async def test_the_host_s_refusals_of_a_recorded_run_are_recorded_and_replayed_t
         ("error", r.status_code, r.json()) for r in refused
     ]
     # A body that parsed is recorded under its canonical form, one that did not under its bytes' digest.
-    assert [c.arguments["model"] for c in recorded] == [None, None, None, None, "opus", "gpt", "sonnet"]
+    assert [c.arguments["model"] for c in recorded] == [None, None, None, None, "opus", "embedder", "sonnet"]
     assert recorded[4].arguments["request"] == {**ASK, "model": "opus"}
     assert recorded[0].arguments["request"] == {"unparsed_bytes": len(BAD_BODIES[0][1])}
     assert recorded[3].arguments["request"] == {"unparsed_bytes": None}
