@@ -15,8 +15,12 @@ Invariants:
   and stores nothing.
 - A verified event this host will not run — a kind the adapter does not map, a type outside the
   channel's `events`, or one no agent takes — is answered 200 with the platform's acknowledgement and
-  `X-Mcphost-Ignored: <reason>`, logged and counted, and stores nothing: a platform redelivers what it
-  got no 2xx for (Telegram holds the bot's later updates behind it), so refusing would block the chat.
+  `X-Mcphost-Ignored: <reason>`, logged and counted (the channel's status row, `stores/channels.py`:
+  the reason and the platform's type), and stores no event, run or artifact: a platform redelivers
+  what it got no 2xx for (Telegram holds the bot's later updates behind it), so refusing would block
+  the chat.
+- An event admitted as a new run becomes the channel's newest inbound (`stores.channels`); a refused
+  request or a retry leaves the status row as it was.
 - A retry (the same adapter key: Slack's `X-Slack-Retry-Num` resends, Telegram's redelivered
   `update_id`) answers 200 with the existing run in `X-Mcphost-Run-Id` and stores nothing again.
 """
@@ -75,7 +79,7 @@ async def receive_channel(request: Request) -> Response:
     elif source.config.events is not None and event.event_type not in source.config.events:
         reason = "event_not_selected"
     if event is None or reason is not None:
-        return _ignored(request, source, event, reason or "unsupported_event")
+        return await _ignored(request, source, event, reason or "unsupported_event")
     mapped = envelope(source, event)
     check_storable(mapped.model_dump(mode="json"), "mapped event")
     if state.draining:
@@ -92,7 +96,7 @@ async def receive_channel(request: Request) -> Response:
         logger.warning(
             "channel %s: %s event %s taken by no agent: %s", channel_id, event.event_type, event.key, exc
         )
-        return _ignored(request, source, event, "no_binding")
+        return await _ignored(request, source, event, "no_binding")
     raw = await state.stores.artifacts.put_bytes(
         body,
         name=f"{channel_id}-{mapped.event_id}.json"[:200],
@@ -105,10 +109,20 @@ async def receive_channel(request: Request) -> Response:
         mapped.model_copy(update={"raw_ref": raw.artifact_id}), via="channel"
     )
     state.metrics.event_admitted(created=admission.created)
+    if admission.created:
+        await state.stores.channels.record_inbound(
+            channel_id,
+            event_type=mapped.event_type,
+            source_event_type=event.source_event_type,
+            run_id=admission.run.run_id,
+            at=time.time(),
+        )
     return _answer(source, event, run_id=admission.run.run_id)
 
 
-def _ignored(request: Request, source: ChannelAdapter, event: ChannelEvent | None, reason: str) -> Response:
+async def _ignored(
+    request: Request, source: ChannelAdapter, event: ChannelEvent | None, reason: str
+) -> Response:
     state = api_state(request)
     logger.info(
         "channel %s: %s ignored: %s",
@@ -117,4 +131,10 @@ def _ignored(request: Request, source: ChannelAdapter, event: ChannelEvent | Non
         reason,
     )
     state.metrics.hook_ignored(f"channel:{source.channel_id}", reason)
+    await state.stores.channels.record_ignored(
+        source.channel_id,
+        reason=reason,
+        source_event_type=event.source_event_type if event is not None else None,
+        at=time.time(),
+    )
     return _answer(source, event, ignored=reason)
