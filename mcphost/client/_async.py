@@ -2,8 +2,8 @@
 
 Owns the async resources (`events`, `runs`, `approvals`, `schedules`, `conversations`, `channels`),
 sending a `Call` and reading its answer or error, and `AsyncRunStream`, which follows a run's results
-over SSE and resumes a dropped connection with `Last-Event-ID`. Does not own the calls' HTTP shapes (`_calls`) or what a
-stream event means (`_stream`); `_sync` is the same over `httpx2.Client`.
+over SSE and resumes a dropped connection with `Last-Event-ID`. Does not own the calls' HTTP shapes
+(`_calls`) or what a stream event means (`_stream`); `_sync` is the same over `httpx2.Client`.
 
 Invariants: every error answer raises `APIError` (status and the API's error body); a server that cannot
 be reached raises `APIConnectionError`; a stream hands out each result once, in order, across reconnects.

@@ -81,6 +81,11 @@ async def test_a_signed_slack_message_is_the_channels_last_inbound_and_forgeries
     assert forged.status_code == 401
     again = await chat.client.post("/v1/channels/slack", content=body, headers=slack_headers(body, retry="1"))
     assert again.headers["x-mcphost-run-id"] == run_id
+    huge = slack_message("x" * (1024 * 1024))
+    oversized = await chat.client.post("/v1/channels/slack", content=huge, headers=slack_headers(huge))
+    assert oversized.status_code == 413
+    unknown = await chat.client.post("/v1/channels/nosuch", content=body, headers=slack_headers(body))
+    assert unknown.status_code == 404
     own = slack_message("echoed", ts="1700000009.000100", bot_id="B1", subtype="bot_message")
     ignored = await chat.client.post("/v1/channels/slack", content=own, headers=slack_headers(own))
     assert ignored.headers["x-mcphost-ignored"] == "unsupported_event"
@@ -99,6 +104,7 @@ async def test_a_signed_slack_message_is_the_channels_last_inbound_and_forgeries
     assert slack["last_delivery"]["run_id"] == run_id
     assert slack["last_delivery"]["delivered_at_iso"].endswith("Z")
     assert (await channels(chat))["slow"]["accepted"] == 0  # the other Slack channel saw nothing
+    assert "nosuch" not in await channels(chat)
 
 
 async def test_a_telegram_update_is_the_channels_last_inbound_and_the_clients_read_the_same(
