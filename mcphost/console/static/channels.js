@@ -47,7 +47,7 @@ function row(c) {
   const dead = c.dead
     ? el("a", { href: "/console/deliveries.html?status=dead", class: "error" }, count(c.dead))
     : count(c.dead);
-  return el("tr", { "data-channel": c.channel_id }, [
+  return el("tr", { id: `channel-${c.channel_id}`, "data-channel": c.channel_id }, [
     cell("Channel", [el("code", {}, c.channel_id), " ", el("span", { class: "muted" }, c.platform)]),
     cell("Agents", c.agents.length ? c.agents.join(", ") : none("none bound")),
     cell("Last inbound", inbound(c)),
@@ -73,4 +73,8 @@ async function refresh() {
 }
 
 initPage();
-refresh().then(() => poll(refresh, 2000));
+refresh().then(() => {
+  // a run page links its channel as #channel-<id>: the row exists only now
+  if (location.hash) document.getElementById(decodeURIComponent(location.hash.slice(1)))?.scrollIntoView();
+  poll(refresh, 2000);
+});

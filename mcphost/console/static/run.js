@@ -66,7 +66,7 @@ function showOrigin(event) {
   }
   const facts = [
     ["Platform", String(data.platform ?? "")],
-    ["Channel", el("a", { href: `/console/channels.html#${encodeURIComponent(data.channel)}` }, data.channel)],
+    ["Channel", el("a", { href: `/console/channels.html#channel-${encodeURIComponent(data.channel)}` }, data.channel)],
     ["Chat", el("code", {}, String(data.chat ?? ""))],
     ["Thread", event.conversation?.thread_id ? el("code", {}, event.conversation.thread_id) : el("span", { class: "muted" }, "none")],
     ["Platform event", el("code", {}, event.source_event_type ?? "")],

@@ -199,6 +199,8 @@ def test_the_channels_page_shows_what_the_api_says_and_the_run_page_shows_the_pl
         inbound["payload"]["source_event_type"]
     )
     expect(origin.locator("dd[data-origin='channel'] a")).to_have_attribute(
-        "href", "/console/channels.html#telegram-support"
+        "href", "/console/channels.html#channel-telegram-support"
     )
     screenshot(page, tmp_path, "run-origin")
+    origin.locator("dd[data-origin='channel'] a").click()
+    expect(page.locator("#channel-telegram-support")).to_be_in_viewport()
