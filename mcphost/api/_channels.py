@@ -16,8 +16,12 @@ Invariants:
   and stores nothing.
 - A verified event this host will not run — a kind the adapter does not map, a type outside the
   channel's `events`, or one no agent takes — is answered 200 with the platform's acknowledgement and
-  `X-Mcphost-Ignored: <reason>`, logged and counted, and stores nothing: a platform redelivers what it
-  got no 2xx for (Telegram holds the bot's later updates behind it), so refusing would block the chat.
+  `X-Mcphost-Ignored: <reason>`, logged and counted (the channel's status row, `stores/channels.py`:
+  the reason and the platform's type), and stores no event, run or artifact: a platform redelivers
+  what it got no 2xx for (Telegram holds the bot's later updates behind it), so refusing would block
+  the chat.
+- An event admitted as a new run becomes the channel's newest inbound (`stores.channels`); a refused
+  request or a retry leaves the status row as it was.
 - A message's files become lazy artifacts (`ArtifactStore.put_lazy`) listed in the run's
   `input.attachments`: nothing is downloaded here; the first read fetches them, bounded by the
   channel's `max_attachment_bytes`.
@@ -85,7 +89,7 @@ async def receive_channel(request: Request) -> Response:
     elif source.config.events is not None and event.event_type not in source.config.events:
         reason = "event_not_selected"
     if event is None or reason is not None:
-        return _ignored(request, source, event, reason or "unsupported_event")
+        return await _ignored(request, source, event, reason or "unsupported_event")
     run_id, ignored = await admit_channel_event(
         state.stores,
         state.orchestrator,
@@ -98,7 +102,7 @@ async def receive_channel(request: Request) -> Response:
         stream_reply=state.stream_reply,
     )
     if ignored is not None:
-        return _ignored(request, source, event, ignored)
+        return await _ignored(request, source, event, ignored)
     return _answer(source, event, run_id=run_id)
 
 
@@ -181,12 +185,22 @@ async def admit_channel_event(
         mapped.model_copy(update={"raw_ref": raw_artifact.artifact_id}), via="channel"
     )
     metrics.event_admitted(created=admission.created)
-    if admission.created and stream_reply is not None:
-        stream_reply(channel_id, event.target, admission.run.run_id)
+    if admission.created:
+        await stores.channels.record_inbound(
+            channel_id,
+            event_type=mapped.event_type,
+            source_event_type=event.source_event_type,
+            run_id=admission.run.run_id,
+            at=time.time(),
+        )
+        if stream_reply is not None:
+            stream_reply(channel_id, event.target, admission.run.run_id)
     return admission.run.run_id, None
 
 
-def _ignored(request: Request, source: ChannelAdapter, event: ChannelEvent | None, reason: str) -> Response:
+async def _ignored(
+    request: Request, source: ChannelAdapter, event: ChannelEvent | None, reason: str
+) -> Response:
     state = api_state(request)
     logger.info(
         "channel %s: %s ignored: %s",
@@ -195,4 +209,10 @@ def _ignored(request: Request, source: ChannelAdapter, event: ChannelEvent | Non
         reason,
     )
     state.metrics.hook_ignored(f"channel:{source.channel_id}", reason)
+    await state.stores.channels.record_ignored(
+        source.channel_id,
+        reason=reason,
+        source_event_type=event.source_event_type if event is not None else None,
+        at=time.time(),
+    )
     return _answer(source, event, ignored=reason)

@@ -36,6 +36,7 @@ from mcphost import __version__
 from mcphost.api._access import check_access
 from mcphost.api._approvals import decide_approval, list_approvals, show_approval
 from mcphost.api._artifacts import artifact_content, artifact_metadata, upload_artifact
+from mcphost.api._channel_status import ChannelsView, list_channels
 from mcphost.api._channels import receive_channel
 from mcphost.api._conversations import (
     conversation_events,
@@ -300,6 +301,10 @@ _ENDPOINTS: tuple[_Endpoint, ...] = (
               headers=("X-Slack-Signature", "X-Slack-Request-Timestamp", "X-Slack-Retry-Num",
                        "X-Telegram-Bot-Api-Secret-Token", "X-Signature-Ed25519", "X-Signature-Timestamp"),
               role="signed"),
+    _Endpoint("GET", "/v1/channels", list_channels,
+              "The configured chat channels: platform, event types and agents, and from the database their "
+              "newest admitted and ignored event with counts, and their replies' newest delivery, pending "
+              "and dead counts and last error (never a credential)", 200, "ChannelsView", (400,), role="reader"),
     _Endpoint("GET", "/v1/runs", list_runs, "Runs, newest first", 200, "RunsPage", (400,), RunsQuery, role="reader", own_runs=True),
     _Endpoint("GET", "/v1/runs/{run_id}", show_run, "A run and its grant (never its token)", 200, "RunView", (404,), role="reader", own_runs=True),
     _Endpoint("GET", "/v1/runs/{run_id}/results", run_results,
@@ -414,7 +419,8 @@ _ENDPOINTS: tuple[_Endpoint, ...] = (
 TAGS: dict[str, str] = {
     "events": "Events in: each admitted event is one agent run.",
     "hooks": "Signed webhooks from configured senders, admitted as events.",
-    "channels": "Slack, Telegram and Discord bots: signed platform requests, admitted as events.",
+    "channels": "Slack, Telegram and Discord bots: signed platform requests, admitted as events; each "
+    "channel's state.",
     "runs": "Runs, their results (JSON pages or a resumable SSE stream), cancellation and MCP call audit.",
     "conversations": "Conversations by newest activity, each one's transcript and event log, deleting one.",
     "state": "State values kept for runs: read an owner's values, delete one.",
@@ -571,6 +577,7 @@ _SCHEMA_MODELS: tuple[type[BaseModel], ...] = (
     ScheduleDeleted,
     RunnersView,
     AgentsView,
+    ChannelsView,
     KnowledgeView,
     KnowledgeSearchAnswer,
     ToolsView,

@@ -11,7 +11,8 @@ async with AsyncClient("http://127.0.0.1:8787", api_key="...") as client:
 ```
 
 Resources: `events` (send, stream), `runs` (list, get, cancel, stream, wait), `approvals` (list, get,
-decide), `schedules` (list, get, create, delete, pause, resume), `conversations` (transcript, events).
+decide), `schedules` (list, get, create, delete, pause, resume), `conversations` (transcript, events),
+`channels` (list).
 Answers are the pydantic models of `mcphost.client.models`; errors are `APIError` (the API's error body
 and status) and `APIConnectionError`, both `ClientError`s.
 

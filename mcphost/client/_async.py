@@ -1,9 +1,9 @@
 """`AsyncClient`: the API from async code (anyio: asyncio or trio), on `httpx2.AsyncClient`.
 
-Owns the async resources (`events`, `runs`, `approvals`, `schedules`, `conversations`), sending a `Call`
-and reading its answer or error, and `AsyncRunStream`, which follows a run's results over SSE and resumes
-a dropped connection with `Last-Event-ID`. Does not own the calls' HTTP shapes (`_calls`) or what a
-stream event means (`_stream`); `_sync` is the same over `httpx2.Client`.
+Owns the async resources (`events`, `runs`, `approvals`, `schedules`, `conversations`, `channels`),
+sending a `Call` and reading its answer or error, and `AsyncRunStream`, which follows a run's results
+over SSE and resumes a dropped connection with `Last-Event-ID`. Does not own the calls' HTTP shapes
+(`_calls`) or what a stream event means (`_stream`); `_sync` is the same over `httpx2.Client`.
 
 Invariants: every error answer raises `APIError` (status and the API's error body); a server that cannot
 be reached raises `APIConnectionError`; a stream hands out each result once, in order, across reconnects.
@@ -32,6 +32,7 @@ if TYPE_CHECKING:
         ApprovalsPage,
         ApprovalStatus,
         CancelAnswer,
+        ChannelsView,
         Decision,
         EventsPage,
         RunsPage,
@@ -78,6 +79,7 @@ class AsyncClient:
         self.approvals = AsyncApprovals(self)
         self.schedules = AsyncSchedules(self)
         self.conversations = AsyncConversations(self)
+        self.channels = AsyncChannels(self)
 
     async def __aenter__(self) -> Self:
         return self
@@ -305,6 +307,16 @@ class AsyncSchedules:
 
     async def resume(self, schedule_id: str) -> ScheduleStatus:
         return await self._client.call(_calls.pause_schedule(schedule_id, resume=True))
+
+
+class AsyncChannels:
+    def __init__(self, client: AsyncClient) -> None:
+        self._client = client
+
+    async def list(self) -> ChannelsView:
+        """`GET /v1/channels`: each chat channel's platform, agents, newest inbound event and outbox
+        figures."""
+        return await self._client.call(_calls.list_channels())
 
 
 class AsyncConversations:

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
         ApprovalsPage,
         ApprovalStatus,
         CancelAnswer,
+        ChannelsView,
         Decision,
         EventsPage,
         RunsPage,
@@ -146,6 +147,15 @@ def decide_approval(
     return Call(
         "POST", f"/v1/approvals/{segment(approval_id)}", ApprovalRecord.model_validate_json, body=body
     )
+
+
+# -- channels ----------------------------------------------------------------------------------------
+
+
+def list_channels() -> Call[ChannelsView]:
+    from mcphost.client.models import ChannelsView
+
+    return Call("GET", "/v1/channels", ChannelsView.model_validate_json)
 
 
 # -- schedules ---------------------------------------------------------------------------------------

@@ -1,9 +1,9 @@
 """`Client`: the API from synchronous code, on `httpx2.Client`; `_async.AsyncClient` made blocking.
 
-Owns the blocking resources (`events`, `runs`, `approvals`, `schedules`, `conversations`), sending a `Call`
-and reading its answer or error, and `RunStream`, which follows a run's results over SSE and resumes
-a dropped connection with `Last-Event-ID`. Does not own the calls' HTTP shapes (`_calls`) or what a
-stream event means (`_stream`): both clients run the same ones.
+Owns the blocking resources (`events`, `runs`, `approvals`, `schedules`, `conversations`, `channels`),
+sending a `Call` and reading its answer or error, and `RunStream`, which follows a run's results over
+SSE and resumes a dropped connection with `Last-Event-ID`. Does not own the calls' HTTP shapes
+(`_calls`) or what a stream event means (`_stream`): both clients run the same ones.
 
 Invariants: every error answer raises `APIError` (status and the API's error body); a server that cannot
 be reached raises `APIConnectionError`; a stream hands out each result once, in order, across reconnects.
@@ -32,6 +32,7 @@ if TYPE_CHECKING:
         ApprovalsPage,
         ApprovalStatus,
         CancelAnswer,
+        ChannelsView,
         Decision,
         EventsPage,
         RunsPage,
@@ -79,6 +80,7 @@ class Client:
         self.approvals = Approvals(self)
         self.schedules = Schedules(self)
         self.conversations = Conversations(self)
+        self.channels = Channels(self)
 
     def __enter__(self) -> Self:
         return self
@@ -318,6 +320,16 @@ class Schedules:
 
     def resume(self, schedule_id: str) -> ScheduleStatus:
         return self._client.call(_calls.pause_schedule(schedule_id, resume=True))
+
+
+class Channels:
+    def __init__(self, client: Client) -> None:
+        self._client = client
+
+    def list(self) -> ChannelsView:
+        """`GET /v1/channels`: each chat channel's platform, agents, newest inbound event and outbox
+        figures."""
+        return self._client.call(_calls.list_channels())
 
 
 class Conversations:

@@ -217,3 +217,38 @@ class EventsPage(Answer):
     next_cursor: str | None
     prev_cursor: str | None
     has_more: bool
+
+
+class ChannelReply(Answer):
+    delivery_id: str
+    type: str
+    status: str
+    run_id: str | None
+    attempts: int
+    created_at: float
+    delivered_at: float | None
+    last_error: str | None
+
+
+class ChannelView(Answer):
+    channel_id: str
+    platform: str
+    events: list[str] | None
+    agents: list[str]
+    accepted: int
+    ignored: int
+    last_inbound_at: float | None
+    last_event_type: str | None
+    last_source_event_type: str | None
+    last_run_id: str | None
+    last_ignored_at: float | None
+    last_ignored_reason: str | None
+    last_ignored_type: str | None
+    pending: int
+    dead: int
+    last_delivery: ChannelReply | None
+    last_error: ChannelReply | None
+
+
+class ChannelsView(Answer):
+    channels: list[ChannelView]

@@ -34,6 +34,7 @@ from mcphost.stores.approvals import (
 from mcphost.stores.artifacts import ArtifactRecord, ArtifactStore, Fetcher, PendingArtifact
 from mcphost.stores.audit import AuditEntry, AuditRecord, AuditStore
 from mcphost.stores.blobs import BlobBackend, DatabaseBlobs, DiskBlobs
+from mcphost.stores.channels import ChannelActivity, ChannelReply, ChannelStatusStore
 from mcphost.stores.conversations import ConversationDeleted, ConversationRecord, ConversationStore
 from mcphost.stores.deliveries import (
     DeliveryClaims,
@@ -93,6 +94,8 @@ class Stores:
     """The queue of remote runs (`[agents.runtime]`) and the results their runtimes post."""
     usage: ModelCallStore
     """Host model calls, their budgets and usage totals."""
+    channels: ChannelStatusStore
+    """What each chat channel last received, and its replies' outbox figures."""
 
 
 async def _sweep_staging(staging_dir: Path) -> None:
@@ -184,6 +187,7 @@ async def open_stores(
             runtimes=RuntimeStore(db),
             dispatch=DispatchStore(db),
             usage=ModelCallStore(db),
+            channels=ChannelStatusStore(db),
         )
     finally:
         with anyio.CancelScope(shield=True):
@@ -204,6 +208,9 @@ __all__ = [
     "AuditStore",
     "BlobBackend",
     "BlobBackendName",
+    "ChannelActivity",
+    "ChannelReply",
+    "ChannelStatusStore",
     "ConversationDeleted",
     "ConversationRecord",
     "ConversationStore",

@@ -374,6 +374,7 @@ class DeliveryRow(Base):
     __table_args__ = (
         Index(None, "status", "next_attempt_at"),
         Index(None, "run_id"),
+        Index(None, "url", "status", "seq"),
         {"sqlite_autoincrement": True},
     )
 
@@ -655,6 +656,27 @@ class ModelCallRow(Base):
     created_at: Mapped[float] = mapped_column(Double)
     day: Mapped[str] = mapped_column(String(10))
     """The UTC day of `created_at` (`YYYY-MM-DD`): what the daily budgets and `group_by=day` count by."""
+
+
+class ChannelStatusRow(Base):
+    """One row per `[channels.<id>]` that has had inbound traffic (migration 0026): counters and the
+    newest admitted and ignored event, written by the inbound route (`stores/channels.py`)."""
+
+    __tablename__ = "channel_status"
+
+    channel_id: Mapped[str] = mapped_column(String(100), primary_key=True)
+    accepted: Mapped[int] = mapped_column(BigInteger)
+    """Verified events admitted as a new run."""
+    ignored: Mapped[int] = mapped_column(BigInteger)
+    """Verified events answered 200 without a run (a kind not mapped, not selected, no agent)."""
+    last_inbound_at: Mapped[float | None] = mapped_column(Double)
+    last_event_type: Mapped[str | None] = mapped_column(String(100))
+    last_source_event_type: Mapped[str | None] = mapped_column(String(100))
+    last_run_id: Mapped[str | None] = mapped_column(String(100))
+    last_ignored_at: Mapped[float | None] = mapped_column(Double)
+    last_ignored_reason: Mapped[str | None] = mapped_column(String(100))
+    last_ignored_type: Mapped[str | None] = mapped_column(String(100))
+    """The ignored event's `source_event_type` (None: a kind the adapter does not map)."""
 
 
 def table_of(row: type[Base]) -> Table[Any]:

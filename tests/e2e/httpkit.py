@@ -140,10 +140,14 @@ def results_of(events: list[Sse]) -> list[dict[str, Any]]:
 
 
 async def row_counts(stores: Stores) -> dict[str, int]:
-    """Rows per table (all of them): equal counts before and after mean a request stored nothing."""
+    """Rows per table: equal counts before and after mean a request stored nothing. `channel_status` is
+    left out: it is a counter row a channel's first ignored event creates (`stores/channels.py`), no
+    stored request."""
     counts: dict[str, int] = {}
     async with stores.db.read() as session:
         for table in Base.metadata.sorted_tables:
+            if table.name == "channel_status":
+                continue
             counts[table.name] = (await session.execute(select(func.count()).select_from(table))).scalar_one()
     return counts
 

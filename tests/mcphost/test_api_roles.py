@@ -75,6 +75,7 @@ EXPECTED: dict[str, tuple[str, bool]] = {
     "ingest_event": ("sender", False),
     "receive_hook": ("signed", False),
     "receive_channel": ("signed", False),
+    "list_channels": ("reader", False),
     "list_runs": ("reader", True),
     "show_run": ("reader", True),
     "usage": ("reader", False),

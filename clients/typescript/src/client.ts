@@ -1,6 +1,6 @@
 /**
  * The mcphost HTTP API from TypeScript: `McphostClient` with its resources (events, runs, approvals,
- * schedules, conversations, deliveries, usage, agents, runners, knowledge, tools, explain, artifacts),
+ * schedules, conversations, deliveries, usage, channels, agents, runners, knowledge, tools, explain, artifacts),
  * `APIError` / `APIConnectionError`, and `RunStream`, a run's result stream
  * (SSE) that resumes a dropped connection with `Last-Event-ID`. Uses only `fetch`, so it runs in Node 18+
  * and browsers. The answer types are generated from the API's OpenAPI document, the results' from the
@@ -40,6 +40,8 @@ export type UsageTotal = Schemas["UsageTotal"];
 export type RunUsage = Schemas["RunUsage"];
 export type ModelCallRecord = Schemas["ModelCallRecord"];
 export type AgentsView = Schemas["AgentsView"];
+export type ChannelsView = Schemas["ChannelsView"];
+export type ChannelView = Schemas["ChannelView"];
 export type RunnersView = Schemas["RunnersView"];
 export type KnowledgeView = Schemas["KnowledgeView"];
 export type KnowledgeSearchAnswer = Schemas["KnowledgeSearchAnswer"];
@@ -434,6 +436,11 @@ export class McphostClient {
     /** `GET /v1/usage`: finished model calls totalled per group, costliest first; `from`/`to` as ISO 8601 or epoch seconds. */
     totals: (query: { group_by?: UsageGroup; from?: string; to?: string } = {}): Promise<UsageAnswer> =>
       this.call("GET", "/v1/usage", query),
+  };
+
+  readonly channels = {
+    /** `GET /v1/channels`: each chat channel's platform, agents, newest inbound event and outbox figures. */
+    list: (): Promise<ChannelsView> => this.call("GET", "/v1/channels"),
   };
 
   readonly agents = {

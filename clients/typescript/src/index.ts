@@ -15,6 +15,8 @@ export type {
   ArtifactRecord,
   AuditPage,
   CancelAnswer,
+  ChannelsView,
+  ChannelView,
   ClientOptions,
   ConversationDeleted,
   ConversationsPage,

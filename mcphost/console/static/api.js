@@ -141,6 +141,7 @@ const PAGES = [
   ["/console/approvals.html", "Approvals"],
   ["/console/schedules.html", "Schedules"],
   ["/console/deliveries.html", "Deliveries"],
+  ["/console/channels.html", "Channels"],
   ["/console/usage.html", "Usage"],
   ["/console/agents.html", "Agents"],
 ];

@@ -359,6 +359,10 @@ export class McphostClient {
         /** `GET /v1/usage`: finished model calls totalled per group, costliest first; `from`/`to` as ISO 8601 or epoch seconds. */
         totals: (query = {}) => this.call("GET", "/v1/usage", query),
     };
+    channels = {
+        /** `GET /v1/channels`: each chat channel's platform, agents, newest inbound event and outbox figures. */
+        list: () => this.call("GET", "/v1/channels"),
+    };
     agents = {
         list: () => this.call("GET", "/v1/agents"),
         /** `POST /v1/explain`: the agent an event binds to, its grant, and why each named target is allowed or not. */

@@ -56,6 +56,29 @@ function summary(view) {
   ];
 }
 
+/** Where a chat channel's event came from (`mcphost.channels.envelope`): hidden for any other event. */
+function showOrigin(event) {
+  const section = document.getElementById("origin");
+  const data = event?.data;
+  if (event?.source !== "platform" || typeof data?.channel !== "string") {
+    section.hidden = true;
+    return;
+  }
+  const facts = [
+    ["Platform", String(data.platform ?? "")],
+    ["Channel", el("a", { href: `/console/channels.html#channel-${encodeURIComponent(data.channel)}` }, data.channel)],
+    ["Chat", el("code", {}, String(data.chat ?? ""))],
+    ["Thread", event.conversation?.thread_id ? el("code", {}, event.conversation.thread_id) : el("span", { class: "muted" }, "none")],
+    ["Platform event", el("code", {}, event.source_event_type ?? "")],
+  ];
+  if (event.actor?.actor_id) facts.push(["Actor", el("code", {}, event.actor.actor_id)]);
+  if (event.raw_ref) facts.push(["Raw payload", el("code", {}, event.raw_ref)]);
+  document.getElementById("origin-facts").replaceChildren(
+    ...facts.flatMap(([k, v]) => [el("dt", {}, k), el("dd", { "data-origin": k.toLowerCase().replace(" ", "-") }, v)]),
+  );
+  section.hidden = false;
+}
+
 /** A run's usage as numbers: one "name value" pair per counter (nested counters by their dotted path). */
 function usageList(usage) {
   const pairs = [];
@@ -378,6 +401,7 @@ async function refresh() {
   const inbound = records.events.find((e) => e.kind === "inbound");
   const event = inbound?.payload ?? records.context?.event; // the envelope as it came in
   document.getElementById("event").replaceChildren(event ? pretty(event) : el("p", { class: "muted" }, "Not stored yet."));
+  showOrigin(event);
   const context = document.getElementById("context");
   context.replaceChildren(context.firstElementChild, records.context ? pretty(records.context) : el("p", { class: "muted" }, "None: the run has not started, or it is an inspection grant."));
   document.getElementById("transcript").replaceChildren(...records.transcript.map((t) =>

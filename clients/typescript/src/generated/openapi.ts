@@ -51,6 +51,23 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/channels": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The configured chat channels: platform, event types and agents, and from the database their newest admitted and ignored event with counts, and their replies' newest delivery, pending and dead counts and last error (never a credential) */
+        get: operations["list_channels"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/runs": {
         parameters: {
             query?: never;
@@ -1266,6 +1283,121 @@ export interface components {
              * @default null
              */
             reason: string | null;
+        };
+        /**
+         * ChannelReply
+         * @description One outbox row of a channel: a reply, a failure notice or a platform action.
+         */
+        ChannelReply: {
+            /** Delivery Id */
+            delivery_id: string;
+            /**
+             * Type
+             * @description The fact it answers (`message.completed`, `run.failed`, `action.requested`, `action.approved`).
+             */
+            type: string;
+            /**
+             * Status
+             * @enum {string}
+             */
+            status: "pending" | "delivered" | "dead";
+            /** Run Id */
+            run_id: string | null;
+            /** Attempts */
+            attempts: number;
+            /** Created At */
+            created_at: number;
+            /** Delivered At */
+            delivered_at: number | null;
+            /** Last Error */
+            last_error: string | null;
+            /** @description `created_at` as ISO 8601 in UTC; null when `created_at` is null or past year 9999. */
+            created_at_iso: string | null;
+            /** @description `delivered_at` as ISO 8601 in UTC; null when `delivered_at` is null or past year 9999. */
+            delivered_at_iso: string | null;
+        };
+        /**
+         * ChannelView
+         * @description One `[channels.<id>]`: its platform and agents, and its activity from the database.
+         */
+        ChannelView: {
+            /**
+             * Accepted
+             * @description Verified events admitted as a new run (a platform retry of one is not counted again).
+             */
+            accepted: number;
+            /**
+             * Ignored
+             * @description Verified events answered 200 without a run: a kind not mapped, a type not selected, no agent.
+             */
+            ignored: number;
+            /** Last Inbound At */
+            last_inbound_at: number | null;
+            /** Last Event Type */
+            last_event_type: string | null;
+            /**
+             * Last Source Event Type
+             * @description The platform's own name of the newest admitted event (`slack.app_mention`, …).
+             */
+            last_source_event_type: string | null;
+            /** Last Run Id */
+            last_run_id: string | null;
+            /** Last Ignored At */
+            last_ignored_at: number | null;
+            /**
+             * Last Ignored Reason
+             * @description `unsupported_event`, `event_not_selected` or `no_binding`.
+             */
+            last_ignored_reason: string | null;
+            /** Last Ignored Type */
+            last_ignored_type: string | null;
+            /**
+             * Pending
+             * @description Replies still to be sent (retrying or not yet tried).
+             */
+            pending: number;
+            /**
+             * Dead
+             * @description Replies that will not be sent: the channel's dead letters (`GET /v1/deliveries?status=dead`).
+             */
+            dead: number;
+            /** @description The newest outbox row of the channel, whatever its status. */
+            last_delivery: components["schemas"]["ChannelReply"] | null;
+            /** @description The newest row that failed: a dead one, or a pending one whose last attempt failed. */
+            last_error: components["schemas"]["ChannelReply"] | null;
+            /** Channel Id */
+            channel_id: string;
+            /**
+             * Platform
+             * @enum {string}
+             */
+            platform: "slack" | "telegram" | "discord";
+            /**
+             * Events
+             * @description The event types it admits (`events` in its table); None: every type it maps.
+             */
+            events: string[] | null;
+            /**
+             * Agents
+             * @description The agents its events can reach: the one its table names, else those whose `event_types` take a
+             *     chat event and whose `match.bot_id`, if any, names this channel.
+             */
+            agents: string[];
+            /** @description `last_inbound_at` as ISO 8601 in UTC; null when `last_inbound_at` is null or past year 9999. */
+            last_inbound_at_iso: string | null;
+            /** @description `last_ignored_at` as ISO 8601 in UTC; null when `last_ignored_at` is null or past year 9999. */
+            last_ignored_at_iso: string | null;
+        };
+        /**
+         * ChannelsView
+         * @description Every configured chat channel.
+         */
+        ChannelsView: {
+            /**
+             * Channels
+             * @description By channel id.
+             */
+            channels: components["schemas"]["ChannelView"][];
         };
         /** ContextAccess */
         ContextAccess: {
@@ -3584,6 +3716,13 @@ export interface components {
              * @default 2048
              */
             max_rss_mb: number;
+            /**
+             * @description The session's model endpoints (`/sessions/{session_id}/models/...`), when the run is granted host
+             *     models: the model endpoints of whichever run of the session is current, authenticated by the session
+             *     token (`headers`), refusing every call between runs. A warm process on a host model keeps these.
+             * @default null
+             */
+            models: components["schemas"]["ModelEndpoints"] | null;
         };
     };
     responses: never;
@@ -3887,6 +4026,53 @@ export interface operations {
             };
             /** @description error */
             503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    list_channels: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description success */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ChannelsView"];
+                };
+            };
+            /** @description error */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description error */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description error */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
