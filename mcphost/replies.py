@@ -15,7 +15,8 @@ Invariants:
   after taking it: `placeholder` answers once the stream has passed that sequence.
 - Edits are coalesced and bounded: at most one request per `stream_interval_s` per message, always
   with the newest text (cut to the platform's first part, with a `…` cursor); a 429 waits the
-  platform's `Retry-After` first. A failed edit loses nothing: the final text is the outbox's, which
+  platform's `Retry-After` first, and so does the placeholder's next request by anyone: the hand-over
+  to the sender and the stream's own last edit (`quiet_until`). A failed edit loses nothing: the final text is the outbox's, which
   posts it anew when no placeholder was handed over or the placeholder can no longer be edited.
 - The typing indicator is repeated every `typing_every_s` until the run's first message is posted
   (a placeholder, or its first `message.completed`) or the run ends; a permanent refusal stops it.
@@ -140,6 +141,9 @@ class _RunStream:
     """Placeholder ids by the host sequence of their message's `message.completed`."""
     lock: anyio.Lock = field(default_factory=anyio.Lock)
     """Held for every platform request on `current`, and to close it."""
+    quiet_until: float = 0.0
+    """`anyio.current_time()` before which the platform asked for no request on the placeholder (the
+    `Retry-After` of its last 429): the hand-over and the stream's last edit wait for it too."""
     moved: Signal = field(default_factory=Signal)
     changed: Signal = field(default_factory=Signal)
     posted: anyio.Event = field(default_factory=anyio.Event)
@@ -193,6 +197,11 @@ class ReplyStreams:
             stream, lambda: stream.position >= seq or stream.ended_at is not None, timeout
         ):
             return False, None
+        if seq in stream.handed:  # the platform's Retry-After holds for the placeholder's next edit too
+            quiet = stream.quiet_until - anyio.current_time()
+            if quiet > timeout:
+                return False, None
+            await anyio.sleep(max(0.0, quiet))
         return True, stream.handed.pop(seq, None)
 
     async def kept(self, run_id: str, *, timeout: float) -> tuple[bool, bool]:
@@ -250,6 +259,7 @@ class ReplyStreams:
                 parts = source.split(last.text)
                 stream.kept = True
                 if parts and self._http is not None:
+                    await anyio.sleep(max(0.0, stream.quiet_until - anyio.current_time()))
                     with anyio.fail_after(source.config.timeout_s):
                         await source.edit(self._http, target, last.message_id, parts[0])
         except (ChannelSendError, TimeoutError) as exc:
@@ -296,6 +306,8 @@ class ReplyStreams:
                         logger.warning("placeholder on %s refused (%s); the final text is posted anew",
                                        source.channel_id, exc)  # fmt: skip
                     wait = max(interval, exc.retry_after or 0.0)
+                    if exc.retry_after:
+                        stream.quiet_until = anyio.current_time() + exc.retry_after
                 except TimeoutError:
                     pass
                 next_at = anyio.current_time() + wait

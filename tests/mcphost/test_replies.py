@@ -273,6 +273,19 @@ async def test_a_429_on_an_edit_is_retried_after_the_platforms_wait_and_the_answ
     assert fake.shown[placeholder] == streamed(6, 20)
 
 
+async def test_a_run_that_ends_during_a_429_wait_hands_its_placeholder_over_only_after_it(chat: Chat) -> None:
+    """The platform's Retry-After binds whoever edits the placeholder next: the stream's 429 comes
+    shortly before the run's last message, and the sender's final edit still waits it out."""
+    chat.telegram.retry_after = 0.8
+    chat.telegram.fail_on["editMessageText"] = [429]
+    await admitted(chat, "/v1/channels/tg", telegram_update(9301, "stream:4:0.1:20"), tg_headers())
+    await delivered(chat, 1)
+    tries = [at for method, at in chat.telegram.requests if method == "editMessageText"]
+    assert len(tries) >= 2
+    assert tries[1] - tries[0] >= 0.8
+    assert chat.telegram.shown[next(iter(chat.telegram.shown))] == streamed(4, 20)
+
+
 @pytest.mark.parametrize("platform", PLATFORMS)
 async def test_a_run_that_fails_mid_stream_tells_its_notice_on_every_platform(
     chat: Chat, platform: str
