@@ -10,7 +10,8 @@ migrated once per session (saving a migration per test); `empty_database_url` is
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator
+import inspect
+from collections.abc import AsyncGenerator, Generator
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,29 @@ from sqlalchemy.engine import make_url
 from mcphost.stores import Database, Stores, migrate, open_stores
 from tests._postgres import NO_POSTGRES, POSTGRES_URL, fresh_postgres_database
 from tests.fuzz._figures import dump, merge, report
+
+
+@pytest.fixture(autouse=True)
+def _no_async_library_left_set(request: pytest.FixtureRequest) -> Generator[None]:
+    """A synchronous test starts outside any async library, as a program's `main` does.
+
+    With sniffio installed (LiteLLM, the `translate` extra, brings it), the async runner that anyio's
+    pytest plugin keeps for the session's async fixtures leaves `sniffio.current_async_library_cvar` set
+    to "asyncio" in the tests' context, and a later synchronous test calling `anyio.run` (the CLI's
+    `main`, the bench) would be refused with "Already running asyncio in this thread"."""
+    try:
+        import sniffio
+    except ImportError:
+        yield
+        return
+    if inspect.iscoroutinefunction(getattr(request, "function", None)):
+        yield
+        return
+    token = sniffio.current_async_library_cvar.set(None)
+    try:
+        yield
+    finally:
+        sniffio.current_async_library_cvar.reset(token)
 
 
 @pytest.fixture(scope="session")

@@ -126,6 +126,18 @@ _importer: Callable[[str], ModuleType] | None = None
 """Replaces `importlib.import_module` in tests that make the import fail."""
 
 
+_FOREIGN_LOGGERS = (
+    "uvicorn.access",
+    "uvicorn.error",
+    "httpx",
+    "asyncio",
+    "backoff",
+    "apscheduler.executors.default",
+    "apscheduler.scheduler",
+)
+"""Loggers not LiteLLM's own that its import adds filters to or re-levels (`litellm/_logging.py`)."""
+
+
 def load() -> _Lib:
     """LiteLLM's translation functions, imported on first use (blocking: call it from a worker thread).
 
@@ -141,6 +153,10 @@ def load() -> _Lib:
         # Before the first import: LiteLLM otherwise fetches its model price table from the network.
         os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
         importer = _importer or importlib.import_module
+        # LiteLLM's import attaches its redaction filters to other libraries' loggers (uvicorn's access
+        # and error logs, httpx, asyncio) and changes their levels: the host's logs stay as configured.
+        foreign = {name: logging.getLogger(name) for name in _FOREIGN_LOGGERS}
+        saved = {name: (list(lg.filters), lg.level, lg.disabled) for name, lg in foreign.items()}
         try:
             modules = {name: importer(path) for name, path in _MODULES.items()}
         except Exception as exc:  # ImportError, or a broken install failing at import time
@@ -149,6 +165,11 @@ def load() -> _Lib:
                 f"could not be imported ({type(exc).__name__}: {str(exc)[:200]}); install it on the host "
                 f"with: {INSTALL_HINT}"
             ) from None
+        finally:
+            for name, (filters, level, disabled) in saved.items():
+                foreign[name].filters[:] = filters
+                foreign[name].setLevel(level)
+                foreign[name].disabled = disabled
         litellm: Any = modules["litellm"]
         litellm.suppress_debug_info = True  # it prints hints to stdout otherwise
         litellm.telemetry = False

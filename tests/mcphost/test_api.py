@@ -510,10 +510,11 @@ async def test_openapi_documents_every_route_and_its_references_resolve(
         for route in routes
         if isinstance(route, Route)  # the routes with methods (a Mount has none)
         for method in (route.methods or ())
-        # the MCP endpoint, the console's pages and the runtime protocol (runtime tokens only, in
-        # docs/protocol.md §12) are not part of the API
+        # the MCP endpoint and the model endpoints (a run's, and a warm session's twin of them), the
+        # console's pages and the runtime protocol (runtime tokens only, in docs/protocol.md §12) are not
+        # part of the API
         if method != "HEAD"
-        and not route.path.startswith(("/runs/", RUNTIME_PREFIX))
+        and not route.path.startswith(("/runs/", "/sessions/", RUNTIME_PREFIX))
         and not is_console_path(route.path)
     }
     assert documented == routed

@@ -195,3 +195,26 @@ def test_translating_leaves_the_client_s_body_as_it_was(
     before = json.dumps(body, sort_keys=True)
     Translation(load(), client, upstream, body, "m").request()  # the tape hashes the body the client sent
     assert json.dumps(body, sort_keys=True) == before
+
+
+def test_loading_the_library_leaves_the_host_s_loggers_as_they_were() -> None:
+    """LiteLLM's import adds its redaction filters to uvicorn's, httpx's and asyncio's loggers (the host's
+    access log then read `?REDACTED` for `?token=***`): the host puts them back. In a fresh interpreter,
+    so the import really happens."""
+    import subprocess
+    import sys
+
+    code = (
+        "import logging\n"
+        "names = ('uvicorn.access', 'uvicorn.error', 'httpx', 'asyncio')\n"
+        "def state(): return [(len(logging.getLogger(n).filters), logging.getLogger(n).level) for n in names]\n"
+        "before = state()\n"
+        "import mcphost.llm.translate as t\n"
+        "t.load()\n"
+        "import litellm\n"
+        "print(before == state(), before, state())\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert done.stdout.startswith("True"), done.stdout + done.stderr
