@@ -181,13 +181,6 @@ def loaded() -> bool:
     return _loaded is not None
 
 
-def installed() -> bool:
-    """Whether the `translate` extra is installed (found, not imported: listing models must stay cheap)."""
-    import importlib.util
-
-    return importlib.util.find_spec("litellm") is not None
-
-
 async def translating(
     client: Api, entry: ModelConfig, model_id: str, body: JSONObject
 ) -> tuple[Api, JSONObject, Translation | None]:

@@ -73,7 +73,6 @@ from mcphost.llm.translate import (
     translated_response,
     translating,
 )
-from mcphost.llm.translate import installed as translate_installed
 from mcphost.llm.upstream import Attempt, UpstreamFailedError, open_first
 from mcphost.llm.wire import Api, ErrorKind, SseReader, StreamUsage, Usage, error_body, stream_error, usage_of
 from mcphost.models import RunGrant
@@ -352,15 +351,7 @@ class ModelProxy:
 
     def _list(self, api: Api, grant: RunGrant) -> Response:
         wire = _WIRE_OF[api]
-        kinds = ("chat", "embedding") if wire == "openai" else ("chat",)  # /openai/v1/models serves both
-        ids = [
-            m
-            for m in sorted(grant.models)
-            if m in self._models
-            and self._models[m].kind in kinds
-            # a chat model of the other format is reachable when the host can translate
-            and (self._models[m].wire == wire or (self._models[m].kind == "chat" and translate_installed()))
-        ]
+        ids = [m for m in sorted(grant.models) if m in self._models and self._models[m].wire == wire]
         if wire == "anthropic":
             data = [
                 {"type": "model", "id": m, "display_name": m, "created_at": "1970-01-01T00:00:00Z"}
