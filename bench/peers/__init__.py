@@ -3,8 +3,8 @@
 `uv run python -m bench.peers [--quick]` (see `__main__`). Both servers run as subprocesses on 127.0.0.1
 and do the same echo work (`_servers.py`): mcphost's bundled echo runner behind `mcphost serve`
 (`POST /v1/events?stream=true`, on SQLite and, when a server is configured, PostgreSQL) and a one-node
-LangGraph graph behind LangGraph's in-memory server (`POST /threads/{id}/runs/wait`, a new thread per
-run, its queue woken on run creation). LangGraph lives in its own uv project (`langgraph/`), never in
+LangGraph graph behind LangGraph's in-memory server (a stateless `POST /runs/wait`: a temporary thread per
+run, deleted when it is done, its queue woken on run creation). One aiohttp client drives both. LangGraph lives in its own uv project (`langgraph/`), never in
 mcphost's environment; without it the peer half is skipped with a note and the rest still runs.
 
 Measured, per database, with the two sides taking turns (ABBA rounds of equal wall time, `_alternate`):
@@ -24,20 +24,23 @@ from __future__ import annotations
 import itertools
 import os
 import shutil
-from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
-from contextlib import AsyncExitStack, asynccontextmanager
+from collections.abc import Awaitable, Callable, Sequence
+from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import httpx2
+import aiohttp
 
 from bench._alternate import alternate
 from bench._databases import DialectName, workspace
 from bench._stats import Row, Stat, Verdict, judge, percentile
 from bench.peers import _floor, _proctree
 from bench.peers._servers import (
+    ClientError,
+    RunOne,
     Server,
+    client,
     langgraph_run,
     langgraph_server,
     mcphost_run,
@@ -87,9 +90,6 @@ class PeerConfig:
     skipped: list[str] = field(default_factory=list[str])
 
 
-RunOne = Callable[[httpx2.AsyncClient, Server, str], Awaitable[None]]
-
-
 @dataclass
 class _Side:
     """One server (or several, round-robin) as the load generator sees it, and what its rounds measured."""
@@ -97,7 +97,7 @@ class _Side:
     label: str
     servers: list[Server]
     run_one: RunOne
-    client: httpx2.AsyncClient
+    client: aiohttp.ClientSession
     tally: Tally = field(default_factory=Tally)
     cpu_per_run_ms: list[float] = field(default_factory=list[float])
     total_runs: int = 0
@@ -126,7 +126,7 @@ class _Side:
             nonlocal failed
             try:
                 await self.run_one(self.client, next(servers), f"{batch}-r{i}")
-            except (RuntimeError, httpx2.HTTPError) as exc:
+            except ClientError as exc:
                 # Counted and reported (`*_failed_runs`), not fatal: one bad run must not void the table.
                 failed += 1
                 self.errors.append(str(exc)[:300])
@@ -143,13 +143,6 @@ class _Side:
         for i in range(WARMUP_RUNS):
             for server in self.servers:
                 await self.run_one(self.client, server, f"warm-{i}-{server.pid}")
-
-
-@asynccontextmanager
-async def _client(concurrency: int) -> AsyncGenerator[httpx2.AsyncClient, None]:
-    limits = httpx2.Limits(max_connections=concurrency + 8, max_keepalive_connections=concurrency + 8)
-    async with httpx2.AsyncClient(timeout=httpx2.Timeout(30, read=300), limits=limits) as client:
-        yield client
 
 
 async def run(cfg: PeerConfig) -> list[Row]:
@@ -183,12 +176,12 @@ async def _dialect(
     async with AsyncExitStack() as stack:
         ws = await stack.enter_async_context(workspace(dialect, cfg.tmp_root))
         host = await stack.enter_async_context(mcphost_server(ws, folder))
-        subject = _Side("mcphost serve", [host], mcphost_run, await stack.enter_async_context(_client(top)))
+        subject = _Side("mcphost serve", [host], mcphost_run, await stack.enter_async_context(client(top)))
         baseline: _Side | None = None
         if peer:
             lg = await stack.enter_async_context(langgraph_server(folder))
             baseline = _Side(
-                "LangGraph inmem", [lg], langgraph_run, await stack.enter_async_context(_client(top))
+                "LangGraph inmem", [lg], langgraph_run, await stack.enter_async_context(client(top))
             )
         sides = [s for s in (baseline, subject) if s is not None]
         for side in sides:
@@ -361,9 +354,9 @@ async def _scaleout_row(cfg: PeerConfig, folder: Path) -> Row:
         ws = await stack.enter_async_context(workspace("postgres", cfg.tmp_root))
         first = await stack.enter_async_context(mcphost_server(ws, folder))
         second = await stack.enter_async_context(mcphost_server(ws, folder))
-        client = await stack.enter_async_context(_client(c))
-        one = _Side("1 process", [first], mcphost_run, client)
-        two = _Side("2 processes, round-robin", [first, second], mcphost_run, client)
+        session = await stack.enter_async_context(client(c))
+        one = _Side("1 process", [first], mcphost_run, session)
+        two = _Side("2 processes, round-robin", [first, second], mcphost_run, session)
         await two.warm_up()
         batches = itertools.count()
         samples = await alternate(

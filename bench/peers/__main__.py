@@ -21,6 +21,8 @@ RESULTS = Path(__file__).parent / "results.json"
 def settings() -> dict[str, object]:
     """What each side ran with (also in results.json)."""
     return {
+        "client": "one aiohttp session in the benchmark's process, the same for both sides, keep-alive "
+        "connections for every run in flight (httpx spent ~4x its CPU per run)",
         "mcphost": {
             "server": "`mcphost serve` (uvicorn, one process), bundled echo runner as a plugin subprocess",
             "request": "POST /v1/events?stream=true, read to `event: end` (the run closed)",
@@ -32,9 +34,12 @@ def settings() -> dict[str, object]:
         },
         "langgraph": {
             "server": "langgraph_api.cli.run_server (what `langgraph dev` runs): in-memory runtime, no reload",
-            "request": "POST /threads/{new uuid}/runs/wait, if_not_exists=create",
+            "request": "POST /runs/wait, stateless: a temporary thread per run, deleted once it is done (its "
+            "store stays small; with a kept thread per run its queue's scans of every stored run and thread "
+            "make each run cost more than the last)",
             "n_jobs_per_worker": PEER_JOBS,
             "environment": PEER_ENV,
+            "loops": "one shared event loop for the API and the runs (BG_JOB_ISOLATED_LOOPS off, its default)",
             "allow_blocking": "true (the dev-only blocking-call detector is off: less work for the peer)",
             "queue": "woken on run creation instead of its 0.5 s idle poll (bench/peers/langgraph/serve.py)",
             "persistence": "its default: the in-memory store flushed to .langgraph_api/ in the background",

@@ -1,16 +1,25 @@
 """The two servers under comparison, each a subprocess on 127.0.0.1, and one echo run on each over HTTP.
 
-Owns starting, readiness and stopping (terminate, then kill after a bounded wait, always), and the
-client side of one run:
+Owns starting, readiness and stopping (terminate, then kill after a bounded wait, always), the load
+generator's HTTP client (`client`: one aiohttp session, the same for both sides), and the client side of
+one run:
 
 - mcphost: `mcphost serve` from this environment with a config written for the benchmark (the bundled
   echo runner as the only plugin, one agent bound to it, `max_concurrent_runs`, logs at warning, a fresh
   SQLite file or PostgreSQL database). A run is `POST /v1/events?stream=true` read to `event: end`, which
   the server sends once the run is closed, and checked to end `completed` with the echoed text.
 - LangGraph: `serve.py` in LangGraph's own environment (`bench/peers/langgraph/`), the server behind
-  `langgraph dev`, with its queue woken on run creation (see that file). A run is
-  `POST /threads/{new uuid}/runs/wait` with `if_not_exists: create` (one request, a new thread, like
-  mcphost's new conversation), which answers once the run is done, checked to hold the echoed text.
+  `langgraph dev`, with its queue woken on run creation (see that file). A run (`langgraph_run`) is a
+  stateless `POST /runs/wait`: LangGraph makes a temporary thread for it and deletes it once the run is
+  done, so its in-memory store stays the same size however many runs it serves. Its queue and thread
+  look-ups scan every stored run and thread (`langgraph_runtime_inmem.ops.Runs.next`), so with a kept
+  thread per run its CPU per run grows with the runs served (5 ms fresh, 11 ms after 2,000 runs):
+  stateless is its best case. A turn of one kept thread (`langgraph_turn`, the soak's) is
+  `POST /threads/{id}/runs/wait` with `if_not_exists: create`. Both answer once the run is done and are
+  checked to hold the echoed text.
+
+The client is aiohttp, not httpx: at c=64 an httpx client spends about 1.1 ms of CPU per run against
+aiohttp's 0.3 ms (same runs, same machine), and on two cores the client's CPU is taken from the servers.
 """
 
 from __future__ import annotations
@@ -18,12 +27,12 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import uuid
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+import aiohttp
 import anyio
 import anyio.abc
 import httpx2
@@ -156,7 +165,23 @@ async def langgraph_server(folder: Path) -> AsyncGenerator[Server, None]:
         yield s
 
 
-async def mcphost_run(client: httpx2.AsyncClient, server: Server, conversation: str) -> None:
+ClientError = (RuntimeError, aiohttp.ClientError, TimeoutError)
+"""What one failed run raises: counted as a failed run, never fatal to a measurement."""
+
+RunOne = Callable[[aiohttp.ClientSession, Server, str], Awaitable[None]]
+"""One run on one server with the shared client; the string names the conversation / thread."""
+
+
+@asynccontextmanager
+async def client(concurrency: int) -> AsyncGenerator[aiohttp.ClientSession, None]:
+    """The load generator's HTTP session: keep-alive connections for `concurrency` runs in flight."""
+    connector = aiohttp.TCPConnector(limit=concurrency + 8, limit_per_host=0)
+    timeout = aiohttp.ClientTimeout(total=300, sock_connect=30)
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+        yield session
+
+
+async def mcphost_run(session: aiohttp.ClientSession, server: Server, conversation: str) -> None:
     """One echo run through `POST /v1/events?stream=true`, followed to its `end` event."""
     body = {
         "event_type": "message.received",
@@ -165,12 +190,11 @@ async def mcphost_run(client: httpx2.AsyncClient, server: Server, conversation: 
         "input": {"text": TEXT},
     }
     event, end, echoed = "", None, False
-    async with client.stream(
-        "POST", f"{server.url}/v1/events", params={"stream": "true"}, json=body
-    ) as response:
-        if response.status_code != 200:
-            raise RuntimeError(f"mcphost answered {response.status_code}: {(await response.aread())[:500]!r}")
-        async for line in response.aiter_lines():
+    async with session.post(f"{server.url}/v1/events", params={"stream": "true"}, json=body) as response:
+        if response.status != 200:
+            raise RuntimeError(f"mcphost answered {response.status}: {(await response.read())[:500]!r}")
+        async for raw in response.content:
+            line = raw.decode().rstrip("\r\n")
             if line.startswith("event:"):
                 event = line[6:].strip()
             elif line.startswith("data:"):
@@ -187,10 +211,26 @@ async def mcphost_run(client: httpx2.AsyncClient, server: Server, conversation: 
         raise RuntimeError(f"mcphost run did not complete with the echo: end={end!r}, echoed={echoed}")
 
 
-async def langgraph_run(client: httpx2.AsyncClient, server: Server, thread: str) -> None:
-    """One echo run through `POST /threads/{id}/runs/wait` on a new thread."""
-    del thread  # each run gets a new thread, as each mcphost run gets a new conversation
+async def _langgraph_wait(session: aiohttp.ClientSession, url: str, body: Mapping[str, object]) -> None:
+    async with session.post(url, json=body) as response:
+        text = await response.text()
+    try:
+        reply = json.loads(text).get("reply") if response.status == 200 else None
+    except (ValueError, AttributeError):
+        reply = None
+    if reply != TEXT:
+        raise RuntimeError(f"LangGraph run did not echo: {response.status} {text[:500]!r}")
+
+
+async def langgraph_run(session: aiohttp.ClientSession, server: Server, conversation: str) -> None:
+    """One stateless echo run through `POST /runs/wait` (a temporary thread, deleted when it is done)."""
+    del conversation  # each run is a new, temporary thread, as each mcphost run gets a new conversation
+    await _langgraph_wait(
+        session, f"{server.url}/runs/wait", {"assistant_id": "echo", "input": {"text": TEXT}}
+    )
+
+
+async def langgraph_turn(session: aiohttp.ClientSession, server: Server, thread: str) -> None:
+    """One echo run on LangGraph in `thread` (created by its first run), like a turn of a conversation."""
     body = {"assistant_id": "echo", "input": {"text": TEXT}, "if_not_exists": "create"}
-    response = await client.post(f"{server.url}/threads/{uuid.uuid4()}/runs/wait", json=body)
-    if response.status_code != 200 or response.json().get("reply") != TEXT:
-        raise RuntimeError(f"LangGraph run did not echo: {response.status_code} {response.text[:500]!r}")
+    await _langgraph_wait(session, f"{server.url}/threads/{thread}/runs/wait", body)

@@ -28,22 +28,25 @@ import dataclasses
 import sys
 import time
 import uuid
-from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
-from contextlib import AsyncExitStack, asynccontextmanager
+from collections.abc import Callable, Sequence
+from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, get_args
 
+import aiohttp
 import anyio
-import httpx2
 
 from bench._databases import DialectName, dialects, workspace
 from bench._stats import Row, Stat, judge, percentile
 from bench.peers import _command, _proctree
 from bench.peers._servers import (
-    TEXT,
+    ClientError,
+    RunOne,
     Server,
+    client,
     langgraph_server,
+    langgraph_turn,
     mcphost_run,
     mcphost_server,
     peer_available,
@@ -90,17 +93,6 @@ class SoakConfig:
     skipped: list[str] = field(default_factory=list[str])
 
 
-RunOne = Callable[[httpx2.AsyncClient, Server, str], Awaitable[None]]
-
-
-async def langgraph_turn(client: httpx2.AsyncClient, server: Server, thread: str) -> None:
-    """One echo run on LangGraph in `thread` (created by its first run), like a turn of a conversation."""
-    body = {"assistant_id": "echo", "input": {"text": TEXT}, "if_not_exists": "create"}
-    response = await client.post(f"{server.url}/threads/{thread}/runs/wait", json=body)
-    if response.status_code != 200 or response.json().get("reply") != TEXT:
-        raise RuntimeError(f"LangGraph run did not echo: {response.status_code} {response.text[:500]!r}")
-
-
 @dataclass
 class _Failures:
     """Failed runs (or turns): how many, and the first `KEPT_ERRORS` messages."""
@@ -128,7 +120,7 @@ class SoakSide:
     label: str
     server: Server
     run_one: RunOne
-    client: httpx2.AsyncClient
+    client: aiohttp.ClientSession
     new_id: Callable[[], str]
     rss_mib: list[float] = field(default_factory=list[float])
     """The tree's RSS after each block."""
@@ -144,7 +136,7 @@ class SoakSide:
             for _ in left:
                 try:
                     await self.run_one(self.client, self.server, self.new_id())
-                except (RuntimeError, httpx2.HTTPError) as exc:
+                except ClientError as exc:
                     self.failed_runs.add(exc)
 
         async with anyio.create_task_group() as tg:
@@ -156,17 +148,10 @@ class SoakSide:
         started = time.perf_counter()
         try:
             await self.run_one(self.client, self.server, conversation)
-        except (RuntimeError, httpx2.HTTPError) as exc:
+        except ClientError as exc:
             self.failed_turns.add(exc)
             return
         self.turn_ms.append(1000 * (time.perf_counter() - started))
-
-
-@asynccontextmanager
-async def _client(concurrency: int) -> AsyncGenerator[httpx2.AsyncClient, None]:
-    limits = httpx2.Limits(max_connections=concurrency + 4, max_keepalive_connections=concurrency + 4)
-    async with httpx2.AsyncClient(timeout=httpx2.Timeout(30, read=300), limits=limits) as client:
-        yield client
 
 
 async def run(cfg: SoakConfig) -> list[Row]:
@@ -192,7 +177,7 @@ async def _dialect(dialect: DialectName, cfg: SoakConfig, root: Path | None, *, 
                 "mcphost serve",
                 await stack.enter_async_context(mcphost_server(ws, folder)),
                 mcphost_run,
-                await stack.enter_async_context(_client(sizes.concurrency)),
+                await stack.enter_async_context(client(sizes.concurrency)),
                 lambda: f"soak-{uuid.uuid4().hex}",
             )
         ]
@@ -203,7 +188,7 @@ async def _dialect(dialect: DialectName, cfg: SoakConfig, root: Path | None, *, 
                     "LangGraph inmem",
                     await stack.enter_async_context(langgraph_server(folder)),
                     langgraph_turn,
-                    await stack.enter_async_context(_client(sizes.concurrency)),
+                    await stack.enter_async_context(client(sizes.concurrency)),
                     lambda: str(uuid.uuid4()),
                 ),
             )

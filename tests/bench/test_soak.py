@@ -10,8 +10,8 @@ import json
 from pathlib import Path
 from typing import cast
 
+import aiohttp
 import anyio
-import httpx2
 import pytest
 
 from bench._stats import judge
@@ -79,13 +79,13 @@ def test_an_unknown_part_is_refused_with_the_choices(capsys: pytest.CaptureFixtu
 async def test_failed_turns_are_counted_and_their_first_messages_kept_in_the_row() -> None:
     failing = range(TURN_WARMUP + 2, TURN_WARMUP + 7)
 
-    async def run_one(client: httpx2.AsyncClient, server: Server, conversation: str) -> None:
+    async def run_one(client: aiohttp.ClientSession, server: Server, conversation: str) -> None:
         turn = len(side.turn_ms) + side.failed_turns.count
         if turn in failing:
             raise RuntimeError(f"turn {turn} did not echo")
 
     # The side's server and client are only handed to run_one, which uses neither.
-    side = SoakSide("mcphost serve", cast(Server, None), run_one, cast(httpx2.AsyncClient, None), str)
+    side = SoakSide("mcphost serve", cast(Server, None), run_one, cast(aiohttp.ClientSession, None), str)
     for _ in range(TURN_WARMUP + 20):
         await side.turn("conversation")
     row = thread_row("sqlite", [side], 20)
