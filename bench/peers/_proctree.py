@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-_TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
+TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
 
 
 def _stat_fields(pid: int) -> list[str] | None:
@@ -49,7 +49,7 @@ def cpu_s(root: int) -> float:
         fields = _stat_fields(pid)
         if fields is not None:
             total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of stat)
-    return total * _TICK_S
+    return total * TICK_S
 
 
 def rss_kib(root: int) -> int:
