@@ -165,6 +165,9 @@ async def langgraph_server(folder: Path) -> AsyncGenerator[Server, None]:
         yield s
 
 
+KEEPALIVE_S = 2.0
+"""How long the client keeps an idle connection (below the servers' keep-alive timeout)."""
+
 ClientError = (RuntimeError, aiohttp.ClientError, TimeoutError)
 """What one failed run raises: counted as a failed run, never fatal to a measurement."""
 
@@ -175,7 +178,10 @@ RunOne = Callable[[aiohttp.ClientSession, Server, str], Awaitable[None]]
 @asynccontextmanager
 async def client(concurrency: int) -> AsyncGenerator[aiohttp.ClientSession, None]:
     """The load generator's HTTP session: keep-alive connections for `concurrency` runs in flight."""
-    connector = aiohttp.TCPConnector(limit=concurrency + 8, limit_per_host=0)
+    # Idle connections are dropped by the client after KEEPALIVE_S, before either server's own 5 s
+    # (uvicorn's default): while the other side runs its round, a connection the server closes at the
+    # moment the client reuses it would fail a run ("Server disconnected") that measured nothing.
+    connector = aiohttp.TCPConnector(limit=concurrency + 8, limit_per_host=0, keepalive_timeout=KEEPALIVE_S)
     timeout = aiohttp.ClientTimeout(total=300, sock_connect=30)
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
         yield session
