@@ -810,6 +810,11 @@ class Prestarted:
                 continue  # the supervisor tries again and words the failure
             self._started[spec.name] = (spec, process)
 
+    @property
+    def pids(self) -> dict[str, int]:
+        """The processes not taken yet, by plugin name."""
+        return {name: process.pid for name, (_, process) in self._started.items()}
+
     def take(self, spec: PluginSpec) -> anyio.abc.Process | None:
         """The process spawned for exactly `spec`, once; None when there is none."""
         started = self._started.get(spec.name)
