@@ -6,7 +6,8 @@ port for `mcphost run`, so the one-shot path and the server path run the same co
 not own the app or the host it serves (`app.py`).
 
 Invariants:
-- Without an API key the server listens only on loopback (`check_listen`, DESIGN §10).
+- Without an API key the server listens only on loopback (`guard.check_listen`, DESIGN §10); the command
+  line checks it (`guard.listen_of`) before it spawns a plugin.
 - While `serve` serves, `data_dir/serving.json` names its public URL and pid, so `mcphost grant` and
   `send` on this machine reach the address really bound (`--listen`) rather than the configured one.
 - The access log never records the values of `REDACTED_QUERY_PARAMS`.
@@ -39,10 +40,10 @@ from starlette.types import ASGIApp
 from mcphost.api import ApiLimits, ApiState
 from mcphost.app import Host, build_app, open_host
 from mcphost.common import gcstart, served
-from mcphost.common.served import SERVING_FILE, local_url, split_listen
+from mcphost.common.served import SERVING_FILE, local_url
 from mcphost.config import Settings
-from mcphost.errors import ConfigError, HostError, InvalidArgumentError
-from mcphost.guard import api_keys, is_loopback
+from mcphost.errors import HostError
+from mcphost.guard import listen_of
 from mcphost.orchestrator import CANCEL_GRACE_S, Orchestrator
 
 logger = logging.getLogger(__name__)
@@ -50,23 +51,6 @@ logger = logging.getLogger(__name__)
 HTTP_SHUTDOWN_S = 3.0
 """How long the HTTP server waits for open connections once the runs are over."""
 DEFAULT_GRACE_S = 10.0
-
-
-def parse_listen(listen: str) -> tuple[str, int]:
-    """`HOST:PORT` (IPv6 in brackets) → (host, port)."""
-    parsed = split_listen(listen)
-    if parsed is None:
-        raise InvalidArgumentError(f"--listen expects HOST:PORT such as 127.0.0.1:8787; got {listen!r}.")
-    return parsed
-
-
-def check_listen(host: str, keyed: bool) -> None:
-    """Refuse a non-loopback address without an API key (DESIGN §10); `keyed`: any key is configured."""
-    if not keyed and not is_loopback(host):
-        raise ConfigError(
-            f"Refusing to listen on {host!r} without an API key: /v1 would be open to the network. Set "
-            "[host] api_key (or MCPHOST_API_KEY) or add [[api_keys]], or listen on 127.0.0.1."
-        )
 
 
 def bind_socket(host: str, port: int) -> socket.socket:
@@ -293,10 +277,7 @@ async def serve(
     on_ready: Callable[[str], None] | None = None,
 ) -> None:
     """`mcphost serve`: the host over HTTP until SIGTERM/SIGINT, then a graceful, bounded shutdown."""
-    if listen is not None:  # the guard and the default public URL follow the address actually bound
-        settings = settings.model_copy(update={"host": settings.host.model_copy(update={"listen": listen})})
-    bind_host, port = parse_listen(settings.host.listen)
-    check_listen(bind_host, bool(api_keys(settings)))  # also: every key_env is set, before anything starts
+    settings, bind_host, port = listen_of(settings, listen)
     with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         sock = bind_socket(bind_host, port)
         with sock:

@@ -749,6 +749,10 @@ async def _plugins_first(module: str, name: str, args: argparse.Namespace, setti
     """Run a command of `_OPENS_HOST` with its host's first plugins spawned before its module is imported."""
     from mcphost.app import plugins_first
 
+    if args.command == "serve":  # what `serve` refuses, it refuses before a plugin is spawned
+        from mcphost.guard import listen_of
+
+        listen_of(settings, args.listen)
     async with plugins_first(settings):
         command: Any = getattr(importlib.import_module(f"mcphost.cli.{module}"), name)
         return int(await command(args, settings))
