@@ -5,7 +5,8 @@ and the HTTP app around them.
 order with bounded shutdowns: the orchestrator (active runs cancelled and closed), then the facts server,
 then the upstream tool servers (`gateway`), then the database, then the plugin processes (started
 first, so their start overlaps the database's opening and migration; the host waits for their
-`initialize` answers before it builds the rest); the scheduler and the retention job (`run_collector`)
+`initialize` answers before it builds the rest; within `plugins_first`, which the command line enters
+before it imports the server stack, the supervisor takes over the processes spawned there); the scheduler and the retention job (`run_collector`)
 are tasks of the host. The facts server gets its seams here: run
 contexts from the orchestrator, host tools from the gateway, retrieval from the knowledge bases, the
 host's `HttpGuard` and the MCP-call metric. `build_app(host)` is the Starlette app over an open host (the
@@ -35,6 +36,7 @@ from __future__ import annotations
 import os
 from collections.abc import AsyncGenerator, Mapping
 from contextlib import asynccontextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING
@@ -57,7 +59,7 @@ if TYPE_CHECKING:
     from mcphost.guard import HttpGuard
     from mcphost.knowledge.bases import KnowledgeBases
     from mcphost.orchestrator import Orchestrator
-    from mcphost.plugins.process import PluginProcess, PluginSpec, PluginSupervisor
+    from mcphost.plugins.process import PluginProcess, PluginSpec, PluginSupervisor, Prestarted
     from mcphost.plugins.registry import RunnerRegistry
     from mcphost.proxy import ModelProxy
     from mcphost.recording import ReplayBook
@@ -105,6 +107,39 @@ def plugin_specs(settings: Settings) -> list[PluginSpec]:
         )
         for i, p in enumerate(settings.all_plugins())
     ]
+
+
+_PRESTARTED: ContextVar[Prestarted | None] = ContextVar("mcphost_prestarted_plugins", default=None)
+"""The plugin processes `plugins_first` spawned, for the next `open_host` in this context to take over."""
+
+
+def _first_runner_ids(settings: Settings) -> set[str]:
+    return {a.runner for a in settings.agents}
+
+
+@asynccontextmanager
+async def plugins_first(settings: Settings) -> AsyncGenerator[None, None]:
+    """Spawn the plugins a host of `settings` starts first (those that may serve an agent's runner), for
+    an `open_host(settings)` inside the block to take over (`plugins.process.Prestarted`).
+
+    The command line enters this before it imports the command that opens the host (the server stack,
+    SQLAlchemy, the MCP server), so each plugin's interpreter start and imports overlap the host's on the
+    other core instead of following them. Leaving stops the processes no host took."""
+    from mcphost.plugins.process import Prestarted
+
+    runner_ids = _first_runner_ids(settings)
+    prestarted = Prestarted()
+    try:
+        await prestarted.spawn(
+            [spec for spec in plugin_specs(settings) if any(spec.may_serve(rid) for rid in runner_ids)]
+        )
+        token = _PRESTARTED.set(prestarted)
+        try:
+            yield
+        finally:
+            _PRESTARTED.reset(token)
+    finally:
+        await prestarted.aclose()
 
 
 @asynccontextmanager
@@ -190,8 +225,9 @@ async def open_host(
         # Entered first and not waited for: the plugins start while the database is opened (migrated).
         PluginSupervisor(
             plugin_specs(settings),
-            runner_ids=None if all_plugins else {a.runner for a in settings.agents},
+            runner_ids=None if all_plugins else _first_runner_ids(settings),
             wait=False,
+            prestarted=_PRESTARTED.get(),
         ) as supervisor,
         open_database(settings) as stores,
     ):

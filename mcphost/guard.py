@@ -16,7 +16,7 @@ Invariants:
   host (`[host] allowed_hosts` and the public URL's host; a name without a port allows every port). So a
   loopback-bound server answers only loopback names unless configured: a page whose own name was made to
   resolve to 127.0.0.1 (DNS rebinding) is refused. A server listening on a non-loopback address (which
-  needs an API key, `serving.check_listen`) is reached by names it cannot know and serves any `Host`.
+  needs an API key, `check_listen`) is reached by names it cannot know and serves any `Host`.
 - `Origin`, when sent, must be a loopback origin (http or https, any port) or one of
   `[host] allowed_origins`, on every server: a web page elsewhere never drives the host. On `/v1` the
   origins of `[host] cors_origins` are accepted too (the browser UIs the CORS answers are for); the MCP
@@ -24,7 +24,7 @@ Invariants:
 - API keys are compared in constant time (SHA-256 digests, every configured key compared on every
   request); no key, hash or token is logged or echoed. A host without any key answers every `/v1`
   request as `OPEN` (an admin without a name), which only a loopback-bound server allows
-  (`serving.check_listen`).
+  (`check_listen`).
 """
 
 from __future__ import annotations
@@ -41,8 +41,9 @@ from typing import Literal, TypeVar
 from starlette.datastructures import Headers
 from starlette.routing import BaseRoute
 
+from mcphost.common.served import split_listen
 from mcphost.config import API_ROLES, LEGACY_KEY_NAME, ApiRole, PublicEndpoint, Settings
-from mcphost.errors import ConfigError
+from mcphost.errors import ConfigError, InvalidArgumentError
 
 Role = ApiRole
 ROLE_REACHES: Mapping[Role, frozenset[Role]] = {
@@ -314,3 +315,32 @@ class HttpGuard:
         """`authenticate`'s refusal, or None when the request may go on."""
         verdict = self.authenticate(headers)
         return verdict if isinstance(verdict, Refusal) else None
+
+
+def parse_listen(listen: str) -> tuple[str, int]:
+    """`HOST:PORT` (IPv6 in brackets) → (host, port)."""
+    parsed = split_listen(listen)
+    if parsed is None:
+        raise InvalidArgumentError(f"--listen expects HOST:PORT such as 127.0.0.1:8787; got {listen!r}.")
+    return parsed
+
+
+def check_listen(host: str, keyed: bool) -> None:
+    """Refuse a non-loopback address without an API key (DESIGN §10); `keyed`: any key is configured."""
+    if not keyed and not is_loopback(host):
+        raise ConfigError(
+            f"Refusing to listen on {host!r} without an API key: /v1 would be open to the network. Set "
+            "[host] api_key (or MCPHOST_API_KEY) or add [[api_keys]], or listen on 127.0.0.1."
+        )
+
+
+def listen_of(settings: Settings, listen: str | None = None) -> tuple[Settings, str, int]:
+    """The settings `mcphost serve` runs with (`listen` replacing `[host] listen`: the guard and the
+    default public URL follow the address actually bound) and the host and port to bind. Refused before
+    anything starts (the command line checks it before it spawns a plugin): a malformed address, a
+    non-loopback one without an API key, a `key_env` that is not set (`api_keys`)."""
+    if listen is not None:
+        settings = settings.model_copy(update={"host": settings.host.model_copy(update={"listen": listen})})
+    bind_host, port = parse_listen(settings.host.listen)
+    check_listen(bind_host, bool(api_keys(settings)))
+    return settings, bind_host, port

@@ -6,7 +6,8 @@ port for `mcphost run`, so the one-shot path and the server path run the same co
 not own the app or the host it serves (`app.py`).
 
 Invariants:
-- Without an API key the server listens only on loopback (`check_listen`, DESIGN §10).
+- Without an API key the server listens only on loopback (`guard.check_listen`, DESIGN §10); the command
+  line checks it (`guard.listen_of`) before it spawns a plugin.
 - While `serve` serves, `data_dir/serving.json` names its public URL and pid, so `mcphost grant` and
   `send` on this machine reach the address really bound (`--listen`) rather than the configured one.
 - The access log never records the values of `REDACTED_QUERY_PARAMS`.
@@ -38,11 +39,11 @@ from starlette.types import ASGIApp
 
 from mcphost.api import ApiLimits, ApiState
 from mcphost.app import Host, build_app, open_host
-from mcphost.common import served
-from mcphost.common.served import SERVING_FILE, local_url, split_listen
+from mcphost.common import gcstart, served
+from mcphost.common.served import SERVING_FILE, local_url
 from mcphost.config import Settings
-from mcphost.errors import ConfigError, HostError, InvalidArgumentError
-from mcphost.guard import api_keys, is_loopback
+from mcphost.errors import HostError
+from mcphost.guard import listen_of
 from mcphost.orchestrator import CANCEL_GRACE_S, Orchestrator
 
 logger = logging.getLogger(__name__)
@@ -50,23 +51,6 @@ logger = logging.getLogger(__name__)
 HTTP_SHUTDOWN_S = 3.0
 """How long the HTTP server waits for open connections once the runs are over."""
 DEFAULT_GRACE_S = 10.0
-
-
-def parse_listen(listen: str) -> tuple[str, int]:
-    """`HOST:PORT` (IPv6 in brackets) → (host, port)."""
-    parsed = split_listen(listen)
-    if parsed is None:
-        raise InvalidArgumentError(f"--listen expects HOST:PORT such as 127.0.0.1:8787; got {listen!r}.")
-    return parsed
-
-
-def check_listen(host: str, keyed: bool) -> None:
-    """Refuse a non-loopback address without an API key (DESIGN §10); `keyed`: any key is configured."""
-    if not keyed and not is_loopback(host):
-        raise ConfigError(
-            f"Refusing to listen on {host!r} without an API key: /v1 would be open to the network. Set "
-            "[host] api_key (or MCPHOST_API_KEY) or add [[api_keys]], or listen on 127.0.0.1."
-        )
 
 
 def bind_socket(host: str, port: int) -> socket.socket:
@@ -152,11 +136,31 @@ _ACCESS_LOG_FILTER = _RedactAccessLog()
 
 
 class _Server(uvicorn.Server):
-    """uvicorn without its own signal handlers: whoever runs it decides when it stops."""
+    """uvicorn without its own signal handlers: whoever runs it decides when it stops (`stop`), and
+    stopping starts at once rather than at uvicorn's next 0.1 s tick (every `mcphost run` pays it)."""
+
+    _stopping: anyio.Event | None = None
 
     @contextlib.contextmanager
     def capture_signals(self) -> Generator[None, None, None]:
         yield
+
+    def stop(self) -> None:
+        self.should_exit = True
+        if self._stopping is not None:
+            self._stopping.set()
+
+    async def main_loop(self) -> None:
+        # uvicorn's own loop, with its 0.1 s sleep cut short by `stop` (`on_tick` still runs every
+        # 0.1 s otherwise: it refreshes the Date header and checks the exit conditions).
+        self._stopping = anyio.Event()
+        counter = 0
+        should_exit = await self.on_tick(counter)
+        while not should_exit:
+            counter = (counter + 1) % 864000
+            with anyio.move_on_after(0.1):
+                await self._stopping.wait()
+            should_exit = await self.on_tick(counter)
 
 
 @asynccontextmanager
@@ -198,7 +202,7 @@ async def serve_http(
             if before_stop is not None:
                 with anyio.CancelScope(shield=True):
                     await before_stop()
-            server.should_exit = True
+            server.stop()
 
 
 @asynccontextmanager
@@ -273,10 +277,7 @@ async def serve(
     on_ready: Callable[[str], None] | None = None,
 ) -> None:
     """`mcphost serve`: the host over HTTP until SIGTERM/SIGINT, then a graceful, bounded shutdown."""
-    if listen is not None:  # the guard and the default public URL follow the address actually bound
-        settings = settings.model_copy(update={"host": settings.host.model_copy(update={"listen": listen})})
-    bind_host, port = parse_listen(settings.host.listen)
-    check_listen(bind_host, bool(api_keys(settings)))  # also: every key_env is set, before anything starts
+    settings, bind_host, port = listen_of(settings, listen)
     with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         sock = bind_socket(bind_host, port)
         with sock:
@@ -291,6 +292,7 @@ async def serve(
                     _start_idle_plugins(host),
                 ):
                     with _serving_record(data_dir, public_url):
+                        gcstart.resume()  # up: the start-up's objects are frozen out of the collector's way
                         logger.info("serving on %s (public URL %s)", url, host.orchestrator.public_url)
                         if on_ready is not None:
                             on_ready(url)

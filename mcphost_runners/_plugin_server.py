@@ -9,12 +9,15 @@ it keeps are listed in that module's docstring. It logs as `mcphost_runners.sdk`
 
 from __future__ import annotations
 
+import gc
+import importlib
 import importlib.util
 import json
 import logging
 import os
 import stat
 import sys
+import threading
 from contextlib import AsyncExitStack
 from importlib import metadata
 
@@ -41,7 +44,7 @@ from mcphost.protocol import (
     is_json_object,
 )
 from mcphost_runners._output import RunOutput
-from mcphost_runners._runapi import RunAPI, RunAPIError
+from mcphost_runners._runapi import CONNECTION_MODULES, RunAPI, RunAPIError
 from mcphost_runners._runner import AgentRunner
 
 logger = logging.getLogger("mcphost_runners.sdk")
@@ -74,6 +77,19 @@ def serve(*runners: AgentRunner, author: str, plugin: str, version: str | None =
             logging.getLogger(chatty).setLevel(logging.WARNING)
     proto_in, proto_out = _claim_stdio()
     anyio.run(server.serve, proto_in, proto_out, backend="asyncio", backend_options=_loop_options())
+
+
+def _warm(modules: tuple[str, ...]) -> None:
+    """Import `modules` (on a background thread, while the plugin waits for `initialize` and its first
+    run: a run that needs one meanwhile waits on the import lock for the same import), then move the heap the imports
+    built into the collector's permanent generation (`gc.freeze`): later collections, and the exit the
+    host waits for, do not traverse it again. A failed import is the first run's to report."""
+    try:
+        for name in modules:
+            importlib.import_module(name)
+    except Exception:  # the run that needs the module meets the same error, worded
+        return
+    gc.freeze()
 
 
 def _loop_options() -> dict[str, bool]:
@@ -128,6 +144,8 @@ class _PluginServer:
 
     async def serve(self, in_fd: int, out_fd: int) -> None:
         self._out_fd = out_fd
+        if any(runner.calls_run_api for runner in self._runners.values()):
+            threading.Thread(target=_warm, args=(CONNECTION_MODULES,), daemon=True).start()
         # The runners' lifespans (a harness's warm pool runs a task group of its own) are entered before,
         # and left after, the task group of the runs: a task group entered inside another must be left
         # first, or anyio refuses to leave the outer one ("exit a cancel scope that isn't the current

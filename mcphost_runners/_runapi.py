@@ -27,7 +27,8 @@ Invariants:
 - The bearer token is sent, never logged, and never part of an error message.
 - The `mcp` SDK and `httpx2` are imported when the first connection opens, not with this module: every
   plugin imports the runner SDK, and a runner that never calls the run API (echo) should not pay a
-  second of start-up for them.
+  second of start-up for them. A runner that does (`AgentRunner.calls_run_api`) has them imported on a
+  background thread as its plugin starts serving (`CONNECTION_MODULES`, `_plugin_server.py`).
 
 Size: past 600 lines because `RunAPI` has one typed method per tool of the run's MCP server (21, each
 the tool's arguments in Python and its answer model), over the one connection and error mapping above;
@@ -96,6 +97,9 @@ logger = logging.getLogger("mcphost_runners.sdk")
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
 T = TypeVar("T")
+
+CONNECTION_MODULES = ("httpx2", "mcp_types", "mcp", "mcp.client.streamable_http", "mcp.shared.exceptions")
+"""What opening a connection imports (`_connection`), warmed ahead of the first run when a runner asks."""
 
 DEFAULT_TIMEOUT_S = 60.0
 """How long one call may take before it fails with `deadline_exceeded`."""

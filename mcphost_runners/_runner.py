@@ -38,6 +38,10 @@ class AgentRunner:
     config_schema: ClassVar[list[ConfigField]] = []
     context_support: ClassVar[ContextSupport] = ContextSupport()
     metadata: ClassVar[JSONObject] = {}
+    calls_run_api: ClassVar[bool] = False
+    """True for a runner whose runs call the host through `out.api`: the plugin then imports the MCP
+    client on a background thread as soon as it starts serving, while it waits for `initialize` and its
+    first run, instead of during that run (the import is most of a second; not part of the manifest)."""
 
     def manifest(self, *, author: str, plugin: str) -> AgentRunnerManifest:
         """This runner's manifest inside plugin `author/plugin`."""

@@ -174,6 +174,7 @@ class LocalAgentRunner(AgentRunner):
     )
     context_support = ContextSupport(supports_history_search=True)
     config_schema = config_schema_of(LocalAgentConfig, exclude=("prompt",))
+    calls_run_api = True
 
     async def run(self, ctx: AgentRunContext, out: RunOutput) -> None:
         try:

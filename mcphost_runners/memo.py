@@ -140,6 +140,7 @@ class MemoRunner(AgentRunner):
         history=["page", "search"], state=["read", "write"], knowledge=["list", "retrieve"]
     )
     context_support = ContextSupport(supports_history_search=True)
+    calls_run_api = True
 
     async def run(self, ctx: AgentRunContext, out: RunOutput) -> None:
         api = out.api

@@ -34,7 +34,7 @@ import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mcphost import __version__
 from mcphost.cli._common import (
@@ -46,7 +46,11 @@ from mcphost.cli._common import (
     configure_logging,
     fail,
 )
+from mcphost.common import gcstart
 from mcphost.common.excgroups import find
+
+if TYPE_CHECKING:
+    from mcphost.config import Settings
 
 __all__ = [
     "EXIT_FAILED",
@@ -734,7 +738,29 @@ _COMMANDS: dict[str, tuple[str, str]] = {
 them, nor the server, SQLAlchemy or `mcp` they pull in) and its `async (args, settings) -> exit code`."""
 
 
+_OPENS_HOST = frozenset({"run", "serve"})
+"""Commands that open a host and start faster for it: the plugins its agents use are spawned before the
+command's module (and the server stack) is imported (`mcphost.app.plugins_first`), and the command
+turns the collector back on itself once the host is up (`mcphost.common.gcstart`); every other command
+does that before it runs, so a long `watch` or `send` never runs without it."""
+
+
+async def _plugins_first(module: str, name: str, args: argparse.Namespace, settings: Settings) -> int:
+    """Run a command of `_OPENS_HOST` with its host's first plugins spawned before its module is imported."""
+    from mcphost.app import plugins_first
+
+    if args.command == "serve":  # what `serve` refuses, it refuses before a plugin is spawned
+        from mcphost.guard import listen_of
+
+        listen_of(settings, args.listen)
+    async with plugins_first(settings):
+        command: Any = getattr(importlib.import_module(f"mcphost.cli.{module}"), name)
+        return int(await command(args, settings))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    if argv is None:  # the console script (not a caller in-process): see `mcphost.common.gcstart`
+        gcstart.pause()
     try:
         code = _main(argv)
         sys.stdout.flush()  # inside the try: a reader gone before the final flush is a broken pipe too
@@ -751,11 +777,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             os.dup2(devnull, sys.stdout.fileno())
             return EXIT_PIPE
         raise
+    finally:
+        gcstart.resume()
 
 
 def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.command not in _OPENS_HOST:
+        gcstart.resume()
     configure_logging(args.log_level, json_logs=args.log_json)
     if args.command == "schema":
         from mcphost.cli._runs import cmd_schema
@@ -790,11 +820,12 @@ def _main(argv: Sequence[str] | None) -> int:
 
         settings = load_settings(args.config)
         module, name = _COMMANDS[args.command]
-        command: Any = getattr(importlib.import_module(f"mcphost.cli.{module}"), name)
-        if args.command == "serve":
+        if args.command in _OPENS_HOST:
             from mcphost.cli._server import loop_options
 
-            return anyio.run(command, args, settings, backend_options=loop_options(settings))
+            options = loop_options(settings) if args.command == "serve" else {}
+            return anyio.run(_plugins_first, module, name, args, settings, backend_options=options)
+        command: Any = getattr(importlib.import_module(f"mcphost.cli.{module}"), name)
         return anyio.run(command, args, settings)
     except Exception as exc:
         # Errors raised inside task groups arrive wrapped in exception groups.

@@ -17,6 +17,7 @@ from typing import Any
 
 from mcphost.app import open_database, open_host
 from mcphost.cli._common import EXIT_FAILED, EXIT_OK, dump, event_from_args, fail, run_line, runs_page, short
+from mcphost.common import gcstart
 from mcphost.config import Settings
 from mcphost.models import RunStatus
 from mcphost.protocol import JSONObject, json_schemas
@@ -27,6 +28,7 @@ async def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
     event = event_from_args(args)
     # The run's MCP endpoint is served on an ephemeral loopback port for the command's duration.
     async with open_host(settings) as host, serve_locally(host):
+        gcstart.resume()  # the host is up: its start-up's objects are frozen out of the collector's way
         admission = await host.orchestrator.submit(event, via="cli")
         run_id = admission.run.run_id
         streamed = False

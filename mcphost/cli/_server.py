@@ -13,11 +13,12 @@ import argparse
 import asyncio
 import importlib.util
 import sys
+from typing import TYPE_CHECKING
 
-from mcphost.api import ApiLimits
 from mcphost.cli._common import EXIT_OK
-from mcphost.config import Settings
-from mcphost.serving import serve
+
+if TYPE_CHECKING:
+    from mcphost.config import Settings
 
 
 def loop_options(settings: Settings) -> dict[str, bool]:
@@ -37,6 +38,11 @@ async def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
             file=sys.stderr,
             flush=True,
         )
+
+    # Imported here: the command line reads `loop_options` before the plugins are spawned, and the server
+    # stack is imported only after (`mcphost.app.plugins_first`).
+    from mcphost.api import ApiLimits
+    from mcphost.serving import serve
 
     limits = ApiLimits(max_upload_bytes=args.max_upload_bytes)
     await serve(settings, listen=args.listen, grace_s=args.grace, limits=limits, on_ready=ready)

@@ -16,7 +16,8 @@ Invariants:
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Generic, TypeVar
 
 import mcp_types as types
@@ -60,18 +61,20 @@ class ToolSpec(Generic[ArgsT]):
     args: type[ArgsT]
     handler: Callable[[Call, ArgsT], Awaitable[ProtocolModel]]
     read_only: bool = True
-    tool: types.Tool = field(init=False, repr=False)
 
     @property
     def answer(self) -> type[ProtocolModel]:
         """The model of this tool's answer (`protocol.facts.FACTS_ANSWERS`)."""
         return FACTS_ANSWERS[self.name]
 
-    def __post_init__(self) -> None:
+    @cached_property
+    def tool(self) -> types.Tool:
+        """The tool as `tools/list` shows it, its JSON Schemas built on first use (the first run's
+        `tools/list`), not when the host imports this module: a server is healthy sooner."""
         schema = self.args.model_json_schema()
         schema.pop("title", None)
         schema.pop("description", None)
-        tool = types.Tool(
+        return types.Tool(
             name=self.name,
             title=self.name.replace("_", " "),
             description=self.description,
@@ -83,7 +86,6 @@ class ToolSpec(Generic[ArgsT]):
                 open_world_hint=False,
             ),
         )
-        object.__setattr__(self, "tool", tool)
 
 
 _SPECS: list[ToolSpec[Any]] = [

@@ -276,9 +276,15 @@ class PluginProcess:
     """One configured plugin: a supervised process that serves the runs of its runners."""
 
     def __init__(
-        self, spec: PluginSpec, *, host_version: str = __version__, timings: PluginTimings | None = None
+        self,
+        spec: PluginSpec,
+        *,
+        host_version: str = __version__,
+        timings: PluginTimings | None = None,
+        prestarted: Prestarted | None = None,
     ) -> None:
         self.spec = spec
+        self._prestarted = prestarted
         self.state: PluginState = "starting"
         self.restarts = 0
         """How many times the process was spawned again after the first start."""
@@ -502,8 +508,14 @@ class PluginProcess:
     async def _run_once(self, announce: Callable[[], None]) -> tuple[float | None, str]:
         """One process from spawn to stop: (when it became ready or None, why it ended)."""
         try:
-            # `spawn` is shielded: a cancellation inside it would leave a child nobody stops or reaps.
-            process = await spawn(self.spec.command, env=plugin_environment(self.spec.env), cwd=self.spec.cwd)
+            # Spawned already when the command line started it ahead of the host's imports (first start
+            # only). `spawn` is shielded: a cancellation inside it would leave a child nobody stops or reaps.
+            taken = self._prestarted.take(self.spec) if self._prestarted is not None else None
+            process = (
+                taken
+                if taken is not None
+                else await spawn(self.spec.command, env=plugin_environment(self.spec.env), cwd=self.spec.cwd)
+            )
         except (OSError, ValueError) as exc:
             return None, f"cannot start command {self.spec.command!r}: {exc}"
         # No await between the spawn and the try: a cancellation in the gap would leak the process.
@@ -687,13 +699,15 @@ class PluginSupervisor:
         timings: PluginTimings | None = None,
         runner_ids: Collection[str] | None = None,
         wait: bool = True,
+        prestarted: Prestarted | None = None,
     ) -> None:
         names = [spec.name for spec in specs]
         repeated = sorted({name for name in names if names.count(name) > 1})
         if repeated:
             raise ValueError(f"Plugin names must be unique; repeated: {', '.join(repeated)}.")
         self.plugins: tuple[PluginProcess, ...] = tuple(
-            PluginProcess(spec, host_version=host_version, timings=timings) for spec in specs
+            PluginProcess(spec, host_version=host_version, timings=timings, prestarted=prestarted)
+            for spec in specs
         )
         for plugin in self.plugins:
             if runner_ids is not None and not any(plugin.spec.may_serve(rid) for rid in runner_ids):
@@ -772,6 +786,57 @@ class PluginSupervisor:
         return None
 
 
+class Prestarted:
+    """Plugin processes spawned before their supervisor exists, for it to take over.
+
+    The command line (`mcphost run`, `mcphost serve`) spawns the plugins a host will start first before
+    it imports the server stack, so each plugin's own start (an interpreter and its imports) runs on the
+    other core while the host imports; the supervisor's first start of a plugin with the same spec takes
+    its process instead of spawning one (`take`) and talks to it from `initialize` on, as to any other.
+    A spawn that fails here is left to the supervisor's own attempt, which reports it. `aclose` stops
+    every process nobody took (the host failed to open first), closing its stdin and then its group,
+    bounded like `PluginProcess._stop`.
+    """
+
+    def __init__(self, timings: PluginTimings | None = None) -> None:
+        self._timings = timings or PluginTimings()
+        self._started: dict[str, tuple[PluginSpec, anyio.abc.Process]] = {}
+
+    async def spawn(self, specs: Sequence[PluginSpec]) -> None:
+        for spec in specs:
+            try:
+                process = await spawn(spec.command, env=plugin_environment(spec.env), cwd=spec.cwd)
+            except (OSError, ValueError):
+                continue  # the supervisor tries again and words the failure
+            self._started[spec.name] = (spec, process)
+
+    @property
+    def pids(self) -> dict[str, int]:
+        """The processes not taken yet, by plugin name."""
+        return {name: process.pid for name, (_, process) in self._started.items()}
+
+    def take(self, spec: PluginSpec) -> anyio.abc.Process | None:
+        """The process spawned for exactly `spec`, once; None when there is none."""
+        started = self._started.get(spec.name)
+        if started is None or started[0] != spec:
+            return None
+        del self._started[spec.name]
+        return started[1]
+
+    async def aclose(self) -> None:
+        started, self._started = list(self._started.values()), {}
+        timings = self._timings
+        with anyio.CancelScope(shield=True):
+            for spec, process in started:
+                if process.stdin is not None:
+                    with suppress(OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
+                        await process.stdin.aclose()
+                await wait_exit(process, timings.exit)
+                stop = StopTimings(terminate=timings.terminate, kill=timings.kill)
+                await stop_group(process, stop, label=f"Plugin {spec.name!r}")
+                await release_process(process)
+
+
 async def _start_all(tg: anyio.abc.TaskGroup, plugins: Sequence[PluginProcess]) -> None:
     """Start each plugin's supervision loop in `tg`, concurrently; back once every first start is over."""
     async with anyio.create_task_group() as starting:
@@ -786,6 +851,7 @@ __all__ = [
     "PluginState",
     "PluginSupervisor",
     "PluginTimings",
+    "Prestarted",
     "RawResult",
     "RejectedManifest",
     "RunAnswerStatus",

@@ -8,7 +8,8 @@ import pytest
 
 from mcphost.config import Settings
 from mcphost.errors import ConfigError, InvalidArgumentError
-from mcphost.serving import advertised_url, check_listen, local_url, parse_listen, redact_query
+from mcphost.guard import check_listen, parse_listen
+from mcphost.serving import advertised_url, local_url, redact_query
 
 
 def test_a_listen_address_is_host_and_port_with_ipv6_in_brackets() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -10,8 +11,10 @@ from pathlib import Path
 import anyio
 import pytest
 
+from mcphost.common import procgroup
 from mcphost.common.procgroup import (
     StopTimings,
+    descendants,
     group_alive,
     group_members,
     release_process,
@@ -108,3 +111,41 @@ async def test_a_cancelled_caller_still_finishes_the_stop() -> None:
             await release_process(process)
     assert process.returncode is not None
     assert not group_alive(process.pid)
+
+
+def test_descendants_from_the_children_files_are_those_a_scan_of_every_process_finds(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A child, a grandchild in the child's group and one in a session of its own, all alive.
+    tree = (
+        "import subprocess, sys, time; "
+        "a = subprocess.Popen(['sleep', '60']); "
+        "b = subprocess.Popen(['sleep', '60'], start_new_session=True); "
+        "print(a.pid, b.pid, flush=True); time.sleep(60)"
+    )
+    leader = subprocess.Popen([sys.executable, "-c", tree], stdout=subprocess.PIPE, start_new_session=True)
+    grandchildren: set[int] = set()
+    try:
+        assert leader.stdout is not None
+        grandchildren = {int(pid) for pid in leader.stdout.readline().split()}
+        fast = descendants(leader.pid)
+        monkeypatch.setattr(procgroup, "_children", lambda pid: None)  # a kernel without children files
+        scanned = descendants(leader.pid)
+        assert set(fast) == set(scanned) == grandchildren
+        assert descendants(2**22 + 12345) == []
+    finally:
+        os.killpg(leader.pid, 9)  # the leader and the grandchild in its group
+        for pid in grandchildren:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, 9)
+        leader.communicate()
+
+
+def test_a_group_with_no_process_left_is_not_alive_and_one_with_a_live_member_is() -> None:
+    child = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    try:
+        assert group_alive(child.pid)
+    finally:
+        child.kill()
+        child.wait()
+    assert not group_alive(child.pid)  # reaped: killpg(pgid, 0) finds nothing

@@ -9,16 +9,20 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
+import anyio
 import pytest
 
-from mcphost.app import open_host, plugin_specs
+from mcphost.app import _PRESTARTED, open_host, plugin_specs, plugins_first  # pyright: ignore[reportPrivateUsage]
+from mcphost.common.procgroup import release_process
 from mcphost.config import BUNDLED_PLUGINS, DEFAULT_AGENT_RUNNER, HostSettings, PluginConfig, Settings
 from mcphost.errors import RunnerNotFoundError
-from mcphost.plugins.process import PluginProcess, PluginSpec, PluginSupervisor
+from mcphost.plugins.process import PluginProcess, PluginSpec, PluginSupervisor, Prestarted
 from mcphost.stores import Database, engine
 from tests.mcphost.hostkit import ECHO_RUNNER, MISBEHAVE, agent
+from tests.plugins.support import FAST, group_alive
 
 
 def _settings(tmp_path: Path, *plugins: PluginConfig) -> Settings:
@@ -134,3 +138,53 @@ async def test_a_host_starts_its_plugins_while_it_opens_the_database(
         assert _states(host.supervisor.plugins)["memo"] == "running"
     # The memo plugin was already spawned when the migration began (not after the database was open).
     assert [states["memo"] for states in states_while_migrating] == ["starting"]
+
+
+async def test_plugins_spawned_first_are_taken_over_by_the_host_and_nothing_else_starts(
+    tmp_path: Path,
+) -> None:
+    settings = _settings(tmp_path)
+    async with plugins_first(settings):
+        prestarted = _PRESTARTED.get()
+        assert prestarted is not None
+        spawned = prestarted.pids
+        assert list(spawned) == ["memo"]  # only the plugin the agents use
+        async with open_host(settings) as host:
+            memo = host.supervisor.get("memo")
+            assert memo.state == "running"
+            assert memo.pid == spawned["memo"]  # the same process, not a second one
+            assert memo.restarts == 0
+            assert prestarted.pids == {}
+            assert [p.name for p in host.supervisor.plugins if p.pid is not None] == ["memo"]
+        assert not group_alive(spawned["memo"])  # the host stopped it as its own
+
+
+async def test_plugins_spawned_first_that_no_host_takes_are_stopped_on_leaving(tmp_path: Path) -> None:
+    settings = _settings(tmp_path)
+    async with plugins_first(settings):
+        prestarted = _PRESTARTED.get()
+        assert prestarted is not None
+        pids = list(prestarted.pids.values())
+        assert len(pids) == 1
+        assert group_alive(pids[0])
+    assert _PRESTARTED.get() is None
+    assert not group_alive(pids[0])
+
+
+async def test_a_plugin_spawned_first_for_another_spec_is_not_taken(tmp_path: Path) -> None:
+    settings = _settings(tmp_path)
+    prestarted = Prestarted(FAST)
+    [memo] = [spec for spec in plugin_specs(settings) if spec.name == "memo"]
+    await prestarted.spawn([memo])
+    try:
+        assert prestarted.take(replace(memo, env={"OTHER": "1"})) is None
+        process = prestarted.take(memo)
+        assert process is not None
+        assert prestarted.take(memo) is None  # once
+        await prestarted.aclose()  # nothing left to stop: the taken one is the taker's
+        assert process.returncode is None
+    finally:
+        await prestarted.aclose()
+    await release_process(process)  # its taker's job: stdin closed, it exits on EOF
+    with anyio.fail_after(10):
+        await process.wait()
