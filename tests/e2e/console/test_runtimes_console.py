@@ -53,7 +53,9 @@ class Runtime:
     """A runtime as the protocol sees one, driven from the test (`docs/protocol.md` §12)."""
 
     def __init__(self, url: str, config: Path, name: str, labels: str) -> None:
-        added = mcphost("runtimes", "add", name, "--labels", labels, "--config", str(config), cwd=config.parent)
+        added = mcphost(
+            "runtimes", "add", name, "--labels", labels, "--config", str(config), cwd=config.parent
+        )
         assert added.returncode == 0, added.stderr
         self.url = url
         self.headers = {"authorization": f"Bearer {added.stdout.strip()}"}
@@ -73,7 +75,7 @@ class Runtime:
         self.post("heartbeat", {"runs": [{"run_id": r, "fence": f} for r, f in held]})
 
     def finish(self, run_id: str, fence: int, text: str, stderr: str) -> None:
-        results = [
+        results: list[dict[str, Any]] = [
             {"result": {"type": "message.completed", "run_id": run_id, "sequence": 1,
                         "data": {"message": {"content": text}}}},
             {"result": {"type": "run.completed", "run_id": run_id, "sequence": 2, "data": {}}},
@@ -131,9 +133,9 @@ def test_the_runtimes_page_shows_each_runtime_and_its_buttons_drain_disable_and_
     expect(west_row.locator(f"td[data-label='Current runs'] li[data-run-id='{held}']")).to_contain_text(
         f"fence {held_fence}, attempt 1"
     )
-    expect(page.locator("#runtimes tr[data-runtime='gpu-east-1'] td[data-label='Current runs']")).to_have_text(
-        "none"
-    )
+    expect(
+        page.locator("#runtimes tr[data-runtime='gpu-east-1'] td[data-label='Current runs']")
+    ).to_have_text("none")
     expect(page.locator("nav a[aria-current='page']")).to_have_text("Runtimes")
     page.wait_for_load_state("networkidle")
     assert words_broken_in_tables(page) == []
