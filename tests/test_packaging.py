@@ -16,7 +16,9 @@ import re
 import shlex
 import subprocess
 import sys
+import time
 import tomllib
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,7 +30,7 @@ import yaml
 from mcphost.config import HostSettings
 from mcphost.plugins._startup import OWN_PACKAGES
 from tests._json import obj
-from tests.mcphost.test_serve import free_port, mcphost, start_server
+from tests.mcphost.test_serve import cli_env, free_port, mcphost, start_server
 
 REPO = Path(__file__).resolve().parents[1]
 NON_ROOT_UID = 10001
@@ -179,7 +181,7 @@ def test_the_runtime_stage_is_unprivileged_has_a_healthcheck_and_serves() -> Non
 
 def test_compose_runs_mcphost_on_a_healthy_postgres_with_real_settings() -> None:
     services = compose()["services"]
-    assert set(services) == {"postgres", "mcphost"}
+    assert set(services) == {"postgres", "mcphost", "runtime"}
     app = services["mcphost"]
     assert app["depends_on"]["postgres"]["condition"] == "service_healthy"
     assert "healthcheck" in services["postgres"]
@@ -200,20 +202,17 @@ def _healthcheck_command(port: int) -> list[str]:
     return [sys.executable, *(part.replace(":8787/", f":{port}/") for part in command[1:])]
 
 
-@pytest.mark.slow
-def test_the_container_command_serves_with_the_compose_environment(
-    tmp_path: Path,
-    start_server: Any,
-) -> None:
-    """The image's CMD, ENV and HEALTHCHECK with compose's environment, on this machine instead of docker."""
-    port = free_port()
-    runtime = dockerfile_stages()[-1]
+COMPOSE_KEY = "compose-test-key-0123456789"
+
+
+def compose_host_env(tmp_path: Path, port: int) -> dict[str, str]:
+    """The image's ENV and compose's environment for the `mcphost` service, on this machine: a free port,
+    the data volume under `tmp_path`, and this machine's PostgreSQL as compose's `postgres` (or SQLite)."""
     env: dict[str, str] = {}
-    for args in runtime.all("ENV"):
+    for args in dockerfile_stages()[-1].all("ENV"):
         env |= {k: v for k, v in _env_pairs(args).items() if k.startswith("MCPHOST_")}
-    supplied = {"MCPHOST_API_KEY": "compose-test-key-0123456789"}
     for variable, value in compose()["services"]["mcphost"]["environment"].items():
-        env[variable] = interpolate(str(value), supplied)
+        env[variable] = interpolate(str(value), {"MCPHOST_API_KEY": COMPOSE_KEY})
     env["MCPHOST_DATA_DIR"] = str(tmp_path / "data")  # the image's /data volume
     env["MCPHOST_LISTEN"] = f"0.0.0.0:{port}"  # the container's listen, on a free port
     env["MCPHOST_PUBLIC_URL"] = f"http://127.0.0.1:{port}"
@@ -223,6 +222,99 @@ def test_the_container_command_serves_with_the_compose_environment(
     else:
         del env["MCPHOST_DATABASE_URL"]  # SQLite under data_dir, as `docker run` without compose
         env["MCPHOST_BLOB_BACKEND"] = "disk"
+    return env
+
+
+def test_compose_has_a_runtime_sidecar_that_takes_its_token_from_the_environment() -> None:
+    from mcphost.cli import build_parser
+    from mcphost.cli._runtimes import TOKEN_ENV, parse_labels
+
+    services = compose()["services"]
+    sidecar, host = services["runtime"], services["mcphost"]
+    assert sidecar["image"] == host["image"], "the host's image, with its plugins"
+    assert sidecar["profiles"] == ["runtime"], "started once its token exists"
+    assert sidecar["depends_on"]["mcphost"]["condition"] == "service_healthy"
+    assert sidecar["healthcheck"] == {"disable": True}, "the image's /healthz check is the host's"
+    assert set(sidecar["environment"]) == {TOKEN_ENV}
+    assert interpolate(sidecar["environment"][TOKEN_ENV], {TOKEN_ENV: "mcprt_x"}) == "mcprt_x"
+    command = [interpolate(str(part), {}) for part in sidecar["command"]]
+    assert command[:2] == ["mcphost", "runtime"]
+    args = build_parser().parse_args(command[1:])
+    assert args.host == "http://mcphost:8787", "the host service's listen, on compose's network"
+    assert args.token is None, "the token never on the command line (the process list shows it)"
+    assert (args.slots, parse_labels(args.labels)) == (2, {"pool": "local"})
+    assert "runtime-data" in compose()["volumes"]
+
+
+@pytest.mark.slow
+def test_the_runtime_sidecar_command_registers_with_the_compose_host(
+    tmp_path: Path,
+    start_server: Any,
+) -> None:
+    """compose's `runtime` command and environment, with a token from `mcphost runtimes add`, against the
+    `mcphost` service's command: the sidecar registers and heartbeats (GET /v1/runtimes says so)."""
+    import httpx2
+
+    port = free_port()
+    env = compose_host_env(tmp_path, port)
+    start_server(**env)
+    name = f"sidecar-{uuid.uuid4().hex[:8]}"  # the PostgreSQL database is this machine's, shared by runs
+    added = mcphost("runtimes", "add", name, cwd=tmp_path, timeout=60, **env)
+    assert added.returncode == 0, added.stderr
+    token = added.stdout.strip()
+    assert token.startswith("mcprt_")
+    command = [interpolate(str(part), {}) for part in compose()["services"]["runtime"]["command"]]
+    command = [f"http://127.0.0.1:{port}" if part == "http://mcphost:8787" else part for part in command]
+    command[command.index("--workdir") + 1] = str(tmp_path / "runtime")
+    sidecar_env = {
+        k: v
+        for k, v in env.items()
+        if k in ("MCPHOST_DATA_DIR", "MCPHOST_DATABASE_URL", "MCPHOST_BLOB_BACKEND")
+    }
+    sidecar_env["MCPHOST_DATA_DIR"] = str(tmp_path / "runtime-data")  # its own volume, not the host's
+    with (tmp_path / "sidecar.log").open("w") as log:
+        daemon = subprocess.Popen(
+            [sys.executable, "-m", "mcphost.cli", *command[1:]],
+            cwd=tmp_path, env=cli_env(**sidecar_env, MCPHOST_RUNTIME_TOKEN=token),
+            stdout=subprocess.DEVNULL, stderr=log, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            answer = httpx2.get(
+                f"http://127.0.0.1:{port}/v1/runtimes",
+                headers={"authorization": f"Bearer {COMPOSE_KEY}"},
+                timeout=30,
+            )
+            listed = [r for r in answer.json()["runtimes"] if r["name"] == name]
+            if listed and listed[0]["alive"]:
+                break
+            assert daemon.poll() is None, (tmp_path / "sidecar.log").read_text()
+            assert time.monotonic() < deadline, (listed, (tmp_path / "sidecar.log").read_text())
+            time.sleep(0.2)
+        (found,) = listed
+        assert (found["name"], found["state"], found["slots"], found["labels"]) == (
+            name,
+            "online",
+            2,
+            {"pool": "local"},
+        )
+    finally:
+        daemon.terminate()
+        daemon.wait(timeout=60)
+        assert mcphost("runtimes", "remove", name, cwd=tmp_path, timeout=60, **env).returncode == 0
+
+
+@pytest.mark.slow
+def test_the_container_command_serves_with_the_compose_environment(
+    tmp_path: Path,
+    start_server: Any,
+) -> None:
+    """The image's CMD, ENV and HEALTHCHECK with compose's environment, on this machine instead of docker."""
+    port = free_port()
+    runtime = dockerfile_stages()[-1]
+    env = compose_host_env(tmp_path, port)
+    supplied = {"MCPHOST_API_KEY": COMPOSE_KEY}
     assert _exec_form(runtime.all("CMD")[-1])[:2] == ["mcphost", "serve"]
     server = start_server(**env)
 

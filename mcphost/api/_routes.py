@@ -115,12 +115,14 @@ from mcphost.api._models import (
 from mcphost.api._resources import list_knowledge, list_tools, search_knowledge
 from mcphost.api._runtime import runtime_routes
 from mcphost.api._runtimes import (
+    RunRuntimeView,
     RuntimesView,
     RuntimeView,
     disable_runtime,
     drain_runtime,
     enable_runtime,
     list_runtimes,
+    run_runtime,
 )
 from mcphost.api._schedules import (
     create_schedule,
@@ -314,6 +316,11 @@ _ENDPOINTS: tuple[_Endpoint, ...] = (
               202, "CancelAnswer", (400, 404, 409, 413), body="CancelBody", role="operator", own_runs=True),
     _Endpoint("GET", "/v1/runs/{run_id}/audit", run_audit, "The run's MCP call audit", 200, "AuditPage",
               (400, 404), AuditQuery, role="reader"),
+    _Endpoint("GET", "/v1/runs/{run_id}/runtime", run_runtime,
+              "Where the run ran: the runtime of its latest claim (null: on the host itself), the fence and "
+              "attempt, when it was claimed and its first result arrived, its lease renewals, the events of "
+              "every claim (claimed, requeued, lost, output, ended) and the artifact of its runner's output",
+              200, "RunRuntimeView", (400, 404), role="reader"),
     _Endpoint("GET", "/v1/runs/{run_id}/records", run_records,
               "What the run left: the context it was started with (without its token), its event-log entries "
               "and transcript rows", 200, "RunRecords", (400, 404), role="reader"),
@@ -399,8 +406,8 @@ _ENDPOINTS: tuple[_Endpoint, ...] = (
     _Endpoint("GET", "/v1/artifacts/{artifact_id}/content", artifact_content,
               "An artifact's bytes; a single byte range answers 206", 200, _BINARY, (404, 416), headers=("Range",),
               partial=True, role="reader"),
-    _Endpoint("GET", "/v1/runtimes", list_runtimes, "The registered runtimes: state, liveness, slots in use, labels, "
-              "capabilities", 200, "RuntimesView", (400,), role="operator"),
+    _Endpoint("GET", "/v1/runtimes", list_runtimes, "The registered runtimes: state, liveness, slots in use and the "
+              "runs they hold, labels, capabilities", 200, "RuntimesView", (400,), role="operator"),
     _Endpoint("POST", "/v1/runtimes/{runtime}/drain", drain_runtime, "Drain a runtime: it finishes its runs and "
               "claims no new ones", 200, "RuntimeView", (400, 404), role="operator"),
     _Endpoint("POST", "/v1/runtimes/{runtime}/disable", disable_runtime, "Disable a runtime: its token is refused "
@@ -591,6 +598,7 @@ _SCHEMA_MODELS: tuple[type[BaseModel], ...] = (
     *_RESULT_MODELS,
     RuntimesView,
     RuntimeView,
+    RunRuntimeView,
     UsageAnswer,
     RunUsage,
 )

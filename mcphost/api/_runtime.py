@@ -1,5 +1,5 @@
 """The runtime protocol (docs/protocol.md §12): `/v1/runtime/register|heartbeat|claim` and
-`/v1/runtime/runs/{run_id}/results|end`, authenticated by a runtime token only.
+`/v1/runtime/runs/{run_id}/results|output|end`, authenticated by a runtime token only.
 
 Owns authenticating a runtime (`Authorization: Bearer <runtime token>`: an API key or a run token is
 refused 401 here, and a runtime token anywhere else), parsing its bodies (`runtimes/wire.py`, capped and
@@ -12,6 +12,8 @@ Invariants:
 - A claim long-polls at most `wait_s` (≤ 30 s): woken at once by a run queued in this process, else
   looking again every `CLAIM_POLL_S`; a runtime whose client went away claims nothing.
 - A claim's context carries the claim's fenced MCP token, never the run's own token.
+- A run's output is kept as an artifact of the run only while the posting runtime holds it under that
+  fence (checked before the bytes are stored and again when they are recorded).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from mcphost.runtimes.fence import fenced_token
 from mcphost.runtimes.remote import RemoteRuns
 from mcphost.runtimes.wire import (
     MAX_BODY_BYTES,
+    MAX_OUTPUT_BYTES,
     RUNTIME_PREFIX,
     ClaimAnswer,
     ClaimBody,
@@ -44,6 +47,8 @@ from mcphost.runtimes.wire import (
     HeartbeatAnswer,
     HeartbeatBody,
     HeldAnswer,
+    OutputAnswer,
+    OutputBody,
     RegisterAnswer,
     RegisterBody,
     ResultsAnswer,
@@ -202,6 +207,46 @@ async def post_results(request: Request) -> Response:
     return _answer(ResultsAnswer(accepted_through=through, cancel=cancel))
 
 
+OUTPUT_MIME = "text/plain; charset=utf-8"
+
+
+def output_text(body: OutputBody) -> bytes:
+    """The artifact's bytes: the output, after a line saying what was cut before it (if anything)."""
+    head = ""
+    if body.cut_bytes or body.cut_lines:
+        head = (
+            f"[mcphost: {body.cut_bytes} earlier bytes in {body.cut_lines} lines were cut on the runtime; "
+            f"the newest {MAX_OUTPUT_BYTES} bytes at most are kept]\n"
+        )
+    return (head + body.text).encode()
+
+
+async def post_output(request: Request) -> Response:
+    runtime = await _runtime(request)
+    parse_query(request, QueryModel)
+    run_id = path_id(request, "run_id")
+    body = parse_json(OutputBody, await read_body(request, MAX_BODY_BYTES))
+    stores = api_state(request).stores
+    await stores.dispatch.check_held(runtime.runtime_id, run_id, body.fence)
+    data = output_text(body)
+    stored = await stores.artifacts.put_bytes(
+        data,
+        name=f"runtime-output-{run_id}-{body.fence}.log",
+        mime_type=OUTPUT_MIME,
+        max_bytes=MAX_OUTPUT_BYTES + 1024,
+        owner_run_id=run_id,
+    )
+    await stores.dispatch.post_output(
+        runtime.runtime_id,
+        run_id,
+        body.fence,
+        artifact_id=stored.artifact_id,
+        size=stored.size,
+        cut_bytes=body.cut_bytes,
+    )
+    return _answer(OutputAnswer(artifact_id=stored.artifact_id, size=stored.size))
+
+
 async def post_end(request: Request) -> Response:
     runtime = await _runtime(request)
     parse_query(request, QueryModel)
@@ -222,6 +267,7 @@ def runtime_routes() -> list[BaseRoute]:
         ("heartbeat", heartbeat),
         ("claim", claim),
         ("runs/{run_id}/results", post_results),
+        ("runs/{run_id}/output", post_output),
         ("runs/{run_id}/end", post_end),
     )
     return [

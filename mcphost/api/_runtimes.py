@@ -1,8 +1,9 @@
-"""`GET /v1/runtimes` and `POST /v1/runtimes/{runtime}/drain|disable|enable`: the operator's view of the
-registered runtimes.
+"""`GET /v1/runtimes`, `POST /v1/runtimes/{runtime}/drain|disable|enable` and
+`GET /v1/runs/{run_id}/runtime`: the operator's view of the registered runtimes and of where a run ran.
 
-Owns listing runtimes (state, liveness, slots in use, capabilities, labels) and changing what an operator
-allows one. Does not own adding or removing one (`mcphost runtimes add|remove`: the token is printed
+Owns listing runtimes (state, liveness, slots in use, the runs they hold, capabilities, labels), changing
+what an operator allows one, and a run's runtime audit (runtime, fence, claim timings, lease renewals,
+events, the artifact of its runner's output). Does not own adding or removing one (`mcphost runtimes add|remove`: the token is printed
 once, on the machine that has the database) or the runtime protocol (`_runtime.py`).
 """
 
@@ -19,6 +20,8 @@ from mcphost.api._http import parse_query, path_id
 from mcphost.api._models import QueryModel
 from mcphost.api._state import api_state
 from mcphost.stores import RuntimeRecord
+from mcphost.stores.dispatch import RuntimeClaim
+from mcphost.stores.runtime_audit import RuntimeAudit
 from mcphost.stores.runtimes import RuntimeState
 
 
@@ -35,6 +38,8 @@ class RuntimeView(BaseModel):
     slots: int
     running: int
     """Runs it holds now."""
+    runs: list[RuntimeClaim] = []
+    """The runs it holds now: run id, fence, attempt, when claimed, lease and last renewal."""
     labels: dict[str, str]
     """Its effective labels: the ones it reports, overridden by the ones the operator gave."""
     capabilities: dict[str, Any]
@@ -45,7 +50,16 @@ class RuntimesView(BaseModel):
     runtimes: list[RuntimeView]
 
 
-def runtime_view(record: RuntimeRecord, lease_s: float, now: float) -> RuntimeView:
+class RunRuntimeView(BaseModel):
+    """Where a run ran: `runtime` is null for a run executed on the host itself (a local agent)."""
+
+    run_id: str
+    runtime: RuntimeAudit | None
+
+
+def runtime_view(
+    record: RuntimeRecord, lease_s: float, now: float, runs: list[RuntimeClaim] | None = None
+) -> RuntimeView:
     return RuntimeView(
         runtime_id=record.runtime_id,
         name=record.name,
@@ -54,6 +68,7 @@ def runtime_view(record: RuntimeRecord, lease_s: float, now: float) -> RuntimeVi
         last_heartbeat_at=record.last_heartbeat_at,
         slots=record.slots,
         running=record.running,
+        runs=runs or [],
         labels=record.effective_labels,
         capabilities=record.capabilities,
         created_at=record.created_at,
@@ -68,8 +83,10 @@ def _lease_s(request: Request) -> float:
 async def list_runtimes(request: Request) -> Response:
     parse_query(request, QueryModel)
     lease_s, now = _lease_s(request), time.time()
-    records = await api_state(request).stores.runtimes.list()
-    answer = RuntimesView(runtimes=[runtime_view(r, lease_s, now) for r in records])
+    stores = api_state(request).stores
+    records = await stores.runtimes.list()
+    held = await stores.dispatch.held_runs()
+    answer = RuntimesView(runtimes=[runtime_view(r, lease_s, now, held.get(r.runtime_id)) for r in records])
     return JSONResponse(answer.model_dump(mode="json"))
 
 
@@ -89,3 +106,12 @@ async def disable_runtime(request: Request) -> Response:
 
 async def enable_runtime(request: Request) -> Response:
     return await _set_state(request, "online")
+
+
+async def run_runtime(request: Request) -> Response:
+    parse_query(request, QueryModel)
+    run_id = path_id(request, "run_id")
+    stores = api_state(request).stores
+    await stores.runs.get(run_id)
+    audit = await stores.dispatch.audit(run_id)
+    return JSONResponse(RunRuntimeView(run_id=run_id, runtime=audit).model_dump(mode="json"))

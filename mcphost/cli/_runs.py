@@ -22,6 +22,7 @@ from mcphost.config import Settings
 from mcphost.models import RunStatus
 from mcphost.protocol import JSONObject, json_schemas
 from mcphost.serving import serve_locally
+from mcphost.stores.runtime_audit import RuntimeAudit
 
 
 async def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
@@ -96,6 +97,7 @@ async def cmd_show(args: argparse.Namespace, settings: Settings) -> int:
         audit = await stores.audit.list(run.run_id, after=0, limit=1000)
         grant = await stores.runs.grant(run.run_id)
         attempts = await stores.runs.attempts(run.event_id)
+        placement = await stores.dispatch.audit(run.run_id)
     report: dict[str, Any] = {
         "run": run.model_dump(mode="json"),
         "attempts": [
@@ -107,12 +109,14 @@ async def cmd_show(args: argparse.Namespace, settings: Settings) -> int:
         "events": [e.model_dump(mode="json") for e in events],
         "transcript": [t.model_dump(mode="json") for t in transcript],
         "audit": [a.model_dump(mode="json") for a in audit],
+        "runtime": placement.model_dump(mode="json") if placement is not None else None,
     }
     if args.json:
         dump(report)
         return EXIT_OK
     print(run_line(run))
     print(f"  runner {run.runner_id}  grant {'revoked' if grant.revoked else 'ACTIVE'}")
+    print_placement(placement)
     if len(attempts) > 1:
         print(f"attempts of event {run.event_id} ({len(attempts)}):")
         for a in attempts:
@@ -131,6 +135,30 @@ async def cmd_show(args: argparse.Namespace, settings: Settings) -> int:
     for a in audit:
         print(f"  {a.tool:<20} {a.outcome:<8} {a.code or ''} {a.duration_ms:.1f} ms")
     return EXIT_OK
+
+
+def print_placement(placement: RuntimeAudit | None) -> None:
+    """Where a run ran: the host itself, or the runtime of its latest claim and every claim's events."""
+    if placement is None:
+        print("  ran on this host (local)")
+        return
+    where = (
+        f"runtime {placement.runtime_name} ({placement.runtime_id})"
+        if placement.runtime_id is not None or placement.runtime_name is not None
+        else "no runtime yet (queued)"
+    )
+    print(f"  ran on {where}  attempt {placement.attempts}  fence {placement.fence}  [{placement.state}]")
+    timings = [f"renewals {placement.renewals}"]
+    if placement.claimed_at is not None:
+        timings.insert(0, f"claimed {placement.claimed_at - placement.queued_at:.3f} s after queued")
+        if placement.first_result_at is not None:
+            timings.insert(1, f"first result +{placement.first_result_at - placement.claimed_at:.3f} s")
+    if placement.output_artifact_id is not None:
+        timings.append(f"output {placement.output_artifact_id}")
+    print("  " + "  ".join(timings))
+    for event in placement.events:
+        rest = {k: v for k, v in event.items() if k not in ("event", "at") and v is not None}
+        print(f"    {event.get('event', '?'):<9} {short(rest)}")
 
 
 async def cmd_db_upgrade(args: argparse.Namespace, settings: Settings) -> int:

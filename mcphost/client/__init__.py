@@ -10,9 +10,9 @@ async with AsyncClient("http://127.0.0.1:8787", api_key="...") as client:
     print(stream.end)                      # RunEnd(run_id, status, error)
 ```
 
-Resources: `events` (send, stream), `runs` (list, get, cancel, stream, wait), `approvals` (list, get,
-decide), `schedules` (list, get, create, delete, pause, resume), `conversations` (transcript, events),
-`channels` (list).
+Resources: `events` (send, stream), `runs` (list, get, runtime, cancel, stream, wait), `approvals`
+(list, get, decide), `schedules` (list, get, create, delete, pause, resume), `conversations`
+(transcript, events), `channels` (list), `runtimes` (list, drain, disable, enable).
 Answers are the pydantic models of `mcphost.client.models`; errors are `APIError` (the API's error body
 and status) and `APIConnectionError`, both `ClientError`s.
 

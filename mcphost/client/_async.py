@@ -1,6 +1,7 @@
 """`AsyncClient`: the API from async code (anyio: asyncio or trio), on `httpx2.AsyncClient`.
 
-Owns the async resources (`events`, `runs`, `approvals`, `schedules`, `conversations`, `channels`),
+Owns the async resources (`events`, `runs`, `approvals`, `schedules`, `conversations`, `channels`,
+`runtimes`),
 sending a `Call` and reading its answer or error, and `AsyncRunStream`, which follows a run's results
 over SSE and resumes a dropped connection with `Last-Event-ID`. Does not own the calls' HTTP shapes
 (`_calls`) or what a stream event means (`_stream`); `_sync` is the same over `httpx2.Client`.
@@ -35,8 +36,11 @@ if TYPE_CHECKING:
         ChannelsView,
         Decision,
         EventsPage,
+        RunRuntimeView,
         RunsPage,
         RunStatus,
+        RuntimesView,
+        RuntimeView,
         RunView,
         ScheduleDeleted,
         SchedulesPage,
@@ -80,6 +84,7 @@ class AsyncClient:
         self.schedules = AsyncSchedules(self)
         self.conversations = AsyncConversations(self)
         self.channels = AsyncChannels(self)
+        self.runtimes = AsyncRuntimes(self)
 
     async def __aenter__(self) -> Self:
         return self
@@ -240,6 +245,11 @@ class AsyncRuns:
         """`GET /v1/runs/{run_id}`: the run, its grant (without its token) and its event's attempts."""
         return await self._client.call(_calls.get_run(run_id))
 
+    async def runtime(self, run_id: str) -> RunRuntimeView:
+        """`GET /v1/runs/{run_id}/runtime`: where the run ran (`runtime` None: on the host itself), its
+        claims' fences, timings, lease renewals and events, and the artifact of its runner's output."""
+        return await self._client.call(_calls.run_runtime(run_id))
+
     async def cancel(self, run_id: str, *, reason: str | None = None) -> CancelAnswer:
         """`POST /v1/runs/{run_id}/cancel`; the run ends `cancelled` with `reason` on whichever host runs it."""
         return await self._client.call(_calls.cancel_run(run_id, reason))
@@ -307,6 +317,29 @@ class AsyncSchedules:
 
     async def resume(self, schedule_id: str) -> ScheduleStatus:
         return await self._client.call(_calls.pause_schedule(schedule_id, resume=True))
+
+
+class AsyncRuntimes:
+    def __init__(self, client: AsyncClient) -> None:
+        self._client = client
+
+    async def list(self) -> RuntimesView:
+        """`GET /v1/runtimes`: each runtime's state, liveness, slots, the runs it holds, labels and
+        capabilities."""
+        return await self._client.call(_calls.list_runtimes())
+
+    async def drain(self, runtime: str) -> RuntimeView:
+        """`POST /v1/runtimes/{runtime}/drain`: it finishes its runs and claims no new ones."""
+        return await self._client.call(_calls.set_runtime_state(runtime, "drain"))
+
+    async def disable(self, runtime: str) -> RuntimeView:
+        """`POST /v1/runtimes/{runtime}/disable`: its token is refused; its runs are requeued when their
+        leases lapse."""
+        return await self._client.call(_calls.set_runtime_state(runtime, "disable"))
+
+    async def enable(self, runtime: str) -> RuntimeView:
+        """`POST /v1/runtimes/{runtime}/enable`: it claims runs again."""
+        return await self._client.call(_calls.set_runtime_state(runtime, "enable"))
 
 
 class AsyncChannels:

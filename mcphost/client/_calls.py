@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Generic, TypeVar
+from typing import TYPE_CHECKING, Generic, Literal, TypeVar
 from urllib.parse import quote
 
 from mcphost.client._json import JSONObject, JSONValue
@@ -26,8 +26,11 @@ if TYPE_CHECKING:
         ChannelsView,
         Decision,
         EventsPage,
+        RunRuntimeView,
         RunsPage,
         RunStatus,
+        RuntimesView,
+        RuntimeView,
         RunView,
         ScheduleDeleted,
         SchedulesPage,
@@ -147,6 +150,27 @@ def decide_approval(
     return Call(
         "POST", f"/v1/approvals/{segment(approval_id)}", ApprovalRecord.model_validate_json, body=body
     )
+
+
+# -- runtimes ----------------------------------------------------------------------------------------
+
+
+def run_runtime(run_id: str) -> Call[RunRuntimeView]:
+    from mcphost.client.models import RunRuntimeView
+
+    return Call("GET", f"/v1/runs/{segment(run_id)}/runtime", RunRuntimeView.model_validate_json)
+
+
+def list_runtimes() -> Call[RuntimesView]:
+    from mcphost.client.models import RuntimesView
+
+    return Call("GET", "/v1/runtimes", RuntimesView.model_validate_json)
+
+
+def set_runtime_state(runtime: str, action: Literal["drain", "disable", "enable"]) -> Call[RuntimeView]:
+    from mcphost.client.models import RuntimeView
+
+    return Call("POST", f"/v1/runtimes/{segment(runtime)}/{action}", RuntimeView.model_validate_json)
 
 
 # -- channels ----------------------------------------------------------------------------------------

@@ -1,6 +1,7 @@
 """`Client`: the API from synchronous code, on `httpx2.Client`; `_async.AsyncClient` made blocking.
 
-Owns the blocking resources (`events`, `runs`, `approvals`, `schedules`, `conversations`, `channels`),
+Owns the blocking resources (`events`, `runs`, `approvals`, `schedules`, `conversations`, `channels`,
+`runtimes`),
 sending a `Call` and reading its answer or error, and `RunStream`, which follows a run's results over
 SSE and resumes a dropped connection with `Last-Event-ID`. Does not own the calls' HTTP shapes
 (`_calls`) or what a stream event means (`_stream`): both clients run the same ones.
@@ -35,8 +36,11 @@ if TYPE_CHECKING:
         ChannelsView,
         Decision,
         EventsPage,
+        RunRuntimeView,
         RunsPage,
         RunStatus,
+        RuntimesView,
+        RuntimeView,
         RunView,
         ScheduleDeleted,
         SchedulesPage,
@@ -81,6 +85,7 @@ class Client:
         self.schedules = Schedules(self)
         self.conversations = Conversations(self)
         self.channels = Channels(self)
+        self.runtimes = Runtimes(self)
 
     def __enter__(self) -> Self:
         return self
@@ -254,6 +259,11 @@ class Runs:
         """`GET /v1/runs/{run_id}`: the run, its grant (without its token) and its event's attempts."""
         return self._client.call(_calls.get_run(run_id))
 
+    def runtime(self, run_id: str) -> RunRuntimeView:
+        """`GET /v1/runs/{run_id}/runtime`: where the run ran (`runtime` None: on the host itself), its
+        claims' fences, timings, lease renewals and events, and the artifact of its runner's output."""
+        return self._client.call(_calls.run_runtime(run_id))
+
     def cancel(self, run_id: str, *, reason: str | None = None) -> CancelAnswer:
         """`POST /v1/runs/{run_id}/cancel`; the run ends `cancelled` with `reason` on whichever host runs it."""
         return self._client.call(_calls.cancel_run(run_id, reason))
@@ -320,6 +330,29 @@ class Schedules:
 
     def resume(self, schedule_id: str) -> ScheduleStatus:
         return self._client.call(_calls.pause_schedule(schedule_id, resume=True))
+
+
+class Runtimes:
+    def __init__(self, client: Client) -> None:
+        self._client = client
+
+    def list(self) -> RuntimesView:
+        """`GET /v1/runtimes`: each runtime's state, liveness, slots, the runs it holds, labels and
+        capabilities."""
+        return self._client.call(_calls.list_runtimes())
+
+    def drain(self, runtime: str) -> RuntimeView:
+        """`POST /v1/runtimes/{runtime}/drain`: it finishes its runs and claims no new ones."""
+        return self._client.call(_calls.set_runtime_state(runtime, "drain"))
+
+    def disable(self, runtime: str) -> RuntimeView:
+        """`POST /v1/runtimes/{runtime}/disable`: its token is refused; its runs are requeued when their
+        leases lapse."""
+        return self._client.call(_calls.set_runtime_state(runtime, "disable"))
+
+    def enable(self, runtime: str) -> RuntimeView:
+        """`POST /v1/runtimes/{runtime}/enable`: it claims runs again."""
+        return self._client.call(_calls.set_runtime_state(runtime, "enable"))
 
 
 class Channels:

@@ -252,3 +252,59 @@ class ChannelView(Answer):
 
 class ChannelsView(Answer):
     channels: list[ChannelView]
+
+
+class RuntimeClaim(Answer):
+    """A run a runtime holds now."""
+
+    run_id: str
+    fence: int
+    attempt: int
+    claimed_at: float | None
+    lease_until: float
+    last_renewal_at: float | None
+
+
+class RuntimeView(Answer):
+    runtime_id: str
+    name: str
+    state: Literal["online", "draining", "disabled"]
+    alive: bool
+    last_heartbeat_at: float | None
+    slots: int
+    running: int
+    runs: list[RuntimeClaim] = Field(default_factory=list[RuntimeClaim])
+    labels: dict[str, str]
+    capabilities: JSONObject
+    created_at: float
+
+
+class RuntimesView(Answer):
+    runtimes: list[RuntimeView]
+
+
+class RuntimeAudit(Answer):
+    """Where a remote run ran: its latest claim's runtime, fence and timings, and every claim's events."""
+
+    run_id: str
+    state: Literal["queued", "claimed", "ended"]
+    runtime_id: str | None
+    runtime_name: str | None
+    fence: int
+    attempts: int
+    queued_at: float
+    claimed_at: float | None
+    first_result_at: float | None
+    renewals: int
+    last_renewal_at: float | None
+    lease_until: float | None
+    ended_at: float | None
+    end_status: str | None
+    output_artifact_id: str | None
+    events: list[JSONObject]
+
+
+class RunRuntimeView(Answer):
+    run_id: str
+    runtime: RuntimeAudit | None
+    """None: the run was executed on the host itself."""

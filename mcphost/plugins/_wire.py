@@ -113,11 +113,20 @@ def dumps_line(message: JSONObject) -> bytes:
 class Connection:
     """One spawned process of a plugin: its pipes, pumps, pending requests and active runs."""
 
-    def __init__(self, name: str, process: anyio.abc.Process, *, on_diagnostic: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        name: str,
+        process: anyio.abc.Process,
+        *,
+        on_diagnostic: Callable[[], None],
+        on_output: Callable[[str], None] | None = None,
+    ) -> None:
         self.name = name
         """The plugin's name, for logs."""
         self._on_diagnostic = on_diagnostic
         """Called once per diagnostic (the owner counts them)."""
+        self._on_output = on_output
+        """Called with every stderr line, and every stdout line that is not JSON (`[stdout] …`)."""
         self.process = process
         self.pid = process.pid
         self.runs: dict[str, RunRoute] = {}
@@ -244,6 +253,8 @@ class Connection:
                         text = item.decode(errors="replace").rstrip()
                     if text:
                         self.stderr_tail.append(text)
+                        if self._on_output is not None:
+                            self._on_output(text)
                         logger.info("[plugin %s] %s", self.name, text, extra=extra)
         finally:
             self.stderr_done.set()
@@ -265,6 +276,8 @@ class Connection:
             )
             return
         except ValueError:
+            if self._on_output is not None:
+                self._on_output("[stdout] " + line[:_MAX_STDERR_LINE].decode(errors="replace").rstrip())
             self._diagnostic(
                 "wrote a line that is not JSON to stdout (stdout is the protocol channel; logs go to stderr): %r",
                 line[:200],

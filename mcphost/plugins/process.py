@@ -42,7 +42,8 @@ Invariants:
   The pump waits while a caller's stream is full (backpressure to the plugin), so callers must keep
   draining or close their receiving end — a closed end detaches the run, it never blocks the pump.
 - Writes to stdin are serialized by one `anyio.Lock`; a line is written whole.
-- The plugin's stderr is logged line by line to `mcphost.plugins` with `extra={"plugin": name}`.
+- The plugin's stderr is logged line by line to `mcphost.plugins` with `extra={"plugin": name}`, and
+  handed to the listeners `watch_output` registered (a runtime keeps it as its runs' output).
 
 Size: past 600 lines because one plugin process's life — spawn, `initialize`, serving runs, liveness
 probes, restart with back-off and bounded shutdown — is one state machine; the wire (`_wire.py`) and the
@@ -54,8 +55,8 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from collections.abc import Callable, Collection, Mapping, Sequence
-from contextlib import suppress
+from collections.abc import Callable, Collection, Generator, Mapping, Sequence
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -298,6 +299,7 @@ class PluginProcess:
         self._manifests: dict[str, AgentRunnerManifest] = {}
         self._rejected: tuple[RejectedManifest, ...] = ()
         self._conn: Connection | None = None
+        self._output_listeners: list[Callable[[str], None]] = []
         self._changed: anyio.Event | None = None
         """Set (and replaced) whenever a process becomes ready or the plugin stops being worth waiting
         for; created lazily because a plugin may be built outside an event loop."""
@@ -326,6 +328,21 @@ class PluginProcess:
     @property
     def rejected(self) -> tuple[RejectedManifest, ...]:
         return self._rejected
+
+    @contextmanager
+    def watch_output(self, listener: Callable[[str], None]) -> Generator[None]:
+        """Call `listener` with each line the plugin writes to stderr (and each stdout line that is not
+        the protocol's, as `[stdout] …`) while the block runs. Lines belong to the process, not to a
+        run: with several runs in flight on it, every listener hears all of them."""
+        self._output_listeners.append(listener)
+        try:
+            yield
+        finally:
+            self._output_listeners.remove(listener)
+
+    def _on_output(self, line: str) -> None:
+        for listener in tuple(self._output_listeners):
+            listener(line)
 
     # -- runs ------------------------------------------------------------------------------------------
 
@@ -519,7 +536,7 @@ class PluginProcess:
         except (OSError, ValueError) as exc:
             return None, f"cannot start command {self.spec.command!r}: {exc}"
         # No await between the spawn and the try: a cancellation in the gap would leak the process.
-        conn = Connection(self.name, process, on_diagnostic=self._count_diagnostic)
+        conn = Connection(self.name, process, on_diagnostic=self._count_diagnostic, on_output=self._on_output)
         ready_at: float | None = None
         failure: str | None = None
         reason = "was shut down"

@@ -14,6 +14,9 @@ Invariants:
   or `lost` in a heartbeat answer) is cancelled here and its unsent results are dropped: the host gave it
   to another runtime, so nothing of this attempt may reach it.
 - A cancel in a heartbeat or results answer is sent to the runner once (`runner/cancel`).
+- A run's output (its plugin's stderr while the run is active, bounded by `RunOutput`) is posted once,
+  after its last result and before its end; a refusal of it other than losing the run is logged and
+  does not hold the end back.
 - A 401 (the runtime was removed) stops the daemon with that message; a 403 (disabled) keeps it
   heartbeating slowly until an operator enables it again.
 """
@@ -43,6 +46,7 @@ from mcphost.errors import HostError, UnauthorizedError
 from mcphost.plugins.process import PluginProcess, PluginSpec, PluginSupervisor, RawResult
 from mcphost.plugins.registry import RunnerRegistry
 from mcphost.protocol import AgentRunContext
+from mcphost.runtimes.output import RunOutput
 from mcphost.runtimes.wire import (
     MAX_BATCH_RESULTS,
     Capabilities,
@@ -51,6 +55,7 @@ from mcphost.runtimes.wire import (
     EndAnswer,
     Harness,
     HeartbeatAnswer,
+    OutputAnswer,
     RegisterAnswer,
     ResultsAnswer,
 )
@@ -118,6 +123,8 @@ class _LocalRun:
     """The runner's answer, once `runner/run` returned (`completed`/`failed`)."""
     cancelled: bool = False
     lost: bool = False
+    output: RunOutput = field(default_factory=RunOutput)
+    output_sent: bool = False
     changed: anyio.Event = field(default_factory=anyio.Event)
     scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
 
@@ -326,7 +333,7 @@ class RuntimeDaemon:
                         run.wake()
 
         status = "failed"
-        with run.scope:
+        with run.scope, run.plugin.watch_output(run.output.add):
             async with anyio.create_task_group() as tg:
                 tg.start_soon(collect)
                 try:
@@ -355,6 +362,11 @@ class RuntimeDaemon:
                     ],
                 }
                 path, answer_type = f"runs/{run_id}/results", ResultsAnswer
+            elif run.status is not None and not run.output_sent:
+                if await self._post_output(client, run):
+                    attempt += 1
+                    await anyio.sleep(backoff(attempt))
+                continue
             elif run.status is not None:
                 body = {"fence": run.claim.fence, "status": run.status, "last_seq": run.sent}
                 path, answer_type = f"runs/{run_id}/end", None
@@ -385,6 +397,31 @@ class RuntimeDaemon:
             run.sent = answer.accepted_through
             if answer.cancel is not None:
                 await self._cancel(run, answer.cancel)
+
+    async def _post_output(self, client: httpx2.AsyncClient, run: _LocalRun) -> bool:
+        """Post the run's output (once; nothing when it wrote none). True: the host was unreachable,
+        try again after a back-off."""
+        run_id = run.claim.run_id
+        if run.output.empty:
+            run.output_sent = True
+            return False
+        try:
+            answer: OutputAnswer = await self._post(
+                client, f"runs/{run_id}/output", run.output.body(run.claim.fence), OutputAnswer
+            )
+        except httpx2.TransportError as exc:
+            logger.warning("run %s: output not delivered yet (%s); kept, retrying", run_id, exc)
+            return True
+        except RefusedError as exc:
+            if exc.status == 409:
+                await self._lose(run, exc.message)
+            else:
+                logger.error("run %s: the host refused its output: %s", run_id, exc.message)
+            run.output_sent = True
+            return False
+        logger.info("run %s: output kept as %s (%d bytes)", run_id, answer.artifact_id, answer.size)
+        run.output_sent = True
+        return False
 
     async def _cancel(self, run: _LocalRun, reason: str) -> None:
         if run.cancelled:

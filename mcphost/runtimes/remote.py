@@ -207,6 +207,7 @@ class RemoteExecution:
             return False
         why = f"runtime {view.runtime_id} missed its heartbeats (fence {view.fence})"
         if self.placement.on_lost == "fail":
+            await self._remote.stores.dispatch.lose(run_id, view.fence, why)
             raise PluginError(
                 f"Run {run_id!r} was lost: {why}; the agent's [agents.runtime] on_lost is 'fail'.",
                 details={"run_id": run_id, "runtime_id": view.runtime_id, "fence": view.fence},

@@ -9,6 +9,8 @@ Invariants:
   `MAX_BATCH_RESULTS` results of at most `MAX_RESULT_BYTES` each: a body over `MAX_BODY_BYTES` is a 413
   before it is parsed.
 - Results are numbered per claim (fence) from 1, contiguously: a batch says its first number.
+- A run's output (the runner's stderr) is at most `MAX_OUTPUT_BYTES` of UTF-8 text, the newest part of
+  it: what was cut before it is counted (`cut_bytes`, `cut_lines`), never silently lost.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ MAX_BODY_BYTES = 8 * 1024 * 1024
 MAX_HELD = 1024
 MAX_RUNNERS = 500
 MAX_CLAIM_WAIT_S = 30.0
+MAX_OUTPUT_BYTES = 1024 * 1024
+"""The most output (UTF-8 bytes) a runtime keeps and posts per claim: the newest lines."""
 RUNTIME_PREFIX = "/v1/runtime/"
 """Every route of the runtime protocol is under this prefix, authenticated by a runtime token only."""
 
@@ -162,6 +166,33 @@ class EndBody(InboundModel):
     """The number of its last result (0: none)."""
 
 
+class OutputBody(InboundModel):
+    fence: int = Field(ge=1, le=2**31 - 1)
+    text: str
+    """The newest output lines of the runner on this claim (its plugin's stderr while the run was
+    active), at most `MAX_OUTPUT_BYTES` bytes of UTF-8 without NUL."""
+    cut_bytes: int = Field(default=0, ge=0, le=2**53)
+    """Bytes of older output dropped on the runtime to keep `text` within the bound."""
+    cut_lines: int = Field(default=0, ge=0, le=2**53)
+
+    @field_validator("text")
+    @classmethod
+    def _bounded(cls, value: str) -> str:
+        size = len(value.encode(errors="surrogatepass"))
+        if size > MAX_OUTPUT_BYTES:
+            raise ValueError(
+                f"the output is {size} bytes; at most {MAX_OUTPUT_BYTES} (send the newest part, counting "
+                "the rest in cut_bytes)"
+            )
+        return value
+
+
+class OutputAnswer(ProtocolModel):
+    artifact_id: str
+    """The run artifact that keeps it."""
+    size: int
+
+
 class EndAnswer(ProtocolModel):
     run_id: str
     accepted: bool = True
@@ -170,6 +201,7 @@ class EndAnswer(ProtocolModel):
 __all__ = [
     "MAX_BATCH_RESULTS",
     "MAX_BODY_BYTES",
+    "MAX_OUTPUT_BYTES",
     "MAX_RESULT_BYTES",
     "RUNTIME_PREFIX",
     "Capabilities",
@@ -183,6 +215,8 @@ __all__ = [
     "HeartbeatBody",
     "HeldAnswer",
     "HeldRef",
+    "OutputAnswer",
+    "OutputBody",
     "PostedItem",
     "RegisterAnswer",
     "RegisterBody",

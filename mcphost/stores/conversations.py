@@ -51,6 +51,7 @@ from mcphost.stores.tables import (
     RecordingRow,
     RunResultRow,
     RunRow,
+    RuntimeAuditRow,
     StateRow,
     TranscriptRow,
     table_of,
@@ -251,6 +252,7 @@ class ConversationStore:
             await session.execute(delete(RecordingRow).where(RecordingRow.run_id.in_(runs)))
             await session.execute(delete(RunResultRow).where(RunResultRow.run_id.in_(runs)))
             await session.execute(delete(AuditRow).where(AuditRow.run_id.in_(runs)))
+            await session.execute(delete(RuntimeAuditRow).where(RuntimeAuditRow.run_id.in_(runs)))
             counts["events"] = await _count_delete(
                 session, delete(EventRow).where(EventRow.conversation_id == conversation_id)
             )

@@ -1,6 +1,7 @@
 """The queue of remote runs: enqueue, claim under a lease and a fence, posted results, ends, requeues.
 
-Owns the `runtime_runs` and `runtime_results` tables (migration 0023). Does not own the runs
+Owns the `runtime_runs` and `runtime_results` tables (migration 0023) and the runtime audit kept once a
+run ends (`runtime_audit`, migration 0027). Does not own the runs
 themselves (`stores/runs.py`: a remote run is `running` on the host whose orchestrator executes it, as a
 local one is), the runtimes (`stores/runtimes.py`) or when a lost lease is requeued or failed (the
 host's executor, `runtimes/remote.py`, decides with the agent's `on_lost`).
@@ -16,6 +17,10 @@ Invariants:
   without storing them twice (a retry), a batch that skips numbers is refused (`sequence_gap`).
 - `requeue` and `lose` are conditional on the fence they were decided on, so a claim that happened
   meanwhile is never undone; a requeue deletes the results of the lost fence not yet journaled.
+- The runtime audit of a run (`audit`) is its row's events and current claim's timings while it is
+  queued or claimed, and the copy `drop` keeps in `runtime_audit` (same transaction) once it ended: a
+  claim that ends (requeued, lost, ended) records its renewals and timings in its event, so the events
+  alone tell every attempt's story. At most `EVENTS_KEPT` events, oldest dropped first.
 """
 
 from __future__ import annotations
@@ -30,13 +35,20 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from mcphost.errors import ConflictError
 from mcphost.stores.engine import Database
+from mcphost.stores.runtime_audit import (
+    EVENTS_KEPT,
+    RuntimeAudit,
+    claim_facts,
+    is_output_of,
+    keep,
+    kept_audit,
+    live_audit,
+)
 from mcphost.stores.runtimes import RuntimeRecord
-from mcphost.stores.tables import RuntimeResultRow, RuntimeRow, RuntimeRunRow
+from mcphost.stores.tables import RunRow, RuntimeAuditRow, RuntimeResultRow, RuntimeRow, RuntimeRunRow
 
 CLAIM_CANDIDATES = 64
 """Queued rows a claim looks at (oldest first) for one its runtime is eligible for."""
-EVENTS_KEPT = 50
-"""Runtime audit events kept per run (claims, requeues, ends), oldest dropped first."""
 
 
 class QueuedRun(BaseModel):
@@ -102,12 +114,41 @@ class HeldRun(BaseModel):
     cancel_reason: str | None
 
 
+class RuntimeClaim(BaseModel):
+    """A run a runtime holds now, as the runtimes list shows it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    run_id: str
+    fence: int
+    attempt: int
+    claimed_at: float | None
+    lease_until: float
+    last_renewal_at: float | None
+
+
 def _refused(run_id: str, reason: str, message: str, **details: Any) -> ConflictError:
     return ConflictError(message, details={"run_id": run_id, "reason": reason, **details})
 
 
 def _append(events: Sequence[Any], event: dict[str, Any]) -> list[Any]:
     return [*events, event][-EVENTS_KEPT:]
+
+
+async def _lapsed_claim(
+    session: AsyncSession, run_id: str, fence: int, event: str, why: str
+) -> RuntimeRunRow | None:
+    """The run's row (locked) with `event` recorded, when it is still claimed under `fence` and has not
+    ended; else None (claimed again or ended meanwhile: nothing recorded)."""
+    row = (
+        await session.execute(select(RuntimeRunRow).where(RuntimeRunRow.run_id == run_id).with_for_update())
+    ).scalar_one_or_none()
+    if row is None or row.fence != fence or row.state != "claimed" or row.end_status is not None:
+        return None
+    row.events = _append(
+        row.events, {"event": event, "at": time.time(), "why": why[:500], **claim_facts(row)}
+    )
+    return row
 
 
 def eligible(runtime: RuntimeRecord, selector: dict[str, str], runner_id: str) -> bool:
@@ -148,6 +189,7 @@ class DispatchStore:
                     received=0,
                     end_through=0,
                     events=[{"event": "queued", "at": now}],
+                    renewals=0,
                 )
             )
 
@@ -191,9 +233,21 @@ class DispatchStore:
                 row.received = 0
                 row.attempts += 1
                 row.lease_until = now + lease_s
+                row.runtime_name = runtime.name
+                row.claimed_at = now
+                row.first_result_at = None
+                row.renewals = 0
+                row.last_renewal_at = None
                 row.events = _append(
                     row.events,
-                    {"event": "claimed", "at": now, "runtime": runtime.name, "fence": row.fence},
+                    {
+                        "event": "claimed",
+                        "at": now,
+                        "runtime": runtime.name,
+                        "runtime_id": runtime.runtime_id,
+                        "fence": row.fence,
+                        "attempt": row.attempts,
+                    },
                 )
                 await session.flush()
                 return Claim(
@@ -237,6 +291,8 @@ class DispatchStore:
             for row in rows:
                 if wanted.get(row.run_id) == row.fence and row.lease_until > now:
                     row.lease_until = now + lease_s
+                    row.renewals += 1
+                    row.last_renewal_at = now
                     kept.append(HeldRun(run_id=row.run_id, fence=row.fence, cancel_reason=row.cancel_reason))
             await session.flush()
         held_now = {k.run_id for k in kept}
@@ -312,6 +368,8 @@ class DispatchStore:
                 )
             if fresh:
                 row.received = fresh[-1].seq
+                if row.first_result_at is None:
+                    row.first_result_at = time.time()
             await session.flush()
             return row.received, row.cancel_reason
 
@@ -337,7 +395,47 @@ class DispatchStore:
                 )
             row.end_status = status
             row.end_through = last_seq
-            row.events = _append(row.events, {"event": "ended", "at": now, "status": status, "fence": fence})
+            row.events = _append(
+                row.events, {"event": "ended", "at": now, "status": status, **claim_facts(row)}
+            )
+
+    async def check_held(self, runtime_id: str, run_id: str, fence: int) -> None:
+        """Refuse (as `post_results` would) unless `runtime_id` holds `run_id` under `fence` now.
+
+        Raises:
+            ConflictError: `not_held`, `stale_fence` or `lease_expired`.
+        """
+        async with self._db.read() as session:
+            await self._held(session, runtime_id, run_id, fence, lock=False)
+
+    async def post_output(
+        self, runtime_id: str, run_id: str, fence: int, *, artifact_id: str, size: int, cut_bytes: int
+    ) -> None:
+        """Record the artifact holding the runner's output the claim under `fence` posted (a retry
+        records the newer one).
+
+        Raises:
+            ConflictError: not held under `fence` (the artifact stays unreferenced; retention takes it).
+        """
+        now = time.time()
+        async with self._db.write() as session:
+            row = await self._held(session, runtime_id, run_id, fence, lock=True)
+            event = {
+                "event": "output",
+                "at": now,
+                "fence": fence,
+                "artifact_id": artifact_id,
+                "bytes": size,
+                "cut_bytes": cut_bytes,
+            }
+            row.events = _append([e for e in row.events if not is_output_of(e, fence)], event)
+
+    async def lose(self, run_id: str, fence: int, why: str) -> bool:
+        """Record that the claim under `fence` was lost and the run fails (its agent's `on_lost` is
+        `fail`); False when it was claimed again or ended meanwhile."""
+        async with self._db.write() as session:
+            row = await _lapsed_claim(session, run_id, fence, "lost", why)
+            return row is not None
 
     async def view(self, run_id: str, after: int) -> DispatchView | None:
         """The run's queue row with the results of its current fence numbered after `after`."""
@@ -392,18 +490,10 @@ class DispatchStore:
     async def requeue(self, run_id: str, fence: int, why: str) -> bool:
         """Put a run whose lease under `fence` lapsed back in the queue (a new fence); False when it was
         claimed again or ended meanwhile."""
-        now = time.time()
         async with self._db.write() as session:
-            row = (
-                await session.execute(
-                    select(RuntimeRunRow).where(RuntimeRunRow.run_id == run_id).with_for_update()
-                )
-            ).scalar_one_or_none()
-            if row is None or row.fence != fence or row.state != "claimed" or row.end_status is not None:
+            row = await _lapsed_claim(session, run_id, fence, "requeued", why)
+            if row is None:
                 return False
-            row.events = _append(
-                row.events, {"event": "requeued", "at": now, "fence": fence, "why": why[:500]}
-            )
             row.state = "queued"
             row.runtime_id = None
             row.fence = fence + 1
@@ -443,14 +533,54 @@ class DispatchStore:
 
     async def events(self, run_id: str) -> list[Any]:
         """The run's runtime audit events (claims, requeues, ends), oldest first."""
+        found = await self.audit(run_id)
+        return list(found.events) if found is not None else []
+
+    async def audit(self, run_id: str) -> RuntimeAudit | None:
+        """Where `run_id` runs or ran: its queue row while it is queued or claimed, else the copy kept
+        when it ended; None for a run never queued for a runtime (a local one)."""
         async with self._db.read() as session:
-            found = (
-                await session.execute(select(RuntimeRunRow.events).where(RuntimeRunRow.run_id == run_id))
+            live = (
+                await session.execute(select(RuntimeRunRow).where(RuntimeRunRow.run_id == run_id))
             ).scalar_one_or_none()
-        return list(found) if found is not None else []
+            if live is not None:
+                return live_audit(live)
+            kept = await session.get(RuntimeAuditRow, run_id)
+            return kept_audit(kept) if kept is not None else None
+
+    async def held_runs(self) -> dict[str, list[RuntimeClaim]]:
+        """The runs each runtime holds now (runtime id → its claims, oldest first)."""
+        stmt = select(RuntimeRunRow).where(RuntimeRunRow.state == "claimed")
+        async with self._db.read() as session:
+            rows = (await session.execute(stmt.order_by(RuntimeRunRow.claimed_at))).scalars().all()
+        held: dict[str, list[RuntimeClaim]] = {}
+        for row in rows:
+            held.setdefault(row.runtime_id or "", []).append(
+                RuntimeClaim(
+                    run_id=row.run_id,
+                    fence=row.fence,
+                    attempt=row.attempts,
+                    claimed_at=row.claimed_at,
+                    lease_until=row.lease_until,
+                    last_renewal_at=row.last_renewal_at,
+                )
+            )
+        return held
 
     async def drop(self, run_id: str) -> None:
-        """The run ended on the host: forget its queue row and results (later posts are `not_held`)."""
+        """The run ended on the host: forget its queue row and results (later posts are `not_held`),
+        keeping its runtime audit in `runtime_audit`."""
+        now = time.time()
         async with self._db.write() as session:
+            row = (
+                await session.execute(
+                    select(RuntimeRunRow).where(RuntimeRunRow.run_id == run_id).with_for_update()
+                )
+            ).scalar_one_or_none()
+            run_exists = (
+                await session.execute(select(RunRow.run_id).where(RunRow.run_id == run_id))
+            ).scalar_one_or_none()
+            if row is not None and run_exists is not None:
+                await keep(session, row, now)
             await session.execute(delete(RuntimeResultRow).where(RuntimeResultRow.run_id == run_id))
             await session.execute(delete(RuntimeRunRow).where(RuntimeRunRow.run_id == run_id))

@@ -598,7 +598,40 @@ class RuntimeRunRow(Base):
     end_through: Mapped[int] = mapped_column(Integer)
     """The last result sequence of the current fence, known once the end is posted."""
     events: Mapped[list[Any]]
-    """Claim, requeue and end events with their times and runtimes (the run's runtime audit)."""
+    """Claim, requeue, loss, output and end events with their times and runtimes (the run's runtime
+    audit, copied into `runtime_audit` when the row is dropped)."""
+    runtime_name: Mapped[str | None] = mapped_column(String(64))
+    """The name of the runtime of the current claim (kept by the audit after the runtime is removed)."""
+    claimed_at: Mapped[float | None] = mapped_column(Double)
+    """When the current claim was made."""
+    first_result_at: Mapped[float | None] = mapped_column(Double)
+    """When the current claim's first result arrived."""
+    renewals: Mapped[int] = mapped_column(Integer, server_default=text("0"))
+    """Heartbeats that renewed the current claim's lease."""
+    last_renewal_at: Mapped[float | None] = mapped_column(Double)
+
+
+class RuntimeAuditRow(Base):
+    """Where a remote run ran, kept once it ended: the last claim's runtime, fence and timings, and the
+    events of every claim (`runtime_runs.events`)."""
+
+    __tablename__ = "runtime_audit"
+
+    run_id: Mapped[str] = mapped_column(
+        String(100), ForeignKey("runs.run_id", ondelete="CASCADE"), primary_key=True
+    )
+    runtime_id: Mapped[str | None] = mapped_column(String(100))
+    runtime_name: Mapped[str | None] = mapped_column(String(64))
+    fence: Mapped[int] = mapped_column(Integer)
+    attempts: Mapped[int] = mapped_column(Integer)
+    queued_at: Mapped[float] = mapped_column(Double)
+    claimed_at: Mapped[float | None] = mapped_column(Double)
+    first_result_at: Mapped[float | None] = mapped_column(Double)
+    renewals: Mapped[int] = mapped_column(Integer)
+    last_renewal_at: Mapped[float | None] = mapped_column(Double)
+    ended_at: Mapped[float] = mapped_column(Double)
+    end_status: Mapped[str | None] = mapped_column(String(16))
+    events: Mapped[list[Any]]
 
 
 class RuntimeResultRow(Base):

@@ -16,12 +16,15 @@ over Streamable HTTP with the `mcp` SDK client. Each run's behaviour is chosen b
                      writes the warm session's URL and token (`context.mcp.session`, offered when the
                      agent's config says `warm = true`) to PATH as JSON, then stays running for SECONDS
                      like `keep:` (so a test can use the session endpoint while the run is current)
+    stderr:TEXT      writes TEXT and the run id to stderr (the plugin's diagnostics channel), then replies
+                     "said"
     anything else    replies with the text
 """
 
 from __future__ import annotations
 
 import json
+import sys
 import time
 from typing import Any, cast
 
@@ -72,6 +75,10 @@ class ProbeRunner(AgentRunner):
             await written.rename(path)
             await anyio.sleep(float(seconds))
             await out.message("kept")
+            return
+        if text.startswith("stderr:"):
+            print(f"{text.removeprefix('stderr:')} ({ctx.run_id})", file=sys.stderr, flush=True)
+            await out.message("said")
             return
         if text.startswith("leak:"):
             token = mcp.headers["Authorization"].removeprefix("Bearer ")

@@ -217,6 +217,18 @@ async def test_runs_move_between_two_real_runtimes(database_url: str, tmp_path: 
             assert "run_context" in reply["tools"]
             assert reply["url"] == f"{url}/runs/{run_id}/mcp"
 
+            # 1b. Its runner's stderr is kept as an artifact of the run; the run says where it ran.
+            run_id = await submit(client, "stderr:hello from the runner", "c-stderr")
+            assert (await wait_terminal(client, run_id))["status"] == "completed"
+            placement = (await client.get(f"/v1/runs/{run_id}/runtime")).json()["runtime"]
+            assert (placement["runtime_name"], placement["fence"], placement["state"]) == ("r1", 1, "ended")
+            assert [e["event"] for e in placement["events"]] == ["queued", "claimed", "output", "ended"]
+            output = await client.get(f"/v1/artifacts/{placement['output_artifact_id']}/content")
+            assert f"hello from the runner ({run_id})\n" in output.text
+            shown = cli(config, "show", run_id)
+            assert f"ran on runtime r1 ({placement['runtime_id']})  attempt 1  fence 1  [ended]" in shown
+            assert f"output {placement['output_artifact_id']}" in shown
+
             # 2. A cancel reaches the remote run: the runtime stops its runner before the host's grace.
             held = tmp_path / "held.token"
             run_id = await submit(client, f"keep:120:{held}", "c-cancel")

@@ -84,6 +84,7 @@ EXPECTED: dict[str, tuple[str, bool]] = {
     "run_audit": ("reader", False),
     "run_records": ("reader", False),
     "run_usage": ("reader", False),
+    "run_runtime": ("reader", False),
     "conversation_transcript": ("reader", False),
     "conversation_events": ("reader", False),
     "list_conversations": ("reader", False),

@@ -40,6 +40,7 @@ def settings_for(database_url: str, data_dir: Path, *, lease_s: float = 15.0) ->
     agents = [
         remote("remote", {"pool": "a"}),
         remote("nowhere", {"pool": "zzz"}, timeout_s=3),
+        AgentConfig.model_validate({"id": "here", "runner": ECHO_RUNNER, "match": {"bot_id": "here"}}),
         AgentConfig.model_validate(
             {
                 "id": "fragile",
@@ -343,6 +344,17 @@ async def test_a_lapsed_lease_requeues_the_run_and_fences_the_old_runtime_out(
     ).json()["results"]
     assert [r["data"]["message"]["content"] for r in stored if r["type"] == "message.completed"] == ["second"]
 
+    placement = await placement_of(client, run_id)
+    assert (placement["runtime_name"], placement["fence"], placement["attempts"]) == (
+        "a2",
+        second["fence"],
+        2,
+    )
+    assert [e["event"] for e in placement["events"]] == ["queued", "claimed", "requeued", "claimed", "ended"]
+    requeued = placement["events"][2]
+    assert (requeued["runtime"], requeued["fence"]) == ("a1", 1), "the lost claim's runtime and fence"
+    assert "missed its heartbeats (fence 1)" in requeued["why"]
+
 
 async def test_a_run_whose_agent_says_fail_fails_when_its_runtime_is_lost(
     host: Host, client: httpx2.AsyncClient
@@ -353,6 +365,11 @@ async def test_a_run_whose_agent_says_fail_fails_when_its_runtime_is_lost(
     run = await wait_status(client, run_id)
     assert run["status"] == "failed"
     assert "on_lost is 'fail'" in run["error"]["message"]
+    placement = await placement_of(client, run_id)
+    assert [e["event"] for e in placement["events"]] == ["queued", "claimed", "lost"]
+    lost = placement["events"][-1]
+    assert (lost["runtime"], lost["fence"], lost["renewals"]) == ("a1", 1, 0)
+    assert "missed its heartbeats" in lost["why"]
 
 
 async def test_a_run_no_runtime_can_take_fails_naming_its_selector(
@@ -397,3 +414,133 @@ async def test_a_cancel_reaches_the_runtime_in_its_next_heartbeat(
     assert time.monotonic() - started < 5.0, (
         "ended by the runtime's answer, before the cancel grace cut it off"
     )
+
+
+async def placement_of(client: httpx2.AsyncClient, run_id: str) -> dict[str, Any]:
+    answer = await client.get(f"/v1/runs/{run_id}/runtime", headers=ADMIN_HEADERS)
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["run_id"] == run_id
+    return answer.json()["runtime"]
+
+
+async def test_a_remote_runs_audit_keeps_its_runtime_claim_timings_renewals_and_output(
+    host: Host, client: httpx2.AsyncClient
+) -> None:
+    token = await runtime(host, client, "a1", {"pool": "a"})
+    run_id = await submit(client, "remote")
+    claimed = (await claim(client, token))["run"]
+    queued = await placement_of(client, run_id)
+    assert (queued["state"], queued["runtime_name"], queued["fence"], queued["renewals"]) == (
+        "claimed",
+        "a1",
+        1,
+        0,
+    )
+    listed = (await client.get("/v1/runtimes", headers=ADMIN_HEADERS)).json()["runtimes"][0]
+    assert [(r["run_id"], r["fence"], r["attempt"]) for r in listed["runs"]] == [(run_id, 1, 1)], (
+        "the runtimes list names the runs each one holds"
+    )
+
+    for _ in range(2):
+        beat = await client.post(
+            "/v1/runtime/heartbeat", json={"runs": [{"run_id": run_id, "fence": 1}]}, headers=key(token)
+        )
+        assert beat.json()["runs"][0]["run_id"] == run_id
+    batch = {"fence": 1, "first_seq": 1, "results": results(run_id, "hello")}
+    assert (
+        await client.post(f"/v1/runtime/runs/{run_id}/results", json=batch, headers=key(token))
+    ).is_success
+    output = {"fence": 1, "text": "line one\nline two é\n", "cut_bytes": 1200, "cut_lines": 30}
+    posted = await client.post(f"/v1/runtime/runs/{run_id}/output", json=output, headers=key(token))
+    assert posted.status_code == 200, posted.text
+    artifact_id = posted.json()["artifact_id"]
+    end = {"fence": 1, "status": "completed", "last_seq": 2}
+    assert (await client.post(f"/v1/runtime/runs/{run_id}/end", json=end, headers=key(token))).is_success
+    assert (await wait_status(client, run_id))["status"] == "completed"
+
+    kept = await placement_of(client, run_id)
+    assert kept["state"] == "ended", "kept after the queue row is gone"
+    assert (kept["runtime_id"], kept["runtime_name"]) == (listed["runtime_id"], "a1")
+    assert (kept["fence"], kept["attempts"], kept["renewals"], kept["end_status"]) == (1, 1, 2, "completed")
+    assert kept["queued_at"] <= kept["claimed_at"] <= kept["first_result_at"] <= kept["ended_at"]
+    assert kept["last_renewal_at"] is not None
+    assert kept["output_artifact_id"] == artifact_id
+    assert [e["event"] for e in kept["events"]] == ["queued", "claimed", "output", "ended"]
+    ended = kept["events"][-1]
+    assert (ended["status"], ended["fence"], ended["renewals"]) == ("completed", 1, 2)
+    assert claimed["attempt"] == 1
+
+    content = await client.get(f"/v1/artifacts/{artifact_id}/content", headers=ADMIN_HEADERS)
+    text = content.content.decode()
+    assert text.startswith("[mcphost: 1200 earlier bytes in 30 lines were cut"), text
+    assert text.endswith("line one\nline two é\n")
+    meta = (await client.get(f"/v1/artifacts/{artifact_id}", headers=ADMIN_HEADERS)).json()
+    assert meta["owner_run_id"] == run_id
+    assert meta["mime_type"].startswith("text/plain")
+
+    local = await submit(client, "here")
+    assert (await wait_status(client, local))["status"] == "completed"
+    answer = await client.get(f"/v1/runs/{local}/runtime", headers=ADMIN_HEADERS)
+    assert answer.json() == {"run_id": local, "runtime": None}, "a local run ran on the host itself"
+    missing = await client.get("/v1/runs/run_nope/runtime", headers=ADMIN_HEADERS)
+    assert refusal(missing, 404)["code"] == "not_found"
+
+
+async def test_bad_output_posts_are_refused_precisely_and_store_nothing(
+    host: Host, client: httpx2.AsyncClient
+) -> None:
+    mine = await runtime(host, client, "a1", {"pool": "a"})
+    other = await runtime(host, client, "a2", {"pool": "b"})
+    run_id = await submit(client, "remote")
+    assert (await claim(client, mine))["run"]["run_id"] == run_id
+    path = f"/v1/runtime/runs/{run_id}/output"
+    good = {"fence": 1, "text": "ok\n"}
+
+    assert refusal(await client.post(path, json=good), 401)["code"] == "unauthorized"
+    forged = await client.post(path, json=good, headers=key("mcprt_" + "B" * 43))
+    assert "Not a runtime token" in refusal(forged, 401)["message"]
+    theirs = await client.post(path, json=good, headers=key(other))
+    assert refusal(theirs, 409)["details"]["reason"] == "not_held", "another runtime's run"
+    stale = await client.post(path, json={**good, "fence": 2}, headers=key(mine))
+    assert refusal(stale, 409)["details"] == {"run_id": run_id, "reason": "stale_fence", "fence": 1}
+    unknown = await client.post("/v1/runtime/runs/run_nope/output", json=good, headers=key(mine))
+    assert refusal(unknown, 409)["details"]["reason"] == "not_held"
+
+    over = await client.post(path, json={"fence": 1, "text": "x" * (1024 * 1024 + 1)}, headers=key(mine))
+    assert "at most 1048576" in refusal(over, 400)["message"]
+    multibyte = await client.post(path, json={"fence": 1, "text": "é" * (600 * 1024)}, headers=key(mine))
+    assert refusal(multibyte, 400)["code"] == "invalid_argument", (
+        "the bound is in UTF-8 bytes, not characters"
+    )
+    huge = b'{"fence":1,"text":"' + b"a" * (9 * 1024 * 1024) + b'"}'
+    oversized = await client.post(
+        path, content=huge, headers={**key(mine), "content-type": "application/json"}
+    )
+    assert refusal(oversized, 413)["code"] == "payload_too_large"
+    for raw in (
+        b'{"fence":1,"text":"a\\u0000b"}',
+        b'{"fence":1,"text":"\\ud800"}',
+        b'{"fence":1,"text":"a","cut_bytes":-1}',
+        b'{"fence":1,"text":"a","cut_lines":123456789012345678901234567890}',
+        b'{"fence":1,"text":"a","cut_bytes":NaN}',
+        b'{"fence":1,"text":"a","extra":1}',
+        b'{"fence":"1","text":"a"}',
+        b'{"fence":1,"text":{"deep":[1]}}',
+        b'{"fence":0,"text":"a"}',
+        b"[]",
+        b"not json",
+    ):
+        bad = await client.post(path, content=raw, headers={**key(mine), "content-type": "application/json"})
+        assert bad.status_code == 400, (raw[:60], bad.status_code, bad.text)
+
+    placement = await placement_of(client, run_id)
+    assert [e["event"] for e in placement["events"]] == ["queued", "claimed"], "nothing refused was kept"
+    assert placement["output_artifact_id"] is None
+    ok = await client.post(path, json=good, headers=key(mine))
+    assert ok.status_code == 200, ok.text
+    again = await client.post(path, json={**good, "text": "retried\n"}, headers=key(mine))
+    placement = await placement_of(client, run_id)
+    assert [e["event"] for e in placement["events"]] == ["queued", "claimed", "output"], (
+        "a retried post replaces its claim's output"
+    )
+    assert placement["output_artifact_id"] == again.json()["artifact_id"]

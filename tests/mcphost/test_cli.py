@@ -133,6 +133,8 @@ def test_the_quickstart_streams_the_reply_and_prints_the_run(tmp_path: Path) -> 
     human = mcphost("show", runs[0]["run_id"], cwd=tmp_path)
     assert "grant revoked" in human.stdout
     assert "audit (" in human.stdout
+    assert "ran on this host (local)" in human.stdout
+    assert shown["runtime"] is None, "a local agent's run has no runtime audit"
 
 
 def test_runners_lists_registered_and_rejected_manifests(tmp_path: Path) -> None:

@@ -1,6 +1,7 @@
 /**
  * The mcphost HTTP API from TypeScript: `McphostClient` with its resources (events, runs, approvals,
- * schedules, conversations, deliveries, usage, channels, agents, runners, knowledge, tools, explain, artifacts),
+ * schedules, conversations, deliveries, usage, channels, runtimes, agents, runners, knowledge, tools, explain,
+ * artifacts),
  * `APIError` / `APIConnectionError`, and `RunStream`, a run's result stream
  * (SSE) that resumes a dropped connection with `Last-Event-ID`. Uses only `fetch`, so it runs in Node 18+
  * and browsers. The answer types are generated from the API's OpenAPI document, the results' from the
@@ -42,6 +43,11 @@ export type ModelCallRecord = Schemas["ModelCallRecord"];
 export type AgentsView = Schemas["AgentsView"];
 export type ChannelsView = Schemas["ChannelsView"];
 export type ChannelView = Schemas["ChannelView"];
+export type RuntimesView = Schemas["RuntimesView"];
+export type RuntimeView = Schemas["RuntimeView"];
+export type RuntimeClaim = Schemas["RuntimeClaim"];
+export type RunRuntimeView = Schemas["RunRuntimeView"];
+export type RuntimeAudit = Schemas["RuntimeAudit"];
 export type RunnersView = Schemas["RunnersView"];
 export type KnowledgeView = Schemas["KnowledgeView"];
 export type KnowledgeSearchAnswer = Schemas["KnowledgeSearchAnswer"];
@@ -364,6 +370,9 @@ export class McphostClient {
     /** `GET /v1/runs/{run_id}/audit`: the run's MCP calls, oldest first, after `after`. */
     audit: (runId: string, query: { after?: number; limit?: number } = {}): Promise<AuditPage> =>
       this.call("GET", `/v1/runs/${encodeURIComponent(runId)}/audit`, query),
+    /** `GET /v1/runs/{run_id}/runtime`: where it ran (`runtime` null: on the host itself), its claims and output. */
+    runtime: (runId: string): Promise<RunRuntimeView> =>
+      this.call("GET", `/v1/runs/${encodeURIComponent(runId)}/runtime`),
     /** `GET /v1/runs/{run_id}/records`: its context, event-log entries and transcript rows. */
     records: (runId: string): Promise<RunRecords> => this.call("GET", `/v1/runs/${encodeURIComponent(runId)}/records`),
     /** `GET /v1/runs/{run_id}/usage`: its host model calls, a row per attempt, oldest first. */
@@ -441,6 +450,20 @@ export class McphostClient {
   readonly channels = {
     /** `GET /v1/channels`: each chat channel's platform, agents, newest inbound event and outbox figures. */
     list: (): Promise<ChannelsView> => this.call("GET", "/v1/channels"),
+  };
+
+  readonly runtimes = {
+    /** `GET /v1/runtimes`: each runtime's state, liveness, slots, held runs, labels and capabilities. */
+    list: (): Promise<RuntimesView> => this.call("GET", "/v1/runtimes"),
+    /** `POST /v1/runtimes/{runtime}/drain`: it finishes its runs and claims no new ones. */
+    drain: (runtime: string): Promise<RuntimeView> =>
+      this.call("POST", `/v1/runtimes/${encodeURIComponent(runtime)}/drain`),
+    /** `POST /v1/runtimes/{runtime}/disable`: its token is refused; its runs are requeued when their leases lapse. */
+    disable: (runtime: string): Promise<RuntimeView> =>
+      this.call("POST", `/v1/runtimes/${encodeURIComponent(runtime)}/disable`),
+    /** `POST /v1/runtimes/{runtime}/enable`: it claims runs again. */
+    enable: (runtime: string): Promise<RuntimeView> =>
+      this.call("POST", `/v1/runtimes/${encodeURIComponent(runtime)}/enable`),
   };
 
   readonly agents = {

@@ -142,6 +142,7 @@ const PAGES = [
   ["/console/schedules.html", "Schedules"],
   ["/console/deliveries.html", "Deliveries"],
   ["/console/channels.html", "Channels"],
+  ["/console/runtimes.html", "Runtimes"],
   ["/console/usage.html", "Usage"],
   ["/console/agents.html", "Agents"],
 ];

@@ -308,6 +308,8 @@ export class McphostClient {
         cancel: (runId, reason) => this.call("POST", `/v1/runs/${encodeURIComponent(runId)}/cancel`, {}, reason === undefined ? {} : { reason }),
         /** `GET /v1/runs/{run_id}/audit`: the run's MCP calls, oldest first, after `after`. */
         audit: (runId, query = {}) => this.call("GET", `/v1/runs/${encodeURIComponent(runId)}/audit`, query),
+        /** `GET /v1/runs/{run_id}/runtime`: where it ran (`runtime` null: on the host itself), its claims and output. */
+        runtime: (runId) => this.call("GET", `/v1/runs/${encodeURIComponent(runId)}/runtime`),
         /** `GET /v1/runs/{run_id}/records`: its context, event-log entries and transcript rows. */
         records: (runId) => this.call("GET", `/v1/runs/${encodeURIComponent(runId)}/records`),
         /** `GET /v1/runs/{run_id}/usage`: its host model calls, a row per attempt, oldest first. */
@@ -362,6 +364,16 @@ export class McphostClient {
     channels = {
         /** `GET /v1/channels`: each chat channel's platform, agents, newest inbound event and outbox figures. */
         list: () => this.call("GET", "/v1/channels"),
+    };
+    runtimes = {
+        /** `GET /v1/runtimes`: each runtime's state, liveness, slots, held runs, labels and capabilities. */
+        list: () => this.call("GET", "/v1/runtimes"),
+        /** `POST /v1/runtimes/{runtime}/drain`: it finishes its runs and claims no new ones. */
+        drain: (runtime) => this.call("POST", `/v1/runtimes/${encodeURIComponent(runtime)}/drain`),
+        /** `POST /v1/runtimes/{runtime}/disable`: its token is refused; its runs are requeued when their leases lapse. */
+        disable: (runtime) => this.call("POST", `/v1/runtimes/${encodeURIComponent(runtime)}/disable`),
+        /** `POST /v1/runtimes/{runtime}/enable`: it claims runs again. */
+        enable: (runtime) => this.call("POST", `/v1/runtimes/${encodeURIComponent(runtime)}/enable`),
     };
     agents = {
         list: () => this.call("GET", "/v1/agents"),

@@ -79,6 +79,46 @@ function showOrigin(event) {
   section.hidden = false;
 }
 
+/** Where a remote run ran (`GET /v1/runs/{id}/runtime`): its runtime, attempt, fence, claim timings and
+ * every claim's events; hidden for a run the host executed itself. */
+function showPlacement(answer) {
+  const section = document.getElementById("placement");
+  const p = answer.runtime;
+  if (p === null) {
+    section.hidden = true;
+    return;
+  }
+  const since = (at, from) => (at === null || from === null ? el("span", { class: "muted" }, "not yet") : `+${duration(from, at)}`);
+  const facts = [
+    ["Runtime", p.runtime_name === null ? el("span", { class: "muted" }, "none yet (queued)")
+      : el("a", { href: `/console/runtimes.html#runtime-${encodeURIComponent(p.runtime_name)}` }, p.runtime_name)],
+    ["Runtime id", p.runtime_id === null ? el("span", { class: "muted" }, "none") : el("code", {}, p.runtime_id)],
+    ["Attempt", String(p.attempts)],
+    ["Fence", String(p.fence)],
+    ["State", badge(p.state)],
+    ["Claimed", p.claimed_at === null ? el("span", { class: "muted" }, "not yet") : [time(p.claimed_at), " (", since(p.claimed_at, p.queued_at), " after queued)"]],
+    ["First result", since(p.first_result_at, p.claimed_at)],
+    ["Lease renewals", p.last_renewal_at === null ? String(p.renewals) : [String(p.renewals), " (last ", time(p.last_renewal_at), ")"]],
+    ["Output", p.output_artifact_id === null ? el("span", { class: "muted" }, "none posted") : el("code", {}, p.output_artifact_id)],
+  ];
+  document.getElementById("placement-facts").replaceChildren(
+    ...facts.flatMap(([k, v]) => [el("dt", {}, k), el("dd", { "data-placement": k.toLowerCase().replace(" ", "-") }, v)]),
+  );
+  document.querySelector("#placement-events tbody").replaceChildren(...p.events.map((e) => {
+    const { event, at, runtime, runtime_id: _id, fence, ...rest } = e;
+    const details = Object.entries(rest).filter(([, v]) => v !== null && v !== undefined)
+      .map(([k, v]) => `${k}: ${typeof v === "number" && k.endsWith("_at") ? new Date(v * 1000).toISOString() : v}`).join(", ");
+    return el("tr", { "data-event": event }, [
+      el("td", { "data-label": "Event" }, event),
+      el("td", { "data-label": "At" }, time(at)),
+      el("td", { "data-label": "Runtime" }, runtime ?? ""),
+      el("td", { "data-label": "Fence" }, fence === undefined ? "" : String(fence)),
+      el("td", { "data-label": "Details" }, el("span", { class: "raw" }, short(details, 300))),
+    ]);
+  }));
+  section.hidden = false;
+}
+
 /** A run's usage as numbers: one "name value" pair per counter (nested counters by their dotted path). */
 function usageList(usage) {
   const pairs = [];
@@ -385,12 +425,14 @@ async function artifactItem(id) {
 }
 
 async function refresh() {
-  const [view, audit, records, usage] = await Promise.all([
+  const [view, audit, records, usage, placement] = await Promise.all([
     client.runs.get(runId),
     client.runs.audit(runId, { limit: 1000 }),
     client.runs.records(runId),
     client.runs.usage(runId),
+    client.runs.runtime(runId),
   ]);
+  showPlacement(placement);
   lastView = view;
   document.title = `Run ${view.run.run_id} · mcphost`;
   document.getElementById("summary").replaceChildren(...summary(view));
@@ -415,6 +457,8 @@ async function refresh() {
     ])));
   const results = [...document.querySelectorAll("#results li")].map((li) => li.dataset.payload && JSON.parse(li.dataset.payload));
   const ids = artifactIds(records.events.map((e) => e.payload), records.transcript.map((t) => t.artifacts), results);
+  const output = placement.runtime?.output_artifact_id;
+  if (output && !ids.includes(output)) ids.push(output); // the runner's output on its runtime
   const items = await Promise.all(ids.map(artifactItem));
   document.getElementById("artifacts").replaceChildren(...(items.length ? items : [el("li", { class: "muted" }, "None.")]));
 }

@@ -241,3 +241,34 @@ async def test_a_stream_cut_mid_event_resumes_with_last_event_id_and_hands_each_
                         async with flaky.runs.stream(run_id) as doomed:
                             await doomed.until_end()
                 assert always.cuts == 3
+
+
+async def test_runtimes_are_listed_drained_disabled_enabled_and_a_local_run_has_no_runtime(
+    url: str, host: Host
+) -> None:
+    record, _ = await host.stores.runtimes.add("builder-1", {"pool": "a"})
+    async with AsyncClient(url) as client:
+        (listed,) = (await client.runtimes.list()).runtimes
+        assert (listed.runtime_id, listed.name, listed.state, listed.labels, listed.runs) == (
+            record.runtime_id,
+            "builder-1",
+            "online",
+            {"pool": "a"},
+            [],
+        )
+        assert (await client.runtimes.drain("builder-1")).state == "draining"
+        assert (await client.runtimes.disable("builder-1")).state == "disabled"
+        assert (await client.runtimes.enable(record.runtime_id)).state == "online", "by name or id"
+        with pytest.raises(APIError) as missing:
+            await client.runtimes.drain("nope")
+        assert (missing.value.status, missing.value.code) == (404, "not_found")
+        admitted = await client.events.send(event_body("hello", conversation="local"))
+        await client.runs.wait(admitted.run_id, timeout_s=60)
+        placement = await client.runs.runtime(admitted.run_id)
+        assert (placement.run_id, placement.runtime) == (admitted.run_id, None)
+
+    def blocking() -> str:
+        with Client(url) as client:
+            return client.runtimes.drain("builder-1").state
+
+    assert await anyio.to_thread.run_sync(blocking) == "draining"

@@ -153,6 +153,23 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/runs/{run_id}/runtime": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Where the run ran: the runtime of its latest claim (null: on the host itself), the fence and attempt, when it was claimed and its first result arrived, its lease renewals, the events of every claim (claimed, requeued, lost, output, ended) and the artifact of its runner's output */
+        get: operations["run_runtime"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/runs/{run_id}/records": {
         parameters: {
             query?: never;
@@ -606,7 +623,7 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** The registered runtimes: state, liveness, slots in use, labels, capabilities */
+        /** The registered runtimes: state, liveness, slots in use and the runs they hold, labels, capabilities */
         get: operations["list_runtimes"];
         put?: never;
         post?: never;
@@ -2789,6 +2806,15 @@ export interface components {
             transcript: components["schemas"]["TranscriptRecord"][];
         };
         /**
+         * RunRuntimeView
+         * @description Where a run ran: `runtime` is null for a run executed on the host itself (a local agent).
+         */
+        RunRuntimeView: {
+            /** Run Id */
+            run_id: string;
+            runtime: components["schemas"]["RuntimeAudit"] | null;
+        };
+        /**
          * RunStatus
          * @enum {string}
          */
@@ -2948,6 +2974,82 @@ export interface components {
             deadline_at_iso: string | null;
         };
         /**
+         * RuntimeAudit
+         * @description Where a remote run ran: the runtime of its latest claim, that claim's fence and timings, and the
+         *     events of every claim (`queued`, `claimed`, `output`, `requeued`, `lost`, `ended`), oldest first.
+         */
+        RuntimeAudit: {
+            /** Run Id */
+            run_id: string;
+            /**
+             * State
+             * @enum {string}
+             */
+            state: "queued" | "claimed" | "ended";
+            /** Runtime Id */
+            runtime_id: string | null;
+            /** Runtime Name */
+            runtime_name: string | null;
+            /** Fence */
+            fence: number;
+            /** Attempts */
+            attempts: number;
+            /** Queued At */
+            queued_at: number;
+            /** Claimed At */
+            claimed_at: number | null;
+            /** First Result At */
+            first_result_at: number | null;
+            /** Renewals */
+            renewals: number;
+            /** Last Renewal At */
+            last_renewal_at: number | null;
+            /** Lease Until */
+            lease_until: number | null;
+            /** Ended At */
+            ended_at: number | null;
+            /** End Status */
+            end_status: string | null;
+            /** Output Artifact Id */
+            output_artifact_id: string | null;
+            /** Events */
+            events: {
+                [key: string]: unknown;
+            }[];
+            /** @description `queued_at` as ISO 8601 in UTC; null when `queued_at` is null or past year 9999. */
+            queued_at_iso: string | null;
+            /** @description `claimed_at` as ISO 8601 in UTC; null when `claimed_at` is null or past year 9999. */
+            claimed_at_iso: string | null;
+            /** @description `first_result_at` as ISO 8601 in UTC; null when `first_result_at` is null or past year 9999. */
+            first_result_at_iso: string | null;
+            /** @description `last_renewal_at` as ISO 8601 in UTC; null when `last_renewal_at` is null or past year 9999. */
+            last_renewal_at_iso: string | null;
+            /** @description `ended_at` as ISO 8601 in UTC; null when `ended_at` is null or past year 9999. */
+            ended_at_iso: string | null;
+        };
+        /**
+         * RuntimeClaim
+         * @description A run a runtime holds now, as the runtimes list shows it.
+         */
+        RuntimeClaim: {
+            /** Run Id */
+            run_id: string;
+            /** Fence */
+            fence: number;
+            /** Attempt */
+            attempt: number;
+            /** Claimed At */
+            claimed_at: number | null;
+            /** Lease Until */
+            lease_until: number;
+            /** Last Renewal At */
+            last_renewal_at: number | null;
+            /** @description `claimed_at` as ISO 8601 in UTC; null when `claimed_at` is null or past year 9999. */
+            claimed_at_iso: string | null;
+            /** @description `last_renewal_at` as ISO 8601 in UTC; null when `last_renewal_at` is null or past year 9999. */
+            last_renewal_at_iso: string | null;
+        };
+        /**
          * RuntimeView
          * @description One registered runtime (never its token).
          */
@@ -2969,6 +3071,11 @@ export interface components {
             slots: number;
             /** Running */
             running: number;
+            /**
+             * Runs
+             * @default []
+             */
+            runs: components["schemas"]["RuntimeClaim"][];
             /** Labels */
             labels: {
                 [key: string]: string;
@@ -4375,6 +4482,64 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["AuditPage"];
+                };
+            };
+            /** @description error */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description error */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description error */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description error */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    run_runtime: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                run_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description success */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RunRuntimeView"];
                 };
             };
             /** @description error */
