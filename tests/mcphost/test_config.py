@@ -220,7 +220,9 @@ def test_the_readme_config_sample_is_a_valid_config() -> None:
 def test_a_skill_folder_is_relative_to_the_config_file_and_describes_itself(tmp_path: Path) -> None:
     folder = tmp_path / "skills" / "review"
     folder.mkdir(parents=True)
-    (folder / "SKILL.md").write_text('---\nname: review\ndescription: "Review a change for bugs."\n---\n# Review\n')
+    (folder / "SKILL.md").write_text(
+        '---\nname: review\ndescription: "Review a change for bugs."\n---\n# Review\n'
+    )
     secret = tmp_path / "token.txt"
     path = write(
         tmp_path,

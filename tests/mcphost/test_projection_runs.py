@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from mcphost.app import Host, open_host
 from mcphost.config import PluginConfig, SecretConfig, Settings, SkillConfig
@@ -108,10 +109,10 @@ async def _report(host: Host, bot: str, asked: dict[str, Any]) -> tuple[str, dic
     return run.run_id, json.loads(text)
 
 
-async def _every_row(host: Host) -> str:
+async def every_row(engine: AsyncEngine) -> str:
     """Every row of every table of the store, as text."""
     dumped: list[str] = []
-    async with host.stores.db.engine.connect() as conn:
+    async with engine.connect() as conn:
         for table in Base.metadata.sorted_tables:
             rows = (await conn.execute(sa.select(table))).all()
             dumped += [repr(tuple(row)) for row in rows]
@@ -132,7 +133,7 @@ async def test_a_secret_reaches_only_the_runs_of_agents_naming_it_and_is_stored_
     assert other["env"] == {"GH_TOKEN": None, "FILE_TOKEN": None, SECRET_ENV: None}
 
     for value in (secret, secret[::-1]):
-        assert value not in await _every_row(host)
+        assert value not in await every_row(host.stores.db.engine)
         assert value not in caplog.text
         for run_id in (with_id, without_id):
             assert value not in (await export_recording(host.stores, run_id)).model_dump_json()
@@ -182,7 +183,7 @@ async def test_skill_folders_are_served_as_skill_resources_to_the_runs_granted_t
 
 async def test_a_local_run_works_in_its_workspace_with_its_skill_files(host: Host, tmp_path: Path) -> None:
     async with served(host):
-        _, report = await _report(host, "with", {"harness": True})
+        _, report = await _report(host, "with", {"harness": str(tmp_path / "harness-data")})
     assert report["workspace"] == str((tmp_path / "repo-a").resolve())
     assert report["harness_cwd"] == report["workspace"]
     assert report["skills"] == {"review": ["SKILL.md", "scripts/check.sh"]}

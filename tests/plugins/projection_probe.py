@@ -8,8 +8,8 @@ reaches the run's MCP server with the `mcp` SDK client. The input text is a JSON
     {"vars": ["GH_TOKEN", ...],      report sha256 of each projected variable (null: absent), and whether
                                      the plugin process's own environment has it
      "reads": ["skill://...", ...],  read each resource: {"text_sha256"} or {"error": <code>}
-     "harness": true}                write the harness folder and list its skill files (path → sha256,
-                                     executable)
+     "harness": "<data_dir>"}        write the harness folder (the harness runners' `data_dir` there)
+                                     and list its skill files (path → sha256, executable)
 
 Never echoes a secret's value: only hashes of it leave the process.
 """
@@ -19,7 +19,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from pathlib import Path
 from typing import Any, cast
 
 import httpx2
@@ -53,7 +52,7 @@ class ProjectionRunner(AgentRunner):
             "skills": {s.skill_id: [f.path for f in s.files] for s in projection.skills},
         }
         if asked.get("harness"):
-            config = HarnessConfig.model_validate({"data_dir": str(Path.cwd() / "harness-data")})
+            config = HarnessConfig.model_validate({"data_dir": asked["harness"]})
             workspace = prepare_workspace(ctx, config, ExternalSession(), projection)
             write_projection(ctx, workspace.root, workspace.projection, skills=projection.skills)
             skills_root = workspace.cwd / ".claude" / "skills"
