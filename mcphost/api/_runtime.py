@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import time
 
+import anyio
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
@@ -154,7 +155,7 @@ async def claim(request: Request) -> Response:
         claimed = await state.stores.dispatch.claim(runtime, lease_s=remote.lease_s, workspaces=workspaces)
         if claimed is not None:
             try:
-                projection = _projection(projector, claimed, runtime)
+                projection = await anyio.to_thread.run_sync(_projection, projector, claimed, runtime)
             except ProjectionError as exc:
                 await _fail_claimed(request, runtime, claimed, exc.message)
                 continue  # that run failed with the reason; look for another

@@ -15,6 +15,7 @@ from __future__ import annotations
 import base64
 import mimetypes
 
+import anyio
 import mcp_types as types
 
 from mcphost.errors import HostError
@@ -46,7 +47,7 @@ async def list_resources(call: Call, skills: Projector) -> list[types.Resource]:
         folder = skills.skill_folder(name)
         assert folder is not None  # `_granted`
         try:
-            files = skill_files(name, folder)
+            files = await anyio.to_thread.run_sync(skill_files, name, folder)
         except HostError:  # a folder that broke after the host started: nothing of it is listed
             continue
         for relative, path, _ in files:
@@ -90,7 +91,7 @@ async def read_resource(call: Call, skills: Projector, uri: str) -> types.ReadRe
     folder = skills.skill_folder(skill_id)
     assert folder is not None  # `_granted`
     try:
-        data = read_skill_file(skill_id, folder, relative)
+        data = await anyio.to_thread.run_sync(read_skill_file, skill_id, folder, relative)
     except HostError as exc:
         raise ToolCallError("not_found", exc.message) from None
     mime = _mime(relative)

@@ -93,7 +93,8 @@ async def execute(
         nonlocal stream_status, crash
         async with send:
             try:
-                projection = project() if project is not None else None
+                # Reads secret files and skill folders: off the event loop.
+                projection = await anyio.to_thread.run_sync(project) if project is not None else None
                 stream_status = await executor.run(runner_name, ctx, send, projection=projection)
             except (PluginError, ProjectionError) as exc:
                 crash = exc
