@@ -206,6 +206,7 @@ async def open_host(
     from mcphost.orchestrator import Orchestrator
     from mcphost.plugins.process import PluginSupervisor
     from mcphost.plugins.registry import RunnerRegistry
+    from mcphost.projection import Projector
     from mcphost.proxy import ModelProxy
     from mcphost.proxy.calls import ModelCalls
     from mcphost.retention import Collector, run_collector
@@ -218,6 +219,8 @@ async def open_host(
     from mcphost.warm import WarmSessions
 
     bindings = Bindings(settings.agents, source=settings.source)
+    projector = Projector(settings)
+    projector.check()  # a bad skill folder stops the host here, with the key to fix
     channels = adapters(settings.channels, os.environ)
     metrics = HostMetrics()
     async with (
@@ -286,6 +289,7 @@ async def open_host(
             replay=replay,
             park=orchestrator.park,
             warm=warm,
+            skills=projector,
         )
 
         async def end_run(run_id: str, _run: Run | None) -> None:
@@ -298,6 +302,7 @@ async def open_host(
 
         orchestrator.on_run_end.extend([end_run, count_run])
         orchestrator.on_run_closing.append(models.settle)
+        orchestrator.projector = projector
         orchestrator.remote = RemoteRuns(stores, orchestrator.host_id, lease_s=settings.host.runtime_lease_s)
         scheduler = Scheduler(
             stores,

@@ -257,8 +257,60 @@ class SkillConfig(_Section):
 
     display_name: str = Field(default="", max_length=200)
     """A title for people; the skill's name when empty."""
-    description: str = Field(min_length=1, max_length=4000)
-    """When and how to use the skill: the runner reads it in its context and `instructions` prompt."""
+    description: str = Field(default="", max_length=4000)
+    """When and how to use the skill: the runner reads it in its context and `instructions` prompt.
+    Required without `path`; with one, the `description:` of its `SKILL.md` front matter when empty."""
+    path: Path | None = None
+    """A skill folder (relative to the config file's folder): `SKILL.md` and the files it refers to.
+    Projected into the harness's skills folder and served as `skill://<name>/<file>` MCP resources."""
+
+    @model_validator(mode="after")
+    def _described(self) -> SkillConfig:
+        if not self.description and self.path is None:
+            raise ValueError("set 'description', or 'path' to a skill folder whose SKILL.md describes it")
+        return self
+
+
+class SecretConfig(_Section):
+    """One `[secrets.<name>]` secret: read from the host's environment (`env`) or a file (`file`) when a
+    run of an agent that names it (`[[agents]] secrets`) starts, and set in that run's environment only."""
+
+    env: str | None = Field(default=None, pattern=ENV_NAME_PATTERN)
+    """The host's environment variable holding the value."""
+    file: Path | None = None
+    """A file holding the value (relative to the config file's folder); one trailing newline is dropped."""
+    variable: str | None = Field(default=None, pattern=ENV_NAME_PATTERN)
+    """The variable's name in the run's environment; default the secret's name upper-cased
+    (`gh_token` → `GH_TOKEN`)."""
+
+    @model_validator(mode="after")
+    def _one_source(self) -> SecretConfig:
+        if (self.env is None) == (self.file is None):
+            raise ValueError("set exactly one of 'env' (a host environment variable) or 'file' (a path)")
+        return self
+
+    def variable_of(self, name: str) -> str:
+        return self.variable or name.upper()
+
+
+class RuntimeConfig(_Section):
+    """One `[runtimes.<name>]` table: what this host projects into the runs the runtime registered as
+    `<name>` (`mcphost runtimes add NAME`) claims."""
+
+    workspaces: dict[str, str] = Field(default_factory=dict[str, str], max_length=1000)
+    """Workspace name → absolute folder on the runtime's machine: a run of an agent with
+    `workspace = "<name>"` works there. A runtime without the agent's workspace does not claim its runs."""
+
+    @field_validator("workspaces")
+    @classmethod
+    def _absolute(cls, value: dict[str, str]) -> dict[str, str]:
+        _check_names(value, "workspace name", "agents name it in `workspace`")
+        for name, folder in value.items():
+            if not folder.startswith("/") or "\x00" in folder or len(folder) > 1000:
+                raise ValueError(
+                    f"workspace {name!r}: {folder[:100]!r} must be an absolute path on the runtime's machine"
+                )
+        return value
 
 
 FIELD_PATH_PATTERN = r"\$(\.[A-Za-z0-9_-]+|\[[0-9]{1,6}\])*"
@@ -524,6 +576,16 @@ RETENTION_KINDS: tuple[str, ...] = (
 """What retention collects, in collection order: each has a `[retention] <kind>_days` key."""
 
 
+_TABLE_NAMES: dict[str, tuple[str, str]] = {
+    "hooks": ("hook source", "it is the last segment of /v1/hooks/<source>"),
+    "channels": ("channel id", "it is the last segment of /v1/channels/<id>"),
+    "skills": ("skill name", "it becomes a folder name"),
+    "secrets": ("secret name", "agents name it in `secrets`"),
+    "workspaces": ("workspace name", "agents name it in `workspace`"),
+}
+"""Tables whose names become folder names or path segments, as `_check_names` words them."""
+
+
 class Settings(_Section):
     """The whole validated configuration."""
 
@@ -535,6 +597,13 @@ class Settings(_Section):
     tools: dict[str, ToolServerConfig] = Field(default_factory=dict[str, ToolServerConfig])
     knowledge: dict[str, KnowledgeBaseConfig] = Field(default_factory=dict[str, KnowledgeBaseConfig])
     skills: dict[str, SkillConfig] = Field(default_factory=dict[str, SkillConfig])
+    secrets: dict[str, SecretConfig] = Field(default_factory=dict[str, SecretConfig], max_length=1000)
+    """`[secrets.<name>]`: values projected as environment variables into the runs of agents naming them."""
+    workspaces: dict[str, Path] = Field(default_factory=dict[str, Path], max_length=1000)
+    """`[workspaces]`: workspace name → folder on this host (relative to the config file's folder), where
+    the local runs of an agent with `workspace = "<name>"` work."""
+    runtimes: dict[str, RuntimeConfig] = Field(default_factory=dict[str, RuntimeConfig], max_length=1000)
+    """`[runtimes.<name>]`: per-runtime projection settings (its `workspaces`), by runtime name."""
     schedules: list[ScheduleSpec] = Field(default_factory=list[ScheduleSpec], max_length=1000)
     """`[[schedules]]`: events the host emits on a timetable (read-only through the API)."""
 
@@ -561,22 +630,11 @@ class Settings(_Section):
     models: dict[str, ModelConfig] = Field(default_factory=dict[str, ModelConfig], max_length=1000)
     """`[models.<id>]`: models the host calls for its runs with its own keys (`mcphost.llm`)."""
 
-    @field_validator("hooks")
+    @field_validator("hooks", "channels", "skills", "secrets", "workspaces")
     @classmethod
-    def _hook_sources(cls, value: dict[str, HookConfig]) -> dict[str, HookConfig]:
-        _check_names(value, "hook source", "it is the last segment of /v1/hooks/<source>")
-        return value
-
-    @field_validator("channels")
-    @classmethod
-    def _channel_ids(cls, value: dict[str, ChannelConfig]) -> dict[str, ChannelConfig]:
-        _check_names(value, "channel id", "it is the last segment of /v1/channels/<id>")
-        return value
-
-    @field_validator("skills")
-    @classmethod
-    def _skill_names(cls, value: dict[str, SkillConfig]) -> dict[str, SkillConfig]:
-        _check_names(value, "skill name", "it becomes a folder name")
+    def _table_names(cls, value: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+        what, why = _TABLE_NAMES[info.field_name or ""]
+        _check_names(value, what, why)
         return value
 
     @property
@@ -696,6 +754,99 @@ def _check_agents(settings: Settings) -> None:
                     f"{settings.source}: agents[{index}] (id {agent.id!r}).resources.skills: "
                     f"skill {skill!r} is not declared; declared: {known}. Add a [skills.{skill}] table."
                 )
+        for secret in agent.secrets:
+            if secret not in settings.secrets:
+                known = ", ".join(sorted(settings.secrets)) or "none"
+                raise ConfigError(
+                    f"{settings.source}: agents[{index}] (id {agent.id!r}).secrets: secret {secret!r} is not "
+                    f'declared; declared: {known}. Add a [secrets.{secret}] table with env = "VAR" or '
+                    'file = "/path".'
+                )
+        _check_workspace(settings, index, agent)
+
+
+def _check_workspace(settings: Settings, index: int, agent: AgentConfig) -> None:
+    """A local agent's workspace is in `[workspaces]`; a remote one's in some `[runtimes.<name>]`."""
+    name = agent.workspace
+    if name is None:
+        return
+    where = f"{settings.source}: agents[{index}] (id {agent.id!r}).workspace"
+    if agent.runtime == "local":
+        if name not in settings.workspaces:
+            known = ", ".join(sorted(settings.workspaces)) or "none"
+            raise ConfigError(
+                f"{where}: workspace {name!r} is not in [workspaces] (declared: {known}); the agent's runs "
+                f'are local, so add `{name} = "/path/to/folder"` under [workspaces].'
+            )
+        return
+    holders = sorted(r for r, cfg in settings.runtimes.items() if name in cfg.workspaces)
+    if not holders:
+        raise ConfigError(
+            f"{where}: no [runtimes.<name>] table maps workspace {name!r}, so no runtime could claim the "
+            f'agent\'s runs; add `workspaces = {{ "{name}" = "/path/on/the/runtime" }}` under '
+            "[runtimes.<name>] for each runtime that has it."
+        )
+
+
+def _resolve_paths(settings: Settings, base: Path) -> Settings:
+    """Relative skill folders, secret files and local workspaces are relative to the config file's folder."""
+
+    def under(path: Path) -> Path:
+        return path if path.is_absolute() else base / path
+
+    skills = {
+        name: cfg if cfg.path is None else cfg.model_copy(update={"path": under(cfg.path)})
+        for name, cfg in settings.skills.items()
+    }
+    secrets = {
+        name: cfg if cfg.file is None else cfg.model_copy(update={"file": under(cfg.file)})
+        for name, cfg in settings.secrets.items()
+    }
+    workspaces = {name: under(folder) for name, folder in settings.workspaces.items()}
+    return settings.model_copy(update={"skills": skills, "secrets": secrets, "workspaces": workspaces})
+
+
+def _check_skills(settings: Settings) -> Settings:
+    """Each skill folder holds a `SKILL.md`; a skill without a `description` takes its front matter's."""
+    skills: dict[str, SkillConfig] = {}
+    for name, cfg in settings.skills.items():
+        if cfg.path is None:
+            skills[name] = cfg
+            continue
+        skill_md = cfg.path / "SKILL.md"
+        try:
+            text = skill_md.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(
+                f"{settings.source}: skills.{name}.path: {str(skill_md)!r} cannot be read ({exc}); a skill "
+                "folder holds a SKILL.md (front matter with name and description, then its instructions)."
+            ) from None
+        description = cfg.description or _front_matter(text).get("description", "")
+        if not description:
+            raise ConfigError(
+                f"{settings.source}: skills.{name}: no description; set 'description', or a `description:` "
+                f"line in the front matter of {str(skill_md)!r}."
+            )
+        skills[name] = cfg.model_copy(update={"description": description[:4000]})
+    return settings.model_copy(update={"skills": skills})
+
+
+def _front_matter(text: str) -> dict[str, str]:
+    """The `key: value` lines of a `---`-fenced front matter (values unquoted), or nothing."""
+    lines = text.splitlines()
+    if not lines or lines[0].strip() != "---":
+        return {}
+    found: dict[str, str] = {}
+    for line in lines[1:200]:
+        if line.strip() == "---":
+            return found
+        key, sep, value = line.partition(":")
+        if sep and key.strip().isidentifier():
+            value = value.strip()
+            if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
+                value = value[1:-1]
+            found[key.strip()] = value
+    return {}
 
 
 def _check_hooks(settings: Settings) -> None:
@@ -767,10 +918,12 @@ def settings_from_mapping(data: Mapping[str, Any], *, source: str, environ: Mapp
         settings = settings.model_copy(update={"agents": [default_agent()]})
     if problems := check_models(settings.models):
         raise ConfigError("\n".join(f"{source}: {line}" for line in problems), details={"source": source})
+    source_path = Path(source)
+    settings = _resolve_paths(settings, source_path.parent if source_path.is_file() else Path.cwd())
     _check_agents(settings)
     _check_hooks(settings)
     _check_api_keys(settings)
-    return settings
+    return _check_skills(settings)
 
 
 def load_settings(path: Path | str | None = None, *, environ: Mapping[str, str] | None = None) -> Settings:

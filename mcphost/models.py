@@ -296,6 +296,12 @@ class AgentConfig(InboundModel):
     record: bool = False
     """Record every run of this agent for `mcphost record export` and `mcphost replay` (an event can
     ask for it alone with `options.record`)."""
+    secrets: list[str] = Field(default_factory=list[str], max_length=100)
+    """Names of `[secrets.<name>]` projected into this agent's runs as environment variables (each by
+    its `variable`); runs of other agents never see them."""
+    workspace: str | None = Field(default=None, pattern=r"^[a-z0-9][a-z0-9_-]{0,63}$")
+    """A workspace name: its runs work in the folder `[workspaces]` (local runs) or the claiming
+    runtime's `[runtimes.<name>] workspaces` map it to (a harness's working folder)."""
     runtime: Literal["local"] | RuntimePlacement = "local"
     """Where its runs execute: `local` (a plugin process of this host, the default) or `[agents.runtime]`
     with `labels` (a registered runtime whose labels match claims each run, docs/protocol.md §12)."""

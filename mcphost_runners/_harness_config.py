@@ -150,8 +150,10 @@ def harness_environment(
     defaults: Mapping[str, str],
     controlled: Mapping[str, str],
     source: Mapping[str, str] | None = None,
+    projected: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
-    """The CLI's whole environment: allow-list, defaults, the agent's, pass-through, then ours."""
+    """The CLI's whole environment: allow-list, defaults, the agent's, pass-through, the run's projected
+    secrets, then ours."""
     plugin_env = os.environ if source is None else source
     env = {
         name: value
@@ -161,6 +163,7 @@ def harness_environment(
     env.update(defaults)
     env.update(config.environment)
     env.update({name: plugin_env[name] for name in config.pass_env if name in plugin_env})
+    env.update(projected or {})
     env.update(controlled)
     return env
 

@@ -20,10 +20,11 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Sequence
 from contextlib import suppress
 from pathlib import Path
 
-from mcphost.protocol import AgentRunContext, JSONObject, SkillInfo
+from mcphost.protocol import AgentRunContext, JSONObject, ProjectedSkill, SkillInfo
 
 CONTEXT_SCHEMA = "mcphost.external_harness_context.v1"
 CONTEXT_JSON = "agent-context.json"
@@ -206,12 +207,18 @@ def skill_folder_name(skill: SkillInfo) -> str:
 
 
 def write_projection(
-    ctx: AgentRunContext, root: Path, folder: str = ".", *, skills_folder: str = ".claude/skills"
+    ctx: AgentRunContext,
+    root: Path,
+    folder: str = ".",
+    *,
+    skills_folder: str = ".claude/skills",
+    skills: Sequence[ProjectedSkill] = (),
 ) -> list[Path]:
     """Write `agent-context.json`, `CONTEXT.md` and the granted skills under `root`; returns the paths.
 
-    `folder` is where the two context files go and `skills_folder` where each skill gets
-    `<name>/SKILL.md`, both relative to `root` and both kept inside it.
+    `folder` is where the two context files go and `skills_folder` where each skill gets its folder,
+    both relative to `root` and both kept inside it: a skill with files (`skills`, the run's projection)
+    gets them as they are in its folder on the host (executables 0700), any other a generated `SKILL.md`.
     """
     written = [
         write_private(
@@ -221,8 +228,16 @@ def write_projection(
         ),
         write_private(root, f"{folder}/{CONTEXT_MD}", context_markdown(ctx)),
     ]
+    projected = {skill.skill_id: skill for skill in skills}
     for skill in ctx.resources.skills:
-        written.append(
-            write_private(root, f"{skills_folder}/{skill_folder_name(skill)}/SKILL.md", skill_markdown(skill))
-        )
+        name = skill_folder_name(skill)
+        found = projected.get(skill.skill_name)
+        if found is None:
+            written.append(write_private(root, f"{skills_folder}/{name}/SKILL.md", skill_markdown(skill)))
+            continue
+        for file in found.files:
+            path = write_private(root, f"{skills_folder}/{name}/{file.path}", file.content())
+            if file.executable:
+                path.chmod(0o700)
+            written.append(path)
     return written

@@ -50,6 +50,7 @@ from mcphost.protocol import (
     ToolCallStartedData,
     Usage,
 )
+from mcphost.protocol.projection import RunProjection
 from mcphost.protocol.results import FinishReason
 from mcphost.protocol.stdio import RunAnswerStatus
 from mcphost_runners._runapi import RunAPI
@@ -69,10 +70,14 @@ class RunOutput:
         send: Callable[[AgentRunResult], Awaitable[None]],
         *,
         api: RunAPI | None = None,
+        projection: RunProjection | None = None,
     ) -> None:
         self.run_id = run_id
         self.api = api if api is not None else RunAPI(None)
         """The run's facts and tools over its MCP server (connected on first use)."""
+        self.projection = projection if projection is not None else RunProjection()
+        """The agent's secrets (environment variables), workspace and skill files (`runner/run`'s
+        `projection`): put them around the run, never in a result or a log line."""
         self.sequence = 0
         """The sequence of the last result sent."""
         self.status: RunAnswerStatus | None = None

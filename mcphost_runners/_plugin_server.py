@@ -232,7 +232,9 @@ class _PluginServer:
             return
         runtime = run.context.runtime
         api = RunAPI(run.context.context.mcp, traceparent=runtime.traceparent, tracestate=runtime.tracestate)
-        active = _ActiveRun(RunOutput(run.context.run_id, self._send_result, api=api))
+        active = _ActiveRun(
+            RunOutput(run.context.run_id, self._send_result, api=api, projection=run.projection)
+        )
         self._runs[run.context.run_id] = active
         tg.start_soon(self._run, request_id, runner, run.context, active)
 

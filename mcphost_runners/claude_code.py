@@ -209,6 +209,7 @@ class ClaudeCodeRunner(HarnessRunner):
         home = make_private_dir(workspace.data_dir / "claude-home")
         env = harness_environment(
             config,
+            projected=workspace.env,
             defaults=CLAUDE_DEFAULT_ENV,
             controlled={
                 "HOME": str(home),

@@ -283,6 +283,7 @@ class CodexRunner(HarnessRunner):
         write_private(codex_home, "config.toml", CODEX_CONFIG)
         env = harness_environment(
             config,
+            projected=workspace.env,
             defaults={"NO_COLOR": "1"},
             controlled={
                 "HOME": str(home),

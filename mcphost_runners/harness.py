@@ -33,7 +33,7 @@ import logging
 import re
 import time
 from abc import abstractmethod
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -52,6 +52,7 @@ from mcphost.protocol import (
     RunCompletedData,
     RunFailed,
     RunFailedData,
+    RunProjection,
     Usage,
 )
 from mcphost_runners._harness_config import (
@@ -170,30 +171,53 @@ class Workspace:
     data_dir: Path
     resumable: bool
     """The folder can continue `ExternalSession.session_id` (it is that session's folder)."""
+    env: Mapping[str, str] = field(default_factory=dict[str, str])
+    """The run's projected secrets (`RunProjection.env`), set in the CLI's environment under the
+    variables mcphost controls (`harness_environment`)."""
 
     def relative(self, name: str) -> str:
         return name if self.projection == "." else f"{self.projection}/{name}"
 
 
-def prepare_workspace(ctx: AgentRunContext, config: HarnessConfig, session: ExternalSession) -> Workspace:
-    """Create (or reuse) the run's working folder. Raises `ValueError` for an unusable config."""
+def prepare_workspace(
+    ctx: AgentRunContext,
+    config: HarnessConfig,
+    session: ExternalSession,
+    projection: RunProjection | None = None,
+) -> Workspace:
+    """Create (or reuse) the run's working folder: the projected workspace (the agent's `workspace`),
+    else `config.working_directory`, else a folder of its own. Raises `ValueError` for an unusable one."""
     if not _RUN_ID.match(ctx.run_id):
         raise ValueError(f"run id {ctx.run_id!r} cannot name a folder")
+    projection = projection or RunProjection()
     data_dir = make_private_dir(Path(config.data_dir).expanduser() if config.data_dir else DEFAULT_DATA_DIR)
+    if projection.workspace is not None:
+        cwd = Path(projection.workspace)
+        if not cwd.is_absolute() or not cwd.is_dir():
+            raise ValueError(
+                f"workspace {projection.workspace_name!r} maps to {projection.workspace!r}, which is not an "
+                "existing folder on this machine; create it or fix the workspace's mapping"
+            )
+        cwd = cwd.resolve()
+        return Workspace(
+            cwd, cwd, f".mcphost/runs/{ctx.run_id}", data_dir, resumable=True, env=projection.env
+        )
     if config.working_directory:
         cwd = Path(config.working_directory).expanduser().resolve()
         if not cwd.is_dir():
             raise ValueError(f"config.working_directory {str(cwd)!r} is not an existing folder")
-        return Workspace(cwd, cwd, f".mcphost/runs/{ctx.run_id}", data_dir, resumable=True)
+        return Workspace(
+            cwd, cwd, f".mcphost/runs/{ctx.run_id}", data_dir, resumable=True, env=projection.env
+        )
     runs = make_private_dir(data_dir / "runs")
     if session.working_directory:
         earlier = Path(session.working_directory)
         if earlier.is_absolute() and earlier.is_dir():
             resolved = earlier.resolve()
             if resolved.parent == runs:  # only a folder this runner made, never an arbitrary path
-                return Workspace(resolved, resolved, ".", data_dir, resumable=True)
+                return Workspace(resolved, resolved, ".", data_dir, resumable=True, env=projection.env)
     folder = make_private_dir(inside(runs, ctx.run_id))
-    return Workspace(folder, folder, ".", data_dir, resumable=False)
+    return Workspace(folder, folder, ".", data_dir, resumable=False, env=projection.env)
 
 
 class SessionLocks:
@@ -389,8 +413,14 @@ class HarnessRunner(AgentRunner):
     ) -> None:
         diagnostics = Diagnostics()
         try:
-            workspace = prepare_workspace(ctx, config, session)
-            write_projection(ctx, workspace.root, workspace.projection, skills_folder=self.skills_folder)
+            workspace = prepare_workspace(ctx, config, session, out.projection)
+            write_projection(
+                ctx,
+                workspace.root,
+                workspace.projection,
+                skills_folder=self.skills_folder,
+                skills=out.projection.skills,
+            )
         except (OutsideRootError, ValueError) as exc:
             await out.failed("invalid_argument", f"{self.harness}: {exc}")
             return

@@ -14,6 +14,8 @@ Invariants:
 - A claim's context carries the claim's fenced MCP token, never the run's own token.
 - A run's output is kept as an artifact of the run only while the posting runtime holds it under that
   fence (checked before the bytes are stored and again when they are recorded).
+- A claim's `projection` (the agent's secrets, its workspace on this runtime, its skills' files) is
+  built for the answer and never stored; a run whose projection cannot be built fails with the reason.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from __future__ import annotations
 import json
 import time
 
+import anyio
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
@@ -32,7 +35,8 @@ from mcphost.context import with_token
 from mcphost.errors import ForbiddenError, UnauthorizedError, UnavailableError
 from mcphost.feed import Signal
 from mcphost.guard import declare_access
-from mcphost.protocol import AgentRunContext, ProtocolModel
+from mcphost.projection import ProjectionError, Projector
+from mcphost.protocol import AgentRunContext, ProtocolModel, RunProjection
 from mcphost.runtimes.fence import fenced_token
 from mcphost.runtimes.remote import RemoteRuns
 from mcphost.runtimes.wire import (
@@ -55,7 +59,7 @@ from mcphost.runtimes.wire import (
     ResultsBody,
 )
 from mcphost.stores import RuntimeRecord
-from mcphost.stores.dispatch import PostedResult
+from mcphost.stores.dispatch import Claim, PostedResult
 
 CLAIM_POLL_S = 0.25
 """How often a waiting claim looks at the queue when nothing in this process woke it."""
@@ -151,8 +155,15 @@ async def claim(request: Request) -> Response:
         ticket = remote.queued.ticket()
         if runtime.state != "online":
             return _answer(ClaimAnswer(run=None, state=runtime.state))
-        claimed = await state.stores.dispatch.claim(runtime, lease_s=remote.lease_s)
+        projector = state.orchestrator.projector
+        workspaces = projector.workspaces_of(runtime.name) if projector is not None else frozenset[str]()
+        claimed = await state.stores.dispatch.claim(runtime, lease_s=remote.lease_s, workspaces=workspaces)
         if claimed is not None:
+            try:
+                projection = await anyio.to_thread.run_sync(_projection, projector, claimed, runtime)
+            except ProjectionError as exc:
+                await _fail_claimed(request, runtime, claimed, exc.message)
+                continue  # that run failed with the reason; look for another
             ctx = AgentRunContext.model_validate(claimed.context)
             token = fenced_token(claimed.token_hash, claimed.run_id, claimed.fence)
             run = ClaimedRun(
@@ -163,7 +174,9 @@ async def claim(request: Request) -> Response:
                 lease_until=claimed.lease_until,
                 deadline_at=claimed.deadline_at,
                 context=with_token(ctx, token).model_dump(mode="json"),
+                projection=projection,
             )
+            # Dumped once, here: the projection (secrets included) is in this answer only.
             return _answer(ClaimAnswer(run=run, state=runtime.state))
         remaining = until - time.monotonic()
         if remaining <= 0:
@@ -175,6 +188,35 @@ async def claim(request: Request) -> Response:
         if refreshed is None:
             raise UnauthorizedError("Not a runtime token: its runtime was removed while it waited.")
         runtime = refreshed
+
+
+def _projection(projector: Projector | None, claimed: Claim, runtime: RuntimeRecord) -> RunProjection | None:
+    """The claimed run's projection for this runtime (its agent's secrets, workspace, skill files)."""
+    if projector is None or claimed.agent_id is None:
+        return None
+    agent = projector.agent(claimed.agent_id)
+    if agent is None:
+        raise ProjectionError(
+            f"Agent {claimed.agent_id!r} of run {claimed.run_id!r} is not configured on this host any more."
+        )
+    return projector.remote(agent, runtime.name)
+
+
+async def _fail_claimed(request: Request, runtime: RuntimeRecord, claimed: Claim, why: str) -> None:
+    """End a claimed run whose projection cannot be built as its runtime would: one `run.failed`
+    result with the reason, then its end (the host executing it journals them as any)."""
+    failed = {
+        "type": "run.failed",
+        "run_id": claimed.run_id,
+        "sequence": 1,
+        "timestamp": time.time(),
+        "data": {"code": "runtime_error", "message": why[:8000], "retryable": False},
+    }
+    dispatch = api_state(request).stores.dispatch
+    item = PostedResult(seq=1, nbytes=_compact_size(failed), dropped=False, result=failed)
+    await dispatch.post_results(runtime.runtime_id, claimed.run_id, claimed.fence, 1, [item])
+    await dispatch.post_end(runtime.runtime_id, claimed.run_id, claimed.fence, "failed", 1)
+    _remote(request).posted(claimed.run_id)
 
 
 def _compact_size(value: object) -> int:

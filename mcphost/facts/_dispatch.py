@@ -53,7 +53,7 @@ from pydantic import BaseModel, ValidationError
 from mcphost import __version__, tracing
 from mcphost.common.validation import problems
 from mcphost.errors import HostError
-from mcphost.facts import _artifacts, _run
+from mcphost.facts import _artifacts, _run, _skills
 from mcphost.facts._approvals import await_approval
 from mcphost.facts._audit import AuditWriter
 from mcphost.facts._call import Call
@@ -72,6 +72,7 @@ from mcphost.facts.providers import (
 )
 from mcphost.grants import allows_host_tool, refusal
 from mcphost.models import RunGrant
+from mcphost.projection import Projector
 from mcphost.protocol import (
     MAX_JSON_DEPTH,
     STRICT_CONTEXT,
@@ -211,9 +212,11 @@ class FactsDispatch:
         on_call: Callable[[str, str], None] | None = None,
         replay: ReplayAnswers | None = None,
         park: RunParker | None = None,
+        skills: Projector | None = None,
     ) -> None:
         self._stores = stores
         self._park = park
+        self._skills = skills
         self._on_call = on_call
         self._replay = replay
         self._grants = grants
@@ -553,7 +556,7 @@ class FactsDispatch:
     async def _list_resources(
         self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
     ) -> types.ListResourcesResult:
-        _access_of(ctx)
+        access = _access_of(ctx)
         context = types.Resource(
             uri=_run.CONTEXT_URI,
             name="run_context",
@@ -561,7 +564,14 @@ class FactsDispatch:
             description="This run's context (the same JSON as the run_context tool).",
             mime_type="application/json",
         )
-        return types.ListResourcesResult(resources=[context])
+        resources = [context]
+        if self._skills is not None:
+            try:
+                call = await self._admit(access)
+                resources += await _skills.list_resources(call, self._skills)
+            except ToolCallError as exc:
+                raise _rpc_error(exc) from None
+        return types.ListResourcesResult(resources=resources)
 
     async def _list_resource_templates(
         self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
@@ -591,6 +601,8 @@ class FactsDispatch:
                 result = await _run.context_resource(call)
             elif uri.startswith(_artifacts.ARTIFACT_URI_PREFIX):
                 result = await _artifacts.read_resource(call, uri)
+            elif uri.startswith(_skills.SKILL_URI_PREFIX) and self._skills is not None:
+                result = await _skills.read_resource(call, self._skills, uri)
             else:
                 raise ToolCallError(
                     "not_found", f"There is no resource {uri[:100]!r}; resources/list shows them."
@@ -600,7 +612,7 @@ class FactsDispatch:
         outcome = await self._execute(
             access,
             "resources/read",
-            {"uri": uri},
+            {"uri": uri[:1000]},
             read,
             types.ReadResourceResult,
             request=ctx,

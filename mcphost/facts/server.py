@@ -84,6 +84,7 @@ from mcphost.facts.providers import (
 )
 from mcphost.grants import token_matches
 from mcphost.guard import HttpGuard, declare_access
+from mcphost.projection import Projector
 from mcphost.runtimes.fence import fence_of, fenced_matches
 from mcphost.stores import GrantRecord, Stores
 from mcphost.warm import SESSION_ID, SESSION_PATH, WarmSessions
@@ -169,6 +170,7 @@ class FactsServer:
         replay: ReplayAnswers | None = None,
         park: RunParker | None = None,
         warm: WarmSessions | None = None,
+        skills: Projector | None = None,
     ) -> None:
         """
         Args:
@@ -193,6 +195,8 @@ class FactsServer:
                 approval; without it such a call waits like any other.
             warm: the warm sessions whose endpoint `/sessions/{session_id}/mcp` this server serves (the
                 grant of the run each is bound to); without it that path answers 404.
+            skills: the host's skill folders, served as `skill://` resources to the runs granted them;
+                without it none are listed.
         """
         self._stores = stores
         self._grants = GrantCache(stores.runs, ttl_s=grant_ttl_s)
@@ -208,6 +212,7 @@ class FactsServer:
             on_call=on_call,
             replay=replay,
             park=park,
+            skills=skills,
         )
         self._guard = guard or HttpGuard()
         self._session_idle_timeout_s = session_idle_timeout_s

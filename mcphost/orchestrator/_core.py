@@ -22,6 +22,7 @@ import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from functools import partial
 from typing import Literal
 
 import anyio
@@ -50,6 +51,7 @@ from mcphost.orchestrator._execution import (
     stored_trace,
 )
 from mcphost.plugins.registry import RunnerRegistry
+from mcphost.projection import Projector
 from mcphost.protocol import AgentRunContext, HostModelInfo, JSONObject
 from mcphost.runtimes.remote import RemoteRuns
 from mcphost.stores import Stores
@@ -133,6 +135,8 @@ class Orchestrator:
         `ModelProxy.settle`: the run's usage rows are written first)."""
         self.remote: RemoteRuns | None = None
         """Executes the runs of agents with `[agents.runtime]` on runtimes (set by `app.open_host`)."""
+        self.projector: Projector | None = None
+        """Builds a local run's projection (secrets, workspace, skill files; set by `app.open_host`)."""
         """Called once each run of this process has ended (e.g. `FactsServer.end_run`), with its id and
         the run as recorded at its end (None when that record could not be written or read)."""
 
@@ -611,13 +615,16 @@ class Orchestrator:
         remote = (
             None
             if placement == "local" or self.remote is None
-            else self.remote.execution(placement, active.runner.manifest.id)
+            else self.remote.execution(placement, active.runner.manifest.id, binding.agent)
         )
+        projector = self.projector
+        project = None if remote is not None or projector is None else partial(projector.local, binding.agent)
         return await execute(
             active,
             ctx,
             journal,
             executor=remote,
+            project=project,
             deadline_at=grant.deadline_at,
             timeout_s=binding.agent.timeout_s or self._default_timeout_s,
             ask=self._ask,

@@ -34,7 +34,8 @@ from mcphost.orchestrator._active import ActiveRun
 from mcphost.orchestrator._end import Happened
 from mcphost.plugins.process import RawResult
 from mcphost.plugins.registry import RegisteredRunner, RunnerPlugin
-from mcphost.protocol import AgentRunContext, JSONObject
+from mcphost.projection import ProjectionError
+from mcphost.protocol import AgentRunContext, JSONObject, RunProjection
 from mcphost.stores import RecordingHeader, Stores
 
 
@@ -42,7 +43,12 @@ class RunnerExecution(Protocol):
     """What the orchestrator needs of whatever executes a runner (the execution seam)."""
 
     async def run(
-        self, runner_name: str, ctx: AgentRunContext, results: MemoryObjectSendStream[RawResult]
+        self,
+        runner_name: str,
+        ctx: AgentRunContext,
+        results: MemoryObjectSendStream[RawResult],
+        *,
+        projection: RunProjection | None = None,
     ) -> str:
         """Run `runner_name` on `ctx`, sending each raw result to `results` and closing it on return;
         the executor's own status (`completed`/`failed`). `PluginError` when the executor crashed or
@@ -69,6 +75,7 @@ async def execute(
     journal: RunJournal,
     *,
     executor: RunnerExecution | None = None,
+    project: Callable[[], RunProjection | None] | None = None,
     deadline_at: float,
     timeout_s: float,
     ask: Ask,
@@ -80,14 +87,16 @@ async def execute(
     executor = executor or active.runner.plugin
     send, receive = anyio.create_memory_object_stream[RawResult](math.inf)
     stream_status: str | None = None
-    crash: PluginError | None = None
+    crash: PluginError | ProjectionError | None = None
 
     async def call_runner() -> None:
         nonlocal stream_status, crash
         async with send:
             try:
-                stream_status = await executor.run(runner_name, ctx, send)
-            except PluginError as exc:
+                # Reads secret files and skill folders: off the event loop.
+                projection = await anyio.to_thread.run_sync(project) if project is not None else None
+                stream_status = await executor.run(runner_name, ctx, send, projection=projection)
+            except (PluginError, ProjectionError) as exc:
                 crash = exc
 
     async def watch_cancel(scope: anyio.CancelScope) -> None:

@@ -102,6 +102,7 @@ from mcphost.protocol import (
     JSONObject,
     PluginInfo,
     RunParams,
+    RunProjection,
     RunResponse,
     parse_runner_id,
 )
@@ -347,7 +348,12 @@ class PluginProcess:
     # -- runs ------------------------------------------------------------------------------------------
 
     async def run(
-        self, runner_name: str, ctx: AgentRunContext, results: MemoryObjectSendStream[RawResult]
+        self,
+        runner_name: str,
+        ctx: AgentRunContext,
+        results: MemoryObjectSendStream[RawResult],
+        *,
+        projection: RunProjection | None = None,
     ) -> RunAnswerStatus:
         """Run `runner_name` on `ctx`, pushing each of its results into `results` (closed on return).
 
@@ -370,7 +376,10 @@ class PluginProcess:
             conn.runs[run_id] = route
             try:
                 answer = await conn.request(
-                    METHOD_RUN, RunParams(runner=runner_name, context=ctx).model_dump(mode="json")
+                    METHOD_RUN,
+                    RunParams(runner=runner_name, context=ctx, projection=projection).model_dump(
+                        mode="json", exclude_none=True
+                    ),
                 )
             except BrokenConnectionError as exc:
                 # The pipe broke; the owner is bringing the process down and will say how it ended.

@@ -13,6 +13,7 @@ from pydantic import Field
 from mcphost.protocol._base import PROTOCOL_VERSION, InboundModel, JSONObject, ProtocolModel
 from mcphost.protocol.context import AgentRunContext
 from mcphost.protocol.manifest import RUNNER_ID_PART, AgentRunnerManifest
+from mcphost.protocol.projection import RunProjection
 
 MAX_LINE_BYTES = 4 * 1024 * 1024
 
@@ -51,6 +52,9 @@ class RunParams(ProtocolModel):
     runner: str
     """The runner's name: the last part of its id."""
     context: AgentRunContext
+    projection: RunProjection | None = None
+    """The agent's secrets (as environment variables), workspace and skill files, when it has any
+    (`projection.py`): beside the context, never inside it."""
 
 
 RunAnswerStatus = Literal["completed", "failed"]

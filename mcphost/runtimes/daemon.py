@@ -337,7 +337,7 @@ class RuntimeDaemon:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(collect)
                 try:
-                    status = await run.plugin.run(run.runner_name, ctx, send)
+                    status = await run.plugin.run(run.runner_name, ctx, send, projection=run.claim.projection)
                 except HostError as exc:
                     logger.error("run %s: %s", run.claim.run_id, exc.message)
         run.status = status

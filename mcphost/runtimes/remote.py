@@ -35,9 +35,9 @@ from mcphost.context import TOKEN_ENV
 from mcphost.errors import PluginError
 from mcphost.feed import RunSignals, Signal
 from mcphost.grants import hash_token
-from mcphost.models import RuntimePlacement
+from mcphost.models import AgentConfig, RuntimePlacement
 from mcphost.plugins.process import RawResult, RunAnswerStatus
-from mcphost.protocol import AgentRunContext
+from mcphost.protocol import AgentRunContext, RunProjection
 from mcphost.stores import Stores
 from mcphost.stores.dispatch import DispatchView, QueuedRun, eligible
 
@@ -87,12 +87,20 @@ class RemoteRuns:
         self._posted = RunSignals()
         self._executions: dict[str, RemoteExecution] = {}
 
-    def execution(self, placement: RuntimePlacement, runner_id: str) -> RemoteExecution:
-        """The executor of runs of `runner_id` placed by `placement` (one per distinct pair)."""
-        key = f"{runner_id}\x00{placement.model_dump_json()}"
+    def execution(
+        self, placement: RuntimePlacement, runner_id: str, agent: AgentConfig | None = None
+    ) -> RemoteExecution:
+        """The executor of runs of `runner_id` placed by `placement` for `agent` (one per distinct
+        triple): the queue row names the agent (its projection is built at the claim) and its workspace
+        (only a runtime that has it claims the run)."""
+        agent_id = agent.id if agent is not None else None
+        workspace = agent.workspace if agent is not None else None
+        key = f"{runner_id}\x00{placement.model_dump_json()}\x00{agent_id}\x00{workspace}"
         found = self._executions.get(key)
         if found is None:
-            found = self._executions[key] = RemoteExecution(self, placement, runner_id)
+            found = self._executions[key] = RemoteExecution(
+                self, placement, runner_id, agent_id=agent_id, workspace=workspace
+            )
         return found
 
     def posted(self, run_id: str) -> None:
@@ -115,14 +123,29 @@ class RemoteRuns:
 class RemoteExecution:
     """Runs of one runner and placement, executed by runtimes; called by the orchestrator like a plugin."""
 
-    def __init__(self, remote: RemoteRuns, placement: RuntimePlacement, runner_id: str) -> None:
+    def __init__(
+        self,
+        remote: RemoteRuns,
+        placement: RuntimePlacement,
+        runner_id: str,
+        *,
+        agent_id: str | None = None,
+        workspace: str | None = None,
+    ) -> None:
         self._remote = remote
         self.placement = placement
         self.runner_id = runner_id
+        self.agent_id = agent_id
+        self.workspace = workspace
         self.name = f"runtime[{placement.selector()}]"
 
     async def run(
-        self, runner_name: str, ctx: AgentRunContext, results: MemoryObjectSendStream[RawResult]
+        self,
+        runner_name: str,
+        ctx: AgentRunContext,
+        results: MemoryObjectSendStream[RawResult],
+        *,
+        projection: RunProjection | None = None,
     ) -> RunAnswerStatus:
         """Queue the run, then push what its runtime posts into `results` until it posts its end.
 
@@ -131,6 +154,7 @@ class RemoteExecution:
                 agent's `on_lost` is `fail`.
         """
         del runner_name  # the queue names the full runner id
+        del projection  # built when a runtime claims the run, for that runtime (`api/_runtime.py`)
         run_id = ctx.run_id
         dispatch = self._remote.stores.dispatch
         async with results:
@@ -144,6 +168,8 @@ class RemoteExecution:
                     context=without_token(ctx).model_dump(mode="json"),
                     token_hash=hash_token(_token(ctx)),
                     deadline_at=ctx.runtime.deadline_at,
+                    agent_id=self.agent_id,
+                    workspace=self.workspace,
                 )
             )
             self._remote.queued.notify()

@@ -20,7 +20,7 @@ from typing import Literal
 from pydantic import Field, field_validator
 
 from mcphost.models import check_labels
-from mcphost.protocol import MAX_RESULT_BYTES, InboundModel, JSONObject, ProtocolModel
+from mcphost.protocol import MAX_RESULT_BYTES, InboundModel, JSONObject, ProtocolModel, RunProjection
 
 MAX_BATCH_RESULTS = 256
 MAX_BODY_BYTES = 8 * 1024 * 1024
@@ -128,6 +128,9 @@ class ClaimedRun(ProtocolModel):
     deadline_at: float
     context: JSONObject
     """The run's `AgentRunContext`, its MCP token being this claim's (refused once the fence moves)."""
+    projection: RunProjection | None = None
+    """The agent's secrets (environment variables), workspace folder on this runtime and skill files:
+    hand it to the runner beside the context (`runner/run`'s `projection`); never store or log it."""
 
 
 class ClaimAnswer(ProtocolModel):

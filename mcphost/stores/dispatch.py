@@ -26,7 +26,7 @@ Invariants:
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
@@ -64,6 +64,10 @@ class QueuedRun(BaseModel):
     context: dict[str, Any]
     token_hash: str
     deadline_at: float
+    agent_id: str | None = None
+    """The run's agent: the claim's projection (secrets, workspace, skills) is built from its config."""
+    workspace: str | None = None
+    """The agent's workspace name: only a runtime that has it claims the run."""
 
 
 class Claim(BaseModel):
@@ -79,6 +83,7 @@ class Claim(BaseModel):
     lease_until: float
     deadline_at: float
     attempt: int
+    agent_id: str | None = None
 
 
 class PostedResult(BaseModel):
@@ -178,6 +183,8 @@ class DispatchStore:
                     context=run.context,
                     token_hash=run.token_hash,
                     deadline_at=run.deadline_at,
+                    agent_id=run.agent_id,
+                    workspace=run.workspace,
                     state="queued",
                     runtime_id=None,
                     fence=0,
@@ -193,9 +200,12 @@ class DispatchStore:
                 )
             )
 
-    async def claim(self, runtime: RuntimeRecord, *, lease_s: float) -> Claim | None:
+    async def claim(
+        self, runtime: RuntimeRecord, *, lease_s: float, workspaces: Collection[str] = ()
+    ) -> Claim | None:
         """The oldest queued run `runtime` is eligible for, now held by it; None when there is none or
-        it has no free slot."""
+        it has no free slot. A run whose agent has a workspace is eligible only for a runtime that has
+        it (`workspaces`, from the host's `[runtimes.<name>]`)."""
         now = time.time()
         async with self._db.write() as session:
             held = (
@@ -226,6 +236,8 @@ class DispatchStore:
             )
             for row in candidates:
                 if not eligible(runtime, dict(row.selector), row.runner_id):
+                    continue
+                if row.workspace is not None and row.workspace not in workspaces:
                     continue
                 row.state = "claimed"
                 row.runtime_id = runtime.runtime_id
@@ -259,6 +271,7 @@ class DispatchStore:
                     lease_until=row.lease_until,
                     deadline_at=row.deadline_at,
                     attempt=row.attempts,
+                    agent_id=row.agent_id,
                 )
         return None
 

@@ -582,6 +582,10 @@ class RuntimeRunRow(Base):
     """The run's context without its token; a claim gets it with the claim's fenced token."""
     token_hash: Mapped[str] = mapped_column(String(64))
     deadline_at: Mapped[float] = mapped_column(Double)
+    agent_id: Mapped[str | None] = mapped_column(String(100))
+    """The run's agent (its projection is built from its config when a runtime claims the run)."""
+    workspace: Mapped[str | None] = mapped_column(String(64))
+    """The agent's workspace name: only a runtime the host maps it for claims the run."""
     state: Mapped[str] = mapped_column(String(16))
     """queued | claimed"""
     runtime_id: Mapped[str | None] = mapped_column(String(100))

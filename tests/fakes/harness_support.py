@@ -26,6 +26,7 @@ from mcphost.protocol import (
     JSONObject,
     MCPAccess,
     RunInput,
+    RunProjection,
     Runtime,
     StateSnapshot,
     Trigger,
@@ -131,9 +132,11 @@ class Collected:
         return iter(self.results)
 
 
-async def run_directly(runner: AgentRunner, ctx: AgentRunContext) -> Collected:
-    """Run `runner` in this process (no plugin wire) and collect its results."""
+async def run_directly(
+    runner: AgentRunner, ctx: AgentRunContext, projection: RunProjection | None = None
+) -> Collected:
+    """Run `runner` in this process (no plugin wire) with `projection`, and collect its results."""
     collected = Collected()
-    out = RunOutput(ctx.run_id, collected.send)
+    out = RunOutput(ctx.run_id, collected.send, projection=projection)
     await runner.run(ctx, out)
     return collected

@@ -85,7 +85,39 @@ def test_a_config_file_without_agents_keeps_the_default_agent(tmp_path: Path) ->
             "skill 'triage' is not declared; declared: none. Add a [skills.triage] table.",
         ),
         ('[skills."Bad Name"]\ndescription = "x"\n', "skill name 'Bad Name' must be 1-64 lowercase"),
-        ('[skills.triage]\ndisplay_name = "Triage"\n', "skills.triage.description: required key is missing"),
+        (
+            '[skills.triage]\ndisplay_name = "Triage"\n',
+            "skills.triage: set 'description', or 'path' to a skill folder whose SKILL.md describes it",
+        ),
+        (
+            '[skills.review]\npath = "no-such-folder"\n',
+            "skills.review.path: ",
+        ),
+        (
+            '[[agents]]\nid = "a"\nrunner = "plugin:mcphost/echo/default"\nsecrets = ["gh_token"]\n',
+            "agents[0] (id 'a').secrets: secret 'gh_token' is not declared; declared: none. Add a "
+            '[secrets.gh_token] table with env = "VAR" or file = "/path".',
+        ),
+        ('[secrets.gh_token]\nvariable = "GH"\n', "secrets.gh_token: set exactly one of 'env'"),
+        ('[secrets.gh_token]\nenv = "A"\nfile = "b"\n', "secrets.gh_token: set exactly one of 'env'"),
+        ('[secrets.gh_token]\nenv = "1BAD"\n', "secrets.gh_token.env: String should match pattern"),
+        ('[secrets."GH Token"]\nenv = "GH"\n', "secret name 'GH Token' must be 1-64 lowercase"),
+        (
+            '[[agents]]\nid = "a"\nrunner = "plugin:mcphost/echo/default"\nworkspace = "repo-a"\n',
+            "agents[0] (id 'a').workspace: workspace 'repo-a' is not in [workspaces] (declared: none); the "
+            'agent\'s runs are local, so add `repo-a = "/path/to/folder"` under [workspaces].',
+        ),
+        (
+            '[[agents]]\nid = "a"\nrunner = "plugin:mcphost/echo/default"\nworkspace = "repo-a"\n'
+            '[agents.runtime]\nlabels = { pool = "a" }\n[runtimes.r1]\nworkspaces = { "repo-b" = "/srv/b" }\n',
+            "agents[0] (id 'a').workspace: no [runtimes.<name>] table maps workspace 'repo-a', so no runtime "
+            'could claim the agent\'s runs; add `workspaces = { "repo-a" = "/path/on/the/runtime" }` under '
+            "[runtimes.<name>] for each runtime that has it.",
+        ),
+        (
+            '[runtimes.r1]\nworkspaces = { "repo-a" = "relative/path" }\n',
+            "workspace 'repo-a': 'relative/path' must be an absolute path on the runtime's machine",
+        ),
         ('[tools.x]\ncommand = ["a"]\nurl = "http://x"\n', "tools.x: set exactly one of 'command'"),
         ("[host\n", "not valid TOML"),
         (
@@ -183,3 +215,23 @@ def test_the_readme_config_sample_is_a_valid_config() -> None:
     [support] = settings.agents
     assert support.resources.skills == ["triage"]
     assert support.budget.calls == 200
+
+
+def test_a_skill_folder_is_relative_to_the_config_file_and_describes_itself(tmp_path: Path) -> None:
+    folder = tmp_path / "skills" / "review"
+    folder.mkdir(parents=True)
+    (folder / "SKILL.md").write_text(
+        '---\nname: review\ndescription: "Review a change for bugs."\n---\n# Review\n'
+    )
+    secret = tmp_path / "token.txt"
+    path = write(
+        tmp_path,
+        '[skills.review]\npath = "skills/review"\n[secrets.gh_token]\nfile = "token.txt"\n'
+        '[workspaces]\nrepo-a = "repo"\n',
+    )
+    settings = load_settings(path, environ={})
+    assert settings.skills["review"].path == folder
+    assert settings.skills["review"].description == "Review a change for bugs."
+    assert settings.secrets["gh_token"].file == secret
+    assert settings.secrets["gh_token"].variable_of("gh_token") == "GH_TOKEN"
+    assert settings.workspaces["repo-a"] == tmp_path / "repo"

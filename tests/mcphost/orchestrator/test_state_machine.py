@@ -29,7 +29,7 @@ from mcphost.orchestrator import (
 from mcphost.orchestrator import _tuning as tuning
 from mcphost.plugins.process import RawResult
 from mcphost.plugins.registry import RegisteredRunner, RejectedManifestView, RunnerRegistry
-from mcphost.protocol import AgentRunContext, AgentRunnerManifest, JSONObject
+from mcphost.protocol import AgentRunContext, AgentRunnerManifest, JSONObject, RunProjection
 from mcphost.stores import Stores
 from tests.mcphost.hostkit import agent, message
 
@@ -59,7 +59,12 @@ class FakeExecutor:
         return self.started.setdefault(run_id, anyio.Event())
 
     async def run(
-        self, runner_name: str, ctx: AgentRunContext, results: MemoryObjectSendStream[RawResult]
+        self,
+        runner_name: str,
+        ctx: AgentRunContext,
+        results: MemoryObjectSendStream[RawResult],
+        *,
+        projection: RunProjection | None = None,
     ) -> str:
         assert runner_name == "default"
         run_id = ctx.run_id
