@@ -314,17 +314,21 @@ async def wait_alive(client: httpx2.AsyncClient, daemon: _Process, name: str) ->
 
 
 async def post_run(client: httpx2.AsyncClient, bot: str, conversation: str) -> None:
-    """One run of agent `bot`, answered once it has ended; it must have completed."""
-    answer = await client.post(
-        "/v1/events",
-        params={"wait": "true", "timeout_s": "120"},
-        json={
-            "event_type": "message.received",
-            "conversation": {"conversation_id": conversation, "bot_id": bot},
-            "actor": {"actor_id": "bench-user"},
-            "input": {"text": "hello"},
-        },
-    )
+    """One run of agent `bot`, answered once it has ended; it must have completed.
+
+    The event has an id, so the one retry a dropped keep-alive connection gets answers the same run."""
+    event = {
+        "event_id": f"evt-{conversation}",
+        "event_type": "message.received",
+        "conversation": {"conversation_id": conversation, "bot_id": bot},
+        "actor": {"actor_id": "bench-user"},
+        "input": {"text": "hello"},
+    }
+    params = {"wait": "true", "timeout_s": "120"}
+    try:
+        answer = await client.post("/v1/events", params=params, json=event)
+    except httpx2.TransportError:
+        answer = await client.post("/v1/events", params=params, json=event)
     body = answer.json()
     if answer.status_code != 200 or body.get("status") != "completed":
         raise RuntimeError(f"{bot} run did not complete: {answer.status_code} {str(body)[:500]}")
@@ -355,7 +359,10 @@ async def _dialect(dialect: DialectName, cfg: BenchConfig) -> list[Row]:
         tokens = await add_runtimes(config, names)
         daemons: list[_Process] = []
         async with serve(config) as (url, server):
-            limits = httpx2.Limits(max_connections=2 * c + 8, max_keepalive_connections=2 * c + 8)
+            # Idle connections are let go before the server's keep-alive timeout (5 s) can close them.
+            limits = httpx2.Limits(
+                max_connections=2 * c + 8, max_keepalive_connections=2 * c + 8, keepalive_expiry=2
+            )
             async with httpx2.AsyncClient(base_url=url, timeout=180, limits=limits) as client:
                 try:
                     clock = CpuClock(server.pid)

@@ -12,7 +12,8 @@ Invariants:
 - The queued context has no token: a claim gets the claim's fenced MCP token (`fence.py`), so a
   runtime whose lease lapsed can neither post results nor call the run's MCP server.
 - Results reach the journal in the order the runtime numbered them, each once: the executor reads the
-  current fence's results after the last one it forwarded, then deletes those it forwarded. The runner's
+  current fence's results after the last one it forwarded (deleting forwarded ones every
+  `FORGET_EVERY`, and all of them with the queue row when the run ends). The runner's
   own `sequence` numbers continue across attempts (attempt N+1's are shifted past attempt N's), so a
   requeued run's results are not taken for duplicates.
 - A lease that lapsed is handled by the run's executor, conditionally on the fence it saw: `requeue`
@@ -39,7 +40,7 @@ from mcphost.models import RuntimePlacement
 from mcphost.plugins.process import RawResult, RunAnswerStatus
 from mcphost.protocol import AgentRunContext
 from mcphost.stores import Stores
-from mcphost.stores.dispatch import DispatchView, QueuedRun, eligible
+from mcphost.stores.dispatch import VIEW_LIMIT, DispatchView, QueuedRun, eligible
 
 logger = logging.getLogger(__name__)
 
@@ -49,6 +50,9 @@ that reach another replica, lease expiry)."""
 QUEUE_MARGIN_S = 1.0
 """A run still queued this long before its deadline fails naming its selector (before the deadline
 would fail it without saying why)."""
+FORGET_EVERY = 256
+"""Forwarded results are deleted from the queue once this many have piled up (a long run's stay
+bounded); a run's last ones go with its queue row (`drop`), so a short run writes no deletes."""
 DROP_BOUND_S = 5.0
 DEFAULT_LEASE_S = 15.0
 
@@ -162,6 +166,8 @@ class RemoteExecution:
         dispatch = self._remote.stores.dispatch
         fence = 0
         after = 0
+        forgotten = 0
+        """Results of this fence through this one are deleted from the queue (`drop` deletes the rest)."""
         base = 0
         """Runner sequences of this attempt are shifted by this (the highest forwarded before it)."""
         top = 0
@@ -175,7 +181,7 @@ class RemoteExecution:
                         details={"run_id": run_id},
                     )
                 if view.fence != fence:  # claimed again (or requeued): a new attempt numbers from 1
-                    fence, after, base = view.fence, 0, top
+                    fence, after, forgotten, base = view.fence, 0, 0, top
                     continue
                 for item in view.results:
                     obj = item.result
@@ -186,9 +192,11 @@ class RemoteExecution:
                         top = max(top, shifted)
                     await results.send(RawResult(obj=obj, nbytes=item.nbytes, dropped=item.dropped))
                     after = item.seq
-                if view.results:
+                if len(view.results) == VIEW_LIMIT:
+                    continue  # there are more
+                if after - forgotten >= FORGET_EVERY:
                     await dispatch.forget_through(run_id, fence, after)
-                    continue  # there may be more
+                    forgotten = after
                 if view.end_status is not None and after >= view.end_through:
                     return "failed" if view.end_status == "failed" else "completed"
                 if await self._lapsed(run_id, view):

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
-from sqlalchemy import delete, func, select, update
+from sqlalchemy import Select, delete, func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from mcphost.errors import ConflictError
@@ -37,6 +37,10 @@ CLAIM_CANDIDATES = 64
 """Queued rows a claim looks at (oldest first) for one its runtime is eligible for."""
 EVENTS_KEPT = 50
 """Runtime audit events kept per run (claims, requeues, ends), oldest dropped first."""
+VIEW_LIMIT = 512
+"""At most this many results in one `view`."""
+_ELIGIBILITY = (RuntimeRunRow.selector, RuntimeRunRow.runner_id)
+"""What a claim's first look reads of each queued row."""
 
 
 class QueuedRun(BaseModel):
@@ -125,7 +129,8 @@ class DispatchStore:
     async def enqueue(self, run: QueuedRun) -> None:
         """Put `run` in the queue (again: a leftover row of the same run is replaced)."""
         now = time.time()
-        async with self._db.write() as session:
+
+        async def enqueue_in(session: AsyncSession) -> None:
             await session.execute(delete(RuntimeRunRow).where(RuntimeRunRow.run_id == run.run_id))
             session.add(
                 RuntimeRunRow(
@@ -151,11 +156,31 @@ class DispatchStore:
                 )
             )
 
-    async def claim(self, runtime: RuntimeRecord, *, lease_s: float) -> Claim | None:
-        """The oldest queued run `runtime` is eligible for, now held by it; None when there is none or
-        it has no free slot."""
+        await self._db.run_write(enqueue_in)
+
+    async def claim(self, runtime: RuntimeRecord, *, lease_s: float, look: bool = True) -> Claim | None:
+        """The oldest queued run `runtime` is eligible for, now held by it; None when there is none, it
+        has no free slot or it is not `online` as of this transaction.
+
+        With `look`, a read looks first: a claim that finds nothing (a runtime's long poll, several
+        times a second) takes no write transaction, so it never queues behind the host's writers. A
+        caller that knows a run was just queued passes `look=False` and saves that read."""
         now = time.time()
-        async with self._db.write() as session:
+        queued = self._queued(now)
+        if look:
+            async with self._db.read() as session:
+                waiting = (await session.execute(queued.with_only_columns(*_ELIGIBILITY))).all()
+            if not any(eligible(runtime, dict(selector), runner_id) for selector, runner_id in waiting):
+                return None
+
+        async def claim_in(session: AsyncSession) -> Claim | None:
+            state = (
+                await session.execute(
+                    select(RuntimeRow.state).where(RuntimeRow.runtime_id == runtime.runtime_id)
+                )
+            ).scalar_one_or_none()
+            if state != "online":  # drained, disabled or removed since its caller read it
+                return None
             held = (
                 await session.execute(
                     select(func.count()).where(
@@ -165,23 +190,7 @@ class DispatchStore:
             ).scalar_one()
             if held >= runtime.slots:
                 return None
-            candidates = (
-                (
-                    await session.execute(
-                        select(RuntimeRunRow)
-                        .where(
-                            RuntimeRunRow.state == "queued",
-                            RuntimeRunRow.cancel_reason.is_(None),
-                            RuntimeRunRow.deadline_at > now,
-                        )
-                        .order_by(RuntimeRunRow.queued_at, RuntimeRunRow.run_id)
-                        .limit(CLAIM_CANDIDATES)
-                        .with_for_update(skip_locked=True)
-                    )
-                )
-                .scalars()
-                .all()
-            )
+            candidates = (await session.execute(queued.with_for_update(skip_locked=True))).scalars().all()
             for row in candidates:
                 if not eligible(runtime, dict(row.selector), row.runner_id):
                     continue
@@ -206,7 +215,23 @@ class DispatchStore:
                     deadline_at=row.deadline_at,
                     attempt=row.attempts,
                 )
-        return None
+            return None
+
+        return await self._db.run_write(claim_in)
+
+    @staticmethod
+    def _queued(now: float) -> Select[RuntimeRunRow]:
+        """The queued rows a claim may take, oldest first (at most `CLAIM_CANDIDATES`)."""
+        return (
+            select(RuntimeRunRow)
+            .where(
+                RuntimeRunRow.state == "queued",
+                RuntimeRunRow.cancel_reason.is_(None),
+                RuntimeRunRow.deadline_at > now,
+            )
+            .order_by(RuntimeRunRow.queued_at, RuntimeRunRow.run_id)
+            .limit(CLAIM_CANDIDATES)
+        )
 
     async def heartbeat(
         self, runtime: RuntimeRecord, held: Sequence[tuple[str, int]], *, lease_s: float
@@ -216,7 +241,8 @@ class DispatchStore:
         runs it named that it no longer holds (lost: stop them)."""
         now = time.time()
         wanted = dict(held)
-        async with self._db.write() as session:
+
+        async def heartbeat_in(session: AsyncSession) -> list[HeldRun]:
             await session.execute(
                 update(RuntimeRow)
                 .where(RuntimeRow.runtime_id == runtime.runtime_id)
@@ -239,6 +265,9 @@ class DispatchStore:
                     row.lease_until = now + lease_s
                     kept.append(HeldRun(run_id=row.run_id, fence=row.fence, cancel_reason=row.cancel_reason))
             await session.flush()
+            return kept
+
+        kept = await self._db.run_write(heartbeat_in)
         held_now = {k.run_id for k in kept}
         return kept, [run_id for run_id in wanted if run_id not in held_now]
 
@@ -273,16 +302,28 @@ class DispatchStore:
         return row
 
     async def post_results(
-        self, runtime_id: str, run_id: str, fence: int, first_seq: int, items: Sequence[PostedResult]
+        self,
+        runtime_id: str,
+        run_id: str,
+        fence: int,
+        first_seq: int,
+        items: Sequence[PostedResult],
+        end: str | None = None,
     ) -> tuple[int, str | None]:
-        """Store a batch numbered from `first_seq`; returns the last number stored for the fence and the
-        cancel reason asked for the run (None: none).
+        """Store a batch numbered from `first_seq` (with `end`, the runner's answer after its last
+        result: the run's end too, as `post_end` records it); returns the last number stored for the
+        fence and the cancel reason asked for the run (None: none).
 
         Raises:
             ConflictError: not held under `fence`, or the batch starts past the next number.
         """
-        async with self._db.write() as session:
+        now = time.time()
+        last_seq = first_seq + len(items) - 1
+
+        async def post_in(session: AsyncSession) -> tuple[int, str | None]:
             row = await self._held(session, runtime_id, run_id, fence, lock=True)
+            if row.end_status is not None and end is not None and last_seq == row.end_through:
+                return row.received, row.cancel_reason  # a retry of the same batch and end
             if row.end_status is not None:
                 raise _refused(
                     run_id,
@@ -312,8 +353,14 @@ class DispatchStore:
                 )
             if fresh:
                 row.received = fresh[-1].seq
+            if end is not None:
+                row.end_status = end
+                row.end_through = last_seq
+                row.events = _append(row.events, {"event": "ended", "at": now, "status": end, "fence": fence})
             await session.flush()
             return row.received, row.cancel_reason
+
+        return await self._db.run_write(post_in)
 
     async def post_end(self, runtime_id: str, run_id: str, fence: int, status: str, last_seq: int) -> None:
         """The runner answered with `status` after result `last_seq` (all stored first).
@@ -322,7 +369,8 @@ class DispatchStore:
             ConflictError: not held under `fence`, or results up to `last_seq` are missing.
         """
         now = time.time()
-        async with self._db.write() as session:
+
+        async def end_in(session: AsyncSession) -> None:
             row = await self._held(session, runtime_id, run_id, fence, lock=True)
             if row.end_status is not None:
                 return  # a retry of the same end
@@ -338,6 +386,8 @@ class DispatchStore:
             row.end_status = status
             row.end_through = last_seq
             row.events = _append(row.events, {"event": "ended", "at": now, "status": status, "fence": fence})
+
+        await self._db.run_write(end_in)
 
     async def view(self, run_id: str, after: int) -> DispatchView | None:
         """The run's queue row with the results of its current fence numbered after `after`."""
@@ -357,7 +407,7 @@ class DispatchStore:
                             RuntimeResultRow.seq > after,
                         )
                         .order_by(RuntimeResultRow.seq)
-                        .limit(512)
+                        .limit(VIEW_LIMIT)
                     )
                 )
                 .scalars()
@@ -380,7 +430,8 @@ class DispatchStore:
 
     async def forget_through(self, run_id: str, fence: int, seq: int) -> None:
         """Delete the results through `seq` of `fence`: the executor journaled them."""
-        async with self._db.write() as session:
+
+        async def forget_in(session: AsyncSession) -> None:
             await session.execute(
                 delete(RuntimeResultRow).where(
                     RuntimeResultRow.run_id == run_id,
@@ -388,6 +439,8 @@ class DispatchStore:
                     RuntimeResultRow.seq <= seq,
                 )
             )
+
+        await self._db.run_write(forget_in)
 
     async def requeue(self, run_id: str, fence: int, why: str) -> bool:
         """Put a run whose lease under `fence` lapsed back in the queue (a new fence); False when it was
@@ -451,6 +504,9 @@ class DispatchStore:
 
     async def drop(self, run_id: str) -> None:
         """The run ended on the host: forget its queue row and results (later posts are `not_held`)."""
-        async with self._db.write() as session:
+
+        async def drop_in(session: AsyncSession) -> None:
             await session.execute(delete(RuntimeResultRow).where(RuntimeResultRow.run_id == run_id))
             await session.execute(delete(RuntimeRunRow).where(RuntimeRunRow.run_id == run_id))
+
+        await self._db.run_write(drop_in)
