@@ -46,7 +46,13 @@ logger = logging.getLogger(__name__)
 
 POLL_S = 0.25
 """How often an executor looks at its run's queue row when no post in this process woke it (posts
-that reach another replica, lease expiry)."""
+that reach another replica, lease expiry), while few runs wait here."""
+POLL_BUDGET = 8
+POLL_MAX_S = 1.0
+"""With more than `POLL_BUDGET` executors waiting in this process, each looks less often (at most
+about `POLL_BUDGET / POLL_S` looks a second in all, each at least every `POLL_MAX_S`): at 32 runs in
+flight, a look every 0.25 s each was most of the host's CPU. Posts that reach this process still wake
+their executor at once."""
 QUEUE_MARGIN_S = 1.0
 """A run still queued this long before its deadline fails naming its selector (before the deadline
 would fail it without saying why)."""
@@ -90,6 +96,12 @@ class RemoteRuns:
         """Woken when a run is queued (or requeued) here: claim long-polls here look again."""
         self._posted = RunSignals()
         self._executions: dict[str, RemoteExecution] = {}
+        self.following = 0
+        """Executors following a run in this process (they share the look budget)."""
+
+    def poll_s(self) -> float:
+        """How long an executor waits for a wake-up before it looks at its row again."""
+        return min(POLL_MAX_S, POLL_S * max(1.0, self.following / POLL_BUDGET))
 
     def execution(self, placement: RuntimePlacement, runner_id: str) -> RemoteExecution:
         """The executor of runs of `runner_id` placed by `placement` (one per distinct pair)."""
@@ -163,6 +175,16 @@ class RemoteExecution:
     async def _follow(
         self, run_id: str, deadline_at: float, results: MemoryObjectSendStream[RawResult]
     ) -> RunAnswerStatus:
+        remote = self._remote
+        remote.following += 1
+        try:
+            return await self._follow_row(run_id, deadline_at, results)
+        finally:
+            remote.following -= 1
+
+    async def _follow_row(
+        self, run_id: str, deadline_at: float, results: MemoryObjectSendStream[RawResult]
+    ) -> RunAnswerStatus:
         dispatch = self._remote.stores.dispatch
         fence = 0
         after = 0
@@ -205,8 +227,9 @@ class RemoteExecution:
                     message = await self._remote._no_runtime(self.placement, self.runner_id)  # pyright: ignore[reportPrivateUsage]
                     raise PluginError(message, details={"run_id": run_id, "selector": self.placement.labels})
                 until_fail = deadline_at - QUEUE_MARGIN_S - time.time()
+                poll_s = self._remote.poll_s()
                 await Signal.wait(
-                    ticket, max(0.0, min(POLL_S, until_fail)) if view.state == "queued" else POLL_S
+                    ticket, max(0.0, min(poll_s, until_fail)) if view.state == "queued" else poll_s
                 )
 
     async def _lapsed(self, run_id: str, view: DispatchView) -> bool:

@@ -248,23 +248,33 @@ class DispatchStore:
                 .where(RuntimeRow.runtime_id == runtime.runtime_id)
                 .values(last_heartbeat_at=now)
             )
-            rows = (
-                (
-                    await session.execute(
-                        select(RuntimeRunRow).where(
-                            RuntimeRunRow.runtime_id == runtime.runtime_id, RuntimeRunRow.state == "claimed"
-                        )
-                    )
+            held_rows = (
+                await session.execute(
+                    select(
+                        RuntimeRunRow.run_id,
+                        RuntimeRunRow.fence,
+                        RuntimeRunRow.lease_until,
+                        RuntimeRunRow.cancel_reason,
+                    ).where(RuntimeRunRow.runtime_id == runtime.runtime_id, RuntimeRunRow.state == "claimed")
                 )
-                .scalars()
-                .all()
-            )
-            kept: list[HeldRun] = []
-            for row in rows:
-                if wanted.get(row.run_id) == row.fence and row.lease_until > now:
-                    row.lease_until = now + lease_s
-                    kept.append(HeldRun(run_id=row.run_id, fence=row.fence, cancel_reason=row.cancel_reason))
-            await session.flush()
+            ).all()
+            kept = [
+                HeldRun(run_id=run_id, fence=fence, cancel_reason=cancel_reason)
+                for run_id, fence, lease_until, cancel_reason in held_rows
+                if wanted.get(run_id) == fence and lease_until > now
+            ]
+            if kept:
+                # A statement, not ORM rows: a row its executor deleted meanwhile is skipped, not an error.
+                await session.execute(
+                    update(RuntimeRunRow)
+                    .where(
+                        RuntimeRunRow.run_id.in_([k.run_id for k in kept]),
+                        RuntimeRunRow.runtime_id == runtime.runtime_id,
+                        RuntimeRunRow.state == "claimed",
+                    )
+                    .values(lease_until=now + lease_s)
+                    .execution_options(synchronize_session=False)
+                )
             return kept
 
         kept = await self._db.run_write(heartbeat_in)
