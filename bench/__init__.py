@@ -7,8 +7,8 @@ Run with `uv run python -m bench [NAME...] [--quick]`. Each benchmark module exp
 Nothing here asserts on time: targets are reported as met or missed, never enforced (tests only prove
 the benchmarks run). Results and findings: `bench/README.md`.
 
-Module map: `run_overhead`, `throughput`, `mcp_call`, `scale`, `startup`, `bridge`, `tracing`, `warm`, `models`
-(the benchmarks of `python -m bench`); `knowledge_quality`, `knowledge_scale` (retrieval benchmarks, run on their
+Module map: `run_overhead`, `throughput`, `mcp_call`, `scale`, `startup`, `bridge`, `tracing`, `warm`, `models`,
+`runtimes` (the benchmarks of `python -m bench`); `knowledge_quality`, `knowledge_scale` (retrieval benchmarks, run on their
 own); `pg_scale` (a busy host's operations on a generated PostgreSQL database, run on its own) with
 `_generate` (its `COPY` generator); `scaleout` (1, 2 and 4 `mcphost serve` processes on one PostgreSQL
 database, the client round-robin, with the cores each part used; run on its own);
@@ -38,6 +38,7 @@ BENCHMARKS: dict[str, str] = {
     "tracing": "bench.tracing",
     "warm": "bench.warm",
     "models": "bench.models",
+    "runtimes": "bench.runtimes",
 }
 """Benchmark name → module with `run(cfg)`."""
 

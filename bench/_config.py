@@ -51,6 +51,16 @@ class Sizes:
     models_rounds: int
     models_streams: int
     models_stream_rounds: int
+    # runtimes: runs per block and ABBA rounds of blocks (c = 1), idle seconds measured, then concurrency,
+    # daemon counts, seconds per side per round and rounds of the throughput part
+    runtimes_block: int
+    runtimes_rounds: int
+    runtimes_budget_s: float
+    runtimes_idle_s: float
+    runtimes_concurrency: int
+    runtimes_daemons: tuple[int, ...]
+    runtimes_round_s: float
+    runtimes_tp_rounds: int
 
 
 FULL = Sizes(
@@ -78,6 +88,14 @@ FULL = Sizes(
     models_rounds=15,
     models_streams=64,
     models_stream_rounds=6,
+    runtimes_block=10,
+    runtimes_rounds=40,
+    runtimes_budget_s=90,
+    runtimes_idle_s=2.0,
+    runtimes_concurrency=32,
+    runtimes_daemons=(1, 2, 4),
+    runtimes_round_s=3.0,
+    runtimes_tp_rounds=3,
 )
 
 QUICK = Sizes(
@@ -105,6 +123,14 @@ QUICK = Sizes(
     models_rounds=6,
     models_streams=64,
     models_stream_rounds=2,
+    runtimes_block=10,
+    runtimes_rounds=12,
+    runtimes_budget_s=15,
+    runtimes_idle_s=1.0,
+    runtimes_concurrency=32,
+    runtimes_daemons=(1, 2, 4),
+    runtimes_round_s=1.0,
+    runtimes_tp_rounds=1,
 )
 
 TINY = Sizes(
@@ -132,6 +158,14 @@ TINY = Sizes(
     models_rounds=1,
     models_streams=4,
     models_stream_rounds=1,
+    runtimes_block=2,
+    runtimes_rounds=2,
+    runtimes_budget_s=5,
+    runtimes_idle_s=0.2,
+    runtimes_concurrency=4,
+    runtimes_daemons=(1, 2),
+    runtimes_round_s=0.3,
+    runtimes_tp_rounds=1,
 )
 
 PRESETS = {"full": FULL, "quick": QUICK, "tiny": TINY}

@@ -10,7 +10,9 @@ Invariants:
 - Every refusal is a HostError (401 unknown token, 403 disabled runtime, 400/413 bad body, 409 with
   `details.reason` for a run not held, a stale fence or a sequence gap): never a 500 for bad input.
 - A claim long-polls at most `wait_s` (≤ 30 s): woken at once by a run queued in this process, else
-  looking again every `CLAIM_POLL_S`; a runtime whose client went away claims nothing.
+  looking again every `CLAIM_POLL_S`; a runtime whose client went away claims nothing. The claim's
+  own transaction checks the runtime is still `online` (a drain takes effect at once); the answer's
+  state and a removal are read again every `CLAIM_POLL_S`, not on every wake.
 - A claim's context carries the claim's fenced MCP token, never the run's own token.
 - A run's output is kept as an artifact of the run only while the posting runtime holds it under that
   fence (checked before the bytes are stored and again when they are recorded).
@@ -151,13 +153,17 @@ async def claim(request: Request) -> Response:
     state = api_state(request)
     remote = _remote(request)
     until = time.monotonic() + body.wait_s
+    read_at = time.monotonic()
+    woken = False
     while True:
         ticket = remote.queued.ticket()
         if runtime.state != "online":
             return _answer(ClaimAnswer(run=None, state=runtime.state))
         projector = state.orchestrator.projector
         workspaces = projector.workspaces_of(runtime.name) if projector is not None else frozenset[str]()
-        claimed = await state.stores.dispatch.claim(runtime, lease_s=remote.lease_s, workspaces=workspaces)
+        claimed = await state.stores.dispatch.claim(
+            runtime, lease_s=remote.lease_s, look=not woken, workspaces=workspaces
+        )
         if claimed is not None:
             try:
                 projection = await anyio.to_thread.run_sync(_projection, projector, claimed, runtime)
@@ -182,12 +188,15 @@ async def claim(request: Request) -> Response:
         if remaining <= 0:
             return _answer(ClaimAnswer(run=None, state=runtime.state))
         await Signal.wait(ticket, min(remaining, CLAIM_POLL_S))
+        woken = ticket.is_set()  # a run was queued here: claim without looking first
         if await request.is_disconnected():
             return _answer(ClaimAnswer(run=None, state=runtime.state))
+        if time.monotonic() - read_at < CLAIM_POLL_S:
+            continue  # woken by a queued run: claim it at once (the runtime was read just now)
         refreshed = await state.stores.runtimes.authenticate_id(runtime.runtime_id)
         if refreshed is None:
             raise UnauthorizedError("Not a runtime token: its runtime was removed while it waited.")
-        runtime = refreshed
+        runtime, read_at = refreshed, time.monotonic()
 
 
 def _projection(projector: Projector | None, claimed: Claim, runtime: RuntimeRecord) -> RunProjection | None:
@@ -243,7 +252,7 @@ async def post_results(request: Request) -> Response:
             )
         items.append(posted)
     through, cancel = await api_state(request).stores.dispatch.post_results(
-        runtime.runtime_id, run_id, body.fence, body.first_seq, items
+        runtime.runtime_id, run_id, body.fence, body.first_seq, items, body.end
     )
     _remote(request).posted(run_id)
     return _answer(ResultsAnswer(accepted_through=through, cancel=cancel))

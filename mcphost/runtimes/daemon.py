@@ -8,7 +8,8 @@ plugins' lives (`PluginSupervisor`) or anything of the host's database: it speak
 
 Invariants:
 - A run's results are numbered 1.. per claim and posted in that order, each batch retried (back-off with
-  jitter, capped at `MAX_BACKOFF_S`) until the host stores it; the end is posted only after every result.
+  jitter, capped at `MAX_BACKOFF_S`) until the host stores it; the end is posted only after every result
+  (in the request of the last batch when the runner answered before it was sent, else on its own).
   While the host is unreachable they wait in memory and are delivered once, in order, when it answers.
 - A run the host says this runtime no longer holds (a 409 `not_held` / `stale_fence` / `lease_expired`,
   or `lost` in a heartbeat answer) is cancelled here and its unsent results are dropped: the host gave it
@@ -37,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import httpx2
 from pydantic import BaseModel, Field, ValidationError
 
@@ -65,6 +67,13 @@ logger = logging.getLogger(__name__)
 MAX_BACKOFF_S = 5.0
 """The longest wait between two attempts to reach the host."""
 CLAIM_WAIT_S = 10.0
+COALESCE_TURNS = 3
+"""Event-loop turns a batch waits for results already read from the runner (no timer: no added delay
+when nothing else is ready)."""
+END_WAIT_S = 0.05
+"""A batch ending in the runner's terminal result waits this long at most for its `runner/run` answer,
+which follows it at once, so the end goes in the same request."""
+TERMINAL_TYPES = frozenset({"run.completed", "run.failed"})
 BATCH_BYTES = 4 * 1024 * 1024
 """A results batch stops growing past this many bytes of results (the host takes 8 MiB)."""
 HARNESSES = ("claude", "codex")
@@ -344,14 +353,18 @@ class RuntimeDaemon:
         run.wake()
 
     async def _post_all(self, client: httpx2.AsyncClient, run: _LocalRun) -> None:
-        """Post the run's results in order, then its end; back when done or lost."""
+        """Post the run's results in order, then its end (with the last results when the runner has
+        answered by the time they are sent); back when done or lost."""
         attempt = 0
         run_id = run.claim.run_id
         while not run.lost:
             changed = run.changed
+            ending = False
+            if run.pending and run.status is None:
+                await _coalesce(run)
             if run.pending:
                 batch = _batch(run.pending)
-                body = {
+                body: dict[str, object] = {
                     "fence": run.claim.fence,
                     "first_seq": run.sent + 1,
                     "results": [
@@ -361,6 +374,15 @@ class RuntimeDaemon:
                         for r in batch
                     ],
                 }
+                # The runner has answered, this batch holds its last results and its output went before
+                # them (or it wrote none): the end goes with them.
+                ending = (
+                    run.status is not None
+                    and len(batch) == len(run.pending)
+                    and (run.output_sent or run.output.empty)
+                )
+                if ending:
+                    body["end"] = run.status
                 path, answer_type = f"runs/{run_id}/results", ResultsAnswer
             elif run.status is not None and not run.output_sent:
                 if await self._post_output(client, run):
@@ -395,6 +417,9 @@ class RuntimeDaemon:
             stored = answer.accepted_through - run.sent
             del run.pending[: max(stored, 0)]
             run.sent = answer.accepted_through
+            if ending and not run.pending:
+                logger.info("run %s: ended %s after %d result(s)", run_id, run.status, run.sent)
+                return
             if answer.cancel is not None:
                 await self._cancel(run, answer.cancel)
 
@@ -452,6 +477,18 @@ class _ErrorBody(BaseModel):
 
 class _ErrorAnswer(BaseModel):
     error: _ErrorBody
+
+
+async def _coalesce(run: _LocalRun) -> None:
+    """Let results already on their way join the next batch, and the runner's answer too once its
+    terminal result is among them: a run's results and end then take one request instead of several."""
+    for _ in range(COALESCE_TURNS):  # lines read together pass through the reader and the collector
+        await anyio.lowlevel.checkpoint()
+    if not run.pending or run.pending[-1].obj.get("type") not in TERMINAL_TYPES:
+        return
+    with anyio.move_on_after(END_WAIT_S):
+        while run.status is None and not run.lost:
+            await run.changed.wait()
 
 
 def _batch(pending: list[RawResult]) -> list[RawResult]:

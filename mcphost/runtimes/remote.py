@@ -12,7 +12,8 @@ Invariants:
 - The queued context has no token: a claim gets the claim's fenced MCP token (`fence.py`), so a
   runtime whose lease lapsed can neither post results nor call the run's MCP server.
 - Results reach the journal in the order the runtime numbered them, each once: the executor reads the
-  current fence's results after the last one it forwarded, then deletes those it forwarded. The runner's
+  current fence's results after the last one it forwarded (deleting forwarded ones every
+  `FORGET_EVERY`, and all of them with the queue row when the run ends). The runner's
   own `sequence` numbers continue across attempts (attempt N+1's are shifted past attempt N's), so a
   requeued run's results are not taken for duplicates.
 - A lease that lapsed is handled by the run's executor, conditionally on the fence it saw: `requeue`
@@ -39,16 +40,25 @@ from mcphost.models import AgentConfig, RuntimePlacement
 from mcphost.plugins.process import RawResult, RunAnswerStatus
 from mcphost.protocol import AgentRunContext, RunProjection
 from mcphost.stores import Stores
-from mcphost.stores.dispatch import DispatchView, QueuedRun, eligible
+from mcphost.stores.dispatch import VIEW_LIMIT, DispatchView, QueuedRun, eligible
 
 logger = logging.getLogger(__name__)
 
 POLL_S = 0.25
 """How often an executor looks at its run's queue row when no post in this process woke it (posts
-that reach another replica, lease expiry)."""
+that reach another replica, lease expiry), while few runs wait here."""
+POLL_BUDGET = 8
+POLL_MAX_S = 1.0
+"""With more than `POLL_BUDGET` executors waiting in this process, each looks less often (at most
+about `POLL_BUDGET / POLL_S` looks a second in all, each at least every `POLL_MAX_S`): at 32 runs in
+flight, a look every 0.25 s each was most of the host's CPU. Posts that reach this process still wake
+their executor at once."""
 QUEUE_MARGIN_S = 1.0
 """A run still queued this long before its deadline fails naming its selector (before the deadline
 would fail it without saying why)."""
+FORGET_EVERY = 256
+"""Forwarded results are deleted from the queue once this many have piled up (a long run's stay
+bounded); a run's last ones go with its queue row (`drop`), so a short run writes no deletes."""
 DROP_BOUND_S = 5.0
 DEFAULT_LEASE_S = 15.0
 
@@ -86,6 +96,12 @@ class RemoteRuns:
         """Woken when a run is queued (or requeued) here: claim long-polls here look again."""
         self._posted = RunSignals()
         self._executions: dict[str, RemoteExecution] = {}
+        self.following = 0
+        """Executors following a run in this process (they share the look budget)."""
+
+    def poll_s(self) -> float:
+        """How long an executor waits for a wake-up before it looks at its row again."""
+        return min(POLL_MAX_S, POLL_S * max(1.0, self.following / POLL_BUDGET))
 
     def execution(
         self, placement: RuntimePlacement, runner_id: str, agent: AgentConfig | None = None
@@ -185,9 +201,21 @@ class RemoteExecution:
     async def _follow(
         self, run_id: str, deadline_at: float, results: MemoryObjectSendStream[RawResult]
     ) -> RunAnswerStatus:
+        remote = self._remote
+        remote.following += 1
+        try:
+            return await self._follow_row(run_id, deadline_at, results)
+        finally:
+            remote.following -= 1
+
+    async def _follow_row(
+        self, run_id: str, deadline_at: float, results: MemoryObjectSendStream[RawResult]
+    ) -> RunAnswerStatus:
         dispatch = self._remote.stores.dispatch
         fence = 0
         after = 0
+        forgotten = 0
+        """Results of this fence through this one are deleted from the queue (`drop` deletes the rest)."""
         base = 0
         """Runner sequences of this attempt are shifted by this (the highest forwarded before it)."""
         top = 0
@@ -201,7 +229,7 @@ class RemoteExecution:
                         details={"run_id": run_id},
                     )
                 if view.fence != fence:  # claimed again (or requeued): a new attempt numbers from 1
-                    fence, after, base = view.fence, 0, top
+                    fence, after, forgotten, base = view.fence, 0, 0, top
                     continue
                 for item in view.results:
                     obj = item.result
@@ -212,9 +240,11 @@ class RemoteExecution:
                         top = max(top, shifted)
                     await results.send(RawResult(obj=obj, nbytes=item.nbytes, dropped=item.dropped))
                     after = item.seq
-                if view.results:
+                if len(view.results) == VIEW_LIMIT:
+                    continue  # there are more
+                if after - forgotten >= FORGET_EVERY:
                     await dispatch.forget_through(run_id, fence, after)
-                    continue  # there may be more
+                    forgotten = after
                 if view.end_status is not None and after >= view.end_through:
                     return "failed" if view.end_status == "failed" else "completed"
                 if await self._lapsed(run_id, view):
@@ -223,8 +253,9 @@ class RemoteExecution:
                     message = await self._remote._no_runtime(self.placement, self.runner_id)  # pyright: ignore[reportPrivateUsage]
                     raise PluginError(message, details={"run_id": run_id, "selector": self.placement.labels})
                 until_fail = deadline_at - QUEUE_MARGIN_S - time.time()
+                poll_s = self._remote.poll_s()
                 await Signal.wait(
-                    ticket, max(0.0, min(POLL_S, until_fail)) if view.state == "queued" else POLL_S
+                    ticket, max(0.0, min(poll_s, until_fail)) if view.state == "queued" else poll_s
                 )
 
     async def _lapsed(self, run_id: str, view: DispatchView) -> bool:

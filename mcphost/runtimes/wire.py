@@ -153,6 +153,9 @@ class ResultsBody(InboundModel):
     first_seq: int = Field(ge=1, le=2**31 - 1)
     """The number of the first result in this batch (1 for the first of a claim)."""
     results: list[PostedItem] = Field(min_length=1, max_length=MAX_BATCH_RESULTS)
+    end: Literal["completed", "failed"] | None = None
+    """The runner's `runner/run` answer, when it came before this batch was sent and the batch holds
+    its last results: the run's end in the same request (no separate `/end`)."""
 
 
 class ResultsAnswer(ProtocolModel):

@@ -30,7 +30,7 @@ from collections.abc import Collection, Sequence
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
-from sqlalchemy import delete, func, select, update
+from sqlalchemy import Select, delete, func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from mcphost.errors import ConflictError
@@ -49,6 +49,10 @@ from mcphost.stores.tables import RunRow, RuntimeAuditRow, RuntimeResultRow, Run
 
 CLAIM_CANDIDATES = 64
 """Queued rows a claim looks at (oldest first) for one its runtime is eligible for."""
+VIEW_LIMIT = 512
+"""At most this many results in one `view`."""
+_ELIGIBILITY = (RuntimeRunRow.selector, RuntimeRunRow.runner_id)
+"""What a claim's first look reads of each queued row."""
 
 
 class QueuedRun(BaseModel):
@@ -171,7 +175,8 @@ class DispatchStore:
     async def enqueue(self, run: QueuedRun) -> None:
         """Put `run` in the queue (again: a leftover row of the same run is replaced)."""
         now = time.time()
-        async with self._db.write() as session:
+
+        async def enqueue_in(session: AsyncSession) -> None:
             await session.execute(delete(RuntimeRunRow).where(RuntimeRunRow.run_id == run.run_id))
             session.add(
                 RuntimeRunRow(
@@ -200,14 +205,34 @@ class DispatchStore:
                 )
             )
 
+        await self._db.run_write(enqueue_in)
+
     async def claim(
-        self, runtime: RuntimeRecord, *, lease_s: float, workspaces: Collection[str] = ()
+        self, runtime: RuntimeRecord, *, lease_s: float, look: bool = True, workspaces: Collection[str] = ()
     ) -> Claim | None:
-        """The oldest queued run `runtime` is eligible for, now held by it; None when there is none or
-        it has no free slot. A run whose agent has a workspace is eligible only for a runtime that has
-        it (`workspaces`, from the host's `[runtimes.<name>]`)."""
+        """The oldest queued run `runtime` is eligible for, now held by it; None when there is none, it
+        has no free slot or it is not `online` as of this transaction. A run whose agent has a workspace
+        is eligible only for a runtime that has it (`workspaces`, from the host's `[runtimes.<name>]`).
+
+        With `look`, a read looks first: a claim that finds nothing (a runtime's long poll, several
+        times a second) takes no write transaction, so it never queues behind the host's writers. A
+        caller that knows a run was just queued passes `look=False` and saves that read."""
         now = time.time()
-        async with self._db.write() as session:
+        queued = self._queued(now)
+        if look:
+            async with self._db.read() as session:
+                waiting = (await session.execute(queued.with_only_columns(*_ELIGIBILITY))).all()
+            if not any(eligible(runtime, dict(selector), runner_id) for selector, runner_id in waiting):
+                return None
+
+        async def claim_in(session: AsyncSession) -> Claim | None:
+            state = (
+                await session.execute(
+                    select(RuntimeRow.state).where(RuntimeRow.runtime_id == runtime.runtime_id)
+                )
+            ).scalar_one_or_none()
+            if state != "online":  # drained, disabled or removed since its caller read it
+                return None
             held = (
                 await session.execute(
                     select(func.count()).where(
@@ -217,23 +242,7 @@ class DispatchStore:
             ).scalar_one()
             if held >= runtime.slots:
                 return None
-            candidates = (
-                (
-                    await session.execute(
-                        select(RuntimeRunRow)
-                        .where(
-                            RuntimeRunRow.state == "queued",
-                            RuntimeRunRow.cancel_reason.is_(None),
-                            RuntimeRunRow.deadline_at > now,
-                        )
-                        .order_by(RuntimeRunRow.queued_at, RuntimeRunRow.run_id)
-                        .limit(CLAIM_CANDIDATES)
-                        .with_for_update(skip_locked=True)
-                    )
-                )
-                .scalars()
-                .all()
-            )
+            candidates = (await session.execute(queued.with_for_update(skip_locked=True))).scalars().all()
             for row in candidates:
                 if not eligible(runtime, dict(row.selector), row.runner_id):
                     continue
@@ -273,7 +282,23 @@ class DispatchStore:
                     attempt=row.attempts,
                     agent_id=row.agent_id,
                 )
-        return None
+            return None
+
+        return await self._db.run_write(claim_in)
+
+    @staticmethod
+    def _queued(now: float) -> Select[RuntimeRunRow]:
+        """The queued rows a claim may take, oldest first (at most `CLAIM_CANDIDATES`)."""
+        return (
+            select(RuntimeRunRow)
+            .where(
+                RuntimeRunRow.state == "queued",
+                RuntimeRunRow.cancel_reason.is_(None),
+                RuntimeRunRow.deadline_at > now,
+            )
+            .order_by(RuntimeRunRow.queued_at, RuntimeRunRow.run_id)
+            .limit(CLAIM_CANDIDATES)
+        )
 
     async def heartbeat(
         self, runtime: RuntimeRecord, held: Sequence[tuple[str, int]], *, lease_s: float
@@ -283,31 +308,47 @@ class DispatchStore:
         runs it named that it no longer holds (lost: stop them)."""
         now = time.time()
         wanted = dict(held)
-        async with self._db.write() as session:
+
+        async def heartbeat_in(session: AsyncSession) -> list[HeldRun]:
             await session.execute(
                 update(RuntimeRow)
                 .where(RuntimeRow.runtime_id == runtime.runtime_id)
                 .values(last_heartbeat_at=now)
             )
-            rows = (
-                (
-                    await session.execute(
-                        select(RuntimeRunRow).where(
-                            RuntimeRunRow.runtime_id == runtime.runtime_id, RuntimeRunRow.state == "claimed"
-                        )
-                    )
+            held_rows = (
+                await session.execute(
+                    select(
+                        RuntimeRunRow.run_id,
+                        RuntimeRunRow.fence,
+                        RuntimeRunRow.lease_until,
+                        RuntimeRunRow.cancel_reason,
+                    ).where(RuntimeRunRow.runtime_id == runtime.runtime_id, RuntimeRunRow.state == "claimed")
                 )
-                .scalars()
-                .all()
-            )
-            kept: list[HeldRun] = []
-            for row in rows:
-                if wanted.get(row.run_id) == row.fence and row.lease_until > now:
-                    row.lease_until = now + lease_s
-                    row.renewals += 1
-                    row.last_renewal_at = now
-                    kept.append(HeldRun(run_id=row.run_id, fence=row.fence, cancel_reason=row.cancel_reason))
-            await session.flush()
+            ).all()
+            kept = [
+                HeldRun(run_id=run_id, fence=fence, cancel_reason=cancel_reason)
+                for run_id, fence, lease_until, cancel_reason in held_rows
+                if wanted.get(run_id) == fence and lease_until > now
+            ]
+            if kept:
+                # A statement, not ORM rows: a row its executor deleted meanwhile is skipped, not an error.
+                await session.execute(
+                    update(RuntimeRunRow)
+                    .where(
+                        RuntimeRunRow.run_id.in_([k.run_id for k in kept]),
+                        RuntimeRunRow.runtime_id == runtime.runtime_id,
+                        RuntimeRunRow.state == "claimed",
+                    )
+                    .values(
+                        lease_until=now + lease_s,
+                        renewals=RuntimeRunRow.renewals + 1,
+                        last_renewal_at=now,
+                    )
+                    .execution_options(synchronize_session=False)
+                )
+            return kept
+
+        kept = await self._db.run_write(heartbeat_in)
         held_now = {k.run_id for k in kept}
         return kept, [run_id for run_id in wanted if run_id not in held_now]
 
@@ -342,16 +383,28 @@ class DispatchStore:
         return row
 
     async def post_results(
-        self, runtime_id: str, run_id: str, fence: int, first_seq: int, items: Sequence[PostedResult]
+        self,
+        runtime_id: str,
+        run_id: str,
+        fence: int,
+        first_seq: int,
+        items: Sequence[PostedResult],
+        end: str | None = None,
     ) -> tuple[int, str | None]:
-        """Store a batch numbered from `first_seq`; returns the last number stored for the fence and the
-        cancel reason asked for the run (None: none).
+        """Store a batch numbered from `first_seq` (with `end`, the runner's answer after its last
+        result: the run's end too, as `post_end` records it); returns the last number stored for the
+        fence and the cancel reason asked for the run (None: none).
 
         Raises:
             ConflictError: not held under `fence`, or the batch starts past the next number.
         """
-        async with self._db.write() as session:
+        now = time.time()
+        last_seq = first_seq + len(items) - 1
+
+        async def post_in(session: AsyncSession) -> tuple[int, str | None]:
             row = await self._held(session, runtime_id, run_id, fence, lock=True)
+            if row.end_status is not None and end is not None and last_seq == row.end_through:
+                return row.received, row.cancel_reason  # a retry of the same batch and end
             if row.end_status is not None:
                 raise _refused(
                     run_id,
@@ -382,9 +435,17 @@ class DispatchStore:
             if fresh:
                 row.received = fresh[-1].seq
                 if row.first_result_at is None:
-                    row.first_result_at = time.time()
+                    row.first_result_at = now
+            if end is not None:
+                row.end_status = end
+                row.end_through = last_seq
+                row.events = _append(
+                    row.events, {"event": "ended", "at": now, "status": end, **claim_facts(row)}
+                )
             await session.flush()
             return row.received, row.cancel_reason
+
+        return await self._db.run_write(post_in)
 
     async def post_end(self, runtime_id: str, run_id: str, fence: int, status: str, last_seq: int) -> None:
         """The runner answered with `status` after result `last_seq` (all stored first).
@@ -393,7 +454,8 @@ class DispatchStore:
             ConflictError: not held under `fence`, or results up to `last_seq` are missing.
         """
         now = time.time()
-        async with self._db.write() as session:
+
+        async def end_in(session: AsyncSession) -> None:
             row = await self._held(session, runtime_id, run_id, fence, lock=True)
             if row.end_status is not None:
                 return  # a retry of the same end
@@ -411,6 +473,8 @@ class DispatchStore:
             row.events = _append(
                 row.events, {"event": "ended", "at": now, "status": status, **claim_facts(row)}
             )
+
+        await self._db.run_write(end_in)
 
     async def check_held(self, runtime_id: str, run_id: str, fence: int) -> None:
         """Refuse (as `post_results` would) unless `runtime_id` holds `run_id` under `fence` now.
@@ -468,7 +532,7 @@ class DispatchStore:
                             RuntimeResultRow.seq > after,
                         )
                         .order_by(RuntimeResultRow.seq)
-                        .limit(512)
+                        .limit(VIEW_LIMIT)
                     )
                 )
                 .scalars()
@@ -491,7 +555,8 @@ class DispatchStore:
 
     async def forget_through(self, run_id: str, fence: int, seq: int) -> None:
         """Delete the results through `seq` of `fence`: the executor journaled them."""
-        async with self._db.write() as session:
+
+        async def forget_in(session: AsyncSession) -> None:
             await session.execute(
                 delete(RuntimeResultRow).where(
                     RuntimeResultRow.run_id == run_id,
@@ -499,6 +564,8 @@ class DispatchStore:
                     RuntimeResultRow.seq <= seq,
                 )
             )
+
+        await self._db.run_write(forget_in)
 
     async def requeue(self, run_id: str, fence: int, why: str) -> bool:
         """Put a run whose lease under `fence` lapsed back in the queue (a new fence); False when it was
@@ -584,7 +651,8 @@ class DispatchStore:
         """The run ended on the host: forget its queue row and results (later posts are `not_held`),
         keeping its runtime audit in `runtime_audit`."""
         now = time.time()
-        async with self._db.write() as session:
+
+        async def drop_in(session: AsyncSession) -> None:
             row = (
                 await session.execute(
                     select(RuntimeRunRow).where(RuntimeRunRow.run_id == run_id).with_for_update()
@@ -597,3 +665,5 @@ class DispatchStore:
                 await keep(session, row, now)
             await session.execute(delete(RuntimeResultRow).where(RuntimeResultRow.run_id == run_id))
             await session.execute(delete(RuntimeRunRow).where(RuntimeRunRow.run_id == run_id))
+
+        await self._db.run_write(drop_in)

@@ -39,7 +39,8 @@ Invariants:
   "database is locked" (no busy handler runs for a lock upgrade).
 - On a SQLite file, hot-path write transactions (`run_write`: a run's admission and start, its result
   batches, its end, MCP audit rows, a model call's budget reservation and the usage rows of finished
-  model calls) cost one hop off the event loop: the whole transaction runs
+  model calls, and a remote run's queue writes: enqueue, claim, posted results and end, heartbeats,
+  drop) cost one hop off the event loop: the whole transaction runs
   synchronously on a worker thread (one at a time, `CapacityLimiter(1)`) through a second, sync
   `sqlite3` engine with the same connect listener (WAL, pragmas) and `BEGIN IMMEDIATE` (sent straight
   to sqlite3), queued on the same `anyio.Lock` as every other writer and shielded the same way. The
@@ -277,7 +278,9 @@ class Database:
         try:
             with connection.begin():
                 # The facade has the AsyncSession methods the stores call, each one returning at once.
-                return _drive(body(cast(AsyncSession, session)))
+                result = _drive(body(cast(AsyncSession, session)))
+                session.flush_pending()  # ORM changes left pending, as `AsyncSession`'s commit flushes them
+                return result
         except BaseException:
             if connection.invalidated or connection.in_transaction():  # not rolled back cleanly
                 self._close_writer_connection()
@@ -345,6 +348,17 @@ class _ThreadSession:
     def close(self) -> None:
         if self._session is not None:
             self._session.close()
+
+    def add(self, instance: object) -> None:
+        self.sync_session.add(instance)
+
+    async def flush(self) -> None:
+        self.sync_session.flush()
+
+    def flush_pending(self) -> None:
+        """Flush the ORM session's pending changes, if the body made one."""
+        if self._session is not None:
+            self._session.flush()
 
     async def execute(self, statement: Any, params: Any = None, **kwargs: Any) -> Any:
         return self.sync_session.execute(statement, params, **kwargs)

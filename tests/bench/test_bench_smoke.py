@@ -130,6 +130,7 @@ def test_every_benchmark_is_named_once() -> None:
         "tracing",
         "warm",
         "models",
+        "runtimes",
     ]
 
 
@@ -187,3 +188,25 @@ async def test_models_compares_proxied_calls_with_the_upstream_and_loses_no_stre
         assert row.verdict == "met", row.extra  # every stream ended and every call has its usage row
         assert row.extra["streams"] == TINY.models_streams * TINY.models_stream_rounds
     assert all(row.verdict in ("met", "missed") for row in rows if row.target is not None)
+
+
+@pytest.mark.slow
+async def test_runtimes_compares_runs_on_runtime_daemons_with_local_runs_in_one_serve(tmp_path: Path) -> None:
+    rows = await run_benchmark("runtimes", tiny(tmp_path))
+    check(rows, "runtimes")
+    c = TINY.runtimes_concurrency
+    per_dialect = [
+        "c=1, run latency",
+        "c=1, host CPU per run",
+        *(f"{n} runtime{'s' if n > 1 else ''}, c={c}" for n in TINY.runtimes_daemons),
+    ]
+    assert [row.case for row in rows] == [f"{d}, {case}" for d in dialects() for case in per_dialect]
+    for row in rows:
+        assert row.baseline is not None
+        if row.target is not None:
+            assert row.verdict in ("met", "missed"), row
+    for row in (row for row in rows if row.case.endswith("run latency")):
+        # the daemon and its echo plugin did the remote runs' work, and were measured doing it
+        assert float(row.extra["runtime_cpu_ms_per_run"]) > 0, row.extra
+        assert float(row.extra["runtime_plugin_cpu_ms_per_run"]) > 0, row.extra
+        assert float(row.extra["host_plugin_cpu_ms_per_run_local"]) > 0, row.extra

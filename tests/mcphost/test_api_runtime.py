@@ -16,7 +16,9 @@ import pytest
 
 from mcphost.app import Host, open_host
 from mcphost.config import Settings
+from mcphost.errors import ConflictError
 from mcphost.models import AgentConfig
+from mcphost.stores.dispatch import PostedResult, QueuedRun
 from tests.e2e.httpkit import asgi_client
 from tests.mcphost.hostkit import ECHO_RUNNER, host_settings
 
@@ -130,6 +132,13 @@ def results(run_id: str, *texts: str) -> list[dict[str, Any]]:
     return out
 
 
+async def stored_results(client: httpx2.AsyncClient, run_id: str) -> list[dict[str, Any]]:
+    answer = await client.get(
+        f"/v1/runs/{run_id}/results", headers={**ADMIN_HEADERS, "accept": "application/json"}
+    )
+    return answer.json()["results"]
+
+
 def refusal(answer: httpx2.Response, status: int) -> dict[str, Any]:
     assert answer.status_code == status, (answer.status_code, answer.text)
     return answer.json()["error"]
@@ -161,17 +170,76 @@ async def test_a_remote_run_is_claimed_posted_in_order_and_ends_once(
 
     run = await wait_status(client, run_id)
     assert run["status"] == "completed"
-    stored = (
-        await client.get(
-            f"/v1/runs/{run_id}/results", headers={**ADMIN_HEADERS, "accept": "application/json"}
-        )
-    ).json()["results"]
+    stored = await stored_results(client, run_id)
     messages = [r for r in stored if r["type"] == "message.completed"]
     assert [m["data"]["message"]["content"] for m in messages] == ["hello"]
     assert [r["type"] for r in stored].count("run.completed") == 1
 
     late = await client.post(f"/v1/runtime/runs/{run_id}/results", json=batch, headers=key(token))
     assert refusal(late, 409)["details"]["reason"] == "not_held"
+
+
+async def test_the_last_results_may_carry_the_runs_end_so_no_end_request_follows(
+    host: Host, client: httpx2.AsyncClient
+) -> None:
+    token = await runtime(host, client, "a1", {"pool": "a"})
+    run_id = await submit(client, "remote")
+    assert (await claim(client, token))["run"]["run_id"] == run_id
+    path = f"/v1/runtime/runs/{run_id}/results"
+    batch: dict[str, Any] = {"fence": 1, "first_seq": 1, "results": results(run_id, "hello")}
+
+    bogus = await client.post(path, json={**batch, "end": "done"}, headers=key(token))
+    assert "end" in refusal(bogus, 400)["message"]
+    first = await client.post(path, json={**batch, "end": "completed"}, headers=key(token))
+    assert first.json() == {"accepted_through": 2, "cancel": None}
+
+    run = await wait_status(client, run_id)
+    assert run["status"] == "completed"
+    stored = await stored_results(client, run_id)
+    assert [r["type"] for r in stored if r["type"] != "message.delta"] == [
+        "message.completed",
+        "run.completed",
+    ]
+    late = await client.post(path, json={**batch, "end": "completed"}, headers=key(token))
+    assert refusal(late, 409)["details"]["reason"] == "not_held"
+
+
+async def test_a_batch_retried_with_its_end_is_accepted_again_and_nothing_follows_it(host: Host) -> None:
+    dispatch = host.stores.dispatch
+    added, _ = await host.stores.runtimes.add("a1", {"pool": "a"})
+    record = await host.stores.runtimes.register(
+        added.runtime_id, capabilities={"runners": [ECHO_RUNNER]}, slots=1, labels={}
+    )
+    run_id = "run_queued_by_hand"  # no executor on the host reads or drops this row
+    await dispatch.enqueue(
+        QueuedRun(
+            run_id=run_id,
+            host_id="h1",
+            runner_id=ECHO_RUNNER,
+            selector={"pool": "a"},
+            on_lost="requeue",
+            context={},
+            token_hash="00" * 32,
+            deadline_at=time.time() + 600,
+        )
+    )
+    claimed = await dispatch.claim(record, lease_s=15)
+    assert claimed is not None
+    assert (claimed.run_id, claimed.fence) == (run_id, 1)
+
+    def posted(seq: int) -> PostedResult:
+        return PostedResult(seq=seq, nbytes=2, dropped=False, result={"run_id": run_id, "sequence": seq})
+
+    batch = [posted(1), posted(2)]
+    assert await dispatch.post_results(record.runtime_id, run_id, 1, 1, batch, "completed") == (2, None)
+    assert await dispatch.post_results(record.runtime_id, run_id, 1, 1, batch, "completed") == (2, None)
+    with pytest.raises(ConflictError) as after_end:
+        await dispatch.post_results(record.runtime_id, run_id, 1, 3, [posted(3)])
+    assert after_end.value.details["reason"] == "ended"
+    view = await dispatch.view(run_id, 0)
+    assert view is not None
+    assert (view.end_status, view.end_through, [r.seq for r in view.results]) == ("completed", 2, [1, 2])
+    assert [e["event"] for e in await dispatch.events(run_id)] == ["queued", "claimed", "ended"]
 
 
 async def test_bad_input_on_the_runtime_protocol_is_refused_precisely(
@@ -337,11 +405,7 @@ async def test_a_lapsed_lease_requeues_the_run_and_fences_the_old_runtime_out(
     )
     run = await wait_status(client, run_id)
     assert run["status"] == "completed"
-    stored = (
-        await client.get(
-            f"/v1/runs/{run_id}/results", headers={**ADMIN_HEADERS, "accept": "application/json"}
-        )
-    ).json()["results"]
+    stored = await stored_results(client, run_id)
     assert [r["data"]["message"]["content"] for r in stored if r["type"] == "message.completed"] == ["second"]
 
     placement = await placement_of(client, run_id)
