@@ -182,6 +182,8 @@ class Orchestrator:
                         self._listener = Listener(self._stores.db, self._woken)
                         await tg.start(self._listener.run)
                     tg.start_soon(self._cancel_poll.run)
+                    for run_id in recovery.readopted:  # first: running already, they take slots first
+                        await self._readopt(run_id)
                     for run_id in recovery.requeued:
                         await self._resume(run_id)
                     # After the resumes: an adopted run is ours and held by a task from here on.
@@ -358,13 +360,15 @@ class Orchestrator:
         token: str,
         *,
         started: bool = False,
+        adopted: bool = False,
     ) -> None:
         """Hand the run to a task of this process: it waits for its turn unless `started` (running
-        already, holding its slot)."""
+        already, holding its slot); `adopted`: running on a runtime for a host that stopped, its journal
+        continued (`_readopt`)."""
         tg = self._task_group()
         active.feed = ResultFeed()
         self._runs.move(active, RunPhase.EXECUTING if started else RunPhase.QUEUED)
-        tg.start_soon(self._run, active, event, binding, grant, token, started)
+        tg.start_soon(self._run, active, event, binding, grant, token, started, adopted)
 
     async def _resume(self, run_id: str) -> None:
         """Run a queued run this host adopted from a stopped one (`hosts.recover_abandoned`), with a new
@@ -381,6 +385,30 @@ class Orchestrator:
             logger.exception("run %s: could not re-queue it after a host restart", run_id)
             try:  # never leave it queued with nobody to run it (else the sweeper ends it: host.run_lost)
                 await self._stores.runs.finish(run_id, RunStatus.FAILED, error=HOST_RESTARTED)
+            except Exception:
+                logger.exception("run %s: could not fail it either; the sweeper will end it", run_id)
+
+    async def _readopt(self, run_id: str) -> None:
+        """Follow again a run executing on a runtime that this host adopted from a stopped one
+        (`hosts.recover_abandoned`): its grant, deadline and slot as they were, its journal continued,
+        its runtime's posted results not yet journaled forwarded (`runtimes/remote.py`)."""
+        try:
+            readopted = await admission.readopt(
+                self._stores, run_id, self.resolve, remote=self.remote is not None
+            )
+            if readopted is not None:
+                event, binding, runner, grant, ctx = readopted
+                active = ActiveRun(run_id=run_id, conversation_id=event.conversation_id, runner=runner)
+                active.context = ctx  # a followed run's executor needs no token: its runtime has its claim's
+                self._runs.admit(active)
+                await self._limiter.acquire_on_behalf_of(active)
+                self._start(active, event, binding, grant, "", started=True, adopted=True)
+                logger.info("run %s: followed again on its runtime after a host restart", run_id)
+        except Exception:
+            logger.exception("run %s: could not follow it on its runtime after a host restart", run_id)
+            try:
+                await self._stores.runs.finish(run_id, RunStatus.FAILED, error=HOST_RESTARTED)
+                await self._stores.dispatch.drop(run_id)
             except Exception:
                 logger.exception("run %s: could not fail it either; the sweeper will end it", run_id)
 
@@ -484,6 +512,7 @@ class Orchestrator:
         grant: RunGrant,
         token: str,
         started: bool,
+        adopted: bool = False,
     ) -> None:
         run_id = active.run_id
         feed = active.feed
@@ -501,6 +530,10 @@ class Orchestrator:
         ) as run_span:
             try:
                 with active.scope:
+                    if adopted:  # its stream goes on from its stored results
+                        await journal.resume()
+                        if self.remote is not None:
+                            self.remote.adopt(run_id, journal.last_runner_seq)
                     if not started:
                         with tracing.span("mcphost.run.queued", attributes=ids):
                             started = await self._wait_turn(

@@ -45,6 +45,7 @@ from mcphost.plugins.registry import RunnerRegistry
 from mcphost.protocol import AgentRunContext
 from mcphost.runtimes.wire import (
     MAX_BATCH_RESULTS,
+    RECONNECT_MAX_S,
     Capabilities,
     ClaimAnswer,
     ClaimedRun,
@@ -57,8 +58,8 @@ from mcphost.runtimes.wire import (
 
 logger = logging.getLogger(__name__)
 
-MAX_BACKOFF_S = 5.0
-"""The longest wait between two attempts to reach the host."""
+MAX_BACKOFF_S = RECONNECT_MAX_S
+"""The longest wait between two attempts to reach the host (the protocol's bound)."""
 CLAIM_WAIT_S = 10.0
 BATCH_BYTES = 4 * 1024 * 1024
 """A results batch stops growing past this many bytes of results (the host takes 8 MiB)."""

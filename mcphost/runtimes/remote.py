@@ -12,9 +12,15 @@ Invariants:
 - The queued context has no token: a claim gets the claim's fenced MCP token (`fence.py`), so a
   runtime whose lease lapsed can neither post results nor call the run's MCP server.
 - Results reach the journal in the order the runtime numbered them, each once: the executor reads the
-  current fence's results after the last one it forwarded, then deletes those it forwarded. The runner's
-  own `sequence` numbers continue across attempts (attempt N+1's are shifted past attempt N's), so a
+  current fence's results after the last one it forwarded, and the transaction that journals a batch
+  deletes the rows it came from (`RawResult.source`). The runner's own `sequence` numbers continue
+  across attempts (attempt N+1's are shifted past attempt N's; the shift is kept with the requeue), so a
   requeued run's results are not taken for duplicates.
+- A remote run outlives the host executing it: a host that adopts it (`RemoteRuns.adopt`, from
+  `hosts.recover_abandoned`) follows its queue row instead of queueing it again, from the first row not
+  journaled, with the shift of its current attempt. A claim's lease is stretched to `ADOPT_GRACE_S`, so
+  the runtime, retrying with back-off while no host answered, reaches the adopter and keeps its claim,
+  its fenced MCP token (keyed by the grant's token hash, which adoption keeps) and the results it kept.
 - A lease that lapsed is handled by the run's executor, conditionally on the fence it saw: `requeue`
   (the default `on_lost`) puts it back in the queue with a new fence, `fail` fails the run
   (`runner.crashed`, naming the runtime). Never two runtimes at once: the old fence is refused.
@@ -38,6 +44,7 @@ from mcphost.grants import hash_token
 from mcphost.models import RuntimePlacement
 from mcphost.plugins.process import RawResult, RunAnswerStatus
 from mcphost.protocol import AgentRunContext
+from mcphost.runtimes.wire import RECONNECT_MAX_S
 from mcphost.stores import Stores
 from mcphost.stores.dispatch import DispatchView, QueuedRun, eligible
 
@@ -51,6 +58,9 @@ QUEUE_MARGIN_S = 1.0
 would fail it without saying why)."""
 DROP_BOUND_S = 5.0
 DEFAULT_LEASE_S = 15.0
+ADOPT_GRACE_S = 3 * RECONNECT_MAX_S
+"""A claimed run adopted from a host that died keeps its lease at least this long: a runtime retries at
+least every `RECONNECT_MAX_S`, and its first heartbeat to the adopter renews the lease."""
 
 
 def without_token(ctx: AgentRunContext) -> AgentRunContext:
@@ -86,6 +96,14 @@ class RemoteRuns:
         """Woken when a run is queued (or requeued) here: claim long-polls here look again."""
         self._posted = RunSignals()
         self._executions: dict[str, RemoteExecution] = {}
+        self._adopted: dict[str, int] = {}
+        """Runs adopted from a host that died, to follow rather than queue: the highest runner
+        sequence their journal holds."""
+
+    def adopt(self, run_id: str, journaled: int) -> None:
+        """The next `run` of `run_id` follows its queue row (adopted from a host that died) instead of
+        queueing it; `journaled` is the highest runner sequence its journal holds."""
+        self._adopted[run_id] = journaled
 
     def execution(self, placement: RuntimePlacement, runner_id: str) -> RemoteExecution:
         """The executor of runs of `runner_id` placed by `placement` (one per distinct pair)."""
@@ -133,22 +151,41 @@ class RemoteExecution:
         del runner_name  # the queue names the full runner id
         run_id = ctx.run_id
         dispatch = self._remote.stores.dispatch
+        journaled = self._remote._adopted.pop(run_id, None)  # pyright: ignore[reportPrivateUsage]
         async with results:
-            await dispatch.enqueue(
-                QueuedRun(
-                    run_id=run_id,
-                    host_id=self._remote.host_id,
-                    runner_id=self.runner_id,
-                    selector=dict(self.placement.labels),
-                    on_lost=self.placement.on_lost,
-                    context=without_token(ctx).model_dump(mode="json"),
-                    token_hash=hash_token(_token(ctx)),
-                    deadline_at=ctx.runtime.deadline_at,
+            fence = base = 0
+            if journaled is None:
+                await dispatch.enqueue(
+                    QueuedRun(
+                        run_id=run_id,
+                        host_id=self._remote.host_id,
+                        runner_id=self.runner_id,
+                        selector=dict(self.placement.labels),
+                        on_lost=self.placement.on_lost,
+                        context=without_token(ctx).model_dump(mode="json"),
+                        token_hash=hash_token(_token(ctx)),
+                        deadline_at=ctx.runtime.deadline_at,
+                    )
                 )
-            )
+            else:
+                adopted = await dispatch.adopt(run_id, self._remote.host_id, grace_s=ADOPT_GRACE_S)
+                if adopted is None:
+                    raise PluginError(
+                        f"Run {run_id!r} was adopted from a host that stopped, but its queue row is gone.",
+                        details={"run_id": run_id},
+                    )
+                fence, base = adopted.fence, adopted.shift
+                logger.info("run %s: adopted at fence %d; following its runtime", run_id, fence)
             self._remote.queued.notify()
             try:
-                return await self._follow(run_id, ctx.runtime.deadline_at, results)
+                return await self._follow(
+                    run_id,
+                    ctx.runtime.deadline_at,
+                    results,
+                    fence=fence,
+                    base=base,
+                    top=max(base, journaled or 0),
+                )
             finally:
                 with anyio.CancelScope(shield=True), anyio.move_on_after(DROP_BOUND_S):
                     try:
@@ -157,14 +194,20 @@ class RemoteExecution:
                         logger.exception("run %s: could not delete its queue row", run_id)
 
     async def _follow(
-        self, run_id: str, deadline_at: float, results: MemoryObjectSendStream[RawResult]
+        self,
+        run_id: str,
+        deadline_at: float,
+        results: MemoryObjectSendStream[RawResult],
+        *,
+        fence: int,
+        base: int,
+        top: int,
     ) -> RunAnswerStatus:
+        """Forward the results of the run's current attempt (`fence`) from its first row not journaled.
+        `base`: the runner sequences of this attempt are shifted by it; `top`: the highest forwarded
+        (or journaled) before, the shift of the next attempt."""
         dispatch = self._remote.stores.dispatch
-        fence = 0
         after = 0
-        base = 0
-        """Runner sequences of this attempt are shifted by this (the highest forwarded before it)."""
-        top = 0
         with self._remote._posted.watch(run_id) as signal:  # pyright: ignore[reportPrivateUsage]
             while True:
                 ticket = signal.ticket()
@@ -184,14 +227,16 @@ class RemoteExecution:
                         shifted = sequence + base
                         obj = {**obj, "sequence": shifted}
                         top = max(top, shifted)
-                    await results.send(RawResult(obj=obj, nbytes=item.nbytes, dropped=item.dropped))
+                    raw = RawResult(
+                        obj=obj, nbytes=item.nbytes, dropped=item.dropped, source=(fence, item.seq)
+                    )
+                    await results.send(raw)
                     after = item.seq
                 if view.results:
-                    await dispatch.forget_through(run_id, fence, after)
                     continue  # there may be more
-                if view.end_status is not None and after >= view.end_through:
+                if view.end_status is not None:  # every result before it is forwarded or journaled
                     return "failed" if view.end_status == "failed" else "completed"
-                if await self._lapsed(run_id, view):
+                if await self._lapsed(run_id, view, top):
                     continue
                 if view.state == "queued" and time.time() >= deadline_at - QUEUE_MARGIN_S:
                     message = await self._remote._no_runtime(self.placement, self.runner_id)  # pyright: ignore[reportPrivateUsage]
@@ -201,7 +246,7 @@ class RemoteExecution:
                     ticket, max(0.0, min(POLL_S, until_fail)) if view.state == "queued" else POLL_S
                 )
 
-    async def _lapsed(self, run_id: str, view: DispatchView) -> bool:
+    async def _lapsed(self, run_id: str, view: DispatchView, top: int) -> bool:
         """Handle a claim whose lease lapsed (True: look again); False when it holds."""
         if view.state != "claimed" or view.lease_until > time.time():
             return False
@@ -211,7 +256,7 @@ class RemoteExecution:
                 f"Run {run_id!r} was lost: {why}; the agent's [agents.runtime] on_lost is 'fail'.",
                 details={"run_id": run_id, "runtime_id": view.runtime_id, "fence": view.fence},
             )
-        if await self._remote.stores.dispatch.requeue(run_id, view.fence, why):
+        if await self._remote.stores.dispatch.requeue(run_id, view.fence, why, shift=top):
             logger.warning("run %s: %s; queued again for another runtime", run_id, why)
             self._remote.queued.notify()
         return True

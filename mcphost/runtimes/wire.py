@@ -26,6 +26,9 @@ MAX_BODY_BYTES = 8 * 1024 * 1024
 MAX_HELD = 1024
 MAX_RUNNERS = 500
 MAX_CLAIM_WAIT_S = 30.0
+RECONNECT_MAX_S = 5.0
+"""A runtime that cannot reach its host tries again at least this often (back-off with jitter, capped):
+a host that adopts the runs of one that died keeps their claims a few times this long for it."""
 RUNTIME_PREFIX = "/v1/runtime/"
 """Every route of the runtime protocol is under this prefix, authenticated by a runtime token only."""
 
@@ -171,6 +174,7 @@ __all__ = [
     "MAX_BATCH_RESULTS",
     "MAX_BODY_BYTES",
     "MAX_RESULT_BYTES",
+    "RECONNECT_MAX_S",
     "RUNTIME_PREFIX",
     "Capabilities",
     "ClaimAnswer",
