@@ -216,6 +216,20 @@ class Orchestrator:
                     except Exception:
                         logger.exception("the last sweep before shutdown failed")
 
+    def release_remote(self) -> list[str]:
+        """The host is stopping: leave the runs executing on runtimes running there, unfinished and
+        still this host's, for the next host that starts to adopt (`_readopt`); their ids. Their
+        executors stop following them without a cancel, and their queue rows stay."""
+        released: list[str] = []
+        if self.remote is None:
+            return released
+        for active in list(self._runs.in_phase(RunPhase.EXECUTING)):
+            if self.remote.release(active.run_id):
+                self._runs.move(active, RunPhase.RELEASED)
+                active.scope.cancel()
+                released.append(active.run_id)
+        return released
+
     async def drain(self, grace_s: float) -> None:
         """Let active runs finish for up to `grace_s`, then cancel the rest."""
         with anyio.move_on_after(grace_s):
@@ -570,16 +584,17 @@ class Orchestrator:
                         deadline_passed=active.deadline_passed,
                     )
                 ended: RunOutcome | None = None
-                with anyio.CancelScope(shield=True), anyio.move_on_after(tuning.CLOSE_BOUND_S):
-                    ended = await closing.close(
-                        active,
-                        journal,
-                        happened,
-                        stores=self._stores,
-                        runs=self._runs,
-                        on_run_end=self.on_run_end,
-                        on_run_closing=self.on_run_closing,
-                    )
+                if active.phase is not RunPhase.RELEASED:  # released: the next host follows it
+                    with anyio.CancelScope(shield=True), anyio.move_on_after(tuning.CLOSE_BOUND_S):
+                        ended = await closing.close(
+                            active,
+                            journal,
+                            happened,
+                            stores=self._stores,
+                            runs=self._runs,
+                            on_run_end=self.on_run_end,
+                            on_run_closing=self.on_run_closing,
+                        )
                 self._conversation_signal.notify()
                 if run_span is not None and ended is not None:
                     closing.trace_end(run_span, ended)

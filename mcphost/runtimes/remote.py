@@ -26,7 +26,8 @@ Invariants:
   (`runner.crashed`, naming the runtime). Never two runtimes at once: the old fence is refused.
 - A run still queued a second before its deadline fails with a message naming its selector.
 - Whatever way `run` ends, the queue row and its results are deleted (shielded, bounded): a runtime's
-  later posts are refused `not_held`.
+  later posts are refused `not_held` — except when the host stops and releases the run
+  (`RemoteRuns.release`): the row stays, the runtime keeps running it, and the next host adopts it.
 """
 
 from __future__ import annotations
@@ -96,9 +97,21 @@ class RemoteRuns:
         """Woken when a run is queued (or requeued) here: claim long-polls here look again."""
         self._posted = RunSignals()
         self._executions: dict[str, RemoteExecution] = {}
+        self._following: set[str] = set()
+        """Runs an executor of this process follows (queued or claimed)."""
+        self._released: set[str] = set()
+        """Runs left to the next host (`release`): their executor keeps their queue row when cut off."""
         self._adopted: dict[str, int] = {}
         """Runs adopted from a host that died, to follow rather than queue: the highest runner
         sequence their journal holds."""
+
+    def release(self, run_id: str) -> bool:
+        """This host stops: `run_id`'s executor is about to be cut off; leave its queue row (its runtime
+        keeps running it) for the next host to adopt. False when no executor here follows it."""
+        if run_id not in self._following:
+            return False
+        self._released.add(run_id)
+        return True
 
     def adopt(self, run_id: str, journaled: int) -> None:
         """The next `run` of `run_id` follows its queue row (adopted from a host that died) instead of
@@ -177,6 +190,9 @@ class RemoteExecution:
                 fence, base = adopted.fence, adopted.shift
                 logger.info("run %s: adopted at fence %d; following its runtime", run_id, fence)
             self._remote.queued.notify()
+            following = self._remote._following  # pyright: ignore[reportPrivateUsage]
+            released = self._remote._released  # pyright: ignore[reportPrivateUsage]
+            following.add(run_id)
             try:
                 return await self._follow(
                     run_id,
@@ -187,11 +203,16 @@ class RemoteExecution:
                     top=max(base, journaled or 0),
                 )
             finally:
-                with anyio.CancelScope(shield=True), anyio.move_on_after(DROP_BOUND_S):
-                    try:
-                        await dispatch.drop(run_id)
-                    except Exception:
-                        logger.exception("run %s: could not delete its queue row", run_id)
+                following.discard(run_id)
+                if run_id in released:
+                    released.discard(run_id)
+                    logger.info("run %s: left running on its runtime for the next host", run_id)
+                else:
+                    with anyio.CancelScope(shield=True), anyio.move_on_after(DROP_BOUND_S):
+                        try:
+                            await dispatch.drop(run_id)
+                        except Exception:
+                            logger.exception("run %s: could not delete its queue row", run_id)
 
     async def _follow(
         self,

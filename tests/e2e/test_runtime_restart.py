@@ -1,5 +1,6 @@
-"""A host restart with runs in flight on runtimes loses nothing: a real `mcphost serve` is killed -9
-while a real `mcphost runtime` executes one of its runs (and holds another in the queue), the runner
+"""A host restart with runs in flight on runtimes loses nothing: a real `mcphost serve` is killed -9 (or
+stopped with SIGTERM) while a real `mcphost runtime` executes one of its runs (and holds another in the
+queue), the runner
 keeps producing results while no host answers, and a new `mcphost serve` on the same port and
 database adopts both runs: the runtime's buffered results arrive once and in order, its claim's MCP
 token still works, and each run ends once — none `host.restarted`. On a SQLite file and on PostgreSQL.
@@ -65,8 +66,9 @@ def stop(server: Server) -> None:
         server.process.wait(timeout=60)
 
 
-async def test_a_killed_host_restarted_on_the_same_database_loses_no_remote_run(
-    database_url: str, tmp_path: Path
+@pytest.mark.parametrize("how", ["kill -9", "SIGTERM"])
+async def test_a_host_restarted_on_the_same_database_loses_no_remote_run(
+    database_url: str, tmp_path: Path, how: str
 ) -> None:
     config = write_config(tmp_path, database_url)
     listen = f"127.0.0.1:{free_port()}"
@@ -86,8 +88,14 @@ async def test_a_killed_host_restarted_on_the_same_database_loses_no_remote_run(
             waiting = await submit(client, "after the restart", "c-waiting")
             assert (await client.get(f"/v1/runs/{waiting}")).json()["run"]["status"] == "running"
 
-            first.process.kill()  # kill -9: nothing of the host's shutdown runs
-            first.process.wait(timeout=30)
+            if how == "kill -9":  # nothing of the host's shutdown runs
+                first.process.kill()
+            else:  # a graceful stop drains local runs, and leaves remote ones to the next host
+                first.process.send_signal(signal.SIGTERM)
+            first.process.wait(timeout=60)
+            if how == "SIGTERM":
+                log = (tmp_path / "serve-1.log").read_text()
+                assert "2 run(s) executing on runtimes left running there" in log, log
             (tmp_path / "steps.token.release").write_text("")
             await wait_file(tmp_path / "steps.token.produced")
             await anyio.sleep(LEASE_S + 1)  # the claim's lease lapses while no host answers
