@@ -198,6 +198,14 @@ class Orchestrator:
                     )
                     tg.start_soon(sweep.run)
                     tg.start_soon(grants.run)
+                    if self.remote is not None:
+                        readopt = Periodic(
+                            "the remote run adoption",
+                            self._readopt_tick,
+                            interval_s=tuning.READOPT_S,
+                            wait_first=True,
+                        )
+                        tg.start_soon(readopt.run)
                     try:
                         yield self
                     finally:
@@ -425,6 +433,11 @@ class Orchestrator:
                 await self._stores.dispatch.drop(run_id)
             except Exception:
                 logger.exception("run %s: could not fail it either; the sweeper will end it", run_id)
+
+    async def _readopt_tick(self) -> None:
+        """Follow the runs on runtimes of replicas that died since this host started (`_readopt`)."""
+        for run_id in await self._stores.hosts.readopt_remote(self.host_id):
+            await self._readopt(run_id)
 
     async def _interrupt_others(self, conversation_id: str, *, keep: str) -> None:
         # `runs.admit` flagged them in the database (for other hosts, with the same reason); act on ours

@@ -32,6 +32,9 @@ Invariants:
     `created_seq` (its place in its conversation's FIFO) and deadline unchanged. The caller runs it.
   A run that finished (or was adopted) meanwhile is skipped.
 - The recovering host never judges itself.
+- A live host re-adopts the remote runs of dead hosts periodically too (`readopt_remote`, every
+  `READOPT_S` of the orchestrator), so a replica that dies does not leave its runs on runtimes unfollowed
+  until some host starts.
 """
 
 from __future__ import annotations
@@ -253,17 +256,7 @@ class HostStore:
         """
         me = await self.get(host_id)
         started_at = me.started_at if me is not None else time.time()
-        async with self._db.read() as session:
-            active_hosts = (
-                await session.execute(
-                    select(RunRow.host_id)
-                    .where(RunRow.status.in_(ACTIVE_STATUSES), RunRow.host_id.is_not(None))
-                    .distinct()
-                )
-            ).scalars()
-            registered = (await session.execute(select(HostRow.host_id))).scalars()
-            others = {h for h in [*active_hosts, *registered] if h is not None and h != host_id}
-        dead = [other for other in sorted(others) if not await self.is_alive(other)]
+        dead = await self._dead(host_id)
         async with self._db.read() as session:
             rows = (
                 await session.execute(
@@ -318,6 +311,51 @@ class HostStore:
                 len(readopted),
             )
         return Recovery(failed=failed, cancelled=cancelled, requeued=requeued, readopted=readopted)
+
+    async def _dead(self, host_id: str) -> list[str]:
+        """The hosts other than `host_id` that own active runs or are registered, proven dead."""
+        async with self._db.read() as session:
+            active_hosts = (
+                await session.execute(
+                    select(RunRow.host_id)
+                    .where(RunRow.status.in_(ACTIVE_STATUSES), RunRow.host_id.is_not(None))
+                    .distinct()
+                )
+            ).scalars()
+            registered = (await session.execute(select(HostRow.host_id))).scalars()
+            others = {h for h in [*active_hosts, *registered] if h is not None and h != host_id}
+        return [other for other in sorted(others) if not await self.is_alive(other)]
+
+    async def readopt_remote(self, host_id: str) -> list[str]:
+        """A live host's periodic share of recovery: the runs executing on runtimes of hosts proven dead,
+        re-adopted by `host_id` (as `recover_abandoned` does), in admission order. Their other runs are
+        left to the next host that starts, as are their registrations."""
+        dead = await self._dead(host_id)
+        if not dead:
+            return []
+        async with self._db.read() as session:
+            rows = (
+                await session.execute(
+                    select(RunRow.run_id, RunRow.host_id)
+                    .join(RuntimeRunRow, RuntimeRunRow.run_id == RunRow.run_id)
+                    .where(RunRow.status == RunStatus.RUNNING.value, RunRow.host_id.in_(dead))
+                    .order_by(RunRow.created_seq)
+                )
+            ).all()
+        readopted = [
+            row.run_id
+            for row in rows
+            if await self._runs.adopt(
+                row.run_id, host_id=host_id, from_host=row.host_id, status=RunStatus.RUNNING
+            )
+        ]
+        if readopted:
+            log.warning(
+                "%d run(s) executing on runtimes for stopped host(s) %s re-adopted",
+                len(readopted),
+                ", ".join(dead),
+            )
+        return readopted
 
     async def _remote(self, run_ids: Iterable[str]) -> set[str]:
         """Those of `run_ids` that execute on runtimes (they have a queue row)."""

@@ -60,6 +60,23 @@ async def wait_results(client: httpx2.AsyncClient, run_id: str, count: int) -> l
             await anyio.sleep(0.1)
 
 
+async def kept_results_arrived(client: httpx2.AsyncClient, run_id: str) -> None:
+    """The results the runtime kept while no host answered arrived once, in order."""
+    stored = await wait_results(client, run_id, 4)
+    assert texts(stored) == ["step 1", "step 2", "step 3", "step 4"], stored
+
+
+async def completed_once(client: httpx2.AsyncClient, run_id: str) -> None:
+    """The `steps:` run completed, every result once and in order, one terminal result."""
+    run = await wait_terminal(client, run_id)
+    assert run["status"] == "completed", run
+    stored = await results(client, run_id)
+    assert texts(stored) == ["step 1", "step 2", "step 3", "step 4", "stepped"], stored
+    assert [r["seq"] for r in stored] == list(range(1, len(stored) + 1))
+    assert sum(r["type"] in ("run.completed", "run.failed") for r in stored) == 1
+    assert not any("host.restarted" in str(r) for r in stored)
+
+
 def stop(server: Server) -> None:
     if server.process.poll() is None:
         server.process.send_signal(signal.SIGTERM)
@@ -102,20 +119,12 @@ async def test_a_host_restarted_on_the_same_database_loses_no_remote_run(
 
             second = Server(config, tmp_path / "serve-2.log", listen=listen)
             assert await second.ready() == url
-            # The results the runtime kept while no host answered arrive once, in order.
-            stored = await wait_results(client, held, 4)
-            assert texts(stored) == ["step 1", "step 2", "step 3", "step 4"], stored
+            await kept_results_arrived(client, held)
             assert (await client.get(f"/v1/runs/{held}")).json()["run"]["status"] == "running"
             assert await mcp_status(client, held, mcp_token) == 200, "the claim's MCP token still works"
             (tmp_path / "steps.token.finish").write_text("")
 
-            run = await wait_terminal(client, held)
-            assert run["status"] == "completed", run
-            stored = await results(client, held)
-            assert texts(stored) == ["step 1", "step 2", "step 3", "step 4", "stepped"], stored
-            assert [r["seq"] for r in stored] == list(range(1, len(stored) + 1))
-            assert sum(r["type"] in ("run.completed", "run.failed") for r in stored) == 1
-            assert not any("host.restarted" in str(r) for r in stored)
+            await completed_once(client, held)
 
             # The run still queued for a runtime was adopted too and claimed once the slot was free.
             run = await wait_terminal(client, waiting)
@@ -129,3 +138,46 @@ async def test_a_host_restarted_on_the_same_database_loses_no_remote_run(
         for server in (first, second):
             if server is not None:
                 stop(server)
+
+
+async def test_a_live_replica_adopts_the_remote_runs_of_a_replica_that_died(
+    database_url: str, tmp_path: Path
+) -> None:
+    """Two replicas on PostgreSQL; the runtime talks to the second only. The first admits and follows a
+    run, is killed -9 mid-run, and the second — alive all along — adopts the run: the results the
+    runtime produced meanwhile arrive once, in order, and the run ends once."""
+    if not database_url.startswith("postgresql"):
+        pytest.skip("replicas share a PostgreSQL database")
+    config = write_config(tmp_path, database_url)
+    first = Server(config, tmp_path / "serve-1.log")
+    second = Server(config, tmp_path / "serve-2.log")
+    daemon: Daemon | None = None
+    steps = tmp_path / "steps.token"
+    try:
+        url = await first.ready()
+        other = await second.ready()
+        token = cli(config, "runtimes", "add", "r1", "--labels", "pool=a").strip()
+        async with (
+            httpx2.AsyncClient(base_url=url, timeout=30) as admitting,
+            httpx2.AsyncClient(base_url=other, timeout=30) as client,
+        ):
+            daemon = Daemon(config, other, token, "r1")
+            await wait_alive(client, daemon)
+            held = await submit(admitting, f"steps:{steps}", "c-held")  # the first replica follows it
+            await wait_file(steps)
+            assert texts(await wait_results(client, held, 1)) == ["step 1"]
+
+            first.process.kill()
+            first.process.wait(timeout=30)
+            (tmp_path / "steps.token.release").write_text("")
+            await kept_results_arrived(client, held)
+            (tmp_path / "steps.token.finish").write_text("")
+
+            await completed_once(client, held)
+            log = (tmp_path / "serve-2.log").read_text()
+            assert "1 run(s) executing on runtimes for stopped host(s)" in log, log
+    finally:
+        if daemon is not None:
+            daemon.stop()
+        for server in (first, second):
+            stop(server)
