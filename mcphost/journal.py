@@ -13,6 +13,11 @@ Invariants:
 - Host sequences are 1..N without gaps; the runner's own `sequence` only decides drops and warnings.
 - After a terminal result (the runner's or one the host synthesized) nothing more is accepted; later
   results are recorded in the event log as `result.ignored` and dropped.
+- A run adopted from a host that died (`resume`) continues its stream: host sequences after the last
+  stored one, the runner's `sequence` checked against the highest stored one (so a result journaled
+  before the death is a duplicate, never stored twice), and a stored terminal result still ends it.
+- A batch of a remote run's results deletes the queue rows they came from in its transaction
+  (`RawResult.source`, `ResultEffects.consumed`).
 - A violation found while checking a batch ends the run: the accepted prefix is persisted and applied,
   the rest is not.
 - A message (`message.completed`, `run.completed`'s message) names only artifacts this run owns, the rule
@@ -72,6 +77,8 @@ from mcphost.stores.state import state_values
 from mcphost.stores.transcript import item_values
 
 logger = logging.getLogger(__name__)
+
+RESUME_PAGE = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,6 +166,34 @@ class RunJournal:
         """The user transcript row of the run's event (`user_item`)."""
         return user_item(self._event, self._run_id)
 
+    @property
+    def last_runner_seq(self) -> int:
+        """The highest runner `sequence` accepted (0: none)."""
+        return self._last_runner_seq
+
+    async def resume(self) -> None:
+        """Continue the stream the run's stored results began (the run was adopted from a host that
+        died while it ran): numbering, the runner's last `sequence`, whether it produced a message, and
+        its outcome when its terminal result was stored."""
+        after = 0
+        while page := await self._stores.results.list(self._run_id, after=after, limit=RESUME_PAGE):
+            for stored in page:
+                sequence = stored.payload.get("sequence")
+                if isinstance(sequence, int) and not isinstance(sequence, bool):
+                    self._last_runner_seq = max(self._last_runner_seq, sequence)
+                result = classify_result(stored.payload)
+                if isinstance(result, MessageCompleted) or (
+                    isinstance(result, RunCompleted)
+                    and result.data.message is not None
+                    and not result.data.message.is_empty()
+                ):
+                    self._saw_message = True
+                if isinstance(result, RunCompleted | RunFailed) and self.outcome is None:
+                    self.outcome = self._outcome_of(result)
+                    self._terminal_written = True
+            after = page[-1].seq
+        self._next_seq = after + 1
+
     # -- results ---------------------------------------------------------------------------------------
 
     async def accept(self, batch: Sequence[RawResult]) -> RunOutcome | None:
@@ -191,6 +226,9 @@ class RunJournal:
             if isinstance(result, RunCompleted | RunFailed):
                 terminal = result
         effects = ResultEffects()
+        sources = [raw.source for raw in batch if raw.source is not None]
+        if sources:
+            effects.consumed = (self._run_id, *sources[-1])
         for kind, payload in notes:
             self._system_event(effects, kind, payload)
         try:

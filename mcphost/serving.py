@@ -231,6 +231,11 @@ async def drain(
     """Stop taking events, give active runs `grace_s`, cancel the rest and wait (bounded) for them to end."""
     state.draining = True
     orchestrator = host.orchestrator
+    released = orchestrator.release_remote()
+    if released:
+        logger.warning(
+            "%d run(s) executing on runtimes left running there for the next host to adopt", len(released)
+        )
     logger.warning(
         "shutting down: taking no new events; %d active run(s) get up to %g s",
         len(orchestrator.active_run_ids()),

@@ -47,6 +47,9 @@ class RunPhase(enum.Enum):
     """Its end is being decided and written."""
     UNFINISHED = "unfinished"
     """Its close could not write its end: the sweeper writes the outcome it keeps."""
+    RELEASED = "released"
+    """Executing on a runtime when this process stopped: left running there, unfinished, for the next
+    host to adopt (`Orchestrator.release_remote`); the sweeper leaves it alone."""
     ENDED = "ended"
     """Ended recently, its end written: `wait` answers from memory."""
 
@@ -54,9 +57,10 @@ class RunPhase(enum.Enum):
 TRANSITIONS: dict[RunPhase, frozenset[RunPhase]] = {
     RunPhase.ADMITTING: frozenset({RunPhase.QUEUED, RunPhase.EXECUTING}),
     RunPhase.QUEUED: frozenset({RunPhase.EXECUTING, RunPhase.CLOSING}),
-    RunPhase.EXECUTING: frozenset({RunPhase.CLOSING}),
+    RunPhase.EXECUTING: frozenset({RunPhase.CLOSING, RunPhase.RELEASED}),
     RunPhase.CLOSING: frozenset({RunPhase.ENDED, RunPhase.UNFINISHED}),
     RunPhase.UNFINISHED: frozenset(),
+    RunPhase.RELEASED: frozenset(),
     RunPhase.ENDED: frozenset(),
 }
 """The legal moves of a run's phase (leaving the registry is `ActiveRuns.forget`)."""

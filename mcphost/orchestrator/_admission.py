@@ -1,6 +1,6 @@
 """What admission decides and builds: the checks an event passes before anything is stored, the run
 and its grant, the event-log row written with them, the context a run starts with, and what a run
-adopted from a stopped host needs to run again.
+adopted from a stopped host needs to run again (or, executing on a runtime, to be followed again).
 
 Owns building; it stores nothing itself and does not move a run's phase (`_core.py` does both). The
 context builder (`ContextBuilder.starter`) runs inside the transaction that moves a run to `running`
@@ -35,7 +35,7 @@ from mcphost.context import (
 )
 from mcphost.errors import HostError, InvalidArgumentError
 from mcphost.grants import build_grant, mint_token
-from mcphost.models import AgentBinding, AgentEventEnvelope, Run, RunGrant, RunStatus, new_id
+from mcphost.models import AgentBinding, AgentEventEnvelope, Run, RunFailure, RunGrant, RunStatus, new_id
 from mcphost.orchestrator import _tuning as tuning
 from mcphost.orchestrator._active import ActiveRun
 from mcphost.orchestrator._execution import ExecutingRunner
@@ -46,6 +46,9 @@ from mcphost.stores.runs import StartContext
 from mcphost.warm import WarmSessions, wants_warm
 
 logger = logging.getLogger("mcphost.orchestrator")
+
+Resolve = Callable[[AgentEventEnvelope], tuple[AgentBinding, ExecutingRunner]]
+"""The orchestrator's binding of an event: its agent and runner, or the HostError that says why not."""
 
 
 async def check_inputs(stores: Stores, event: AgentEventEnvelope) -> None:
@@ -237,17 +240,11 @@ def trace_binding(
     tracing.record("mcphost.binding", start_ns=start_ns, attributes=attributes, error_type=error)
 
 
-async def readmit(
-    stores: Stores,
-    run_id: str,
-    resolve: Callable[[AgentEventEnvelope], tuple[AgentBinding, ExecutingRunner]],
-    *,
-    host_id: str,
-) -> tuple[AgentEventEnvelope, AgentBinding, ExecutingRunner, RunGrant, str] | None:
-    """What a queued run adopted from a stopped host needs to run here: its event read back from the
-    event log and bound again, and its grant with a new token (the old one died with its host), now
-    owned by `host_id`. None when it cannot run again: when its event no longer binds to the same agent
-    and runner, it is failed `host.restarted` with why; when another host adopted it first, it is left."""
+async def _rebound(
+    stores: Stores, run_id: str, resolve: Resolve
+) -> tuple[AgentEventEnvelope, AgentBinding, ExecutingRunner] | str:
+    """The event of a run adopted from a stopped host, read back from the event log and bound again to
+    the same agent and runner; else why it cannot be (`where: what`, never the event's text)."""
     run = await stores.runs.get(run_id)
     try:
         event = AgentEventEnvelope.model_validate((await stores.events.get(run.event_id)).payload)
@@ -259,15 +256,64 @@ async def readmit(
             )
     except (HostError, ValidationError) as exc:
         # A validation error's text quotes the input (event text): only `where: what` is stored.
-        message = exc.message if isinstance(exc, HostError) else describe(exc, root="(event)")
-        error = HOST_RESTARTED.model_copy(
-            update={"message": f"{HOST_RESTARTED.message} It could not be re-queued: {message}"}
-        )
-        await stores.runs.transition(run_id, RunStatus.FAILED, error=error)
-        logger.warning("run %s could not be re-queued after a host restart: %s", run_id, message)
+        return exc.message if isinstance(exc, HostError) else describe(exc, root="(event)")
+    return event, binding, runner
+
+
+def _not_again(message: str) -> RunFailure:
+    return HOST_RESTARTED.model_copy(
+        update={"message": f"{HOST_RESTARTED.message} It could not be re-queued: {message}"}
+    )
+
+
+async def readmit(
+    stores: Stores,
+    run_id: str,
+    resolve: Resolve,
+    *,
+    host_id: str,
+) -> tuple[AgentEventEnvelope, AgentBinding, ExecutingRunner, RunGrant, str] | None:
+    """What a queued run adopted from a stopped host needs to run here: its event read back from the
+    event log and bound again, and its grant with a new token (the old one died with its host), now
+    owned by `host_id`. None when it cannot run again: when its event no longer binds to the same agent
+    and runner, it is failed `host.restarted` with why; when another host adopted it first, it is left."""
+    rebound = await _rebound(stores, run_id, resolve)
+    if isinstance(rebound, str):
+        await stores.runs.transition(run_id, RunStatus.FAILED, error=_not_again(rebound))
+        logger.warning("run %s could not be re-queued after a host restart: %s", run_id, rebound)
         return None
+    event, binding, runner = rebound
     token, token_hash = mint_token()
     grant = (await stores.runs.grant(run_id)).grant.model_copy(update={"token_hash": token_hash})
     if not await stores.runs.replace_grant(run_id, grant, host_id=host_id):
         return None
     return event, binding, runner, grant, token
+
+
+async def readopt(
+    stores: Stores,
+    run_id: str,
+    resolve: Resolve,
+    *,
+    remote: bool,
+) -> tuple[AgentEventEnvelope, AgentBinding, ExecutingRunner, RunGrant, AgentRunContext] | None:
+    """What a run executing on a runtime, adopted from a stopped host, needs to be followed here: its
+    event bound again, its grant unchanged (the runtime's fenced MCP token is keyed by its token hash)
+    and its token-free context. None when its event no longer binds to the same agent and runner (it is
+    failed `host.restarted` with why, and taken out of the queue), its agent runs locally now, this host
+    follows no remote runs (`remote` False) or its context is gone."""
+    rebound = await _rebound(stores, run_id, resolve)
+    ctx = await stores.runs.context(run_id)
+    if isinstance(rebound, str):
+        why = rebound
+    elif not remote or rebound[1].agent.runtime == "local":
+        why = "its agent no longer runs on runtimes here"
+    elif ctx is None:
+        why = "its stored context is missing"
+    else:
+        event, binding, runner = rebound
+        return event, binding, runner, (await stores.runs.grant(run_id)).grant, ctx
+    await stores.runs.finish(run_id, RunStatus.FAILED, error=_not_again(why))
+    await stores.dispatch.drop(run_id)
+    logger.warning("run %s could not be followed on its runtime after a host restart: %s", run_id, why)
+    return None

@@ -171,7 +171,8 @@ async def sweep(stores: Stores, runs: ActiveRuns, host_id: str) -> list[str]:
     """End the runs this host owns that none of its tasks holds; their ids.
 
     A run whose close could not write its end gets the outcome it was closing with; any other is failed
-    with `host.run_lost`. Runs that are executing, or being admitted, are never touched.
+    with `host.run_lost`. Runs that are executing, being admitted, or released to the next host
+    (executing on a runtime), are never touched.
     """
     remembered = list(runs.in_phase(RunPhase.UNFINISHED))  # before the read: a close may fail meanwhile
     owned = await stores.runs.active_on(host_id)
@@ -179,7 +180,13 @@ async def sweep(stores: Stores, runs: ActiveRuns, host_id: str) -> list[str]:
     for run_id in owned:
         active = runs.get(run_id)
         phase = None if active is None else active.phase
-        if phase in (RunPhase.ADMITTING, RunPhase.QUEUED, RunPhase.EXECUTING, RunPhase.CLOSING):
+        if phase in (
+            RunPhase.ADMITTING,
+            RunPhase.QUEUED,
+            RunPhase.EXECUTING,
+            RunPhase.CLOSING,
+            RunPhase.RELEASED,
+        ):
             continue
         unfinished = active.unfinished if active is not None else None
         journal, outcome = unfinished or (None, RunOutcome(RunStatus.FAILED, LOST))

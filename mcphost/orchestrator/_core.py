@@ -186,6 +186,8 @@ class Orchestrator:
                         self._listener = Listener(self._stores.db, self._woken)
                         await tg.start(self._listener.run)
                     tg.start_soon(self._cancel_poll.run)
+                    for run_id in recovery.readopted:  # first: running already, they take slots first
+                        await self._readopt(run_id)
                     for run_id in recovery.requeued:
                         await self._resume(run_id)
                     # After the resumes: an adopted run is ours and held by a task from here on.
@@ -200,6 +202,14 @@ class Orchestrator:
                     )
                     tg.start_soon(sweep.run)
                     tg.start_soon(grants.run)
+                    if self.remote is not None:
+                        readopt = Periodic(
+                            "the remote run adoption",
+                            self._readopt_tick,
+                            interval_s=tuning.READOPT_S,
+                            wait_first=True,
+                        )
+                        tg.start_soon(readopt.run)
                     try:
                         yield self
                     finally:
@@ -217,6 +227,20 @@ class Orchestrator:
                         await self.sweep()
                     except Exception:
                         logger.exception("the last sweep before shutdown failed")
+
+    def release_remote(self) -> list[str]:
+        """The host is stopping: leave the runs executing on runtimes running there, unfinished and
+        still this host's, for the next host that starts to adopt (`_readopt`); their ids. Their
+        executors stop following them without a cancel, and their queue rows stay."""
+        released: list[str] = []
+        if self.remote is None:
+            return released
+        for active in list(self._runs.in_phase(RunPhase.EXECUTING)):
+            if self.remote.release(active.run_id):
+                self._runs.move(active, RunPhase.RELEASED)
+                active.scope.cancel()
+                released.append(active.run_id)
+        return released
 
     async def drain(self, grace_s: float) -> None:
         """Let active runs finish for up to `grace_s`, then cancel the rest."""
@@ -362,13 +386,15 @@ class Orchestrator:
         token: str,
         *,
         started: bool = False,
+        adopted: bool = False,
     ) -> None:
         """Hand the run to a task of this process: it waits for its turn unless `started` (running
-        already, holding its slot)."""
+        already, holding its slot); `adopted`: running on a runtime for a host that stopped, its journal
+        continued (`_readopt`)."""
         tg = self._task_group()
         active.feed = ResultFeed()
         self._runs.move(active, RunPhase.EXECUTING if started else RunPhase.QUEUED)
-        tg.start_soon(self._run, active, event, binding, grant, token, started)
+        tg.start_soon(self._run, active, event, binding, grant, token, started, adopted)
 
     async def _resume(self, run_id: str) -> None:
         """Run a queued run this host adopted from a stopped one (`hosts.recover_abandoned`), with a new
@@ -387,6 +413,35 @@ class Orchestrator:
                 await self._stores.runs.finish(run_id, RunStatus.FAILED, error=HOST_RESTARTED)
             except Exception:
                 logger.exception("run %s: could not fail it either; the sweeper will end it", run_id)
+
+    async def _readopt(self, run_id: str) -> None:
+        """Follow again a run executing on a runtime that this host adopted from a stopped one
+        (`hosts.recover_abandoned`): its grant, deadline and slot as they were, its journal continued,
+        its runtime's posted results not yet journaled forwarded (`runtimes/remote.py`)."""
+        try:
+            readopted = await admission.readopt(
+                self._stores, run_id, self.resolve, remote=self.remote is not None
+            )
+            if readopted is not None:
+                event, binding, runner, grant, ctx = readopted
+                active = ActiveRun(run_id=run_id, conversation_id=event.conversation_id, runner=runner)
+                active.context = ctx  # a followed run's executor needs no token: its runtime has its claim's
+                self._runs.admit(active)
+                await self._limiter.acquire_on_behalf_of(active)
+                self._start(active, event, binding, grant, "", started=True, adopted=True)
+                logger.info("run %s: followed again on its runtime after a host restart", run_id)
+        except Exception:
+            logger.exception("run %s: could not follow it on its runtime after a host restart", run_id)
+            try:
+                await self._stores.runs.finish(run_id, RunStatus.FAILED, error=HOST_RESTARTED)
+                await self._stores.dispatch.drop(run_id)
+            except Exception:
+                logger.exception("run %s: could not fail it either; the sweeper will end it", run_id)
+
+    async def _readopt_tick(self) -> None:
+        """Follow the runs on runtimes of replicas that died since this host started (`_readopt`)."""
+        for run_id in await self._stores.hosts.readopt_remote(self.host_id):
+            await self._readopt(run_id)
 
     async def _interrupt_others(self, conversation_id: str, *, keep: str) -> None:
         # `runs.admit` flagged them in the database (for other hosts, with the same reason); act on ours
@@ -488,6 +543,7 @@ class Orchestrator:
         grant: RunGrant,
         token: str,
         started: bool,
+        adopted: bool = False,
     ) -> None:
         run_id = active.run_id
         feed = active.feed
@@ -505,6 +561,10 @@ class Orchestrator:
         ) as run_span:
             try:
                 with active.scope:
+                    if adopted:  # its stream goes on from its stored results
+                        await journal.resume()
+                        if self.remote is not None:
+                            self.remote.adopt(run_id, journal.last_runner_seq)
                     if not started:
                         with tracing.span("mcphost.run.queued", attributes=ids):
                             started = await self._wait_turn(
@@ -541,16 +601,17 @@ class Orchestrator:
                         deadline_passed=active.deadline_passed,
                     )
                 ended: RunOutcome | None = None
-                with anyio.CancelScope(shield=True), anyio.move_on_after(tuning.CLOSE_BOUND_S):
-                    ended = await closing.close(
-                        active,
-                        journal,
-                        happened,
-                        stores=self._stores,
-                        runs=self._runs,
-                        on_run_end=self.on_run_end,
-                        on_run_closing=self.on_run_closing,
-                    )
+                if active.phase is not RunPhase.RELEASED:  # released: the next host follows it
+                    with anyio.CancelScope(shield=True), anyio.move_on_after(tuning.CLOSE_BOUND_S):
+                        ended = await closing.close(
+                            active,
+                            journal,
+                            happened,
+                            stores=self._stores,
+                            runs=self._runs,
+                            on_run_end=self.on_run_end,
+                            on_run_closing=self.on_run_closing,
+                        )
                 self._conversation_signal.notify()
                 if run_span is not None and ended is not None:
                     closing.trace_end(run_span, ended)

@@ -40,3 +40,6 @@ CLOSING_BOUND_S = 5.0
 CLOSE_BOUND_S = CLOSING_BOUND_S + TERMINAL_RETRY_S + 10.0
 """The bound on a run's whole close: its `on_run_closing` callbacks, its terminal write, then the
 `on_run_end` callbacks."""
+READOPT_S = 2.0
+"""How often a host looks for runs executing on runtimes whose host died, to follow them
+(`hosts.readopt_remote`)."""

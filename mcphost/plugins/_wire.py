@@ -53,6 +53,9 @@ class RawResult:
     dropped: bool = False
     """The line exceeded `MAX_LINE_BYTES` and was not read: `obj` holds only `run_id`, `nbytes` the line
     size. Check `nbytes` before validating `obj`."""
+    source: tuple[int, int] | None = None
+    """A remote run's result: the (fence, number) of the queue row it came from (`runtimes/remote.py`);
+    the transaction that journals it deletes that row (`ResultEffects.consumed`)."""
 
 
 # -- the wire ------------------------------------------------------------------------------------------

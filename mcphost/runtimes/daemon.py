@@ -51,6 +51,7 @@ from mcphost.protocol import AgentRunContext
 from mcphost.runtimes.output import RunOutput
 from mcphost.runtimes.wire import (
     MAX_BATCH_RESULTS,
+    RECONNECT_MAX_S,
     Capabilities,
     ClaimAnswer,
     ClaimedRun,
@@ -64,8 +65,8 @@ from mcphost.runtimes.wire import (
 
 logger = logging.getLogger(__name__)
 
-MAX_BACKOFF_S = 5.0
-"""The longest wait between two attempts to reach the host."""
+MAX_BACKOFF_S = RECONNECT_MAX_S
+"""The longest wait between two attempts to reach the host (the protocol's bound)."""
 CLAIM_WAIT_S = 10.0
 COALESCE_TURNS = 3
 """Event-loop turns a batch waits for results already read from the runner (no timer: no added delay

@@ -12,16 +12,22 @@ Invariants:
 - The queued context has no token: a claim gets the claim's fenced MCP token (`fence.py`), so a
   runtime whose lease lapsed can neither post results nor call the run's MCP server.
 - Results reach the journal in the order the runtime numbered them, each once: the executor reads the
-  current fence's results after the last one it forwarded (deleting forwarded ones every
-  `FORGET_EVERY`, and all of them with the queue row when the run ends). The runner's
-  own `sequence` numbers continue across attempts (attempt N+1's are shifted past attempt N's), so a
+  current fence's results after the last one it forwarded, and the transaction that journals a batch
+  deletes the rows it came from (`RawResult.source`). The runner's own `sequence` numbers continue
+  across attempts (attempt N+1's are shifted past attempt N's; the shift is kept with the requeue), so a
   requeued run's results are not taken for duplicates.
+- A remote run outlives the host executing it: a host that adopts it (`RemoteRuns.adopt`, from
+  `hosts.recover_abandoned`) follows its queue row instead of queueing it again, from the first row not
+  journaled, with the shift of its current attempt. A claim's lease is stretched to `ADOPT_GRACE_S`, so
+  the runtime, retrying with back-off while no host answered, reaches the adopter and keeps its claim,
+  its fenced MCP token (keyed by the grant's token hash, which adoption keeps) and the results it kept.
 - A lease that lapsed is handled by the run's executor, conditionally on the fence it saw: `requeue`
   (the default `on_lost`) puts it back in the queue with a new fence, `fail` fails the run
   (`runner.crashed`, naming the runtime). Never two runtimes at once: the old fence is refused.
 - A run still queued a second before its deadline fails with a message naming its selector.
 - Whatever way `run` ends, the queue row and its results are deleted (shielded, bounded): a runtime's
-  later posts are refused `not_held`.
+  later posts are refused `not_held` — except when the host stops and releases the run
+  (`RemoteRuns.release`): the row stays, the runtime keeps running it, and the next host adopts it.
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ from mcphost.grants import hash_token
 from mcphost.models import AgentConfig, RuntimePlacement
 from mcphost.plugins.process import RawResult, RunAnswerStatus
 from mcphost.protocol import AgentRunContext, RunProjection
+from mcphost.runtimes.wire import RECONNECT_MAX_S
 from mcphost.stores import Stores
 from mcphost.stores.dispatch import VIEW_LIMIT, DispatchView, QueuedRun, eligible
 
@@ -56,11 +63,11 @@ their executor at once."""
 QUEUE_MARGIN_S = 1.0
 """A run still queued this long before its deadline fails naming its selector (before the deadline
 would fail it without saying why)."""
-FORGET_EVERY = 256
-"""Forwarded results are deleted from the queue once this many have piled up (a long run's stay
-bounded); a run's last ones go with its queue row (`drop`), so a short run writes no deletes."""
 DROP_BOUND_S = 5.0
 DEFAULT_LEASE_S = 15.0
+ADOPT_GRACE_S = 3 * RECONNECT_MAX_S
+"""A claimed run adopted from a host that died keeps its lease at least this long: a runtime retries at
+least every `RECONNECT_MAX_S`, and its first heartbeat to the adopter renews the lease."""
 
 
 def without_token(ctx: AgentRunContext) -> AgentRunContext:
@@ -96,12 +103,30 @@ class RemoteRuns:
         """Woken when a run is queued (or requeued) here: claim long-polls here look again."""
         self._posted = RunSignals()
         self._executions: dict[str, RemoteExecution] = {}
-        self.following = 0
-        """Executors following a run in this process (they share the look budget)."""
+        self._following: set[str] = set()
+        """Runs an executor of this process follows (queued or claimed)."""
+        self._released: set[str] = set()
+        """Runs left to the next host (`release`): their executor keeps their queue row when cut off."""
+        self._adopted: dict[str, int] = {}
+        """Runs adopted from a host that died, to follow rather than queue: the highest runner
+        sequence their journal holds."""
+
+    def release(self, run_id: str) -> bool:
+        """This host stops: `run_id`'s executor is about to be cut off; leave its queue row (its runtime
+        keeps running it) for the next host to adopt. False when no executor here follows it."""
+        if run_id not in self._following:
+            return False
+        self._released.add(run_id)
+        return True
+
+    def adopt(self, run_id: str, journaled: int) -> None:
+        """The next `run` of `run_id` follows its queue row (adopted from a host that died) instead of
+        queueing it; `journaled` is the highest runner sequence its journal holds."""
+        self._adopted[run_id] = journaled
 
     def poll_s(self) -> float:
         """How long an executor waits for a wake-up before it looks at its row again."""
-        return min(POLL_MAX_S, POLL_S * max(1.0, self.following / POLL_BUDGET))
+        return min(POLL_MAX_S, POLL_S * max(1.0, len(self._following) / POLL_BUDGET))
 
     def execution(
         self, placement: RuntimePlacement, runner_id: str, agent: AgentConfig | None = None
@@ -173,52 +198,73 @@ class RemoteExecution:
         del projection  # built when a runtime claims the run, for that runtime (`api/_runtime.py`)
         run_id = ctx.run_id
         dispatch = self._remote.stores.dispatch
+        journaled = self._remote._adopted.pop(run_id, None)  # pyright: ignore[reportPrivateUsage]
         async with results:
-            await dispatch.enqueue(
-                QueuedRun(
-                    run_id=run_id,
-                    host_id=self._remote.host_id,
-                    runner_id=self.runner_id,
-                    selector=dict(self.placement.labels),
-                    on_lost=self.placement.on_lost,
-                    context=without_token(ctx).model_dump(mode="json"),
-                    token_hash=hash_token(_token(ctx)),
-                    deadline_at=ctx.runtime.deadline_at,
-                    agent_id=self.agent_id,
-                    workspace=self.workspace,
+            fence = base = 0
+            if journaled is None:
+                await dispatch.enqueue(
+                    QueuedRun(
+                        run_id=run_id,
+                        host_id=self._remote.host_id,
+                        runner_id=self.runner_id,
+                        selector=dict(self.placement.labels),
+                        on_lost=self.placement.on_lost,
+                        context=without_token(ctx).model_dump(mode="json"),
+                        token_hash=hash_token(_token(ctx)),
+                        deadline_at=ctx.runtime.deadline_at,
+                        agent_id=self.agent_id,
+                        workspace=self.workspace,
+                    )
                 )
-            )
+            else:
+                adopted = await dispatch.adopt(run_id, self._remote.host_id, grace_s=ADOPT_GRACE_S)
+                if adopted is None:
+                    raise PluginError(
+                        f"Run {run_id!r} was adopted from a host that stopped, but its queue row is gone.",
+                        details={"run_id": run_id},
+                    )
+                fence, base = adopted.fence, adopted.shift
+                logger.info("run %s: adopted at fence %d; following its runtime", run_id, fence)
             self._remote.queued.notify()
+            following = self._remote._following  # pyright: ignore[reportPrivateUsage]
+            released = self._remote._released  # pyright: ignore[reportPrivateUsage]
+            following.add(run_id)
             try:
-                return await self._follow(run_id, ctx.runtime.deadline_at, results)
+                return await self._follow(
+                    run_id,
+                    ctx.runtime.deadline_at,
+                    results,
+                    fence=fence,
+                    base=base,
+                    top=max(base, journaled or 0),
+                )
             finally:
-                with anyio.CancelScope(shield=True), anyio.move_on_after(DROP_BOUND_S):
-                    try:
-                        await dispatch.drop(run_id)
-                    except Exception:
-                        logger.exception("run %s: could not delete its queue row", run_id)
+                following.discard(run_id)
+                if run_id in released:
+                    released.discard(run_id)
+                    logger.info("run %s: left running on its runtime for the next host", run_id)
+                else:
+                    with anyio.CancelScope(shield=True), anyio.move_on_after(DROP_BOUND_S):
+                        try:
+                            await dispatch.drop(run_id)
+                        except Exception:
+                            logger.exception("run %s: could not delete its queue row", run_id)
 
     async def _follow(
-        self, run_id: str, deadline_at: float, results: MemoryObjectSendStream[RawResult]
+        self,
+        run_id: str,
+        deadline_at: float,
+        results: MemoryObjectSendStream[RawResult],
+        *,
+        fence: int,
+        base: int,
+        top: int,
     ) -> RunAnswerStatus:
-        remote = self._remote
-        remote.following += 1
-        try:
-            return await self._follow_row(run_id, deadline_at, results)
-        finally:
-            remote.following -= 1
-
-    async def _follow_row(
-        self, run_id: str, deadline_at: float, results: MemoryObjectSendStream[RawResult]
-    ) -> RunAnswerStatus:
+        """Forward the results of the run's current attempt (`fence`) from its first row not journaled.
+        `base`: the runner sequences of this attempt are shifted by it; `top`: the highest forwarded
+        (or journaled) before, the shift of the next attempt."""
         dispatch = self._remote.stores.dispatch
-        fence = 0
         after = 0
-        forgotten = 0
-        """Results of this fence through this one are deleted from the queue (`drop` deletes the rest)."""
-        base = 0
-        """Runner sequences of this attempt are shifted by this (the highest forwarded before it)."""
-        top = 0
         with self._remote._posted.watch(run_id) as signal:  # pyright: ignore[reportPrivateUsage]
             while True:
                 ticket = signal.ticket()
@@ -229,7 +275,7 @@ class RemoteExecution:
                         details={"run_id": run_id},
                     )
                 if view.fence != fence:  # claimed again (or requeued): a new attempt numbers from 1
-                    fence, after, forgotten, base = view.fence, 0, 0, top
+                    fence, after, base = view.fence, 0, top
                     continue
                 for item in view.results:
                     obj = item.result
@@ -238,16 +284,16 @@ class RemoteExecution:
                         shifted = sequence + base
                         obj = {**obj, "sequence": shifted}
                         top = max(top, shifted)
-                    await results.send(RawResult(obj=obj, nbytes=item.nbytes, dropped=item.dropped))
+                    raw = RawResult(
+                        obj=obj, nbytes=item.nbytes, dropped=item.dropped, source=(fence, item.seq)
+                    )
+                    await results.send(raw)
                     after = item.seq
                 if len(view.results) == VIEW_LIMIT:
                     continue  # there are more
-                if after - forgotten >= FORGET_EVERY:
-                    await dispatch.forget_through(run_id, fence, after)
-                    forgotten = after
-                if view.end_status is not None and after >= view.end_through:
+                if view.end_status is not None:  # every result before it is forwarded or journaled
                     return "failed" if view.end_status == "failed" else "completed"
-                if await self._lapsed(run_id, view):
+                if await self._lapsed(run_id, view, top):
                     continue
                 if view.state == "queued" and time.time() >= deadline_at - QUEUE_MARGIN_S:
                     message = await self._remote._no_runtime(self.placement, self.runner_id)  # pyright: ignore[reportPrivateUsage]
@@ -258,7 +304,7 @@ class RemoteExecution:
                     ticket, max(0.0, min(poll_s, until_fail)) if view.state == "queued" else poll_s
                 )
 
-    async def _lapsed(self, run_id: str, view: DispatchView) -> bool:
+    async def _lapsed(self, run_id: str, view: DispatchView, top: int) -> bool:
         """Handle a claim whose lease lapsed (True: look again); False when it holds."""
         if view.state != "claimed" or view.lease_until > time.time():
             return False
@@ -269,7 +315,7 @@ class RemoteExecution:
                 f"Run {run_id!r} was lost: {why}; the agent's [agents.runtime] on_lost is 'fail'.",
                 details={"run_id": run_id, "runtime_id": view.runtime_id, "fence": view.fence},
             )
-        if await self._remote.stores.dispatch.requeue(run_id, view.fence, why):
+        if await self._remote.stores.dispatch.requeue(run_id, view.fence, why, shift=top):
             logger.warning("run %s: %s; queued again for another runtime", run_id, why)
             self._remote.queued.notify()
         return True

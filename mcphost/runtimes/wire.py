@@ -30,6 +30,9 @@ MAX_RUNNERS = 500
 MAX_CLAIM_WAIT_S = 30.0
 MAX_OUTPUT_BYTES = 1024 * 1024
 """The most output (UTF-8 bytes) a runtime keeps and posts per claim: the newest lines."""
+RECONNECT_MAX_S = 5.0
+"""A runtime that cannot reach its host tries again at least this often (back-off with jitter, capped):
+a host that adopts the runs of one that died keeps their claims a few times this long for it."""
 RUNTIME_PREFIX = "/v1/runtime/"
 """Every route of the runtime protocol is under this prefix, authenticated by a runtime token only."""
 
@@ -209,6 +212,7 @@ __all__ = [
     "MAX_BODY_BYTES",
     "MAX_OUTPUT_BYTES",
     "MAX_RESULT_BYTES",
+    "RECONNECT_MAX_S",
     "RUNTIME_PREFIX",
     "Capabilities",
     "ClaimAnswer",

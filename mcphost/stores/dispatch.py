@@ -16,7 +16,12 @@ Invariants:
 - Results are numbered 1.. per fence; a batch that repeats numbers already stored is accepted again
   without storing them twice (a retry), a batch that skips numbers is refused (`sequence_gap`).
 - `requeue` and `lose` are conditional on the fence they were decided on, so a claim that happened
-  meanwhile is never undone; a requeue deletes the results of the lost fence not yet journaled.
+  meanwhile is never undone; a requeue deletes the results of the lost fence not yet journaled, and its
+  audit event keeps the runner-sequence shift of the attempts after it (`shift_of`), so a host that
+  adopts the run later numbers them as the lost host did.
+- A posted result row is deleted in the transaction that journals it (`stores/results.py`, `consumed`):
+  whatever rows remain were never journaled, so a host that adopts a run after its host died forwards
+  exactly those, in order (`adopt`).
 - The runtime audit of a run (`audit`) is its row's events and current claim's timings while it is
   queued or claimed, and the copy `drop` keeps in `runtime_audit` (same transaction) once it ended: a
   claim that ends (requeued, lost, ended) records its renewals and timings in its event, so the events
@@ -115,6 +120,16 @@ class DispatchView(BaseModel):
     results: list[PostedResult]
 
 
+class Adopted(BaseModel):
+    """A run's queue row as a host that adopts it finds it: the fence, and the shift of its runner
+    sequences (the highest one journaled before the current attempt)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    fence: int
+    shift: int
+
+
 class HeldRun(BaseModel):
     model_config = ConfigDict(frozen=True)
 
@@ -144,18 +159,32 @@ def _append(events: Sequence[Any], event: dict[str, Any]) -> list[Any]:
     return [*events, event][-EVENTS_KEPT:]
 
 
+async def _locked(session: AsyncSession, run_id: str) -> RuntimeRunRow | None:
+    """The run's queue row, locked for this write transaction (None: none)."""
+    stmt = select(RuntimeRunRow).where(RuntimeRunRow.run_id == run_id).with_for_update()
+    return (await session.execute(stmt)).scalar_one_or_none()
+
+
+def shift_of(events: Sequence[Any]) -> int:
+    """The runner-sequence shift of the current attempt: the latest requeue's (0 when never requeued).
+    The latest requeue is always among the last events kept (a claim and an end follow it at most)."""
+    for event in reversed(events):
+        if isinstance(event, dict) and event.get("event") == "requeued":  # pyright: ignore[reportUnknownMemberType]
+            shift = event.get("shift", 0)  # pyright: ignore[reportUnknownMemberType, reportUnknownVariableType]
+            return shift if isinstance(shift, int) else 0
+    return 0
+
+
 async def _lapsed_claim(
-    session: AsyncSession, run_id: str, fence: int, event: str, why: str
+    session: AsyncSession, run_id: str, fence: int, event: str, why: str, **extra: Any
 ) -> RuntimeRunRow | None:
-    """The run's row (locked) with `event` recorded, when it is still claimed under `fence` and has not
-    ended; else None (claimed again or ended meanwhile: nothing recorded)."""
-    row = (
-        await session.execute(select(RuntimeRunRow).where(RuntimeRunRow.run_id == run_id).with_for_update())
-    ).scalar_one_or_none()
+    """The run's row (locked) with `event` (and `extra`) recorded, when it is still claimed under `fence`
+    and has not ended; else None (claimed again or ended meanwhile: nothing recorded)."""
+    row = await _locked(session, run_id)
     if row is None or row.fence != fence or row.state != "claimed" or row.end_status is not None:
         return None
     row.events = _append(
-        row.events, {"event": event, "at": time.time(), "why": why[:500], **claim_facts(row)}
+        row.events, {"event": event, "at": time.time(), "why": why[:500], **claim_facts(row), **extra}
     )
     return row
 
@@ -553,25 +582,12 @@ class DispatchStore:
                 ],
             )
 
-    async def forget_through(self, run_id: str, fence: int, seq: int) -> None:
-        """Delete the results through `seq` of `fence`: the executor journaled them."""
-
-        async def forget_in(session: AsyncSession) -> None:
-            await session.execute(
-                delete(RuntimeResultRow).where(
-                    RuntimeResultRow.run_id == run_id,
-                    RuntimeResultRow.fence == fence,
-                    RuntimeResultRow.seq <= seq,
-                )
-            )
-
-        await self._db.run_write(forget_in)
-
-    async def requeue(self, run_id: str, fence: int, why: str) -> bool:
+    async def requeue(self, run_id: str, fence: int, why: str, *, shift: int = 0) -> bool:
         """Put a run whose lease under `fence` lapsed back in the queue (a new fence); False when it was
-        claimed again or ended meanwhile."""
+        claimed again or ended meanwhile. `shift`: the highest runner sequence journaled so far, past
+        which the next attempt's results are numbered (kept in the audit event, `shift_of`)."""
         async with self._db.write() as session:
-            row = await _lapsed_claim(session, run_id, fence, "requeued", why)
+            row = await _lapsed_claim(session, run_id, fence, "requeued", why, shift=shift)
             if row is None:
                 return False
             row.state = "queued"
@@ -582,15 +598,29 @@ class DispatchStore:
             await session.execute(delete(RuntimeResultRow).where(RuntimeResultRow.run_id == run_id))
             return True
 
+    async def adopt(self, run_id: str, host_id: str, *, grace_s: float) -> Adopted | None:
+        """`host_id` executes the run from now on (its host died): a claim's lease lasts at least
+        `grace_s` more, so its runtime, retrying with back-off while no host answered, reaches this one
+        before the lease lapses. None when the run has no queue row."""
+        now = time.time()
+        async with self._db.write() as session:
+            row = await _locked(session, run_id)
+            if row is None:
+                return None
+            previous = row.host_id
+            row.host_id = host_id
+            if row.state == "claimed":
+                row.lease_until = max(row.lease_until, now + grace_s)
+            row.events = _append(
+                row.events, {"event": "adopted", "at": now, "host": host_id, "from": previous}
+            )
+            return Adopted(fence=row.fence, shift=shift_of(row.events))
+
     async def cancel(self, run_id: str, reason: str) -> bool:
         """Ask the run's runtime to cancel it; True when a runtime holds it (it hears of it in its next
         heartbeat or results answer), False when it is only queued (never to be claimed now)."""
         async with self._db.write() as session:
-            row = (
-                await session.execute(
-                    select(RuntimeRunRow).where(RuntimeRunRow.run_id == run_id).with_for_update()
-                )
-            ).scalar_one_or_none()
+            row = await _locked(session, run_id)
             if row is None:
                 return False
             if row.cancel_reason is None:

@@ -21,7 +21,10 @@ How a host proves it is alive:
 Invariants:
 - Recovery only ever touches runs of hosts proven dead, plus queued runs that no host owns and that
   were admitted before the recovering host started. Of those:
-  - a `running` run (its executor is gone, its results may be partial) is moved to `failed`
+  - a `running` run executing on a runtime (it has a queue row, `stores/dispatch.py`) lives on there:
+    it is *re-adopted* by the recovering host (the same conditional update, status `running`), which
+    follows its queue row again (`runtimes/remote.py`); its grant, token hash and deadline unchanged;
+  - any other `running` run (its executor is gone, its results may be partial) is moved to `failed`
     (`host.restarted`) through `RunStore.finish`, which also revokes its grant;
   - a `queued` run that was asked to cancel (or interrupted by a newer event) is moved to `cancelled`;
   - any other `queued` run never started: it is *re-queued*, adopted by the recovering host (a
@@ -29,6 +32,9 @@ Invariants:
     `created_seq` (its place in its conversation's FIFO) and deadline unchanged. The caller runs it.
   A run that finished (or was adopted) meanwhile is skipped.
 - The recovering host never judges itself.
+- A live host re-adopts the remote runs of dead hosts periodically too (`readopt_remote`, every
+  `READOPT_S` of the orchestrator), so a replica that dies does not leave its runs on runtimes unfollowed
+  until some host starts.
 """
 
 from __future__ import annotations
@@ -37,7 +43,7 @@ import logging
 import os
 import socket
 import time
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Iterable
 from contextlib import asynccontextmanager
 from functools import partial
 
@@ -53,7 +59,7 @@ from mcphost.models import RunFailure, RunStatus
 from mcphost.stores._sql import advisory_key, discard_connection, upsert
 from mcphost.stores.engine import Database
 from mcphost.stores.runs import ACTIVE_STATUSES, RESTARTABLE_CODE, RunStore
-from mcphost.stores.tables import HostRow, RunRow
+from mcphost.stores.tables import HostRow, RunRow, RuntimeRunRow
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +84,8 @@ class Recovery(BaseModel):
     """Were queued with a cancel request: cancelled."""
     requeued: list[str] = []
     """Were queued: now owned by the recovering host, still queued, for it to run."""
+    readopted: list[str] = []
+    """Were running on a runtime: now owned by the recovering host, still running, for it to follow."""
 
 
 CANCELLED_BEFORE_RESTART = RunFailure(
@@ -248,17 +256,7 @@ class HostStore:
         """
         me = await self.get(host_id)
         started_at = me.started_at if me is not None else time.time()
-        async with self._db.read() as session:
-            active_hosts = (
-                await session.execute(
-                    select(RunRow.host_id)
-                    .where(RunRow.status.in_(ACTIVE_STATUSES), RunRow.host_id.is_not(None))
-                    .distinct()
-                )
-            ).scalars()
-            registered = (await session.execute(select(HostRow.host_id))).scalars()
-            others = {h for h in [*active_hosts, *registered] if h is not None and h != host_id}
-        dead = [other for other in sorted(others) if not await self.is_alive(other)]
+        dead = await self._dead(host_id)
         async with self._db.read() as session:
             rows = (
                 await session.execute(
@@ -275,13 +273,21 @@ class HostStore:
                     .order_by(RunRow.created_seq)
                 )
             ).all()
+        remote = await self._remote(row.run_id for row in rows if row.status == RunStatus.RUNNING.value)
         failed: list[str] = []
         cancelled: list[str] = []
         requeued: list[str] = []
+        readopted: list[str] = []
         for row in rows:
             if row.status == RunStatus.QUEUED.value and row.cancel_requested_at is None:
                 if await self._runs.adopt(row.run_id, host_id=host_id, from_host=row.host_id):
                     requeued.append(row.run_id)
+                continue
+            if row.run_id in remote:
+                if await self._runs.adopt(
+                    row.run_id, host_id=host_id, from_host=row.host_id, status=RunStatus.RUNNING
+                ):
+                    readopted.append(row.run_id)
                 continue
             status, error, into = (
                 (RunStatus.FAILED, HOST_RESTARTED, failed)
@@ -294,12 +300,70 @@ class HostStore:
         if dead:
             async with self._db.write() as session:
                 await session.execute(delete(HostRow).where(HostRow.host_id.in_(dead)))
-        if failed or cancelled or requeued:
+        if failed or cancelled or requeued or readopted:
             log.warning(
-                "runs abandoned by stopped host(s) %s: %d failed (were running), %d cancelled, %d re-queued",
+                "runs abandoned by stopped host(s) %s: %d failed (were running), %d cancelled, %d re-queued, "
+                "%d re-adopted (running on runtimes)",
                 ", ".join(dead) or "(none registered)",
                 len(failed),
                 len(cancelled),
                 len(requeued),
+                len(readopted),
             )
-        return Recovery(failed=failed, cancelled=cancelled, requeued=requeued)
+        return Recovery(failed=failed, cancelled=cancelled, requeued=requeued, readopted=readopted)
+
+    async def _dead(self, host_id: str) -> list[str]:
+        """The hosts other than `host_id` that own active runs or are registered, proven dead."""
+        async with self._db.read() as session:
+            active_hosts = (
+                await session.execute(
+                    select(RunRow.host_id)
+                    .where(RunRow.status.in_(ACTIVE_STATUSES), RunRow.host_id.is_not(None))
+                    .distinct()
+                )
+            ).scalars()
+            registered = (await session.execute(select(HostRow.host_id))).scalars()
+            others = {h for h in [*active_hosts, *registered] if h is not None and h != host_id}
+        return [other for other in sorted(others) if not await self.is_alive(other)]
+
+    async def readopt_remote(self, host_id: str) -> list[str]:
+        """A live host's periodic share of recovery: the runs executing on runtimes of hosts proven dead,
+        re-adopted by `host_id` (as `recover_abandoned` does), in admission order. Their other runs are
+        left to the next host that starts, as are their registrations."""
+        dead = await self._dead(host_id)
+        if not dead:
+            return []
+        async with self._db.read() as session:
+            rows = (
+                await session.execute(
+                    select(RunRow.run_id, RunRow.host_id)
+                    .join(RuntimeRunRow, RuntimeRunRow.run_id == RunRow.run_id)
+                    .where(RunRow.status == RunStatus.RUNNING.value, RunRow.host_id.in_(dead))
+                    .order_by(RunRow.created_seq)
+                )
+            ).all()
+        readopted = [
+            row.run_id
+            for row in rows
+            if await self._runs.adopt(
+                row.run_id, host_id=host_id, from_host=row.host_id, status=RunStatus.RUNNING
+            )
+        ]
+        if readopted:
+            log.warning(
+                "%d run(s) executing on runtimes for stopped host(s) %s re-adopted",
+                len(readopted),
+                ", ".join(dead),
+            )
+        return readopted
+
+    async def _remote(self, run_ids: Iterable[str]) -> set[str]:
+        """Those of `run_ids` that execute on runtimes (they have a queue row)."""
+        wanted = list(run_ids)
+        if not wanted:
+            return set()
+        async with self._db.read() as session:
+            found = await session.execute(
+                select(RuntimeRunRow.run_id).where(RuntimeRunRow.run_id.in_(wanted))
+            )
+            return set(found.scalars())

@@ -10,6 +10,8 @@ Invariants:
   written in the same transaction (`Outbox.results`, `ApprovalStore.actions`).
 - What a batch causes (`ResultEffects`: its event-log rows, transcript items and state writes) is
   written in the batch's transaction: a run's batch is one commit, and a crash leaves all or none of it.
+- A batch of a remote run's results deletes the queue rows they came from (`ResultEffects.consumed`)
+  in its transaction: a row is either journaled or still queued, never both, never neither.
 - `list(run_id, after=N)` reads the primary key range (run_id, seq > N) in order: O(limit).
 - A stored payload nested deeper than `MAX_JSON_DEPTH` (stored before nesting was bounded, or straight
   into the database) is served as `{"type": …, "data": null, "data_error": {code, message}}`, so one
@@ -26,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
-from sqlalchemy import func, insert, select
+from sqlalchemy import delete, func, insert, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -40,7 +42,7 @@ from mcphost.stores.deliveries import Outbox
 from mcphost.stores.engine import Database, core
 from mcphost.stores.events import insert_event
 from mcphost.stores.state import upsert_state
-from mcphost.stores.tables import RunResultRow, table_of
+from mcphost.stores.tables import RunResultRow, RuntimeResultRow, table_of
 from mcphost.stores.transcript import add_item
 from mcphost.stores.wakeups import announce
 
@@ -62,6 +64,15 @@ class StoredResult(BaseModel):
 
 
 async def _write_effects(session: AsyncSession, dialect: Dialect, effects: ResultEffects) -> None:
+    if effects.consumed is not None:
+        run_id, fence, seq = effects.consumed
+        await session.execute(
+            delete(RuntimeResultRow).where(
+                RuntimeResultRow.run_id == run_id,
+                RuntimeResultRow.fence == fence,
+                RuntimeResultRow.seq <= seq,
+            )
+        )
     for event in effects.events:
         await insert_event(session, dialect, event)
     for item in effects.transcript:
@@ -96,9 +107,12 @@ class ResultEffects:
     events: list[dict[str, Any]] = field(default_factory=list[dict[str, Any]])
     transcript: list[dict[str, Any]] = field(default_factory=list[dict[str, Any]])
     state: list[dict[str, Any]] = field(default_factory=list[dict[str, Any]])
+    consumed: tuple[str, int, int] | None = None
+    """A remote run's batch: (run_id, fence, number) — its runtime's posted results of that fence up to
+    that number are journaled now, and deleted from the queue (`stores/dispatch.py`)."""
 
     def __bool__(self) -> bool:
-        return bool(self.events or self.transcript or self.state)
+        return bool(self.events or self.transcript or self.state or self.consumed)
 
 
 class ResultStore:

@@ -538,12 +538,15 @@ class RunStore:
         async with self._db.read() as session:
             return [_run(row) for row in (await session.execute(stmt)).scalars().all()]
 
-    async def adopt(self, run_id: str, *, host_id: str, from_host: str | None) -> bool:
-        """Make `host_id` the owner of a queued run of `from_host`; False if it is not that any more."""
+    async def adopt(
+        self, run_id: str, *, host_id: str, from_host: str | None, status: RunStatus = RunStatus.QUEUED
+    ) -> bool:
+        """Make `host_id` the owner of a run of `from_host` in `status` (queued, or running on a runtime);
+        False if it is not that any more."""
         owner = RunRow.host_id.is_(None) if from_host is None else RunRow.host_id == from_host
         stmt = (
             update(RunRow)
-            .where(RunRow.run_id == run_id, RunRow.status == RunStatus.QUEUED.value, owner)
+            .where(RunRow.run_id == run_id, RunRow.status == status.value, owner)
             .values(host_id=host_id)
             .returning(RunRow.run_id)
         )

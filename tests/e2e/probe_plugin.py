@@ -12,6 +12,9 @@ over Streamable HTTP with the `mcp` SDK client. Each run's behaviour is chosen b
     keep:SECONDS:PATH
                      writes the run token to PATH, then stays running for SECONDS without MCP calls (so
                      a test can use the run's endpoint itself), then replies "kept"
+    steps:PATH       writes the run token to PATH, sends the delta "step 1", waits for the file PATH.release,
+                     sends "step 2".."step 4", writes PATH.produced, waits for PATH.finish, then replies
+                     "stepped" (so a test can stop its host between the steps)
     warm:SECONDS:PATH
                      writes the warm session's URL and token (`context.mcp.session`, offered when the
                      agent's config says `warm = true`) to PATH as JSON, then stays running for SECONDS
@@ -46,6 +49,19 @@ def _structured(result: types.CallToolResult) -> dict[str, Any]:
     return cast(dict[str, Any], data)
 
 
+async def _write_token(path: str, headers: dict[str, str]) -> None:
+    written = anyio.Path(path + ".part")  # renamed when complete: a reader never sees half of it
+    await written.write_text(headers["Authorization"].removeprefix("Bearer "))
+    await written.rename(path)
+
+
+async def _wait_for(path: str) -> None:
+    while True:
+        if await anyio.Path(path).exists():
+            return
+        await anyio.sleep(0.05)
+
+
 class ProbeRunner(AgentRunner):
     name = "default"
     permissions = Permissions(
@@ -70,15 +86,24 @@ class ProbeRunner(AgentRunner):
             return
         if text.startswith("keep:"):
             seconds, path = text.removeprefix("keep:").split(":", 1)
-            written = anyio.Path(path + ".part")  # renamed when complete: a reader never sees half of it
-            await written.write_text(mcp.headers["Authorization"].removeprefix("Bearer "))
-            await written.rename(path)
+            await _write_token(path, mcp.headers)
             await anyio.sleep(float(seconds))
             await out.message("kept")
             return
         if text.startswith("stderr:"):
             print(f"{text.removeprefix('stderr:')} ({ctx.run_id})", file=sys.stderr, flush=True)
             await out.message("said")
+            return
+        if text.startswith("steps:"):
+            path = text.removeprefix("steps:")
+            await _write_token(path, mcp.headers)
+            await out.delta("step 1")
+            await _wait_for(path + ".release")
+            for step in (2, 3, 4):
+                await out.delta(f"step {step}")
+            await anyio.Path(path + ".produced").write_text("")
+            await _wait_for(path + ".finish")
+            await out.message("stepped")
             return
         if text.startswith("leak:"):
             token = mcp.headers["Authorization"].removeprefix("Bearer ")

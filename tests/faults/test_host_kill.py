@@ -52,7 +52,7 @@ def write_config(tmp_path: Path, database_url: str) -> Path:
 class Server:
     """One `mcphost serve` process on a free loopback port."""
 
-    def __init__(self, config: Path, log: Path) -> None:
+    def __init__(self, config: Path, log: Path, *, listen: str = "127.0.0.1:0") -> None:
         env = {k: v for k, v in os.environ.items() if not k.startswith("MCPHOST_")}
         env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
         self.log = log
@@ -66,7 +66,7 @@ class Server:
                     "--config",
                     str(config),
                     "--listen",
-                    "127.0.0.1:0",
+                    listen,
                 ],
                 cwd=config.parent,
                 env=env,

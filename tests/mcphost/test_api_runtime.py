@@ -18,7 +18,7 @@ from mcphost.app import Host, open_host
 from mcphost.config import Settings
 from mcphost.errors import ConflictError
 from mcphost.models import AgentConfig
-from mcphost.stores.dispatch import PostedResult, QueuedRun
+from mcphost.stores.dispatch import Adopted, PostedResult, QueuedRun, shift_of
 from tests.e2e.httpkit import asgi_client
 from tests.mcphost.hostkit import ECHO_RUNNER, host_settings
 
@@ -608,3 +608,56 @@ async def test_bad_output_posts_are_refused_precisely_and_store_nothing(
         "a retried post replaces its claim's output"
     )
     assert placement["output_artifact_id"] == again.json()["artifact_id"]
+
+
+async def test_a_journaled_result_leaves_the_queue_and_an_adopting_host_keeps_the_claim(
+    host: Host, client: httpx2.AsyncClient
+) -> None:
+    """What a host that adopts a remote run after its host died relies on: a posted result is either
+    journaled or still a queue row (the journaling transaction deletes the row), and adopting a claim
+    keeps its fence, stretches its lease and finds the shift of its attempt."""
+    token = await runtime(host, client, "a1", {"pool": "a"})
+    run_id = await submit(client, "remote")
+    claimed = (await claim(client, token))["run"]
+    fence = claimed["fence"]
+    message, terminal = results(run_id, "one")
+    posted = await client.post(
+        f"/v1/runtime/runs/{run_id}/results",
+        json={"fence": fence, "first_seq": 1, "results": [message]},
+        headers=key(token),
+    )
+    assert posted.json()["accepted_through"] == 1
+    with anyio.fail_after(20):
+        while True:
+            if await host.stores.results.list(run_id):
+                break
+            await anyio.sleep(0.05)
+    view = await host.stores.dispatch.view(run_id, 0)
+    assert view is not None
+    assert view.results == [], "the journaled result left the queue in the transaction that journaled it"
+
+    adopted = await host.stores.dispatch.adopt(run_id, "host-next", grace_s=60)
+    assert adopted == Adopted(fence=fence, shift=0)
+    view = await host.stores.dispatch.view(run_id, 0)
+    assert view is not None
+    assert view.state == "claimed"
+    assert view.fence == fence
+    assert view.lease_until > time.time() + 30, "the claim's lease lasts the adoption's grace"
+    assert (await host.stores.dispatch.events(run_id))[-1]["event"] == "adopted"
+    assert await host.stores.dispatch.adopt("run_missing", "host-next", grace_s=60) is None
+    assert shift_of([{"event": "requeued", "shift": 7}, {"event": "claimed"}, {"event": "adopted"}]) == 7
+    assert shift_of([{"event": "claimed"}]) == 0
+
+    last = await client.post(
+        f"/v1/runtime/runs/{run_id}/results",
+        json={"fence": fence, "first_seq": 2, "results": [terminal]},
+        headers=key(token),
+    )
+    assert last.json()["accepted_through"] == 2
+    end = await client.post(
+        f"/v1/runtime/runs/{run_id}/end",
+        json={"fence": fence, "status": "completed", "last_seq": 2},
+        headers=key(token),
+    )
+    assert end.status_code == 200, end.text
+    assert (await wait_status(client, run_id))["status"] == "completed"
