@@ -26,7 +26,7 @@ import json
 from typing import Any, cast
 
 from pydantic import BaseModel, ConfigDict
-from sqlalchemy import ColumnElement, Row, delete, func, or_, select
+from sqlalchemy import ColumnElement, Row, bindparam, delete, func, or_, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.sql import Executable
@@ -38,7 +38,7 @@ from mcphost.stores._retry import idempotent
 from mcphost.stores._sql import Dialect, lock_in_transaction
 from mcphost.stores.artifacts import drop_unreferenced_blob
 from mcphost.stores.blobs import BlobBackend
-from mcphost.stores.engine import Database
+from mcphost.stores.engine import Database, core
 from mcphost.stores.tables import (
     ApprovalRow,
     ArtifactRow,
@@ -53,6 +53,7 @@ from mcphost.stores.tables import (
     RunRow,
     StateRow,
     TranscriptRow,
+    table_of,
 )
 
 LOCK_NAMESPACE = "conversation"
@@ -111,36 +112,56 @@ def _record(row: ConversationRow) -> ConversationRecord:
     )
 
 
+def _touch_statement(dialect: Dialect) -> Executable:
+    table = table_of(ConversationRow)
+    insert = postgresql.insert(table) if dialect == "postgresql" else sqlite.insert(table)
+    stmt = insert.values(
+        {name: bindparam(f"v_{name}", type_=table.c[name].type) for name in _TOUCHED} | {"runs": 1}
+    )
+    new = stmt.excluded
+    return stmt.on_conflict_do_update(
+        index_elements=["conversation_id"],
+        set_={
+            "last_activity_at": new.last_activity_at,
+            "last_run_seq": new.last_run_seq,
+            "last_run_id": new.last_run_id,
+            "agent_id": new.agent_id,
+            "actor_id": func.coalesce(new.actor_id, table.c.actor_id),
+            "runs": table.c.runs + 1,
+        },
+    )
+
+
+_TOUCHED = (
+    "conversation_id",
+    "created_at",
+    "last_activity_at",
+    "last_run_seq",
+    "last_run_id",
+    "agent_id",
+    "actor_id",
+)
+_TOUCH: dict[Dialect, Executable] = {
+    dialect: _touch_statement(dialect) for dialect in ("sqlite", "postgresql")
+}
+"""Built once per dialect (`engine.core`): every admission into a conversation runs it."""
+
+
 async def touch_conversation(
     session: AsyncSession, dialect: Dialect, run: Row[Any], actor_id: str | None
 ) -> None:
     """Inside an admission's transaction: `run` (the inserted `runs` row) is its conversation's newest
     activity; `actor_id` the actor its event named, if any."""
-    insert = postgresql.insert(ConversationRow) if dialect == "postgresql" else sqlite.insert(ConversationRow)
-    stmt = insert.values(
-        conversation_id=run.conversation_id,
-        created_at=run.created_at,
-        last_activity_at=run.created_at,
-        last_run_seq=run.created_seq,
-        last_run_id=run.run_id,
-        agent_id=run.agent_id,
-        actor_id=actor_id,
-        runs=1,
-    )
-    new = stmt.excluded
-    await session.execute(
-        stmt.on_conflict_do_update(
-            index_elements=["conversation_id"],
-            set_={
-                "last_activity_at": new.last_activity_at,
-                "last_run_seq": new.last_run_seq,
-                "last_run_id": new.last_run_id,
-                "agent_id": new.agent_id,
-                "actor_id": func.coalesce(new.actor_id, ConversationRow.actor_id),
-                "runs": ConversationRow.runs + 1,
-            },
-        )
-    )
+    values = {
+        "v_conversation_id": run.conversation_id,
+        "v_created_at": run.created_at,
+        "v_last_activity_at": run.created_at,
+        "v_last_run_seq": run.created_seq,
+        "v_last_run_id": run.run_id,
+        "v_agent_id": run.agent_id,
+        "v_actor_id": actor_id,
+    }
+    await (await core(session)).execute(_TOUCH[dialect], values)
 
 
 def _like_prefix(prefix: str) -> ColumnElement[bool]:
