@@ -5,8 +5,8 @@ Owns turning a Core statement into a plan once — its SQL for the engine's dial
 of its parameters with SQLAlchemy's own bind processors (JSON encoding), the literal values it carries
 (`LIMIT 1`), and its result columns with SQLAlchemy's own result processors (JSON decoding) — and
 running a plan on a DBAPI connection (`execute`) or on the asyncpg connection under a session
-(`execute_asyncpg`). Used by `engine._ThreadConnection` and `engine._AsyncpgConnection` only, under the
-transaction their session began; does not own transactions, pooling or the statements themselves.
+(`execute_asyncpg`). Used by `engine._ThreadConnection` and `AsyncpgConnection` (what `engine.core`
+gives on PostgreSQL) only, under the transaction their session began; does not own transactions, pooling or the statements themselves.
 
 Invariants:
 - A plan is what SQLAlchemy itself would execute: the statement compiled for the same dialect with the
@@ -259,6 +259,33 @@ def _raise_handled(connection: Connection, exc: Exception, sql: str, args: Any) 
 
 def _raise_wrapped(exc: Exception, sql: str, args: Any, dialect: Dialect) -> NoReturn:
     raise DBAPIError.instance(sql, args, exc, dialect.loaded_dbapi.Error, dialect=dialect) from exc
+
+
+class AsyncpgConnection:
+    """The `AsyncConnection` methods the hot bodies call (`core`) on PostgreSQL: their prebuilt
+    statements run straight on asyncpg (`execute_asyncpg`), anything else through SQLAlchemy."""
+
+    def __init__(self, connection: AsyncConnection) -> None:
+        self._connection = connection
+        self.sync_connection = connection.sync_connection
+
+    async def execute(self, statement: Any, parameters: Any = None, **kwargs: Any) -> Any:
+        if not kwargs:
+            many = isinstance(parameters, list)
+            given: list[Mapping[str, Any]] = cast(
+                "list[Mapping[str, Any]]", parameters if many else [parameters or {}]
+            )
+            if given:
+                keys = tuple(sorted(given[0]))
+                found = plan(statement, keys, self._connection.dialect, many=many)
+                if found is not None:
+                    result = await execute_asyncpg(found, self._connection, given if many else given[0])
+                    if result is not None:
+                        return result
+        return await self._connection.execute(statement, cast(Any, parameters), **kwargs)
+
+    async def scalar(self, statement: Any, parameters: Any = None, **kwargs: Any) -> Any:
+        return await self._connection.scalar(statement, parameters, **kwargs)
 
 
 class DirectResult:

@@ -66,7 +66,7 @@ Invariants:
   the same SQL, values and rows, `before_cursor_execute` listeners (and so `hooks`) called and driver errors wrapped
   as SQLAlchemy's, without the per-execution context SQLAlchemy builds; anything a plan could not
   reproduce exactly runs through `Connection.execute`. On PostgreSQL they go down the same way, to
-  asyncpg (`_AsyncpgConnection`, `_direct.execute_asyncpg`): prepared once per connection through
+  asyncpg (`_direct.AsyncpgConnection`): prepared once per connection through
   SQLAlchemy's asyncpg adapter, one round trip each, without SQLAlchemy's execution context and its
   greenlet hop.
 - The busy timeout is given to `sqlite3.connect` itself too (`timeout`), so it covers the connect
@@ -413,35 +413,6 @@ class _ThreadConnection:
         return self.sync_connection.scalar(statement, parameters, **kwargs)
 
 
-class _AsyncpgConnection:
-    """The `AsyncConnection` methods the hot bodies call (`core`) on PostgreSQL: their prebuilt
-    statements run straight on asyncpg (`_direct.execute_asyncpg`), anything else through SQLAlchemy."""
-
-    def __init__(self, connection: AsyncConnection) -> None:
-        self._connection = connection
-        self.sync_connection = connection.sync_connection
-
-    async def execute(self, statement: Any, parameters: Any = None, **kwargs: Any) -> Any:
-        if not kwargs:
-            many = isinstance(parameters, list)
-            given: list[Mapping[str, Any]] = cast(
-                "list[Mapping[str, Any]]", parameters if many else [parameters or {}]
-            )
-            if given:
-                keys = tuple(sorted(given[0]))
-                plan = _direct.plan(statement, keys, self._connection.dialect, many=many)
-                if plan is not None:
-                    result = await _direct.execute_asyncpg(
-                        plan, self._connection, given if many else given[0]
-                    )
-                    if result is not None:
-                        return result
-        return await self._connection.execute(statement, cast(Any, parameters), **kwargs)
-
-    async def scalar(self, statement: Any, parameters: Any = None, **kwargs: Any) -> Any:
-        return await self._connection.scalar(statement, parameters, **kwargs)
-
-
 async def core(session: AsyncSession) -> AsyncConnection:
     """The connection under a write body's session, for SQLAlchemy Core statements (see the module
     docstring): on the writer thread its facade, on PostgreSQL the asyncpg facade, elsewhere the
@@ -450,7 +421,7 @@ async def core(session: AsyncSession) -> AsyncConnection:
     if connection is None:
         connection: Any = await session.connection()  # on the writer thread, `_ThreadConnection`
         if isinstance(connection, AsyncConnection) and connection.dialect.driver == "asyncpg":
-            connection = _AsyncpgConnection(connection)
+            connection = _direct.AsyncpgConnection(connection)
         session.info[_CORE_CONNECTION] = connection
     return cast(AsyncConnection, connection)
 

@@ -16,14 +16,15 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from mcphost.errors import StorageUnavailableError
 from mcphost.models import RunStatus
 from mcphost.stores import Stores, runs
-from mcphost.stores.engine import _AsyncpgConnection, core  # pyright: ignore[reportPrivateUsage]
+from mcphost.stores._direct import AsyncpgConnection
+from mcphost.stores.engine import core
 from mcphost.stores.tables import RunRow, table_of
 from tests.mcphost.stores.factories import admitted
 
 
 async def _via_sqlalchemy(conn: Any, statement: Any, params: dict[str, Any]) -> Any:
     """`statement` run by SQLAlchemy itself on the connection under `conn` (either facade)."""
-    if isinstance(conn, _AsyncpgConnection):
+    if isinstance(conn, AsyncpgConnection):
         return await conn._connection.execute(statement, params)  # pyright: ignore[reportPrivateUsage]
     return conn.sync_connection.execute(statement, params)
 
