@@ -126,13 +126,15 @@ def _build(statement: Executable, keys: tuple[str, ...], dialect: Dialect) -> Pl
     return Plan(statement, compiled.string, tuple(binds), row, result_processors, types)
 
 
-def _positional(plan_: Plan, params: Mapping[str, Any]) -> tuple[Any, ...] | None:
+def _positional(plan_: Plan, params: Mapping[str, Any], *, none: bool = False) -> tuple[Any, ...] | None:
+    """The values in SQL order, through their processors; None too when `none` (as SQLAlchemy does: a
+    JSON column's None binds JSON `null`), else None binds SQL NULL (the SQLite writer's plans)."""
     values: list[Any] = []
     for name, processor, literal in plan_.binds:
         value = params.get(name, literal)
         if value is _MISSING:
             return None
-        values.append(value if processor is None or value is None else processor(value))
+        values.append(value if processor is None or (value is None and not none) else processor(value))
     return tuple(values)
 
 
@@ -182,12 +184,12 @@ async def execute_asyncpg(
     required parameter is missing, as `execute`."""
     many = not isinstance(parameters, Mapping)
     if many:
-        rows = [_positional(plan_, p) for p in parameters]
+        rows = [_positional(plan_, p, none=True) for p in parameters]
         if any(r is None for r in rows):
             return None
         args: Any = rows
     else:
-        args = _positional(plan_, parameters)
+        args = _positional(plan_, parameters, none=True)
         if args is None:
             return None
     sync = connection.sync_connection
