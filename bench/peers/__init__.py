@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+from sqlalchemy.engine import make_url
 
 from bench._alternate import alternate
 from bench._databases import DialectName, workspace
@@ -104,6 +105,9 @@ class _Side:
     failed: int = 0
     """Runs that did not complete (their latencies stay in `tally`; they are not counted in runs/s)."""
     errors: list[str] = field(default_factory=list[str])
+    database: str | None = None
+    """The PostgreSQL database the side uses, whose backends' CPU is measured too."""
+    db_cpu_per_run_ms: list[float] = field(default_factory=list[float])
 
     def cpu_s(self) -> float:
         return sum(_proctree.cpu_s(s.pid) for s in self.servers)
@@ -114,6 +118,7 @@ class _Side:
     def reset(self) -> None:
         self.tally.clear()
         self.cpu_per_run_ms.clear()
+        self.db_cpu_per_run_ms.clear()
         self.failed = 0
 
     async def round(self, concurrency: int, seconds: float, batch: str) -> list[float]:
@@ -131,12 +136,16 @@ class _Side:
                 failed += 1
                 self.errors.append(str(exc)[:300])
 
+        db_before = 0.0 if self.database is None else _proctree.postgres_cpu_s(self.database)
         runs_before, cpu_before = self.tally.runs, self.cpu_s()
         rate = await pushed(seconds, concurrency, one, self.tally)
         cpu, runs = self.cpu_s() - cpu_before, self.tally.runs - runs_before
         self.failed += failed
         self.total_runs += runs - failed
         self.cpu_per_run_ms.append(1000 * cpu / max(runs - failed, 1))
+        if self.database is not None:
+            db_cpu = _proctree.postgres_cpu_s(self.database) - db_before
+            self.db_cpu_per_run_ms.append(1000 * db_cpu / max(runs - failed, 1))
         return [rate * (runs - failed) / max(runs, 1)]
 
     async def warm_up(self) -> None:
@@ -177,6 +186,8 @@ async def _dialect(
         ws = await stack.enter_async_context(workspace(dialect, cfg.tmp_root))
         host = await stack.enter_async_context(mcphost_server(ws, folder))
         subject = _Side("mcphost serve", [host], mcphost_run, await stack.enter_async_context(client(top)))
+        if dialect == "postgres":
+            subject.database = make_url(ws.database_url).database
         baseline: _Side | None = None
         if peer:
             lg = await stack.enter_async_context(langgraph_server(folder))
@@ -287,7 +298,12 @@ def _rows(
             "p50 ≤ 1.5x LangGraph" if lat_judged else None,
             lat.p50 <= 1.5 * lat_base.p50 if lat_judged and lat_base else None,
         ),
-    ]
+    ] + (
+        # PostgreSQL's own backends, apart from the host's CPU (LangGraph's in-memory side has none).
+        [row("PostgreSQL CPU per run", None, Stat.of(subject.db_cpu_per_run_ms, "ms"), None, None)]
+        if subject.db_cpu_per_run_ms
+        else []
+    )
 
 
 def _memory_row(

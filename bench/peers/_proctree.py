@@ -6,6 +6,10 @@ graph in-process). Time is summed from `/proc/PID/stat` (fields utime and stime,
 `SC_CLK_TCK`, usually 10 ms: a measuring round spans hundreds of ticks). A descendant that exits between
 two readings takes its time with it, so neither side may start and stop processes per run; neither does.
 RSS is `VmRSS` from `/proc/PID/status`, summed over the tree.
+
+PostgreSQL's own CPU (`postgres_cpu_s`) is the same sum over the server's backends connected to one
+database, found by their process title (`postgres: … <user> <database> <client> <state>`): the
+server's shared processes (WAL writer, checkpointer) also serve other databases and are left out.
 """
 
 from __future__ import annotations
@@ -64,3 +68,21 @@ def rss_kib(root: int) -> int:
             if line.startswith("VmRSS:"):
                 total += int(line.split()[1])
     return total
+
+
+def postgres_cpu_s(database: str) -> float:
+    """User + system CPU seconds so far of the PostgreSQL backends connected to `database`."""
+    total = 0
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            title = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if not title.startswith("postgres: ") or f" {database} " not in title:
+            continue
+        fields = _stat_fields(int(entry.name))
+        if fields is not None:
+            total += int(fields[11]) + int(fields[12])
+    return total * _TICK_S

@@ -1,10 +1,12 @@
-"""Prebuilt Core statements executed straight through `sqlite3` on the SQLite writer thread.
+"""Prebuilt Core statements executed straight through the driver: `sqlite3` on the SQLite writer
+thread, asyncpg on PostgreSQL.
 
-Owns turning a Core statement into a plan once — its SQL for the writer engine's dialect, the order
+Owns turning a Core statement into a plan once — its SQL for the engine's dialect, the order
 of its parameters with SQLAlchemy's own bind processors (JSON encoding), the literal values it carries
 (`LIMIT 1`), and its result columns with SQLAlchemy's own result processors (JSON decoding) — and
-running a plan on a DBAPI connection. Used by `engine._ThreadConnection` only, under the transaction
-the writer thread began; does not own transactions, pooling or the statements themselves.
+running a plan on a DBAPI connection (`execute`) or on the asyncpg connection under a session
+(`execute_asyncpg`). Used by `engine._ThreadConnection` and `AsyncpgConnection` (what `engine.core`
+gives on PostgreSQL) only, under the transaction their session began; does not own transactions, pooling or the statements themselves.
 
 Invariants:
 - A plan is what SQLAlchemy itself would execute: the statement compiled for the same dialect with the
@@ -16,9 +18,16 @@ Invariants:
   and inject faults with them), and driver errors leave as SQLAlchemy's `DBAPIError` subclasses, as
   from `Connection.execute` (the stores catch `IntegrityError`; `_retry.storage_error` translates the
   rest).
-- Plans are cached by statement identity and column keys, at most `MAX_PLANS`; the writer engines are
-  all built alike (`Database.__init__`: pysqlite, the same JSON (de)serializers), so a plan serves
-  every one of them. Only the hot bodies' module-level statements come here (`engine.core`); a
+- On asyncpg a plan runs as SQLAlchemy's asyncpg adapter runs a statement: under the adapter's
+  execution lock, beginning the adapter's transaction when none is open, prepared through the
+  adapter's own statement cache (so each statement is parsed once per connection), one round trip
+  (`Bind`/`Execute`/`Sync`) per statement and one for a batch of rows (asyncpg's `executemany`). A
+  driver error goes through the adapter's translation and then SQLAlchemy's own handling
+  (`Connection._handle_dbapi_exception`): the same exception classes, and a dropped connection is
+  invalidated and flagged `connection_invalidated` as `@idempotent` expects.
+- Plans are cached by statement identity, column keys and dialect, at most `MAX_PLANS`; the engines
+  of one dialect are all built alike (`Database.__init__`: the same driver, the same JSON
+  (de)serializers), so a plan serves every one of them. Only the hot bodies' module-level statements come here (`engine.core`); a
   statement built per call would only fill the cache, after which plans are built and not kept.
 """
 
@@ -32,6 +41,7 @@ from typing import Any, NoReturn, cast
 from sqlalchemy import Connection
 from sqlalchemy.engine.interfaces import Dialect
 from sqlalchemy.exc import DBAPIError, MultipleResultsFound, NoResultFound
+from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql.base import Executable
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.elements import ClauseElement
@@ -51,14 +61,18 @@ class Plan:
     row: type[tuple[Any, ...]] | None
     """The row class (a namedtuple of the result columns) when the statement returns rows."""
     processors: tuple[Processor, ...]
+    """The result columns' processors for a driver that reports no column types (sqlite3)."""
+    types: tuple[Any, ...]
+    """The result columns' SQLAlchemy types: on asyncpg their processors depend on the column types
+    the server reports (`_asyncpg_processors`), as in SQLAlchemy's own result."""
 
 
-_PLANS: dict[tuple[int, tuple[str, ...]], Plan | None] = {}
+_PLANS: dict[tuple[int, tuple[str, ...], str], Plan | None] = {}
 
 
 def plan(statement: Executable, keys: tuple[str, ...], dialect: Dialect, *, many: bool) -> Plan | None:
     """The plan of `statement` given parameters named `keys`, or None to let SQLAlchemy run it."""
-    cache_key = (id(statement), keys)
+    cache_key = (id(statement), keys, dialect.name)
     found = _PLANS.get(cache_key, _MISSING)
     if found is _MISSING:
         try:
@@ -95,6 +109,7 @@ def _build(statement: Executable, keys: tuple[str, ...], dialect: Dialect) -> Pl
         binds.append((name, cast(Processor, processors.get(name)), literal))
     row: type[tuple[Any, ...]] | None = None
     result_processors: tuple[Processor, ...] = ()
+    types: tuple[Any, ...] = ()
     columns = compiled._result_columns  # pyright: ignore[reportPrivateUsage]
     if columns:
         names = [entry[0] for entry in columns]
@@ -102,20 +117,24 @@ def _build(statement: Executable, keys: tuple[str, ...], dialect: Dialect) -> Pl
             row = collections.namedtuple("Row", names)  # pyright: ignore[reportUntypedNamedTuple]
         except ValueError:
             return None
-        result_processors = tuple(
-            entry[3]._cached_result_processor(dialect, None)  # pyright: ignore[reportPrivateUsage]
-            for entry in columns
-        )
-    return Plan(statement, compiled.string, tuple(binds), row, result_processors)
+        types = tuple(entry[3] for entry in columns)
+        if dialect.name == "sqlite":
+            result_processors = tuple(
+                type_._cached_result_processor(dialect, None)  # pyright: ignore[reportPrivateUsage]
+                for type_ in types
+            )
+    return Plan(statement, compiled.string, tuple(binds), row, result_processors, types)
 
 
-def _positional(plan_: Plan, params: Mapping[str, Any]) -> tuple[Any, ...] | None:
+def _positional(plan_: Plan, params: Mapping[str, Any], *, none: bool = False) -> tuple[Any, ...] | None:
+    """The values in SQL order, through their processors; None too when `none` (as SQLAlchemy does: a
+    JSON column's None binds JSON `null`), else None binds SQL NULL (the SQLite writer's plans)."""
     values: list[Any] = []
     for name, processor, literal in plan_.binds:
         value = params.get(name, literal)
         if value is _MISSING:
             return None
-        values.append(value if processor is None or value is None else processor(value))
+        values.append(value if processor is None or (value is None and not none) else processor(value))
     return tuple(values)
 
 
@@ -158,8 +177,117 @@ def execute(
         cursor.close()
 
 
+async def execute_asyncpg(
+    plan_: Plan, connection: AsyncConnection, parameters: Mapping[str, Any] | Sequence[Mapping[str, Any]]
+) -> DirectResult | None:
+    """Run `plan_` on the asyncpg connection under `connection` (see the module docstring); None when a
+    required parameter is missing, as `execute`."""
+    many = not isinstance(parameters, Mapping)
+    if many:
+        rows = [_positional(plan_, p, none=True) for p in parameters]
+        if any(r is None for r in rows):
+            return None
+        args: Any = rows
+    else:
+        args = _positional(plan_, parameters, none=True)
+        if args is None:
+            return None
+    sync = connection.sync_connection
+    assert sync is not None  # a connection in use by a session
+    adapter: Any = (await connection.get_raw_connection()).dbapi_connection
+    dialect: Any = sync.dialect
+    try:
+        for listener in sync.dispatch.before_cursor_execute:
+            listener(sync, None, plan_.sql, args, None, many)
+        async with adapter._execute_mutex:
+            try:
+                if adapter._transaction is None:
+                    await adapter._start_transaction()
+                prepared, attributes = await adapter._prepare(
+                    plan_.sql, dialect._invalidate_schema_cache_asof
+                )
+                if many:
+                    await adapter._connection.executemany(plan_.sql, args)
+                    return DirectResult((), -1)
+                records = await prepared.fetch(*args)
+                status = prepared.get_statusmsg() or ""
+            except Exception as error:
+                _raise_adapted(adapter, error)
+    except dialect.loaded_dbapi.Error as exc:
+        await connection.run_sync(_raise_handled, exc, plan_.sql, args)
+        raise AssertionError("unreachable: SQLAlchemy raised") from exc  # pragma: no cover
+    rows_: list[tuple[Any, ...]] = []
+    if plan_.row is not None:
+        make, processors = plan_.row, _asyncpg_processors(plan_, dialect, attributes)
+        rows_ = [
+            make(*(v if p is None else p(v) for p, v in zip(processors, record, strict=True)))
+            for record in records
+        ]
+    count = status.rpartition(" ")[2]
+    return DirectResult(rows_, int(count) if count.isdigit() else -1)
+
+
+_ASYNCPG_PROCESSORS: dict[tuple[tuple[Any, ...], tuple[int, ...]], tuple[Processor, ...]] = {}
+
+
+def _asyncpg_processors(plan_: Plan, dialect: Dialect, attributes: Any) -> tuple[Processor, ...]:
+    """The result processors of `plan_`'s columns for the type oids the server reported, as SQLAlchemy's
+    result builds them from the cursor's description; kept per column types (the key holds them) and oids."""
+    oids = tuple(attribute.type.oid for attribute in attributes)
+    key = (plan_.types, oids)
+    found = _ASYNCPG_PROCESSORS.get(key)
+    if found is None:
+        found = tuple(
+            type_._cached_result_processor(dialect, oid)  # pyright: ignore[reportPrivateUsage]
+            for type_, oid in zip(plan_.types, oids, strict=True)
+        )
+        if len(_ASYNCPG_PROCESSORS) < MAX_PLANS:
+            _ASYNCPG_PROCESSORS[key] = found
+    return found
+
+
+def _raise_adapted(adapter: Any, error: Exception) -> NoReturn:
+    """The adapter's DBAPI error for asyncpg's `error` (SQLAlchemy's asyncpg adapter translates it)."""
+    adapter._handle_exception(error)
+    raise AssertionError("unreachable: the adapter raised") from error  # pragma: no cover
+
+
+def _raise_handled(connection: Connection, exc: Exception, sql: str, args: Any) -> NoReturn:
+    """SQLAlchemy's handling of a driver error raised while it executed `sql`: wrapped, and the
+    connection invalidated when it was dropped."""
+    connection._handle_dbapi_exception(exc, sql, args, None, None)  # pyright: ignore[reportPrivateUsage]
+    raise AssertionError("unreachable: SQLAlchemy raised")  # pragma: no cover
+
+
 def _raise_wrapped(exc: Exception, sql: str, args: Any, dialect: Dialect) -> NoReturn:
     raise DBAPIError.instance(sql, args, exc, dialect.loaded_dbapi.Error, dialect=dialect) from exc
+
+
+class AsyncpgConnection:
+    """The `AsyncConnection` methods the hot bodies call (`core`) on PostgreSQL: their prebuilt
+    statements run straight on asyncpg (`execute_asyncpg`), anything else through SQLAlchemy."""
+
+    def __init__(self, connection: AsyncConnection) -> None:
+        self._connection = connection
+        self.sync_connection = connection.sync_connection
+
+    async def execute(self, statement: Any, parameters: Any = None, **kwargs: Any) -> Any:
+        if not kwargs:
+            many = isinstance(parameters, list)
+            given: list[Mapping[str, Any]] = cast(
+                "list[Mapping[str, Any]]", parameters if many else [parameters or {}]
+            )
+            if given:
+                keys = tuple(sorted(given[0]))
+                found = plan(statement, keys, self._connection.dialect, many=many)
+                if found is not None:
+                    result = await execute_asyncpg(found, self._connection, given if many else given[0])
+                    if result is not None:
+                        return result
+        return await self._connection.execute(statement, cast(Any, parameters), **kwargs)
+
+    async def scalar(self, statement: Any, parameters: Any = None, **kwargs: Any) -> Any:
+        return await self._connection.scalar(statement, parameters, **kwargs)
 
 
 class DirectResult:

@@ -46,7 +46,11 @@ _ADVISORY_XACT_LOCK = select(func.pg_advisory_xact_lock(bindparam("w_advisory_ke
 async def lock_in_transaction(session: AsyncSession, dialect: Dialect, namespace: str, value: str) -> None:
     """Hold a lock on (namespace, value) until the current write transaction ends."""
     if dialect == "postgresql":
-        await session.execute(_ADVISORY_XACT_LOCK, {"w_advisory_key": advisory_key(namespace, value)})
+        from mcphost.stores.engine import core  # engine imports this module
+
+        await (await core(session)).execute(
+            _ADVISORY_XACT_LOCK, {"w_advisory_key": advisory_key(namespace, value)}
+        )
 
 
 def insert_ignoring(

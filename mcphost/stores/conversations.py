@@ -115,12 +115,9 @@ def _record(row: ConversationRow) -> ConversationRecord:
 
 def _touch_statement(dialect: Dialect) -> Executable:
     table = table_of(ConversationRow)
-    c = table.c
     insert = postgresql.insert(table) if dialect == "postgresql" else sqlite.insert(table)
-    columns = ("conversation_id", "created_at", "last_activity_at", "last_run_seq", "last_run_id")
     stmt = insert.values(
-        {name: bindparam(f"v_{name}", type_=c[name].type) for name in (*columns, "agent_id", "actor_id")}
-        | {"runs": 1}
+        {name: bindparam(f"v_{name}", type_=table.c[name].type) for name in _TOUCHED} | {"runs": 1}
     )
     new = stmt.excluded
     return stmt.on_conflict_do_update(
@@ -130,14 +127,25 @@ def _touch_statement(dialect: Dialect) -> Executable:
             "last_run_seq": new.last_run_seq,
             "last_run_id": new.last_run_id,
             "agent_id": new.agent_id,
-            "actor_id": func.coalesce(new.actor_id, c.actor_id),
-            "runs": c.runs + 1,
+            "actor_id": func.coalesce(new.actor_id, table.c.actor_id),
+            "runs": table.c.runs + 1,
         },
     )
 
 
-_TOUCH = {dialect: _touch_statement(dialect) for dialect in ("sqlite", "postgresql")}
-"""`touch_conversation`'s upsert per dialect, built once: every admitted run goes through it (`engine.core`)."""
+_TOUCHED = (
+    "conversation_id",
+    "created_at",
+    "last_activity_at",
+    "last_run_seq",
+    "last_run_id",
+    "agent_id",
+    "actor_id",
+)
+_TOUCH: dict[Dialect, Executable] = {
+    dialect: _touch_statement(dialect) for dialect in ("sqlite", "postgresql")
+}
+"""Built once per dialect (`engine.core`): every admission into a conversation runs it."""
 
 
 async def touch_conversation(

@@ -26,7 +26,10 @@ Invariants:
   its cause (`_retry.storage_error`; integrity errors pass through for the stores that expect them).
   PostgreSQL connections are pinged at checkout (`pool_pre_ping`), so one the server dropped while
   pooled is replaced instead of failing a transaction; a transaction that loses its connection half
-  way is retried only by store methods marked `@idempotent` (`_retry.py`).
+  way is retried only by store methods marked `@idempotent` (`_retry.py`). The ping is the
+  transaction's own `BEGIN` (`_begin_as_ping`): one round trip where asyncpg's ping takes three
+  (`BEGIN`, `;`, `ROLLBACK`) before the transaction's `BEGIN`, a fourth; a connection checked out for
+  autocommit has it rolled back when SQLAlchemy switches its isolation level.
 - PostgreSQL (asyncpg): read committed; stores that need cross-process serialization take transaction
   advisory locks (`_sql.py`).
 - JSON columns decode through `load_stored_json`: a stored text too deep for the parser never fails a
@@ -63,7 +66,10 @@ Invariants:
   parameter order and processors, result processors) and run straight on the sqlite3 connection —
   the same SQL, values and rows, `before_cursor_execute` listeners (and so `hooks`) called and driver errors wrapped
   as SQLAlchemy's, without the per-execution context SQLAlchemy builds; anything a plan could not
-  reproduce exactly runs through `Connection.execute`.
+  reproduce exactly runs through `Connection.execute`. On PostgreSQL they go down the same way, to
+  asyncpg (`_direct.AsyncpgConnection`): prepared once per connection through
+  SQLAlchemy's asyncpg adapter, one round trip each, without SQLAlchemy's execution context and its
+  greenlet hop.
 - The busy timeout is given to `sqlite3.connect` itself too (`timeout`), so it covers the connect
   listener's own pragmas (switching a new file to WAL takes the write lock), which run before the
   `busy_timeout` pragma could.
@@ -95,6 +101,7 @@ from sqlalchemy.ext.asyncio import (
 )
 from sqlalchemy.orm import Session
 from sqlalchemy.pool import ConnectionPoolEntry
+from sqlalchemy.util import await_
 
 from mcphost.protocol import MAX_JSON_DEPTH
 from mcphost.stores import _direct
@@ -189,6 +196,20 @@ def _sqlite_on_begin(conn: Connection) -> None:
     conn.exec_driver_sql("BEGIN IMMEDIATE" if options.get(_WRITE_OPTION, False) else "BEGIN")
 
 
+def _begin_as_ping(dbapi_connection: DBAPIConnection) -> bool:
+    """PostgreSQL's pre-ping (SQLAlchemy's `do_ping`): begin the transaction the checkout is for.
+
+    A connection the server dropped fails its `BEGIN` as it would fail asyncpg's own ping (SQLAlchemy
+    then replaces it), and a live one has its transaction begun, which the first statement would
+    otherwise do (SQLAlchemy's asyncpg adapter begins lazily, and only when none is open)."""
+    adapted: Any = dbapi_connection  # SQLAlchemy's asyncpg adapter
+    if adapted._transaction is None and adapted.isolation_level != "autocommit":
+        await_(adapted._start_transaction())  # its failure leaves as the adapter's DBAPI error
+    else:
+        adapted.ping()
+    return True
+
+
 class Database:
     """One database: the async engine plus read and write session factories.
 
@@ -207,6 +228,8 @@ class Database:
             json_deserializer=load_stored_json,
             connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S} if self.dialect == "sqlite" else {},
         )
+        if self.dialect == "postgresql":
+            self.engine.sync_engine.dialect.do_ping = _begin_as_ping  # type: ignore[method-assign]
         if self.dialect == "sqlite":
             event.listen(self.engine.sync_engine, "connect", _sqlite_on_connect)
             event.listen(self.engine.sync_engine, "begin", _sqlite_on_begin)
@@ -406,11 +429,14 @@ class _ThreadConnection:
 
 async def core(session: AsyncSession) -> AsyncConnection:
     """The connection under a write body's session, for SQLAlchemy Core statements (see the module
-    docstring): on the writer thread its facade, elsewhere the session's `AsyncConnection`, asked for
-    once per session (each transaction has a session of its own)."""
+    docstring): on the writer thread its facade, on PostgreSQL the asyncpg facade, elsewhere the
+    session's `AsyncConnection`, asked for once per session (each transaction has a session of its own)."""
     connection = session.info.get(_CORE_CONNECTION)
     if connection is None:
-        connection = session.info[_CORE_CONNECTION] = await session.connection()
+        connection: Any = await session.connection()  # on the writer thread, `_ThreadConnection`
+        if isinstance(connection, AsyncConnection) and connection.dialect.driver == "asyncpg":
+            connection = _direct.AsyncpgConnection(connection)
+        session.info[_CORE_CONNECTION] = connection
     return cast(AsyncConnection, connection)
 
 

@@ -23,12 +23,13 @@ Invariants:
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
-from sqlalchemy import delete, func, insert, select
+from sqlalchemy import delete, func, insert, select, text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -44,10 +45,21 @@ from mcphost.stores.events import insert_event
 from mcphost.stores.state import upsert_state
 from mcphost.stores.tables import RunResultRow, RuntimeResultRow, table_of
 from mcphost.stores.transcript import add_item
-from mcphost.stores.wakeups import announce
+from mcphost.stores.wakeups import CHANNEL, wake_payload
 
 MAX_LIST_LIMIT = 10_000
 _INSERT = insert(table_of(RunResultRow))
+_INSERT_ANNOUNCED = text(
+    "WITH inserted AS ("
+    " INSERT INTO run_results (run_id, seq, type, payload, created_at)"
+    " SELECT :run_id, r.seq, r.type, CAST(r.payload AS json), :created_at"
+    " FROM unnest(CAST(:seqs AS integer[]), CAST(:types AS varchar[]), CAST(:payloads AS text[]))"
+    " AS r(seq, type, payload)"
+    " RETURNING 1)"
+    " SELECT pg_notify(:channel, :wake) FROM (SELECT 1 FROM inserted LIMIT 1) AS one"
+)
+"""PostgreSQL: a batch of results and its wake-up (`wakeups.announce`) in one statement and one round
+trip, the rows as arrays (`unnest`), each payload the JSON text SQLAlchemy's own JSON type would bind."""
 """A batch's rows, as one executemany (`engine.core`: built once)."""
 
 
@@ -157,16 +169,35 @@ class ResultStore:
 
         async def append_in(session: AsyncSession) -> None:
             if stored:
-                rows = [
-                    {"run_id": run_id, "seq": r.seq, "type": r.type, "payload": r.payload, "created_at": now}
-                    for r in stored
-                ]
-                await (await core(session)).execute(_INSERT, rows)
+                if self._db.dialect == "postgresql":  # with its wake-up (`wakeups.announce`; SQLite has none)
+                    # What SQLAlchemy's JSON type binds: the engine's serializer, json.dumps by default.
+                    dumps = getattr(self._db.engine.dialect, "_json_serializer", None) or json.dumps
+                    batch = {
+                        "run_id": run_id,
+                        "created_at": now,
+                        "seqs": [r.seq for r in stored],
+                        "types": [r.type for r in stored],
+                        "payloads": [dumps(r.payload) for r in stored],
+                        "channel": CHANNEL,
+                        "wake": wake_payload("results", run_id),
+                    }
+                    await (await core(session)).execute(_INSERT_ANNOUNCED, batch)
+                else:
+                    rows = [
+                        {
+                            "run_id": run_id,
+                            "seq": r.seq,
+                            "type": r.type,
+                            "payload": r.payload,
+                            "created_at": now,
+                        }
+                        for r in stored
+                    ]
+                    await (await core(session)).execute(_INSERT, rows)
                 if self._outbox is not None:  # announced in the same transaction (stores/deliveries.py)
                     await self._outbox.results(session, run_id, items, first_seq=first_seq)
                 if self._approvals is not None:  # actions with an idempotency key (stores/approvals.py)
                     await self._approvals.actions(session, run_id, items)
-                await announce(session, self._db.dialect, "results", run_id)  # stores/wakeups.py
             if effects:
                 await _write_effects(session, self._db.dialect, effects)
 

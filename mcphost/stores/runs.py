@@ -50,7 +50,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from pydantic import BaseModel, ConfigDict
-from sqlalchemy import Row, Select, bindparam, func, insert, select, update
+from sqlalchemy import Row, Select, and_, bindparam, func, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.sql.dml import ReturningInsert, ReturningUpdate
@@ -65,7 +65,7 @@ from mcphost.models import ALLOWED_TRANSITIONS, ConcurrencyPolicy, Run, RunFailu
 from mcphost.protocol import AgentRunContext, JSONObject
 from mcphost.stores._cursor import CursorCodec, Page, check_limit
 from mcphost.stores._retry import idempotent
-from mcphost.stores._sql import lock_in_transaction
+from mcphost.stores._sql import Dialect, lock_in_transaction
 from mcphost.stores.conversations import LOCK_NAMESPACE, touch_conversation
 from mcphost.stores.deliveries import Outbox
 from mcphost.stores.engine import Database, core
@@ -73,7 +73,7 @@ from mcphost.stores.events import insert_event
 from mcphost.stores.state import ScopeSnapshot, read_snapshot
 from mcphost.stores.tables import RunRow, table_of
 from mcphost.stores.transcript import add_item, thread_head
-from mcphost.stores.wakeups import announce
+from mcphost.stores.wakeups import CHANNEL, announce, wake_payload
 
 ACTIVE_STATUSES: tuple[str, ...] = (RunStatus.QUEUED.value, RunStatus.RUNNING.value)
 RESTARTABLE_CODE = "host.restarted"
@@ -94,27 +94,40 @@ _BY_EVENT = cast(
     select(*_ROW).where(_C.event_id == bindparam("w_event_id")).order_by(_C.attempt.desc()).limit(1),
 )
 _INSERT = cast("ReturningInsert[Any]", insert(_RUNS).returning(*_ROW))
-_RUNNING_IN = (
-    select(_C.run_id)
-    .where(_C.conversation_id == bindparam("w_conversation"), _C.status == RunStatus.RUNNING.value)
-    .limit(1)
-)
-_QUEUED_BEFORE = (
-    select(_C.run_id)
+_TURN = _RUNS.alias("turn")
+_TURN_TAKEN = (
+    select(_TURN.c.run_id)
     .where(
-        _C.conversation_id == bindparam("w_conversation"),
-        _C.status == RunStatus.QUEUED.value,
-        _C.created_seq < bindparam("w_created_seq"),
+        _TURN.c.conversation_id == bindparam("w_conversation"),
+        or_(
+            _TURN.c.status == RunStatus.RUNNING.value,
+            and_(_TURN.c.status == RunStatus.QUEUED.value, _TURN.c.created_seq < bindparam("w_created_seq")),
+        ),
     )
     .limit(1)
 )
+"""A run of the conversation that goes first: one running, or one queued before."""
+_START_IN_TURN = cast(
+    "ReturningUpdate[Any]",
+    update(_RUNS)
+    .where(_C.run_id == bindparam("w_run_id"), _C.status == RunStatus.QUEUED.value, ~_TURN_TAKEN.exists())
+    .values(
+        status=RunStatus.RUNNING.value,
+        started_at=bindparam("v_started_at", type_=_C.started_at.type),
+        host_id=bindparam("v_host_id", type_=_C.host_id.type),
+    )
+    .returning(*_ROW),
+)
+"""A queued run of a conversation started if it is its turn (`_TURN_TAKEN` finds none): the turn's
+check and the move in one statement, under the conversation's lock."""
 _SET_CONTEXT = (
     update(_RUNS)
     .where(_C.run_id == bindparam("w_run_id"))
     .values(context=bindparam("v_context", type_=_C.context.type), warm_session_id=bindparam("v_warm"))
 )
-_MOVES: dict[tuple[bool, tuple[str, ...]], ReturningUpdate[Any]] = {}
-"""`_move`'s statements by (terminal, the other columns it sets): a handful, built on first use."""
+_MOVES: dict[tuple[bool, tuple[str, ...], bool], ReturningUpdate[Any]] = {}
+"""`_move`'s statements by (terminal, the other columns it sets, announced): a handful, built on first
+use."""
 
 StartContext = Callable[[str | None, bool, Mapping[str, ScopeSnapshot]], Awaitable[AgentRunContext]]
 """(latest cursor, has older items) of the run's thread as it starts, and the snapshots of the state
@@ -195,8 +208,9 @@ async def _row(session: AsyncSession, run_id: str) -> Row[Any]:
     return row
 
 
-def _move_statement(terminal: bool, columns: tuple[str, ...]) -> ReturningUpdate[Any]:
-    stmt = _MOVES.get((terminal, columns))
+def _move_statement(terminal: bool, columns: tuple[str, ...], dialect: Dialect) -> ReturningUpdate[Any]:
+    announced = terminal and dialect == "postgresql"
+    stmt = _MOVES.get((terminal, columns, announced))
     if stmt is None:
         values: dict[str, Any] = {c: bindparam(f"v_{c}", type_=_C[c].type) for c in (*columns, "status")}
         if terminal:
@@ -209,23 +223,28 @@ def _move_statement(terminal: bool, columns: tuple[str, ...]) -> ReturningUpdate
             .values(values)
             .returning(*_ROW),
         )
-        stmt = _MOVES[terminal, columns] = built
+        if announced:  # the run's end wakes other processes' waiters from the statement that ends it
+            built = built.returning(func.pg_notify(bindparam("n_channel"), bindparam("n_wake")))
+        stmt = _MOVES[terminal, columns, announced] = built
     return stmt
 
 
 async def _move(
-    session: AsyncSession, run_id: str, current: RunStatus, new: RunStatus, **values: Any
+    session: AsyncSession, dialect: Dialect, run_id: str, current: RunStatus, new: RunStatus, **values: Any
 ) -> Row[Any] | None:
-    """The one writer of `status`: move `current` → `new` unless another writer moved the run first."""
+    """The one writer of `status`: move `current` → `new` unless another writer moved the run first.
+    A move to a terminal status announces the run's end (`wakeups.announce`) within its statement."""
     if new not in ALLOWED_TRANSITIONS[current]:
         raise IllegalTransitionError(f"Run {run_id!r} is {current}; cannot move to {new}.")
-    stmt = _move_statement(new.is_terminal, tuple(sorted(values)))
+    stmt = _move_statement(new.is_terminal, tuple(sorted(values)), dialect)
     params = {f"v_{c}": v for c, v in values.items()} | {
         "v_status": new.value,
         "v_ended_at": time.time(),
         "w_run_id": run_id,
         "w_status": current.value,
     }
+    if new.is_terminal and dialect == "postgresql":
+        params |= {"n_channel": CHANNEL, "n_wake": wake_payload("end", run_id)}
     return (await (await core(session)).execute(stmt, params)).one_or_none()
 
 
@@ -243,11 +262,9 @@ class RunStore:
         self._outbox = outbox
 
     async def _announce(self, session: AsyncSession, moved: Row[Any]) -> None:
-        """A run end's outbox rows and wake-up, in the transaction that ended it (deliveries, wakeups)."""
-        if RunStatus(moved.status).is_terminal:
-            if self._outbox is not None:
-                await self._outbox.run_ended(session, moved)
-            await announce(session, self._db.dialect, "end", moved.run_id)
+        """A run end's outbox rows, in the transaction that ended it (deliveries)."""
+        if RunStatus(moved.status).is_terminal and self._outbox is not None:
+            await self._outbox.run_ended(session, moved)  # the wake-up came with the move (`_move`)
 
     @idempotent
     async def admit(
@@ -393,16 +410,25 @@ class RunStore:
     async def _start_queued(self, session: AsyncSession, row: Row[Any], start: RunStart) -> Row[Any] | None:
         """Inside a write transaction holding the conversation's lock: start the queued run `row` if it
         is its conversation's turn (`try_start`'s rules); the moved row, else None."""
-        if row.conversation_id and await self._blocked(session, row):
-            return None
-        moved = await _move(
-            session,
-            row.run_id,
-            RunStatus.QUEUED,
-            RunStatus.RUNNING,
-            started_at=time.time(),
-            host_id=start.host_id,
-        )
+        if row.conversation_id:  # only in its turn: checked by the statement that starts it
+            started = {
+                "w_run_id": row.run_id,
+                "w_conversation": row.conversation_id,
+                "w_created_seq": row.created_seq,
+                "v_started_at": time.time(),
+                "v_host_id": start.host_id,
+            }
+            moved = (await (await core(session)).execute(_START_IN_TURN, started)).one_or_none()
+        else:
+            moved = await _move(
+                session,
+                self._db.dialect,
+                row.run_id,
+                RunStatus.QUEUED,
+                RunStatus.RUNNING,
+                started_at=time.time(),
+                host_id=start.host_id,
+            )
         if moved is None:
             return None
         if start.user_item is not None:
@@ -437,13 +463,6 @@ class RunStore:
             raise run_not_found(run_id)
         return None if stored.context is None else AgentRunContext.model_validate(stored.context)
 
-    async def _blocked(self, session: AsyncSession, row: Row[Any]) -> bool:
-        conn = await core(session)
-        if (await conn.execute(_RUNNING_IN, {"w_conversation": row.conversation_id})).first() is not None:
-            return True
-        older = {"w_conversation": row.conversation_id, "w_created_seq": row.created_seq}
-        return (await conn.execute(_QUEUED_BEFORE, older)).first() is not None
-
     async def transition(
         self,
         run_id: str,
@@ -463,7 +482,7 @@ class RunStore:
         for _ in range(3):
             async with self._db.write() as session:
                 current = RunStatus((await _row(session, run_id)).status)
-                moved = await _move(session, run_id, current, status, **values)
+                moved = await _move(session, self._db.dialect, run_id, current, status, **values)
                 if moved is not None:
                     await self._announce(session, moved)
                     return _run(moved)
@@ -492,10 +511,15 @@ class RunStore:
         values = _outcome(error, usage)
 
         async def finish_in(session: AsyncSession) -> Run | None:
+            # A running run's end, the usual one, in one statement; any other finds out what it is.
+            moved = await _move(session, self._db.dialect, run_id, RunStatus.RUNNING, status, **values)
+            if moved is not None:
+                await self._announce(session, moved)
+                return _run(moved)
             row = await _row(session, run_id)
             if RunStatus(row.status).is_terminal:
                 return _run(row)
-            moved = await _move(session, run_id, RunStatus(row.status), status, **values)
+            moved = await _move(session, self._db.dialect, run_id, RunStatus(row.status), status, **values)
             if moved is not None:
                 await self._announce(session, moved)
             return None if moved is None else _run(moved)

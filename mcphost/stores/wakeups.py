@@ -52,9 +52,17 @@ OnWake = Callable[[Wake | None], None]
 
 
 async def announce(session: AsyncSession, dialect: Dialect, kind: WakeKind, run_id: str) -> None:
-    """Wake the other processes' waiters on `run_id` once the current write transaction commits."""
+    """Wake the other processes' waiters on `run_id` once the current write transaction commits.
+
+    The hot statements that announce what they write do it within themselves on PostgreSQL (a
+    `pg_notify` in their own statement: a result batch, a run's end), without this round trip."""
     if dialect == "postgresql":
-        await session.execute(select(func.pg_notify(CHANNEL, f"{kind} {run_id}")))
+        await session.execute(select(func.pg_notify(CHANNEL, wake_payload(kind, run_id))))
+
+
+def wake_payload(kind: WakeKind, run_id: str) -> str:
+    """The notification's payload for a wake-up of `kind` on `run_id` (`parse` reads it)."""
+    return f"{kind} {run_id}"
 
 
 def parse(payload: str) -> Wake | None:

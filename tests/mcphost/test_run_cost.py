@@ -16,7 +16,9 @@ import threading
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+import asyncpg.connection  # pyright: ignore[reportMissingTypeStubs]
 import pytest
 
 from mcphost.app import Host, open_host
@@ -73,7 +75,10 @@ async def host(
 
 
 async def _echo_run(host: Host, text: str, conversation: str) -> tuple[str, list[str]]:
-    event_ = message(text, bot="echo", conversation=conversation)
+    return await _echo_run_of(host, message(text, bot="echo", conversation=conversation))
+
+
+async def _echo_run_of(host: Host, event_: AgentEventEnvelope) -> tuple[str, list[str]]:
     admission = await host.orchestrator.submit(event_)
     run_id = admission.run.run_id
     types = [item.type async for item in host.orchestrator.results(run_id)]
@@ -142,3 +147,68 @@ async def test_a_reader_of_an_ended_run_reads_every_result_from_the_store(host: 
     assert [item.seq for item in replayed] == [1, 2, 3, 4]
     resumed = [item.seq async for item in host.orchestrator.results(run_id, after=2)]
     assert resumed == [3, 4]
+
+
+PG_ROUND_TRIPS = 24
+"""Round trips between the host and PostgreSQL of a non-streamed echo run's transactions (each `BEGIN`,
+statement and `COMMIT` one; asyncpg sends a statement's bind and execute and a batch's rows together)."""
+_ROUND_TRIPS = ("query", "prepare", "bind_execute", "bind_execute_many", "bind", "execute")
+"""The asyncpg protocol's calls that send a request and wait for its answer."""
+
+
+class _CountingProtocol:
+    """An asyncpg connection's protocol that records each round trip (its method, SQL and arguments)."""
+
+    def __init__(self, protocol: Any, log: list[tuple[int, str, str, str]]) -> None:
+        self._protocol = protocol
+        self._log = log
+
+    def __getattr__(self, name: str) -> Any:
+        found = getattr(self._protocol, name)
+        if name not in _ROUND_TRIPS:
+            return found
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            first = args[0] if args else next(iter(kwargs.values()))  # the statement or the query
+            if name == "bind_execute_many":  # an iterator of rows: listed once, for both of us
+                kwargs["args"] = list(kwargs["args"])
+            sql = first if name == "query" else str(getattr(first, "query", ""))
+            self._log.append((id(self), name, " ".join(sql.split()), repr((args[1:2], kwargs.get("args")))))
+            return found(*args, **kwargs)
+
+        return counted
+
+
+async def test_an_echo_run_on_postgres_takes_few_round_trips(
+    host: Host, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if host.stores.db.dialect != "postgresql":
+        pytest.skip("round trips are PostgreSQL's cost (SQLite runs in the process)")
+    log: list[tuple[int, str, str, str]] = []
+    init: Any = asyncpg.connection.Connection.__init__  # pyright: ignore[reportUnknownMemberType, reportUnknownVariableType]  # untyped
+
+    def counting(self: Any, protocol: Any, *args: Any, **kwargs: Any) -> None:
+        init(self, _CountingProtocol(protocol, log), *args, **kwargs)
+
+    monkeypatch.setattr(asyncpg.connection.Connection, "__init__", counting)
+    await host.stores.db.engine.dispose()  # the pool's next connections are counted
+    await _echo_run(host, "warm up", "conv-warm")
+    event_ = message("hello", bot="echo", conversation="conv-trips", delivery={"supports_streaming": False})
+    log.clear()
+    run_id, types = await _echo_run_of(host, event_)
+    assert types == ["message.completed", "state.updated", "run.completed"]
+    transactions: dict[int, list[list[tuple[str, str, str]]]] = {}
+    for connection, method, sql, args in log:
+        if sql.startswith("BEGIN"):
+            transactions.setdefault(connection, []).append([])
+        if transactions.get(connection):
+            transactions[connection][-1].append((method, sql, args))
+    mine = [
+        tx
+        for txs in transactions.values()
+        for tx in txs
+        if any(run_id in args or event_.event_id in args for _, _, args in tx)
+    ]
+    trips = sum(len(tx) for tx in mine)
+    assert len(mine) <= RUN_BUDGET
+    assert trips <= PG_ROUND_TRIPS, "\n".join(sql for tx in mine for _, sql, _ in tx)

@@ -19,8 +19,7 @@ from sqlalchemy import func, select
 from mcphost.app import Host, open_host
 from mcphost.models import RunStatus
 from mcphost.orchestrator import _tuning as orchestrator_module
-from mcphost.stores import results as results_module
-from mcphost.stores import runs as runs_module
+from mcphost.stores import wakeups as wakeups_module
 from mcphost.stores.wakeups import parse
 from tests.mcphost.hostkit import host_settings, message, wait_running
 
@@ -118,11 +117,10 @@ async def test_the_listener_reconnects_after_its_connection_is_terminated(
 async def test_lost_notifications_only_delay_waiters_until_the_safety_poll(
     hosts: tuple[Host, Host], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    async def lost(*_args: object) -> None:
+    def lost(_payload: str) -> None:  # every notification is dropped where it arrives
         return None
 
-    monkeypatch.setattr(runs_module, "announce", lost)
-    monkeypatch.setattr(results_module, "announce", lost)
+    monkeypatch.setattr(wakeups_module, "parse", lost)
     monkeypatch.setattr(orchestrator_module, "NOTIFIED_RECHECK_S", 0.5)
     a, b = hosts
     await _follow_from_other_host(a, b, "c-lost")

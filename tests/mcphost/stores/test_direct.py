@@ -1,6 +1,7 @@
-"""The SQLite writer thread's direct path (`_direct`): prebuilt Core statements through sqlite3 give
-what SQLAlchemy's `Connection.execute` gives, raise what it raises, and fall back to it when a plan
-could not reproduce it exactly."""
+"""The direct path (`_direct`): prebuilt Core statements through sqlite3 on the SQLite writer thread and
+through asyncpg on PostgreSQL give what SQLAlchemy's `Connection.execute` gives, raise what it raises
+(a dropped PostgreSQL connection included), and fall back to it when a plan could not reproduce it
+exactly."""
 
 from __future__ import annotations
 
@@ -8,18 +9,24 @@ from collections.abc import Sequence
 from typing import Any, cast
 
 import pytest
-from sqlalchemy import Row, bindparam, select
-from sqlalchemy.exc import IntegrityError, StatementError
+from sqlalchemy import Row, bindparam, func, select
+from sqlalchemy.exc import DBAPIError, IntegrityError, StatementError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from mcphost.errors import StorageUnavailableError
 from mcphost.models import RunStatus
 from mcphost.stores import Stores, runs
+from mcphost.stores._direct import AsyncpgConnection
 from mcphost.stores.engine import core
 from mcphost.stores.tables import RunRow, table_of
 from tests.mcphost.stores.factories import admitted
 
-pytestmark = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+
+async def _via_sqlalchemy(conn: Any, statement: Any, params: dict[str, Any]) -> Any:
+    """`statement` run by SQLAlchemy itself on the connection under `conn` (either facade)."""
+    if isinstance(conn, AsyncpgConnection):
+        return await conn._connection.execute(statement, params)  # pyright: ignore[reportPrivateUsage]
+    return conn.sync_connection.execute(statement, params)
 
 
 async def _on_writer(stores: Stores, body: Any) -> Any:
@@ -36,17 +43,19 @@ async def test_rows_are_what_sqlalchemy_reads_json_decoded_and_by_name(stores: S
 
     async def body(conn: Any) -> tuple[Any, Any, Any]:
         moved = await conn.execute(
-            runs._move_statement(True, ("error",)),  # pyright: ignore[reportPrivateUsage]
+            runs._move_statement(True, ("error",), stores.db.dialect),  # pyright: ignore[reportPrivateUsage]
             {
                 "v_error": error,
                 "v_status": RunStatus.FAILED.value,
                 "v_ended_at": 123.5,
                 "w_run_id": run.run_id,
                 "w_status": run.status.value,
+                "n_channel": "test",
+                "n_wake": "x",
             },
         )
         direct = (await conn.execute(runs._BY_RUN, {"w_run_id": run.run_id})).one()  # pyright: ignore[reportPrivateUsage]
-        via_sqlalchemy = conn.sync_connection.execute(runs._BY_RUN, {"w_run_id": run.run_id}).one()  # pyright: ignore[reportPrivateUsage]
+        via_sqlalchemy = (await _via_sqlalchemy(conn, runs._BY_RUN, {"w_run_id": run.run_id})).one()  # pyright: ignore[reportPrivateUsage]
         return moved.one(), direct, via_sqlalchemy
 
     moved, direct, via_sqlalchemy = await _on_writer(stores, body)
@@ -54,7 +63,7 @@ async def test_rows_are_what_sqlalchemy_reads_json_decoded_and_by_name(stores: S
     assert isinstance(via_sqlalchemy, Row)
     expected = tuple(cast(Sequence[Any], via_sqlalchemy))
     assert tuple(direct) == expected
-    assert tuple(moved) == expected
+    assert tuple(moved)[: len(expected)] == expected  # on PostgreSQL it also returns its pg_notify
     assert direct.error == error
     assert direct.status == "failed"
     assert direct.ended_at == 123.5
@@ -66,8 +75,9 @@ async def test_literal_values_of_a_statement_are_bound_and_scalars_read(stores: 
     assert await stores.runs.try_start(run.run_id, host_id="h") is not None
 
     async def body(conn: Any) -> tuple[Any, Any]:
-        running = await conn.execute(runs._RUNNING_IN, {"w_conversation": "conv-1"})  # pyright: ignore[reportPrivateUsage]
-        nothing = await conn.execute(runs._RUNNING_IN, {"w_conversation": "conv-other"})  # pyright: ignore[reportPrivateUsage]
+        turn = {"w_conversation": "conv-1", "w_created_seq": 0}
+        running = await conn.execute(runs._TURN_TAKEN, turn)  # pyright: ignore[reportPrivateUsage]
+        nothing = await conn.execute(runs._TURN_TAKEN, turn | {"w_conversation": "conv-other"})  # pyright: ignore[reportPrivateUsage]
         return running.scalars().all(), nothing.first()
 
     running, nothing = await _on_writer(stores, body)
@@ -82,7 +92,8 @@ async def test_a_constraint_violation_is_sqlalchemys_integrity_error_and_rolls_b
     async def body(conn: Any) -> None:
         await conn.execute(runs._INSERT, values | {"status": "queued"})  # pyright: ignore[reportPrivateUsage]
 
-    with pytest.raises(IntegrityError, match=r"\(sqlite3.IntegrityError\) NOT NULL constraint failed"):
+    violation = "NOT NULL constraint failed" if stores.db.dialect == "sqlite" else "NotNullViolationError"
+    with pytest.raises(IntegrityError, match=violation):
         await _on_writer(stores, body)
     assert (await stores.runs.get(run.run_id)).status == run.status
 
@@ -112,3 +123,23 @@ async def test_a_statement_with_expanding_parameters_runs_through_sqlalchemy(sto
 
     result = await _on_writer(stores, body)
     assert sorted(result.scalars().all()) == sorted([first.run_id, second.run_id])
+
+
+@pytest.mark.postgres
+async def test_a_dropped_postgres_connection_is_invalidated_as_sqlalchemy_does(stores: Stores) -> None:
+    if stores.db.dialect != "postgresql":
+        pytest.skip("a dropped connection is PostgreSQL's")
+    run = await admitted(stores)
+
+    async def body(conn: Any) -> None:
+        pid = (await conn.execute(select(func.pg_backend_pid()))).scalar()
+        async with stores.db.engine.connect() as other:
+            await other.execute(select(func.pg_terminate_backend(pid)))
+        await conn.execute(runs._BY_RUN, {"w_run_id": run.run_id})  # pyright: ignore[reportPrivateUsage]
+
+    with pytest.raises(StorageUnavailableError) as raised:
+        await _on_writer(stores, body)
+    cause = raised.value.__cause__
+    assert isinstance(cause, DBAPIError)
+    assert cause.connection_invalidated  # what `@idempotent` retries on
+    assert (await stores.runs.get(run.run_id)).run_id == run.run_id  # the pool replaced the connection
