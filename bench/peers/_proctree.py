@@ -85,4 +85,4 @@ def postgres_cpu_s(database: str) -> float:
         fields = _stat_fields(int(entry.name))
         if fields is not None:
             total += int(fields[11]) + int(fields[12])
-    return total * _TICK_S
+    return total * TICK_S
