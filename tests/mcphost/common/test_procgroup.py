@@ -129,7 +129,10 @@ def test_descendants_from_the_children_files_are_those_a_scan_of_every_process_f
         assert leader.stdout is not None
         grandchildren = {int(pid) for pid in leader.stdout.readline().split()}
         fast = descendants(leader.pid)
-        monkeypatch.setattr(procgroup, "_children", lambda pid: None)  # a kernel without children files
+        def no_children_files(pid: int) -> None:  # a kernel without children files
+            del pid
+
+        monkeypatch.setattr(procgroup, "_children", no_children_files)
         scanned = descendants(leader.pid)
         assert set(fast) == set(scanned) == grandchildren
         assert descendants(2**22 + 12345) == []
