@@ -39,12 +39,13 @@ from dataclasses import dataclass
 from typing import Any, NoReturn, cast
 
 from sqlalchemy import Connection
-from sqlalchemy.engine.interfaces import Dialect
+from sqlalchemy.engine.interfaces import DBAPIConnection, Dialect
 from sqlalchemy.exc import DBAPIError, MultipleResultsFound, NoResultFound
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql.base import Executable
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.elements import ClauseElement
+from sqlalchemy.util import await_
 
 MAX_PLANS = 512
 _MISSING = object()
@@ -348,3 +349,17 @@ def _multiple() -> Exception:
 
 def _none() -> Exception:
     return NoResultFound("No row was found when one was required")
+
+
+def begin_as_ping(dbapi_connection: DBAPIConnection) -> bool:
+    """PostgreSQL's pre-ping (SQLAlchemy's `do_ping`): begin the transaction the checkout is for.
+
+    A connection the server dropped fails its `BEGIN` as it would fail asyncpg's own ping (SQLAlchemy
+    then replaces it), and a live one has its transaction begun, which the first statement would
+    otherwise do (SQLAlchemy's asyncpg adapter begins lazily, and only when none is open)."""
+    adapted: Any = dbapi_connection  # SQLAlchemy's asyncpg adapter
+    if adapted._transaction is None and adapted.isolation_level != "autocommit":
+        await_(adapted._start_transaction())  # its failure leaves as the adapter's DBAPI error
+    else:
+        adapted.ping()
+    return True

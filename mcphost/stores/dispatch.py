@@ -26,6 +26,11 @@ Invariants:
   queued or claimed, and the copy `drop` keeps in `runtime_audit` (same transaction) once it ended: a
   claim that ends (requeued, lost, ended) records its renewals and timings in its event, so the events
   alone tell every attempt's story. At most `EVENTS_KEPT` events, oldest dropped first.
+
+Size: past 600 lines because every write of the queue (enqueue, claim, heartbeat, results, end, output,
+requeue, lose, adopt, drop) checks and moves the same row under the same fence rules, and each records
+its runtime audit event in the same transaction; the audit's own table and views are in
+`runtime_audit.py`.
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ Invariants:
   PostgreSQL connections are pinged at checkout (`pool_pre_ping`), so one the server dropped while
   pooled is replaced instead of failing a transaction; a transaction that loses its connection half
   way is retried only by store methods marked `@idempotent` (`_retry.py`). The ping is the
-  transaction's own `BEGIN` (`_begin_as_ping`): one round trip where asyncpg's ping takes three
+  transaction's own `BEGIN` (`_direct.begin_as_ping`): one round trip where asyncpg's ping takes three
   (`BEGIN`, `;`, `ROLLBACK`) before the transaction's `BEGIN`, a fourth; a connection checked out for
   autocommit has it rolled back when SQLAlchemy switches its isolation level.
 - PostgreSQL (asyncpg): read committed; stores that need cross-process serialization take transaction
@@ -101,7 +101,6 @@ from sqlalchemy.ext.asyncio import (
 )
 from sqlalchemy.orm import Session
 from sqlalchemy.pool import ConnectionPoolEntry
-from sqlalchemy.util import await_
 
 from mcphost.protocol import MAX_JSON_DEPTH
 from mcphost.stores import _direct
@@ -196,20 +195,6 @@ def _sqlite_on_begin(conn: Connection) -> None:
     conn.exec_driver_sql("BEGIN IMMEDIATE" if options.get(_WRITE_OPTION, False) else "BEGIN")
 
 
-def _begin_as_ping(dbapi_connection: DBAPIConnection) -> bool:
-    """PostgreSQL's pre-ping (SQLAlchemy's `do_ping`): begin the transaction the checkout is for.
-
-    A connection the server dropped fails its `BEGIN` as it would fail asyncpg's own ping (SQLAlchemy
-    then replaces it), and a live one has its transaction begun, which the first statement would
-    otherwise do (SQLAlchemy's asyncpg adapter begins lazily, and only when none is open)."""
-    adapted: Any = dbapi_connection  # SQLAlchemy's asyncpg adapter
-    if adapted._transaction is None and adapted.isolation_level != "autocommit":
-        await_(adapted._start_transaction())  # its failure leaves as the adapter's DBAPI error
-    else:
-        adapted.ping()
-    return True
-
-
 class Database:
     """One database: the async engine plus read and write session factories.
 
@@ -229,7 +214,7 @@ class Database:
             connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S} if self.dialect == "sqlite" else {},
         )
         if self.dialect == "postgresql":
-            self.engine.sync_engine.dialect.do_ping = _begin_as_ping  # type: ignore[method-assign]
+            self.engine.sync_engine.dialect.do_ping = _direct.begin_as_ping  # type: ignore[method-assign]
         if self.dialect == "sqlite":
             event.listen(self.engine.sync_engine, "connect", _sqlite_on_connect)
             event.listen(self.engine.sync_engine, "begin", _sqlite_on_begin)
