@@ -13,6 +13,8 @@ Invariants:
 - A run the host says this runtime no longer holds (a 409 `not_held` / `stale_fence` / `lease_expired`,
   or `lost` in a heartbeat answer) is cancelled here and its unsent results are dropped: the host gave it
   to another runtime, so nothing of this attempt may reach it.
+- A claimed run's runner starts only after a heartbeat naming the claim was not answered `lost`: a
+  claim's answer held up by a network outage past its lease never starts a runner here.
 - A cancel in a heartbeat or results answer is sent to the runner once (`runner/cancel`).
 - A 401 (the runtime was removed) stops the daemon with that message; a 403 (disabled) keeps it
   heartbeating slowly until an operator enables it again.
@@ -292,9 +294,35 @@ class RuntimeDaemon:
             except HostError as exc:
                 logger.error("claimed run %s of an unknown runner: %s", answer.run.run_id, exc.message)
                 continue  # its lease lapses and another runtime gets it
+            if not await self._confirmed(client, answer.run):
+                continue
             run = _LocalRun(answer.run, found.plugin, answer.run.runner_id.rsplit("/", 1)[1])
             self._runs[run.claim.run_id] = run
             tg.start_soon(self._execute, client, run)
+
+    async def _confirmed(self, client: httpx2.AsyncClient, claim: ClaimedRun) -> bool:
+        """Whether the host still gives `claim` to this runtime: one heartbeat naming it, before its runner
+        starts. A claim's answer can arrive after its lease lapsed (held up in a network outage and
+        delivered when the link came back): that run went back to the queue, and nothing of it may start
+        here. A host that does not answer says nothing either way: the run starts, and the next heartbeat
+        or post settles it."""
+        body = {"runs": [{"run_id": claim.run_id, "fence": claim.fence}]}
+        try:
+            answer: HeartbeatAnswer = await self._post(client, "heartbeat", body, HeartbeatAnswer)
+        except httpx2.TransportError:
+            return True
+        except RefusedError as exc:
+            if exc.status == 401:
+                raise UnauthorizedError(exc.message) from None
+            return True
+        if claim.run_id in answer.lost:
+            logger.warning(
+                "run %s: its claim (fence %d) lapsed before it arrived; not started",
+                claim.run_id,
+                claim.fence,
+            )
+            return False
+        return True
 
     # -- one run ---------------------------------------------------------------------------------------
 
