@@ -15,6 +15,8 @@ Invariants:
   to another runtime, so nothing of this attempt may reach it.
 - A claimed run's runner starts only after a heartbeat naming the claim was not answered `lost`: a
   claim's answer held up by a network outage past its lease never starts a runner here.
+- A heartbeat is abandoned after a quarter of the lease and retried at most `max(heartbeat_s, lease/4)`
+  later, so a link back within the lease renews the leases before they lapse.
 - A cancel in a heartbeat or results answer is sent to the runner once (`runner/cancel`).
 - A 401 (the runtime was removed) stops the daemon with that message; a 403 (disabled) keeps it
   heartbeating slowly until an operator enables it again.
@@ -151,6 +153,8 @@ class RuntimeDaemon:
         self._runs: dict[str, _LocalRun] = {}
         self._slot_freed = anyio.Event()
         self.heartbeat_s = 1.0
+        self.lease_s = 15.0
+        """The host's lease (from its answers): a heartbeat that takes a quarter of it is abandoned."""
         self.state = "online"
         self.registered: RegisterAnswer | None = None
         self._heartbeats: Periodic | None = None
@@ -159,9 +163,19 @@ class RuntimeDaemon:
     # -- HTTP ------------------------------------------------------------------------------------------
 
     async def _post(
-        self, client: httpx2.AsyncClient, path: str, body: Mapping[str, Any], answer: type[Any]
+        self,
+        client: httpx2.AsyncClient,
+        path: str,
+        body: Mapping[str, Any],
+        answer: type[Any],
+        *,
+        timeout: float | None = None,
     ) -> Any:
-        response = await client.post(f"/v1/runtime/{path}", json=dict(body))
+        response = await client.post(
+            f"/v1/runtime/{path}",
+            json=dict(body),
+            timeout=httpx2.USE_CLIENT_DEFAULT if timeout is None else timeout,
+        )
         if response.status_code >= 400:
             try:
                 error = _ErrorAnswer.model_validate_json(response.content).error
@@ -220,7 +234,7 @@ class RuntimeDaemon:
                     partial(self._heartbeat, client, caps),
                     interval_s=self.heartbeat_s,
                     retry_s=0.2,
-                    max_backoff_s=MAX_BACKOFF_S,
+                    max_backoff_s=min(MAX_BACKOFF_S, max(self.heartbeat_s, self.lease_s / 4)),
                     fatal=(UnauthorizedError,),
                 )
                 tg.start_soon(self._heartbeats.run)
@@ -231,6 +245,7 @@ class RuntimeDaemon:
         answer: RegisterAnswer = await self._retrying(client, "register", body, RegisterAnswer)
         self.registered = answer
         self.heartbeat_s = answer.heartbeat_s
+        self.lease_s = answer.lease_s
         self.state = answer.state
         logger.info("registered as runtime %s (%s), %d slot(s)", answer.name, answer.runtime_id, self.slots)
 
@@ -242,7 +257,9 @@ class RuntimeDaemon:
         """
         held = [{"run_id": r.claim.run_id, "fence": r.claim.fence} for r in self._runs.values() if not r.lost]
         try:
-            answer: HeartbeatAnswer = await self._post(client, "heartbeat", {"runs": held}, HeartbeatAnswer)
+            answer: HeartbeatAnswer = await self._post(
+                client, "heartbeat", {"runs": held}, HeartbeatAnswer, timeout=self._beat_timeout()
+            )
         except RefusedError as exc:
             if exc.status == 401:
                 raise UnauthorizedError(exc.message) from None
@@ -252,6 +269,7 @@ class RuntimeDaemon:
             await self._register(client, caps)
         self.state = answer.state
         self.heartbeat_s = answer.heartbeat_s
+        self.lease_s = answer.lease_s
         for entry in answer.runs:
             run = self._runs.get(entry.run_id)
             if run is not None and entry.cancel is not None:
@@ -261,6 +279,13 @@ class RuntimeDaemon:
             if run is not None:
                 await self._lose(run, "the host no longer gives it to this runtime")
         return self.heartbeat_s
+
+    def _beat_timeout(self) -> float:
+        """How long a heartbeat may take: a quarter of the lease (at least 1 s). One sent into a link that
+        went down waits on TCP's retransmissions, which after an outage of a few seconds come back only
+        after about twice as long: abandoned sooner, the next heartbeat goes out on a new connection as
+        soon as the link is back, and the leases hold through any outage shorter than them."""
+        return max(1.0, self.lease_s / 4)
 
     async def _claims(
         self, client: httpx2.AsyncClient, registry: RunnerRegistry[PluginProcess], tg: anyio.abc.TaskGroup
@@ -308,7 +333,9 @@ class RuntimeDaemon:
         or post settles it."""
         body = {"runs": [{"run_id": claim.run_id, "fence": claim.fence}]}
         try:
-            answer: HeartbeatAnswer = await self._post(client, "heartbeat", body, HeartbeatAnswer)
+            answer: HeartbeatAnswer = await self._post(
+                client, "heartbeat", body, HeartbeatAnswer, timeout=self._beat_timeout()
+            )
         except httpx2.TransportError:
             return True
         except RefusedError as exc:
