@@ -14,6 +14,10 @@ Invariants:
 - A run the host says this runtime no longer holds (a 409 `not_held` / `stale_fence` / `lease_expired`,
   or `lost` in a heartbeat answer) is cancelled here and its unsent results are dropped: the host gave it
   to another runtime, so nothing of this attempt may reach it.
+- A claimed run's runner starts only after a heartbeat naming the claim was not answered `lost`: a
+  claim's answer held up by a network outage past its lease never starts a runner here.
+- A heartbeat is abandoned after a quarter of the lease and retried at most `max(heartbeat_s, lease/4)`
+  later, so a link back within the lease renews the leases before they lapse.
 - A cancel in a heartbeat or results answer is sent to the runner once (`runner/cancel`).
 - A run's output (its plugin's stderr while the run is active, bounded by `RunOutput`) is posted once,
   after its last result and before its end; a refusal of it other than losing the run is logged and
@@ -166,6 +170,8 @@ class RuntimeDaemon:
         self._runs: dict[str, _LocalRun] = {}
         self._slot_freed = anyio.Event()
         self.heartbeat_s = 1.0
+        self.lease_s = 15.0
+        """The host's lease (from its answers): a heartbeat that takes a quarter of it is abandoned."""
         self.state = "online"
         self.registered: RegisterAnswer | None = None
         self._heartbeats: Periodic | None = None
@@ -174,9 +180,19 @@ class RuntimeDaemon:
     # -- HTTP ------------------------------------------------------------------------------------------
 
     async def _post(
-        self, client: httpx2.AsyncClient, path: str, body: Mapping[str, Any], answer: type[Any]
+        self,
+        client: httpx2.AsyncClient,
+        path: str,
+        body: Mapping[str, Any],
+        answer: type[Any],
+        *,
+        timeout: float | None = None,
     ) -> Any:
-        response = await client.post(f"/v1/runtime/{path}", json=dict(body))
+        response = await client.post(
+            f"/v1/runtime/{path}",
+            json=dict(body),
+            timeout=httpx2.USE_CLIENT_DEFAULT if timeout is None else timeout,
+        )
         if response.status_code >= 400:
             try:
                 error = _ErrorAnswer.model_validate_json(response.content).error
@@ -235,7 +251,7 @@ class RuntimeDaemon:
                     partial(self._heartbeat, client, caps),
                     interval_s=self.heartbeat_s,
                     retry_s=0.2,
-                    max_backoff_s=MAX_BACKOFF_S,
+                    max_backoff_s=min(MAX_BACKOFF_S, max(self.heartbeat_s, self.lease_s / 4)),
                     fatal=(UnauthorizedError,),
                 )
                 tg.start_soon(self._heartbeats.run)
@@ -246,6 +262,7 @@ class RuntimeDaemon:
         answer: RegisterAnswer = await self._retrying(client, "register", body, RegisterAnswer)
         self.registered = answer
         self.heartbeat_s = answer.heartbeat_s
+        self.lease_s = answer.lease_s
         self.state = answer.state
         logger.info("registered as runtime %s (%s), %d slot(s)", answer.name, answer.runtime_id, self.slots)
 
@@ -257,7 +274,9 @@ class RuntimeDaemon:
         """
         held = [{"run_id": r.claim.run_id, "fence": r.claim.fence} for r in self._runs.values() if not r.lost]
         try:
-            answer: HeartbeatAnswer = await self._post(client, "heartbeat", {"runs": held}, HeartbeatAnswer)
+            answer: HeartbeatAnswer = await self._post(
+                client, "heartbeat", {"runs": held}, HeartbeatAnswer, timeout=self._beat_timeout()
+            )
         except RefusedError as exc:
             if exc.status == 401:
                 raise UnauthorizedError(exc.message) from None
@@ -267,6 +286,7 @@ class RuntimeDaemon:
             await self._register(client, caps)
         self.state = answer.state
         self.heartbeat_s = answer.heartbeat_s
+        self.lease_s = answer.lease_s
         for entry in answer.runs:
             run = self._runs.get(entry.run_id)
             if run is not None and entry.cancel is not None:
@@ -276,6 +296,13 @@ class RuntimeDaemon:
             if run is not None:
                 await self._lose(run, "the host no longer gives it to this runtime")
         return self.heartbeat_s
+
+    def _beat_timeout(self) -> float:
+        """How long a heartbeat may take: a quarter of the lease (at least 1 s). One sent into a link that
+        went down waits on TCP's retransmissions, which after an outage of a few seconds come back only
+        after about twice as long: abandoned sooner, the next heartbeat goes out on a new connection as
+        soon as the link is back, and the leases hold through any outage shorter than them."""
+        return max(1.0, self.lease_s / 4)
 
     async def _claims(
         self, client: httpx2.AsyncClient, registry: RunnerRegistry[PluginProcess], tg: anyio.abc.TaskGroup
@@ -309,9 +336,37 @@ class RuntimeDaemon:
             except HostError as exc:
                 logger.error("claimed run %s of an unknown runner: %s", answer.run.run_id, exc.message)
                 continue  # its lease lapses and another runtime gets it
+            if not await self._confirmed(client, answer.run):
+                continue
             run = _LocalRun(answer.run, found.plugin, answer.run.runner_id.rsplit("/", 1)[1])
             self._runs[run.claim.run_id] = run
             tg.start_soon(self._execute, client, run)
+
+    async def _confirmed(self, client: httpx2.AsyncClient, claim: ClaimedRun) -> bool:
+        """Whether the host still gives `claim` to this runtime: one heartbeat naming it, before its runner
+        starts. A claim's answer can arrive after its lease lapsed (held up in a network outage and
+        delivered when the link came back): that run went back to the queue, and nothing of it may start
+        here. A host that does not answer says nothing either way: the run starts, and the next heartbeat
+        or post settles it."""
+        body = {"runs": [{"run_id": claim.run_id, "fence": claim.fence}]}
+        try:
+            answer: HeartbeatAnswer = await self._post(
+                client, "heartbeat", body, HeartbeatAnswer, timeout=self._beat_timeout()
+            )
+        except httpx2.TransportError:
+            return True
+        except RefusedError as exc:
+            if exc.status == 401:
+                raise UnauthorizedError(exc.message) from None
+            return True
+        if claim.run_id in answer.lost:
+            logger.warning(
+                "run %s: its claim (fence %d) lapsed before it arrived; not started",
+                claim.run_id,
+                claim.fence,
+            )
+            return False
+        return True
 
     # -- one run ---------------------------------------------------------------------------------------
 

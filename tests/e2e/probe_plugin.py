@@ -15,6 +15,9 @@ over Streamable HTTP with the `mcp` SDK client. Each run's behaviour is chosen b
     steps:PATH       writes the run token to PATH, sends the delta "step 1", waits for the file PATH.release,
                      sends "step 2".."step 4", writes PATH.produced, waits for PATH.finish, then replies
                      "stepped" (so a test can stop its host between the steps)
+    tick:COUNT:SECONDS:PATH
+                     writes the run token to PATH, then replies "tick I TAG" for I in 1..COUNT, one every
+                     SECONDS (TAG: `token_tag` of the token, telling a requeued run's attempts apart)
     warm:SECONDS:PATH
                      writes the warm session's URL and token (`context.mcp.session`, offered when the
                      agent's config says `warm = true`) to PATH as JSON, then stays running for SECONDS
@@ -26,6 +29,7 @@ over Streamable HTTP with the `mcp` SDK client. Each run's behaviour is chosen b
 
 from __future__ import annotations
 
+import hashlib
 import json
 import sys
 import time
@@ -49,9 +53,14 @@ def _structured(result: types.CallToolResult) -> dict[str, Any]:
     return cast(dict[str, Any], data)
 
 
-async def _write_token(path: str, headers: dict[str, str]) -> None:
+def token_tag(token: str) -> str:
+    """A short name of a run token (a claim's fenced token differs per attempt), not the token itself."""
+    return hashlib.sha256(token.encode()).hexdigest()[:8]
+
+
+async def _write_file(path: str, text: str) -> None:
     written = anyio.Path(path + ".part")  # renamed when complete: a reader never sees half of it
-    await written.write_text(headers["Authorization"].removeprefix("Bearer "))
+    await written.write_text(text)
     await written.rename(path)
 
 
@@ -78,17 +87,23 @@ class ProbeRunner(AgentRunner):
             seconds, path = text.removeprefix("warm:").split(":", 1)
             session = mcp.session
             found = {} if session is None else {"url": session.url, "headers": session.headers}
-            written = anyio.Path(path + ".part")
-            await written.write_text(json.dumps(found))
-            await written.rename(path)
+            await _write_file(path, json.dumps(found))
             await anyio.sleep(float(seconds))
             await out.message("kept")
             return
+        token = mcp.headers.get("Authorization", "").removeprefix("Bearer ")
         if text.startswith("keep:"):
             seconds, path = text.removeprefix("keep:").split(":", 1)
-            await _write_token(path, mcp.headers)
+            await _write_file(path, token)
             await anyio.sleep(float(seconds))
             await out.message("kept")
+            return
+        if text.startswith("tick:"):
+            count, seconds, path = text.removeprefix("tick:").split(":", 2)
+            await _write_file(path, token)
+            for index in range(1, int(count) + 1):
+                await out.message(f"tick {index} {token_tag(token)}")
+                await anyio.sleep(float(seconds))
             return
         if text.startswith("stderr:"):
             print(f"{text.removeprefix('stderr:')} ({ctx.run_id})", file=sys.stderr, flush=True)
@@ -96,7 +111,7 @@ class ProbeRunner(AgentRunner):
             return
         if text.startswith("steps:"):
             path = text.removeprefix("steps:")
-            await _write_token(path, mcp.headers)
+            await _write_file(path, token)
             await out.delta("step 1")
             await _wait_for(path + ".release")
             for step in (2, 3, 4):
@@ -106,7 +121,6 @@ class ProbeRunner(AgentRunner):
             await out.message("stepped")
             return
         if text.startswith("leak:"):
-            token = mcp.headers["Authorization"].removeprefix("Bearer ")
             await anyio.Path(text.removeprefix("leak:")).write_text(token, encoding="utf-8")
             text = "probe"
         if text != "probe" and not text.startswith("hold:"):

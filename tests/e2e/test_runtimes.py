@@ -3,191 +3,43 @@ PostgreSQL: a remote run completes (its runner reaching the host's MCP server wi
 cancel reaches a remote run, `kill -9` of the runtime running a run sends it to the other runtime where
 it completes once (the killed claim's MCP token refused meanwhile), and a drained runtime claims nothing.
 
-Network namespaces (`ip netns` + veth, a link taken down mid-run) are not exercised here: the lease,
-requeue and fencing they would show are the same code paths as `kill -9`, driven in-process with a
-lapsed lease by tests/mcphost/test_api_runtime.py.
+The same daemons across a real network link (network namespaces, a link taken down mid-run, a short
+outage) are test_runtimes_netns.py; the helpers both use are runtimes.py.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import anyio
 import httpx2
 import pytest
 
-from tests.e2e.httpkit import PROBE, PROBE_RUNNER
+from tests.e2e.httpkit import PROBE_RUNNER
+from tests.e2e.runtimes import (
+    LEASE_S,
+    Daemon,
+    cli,
+    mcp_status,
+    messages,
+    results,
+    runtimes,
+    submit,
+    wait_alive,
+    wait_file,
+    wait_terminal,
+    write_config,
+)
 from tests.faults.test_host_kill import Server
-from tests.mcphost.hostkit import REPO
 
 pytestmark = [pytest.mark.timeout(600), pytest.mark.slow]
 
-LEASE_S = 3.0
 CANCEL_GRACE_S = 5.0
 """The orchestrator's grace for a cancelled runner: a remote run that ends sooner was stopped by its
 runtime, not cut off by the host."""
-TERMINAL = {"completed", "failed", "cancelled"}
-
-
-def write_config(folder: Path, database_url: str) -> Path:
-    path = folder / "mcphost.toml"
-    path.write_text(
-        f'[host]\ndatabase_url = "{database_url}"\ndata_dir = "{folder / "data"}"\nbundled_plugins = false\n'
-        f"runtime_lease_s = {LEASE_S}\n"
-        f'[[plugins]]\nname = "probe"\ncommand = {json.dumps(PROBE)}\n'
-        f'[[agents]]\nid = "remote"\nrunner = "{PROBE_RUNNER}"\ntimeout_s = 240\n'
-        '[agents.runtime]\nlabels = { pool = "a" }\n',
-        encoding="utf-8",
-    )
-    return path
-
-
-def cli(config: Path, *args: str) -> str:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MCPHOST_")}
-    env["PYTHONPATH"] = str(REPO)
-    done = subprocess.run(
-        [sys.executable, "-m", "mcphost.cli", *args, "--config", str(config)],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=config.parent,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    return done.stdout
-
-
-class Daemon:
-    """One `mcphost runtime` process in a session of its own (so kill -9 takes its plugins too)."""
-
-    def __init__(self, config: Path, url: str, token: str, name: str) -> None:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("MCPHOST_")}
-        env["PYTHONPATH"] = str(REPO)
-        env["MCPHOST_RUNTIME_TOKEN"] = token
-        workdir = config.parent / name
-        workdir.mkdir()
-        self.name = name
-        self.log = config.parent / f"{name}.log"
-        with self.log.open("w") as err:
-            self.process = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "mcphost.cli",
-                    "--log-level",
-                    "info",
-                    "runtime",
-                    "--host",
-                    url,
-                    "--config",
-                    str(config),
-                    "--workdir",
-                    str(workdir),
-                ],
-                cwd=workdir,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=err,
-                start_new_session=True,
-            )
-
-    def kill(self) -> None:
-        """kill -9 the daemon and everything it started."""
-        if self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGKILL)
-        self.process.wait(timeout=30)
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.kill()
-
-
-async def runtimes(client: httpx2.AsyncClient) -> dict[str, dict[str, Any]]:
-    return {r["name"]: r for r in (await client.get("/v1/runtimes")).json()["runtimes"]}
-
-
-async def wait_alive(client: httpx2.AsyncClient, daemon: Daemon) -> None:
-    with anyio.fail_after(180):
-        while not (await runtimes(client)).get(daemon.name, {}).get("alive"):
-            assert daemon.process.poll() is None, daemon.log.read_text()
-            await anyio.sleep(0.2)
-
-
-async def submit(client: httpx2.AsyncClient, text: str, conversation: str) -> str:
-    answer = await client.post(
-        "/v1/events",
-        json={
-            "event_type": "message.received",
-            "conversation": {"conversation_id": conversation},
-            "actor": {"actor_id": "u1"},
-            "input": {"text": text},
-        },
-    )
-    assert answer.status_code == 202, answer.text
-    return answer.json()["run_id"]
-
-
-async def wait_terminal(client: httpx2.AsyncClient, run_id: str, timeout: float = 180) -> dict[str, Any]:
-    with anyio.fail_after(timeout):
-        while True:
-            run = (await client.get(f"/v1/runs/{run_id}")).json()["run"]
-            if run["status"] in TERMINAL:
-                return run
-            await anyio.sleep(0.1)
-
-
-async def results(client: httpx2.AsyncClient, run_id: str) -> list[dict[str, Any]]:
-    page = await client.get(f"/v1/runs/{run_id}/results", headers={"accept": "application/json"})
-    return page.json()["results"]
-
-
-async def wait_file(path: Path, *, not_equal: str | None = None, timeout: float = 180) -> str:
-    found = anyio.Path(path)
-    with anyio.fail_after(timeout):
-        while True:
-            if await found.exists() and (text := await found.read_text()) != not_equal:
-                return text
-            await anyio.sleep(0.1)
-
-
-INITIALIZE = json.dumps(
-    {
-        "jsonrpc": "2.0",
-        "id": 1,
-        "method": "initialize",
-        "params": {
-            "protocolVersion": "2025-06-18",
-            "capabilities": {},
-            "clientInfo": {"name": "t", "version": "1"},
-        },
-    }
-)
-
-
-async def mcp_status(client: httpx2.AsyncClient, run_id: str, token: str) -> int:
-    answer = await client.post(
-        f"/runs/{run_id}/mcp",
-        content=INITIALIZE,
-        headers={
-            "authorization": f"Bearer {token}",
-            "accept": "application/json, text/event-stream",
-            "content-type": "application/json",
-        },
-    )
-    return answer.status_code
 
 
 async def test_runs_move_between_two_real_runtimes(database_url: str, tmp_path: Path) -> None:
@@ -267,9 +119,7 @@ async def test_runs_move_between_two_real_runtimes(database_url: str, tmp_path: 
             run = await wait_terminal(client, run_id)
             assert run["status"] == "completed", run
             stored = await results(client, run_id)
-            assert [r["data"]["message"]["content"] for r in stored if r["type"] == "message.completed"] == [
-                "kept"
-            ]
+            assert messages(stored) == ["kept"]
             assert sum(r["type"] in ("run.completed", "run.failed") for r in stored) == 1
             print(f"after kill -9, the run was running again on {survivor.name} within {moved_in:.2f} s")
 

@@ -50,7 +50,7 @@ def write_config(tmp_path: Path, database_url: str) -> Path:
 
 
 class Server:
-    """One `mcphost serve` process on a free loopback port."""
+    """One `mcphost serve` process on a free port of `address` (loopback unless told)."""
 
     def __init__(self, config: Path, log: Path, *, listen: str = "127.0.0.1:0") -> None:
         env = {k: v for k, v in os.environ.items() if not k.startswith("MCPHOST_")}
@@ -77,7 +77,7 @@ class Server:
         self.url = ""
 
     async def ready(self) -> str:
-        with anyio.fail_after(60):
+        with anyio.fail_after(180):  # a hang guard: start-ups on a loaded machine
             while "serving on " not in (text := self.log.read_text(errors="replace")):
                 assert self.process.poll() is None, f"mcphost serve exited:\n{text}"
                 await anyio.sleep(0.05)

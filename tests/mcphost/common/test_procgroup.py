@@ -129,6 +129,7 @@ def test_descendants_from_the_children_files_are_those_a_scan_of_every_process_f
         assert leader.stdout is not None
         grandchildren = {int(pid) for pid in leader.stdout.readline().split()}
         fast = descendants(leader.pid)
+
         def no_children_files(pid: int) -> None:  # a kernel without children files
             del pid
 
