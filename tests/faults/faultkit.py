@@ -75,8 +75,12 @@ def terminal_run_update(statement: str) -> bool:
 
 
 def result_insert(statement: str) -> bool:
+    """A statement storing run results: an INSERT, or on PostgreSQL the batch's one statement (an INSERT
+    inside a WITH, `stores/results.py`)."""
     flat = " ".join(statement.split()).lower()
-    return flat.startswith("insert into run_results")
+    return flat.startswith("insert into run_results") or (
+        flat.startswith("with ") and "insert into run_results" in flat
+    )
 
 
 def result_read(statement: str) -> bool:

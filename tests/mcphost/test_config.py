@@ -206,10 +206,17 @@ def test_mcphost_config_env_names_the_file(tmp_path: Path) -> None:
     assert [a.id for a in settings.agents] == ["x"]
 
 
-def test_the_readme_config_sample_is_a_valid_config() -> None:
+def test_the_readme_config_sample_is_a_valid_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     start = readme.index("```toml\n[host]") + len("```toml\n")
     sample = tomllib.loads(readme[start : readme.index("```", start)])
+    # The sample's skill folder is the reader's own, next to their config file (here: the working folder).
+    for skill in sample.get("skills", {}).values():
+        if "path" in skill:
+            folder = tmp_path / skill["path"]
+            folder.mkdir(parents=True)
+            (folder / "SKILL.md").write_text('---\nname: review\ndescription: "Review a change."\n---\n')
+    monkeypatch.chdir(tmp_path)
     settings = settings_from_mapping(sample, source="README.md", environ={})
     assert {"host", "plugins", "agents", "knowledge", "skills"} <= set(sample)
     [support] = settings.agents
