@@ -217,6 +217,8 @@ class FactsDispatch:
         self._stores = stores
         self._park = park
         self._skills = skills
+        self._broken_skills: set[str] = set()
+        """Granted skills whose folder broke after start, already warned about (`_skills.list_resources`)."""
         self._on_call = on_call
         self._replay = replay
         self._grants = grants
@@ -568,7 +570,7 @@ class FactsDispatch:
         if self._skills is not None:
             try:
                 call = await self._admit(access)
-                resources += await _skills.list_resources(call, self._skills)
+                resources += await _skills.list_resources(call, self._skills, self._broken_skills)
             except ToolCallError as exc:
                 raise _rpc_error(exc) from None
         return types.ListResourcesResult(resources=resources)

@@ -8,11 +8,15 @@ Invariants:
   URI is `unauthorized`, whether or not it exists.
 - A URI is parsed before any file is touched: over `MAX_URI` characters, NUL, `.`/`..` segments or a
   backslash are `invalid_argument`; a link out of the skill folder is never followed (`projection.py`).
+- A granted skill whose folder broke after the host started is left out of the listing, the others are
+  still listed, and a warning naming the skill and its folder is logged once per breakage (the caller's
+  `broken` set remembers it until the folder lists again), however often clients list.
 """
 
 from __future__ import annotations
 
 import base64
+import logging
 import mimetypes
 
 import anyio
@@ -23,6 +27,8 @@ from mcphost.facts._call import Call
 from mcphost.facts._results import ToolCallError
 from mcphost.projection import Projector, read_skill_file, skill_files
 from mcphost.protocol import check_skill_path
+
+logger = logging.getLogger(__name__)
 
 SKILL_URI_PREFIX = "skill://"
 MAX_URI = 500
@@ -40,16 +46,30 @@ async def _granted(call: Call, skills: Projector) -> list[str]:
     return [name for name in names if skills.skill_folder(name) is not None]
 
 
-async def list_resources(call: Call, skills: Projector) -> list[types.Resource]:
-    """One resource per file of each granted skill folder."""
+async def list_resources(call: Call, skills: Projector, broken: set[str]) -> list[types.Resource]:
+    """One resource per file of each granted skill folder.
+
+    `broken` holds the skills already warned about as broken (the host's, shared across runs and calls);
+    a skill is added when its folder first fails and removed when it lists again.
+    """
     listed: list[types.Resource] = []
     for name in await _granted(call, skills):
         folder = skills.skill_folder(name)
         assert folder is not None  # `_granted`
         try:
             files = await anyio.to_thread.run_sync(skill_files, name, folder)
-        except HostError:  # a folder that broke after the host started: nothing of it is listed
+        except HostError as exc:  # a folder that broke after the host started: nothing of it is listed
+            if name not in broken:
+                broken.add(name)
+                logger.warning(
+                    "Skill %r is left out of resources/list: its folder %r broke after the host started "
+                    "(%s) Restore the folder; it is listed again once it reads.",
+                    name,
+                    str(folder),
+                    exc.message,
+                )
             continue
+        broken.discard(name)
         for relative, path, _ in files:
             listed.append(
                 types.Resource(
