@@ -132,6 +132,24 @@ def test_every_table_is_in_the_architectures_data_model() -> None:
     assert _missing(list(metadata.tables), ARCHITECTURE) == []
 
 
+def _data_model_rows() -> list[str]:
+    """The first cell of each row of the architecture's data-model table (`| table | holds | ...`)."""
+    lines = ARCHITECTURE.split("\n")
+    start = lines.index("| table | holds | keys and indexes |") + 2
+    rows: list[str] = []
+    for line in lines[start:]:
+        if not line.startswith("|"):
+            break
+        rows.append(line.split("|")[1].strip().strip("`"))
+    return rows
+
+
+def test_the_data_model_has_one_row_per_table() -> None:
+    rows = _data_model_rows()
+    assert sorted({r for r in rows if rows.count(r) > 1}) == []
+    assert set(rows) >= set(metadata.tables)
+
+
 def _layers_contract() -> list[str]:
     config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
     contracts: list[dict[str, object]] = config["tool"]["importlinter"]["contracts"]
