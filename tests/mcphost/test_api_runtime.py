@@ -105,6 +105,41 @@ async def claim(client: httpx2.AsyncClient, token: str, wait_s: float = 5.0) -> 
     return answer.json()
 
 
+async def claimed_run(
+    host: Host, client: httpx2.AsyncClient, bot: str = "remote"
+) -> tuple[str, str, dict[str, Any]]:
+    """Runtime `a1` (pool a) registered, a run of agent `bot` submitted and claimed by it: (its token,
+    the run id, the claimed run)."""
+    token = await runtime(host, client, "a1", {"pool": "a"})
+    run_id = await submit(client, bot)
+    claimed = (await claim(client, token))["run"]
+    assert claimed["run_id"] == run_id
+    return token, run_id, claimed
+
+
+async def post_results(
+    client: httpx2.AsyncClient,
+    token: str,
+    run_id: str,
+    batch: list[dict[str, Any]],
+    *,
+    fence: int = 1,
+    first_seq: int = 1,
+    **more: Any,
+) -> httpx2.Response:
+    """POST a batch of results of the claim `fence` of the run as the runtime of `token` (`more`: `end`)."""
+    body = {"fence": fence, "first_seq": first_seq, "results": batch, **more}
+    return await client.post(f"/v1/runtime/runs/{run_id}/results", json=body, headers=key(token))
+
+
+async def post_end(
+    client: httpx2.AsyncClient, token: str, run_id: str, *, last_seq: int, fence: int = 1
+) -> httpx2.Response:
+    """End the claim `fence` of the run as completed through `last_seq`, as the runtime of `token`."""
+    body = {"fence": fence, "status": "completed", "last_seq": last_seq}
+    return await client.post(f"/v1/runtime/runs/{run_id}/end", json=body, headers=key(token))
+
+
 async def wait_status(client: httpx2.AsyncClient, run_id: str, timeout: float = 20) -> dict[str, Any]:
     with anyio.fail_after(timeout):
         while True:
@@ -147,25 +182,18 @@ def refusal(answer: httpx2.Response, status: int) -> dict[str, Any]:
 async def test_a_remote_run_is_claimed_posted_in_order_and_ends_once(
     host: Host, client: httpx2.AsyncClient
 ) -> None:
-    token = await runtime(host, client, "a1", {"pool": "a"})
-    run_id = await submit(client, "remote")
-    claimed = (await claim(client, token))["run"]
-    assert claimed["run_id"] == run_id
+    token, run_id, claimed = await claimed_run(host, client)
     assert claimed["fence"] == 1
     assert claimed["runner_id"] == ECHO_RUNNER
     auth = claimed["context"]["context"]["mcp"]["headers"]["Authorization"]
     assert auth.startswith("Bearer mcpf.1."), "a claim carries its fenced token, never the run's own"
 
-    batch = {"fence": 1, "first_seq": 1, "results": results(run_id, "hello")}
-    first = await client.post(f"/v1/runtime/runs/{run_id}/results", json=batch, headers=key(token))
+    batch = results(run_id, "hello")
+    first = await post_results(client, token, run_id, batch)
     assert first.json() == {"accepted_through": 2, "cancel": None}
-    again = await client.post(f"/v1/runtime/runs/{run_id}/results", json=batch, headers=key(token))
+    again = await post_results(client, token, run_id, batch)
     assert again.json()["accepted_through"] == 2, "a retried batch is accepted again, stored once"
-    end = await client.post(
-        f"/v1/runtime/runs/{run_id}/end",
-        json={"fence": 1, "status": "completed", "last_seq": 2},
-        headers=key(token),
-    )
+    end = await post_end(client, token, run_id, last_seq=2)
     assert end.status_code == 200, end.text
 
     run = await wait_status(client, run_id)
@@ -175,22 +203,19 @@ async def test_a_remote_run_is_claimed_posted_in_order_and_ends_once(
     assert [m["data"]["message"]["content"] for m in messages] == ["hello"]
     assert [r["type"] for r in stored].count("run.completed") == 1
 
-    late = await client.post(f"/v1/runtime/runs/{run_id}/results", json=batch, headers=key(token))
+    late = await post_results(client, token, run_id, batch)
     assert refusal(late, 409)["details"]["reason"] == "not_held"
 
 
 async def test_the_last_results_may_carry_the_runs_end_so_no_end_request_follows(
     host: Host, client: httpx2.AsyncClient
 ) -> None:
-    token = await runtime(host, client, "a1", {"pool": "a"})
-    run_id = await submit(client, "remote")
-    assert (await claim(client, token))["run"]["run_id"] == run_id
-    path = f"/v1/runtime/runs/{run_id}/results"
-    batch: dict[str, Any] = {"fence": 1, "first_seq": 1, "results": results(run_id, "hello")}
+    token, run_id, _ = await claimed_run(host, client)
+    batch = results(run_id, "hello")
 
-    bogus = await client.post(path, json={**batch, "end": "done"}, headers=key(token))
+    bogus = await post_results(client, token, run_id, batch, end="done")
     assert "end" in refusal(bogus, 400)["message"]
-    first = await client.post(path, json={**batch, "end": "completed"}, headers=key(token))
+    first = await post_results(client, token, run_id, batch, end="completed")
     assert first.json() == {"accepted_through": 2, "cancel": None}
 
     run = await wait_status(client, run_id)
@@ -200,7 +225,7 @@ async def test_the_last_results_may_carry_the_runs_end_so_no_end_request_follows
         "message.completed",
         "run.completed",
     ]
-    late = await client.post(path, json={**batch, "end": "completed"}, headers=key(token))
+    late = await post_results(client, token, run_id, batch, end="completed")
     assert refusal(late, 409)["details"]["reason"] == "not_held"
 
 
@@ -357,11 +382,7 @@ async def test_a_lapsed_lease_requeues_the_run_and_fences_the_old_runtime_out(
     assert second["fence"] > first["fence"]
     assert second["attempt"] == 2
 
-    late = await client.post(
-        f"/v1/runtime/runs/{run_id}/results",
-        json={"fence": first["fence"], "first_seq": 1, "results": results(run_id, "late")},
-        headers=key(old),
-    )
+    late = await post_results(client, old, run_id, results(run_id, "late"), fence=first["fence"])
     assert refusal(late, 409)["details"]["reason"] == "not_held"
     beat = await client.post(
         "/v1/runtime/heartbeat",
@@ -392,17 +413,9 @@ async def test_a_lapsed_lease_requeues_the_run_and_fences_the_old_runtime_out(
     )
     assert fresh_call.status_code == 200, fresh_call.text
 
-    posted = await client.post(
-        f"/v1/runtime/runs/{run_id}/results",
-        json={"fence": second["fence"], "first_seq": 1, "results": results(run_id, "second")},
-        headers=key(new),
-    )
+    posted = await post_results(client, new, run_id, results(run_id, "second"), fence=second["fence"])
     assert posted.status_code == 200, posted.text
-    await client.post(
-        f"/v1/runtime/runs/{run_id}/end",
-        json={"fence": second["fence"], "status": "completed", "last_seq": 2},
-        headers=key(new),
-    )
+    await post_end(client, new, run_id, last_seq=2, fence=second["fence"])
     run = await wait_status(client, run_id)
     assert run["status"] == "completed"
     stored = await stored_results(client, run_id)
@@ -423,9 +436,7 @@ async def test_a_lapsed_lease_requeues_the_run_and_fences_the_old_runtime_out(
 async def test_a_run_whose_agent_says_fail_fails_when_its_runtime_is_lost(
     host: Host, client: httpx2.AsyncClient
 ) -> None:
-    token = await runtime(host, client, "a1", {"pool": "a"})
-    run_id = await submit(client, "fragile")
-    assert (await claim(client, token))["run"]["run_id"] == run_id
+    _, run_id, _ = await claimed_run(host, client, "fragile")
     run = await wait_status(client, run_id)
     assert run["status"] == "failed"
     assert "on_lost is 'fail'" in run["error"]["message"]
@@ -450,9 +461,8 @@ async def test_a_run_no_runtime_can_take_fails_naming_its_selector(
 async def test_a_cancel_reaches_the_runtime_in_its_next_heartbeat(
     host: Host, client: httpx2.AsyncClient
 ) -> None:
-    token = await runtime(host, client, "a1", {"pool": "a"})
-    run_id = await submit(client, "remote")
-    fence = (await claim(client, token))["run"]["fence"]
+    token, run_id, claimed = await claimed_run(host, client)
+    fence = claimed["fence"]
     started = time.monotonic()
     cancelled = await client.post(f"/v1/runs/{run_id}/cancel", json={"reason": "stop"}, headers=ADMIN_HEADERS)
     assert cancelled.status_code == 202, cancelled.text
@@ -468,11 +478,7 @@ async def test_a_cancel_reaches_the_runtime_in_its_next_heartbeat(
                 break
             await anyio.sleep(0.05)
     assert runs[0]["cancel"] == "stop"
-    await client.post(
-        f"/v1/runtime/runs/{run_id}/end",
-        json={"fence": fence, "status": "completed", "last_seq": 0},
-        headers=key(token),
-    )
+    await post_end(client, token, run_id, last_seq=0, fence=fence)
     run = await wait_status(client, run_id)
     assert run["status"] == "cancelled"
     assert time.monotonic() - started < 5.0, (
@@ -490,9 +496,7 @@ async def placement_of(client: httpx2.AsyncClient, run_id: str) -> dict[str, Any
 async def test_a_remote_runs_audit_keeps_its_runtime_claim_timings_renewals_and_output(
     host: Host, client: httpx2.AsyncClient
 ) -> None:
-    token = await runtime(host, client, "a1", {"pool": "a"})
-    run_id = await submit(client, "remote")
-    claimed = (await claim(client, token))["run"]
+    token, run_id, claimed = await claimed_run(host, client)
     queued = await placement_of(client, run_id)
     assert (queued["state"], queued["runtime_name"], queued["fence"], queued["renewals"]) == (
         "claimed",
@@ -510,16 +514,12 @@ async def test_a_remote_runs_audit_keeps_its_runtime_claim_timings_renewals_and_
             "/v1/runtime/heartbeat", json={"runs": [{"run_id": run_id, "fence": 1}]}, headers=key(token)
         )
         assert beat.json()["runs"][0]["run_id"] == run_id
-    batch = {"fence": 1, "first_seq": 1, "results": results(run_id, "hello")}
-    assert (
-        await client.post(f"/v1/runtime/runs/{run_id}/results", json=batch, headers=key(token))
-    ).is_success
+    assert (await post_results(client, token, run_id, results(run_id, "hello"))).is_success
     output = {"fence": 1, "text": "line one\nline two é\n", "cut_bytes": 1200, "cut_lines": 30}
     posted = await client.post(f"/v1/runtime/runs/{run_id}/output", json=output, headers=key(token))
     assert posted.status_code == 200, posted.text
     artifact_id = posted.json()["artifact_id"]
-    end = {"fence": 1, "status": "completed", "last_seq": 2}
-    assert (await client.post(f"/v1/runtime/runs/{run_id}/end", json=end, headers=key(token))).is_success
+    assert (await post_end(client, token, run_id, last_seq=2)).is_success
     assert (await wait_status(client, run_id))["status"] == "completed"
 
     kept = await placement_of(client, run_id)
@@ -616,16 +616,10 @@ async def test_a_journaled_result_leaves_the_queue_and_an_adopting_host_keeps_th
     """What a host that adopts a remote run after its host died relies on: a posted result is either
     journaled or still a queue row (the journaling transaction deletes the row), and adopting a claim
     keeps its fence, stretches its lease and finds the shift of its attempt."""
-    token = await runtime(host, client, "a1", {"pool": "a"})
-    run_id = await submit(client, "remote")
-    claimed = (await claim(client, token))["run"]
+    token, run_id, claimed = await claimed_run(host, client)
     fence = claimed["fence"]
     message, terminal = results(run_id, "one")
-    posted = await client.post(
-        f"/v1/runtime/runs/{run_id}/results",
-        json={"fence": fence, "first_seq": 1, "results": [message]},
-        headers=key(token),
-    )
+    posted = await post_results(client, token, run_id, [message], fence=fence)
     assert posted.json()["accepted_through"] == 1
     with anyio.fail_after(20):
         while True:
@@ -648,16 +642,8 @@ async def test_a_journaled_result_leaves_the_queue_and_an_adopting_host_keeps_th
     assert shift_of([{"event": "requeued", "shift": 7}, {"event": "claimed"}, {"event": "adopted"}]) == 7
     assert shift_of([{"event": "claimed"}]) == 0
 
-    last = await client.post(
-        f"/v1/runtime/runs/{run_id}/results",
-        json={"fence": fence, "first_seq": 2, "results": [terminal]},
-        headers=key(token),
-    )
+    last = await post_results(client, token, run_id, [terminal], fence=fence, first_seq=2)
     assert last.json()["accepted_through"] == 2
-    end = await client.post(
-        f"/v1/runtime/runs/{run_id}/end",
-        json={"fence": fence, "status": "completed", "last_seq": 2},
-        headers=key(token),
-    )
+    end = await post_end(client, token, run_id, last_seq=2, fence=fence)
     assert end.status_code == 200, end.text
     assert (await wait_status(client, run_id))["status"] == "completed"
