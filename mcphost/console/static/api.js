@@ -127,6 +127,21 @@ export function poll(refresh, ms) {
   })();
 }
 
+/** A table cell; `data-label` names its column where the narrow layout stacks a row's cells. */
+export function cell(label, value) {
+  return el("td", { "data-label": label }, value);
+}
+
+/** Muted text standing for an empty value: "none", "never". */
+export function muted(text) {
+  return el("span", { class: "muted" }, text);
+}
+
+/** A link to the run's page. */
+export function runLink(runId) {
+  return el("a", { href: `/console/run.html?id=${encodeURIComponent(runId)}` }, runId);
+}
+
 /** The query-string parameters of this page. */
 export function params() {
   return new URLSearchParams(location.search);
@@ -258,4 +273,30 @@ export function liveTable({ table, list, key, version, row, columns, errors, ms 
   });
   form.addEventListener("submit", (e) => e.preventDefault());
   pages.refresh().then(() => poll(pages.refresh, ms));
+}
+
+/**
+ * A table of one whole /v1 list (no pages, no filters), re-read every `ms`. `list()` (a client call)
+ * answers the items; `row(item, refresh)` builds each (`refresh` is for after an action); with none,
+ * one row over `columns` cells says `empty`. Once the first answer is shown, the row the URL's
+ * #fragment names (`#<kind>-<id>`: how other pages link a row) is scrolled to.
+ */
+export function wholeTable({ table, list, row, columns, empty, errors, ms = 2000 }) {
+  const body = document.querySelector(`#${table} tbody`);
+  async function refresh() {
+    try {
+      const items = await list();
+      body.replaceChildren(...(items.length
+        ? items.map((item) => row(item, refresh))
+        : [el("tr", { class: "empty" }, el("td", { colspan: columns }, empty))]));
+      errors.replaceChildren();
+    } catch (error) {
+      showError(errors, error);
+    }
+  }
+  refresh().then(() => {
+    // the row exists only now
+    if (location.hash) document.getElementById(decodeURIComponent(location.hash.slice(1)))?.scrollIntoView();
+    poll(refresh, ms);
+  });
 }

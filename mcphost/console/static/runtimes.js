@@ -2,13 +2,9 @@
 // heartbeats, its last heartbeat, slots in use, the runs it holds (fence, attempt, last lease renewal),
 // labels and capabilities, with drain / disable / enable buttons (POST /v1/runtimes/{name}/...). Every
 // call goes through the TypeScript client. Re-read every two seconds.
-import { badge, client, el, initPage, poll, showError, short, time } from "/console/api.js";
+import { badge, cell, client, el, initPage, muted, runLink, showError, short, time, wholeTable } from "/console/api.js";
 
 const errors = document.getElementById("runtimes-error");
-const body = document.querySelector("#runtimes tbody");
-const cell = (label, value) => el("td", { "data-label": label }, value);
-const none = (text) => el("span", { class: "muted" }, text);
-const runLink = (runId) => el("a", { href: `/console/run.html?id=${encodeURIComponent(runId)}` }, runId);
 
 function state(r) {
   return el("div", {}, [
@@ -18,7 +14,7 @@ function state(r) {
 }
 
 function runs(r) {
-  if (!r.runs.length) return none("none");
+  if (!r.runs.length) return muted("none");
   return el("ul", { class: "plain" }, r.runs.map((c) =>
     el("li", { "data-run-id": c.run_id }, [
       runLink(c.run_id),
@@ -28,7 +24,7 @@ function runs(r) {
 
 function labels(r) {
   const entries = Object.entries(r.labels);
-  if (!entries.length) return none("none");
+  if (!entries.length) return muted("none");
   return el("div", {}, entries.map(([k, v]) => el("div", {}, el("code", {}, `${k}=${v}`))));
 }
 
@@ -36,13 +32,13 @@ function capabilities(r) {
   const caps = r.capabilities ?? {};
   const harnesses = Object.entries(caps.harnesses ?? {}).map(([name, h]) => `${name} ${h?.version ?? "not installed"}`);
   return el("div", { class: "capabilities" }, [
-    el("div", {}, (caps.runners ?? []).length ? (caps.runners ?? []).map((id) => el("div", {}, el("code", {}, id))) : none("no runners")),
+    el("div", {}, (caps.runners ?? []).length ? (caps.runners ?? []).map((id) => el("div", {}, el("code", {}, id))) : muted("no runners")),
     harnesses.length ? el("div", { class: "muted" }, harnesses.join(" · ")) : null,
     el("div", { class: "muted" }, short([caps.os, caps.python && `Python ${caps.python}`, caps.version && `mcphost ${caps.version}`].filter(Boolean).join(" · "), 200)),
   ]);
 }
 
-function button(r, action, label) {
+function button(r, action, label, refresh) {
   const b = el("button", { type: "button", "data-action": action }, label);
   b.addEventListener("click", async () => {
     b.disabled = true;
@@ -59,42 +55,34 @@ function button(r, action, label) {
   return b;
 }
 
-function actions(r) {
+function actions(r, refresh) {
   const buttons = [];
-  if (r.state === "online") buttons.push(button(r, "drain", "Drain"));
-  if (r.state !== "disabled") buttons.push(button(r, "disable", "Disable"));
-  if (r.state !== "online") buttons.push(button(r, "enable", "Enable"));
+  if (r.state === "online") buttons.push(button(r, "drain", "Drain", refresh));
+  if (r.state !== "disabled") buttons.push(button(r, "disable", "Disable", refresh));
+  if (r.state !== "online") buttons.push(button(r, "enable", "Enable", refresh));
   return el("div", { class: "actions" }, buttons);
 }
 
-function row(r) {
+function row(r, refresh) {
   return el("tr", { id: `runtime-${r.name}`, "data-runtime": r.name, "data-state": r.state }, [
     cell("Runtime", [el("div", {}, el("strong", {}, r.name)), el("code", { class: "muted" }, r.runtime_id)]),
     cell("State", state(r)),
-    cell("Last heartbeat", r.last_heartbeat_at === null ? none("never") : time(r.last_heartbeat_at)),
+    cell("Last heartbeat", r.last_heartbeat_at === null ? muted("never") : time(r.last_heartbeat_at)),
     cell("Slots in use", `${r.running} / ${r.slots}`),
     cell("Current runs", runs(r)),
     cell("Labels", labels(r)),
     cell("Capabilities", capabilities(r)),
-    cell("Actions", actions(r)),
+    cell("Actions", actions(r, refresh)),
   ]);
 }
 
-async function refresh() {
-  try {
-    const answer = await client.runtimes.list();
-    body.replaceChildren(...(answer.runtimes.length
-      ? answer.runtimes.map(row)
-      : [el("tr", { class: "empty" }, el("td", { colspan: 8 }, "No runtime is registered: `mcphost runtimes add NAME` prints a token for one."))]));
-    errors.replaceChildren();
-  } catch (error) {
-    showError(errors, error);
-  }
-}
-
 initPage();
-refresh().then(() => {
-  // a run page links its runtime as #runtime-<name>: the row exists only now
-  if (location.hash) document.getElementById(decodeURIComponent(location.hash.slice(1)))?.scrollIntoView();
-  poll(refresh, 2000);
+// a run page links its runtime as #runtime-<name>
+wholeTable({
+  table: "runtimes",
+  list: async () => (await client.runtimes.list()).runtimes,
+  row,
+  columns: 8,
+  empty: "No runtime is registered: `mcphost runtimes add NAME` prints a token for one.",
+  errors,
 });
