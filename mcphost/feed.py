@@ -21,7 +21,7 @@ Invariants:
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Generator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Generator, Sequence
 from contextlib import contextmanager
 
 from mcphost.common.tickets import Signal
@@ -144,7 +144,7 @@ class RunReader:
                     return run
                 await Signal.wait(ticket, self._poll_s())
 
-    async def results(self, run_id: str, *, after: int = 0) -> AsyncIterator[StoredResult]:
+    async def results(self, run_id: str, *, after: int = 0) -> AsyncGenerator[StoredResult, None]:
         """Every persisted result of the run after host sequence `after`, live, until the run ends.
 
         A run active on this process is followed in memory (its `ResultFeed`: persist, then publish),

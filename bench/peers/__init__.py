@@ -46,6 +46,7 @@ from bench.peers._servers import (
     langgraph_server,
     mcphost_run,
     mcphost_server,
+    mcphost_wait,
     peer_available,
 )
 from bench.startup import scratch_folder
@@ -87,6 +88,9 @@ class PeerConfig:
     dialects: tuple[DialectName, ...]
     peer: bool = True
     """Measure LangGraph too (False, or its environment missing: the mcphost half only)."""
+    wait: bool = False
+    """mcphost's runs as `POST /v1/events?wait=true` (one JSON answer once the run has ended, as LangGraph's
+    `/runs/wait`) instead of `?stream=true` read to `event: end`."""
     tmp_root: Path | None = None
     skipped: list[str] = field(default_factory=list[str])
 
@@ -185,7 +189,8 @@ async def _dialect(
     async with AsyncExitStack() as stack:
         ws = await stack.enter_async_context(workspace(dialect, cfg.tmp_root))
         host = await stack.enter_async_context(mcphost_server(ws, folder))
-        subject = _Side("mcphost serve", [host], mcphost_run, await stack.enter_async_context(client(top)))
+        run_one = mcphost_wait if cfg.wait else mcphost_run
+        subject = _Side("mcphost serve", [host], run_one, await stack.enter_async_context(client(top)))
         if dialect == "postgres":
             subject.database = make_url(ws.database_url).database
         baseline: _Side | None = None

@@ -1,4 +1,4 @@
-"""`uv run python -m bench.peers [--quick] [--no-peer] [--sqlite-only]`: mcphost vs LangGraph, one table.
+"""`uv run python -m bench.peers [--quick] [--no-peer] [--sqlite-only] [--wait]`: mcphost vs LangGraph, one table.
 
 Prints the Markdown table and the settings of both sides; writes every number to bench/peers/results.json.
 LangGraph's environment is its own uv project: `uv sync --locked --directory bench/peers/langgraph` once.
@@ -18,14 +18,16 @@ from bench.peers._servers import MCPHOST_SETTINGS, PEER_ENV, PEER_JOBS
 RESULTS = Path(__file__).parent / "results.json"
 
 
-def settings() -> dict[str, object]:
+def settings(*, wait: bool = False) -> dict[str, object]:
     """What each side ran with (also in results.json)."""
     return {
         "client": "one aiohttp session in the benchmark's process, the same for both sides, keep-alive "
         "connections for every run in flight (httpx spent ~4x its CPU per run)",
         "mcphost": {
             "server": "`mcphost serve` (uvicorn, one process), bundled echo runner as a plugin subprocess",
-            "request": "POST /v1/events?stream=true, read to `event: end` (the run closed)",
+            "request": "POST /v1/events?wait=true, one JSON answer once the run has ended"
+            if wait
+            else "POST /v1/events?stream=true, read to `event: end` (the run closed)",
             "host": MCPHOST_SETTINGS,
             "database": "a fresh SQLite file (WAL, synchronous=NORMAL) or a fresh PostgreSQL database",
             "event_loop": "uvloop"
@@ -54,9 +56,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         quick="smaller sizes; under 2 minutes",
         results=RESULTS,
     )
+    parser.add_argument(
+        "--wait",
+        action="store_true",
+        help="mcphost's runs as POST /v1/events?wait=true (one JSON answer, like LangGraph's /runs/wait) "
+        "instead of ?stream=true",
+    )
     args = parser.parse_args(argv)
     preset = _command.preset(args)
-    cfg = PeerConfig(sizes=PRESETS[preset], dialects=tuple(dialects(args.sqlite_only)), peer=not args.no_peer)
+    cfg = PeerConfig(
+        sizes=PRESETS[preset],
+        dialects=tuple(dialects(args.sqlite_only)),
+        peer=not args.no_peer,
+        wait=args.wait,
+    )
     return _command.measure(
         run,
         cfg,
@@ -64,7 +77,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         argv=argv,
         preset=preset,
         output=args.output,
-        details={"settings": settings()},
+        details={"settings": settings(wait=args.wait)},
     )
 
 

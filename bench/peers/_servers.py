@@ -187,14 +187,18 @@ async def client(concurrency: int) -> AsyncGenerator[aiohttp.ClientSession, None
         yield session
 
 
-async def mcphost_run(session: aiohttp.ClientSession, server: Server, conversation: str) -> None:
-    """One echo run through `POST /v1/events?stream=true`, followed to its `end` event."""
-    body = {
+def _echo_event(conversation: str) -> dict[str, object]:
+    return {
         "event_type": "message.received",
         "conversation": {"conversation_id": conversation, "bot_id": "echo"},
         "actor": {"actor_id": "bench-user"},
         "input": {"text": TEXT},
     }
+
+
+async def mcphost_run(session: aiohttp.ClientSession, server: Server, conversation: str) -> None:
+    """One echo run through `POST /v1/events?stream=true`, followed to its `end` event."""
+    body = _echo_event(conversation)
     event, end, echoed = "", None, False
     async with session.post(f"{server.url}/v1/events", params={"stream": "true"}, json=body) as response:
         if response.status != 200:
@@ -215,6 +219,15 @@ async def mcphost_run(session: aiohttp.ClientSession, server: Server, conversati
                 event = ""
     if end is None or end.get("status") != "completed" or not echoed:
         raise RuntimeError(f"mcphost run did not complete with the echo: end={end!r}, echoed={echoed}")
+
+
+async def mcphost_wait(session: aiohttp.ClientSession, server: Server, conversation: str) -> None:
+    """One echo run through `POST /v1/events?wait=true`: answered once the run has ended, with its results."""
+    body = _echo_event(conversation)
+    async with session.post(f"{server.url}/v1/events", params={"wait": "true"}, json=body) as response:
+        text = await response.text()
+    if response.status != 200 or TEXT not in text or '"completed"' not in text:
+        raise RuntimeError(f"mcphost run did not complete with the echo: {response.status} {text[:500]!r}")
 
 
 async def _langgraph_wait(session: aiohttp.ClientSession, url: str, body: Mapping[str, object]) -> None:

@@ -103,6 +103,7 @@ from mcphost.ingress import check_client_event_id
 from mcphost.models import AgentEventEnvelope, Run
 from mcphost.protocol import JSONObject
 from mcphost.stores import MAX_RUN_SEQ
+from mcphost.stores.results import StoredResult
 from mcphost.stores.state import owner_from_ids
 
 logger = logging.getLogger("mcphost.api")
@@ -201,33 +202,57 @@ async def ingest_event(request: Request) -> Response:
 WAIT_RESULTS = 1000
 """At most this many results in a `wait=true` answer (deltas left out)."""
 WAIT_SCAN_PAGES = 10
-"""At most this many pages of `RESULTS_PAGE_LIMIT` results are read for one answer."""
+"""At most this many pages' worth (`RESULTS_PAGE_LIMIT` each) of results, deltas included, are read for one
+answer; the rest are left to `GET /v1/runs/{run_id}/results`."""
+
+
+class _Collected:
+    """What a `wait=true` answer holds of a run's results, gathered from a live follow or store pages."""
+
+    def __init__(self) -> None:
+        self.results: list[JSONObject] = []
+        self.message: JSONObject | None = None
+        self.after = 0
+        self.scanned = 0
+        self.full = False
+        """A bound was reached (`WAIT_RESULTS` kept or `WAIT_SCAN_PAGES` read): the rest is not read."""
+
+    def add(self, item: StoredResult) -> bool:
+        """Keep `item` (a delta only moves `after`); False once a bound is reached."""
+        if self.scanned == WAIT_SCAN_PAGES * RESULTS_PAGE_LIMIT:
+            self.full = True
+            return False
+        self.scanned += 1
+        if item.type != "message.delta":
+            if len(self.results) == WAIT_RESULTS:
+                self.full = True
+                return False
+            self.results.append({"seq": item.seq, **item.payload})
+            self.message = _message_of(item.type, item.payload) or self.message
+        self.after = item.seq
+        return True
 
 
 async def _wait_for(state: ApiState, run: Run, admitted: Admitted, timeout_s: float) -> RunWaited:
-    """Wait up to `timeout_s` for the run to end (never cancelling it), then read its results."""
+    """Wait up to `timeout_s` for the run to end (never cancelling it), collecting its results as they
+    come: a run executing on this process is followed in memory (`Orchestrator.results`), as a result
+    stream follows it, so an answer in time reads nothing back from the store. When the wait times out
+    first, the results persisted by then are read from the store after the last one followed."""
+    got = _Collected()
+    followed = False
     with anyio.move_on_after(timeout_s):
+        async with aclosing(state.orchestrator.results(run.run_id)) as items:
+            async for item in items:
+                if not got.add(item):
+                    break
+            else:
+                followed = True  # to the run's end
         run = await state.orchestrator.wait(run.run_id)
     if not run.status.is_terminal:
         run = await state.stores.runs.get(run.run_id)
-    results: list[JSONObject] = []
-    message: JSONObject | None = None
-    after, complete = 0, False
-    for _ in range(WAIT_SCAN_PAGES):
-        page = await state.stores.results.list(run.run_id, after=after, limit=RESULTS_PAGE_LIMIT)
-        full = False
-        for item in page:
-            if item.type != "message.delta":
-                if len(results) == WAIT_RESULTS:
-                    full = True
-                    break
-                results.append({"seq": item.seq, **item.payload})
-                message = _message_of(item.type, item.payload) or message
-            after = item.seq
-        if full:
-            break
-        if len(page) < RESULTS_PAGE_LIMIT:
-            complete = True
+    while not followed and not got.full:
+        page = await state.stores.results.list(run.run_id, after=got.after, limit=RESULTS_PAGE_LIMIT)
+        if not all(got.add(item) for item in page) or len(page) < RESULTS_PAGE_LIMIT:
             break
     return RunWaited(
         run_id=run.run_id,
@@ -236,10 +261,10 @@ async def _wait_for(state: ApiState, run: Run, admitted: Admitted, timeout_s: fl
         created=admitted.created,
         done=run.status.is_terminal,
         run=run,
-        results=results,
-        results_complete=complete,
-        next_after=after,
-        message=message,
+        results=got.results,
+        results_complete=not got.full,
+        next_after=got.after,
+        message=got.message,
     )
 
 

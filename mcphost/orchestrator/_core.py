@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from functools import partial
@@ -725,7 +725,7 @@ class Orchestrator:
         """Wait until the run is terminal (the latest ends of this process are answered from memory)."""
         return await self._reader.wait(run_id)
 
-    def results(self, run_id: str, *, after: int = 0) -> AsyncIterator[StoredResult]:
+    def results(self, run_id: str, *, after: int = 0) -> AsyncGenerator[StoredResult, None]:
         """Every persisted result of the run after host sequence `after`, live, until the run ends
         (`feed.RunReader.results`)."""
         return self._reader.results(run_id, after=after)

@@ -14,6 +14,7 @@ import anyio
 import httpx2
 import pytest
 
+from mcphost.api import _endpoints as endpoints
 from mcphost.api import openapi
 from mcphost.app import Host, open_host
 from mcphost.common.timestamps import is_epoch_field, iso8601
@@ -75,6 +76,63 @@ async def test_wait_true_answers_the_ended_run_with_its_results_and_message(
     assert again.status_code == 200
     assert again.json()["run_id"] == answer["run_id"]
     assert again.json()["created"] is False
+
+
+async def test_wait_true_follows_a_run_executing_here_without_reading_its_results_back(
+    host: Host, client: httpx2.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The answer is gathered as the run's results are published (persisted first), as a result stream
+    follows them: the store is written once and read for nothing."""
+    reads: list[str] = []
+    listed = host.stores.results.list
+
+    async def counted(run_id: str, **kwargs: Any) -> Any:
+        reads.append(run_id)
+        return await listed(run_id, **kwargs)
+
+    monkeypatch.setattr(host.stores.results, "list", counted)
+    response = await client.post("/v1/events", params={"wait": "true"}, json=event_body("hello there"))
+    assert response.status_code == 200, response.text
+    answer = response.json()
+    assert [r["type"] for r in answer["results"]][-1] == "run.completed"
+    assert answer["results_complete"] is True
+    assert reads == []
+    stored = await listed(answer["run_id"], after=0, limit=100)
+    assert answer["results"] == [{"seq": r.seq, **r.payload} for r in stored if r.type != "message.delta"]
+
+
+async def test_a_wait_answer_stops_at_its_bounds_and_names_where_to_go_on(
+    client: httpx2.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(endpoints, "RESULTS_PAGE_LIMIT", 50)
+    monkeypatch.setattr(endpoints, "WAIT_SCAN_PAGES", 2)
+    flooded = await client.post(
+        "/v1/events", params={"wait": "true"}, json=event_body("flood:300", bot="bad")
+    )
+    assert flooded.status_code == 200, flooded.text
+    answer = flooded.json()
+    assert answer["done"] is True  # a bound stops the reading, not the wait
+    assert answer["status"] == "completed"
+    assert answer["results"] == []  # only deltas were read
+    assert answer["results_complete"] is False
+    rest = await client.get(
+        f"/v1/runs/{answer['run_id']}/results",
+        params={"after": answer["next_after"]},
+        headers={"accept": "application/json"},
+    )
+    assert rest.status_code == 200, rest.text
+    items = cast("list[dict[str, Any]]", rest.json()["results"])
+    assert items[0]["seq"] == answer["next_after"] + 1  # nothing skipped
+    assert items[-1]["type"] == "run.completed"
+
+    monkeypatch.setattr(endpoints, "WAIT_RESULTS", 2)
+    kept = (
+        await client.post("/v1/events", params={"wait": "true"}, json=event_body("hi", conversation="c2"))
+    ).json()
+    assert [r["type"] for r in kept["results"]] == ["message.completed", "state.updated"]
+    assert kept["results_complete"] is False
+    assert kept["next_after"] == kept["results"][-1]["seq"]
+    assert kept["message"] is not None
 
 
 async def test_a_wait_that_times_out_answers_202_and_leaves_the_run_going(
