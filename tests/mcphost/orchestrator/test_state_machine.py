@@ -296,12 +296,10 @@ async def test_the_registry_keeps_only_the_latest_ends(
     orchestrator: Orchestrator, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(tuning, "RECENT_ENDS", 2)
-    ids = [
-        (await orchestrator.submit(message("ok", bot="fake", conversation=f"r{i}"))).run.run_id
-        for i in range(3)
-    ]
-    for run_id in ids:
-        await orchestrator.wait(run_id)
+    ids: list[str] = []
+    for i in range(3):  # one after the other: runs executing side by side may end in any order
+        ids.append((await orchestrator.submit(message("ok", bot="fake", conversation=f"r{i}"))).run.run_id)
+        await orchestrator.wait(ids[-1])
     assert [orchestrator.phase(run_id) for run_id in ids] == [None, RunPhase.ENDED, RunPhase.ENDED]
     assert orchestrator.active_run_ids() == []
     assert (await orchestrator.wait(ids[0])).status is RunStatus.COMPLETED  # from the store now
