@@ -21,7 +21,10 @@ Invariants:
   failed `host.restarted`: then it is admitted again as the next attempt (`runs.admit`).
 - A run admitted while a slot of `max_concurrent_runs` is free is started by its admission transaction
   when `try_start` would start it (`_start_at_once`, `RunStart`), holding that slot; otherwise it is
-  admitted `queued`, the slot is given back and `_wait_turn` starts it later.
+  admitted `queued`, the slot is given back and `_wait_turn` starts it later. A started run holds its
+  slot until its close is over (its end written, or left to the sweeper as `UNFINISHED`), so the runs
+  this process has stored `running` never outnumber `max_concurrent_runs`, save those whose end could
+  not be written (nothing executes them any more).
 - At start-up, runs a stopped host left `running` fail `host.restarted`; the ones it left `queued` are
   adopted and run here (`_resume`) in their original queue order, with their original deadline.
 - Everything after the grant is built sits inside one try/finally: whatever fails, the run gets a

@@ -575,20 +575,15 @@ class Orchestrator:
                             )
                     if started:
                         tracing.event(run_span, "started")
-                        try:
-                            with tracing.span(
-                                f"mcphost.runner {runner_id}",
-                                kind="client",
-                                attributes={**ids, tracing.RUNNER_ID: runner_id},
-                            ) as runner_span:
-                                happened = await self._execute(
-                                    active, event, binding, grant, journal, runner_span
-                                )
-                                tracing.annotate(
-                                    runner_span, {tracing.OUTCOME: str(decide_end(happened).status)}
-                                )
-                        finally:
-                            self._limiter.release_on_behalf_of(active)
+                        with tracing.span(
+                            f"mcphost.runner {runner_id}",
+                            kind="client",
+                            attributes={**ids, tracing.RUNNER_ID: runner_id},
+                        ) as runner_span:
+                            happened = await self._execute(
+                                active, event, binding, grant, journal, runner_span
+                            )
+                            tracing.annotate(runner_span, {tracing.OUTCOME: str(decide_end(happened).status)})
             except Exception as exc:
                 closing.log_host_failure(run_id, exc)
                 happened = Happened(settled=journal.outcome, failure=exc)
@@ -601,17 +596,22 @@ class Orchestrator:
                         deadline_passed=active.deadline_passed,
                     )
                 ended: RunOutcome | None = None
-                if active.phase is not RunPhase.RELEASED:  # released: the next host follows it
-                    with anyio.CancelScope(shield=True), anyio.move_on_after(tuning.CLOSE_BOUND_S):
-                        ended = await closing.close(
-                            active,
-                            journal,
-                            happened,
-                            stores=self._stores,
-                            runs=self._runs,
-                            on_run_end=self.on_run_end,
-                            on_run_closing=self.on_run_closing,
-                        )
+                try:
+                    if active.phase is not RunPhase.RELEASED:  # released: the next host follows it
+                        with anyio.CancelScope(shield=True), anyio.move_on_after(tuning.CLOSE_BOUND_S):
+                            ended = await closing.close(
+                                active,
+                                journal,
+                                happened,
+                                stores=self._stores,
+                                runs=self._runs,
+                                on_run_end=self.on_run_end,
+                                on_run_closing=self.on_run_closing,
+                            )
+                finally:
+                    if started:
+                        # Held until its end is written: a run stored `running` always holds a slot.
+                        self._limiter.release_on_behalf_of(active)
                 self._conversation_signal.notify()
                 if run_span is not None and ended is not None:
                     closing.trace_end(run_span, ended)
@@ -621,8 +621,8 @@ class Orchestrator:
     ) -> bool:
         """Wait for a slot of `max_concurrent_runs` and for the database to let this run start.
 
-        True with the slot held (released by the caller) and the run `EXECUTING`; False, without a slot,
-        when the run ended while queued. The slot is taken before asking the database, so a run marked
+        True with the slot held (the caller gives it back once the run's close is over) and the run
+        `EXECUTING`; False, without a slot, when the run ended while queued. The slot is taken before asking the database, so a run marked
         `running` is never waiting for capacity, and given back while the conversation is busy, so a
         queued run never holds a slot that others could use.
         """

@@ -23,10 +23,10 @@ Invariants:
 from __future__ import annotations
 
 import json
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 from pydantic import BaseModel, ConfigDict
-from sqlalchemy import ColumnElement, Row, bindparam, delete, func, or_, select
+from sqlalchemy import ColumnElement, Row, Select, bindparam, delete, func, or_, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.sql import Executable
@@ -113,12 +113,28 @@ def _record(row: ConversationRow) -> ConversationRecord:
     )
 
 
+_InsertT = TypeVar("_InsertT", bound=postgresql.Insert | sqlite.Insert)
+
+
 def _touch_statement(dialect: Dialect) -> Executable:
     table = table_of(ConversationRow)
     insert = postgresql.insert(table) if dialect == "postgresql" else sqlite.insert(table)
-    stmt = insert.values(
-        {name: bindparam(f"v_{name}", type_=table.c[name].type) for name in _TOUCHED} | {"runs": 1}
+    return _touching(
+        insert.values(
+            {name: bindparam(f"v_{name}", type_=table.c[name].type) for name in _TOUCHED} | {"runs": 1}
+        )
     )
+
+
+def touch_from(admitted: Select[Any]) -> postgresql.Insert:
+    """PostgreSQL: `touch_conversation` of the row `admitted` selects (the columns `_TOUCHED`, then
+    `runs`), for a statement that admits the run and touches its conversation at once."""
+    return _touching(postgresql.insert(table_of(ConversationRow)).from_select([*_TOUCHED, "runs"], admitted))
+
+
+def _touching(stmt: _InsertT) -> _InsertT:
+    """`stmt` (a conversation's row) as the upsert that makes it its conversation's newest activity."""
+    table = table_of(ConversationRow)
     new = stmt.excluded
     return stmt.on_conflict_do_update(
         index_elements=["conversation_id"],

@@ -33,7 +33,10 @@ Invariants:
   from that commit on, every replica serves the session endpoint as this run (`stores/warm.py`).
 - `created_seq` only grows (AUTOINCREMENT / a sequence), so it orders runs by admission.
 - Admission, start and every status move run SQLAlchemy Core statements built once (`engine.core`,
-  `_MOVES`) and read Core rows, never ORM objects: they are every run's statements.
+  `_MOVES`) and read Core rows, never ORM objects: they are every run's statements. On PostgreSQL the
+  usual admission (the event's first run, `enqueue` or a policy already applied) is one statement
+  after the lock (`_admit.py`: the same rows, a run that may start inserted `running`), then the
+  context's `UPDATE`.
 - Retried when their connection drops (`@idempotent`, `_retry.py`), because repeating them is safe: every
   read; `admit` (a retry finds the row the first attempt may have committed, and recognizes it as its
   own by run id); `try_start` (a run already running on the same host counts as started); `finish`
@@ -63,6 +66,7 @@ from mcphost.errors import (
 )
 from mcphost.models import ALLOWED_TRANSITIONS, ConcurrencyPolicy, Run, RunFailure, RunGrant, RunStatus
 from mcphost.protocol import AgentRunContext, JSONObject
+from mcphost.stores._admit import Admitted, Starting, admit_first
 from mcphost.stores._cursor import CursorCodec, Page, check_limit
 from mcphost.stores._retry import idempotent
 from mcphost.stores._sql import Dialect, lock_in_transaction
@@ -248,6 +252,23 @@ async def _move(
     return (await (await core(session)).execute(stmt, params)).one_or_none()
 
 
+async def _write_context(
+    session: AsyncSession,
+    run_id: str,
+    build: StartContext,
+    latest: str | None,
+    has_before: bool,
+    snapshots: Mapping[str, ScopeSnapshot],
+) -> None:
+    """A starting run's context, built from what its start read, stored on the run (with its warm
+    session, when the context offers one)."""
+    context = await build(latest, has_before, snapshots)
+    mcp = context.context.mcp
+    warm = None if mcp is None or mcp.session is None else mcp.session.session_id
+    values = {"w_run_id": run_id, "v_context": context.model_dump(mode="json"), "v_warm": warm}
+    await (await core(session)).execute(_SET_CONTEXT, values)
+
+
 def interrupted_by(run_id: str) -> str:
     """The cancel reason of a run interrupted by the newer run `run_id` (`interrupt` policy)."""
     return f"interrupted by a newer event (run {run_id})"
@@ -306,7 +327,15 @@ class RunStore:
         async def admit_in(session: AsyncSession) -> tuple[Run, bool]:
             if conversation:
                 await lock_in_transaction(session, self._db.dialect, _LOCK_NAMESPACE, conversation)
-            existing = await self._by_event(session, run.event_id)
+            policy = bool(conversation) and concurrency != "enqueue"
+            if self._db.dialect == "postgresql" and not policy:
+                # The usual case in one statement (`_admit.py`): the first run, or the event's latest.
+                admitted = await self._admit_first(session, values, inbound, start)
+                if admitted.created:
+                    return _run(admitted.row), True
+                existing: Row[Any] | None = admitted.row
+            else:
+                existing = await self._by_event(session, run.event_id)
             if existing is not None and existing.run_id == run.run_id:
                 # Our own row when an earlier attempt committed before its connection dropped.
                 return _run(existing), True
@@ -316,8 +345,12 @@ class RunStore:
                 return prior, False
             else:
                 values.update(attempt=prior.attempt + 1, previous_run_id=prior.run_id)
-            if conversation and concurrency != "enqueue":
+            if policy:
                 await self._apply_policy(session, conversation, concurrency, run.run_id)
+                if self._db.dialect == "postgresql" and existing is None:
+                    admitted = await self._admit_first(session, values, inbound, start)
+                    assert admitted.created  # under the conversation's lock, the event still has no run
+                    return _run(admitted.row), True
             row = (await (await core(session)).execute(_INSERT, values)).one()
             if conversation:
                 actor = inbound.get("actor_id") if inbound is not None else None
@@ -337,6 +370,38 @@ class RunStore:
             if existing_run is None or _restartable(existing_run):
                 raise
             return existing_run, existing_run.run_id == run.run_id
+
+    async def _admit_first(
+        self,
+        session: AsyncSession,
+        values: dict[str, Any],
+        inbound: dict[str, Any] | None,
+        start: RunStart | None,
+    ) -> Admitted:
+        """PostgreSQL: the event's first run admitted in one statement (`_admit.py`), and started with
+        its context when it may start at once; else the event's latest run."""
+        values.update(attempt=1, previous_run_id=None)
+        starting = None
+        if start is not None:
+            scopes = start.state if start.context is not None else ()
+            starting = Starting(start.host_id, start.user_item, start.context is not None, scopes)
+        actor = inbound.get("actor_id") if inbound is not None else None
+        admitted = await admit_first(session, values, actor_id=actor, inbound=inbound, start=starting)
+        row = admitted.row
+        if (
+            admitted.created
+            and start is not None
+            and start.context is not None
+            and row.status == RunStatus.RUNNING
+        ):
+            newest, items = admitted.head
+            latest = None if newest is None else self._cursors.encode("transcript", newest)
+            snapshots = {
+                scope: await read_snapshot(session, scope, owner, first=first)
+                for (scope, owner), first in zip(start.state, admitted.sizes, strict=True)
+            }
+            await _write_context(session, row.run_id, start.context, latest, items > 1, snapshots)
+        return admitted
 
     async def _apply_policy(
         self, session: AsyncSession, conversation: str, concurrency: ConcurrencyPolicy, new_run_id: str
@@ -440,11 +505,7 @@ class RunStore:
                     session, self._cursors, row.conversation_id, row.thread_id
                 )
             snapshots = {scope: await read_snapshot(session, scope, owner) for scope, owner in start.state}
-            context = await start.context(latest, has_before, snapshots)
-            mcp = context.context.mcp
-            warm = None if mcp is None or mcp.session is None else mcp.session.session_id
-            values = {"w_run_id": row.run_id, "v_context": context.model_dump(mode="json"), "v_warm": warm}
-            await (await core(session)).execute(_SET_CONTEXT, values)
+            await _write_context(session, row.run_id, start.context, latest, has_before, snapshots)
         return moved
 
     @idempotent

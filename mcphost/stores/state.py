@@ -30,7 +30,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
-from sqlalchemy import ColumnElement, bindparam, delete, select
+from sqlalchemy import JSON, ColumnElement, ScalarSelect, bindparam, delete, func, select, type_coerce
+from sqlalchemy.dialects.postgresql import aggregate_order_by
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from mcphost.errors import InvalidArgumentError, PayloadTooLargeError
@@ -199,20 +200,48 @@ async def upsert_state(session: AsyncSession, dialect: Dialect, values: dict[str
     await (await core(session)).execute(_UPSERT[dialect], values)
 
 
+def snapshot_owner(scope: str, owner: Sequence[str]) -> dict[str, str]:
+    """The parameters of a snapshot's reads (`w_scope`, `w_owner`), the scope checked."""
+    return {"w_scope": _check_scope(scope), "w_owner": encode_owner(owner)}
+
+
+def first_sizes(scope: Any, owner: Any) -> ScalarSelect[Any]:
+    """PostgreSQL: the first batch a snapshot reads (`_SIZES` of the owner given by the expressions
+    `scope` and `owner`) as one JSON array of [key, size] in key order, NULL when the owner has none;
+    for a statement that reads it together with others (`read_snapshot(first=...)`)."""
+    sizes = (
+        select(_key, _size)
+        .where(_STATE.c["scope"] == scope, _STATE.c["owner"] == owner)
+        .order_by(_key)
+        .limit(_SNAPSHOT_BATCH)
+        .subquery()
+    )
+    pair = func.json_build_array(sizes.c.key, sizes.c.size)
+    return select(type_coerce(func.json_agg(aggregate_order_by(pair, sizes.c.key)), JSON)).scalar_subquery()
+
+
 async def read_snapshot(
-    session: AsyncSession, scope: str, owner: Sequence[str], *, max_bytes: int = SNAPSHOT_MAX_BYTES
+    session: AsyncSession,
+    scope: str,
+    owner: Sequence[str],
+    *,
+    max_bytes: int = SNAPSHOT_MAX_BYTES,
+    first: Sequence[Sequence[Any]] | None = None,
 ) -> ScopeSnapshot:
     """Inside `session`: the owner's values in key order, stopping before the first that would push
     the compact JSON of the result past `max_bytes`. A value that cannot be served is left out and its
-    key listed in `unservable`: one bad value never fails the snapshot."""
+    key listed in `unservable`: one bad value never fails the snapshot. `first`: the first batch of
+    (key, size), already read in this transaction (`first_sizes`), instead of reading it here."""
     conn = await core(session)
-    where = {"w_scope": _check_scope(scope), "w_owner": encode_owner(owner)}
+    where = snapshot_owner(scope, owner)
     chosen: set[str] = set()
     total = 2  # {}
     after: str | None = None
     full = False
     while not full:
-        if after is None:
+        if after is None and first is not None:
+            rows = [(key, size) for key, size in first]
+        elif after is None:
             rows = (await conn.execute(_SIZES, where)).all()
         else:
             rows = (await conn.execute(_SIZES_AFTER, where | {"w_after": after})).all()

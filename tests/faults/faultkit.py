@@ -83,6 +83,13 @@ def result_insert(statement: str) -> bool:
     )
 
 
+def run_insert(statement: str) -> bool:
+    """A statement admitting a run: an INSERT, or on PostgreSQL the admission's one statement (an INSERT
+    inside a WITH, `stores/_admit.py`)."""
+    flat = " ".join(statement.split()).lower()
+    return flat.startswith("insert into runs ") or (flat.startswith("with ") and "insert into runs " in flat)
+
+
 def result_read(statement: str) -> bool:
     flat = " ".join(statement.split()).lower()
     return flat.startswith("select") and "from run_results" in flat

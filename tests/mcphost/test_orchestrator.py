@@ -21,7 +21,6 @@ from mcphost.grants import build_grant, mint_token
 from mcphost.models import AgentEventEnvelope, Run, RunStatus, new_id
 from mcphost.orchestrator import _tuning as orchestrator_module
 from mcphost.stores import event_values
-from mcphost.stores import runs as runs_store_module
 from mcphost.stores.results import StoredResult
 from tests.examples.clikit import mcphost
 from tests.mcphost.hostkit import ECHO_RUNNER, error_code, host_settings, message, run_event, wait_running
@@ -115,15 +114,17 @@ async def test_a_run_and_its_inbound_event_are_admitted_together(host: Host) -> 
         await host.orchestrator.wait(admission.run.run_id)
 
 
-async def test_a_run_whose_inbound_event_cannot_be_written_is_not_admitted(
-    host: Host, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # One transaction: when the event row fails, the run row it would have joined is rolled back too.
-    async def broken_insert(*_args: object) -> int | None:
-        raise RuntimeError("the event log refused the row")
+async def test_a_run_whose_inbound_event_cannot_be_written_is_not_admitted(host: Host) -> None:
+    # One transaction: when the event row fails, the run row it would have joined is rolled back too
+    # (on PostgreSQL both are parts of one statement, `stores/_admit.py`).
+    def refuse_the_event_row(_conn: object, _cursor: object, statement: str, *_: object) -> None:
+        if "insert into events" in statement.lower():
+            raise RuntimeError("the event log refused the row")
 
-    monkeypatch.setattr(runs_store_module, "insert_event", broken_insert)
-    with pytest.raises(RuntimeError, match="refused the row"):
+    with (
+        host.stores.db.hooks.added("before_cursor_execute", refuse_the_event_row),
+        pytest.raises(RuntimeError, match="refused the row"),
+    ):
         await host.orchestrator.submit(message("ok", event_id="evt-half"))
     assert (await host.stores.runs.list(limit=10)).items == []
     assert await host.stores.runs.get_by_event("evt-half") is None

@@ -4,6 +4,7 @@ SQLite file, real plugin processes, real HTTP, the real MCP client and the real 
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import os
@@ -21,6 +22,7 @@ from typing import Any
 import anyio
 import httpx2
 import pytest
+import uvicorn.server
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
@@ -518,3 +520,62 @@ async def test_small_answers_are_not_held_back_by_nagle(tmp_path: Path) -> None:
     with_nagle = await thirty_requests(plain)
     took = await thirty_requests(ours)
     assert took < with_nagle / 3, f"30 small requests took {took:.2f} s; with Nagle {with_nagle:.2f} s"
+
+
+class _RecordedSleeps:
+    """`asyncio` as uvicorn's server module sees it, with each `sleep` recorded."""
+
+    def __init__(self) -> None:
+        self.sleeps: list[float] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(asyncio, name)
+
+    async def sleep(self, delay: float, result: Any = None) -> Any:
+        self.sleeps.append(delay)
+        return await asyncio.sleep(delay, result)
+
+
+async def test_stopping_waits_for_a_response_in_flight_but_not_for_uvicorns_fixed_sleeps(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A stop lets a response being written finish (graceful), closes an idle keep-alive connection, and
+    is over once both are gone: uvicorn's own shutdown slept a fixed 0.1 s after asking connections to
+    close and 0.1 s per look, which every `mcphost run` paid."""
+    recorded = _RecordedSleeps()
+    monkeypatch.setattr(uvicorn.server, "asyncio", recorded)
+    release = anyio.Event()
+    entered = anyio.Event()
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        if scope["path"] == "/slow":
+            entered.set()
+            await release.wait()
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    answers: list[str] = []
+    sock = bind_socket("127.0.0.1", 0)
+    with sock:
+        async with (
+            httpx2.AsyncClient() as idle,
+            httpx2.AsyncClient() as busy,
+            anyio.create_task_group() as tg,
+        ):
+            async with serve_http(app, sock) as url:
+                assert (await idle.get(url)).text == "ok"  # an idle keep-alive connection stays open
+
+                async def slow() -> None:
+                    answers.append((await busy.get(f"{url}/slow")).text)
+
+                tg.start_soon(slow)
+                await entered.wait()
+                tg.start_soon(_release_soon, release)
+            # The block is left with /slow still running: the stop waited for its answer.
+            assert answers == ["ok"]
+    assert 0.1 not in recorded.sleeps, recorded.sleeps
+
+
+async def _release_soon(release: anyio.Event) -> None:
+    await anyio.sleep(0.05)
+    release.set()

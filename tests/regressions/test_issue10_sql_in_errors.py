@@ -14,7 +14,7 @@ from mcphost.app import Host, open_host
 from mcphost.models import RunStatus
 from mcphost.orchestrator import _tuning as orchestrator_module
 from tests.e2e.httpkit import api_settings, event_body, parse_sse, served
-from tests.faults.faultkit import SqlFault, result_insert
+from tests.faults.faultkit import SqlFault, result_insert, run_insert
 from tests.faults.test_terminal_write import SECRET
 
 
@@ -45,7 +45,7 @@ async def test_a_database_error_with_user_text_never_reaches_a_client(host: Host
         # An HTTP error: the admission itself fails on storage.
         admit = SqlFault(
             host.stores.db,
-            lambda s: s.lstrip().upper().startswith("INSERT INTO RUNS"),
+            run_insert,
             message=f"attempt to write a readonly database: {SECRET}",
         )
         async with admit.installed():
@@ -53,7 +53,7 @@ async def test_a_database_error_with_user_text_never_reaches_a_client(host: Host
             refused = await http.post("/v1/events", json=event_body(f"again {SECRET}", conversation="s2"))
         full = SqlFault(
             host.stores.db,
-            lambda s: s.lstrip().upper().startswith("INSERT INTO RUNS"),
+            run_insert,
             message=f"database or disk is full: {SECRET}",
         )
         async with full.installed():

@@ -106,17 +106,22 @@ async def fake() -> FakeExecutor:
     return FakeExecutor()
 
 
+def _orchestrator(stores: Stores, fake: FakeExecutor, *, max_concurrent_runs: int = 64) -> Orchestrator:
+    return Orchestrator(
+        stores=stores,
+        registry=RunnerRegistry([fake]),
+        bindings=Bindings([agent("fake", RUNNER, timeout_s=30), agent("quick", RUNNER, timeout_s=0.5)]),
+        public_url="http://127.0.0.1:1",
+        max_concurrent_runs=max_concurrent_runs,
+    )
+
+
 @pytest.fixture
 async def orchestrator(
     stores: Stores, fake: FakeExecutor, tmp_path: Path
 ) -> AsyncGenerator[Orchestrator, None]:
     del tmp_path
-    orchestrator = Orchestrator(
-        stores=stores,
-        registry=RunnerRegistry([fake]),
-        bindings=Bindings([agent("fake", RUNNER, timeout_s=30), agent("quick", RUNNER, timeout_s=0.5)]),
-        public_url="http://127.0.0.1:1",
-    )
+    orchestrator = _orchestrator(stores, fake)
     with anyio.fail_after(60):
         async with orchestrator.running():
             yield orchestrator
@@ -296,15 +301,35 @@ async def test_the_registry_keeps_only_the_latest_ends(
     orchestrator: Orchestrator, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(tuning, "RECENT_ENDS", 2)
-    ids = [
-        (await orchestrator.submit(message("ok", bot="fake", conversation=f"r{i}"))).run.run_id
-        for i in range(3)
-    ]
-    for run_id in ids:
-        await orchestrator.wait(run_id)
+    ids: list[str] = []
+    for i in range(3):  # one after the other: runs executing side by side may end in any order
+        ids.append((await orchestrator.submit(message("ok", bot="fake", conversation=f"r{i}"))).run.run_id)
+        await orchestrator.wait(ids[-1])
     assert [orchestrator.phase(run_id) for run_id in ids] == [None, RunPhase.ENDED, RunPhase.ENDED]
     assert orchestrator.active_run_ids() == []
     assert (await orchestrator.wait(ids[0])).status is RunStatus.COMPLETED  # from the store now
+
+
+async def test_a_run_holds_its_slot_until_its_end_is_written(stores: Stores, fake: FakeExecutor) -> None:
+    orchestrator = _orchestrator(stores, fake, max_concurrent_runs=1)
+    during_close: list[tuple[str, RunStatus, int]] = []
+
+    async def admit_another(_closing_id: str) -> None:
+        if during_close:
+            return
+        admitted = (await orchestrator.submit(message("ok", bot="fake", conversation="other"))).run
+        running = await stores.runs.list(status=RunStatus.RUNNING, limit=10)
+        during_close.append((admitted.run_id, admitted.status, len(running.items)))
+
+    orchestrator.on_run_closing.append(admit_another)
+    with anyio.fail_after(60):
+        async with orchestrator.running():
+            first = (await orchestrator.submit(message("ok", bot="fake", conversation="one"))).run.run_id
+            assert (await orchestrator.wait(first)).status is RunStatus.COMPLETED
+            [(second, status, running)] = during_close
+            # Admitted while the first closed, its end not written yet: the one slot was still taken.
+            assert (status, running) == (RunStatus.QUEUED, 1)
+            assert (await orchestrator.wait(second)).status is RunStatus.COMPLETED
 
 
 def _active(run_id: str = "run_x") -> ActiveRun:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 import anyio
@@ -14,8 +15,11 @@ from mcphost.errors import (
     RunNotFoundError,
 )
 from mcphost.models import Run, RunFailure, RunStatus
+from mcphost.protocol import AgentRunContext
 from mcphost.stores import Stores, open_stores
-from mcphost.stores.runs import interrupted_by
+from mcphost.stores.runs import RunStart, interrupted_by
+from mcphost.stores.state import ScopeSnapshot
+from mcphost.stores.transcript import item_values
 from tests.mcphost.stores.factories import admitted, new_run
 
 
@@ -58,6 +62,62 @@ async def test_twenty_concurrent_admits_of_one_event_create_one_run(
     assert sum(created for _, created in results) == 1
     assert len({run.run_id for run, _ in results}) == 1
     assert len((await stores.runs.list()).items) == 1
+
+
+class _BuiltError(Exception):
+    """Raised by a context builder once it has seen what the start read: the admission rolls back."""
+
+
+async def test_an_admission_that_starts_its_run_builds_its_context_from_the_thread_after_its_user_row(
+    stores: Stores,
+) -> None:
+    earlier = await stores.transcript.append(conversation_id="c1", thread_id="t1", role="user", content="a")
+    owner = ("runner", "binding", "c1", "t1")
+    await stores.state.set("conversation", owner, "count", 1)
+    seen: list[tuple[str | None, bool, dict[str, ScopeSnapshot]]] = []
+
+    async def build(
+        latest: str | None, has_before: bool, state: Mapping[str, ScopeSnapshot]
+    ) -> AgentRunContext:
+        seen.append((latest, has_before, dict(state)))
+        raise _BuiltError
+
+    run, grant = new_run("c1", thread_id="t1")
+    said = item_values(conversation_id="c1", thread_id="t1", role="user", content="b", run_id=run.run_id)
+    start = RunStart(
+        host_id="h", user_item=said, context=build, state=[("conversation", owner), ("runner", ("r",))]
+    )
+    with pytest.raises(_BuiltError):
+        await stores.runs.admit(run, grant=grant, concurrency="enqueue", start=start)
+    ((latest, has_before, state),) = seen
+    assert latest is not None
+    assert stores.cursors.decode_seq(latest, "transcript") > earlier.seq
+    assert has_before
+    assert state == {"conversation": ScopeSnapshot(values={"count": 1}), "runner": ScopeSnapshot(values={})}
+    # It was one transaction: nothing of it stayed.
+    assert await stores.runs.get_by_event(run.event_id) is None
+    assert [i.item_id for i in (await stores.transcript.page("c1", "t1")).items] == [earlier.item_id]
+
+
+async def test_an_admission_starts_its_run_only_in_its_conversations_turn(stores: Stores) -> None:
+    first, grant = new_run("c1", host_id="h")
+    started, _ = await stores.runs.admit(
+        first, grant=grant, concurrency="enqueue", start=RunStart(host_id="h")
+    )
+    assert started.status is RunStatus.RUNNING
+    assert started.started_at is not None
+    second, grant = new_run("c1", host_id="h")
+    said = item_values(conversation_id="c1", role="user", content="b", run_id=second.run_id)
+    queued, created = await stores.runs.admit(
+        second, grant=grant, concurrency="enqueue", start=RunStart(host_id="h", user_item=said)
+    )
+    assert created
+    assert (queued.status, queued.started_at) == (RunStatus.QUEUED, None)
+    assert (await stores.transcript.page("c1")).items == []  # its user row comes when it starts
+    alone, grant = new_run(None, host_id="h")
+    assert (await stores.runs.admit(alone, grant=grant, concurrency="enqueue", start=RunStart(host_id="h")))[
+        0
+    ].status is RunStatus.RUNNING
 
 
 async def _failed(stores: Stores, event_id: str, code: str, conversation_id: str | None = "c1") -> Run:
