@@ -158,6 +158,7 @@ async def open_database(settings: Settings) -> AsyncGenerator[Stores, None]:
         channels=settings.channels,
         approval_expiry_s=settings.host.approval_expiry_s,
         artifact_ttl_s=None if (days := settings.retention.artifacts_days) is None else days * DAY_S,
+        pool_size=settings.host.database_pool_size,
     ) as stores:
         yield stores
 

@@ -122,6 +122,11 @@ class HostSettings(_Section):
     run_timeout_s: float = Field(default=300.0, gt=0, le=24 * 3600)
     """Default run deadline when an agent sets none."""
     max_concurrent_runs: int = Field(default=64, ge=1, le=10_000)
+    database_pool_size: int = Field(default=16, ge=4, le=1000)
+    """PostgreSQL connections this process keeps open, a fixed pool (a transaction that finds them all busy
+    waits for one); two of them stay with a serving host (its `LISTEN` and its liveness lock), hence at
+    least 4. Every replica keeps its own, so replicas x this must fit the server's `max_connections`.
+    SQLite ignores it."""
     blob_backend: Literal["disk", "database"] = "disk"
     """Where artifact bytes live: `data_dir/blobs/` or the database (for PostgreSQL without shared disk)."""
     bundled_plugins: bool = True

@@ -8,8 +8,14 @@ two readings takes its time with it, so neither side may start and stop processe
 RSS is `VmRSS` from `/proc/PID/status`, summed over the tree.
 
 PostgreSQL's own CPU (`postgres_cpu_s`) is the same sum over the server's backends connected to one
-database, found by their process title (`postgres: … <user> <database> <client> <state>`): the
-server's shared processes (WAL writer, checkpointer) also serve other databases and are left out.
+database, found by their process title (`postgres: … <user> <database> <client> <state>`), plus the
+time of the backends that have exited: the postmaster's reaped-children time (`cutime`, `cstime`), into
+which Linux adds each child's CPU when the postmaster waits for it. A pool closes the connections it
+opened past its size when they come back (SQLAlchemy's overflow), so at c ≥ 8 backends come and go
+within a round; without their time the figure under-counted, below zero when more exited than ran.
+Reaped time is the whole server's: an exited backend of another database or an autovacuum worker
+counts too, so the figure is meant for a server the benchmark has to itself. The server's shared
+processes that stay (WAL writer, checkpointer) serve every database and are left out.
 """
 
 from __future__ import annotations
@@ -71,8 +77,10 @@ def rss_kib(root: int) -> int:
 
 
 def postgres_cpu_s(database: str) -> float:
-    """User + system CPU seconds so far of the PostgreSQL backends connected to `database`."""
+    """User + system CPU seconds so far of the PostgreSQL backends connected to `database`, plus what the
+    server's exited backends used (its postmaster's reaped-children time)."""
     total = 0
+    postmasters: set[int] = set()
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -80,9 +88,16 @@ def postgres_cpu_s(database: str) -> float:
             title = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
         except OSError:
             continue
-        if not title.startswith("postgres: ") or f" {database} " not in title:
+        if not title.startswith("postgres: "):
             continue
         fields = _stat_fields(int(entry.name))
+        if fields is None:
+            continue
+        postmasters.add(int(fields[1]))  # every server process is the postmaster's child
+        if f" {database} " in title:
+            total += int(fields[11]) + int(fields[12])  # utime, stime
+    for pid in postmasters:
+        fields = _stat_fields(pid)
         if fields is not None:
-            total += int(fields[11]) + int(fields[12])
+            total += int(fields[13]) + int(fields[14])  # cutime, cstime: children it has waited for
     return total * TICK_S

@@ -45,7 +45,7 @@ from mcphost.stores.deliveries import (
     Outbox,
 )
 from mcphost.stores.dispatch import DispatchStore
-from mcphost.stores.engine import Database, migrate, sqlite_path, upgrade_database
+from mcphost.stores.engine import DEFAULT_POOL_SIZE, Database, migrate, sqlite_path, upgrade_database
 from mcphost.stores.events import EventKind, EventStore, StoredEvent, event_values
 from mcphost.stores.faults import open_failure
 from mcphost.stores.health import StorageHealth, StorageProbe
@@ -121,6 +121,7 @@ async def open_stores(
     channels: Mapping[str, ChannelConfig] | None = None,
     approval_expiry_s: float = DEFAULT_APPROVAL_EXPIRY_S,
     artifact_ttl_s: float | None = None,
+    pool_size: int = DEFAULT_POOL_SIZE,
 ) -> AsyncGenerator[Stores, None]:
     """Open every store over `database_url`, with blobs under `data_dir/blobs` or in the database.
 
@@ -129,7 +130,8 @@ async def open_stores(
     webhooks whose outbox rows the runs and results stores write with the facts they announce, and
     `channels` the chat channels whose events' runs are answered in place the same way;
     `approval_expiry_s` how long an approval stays pending;
-    `artifact_ttl_s` how long a new artifact lives when its creator names no expiry (None: forever).
+    `artifact_ttl_s` how long a new artifact lives when its creator names no expiry (None: forever);
+    `pool_size` how many PostgreSQL connections the process keeps (a fixed pool).
 
     Raises:
         ConfigError: when the storage cannot be opened, created or written (a missing PostgreSQL database,
@@ -144,7 +146,7 @@ async def open_stores(
             raise
         raise failure from exc
     path = sqlite_path(database_url)
-    db = Database(database_url)
+    db = Database(database_url, pool_size=pool_size)
     try:
         try:
             if path is not None:

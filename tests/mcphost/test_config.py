@@ -36,10 +36,16 @@ def test_no_file_gives_the_embedded_default(tmp_path: Path, monkeypatch: pytest.
 def test_env_overrides_the_host_table(tmp_path: Path) -> None:
     path = write(tmp_path, '[host]\nlisten = "127.0.0.1:9000"\nrun_timeout_s = 10\n')
     settings = load_settings(
-        path, environ={"MCPHOST_LISTEN": "127.0.0.1:9100", "MCPHOST_MAX_CONCURRENT_RUNS": "3"}
+        path,
+        environ={
+            "MCPHOST_LISTEN": "127.0.0.1:9100",
+            "MCPHOST_MAX_CONCURRENT_RUNS": "3",
+            "MCPHOST_DATABASE_POOL_SIZE": "24",
+        },
     )
     assert settings.host.listen == "127.0.0.1:9100"
     assert settings.host.max_concurrent_runs == 3
+    assert settings.host.database_pool_size == 24
     assert settings.host.run_timeout_s == 10
 
 
@@ -54,6 +60,10 @@ def test_a_config_file_without_agents_keeps_the_default_agent(tmp_path: Path) ->
         ('[host]\nlisten = "nowhere"\n', "host.listen: expected HOST:PORT"),
         ("[host]\nrun_timeout_s = -1\n", "host.run_timeout_s: Input should be greater than 0"),
         ("[host]\nlisten_port = 1\n", "host.listen_port: unknown key"),
+        (
+            "[host]\ndatabase_pool_size = 3\n",
+            "host.database_pool_size: Input should be greater than or equal to 4",
+        ),
         (
             '[[agents]]\nid = "a"\nrunner = "echo"\n',
             "agents[0] (id 'a').runner: Runner id 'echo' must have the form",
