@@ -77,7 +77,7 @@ class ToolSpec(Generic[ArgsT]):
     def tool(self) -> types.Tool:
         """The tool as `tools/list` shows it, read from the generated listing (`tools.json`) on first
         use, not when the host imports this module."""
-        return types.Tool.model_validate(_listing()[self.name])
+        return types.Tool.model_validate(_shared_listing()[self.name])
 
     def build(self) -> types.Tool:
         """The tool built from its models: its JSON Schemas from the argument and answer models (what
@@ -287,6 +287,12 @@ def built_listing() -> dict[str, JSONObject]:
 @cache
 def _listing_text() -> str:
     return LISTING.read_text(encoding="utf-8")
+
+
+@cache
+def _shared_listing() -> dict[str, JSONObject]:
+    """The listing parsed once, for the shared `types.Tool` objects (validation copies what it reads)."""
+    return _listing()
 
 
 def _listing() -> dict[str, JSONObject]:
