@@ -9,10 +9,12 @@ first, so their start overlaps the database's opening and migration; the host wa
 before it imports the server stack, the supervisor takes over the processes spawned there); the scheduler and the retention job (`run_collector`)
 are tasks of the host. The facts server gets its seams here: run
 contexts from the orchestrator, host tools from the gateway, retrieval from the knowledge bases, the
-host's `HttpGuard` and the MCP-call metric. `build_app(host)` is the Starlette app over an open host (the
-`/v1` API with its middleware and error mapping from `api`, the console, and the facts server, itself the
-endpoint of `/runs/{run_id}/mcp`); `create_app(settings)` is the same app with a lifespan that opens the
-host itself. Serving it is `serving.py`.
+host's `HttpGuard` and the MCP-call metric; it is built when its endpoint (`facts.FactsEndpoint`, the
+endpoint of `/runs/{run_id}/mcp`) first needs it, so a host imports the MCP SDK only then (or when it has
+upstream tool servers). `build_app(host)` is the Starlette app over an open host (the `/v1` API with its
+middleware and error mapping from `api`, the console, and the facts endpoint); `create_app(settings)` is
+the same app with a lifespan that opens the host itself and preloads the MCP server. Serving it is
+`serving.py`.
 
 Invariants:
 - Errors become HTTP in one place, `api/_errors.py`; the guards in front of the routes are
@@ -20,7 +22,7 @@ Invariants:
 - `/v1` and `/runs/{run_id}/mcp` are guarded by one `HttpGuard` instance (`Host.guard`, built from the
   settings, handed to the facts server and to the API's state): the same Host and Origin headers get the
   same verdict on both.
-- Wiring: the orchestrator calls `FactsServer.end_run`, `ModelProxy.end_run` (and the run metrics) when
+- Wiring: the orchestrator calls `FactsEndpoint.end_run`, `ModelProxy.end_run` (and the run metrics) when
   each run ends, inspection grants included, and `ModelProxy.settle` as each run it executed begins to
   close (its model calls' usage rows are written before its end); the model proxy trusts a grant from
   memory only while `Orchestrator.executing` says the run executes here, and hangs a call's `chat {model}`
@@ -54,7 +56,8 @@ if TYPE_CHECKING:
     from mcphost.config import Settings
     from mcphost.continuations import Continuations
     from mcphost.delivery import DeliverySender
-    from mcphost.facts import FactsServer
+    from mcphost.facts import FactsEndpoint
+    from mcphost.facts.server import FactsServer
     from mcphost.gateway.host_tools import Gateway
     from mcphost.guard import HttpGuard
     from mcphost.knowledge.bases import KnowledgeBases
@@ -75,7 +78,8 @@ class Host:
     registry: RunnerRegistry[PluginProcess]
     bindings: Bindings
     orchestrator: Orchestrator
-    facts: FactsServer
+    facts: FactsEndpoint
+    """The per-run MCP endpoint; its server (`facts.server.FactsServer`) loads on first need."""
     gateway: Gateway
     knowledge: KnowledgeBases
     metrics: HostMetrics
@@ -198,7 +202,7 @@ async def open_host(
     from mcphost.channels import ChannelEvent, DiscordAdapter, adapters, channel_files
     from mcphost.continuations import Continuations, run_continuations
     from mcphost.delivery import DeliverySender
-    from mcphost.facts import FactsServer, granted_tools
+    from mcphost.facts import FactsEndpoint, granted_tools
     from mcphost.gateway.host_tools import Gateway
     from mcphost.guard import HttpGuard
     from mcphost.knowledge.bases import KnowledgeBases
@@ -279,19 +283,26 @@ async def open_host(
             warm=warm,
             run_trace=run_trace,
         )
-        facts = FactsServer(
-            stores,
-            context_provider=orchestrator.context,
-            host_tools=gateway,
-            knowledge=knowledge,
-            models=ModelCalls(models, settings.models),
-            guard=guard,
-            on_call=metrics.mcp_call,
-            replay=replay,
-            park=orchestrator.park,
-            warm=warm,
-            skills=projector,
-        )
+        model_calls = ModelCalls(models, settings.models)
+
+        def facts_server() -> FactsServer:
+            from mcphost.facts.server import FactsServer  # imported already by `FactsEndpoint.load`
+
+            return FactsServer(
+                stores,
+                context_provider=orchestrator.context,
+                host_tools=gateway,
+                knowledge=knowledge,
+                models=model_calls,
+                guard=guard,
+                on_call=metrics.mcp_call,
+                replay=replay,
+                park=orchestrator.park,
+                warm=warm,
+                skills=projector,
+            )
+
+        facts = FactsEndpoint(facts_server, warm=warm)
 
         async def end_run(run_id: str, _run: Run | None) -> None:
             await facts.end_run(run_id)
@@ -443,6 +454,7 @@ def create_app(settings: Settings, *, limits: ApiLimits | None = None) -> Starle
     async def lifespan(app: Starlette) -> AsyncGenerator[None, None]:
         async with open_host(settings) as host:
             _attach(app, host, limits)
+            host.facts.preload()  # a server that runs this app serves runs: load their MCP server now
             yield
 
     return _starlette(settings, lifespan)

@@ -15,7 +15,7 @@ Invariants:
   serving, so running runs keep their MCP endpoint and clients their streams; runs get `grace_s` to
   finish, then are cancelled; then the HTTP server stops (bounded), then the host (plugins last). A second
   signal skips the rest of the grace period.
-- Before uvicorn stops, the facts server closes the MCP streams still open (`FactsServer.close`: a warm
+- Before uvicorn stops, the facts server closes the MCP streams still open (`FactsEndpoint.close`: a warm
   harness process keeps a GET stream on its session endpoint until its plugin stops, which comes after
   the HTTP server), so uvicorn has no response to wait its `HTTP_SHUTDOWN_S` for and cancel.
 """
@@ -208,7 +208,7 @@ async def serve_http(
 
     With `access_log`, uvicorn logs one line per request, with the values of `REDACTED_QUERY_PARAMS`
     replaced by `***`. `before_stop` is awaited (shielded) when the block ends, before uvicorn stops: it
-    ends the responses that would otherwise stay open (`FactsServer.close`).
+    ends the responses that would otherwise stay open (`FactsEndpoint.close`).
     """
     if access_log:
         access = logging.getLogger("uvicorn.access")
@@ -295,9 +295,12 @@ async def drain(
 
 
 @asynccontextmanager
-async def _start_idle_plugins(host: Host) -> AsyncGenerator[None, None]:
-    """Once serving, start the plugins no agent of the config uses, in the background (runs need none of
-    them; `/v1/runners` and the metrics list them once up). Cancelled if the host stops first."""
+async def _warm_up(host: Host) -> AsyncGenerator[None, None]:
+    """Once serving, in the background: load the per-run MCP server (`FactsEndpoint.preload`, so the
+    first run's MCP call does not wait for its imports) and start the plugins no agent of the config
+    uses (runs need none of them; `/v1/runners` and the metrics list them once up). Cancelled if the
+    host stops first."""
+    host.facts.preload()
     async with anyio.create_task_group() as background:
         background.start_soon(host.registry.ready)
         try:
@@ -327,7 +330,7 @@ async def serve(
                 data_dir, public_url = settings.host.data_dir, host.orchestrator.public_url
                 async with (
                     serve_http(app, sock, access_log=True, before_stop=host.facts.close),
-                    _start_idle_plugins(host),
+                    _warm_up(host),
                 ):
                     with _serving_record(data_dir, public_url):
                         gcstart.resume()  # up: the start-up's objects are frozen out of the collector's way

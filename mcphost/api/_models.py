@@ -16,7 +16,7 @@ from typing import Literal, Self
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validator
 
-from mcphost.gateway.upstream import UpstreamState
+from mcphost.gateway.status import UpstreamState
 from mcphost.grants import GrantView
 from mcphost.hooks import IgnoreReason
 from mcphost.models import ID_PATTERN, GrantLayers, Run, RunFailure, RunStatus

@@ -21,7 +21,7 @@ Invariants:
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -42,9 +42,12 @@ from mcphost.api._models import (
 from mcphost.api._state import api_state
 from mcphost.common.timestamps import json_with_iso
 from mcphost.errors import NotFoundError
-from mcphost.gateway.host_tools import Upstream, could_match
+from mcphost.gateway.host_tools import could_match
 from mcphost.grants import matches_tool_glob
 from mcphost.models import AgentConfig
+
+if TYPE_CHECKING:
+    from mcphost.gateway.upstream import Upstream
 
 
 async def list_knowledge(request: Request) -> Response:

@@ -23,8 +23,7 @@ import json
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from functools import cache, cached_property
-from pathlib import Path
-from typing import Any, Generic, TypeVar, cast
+from typing import Any, Generic, TypeVar
 
 import mcp_types as types
 from pydantic import BaseModel
@@ -48,8 +47,8 @@ from mcphost.facts._args import (
     StorageSetArgs,
 )
 from mcphost.facts._call import Call
+from mcphost.facts._listing import LISTING, listing
 from mcphost.grants import ALL_FACTS_TOOLS
-from mcphost.models import RunGrant
 from mcphost.protocol import JSONObject, ProtocolModel
 from mcphost.protocol.facts import FACTS_ANSWERS, FACTS_TOOL_NAMES, FactsToolName, answer_schema
 from mcphost.protocol.inference import ModelsEmbedArgs, ModelsInvokeArgs, ModelsListArgs, ModelsRerankArgs
@@ -272,10 +271,6 @@ def input_schema(name: str) -> dict[str, Any] | None:
     return None if spec is None else spec.tool.input_schema
 
 
-LISTING = Path(__file__).with_name("tools.json")
-"""Every facts tool as `tools/list` shows it (JSON, by alias, no nulls), by name, in the table's order."""
-
-
 def built_listing() -> dict[str, JSONObject]:
     """What `tools.json` must hold: every tool built from its models."""
     return {
@@ -285,25 +280,9 @@ def built_listing() -> dict[str, JSONObject]:
 
 
 @cache
-def _listing_text() -> str:
-    return LISTING.read_text(encoding="utf-8")
-
-
-@cache
 def _shared_listing() -> dict[str, JSONObject]:
     """The listing parsed once, for the shared `types.Tool` objects (validation copies what it reads)."""
-    return _listing()
-
-
-def _listing() -> dict[str, JSONObject]:
-    """A fresh parse of `tools.json` (callers may keep or change what they get)."""
-    return cast("dict[str, JSONObject]", json.loads(_listing_text()))
-
-
-def granted_tools(grant: RunGrant) -> list[JSONObject]:
-    """The facts tools `grant` allows, each as `tools/list` shows it (JSON, by alias, no nulls)."""
-    listing = _listing()
-    return [listing[name] for name in FACTS_TOOLS if name in grant.tools]
+    return listing()
 
 
 def write_listing() -> None:

@@ -63,17 +63,16 @@ from mcp.server.auth.provider import AccessToken
 from mcp.server.streamable_http import MCP_SESSION_ID_HEADER
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from starlette.datastructures import Headers
-from starlette.responses import JSONResponse
-from starlette.routing import BaseRoute, Route, Router
+from starlette.routing import BaseRoute, Router
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from mcphost.common.challenge import bearer_challenge
 from mcphost.common.periodic import Periodic
 from mcphost.errors import StorageUnavailableError
 from mcphost.facts._dispatch import ACCESS_KEY, FactsDispatch
 from mcphost.facts._grants import GrantCache, RunAccess
 from mcphost.facts._limits import LimitRegistry, RefusalBudget
 from mcphost.facts._sessions import InFlight, RunSessions, close_session
+from mcphost.facts.endpoint import MCP_PATH, UNAUTHORIZED_RPC_CODE, mcp_routes, refusal
 from mcphost.facts.providers import (
     ContextProvider,
     HostToolProvider,
@@ -83,15 +82,14 @@ from mcphost.facts.providers import (
     RunParker,
 )
 from mcphost.grants import token_matches
-from mcphost.guard import HttpGuard, declare_access
+from mcphost.guard import HttpGuard
 from mcphost.projection import Projector
 from mcphost.runtimes.fence import fence_of, fenced_matches
 from mcphost.stores import GrantRecord, Stores
-from mcphost.warm import SESSION_ID, SESSION_PATH, WarmSessions
+from mcphost.warm import SESSION_ID, WarmSessions
 
 logger = logging.getLogger(__name__)
 
-MCP_PATH = "/runs/{run_id}/mcp"
 MAX_REQUEST_BODY_BYTES = 16 * 1024 * 1024
 """Room for a 10 MiB storage value as base64 inside a JSON-RPC request."""
 SWEEP_INTERVAL_S = 30.0
@@ -100,18 +98,11 @@ END_RUN_WAIT_S = 2.0
 SESSION_CLOSE_GRACE_S = 0.5
 """How long a closing session keeps its streams open so the last answers reach the client."""
 REFUSED_BODY_DIGEST_BYTES = 1024 * 1024
-UNAUTHORIZED_RPC_CODE = -32001
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,99}$")
 _SESSION_METHODS = frozenset({"GET", "POST", "DELETE"})
 """The methods a session refusal is recorded under by name (others as `OTHER`: bounded metric labels)."""
 _UNATTRIBUTED = "session:*"
 """The refusal budget shared by refusals on sessions that no run ever served (their log lines)."""
-
-
-def _refusal(status: int, message: str, code: int = UNAUTHORIZED_RPC_CODE) -> JSONResponse:
-    headers = {"WWW-Authenticate": bearer_challenge(message)} if status == 401 else None
-    body = {"jsonrpc": "2.0", "id": None, "error": {"code": code, "message": message}}
-    return JSONResponse(body, status_code=status, headers=headers)
 
 
 def _cause(exc: StorageUnavailableError) -> object:
@@ -225,11 +216,7 @@ class FactsServer:
         self._in_flight = InFlight()
         self._warm = warm
         self._on_call = on_call
-        self._routes: list[BaseRoute] = [
-            # The run's (or the warm session's) token, not an API key: no role applies.
-            declare_access(Route(MCP_PATH, endpoint=self, name="mcphost_facts"), "run-token"),
-            declare_access(Route(SESSION_PATH, endpoint=self, name="mcphost_warm_session"), "run-token"),
-        ]
+        self._routes = mcp_routes(self)
         self.asgi_app: ASGIApp = Router(routes=self._routes)
         """A standalone ASGI app serving only `/runs/{run_id}/mcp` (no lifespan: enter `running()`)."""
 
@@ -349,17 +336,17 @@ class FactsServer:
         headers = Headers(scope=scope)
         refused = self._guard.site_refusal(headers)
         if refused is not None:
-            await _refusal(refused.status, refused.message, -32600)(scope, receive, send)
+            await refusal(refused.status, refused.message, -32600)(scope, receive, send)
             return
         run_id = str(scope.get("path_params", {}).get("run_id", ""))
         if not _RUN_ID.match(run_id):
-            await _refusal(404, f"run {run_id[:100]!r} does not exist", -32600)(scope, receive, send)
+            await refusal(404, f"run {run_id[:100]!r} does not exist", -32600)(scope, receive, send)
             return
         read, record = await self._read_grant(run_id, scope, receive, send)
         if not read:
             return
         if record is None:
-            await _refusal(404, f"run {run_id} does not exist", -32600)(scope, receive, send)
+            await refusal(404, f"run {run_id} does not exist", -32600)(scope, receive, send)
             return
         token = _bearer(headers)
         reason: str | None = None
@@ -374,7 +361,7 @@ class FactsServer:
             return
         manager = self._serving()
         if manager is None:
-            await _refusal(503, self._not_serving(), -32603)(scope, receive, send)
+            await refusal(503, self._not_serving(), -32603)(scope, receive, send)
             return
         principal = _principal(run_id, record)
         inner: dict[str, Any] = {**scope, "user": principal, ACCESS_KEY: RunAccess(run_id, record)}
@@ -406,12 +393,12 @@ class FactsServer:
         headers = Headers(scope=scope)
         refused = self._guard.site_refusal(headers)
         if refused is not None:
-            await _refusal(refused.status, refused.message, -32600)(scope, receive, send)
+            await refusal(refused.status, refused.message, -32600)(scope, receive, send)
             return
         session_id = str(scope.get("path_params", {}).get("session_id", ""))
         warm = self._warm
         if warm is None or not SESSION_ID.match(session_id):
-            await _refusal(404, f"warm session {session_id[:100]!r} does not exist", -32600)(
+            await refusal(404, f"warm session {session_id[:100]!r} does not exist", -32600)(
                 scope, receive, send
             )
             return
@@ -429,7 +416,7 @@ class FactsServer:
             run_id = await warm.current_run(session_id)
         except StorageUnavailableError as exc:
             logger.warning("could not read the current run of warm session %s: %s", session_id, _cause(exc))
-            await _refusal(503, "the host cannot read warm sessions right now; retry", -32603)(
+            await refusal(503, "the host cannot read warm sessions right now; retry", -32603)(
                 scope, receive, send
             )
             return
@@ -447,7 +434,7 @@ class FactsServer:
             return
         manager = self._serving()
         if manager is None:
-            await _refusal(503, self._not_serving(), -32603)(scope, receive, send)
+            await refusal(503, self._not_serving(), -32603)(scope, receive, send)
             return
         # The SDK binds handshake-era sessions to the session (stable across runs), not to one run.
         principal = AuthenticatedUser(
@@ -485,7 +472,7 @@ class FactsServer:
         the refusal is logged (within a host-wide budget) and counted in `mcphost_mcp_calls_total`
         instead. Past the budgets the request is still refused, only not recorded."""
         code = UNAUTHORIZED_RPC_CODE
-        response = _refusal(status, reason, code)
+        response = refusal(status, reason, code)
         method = scope["method"] if scope["method"] in _SESSION_METHODS else "OTHER"
         tool = f"{method} session"
         warm = self._warm
@@ -525,7 +512,7 @@ class FactsServer:
             return True, await self._grants.get(run_id)
         except StorageUnavailableError as exc:
             logger.warning("could not read the grant of run %s: %s", run_id, _cause(exc))
-            await _refusal(503, "the host cannot read run grants right now; retry", -32603)(
+            await refusal(503, "the host cannot read run grants right now; retry", -32603)(
                 scope, receive, send
             )
             return False, None
@@ -534,7 +521,7 @@ class FactsServer:
         self, run_id: str, reason: str, started: float, scope: Scope, receive: Receive, send: Send
     ) -> None:
         """Answer 401 with the reason, auditing the attempt on the run (within the refusal budget)."""
-        response = _refusal(401, reason)
+        response = refusal(401, reason)
         if self._refusals.allow(run_id):
             body = await _read_body(receive, REFUSED_BODY_DIGEST_BYTES)
             await self._dispatch.audit_refusal(run_id, scope["method"], body, len(response.body), started)

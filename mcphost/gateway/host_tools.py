@@ -38,10 +38,9 @@ import time
 from collections.abc import AsyncGenerator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import anyio
-import mcp_types as types
 
 from mcphost import tracing
 from mcphost.config import Settings, ToolServerConfig
@@ -52,14 +51,13 @@ from mcphost.errors import (
     NotFoundError,
     UnauthorizedError,
 )
-from mcphost.gateway.upstream import (
+from mcphost.gateway.status import (
     BACKOFF_INITIAL_S,
     BACKOFF_MAX_S,
     SEPARATOR,
     TOOLS_TTL_S,
     HostToolInfo,
     ServerStatus,
-    Upstream,
     UpstreamError,
     UpstreamState,
     describe_failure,
@@ -70,6 +68,13 @@ from mcphost.grants import allows_host_tool
 from mcphost.models import RunGrant, new_id
 from mcphost.protocol import MAX_JSON_DEPTH, JSONObject, json_depth, nesting_message
 from mcphost.stores import Stores
+
+if TYPE_CHECKING:
+    # Imported when a gateway has servers: the `mcp` package's client costs a host without `[tools.*]`
+    # about a second of start-up (`status.py` is what the rest of the host needs).
+    import mcp_types as types
+
+    from mcphost.gateway.upstream import Upstream
 
 logger = logging.getLogger(__name__)
 
@@ -85,7 +90,6 @@ __all__ = [
     "Gateway",
     "HostToolInfo",
     "ServerStatus",
-    "Upstream",
     "UpstreamError",
     "UpstreamState",
     "could_match",
@@ -141,7 +145,12 @@ class Gateway:
         self._stores = stores
         self._list_timeout = list_timeout_s
         self._max_inline = max_inline_bytes
-        self.upstreams: dict[str, Upstream] = {
+        self.upstreams: dict[str, Upstream] = {}
+        if not servers:
+            return
+        from mcphost.gateway.upstream import Upstream
+
+        self.upstreams = {
             name: Upstream(
                 name,
                 cfg,
@@ -276,6 +285,8 @@ class Gateway:
                 f"The result of {name!r} is {size} bytes, over the {self._max_inline} bytes a result may "
                 "carry, and this host cannot store it as an artifact."
             )
+        import mcp_types as types  # loaded with the upstream that answered
+
         data, mime, preview = _artifact_body(result)
         record = await self._stores.artifacts.put_bytes(
             data,
@@ -378,6 +389,8 @@ def _artifact_body(result: types.CallToolResult) -> tuple[bytes, str, str]:
     """(bytes, mime type, preview) of an oversized result: its one text or media block as is (when the
     structured content only repeats that text, as SDK servers do for a string result), else the whole
     result as JSON."""
+    import mcp_types as types  # loaded with the upstream that answered
+
     blocks = result.content
     structured = result.structured_content
     if len(blocks) == 1:

@@ -2,7 +2,8 @@
 
 Owns the connection's life (an explicit state machine: idle → connecting → ready ⇄ backoff → closed),
 the cached tool list with its host names, and single proxied calls with their error mapping. Does not own
-grants, artifacts or telemetry (`host_tools.py`, which holds one `Upstream` per server).
+grants, artifacts or telemetry (`host_tools.py`, which holds one `Upstream` per server), nor the
+states, status models, names and error it reports in (`status.py`, which needs no `mcp`).
 
 Invariants:
 - One client per server, owned by `supervise`, a task the gateway's task group owns: it connects lazily
@@ -41,7 +42,6 @@ import urllib.parse
 from collections.abc import Mapping
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
-from enum import StrEnum
 from pathlib import Path
 from types import TracebackType
 from typing import Any, TextIO, cast
@@ -56,11 +56,10 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import ValidationError
 
 from mcphost import __version__, tracing
 from mcphost.common.backoff import Backoff
-from mcphost.common.excgroups import first_leaf
 from mcphost.config import ToolServerConfig
 from mcphost.errors import (
     ConfigError,
@@ -69,35 +68,26 @@ from mcphost.errors import (
     InvalidArgumentError,
     NotFoundError,
 )
+from mcphost.gateway.status import (
+    BACKOFF_INITIAL_S,
+    BACKOFF_MAX_S,
+    SEPARATOR,
+    TOOLS_TTL_S,
+    HostToolInfo,
+    ServerStatus,
+    UpstreamError,
+    UpstreamState,
+    describe_failure,
+    expand_env,
+    host_name,
+)
 from mcphost.protocol import JSONObject
 
 logger = logging.getLogger(__name__)
 
-SEPARATOR = "__"
-TOOLS_TTL_S = 300.0
 CONNECT_TIMEOUT_S = 30.0
-BACKOFF_INITIAL_S = 0.5
-BACKOFF_MAX_S = 30.0
 MAX_TOOL_PAGES = 50
 _SERVER_NAME = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]|_(?!_))*$")
-_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
-_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
-
-
-class UpstreamError(HostError):
-    """Raised when an upstream server is unreachable, closed the connection, or answered something
-    unusable (`runtime_error`, retryable)."""
-
-
-class UpstreamState(StrEnum):
-    IDLE = "idle"
-    """Not connected yet: nothing has needed it."""
-    CONNECTING = "connecting"
-    READY = "ready"
-    BACKOFF = "backoff"
-    """The last connection failed or was lost; the next attempt waits until `retry_at`."""
-    CLOSED = "closed"
-
 
 _TRANSITIONS: Mapping[UpstreamState, frozenset[UpstreamState]] = {
     UpstreamState.IDLE: frozenset({UpstreamState.CONNECTING, UpstreamState.CLOSED}),
@@ -106,52 +96,6 @@ _TRANSITIONS: Mapping[UpstreamState, frozenset[UpstreamState]] = {
     UpstreamState.BACKOFF: frozenset({UpstreamState.CONNECTING, UpstreamState.CLOSED}),
     UpstreamState.CLOSED: frozenset(),
 }
-
-
-class HostToolInfo(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
-    name: str
-    """The host name, `<server>__<tool>`."""
-    tool: str
-    """The upstream's own name."""
-    description: str | None
-
-
-class ServerStatus(BaseModel):
-    """What `mcphost tools` shows for one upstream server."""
-
-    model_config = ConfigDict(frozen=True)
-
-    server: str
-    transport: str
-    target: str
-    """The command (without arguments) or the URL (without query)."""
-    state: UpstreamState
-    last_error: str | None
-    connects: int
-    tools: list[HostToolInfo]
-
-
-def host_name(server: str, tool: str) -> str:
-    return f"{server}{SEPARATOR}{_UNSAFE.sub('_', tool)}"
-
-
-def expand_env(value: str, environ: Mapping[str, str], *, where: str) -> str:
-    """`value` with every `${NAME}` replaced from `environ`.
-
-    Raises:
-        ConfigError: a referenced variable is not set (the message names it, never a value).
-    """
-
-    def sub(match: re.Match[str]) -> str:
-        name = match.group(1)
-        found = environ.get(name)
-        if found is None:
-            raise ConfigError(f"{where} references ${{{name}}}, which is not set in the host's environment.")
-        return found
-
-    return _ENV_REF.sub(sub, value)
 
 
 class _WatchedReadStream:
@@ -236,13 +180,6 @@ async def _trace_headers(request: httpx2.Request) -> None:
     `_meta`; the handshake and the listening stream, made by `supervise`, carry none (nor does anything
     with tracing off)."""
     request.headers.update(tracing.carrier())
-
-
-def describe_failure(exc: BaseException) -> str:
-    """A one-line reason for a failure, from the innermost exception of a group."""
-    exc = first_leaf(exc)
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    return f"{type(exc).__name__}: {text[:300]}" if text else type(exc).__name__
 
 
 @dataclass

@@ -137,7 +137,7 @@ class Orchestrator:
         """Executes the runs of agents with `[agents.runtime]` on runtimes (set by `app.open_host`)."""
         self.projector: Projector | None = None
         """Builds a local run's projection (secrets, workspace, skill files; set by `app.open_host`)."""
-        """Called once each run of this process has ended (e.g. `FactsServer.end_run`), with its id and
+        """Called once each run of this process has ended (e.g. `FactsEndpoint.end_run`), with its id and
         the run as recorded at its end (None when that record could not be written or read)."""
 
     @property

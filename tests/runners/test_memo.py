@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from mcphost.facts import KnowledgeChunk
+from mcphost.facts.providers import KnowledgeChunk
 from mcphost.plugins.process import PluginSpec, PluginSupervisor
 from mcphost.protocol import AgentRunContext, JSONObject, MCPAccess
 from mcphost.stores import Stores, open_stores

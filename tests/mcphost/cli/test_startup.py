@@ -215,3 +215,29 @@ def test_starting_a_host_imports_no_library_of_a_single_feature() -> None:
     modules = _imported_by_code("import mcphost.app, mcphost.channels, mcphost.llm")
     assert "mcphost.channels.slack" in modules  # the measurement saw the channel adapters load
     assert sorted(m for m in modules if m.split(".")[0] in OPTIONAL_AT_START) == []
+
+
+MCP_SDK = ("mcp", "mcp_types")
+"""The MCP SDK's packages: a host loads them when a run first calls its MCP endpoint (or for `[tools.*]`)."""
+
+
+def test_a_run_whose_runner_never_calls_its_mcp_endpoint_never_loads_the_mcp_sdk(tmp_path: Path) -> None:
+    (tmp_path / "mcphost.toml").write_text(
+        '[[agents]]\nid = "echo"\nrunner = "plugin:mcphost/echo/default"\n'
+    )
+    done, modules = _imported_by("run", "hello", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "completed" in done.stdout + done.stderr
+    assert {"mcphost.orchestrator", "mcphost.gateway.host_tools"} <= modules
+    assert sorted(m for m in modules if m.split(".")[0] in MCP_SDK) == []
+    facts_loaded = {m for m in modules if m.startswith("mcphost.facts.")}
+    assert facts_loaded == {"mcphost.facts.endpoint", "mcphost.facts._listing"}
+    assert "mcphost.gateway.upstream" not in modules
+
+
+def test_a_run_whose_runner_reads_facts_loads_the_mcp_server_then(tmp_path: Path) -> None:
+    done, modules = _imported_by("run", "hello", cwd=tmp_path)  # the embedded default: memo, over MCP
+    assert done.returncode == 0, done.stderr
+    assert "state_get" in done.stdout  # memo read the host's facts through its MCP endpoint
+    # (`importlib.import_module` loads the server module itself, which `-X importtime` does not list)
+    assert {"mcphost.facts._dispatch", "mcp"} <= modules

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from mcphost.common.backoff import Backoff
-from mcphost.gateway.upstream import BACKOFF_INITIAL_S, BACKOFF_MAX_S
+from mcphost.gateway.status import BACKOFF_INITIAL_S, BACKOFF_MAX_S
 
 
 def test_the_waits_grow_exponentially_and_stay_within_their_bounds() -> None:

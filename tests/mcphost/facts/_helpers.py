@@ -1,8 +1,9 @@
 """Helpers of the facts server tests: a real facts server over real stores, real runs with real grants,
 and real MCP clients (the `served` fixture is in conftest.py).
 
-`serve_facts` runs `FactsServer.asgi_app` under uvicorn on a free 127.0.0.1 port inside the test's event
-loop (so the test and the server share the stores), with `running()` entered around it. `admit_run` admits a
+`serve_facts` runs `FactsServer.asgi_app` (`serve_endpoint`: a `FactsEndpoint`'s routes) under uvicorn on
+a free 127.0.0.1 port inside the test's event loop (so the test and the server share the stores), with
+`running()` entered around it. `admit_run` admits a
 run the way the orchestrator does: a grant from `grants.build_grant` (manifest ∩ agent ∩ event), the run
 row through `runs.admit`, the inbound event, then `runs.try_start` with the user transcript row and the
 run context from `context.build_context` (stored token-free on the run, as the orchestrator does),
@@ -18,7 +19,7 @@ import socket
 import ssl
 import time
 from collections.abc import AsyncGenerator, Callable, Generator, Mapping
-from contextlib import asynccontextmanager, contextmanager
+from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,9 +31,14 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from sqlalchemy import select
+from starlette.routing import Router
+from starlette.types import ASGIApp
 
 from mcphost.context import SNAPSHOT_SCOPES, build_context, with_token
-from mcphost.facts import FactsServer, granted_tools
+from mcphost.facts import granted_tools
+from mcphost.facts.endpoint import FactsEndpoint
+from mcphost.facts.providers import ContextProvider
+from mcphost.facts.server import FactsServer
 from mcphost.grants import build_grant, mint_token
 from mcphost.models import AgentBinding, AgentConfig, AgentEventEnvelope, Run, RunGrant, RunStatus, new_id
 from mcphost.protocol import AgentRunContext, AgentRunnerManifest, JSONObject
@@ -257,32 +263,79 @@ def _free_socket() -> socket.socket:
 
 
 @asynccontextmanager
-async def serve_facts(stores: Stores, **options: Any) -> AsyncGenerator[Served]:
-    """A `FactsServer` over `stores` under uvicorn on a free port, in this event loop."""
-    contexts: dict[str, AgentRunContext] = {}
-
-    async def provider(run_id: str) -> AgentRunContext | None:
-        return contexts.get(run_id)
-
-    options.setdefault("context_provider", provider)
-    facts = FactsServer(stores, **options)
+async def _uvicorn(app: ASGIApp) -> AsyncGenerator[str]:
+    """`app` under uvicorn on a free port in this event loop, for the block: its base URL."""
     sock = _free_socket()
     port = sock.getsockname()[1]
     server = uvicorn.Server(
-        uvicorn.Config(facts.asgi_app, log_level="warning", lifespan="off", timeout_graceful_shutdown=2)
+        uvicorn.Config(app, log_level="warning", lifespan="off", timeout_graceful_shutdown=2)
     )
     try:
-        async with facts.running(), anyio.create_task_group() as tg:
+        async with anyio.create_task_group() as tg:
             tg.start_soon(server.serve, [sock])
             with anyio.fail_after(10):
                 while not server.started:  # noqa: ASYNC110  # uvicorn exposes only a flag
                     await anyio.sleep(0.01)
             try:
-                yield Served(stores, facts, f"http://127.0.0.1:{port}", contexts)
+                yield f"http://127.0.0.1:{port}"
             finally:
                 server.should_exit = True
     finally:
         sock.close()
+
+
+def _context_provider(contexts: dict[str, AgentRunContext]) -> ContextProvider:
+    async def provider(run_id: str) -> AgentRunContext | None:
+        return contexts.get(run_id)
+
+    return provider
+
+
+@asynccontextmanager
+async def serve_facts(stores: Stores, **options: Any) -> AsyncGenerator[Served]:
+    """A `FactsServer` over `stores` under uvicorn on a free port, in this event loop."""
+    contexts: dict[str, AgentRunContext] = {}
+    options.setdefault("context_provider", _context_provider(contexts))
+    facts = FactsServer(stores, **options)
+    async with facts.running(), _uvicorn(facts.asgi_app) as base_url:
+        yield Served(stores, facts, base_url, contexts)
+
+
+@dataclass
+class ServedEndpoint:
+    """A running `FactsEndpoint` (the host's routes, its server loaded on first need) and what it built."""
+
+    stores: Stores
+    endpoint: FactsEndpoint
+    base_url: str
+    contexts: dict[str, AgentRunContext]
+    built: list[FactsServer]
+    """Every server the endpoint's `build` made, in order (at most one, by its invariant)."""
+
+    def url(self, run_id: str) -> str:
+        return f"{self.base_url}/runs/{run_id}/mcp"
+
+    async def start_run(self, **options: Any) -> RunHandle:
+        return await admit_run(self.stores, base_url=self.base_url, contexts=self.contexts, **options)
+
+
+@asynccontextmanager
+async def serve_endpoint(stores: Stores, *, running: bool = True) -> AsyncGenerator[ServedEndpoint]:
+    """A `FactsEndpoint` over `stores` under uvicorn on a free port (its `running()` entered unless not
+    `running`), building a `FactsServer` when it first needs one."""
+    contexts: dict[str, AgentRunContext] = {}
+    built: list[FactsServer] = []
+
+    def build() -> FactsServer:
+        built.append(FactsServer(stores, context_provider=_context_provider(contexts)))
+        return built[-1]
+
+    endpoint = FactsEndpoint(build)
+    async with AsyncExitStack() as stack:
+        if running:
+            await stack.enter_async_context(endpoint.running())
+        base_url = await stack.enter_async_context(_uvicorn(Router(routes=endpoint.routes)))
+        yield ServedEndpoint(stores, endpoint, base_url, contexts, built)
 
 
 @functools.cache
@@ -293,7 +346,7 @@ def _tls() -> ssl.SSLContext:
 
 @asynccontextmanager
 async def connect(
-    served: Served,
+    served: Served | ServedEndpoint,
     run: RunHandle,
     *,
     mode: str = LEGACY,

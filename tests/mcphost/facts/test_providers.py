@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import mcp_types as types
 
 from mcphost.errors import NotFoundError
-from mcphost.facts import KnowledgeChunk
+from mcphost.facts.providers import KnowledgeChunk
 from mcphost.models import RunGrant
 from mcphost.protocol import JSONObject
 from mcphost.stores import Stores

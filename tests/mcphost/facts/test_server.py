@@ -11,7 +11,7 @@ import anyio
 import httpx2
 import pytest
 
-from mcphost.facts import FactsServer
+from mcphost.facts.server import FactsServer
 from mcphost.guard import HttpGuard
 from mcphost.models import RunStatus
 from mcphost.protocol import AgentRunContext

@@ -6,8 +6,10 @@ import json
 
 import pytest
 
+from mcphost.facts import granted_tools
+from mcphost.facts._listing import LISTING
 from mcphost.facts._results import digest_arguments
-from mcphost.facts._tools import FACTS_TOOLS, LISTING, built_listing, granted_tools
+from mcphost.facts._tools import FACTS_TOOLS, built_listing
 from mcphost.grants import ALL_FACTS_TOOLS
 from mcphost.models import RunGrant
 from tests.mcphost.facts._helpers import ERAS, MODERN, Served, connect

@@ -20,7 +20,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from mcphost import tracing
 from mcphost.context import with_trace
 from mcphost.errors import StorageUnavailableError
-from mcphost.facts import FactsServer
+from mcphost.facts.server import FactsServer
 from mcphost.protocol import AgentRunContext
 from mcphost.stores import Stores, open_stores
 from mcphost.stores.warm import WarmSessionStore
