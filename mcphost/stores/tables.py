@@ -33,6 +33,7 @@ from typing import Any, cast
 
 from sqlalchemy import (
     JSON,
+    VARCHAR,
     BigInteger,
     Boolean,
     Double,
@@ -48,7 +49,6 @@ from sqlalchemy import (
     false,
     text,
 )
-from sqlalchemy.dialects import postgresql
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 NAMING_CONVENTION = {
@@ -62,13 +62,13 @@ NAMING_CONVENTION = {
 SeqType = BigInteger().with_variant(Integer(), "sqlite")
 """Autoincrement keys: BIGSERIAL on PostgreSQL; INTEGER (the rowid alias) on SQLite."""
 
-KeyType = String(200).with_variant(postgresql.VARCHAR(200, collation="C"), "postgresql")
+KeyType = String(200).with_variant(VARCHAR(200, collation="C"), "postgresql")
 """State and storage keys: byte order on both dialects."""
 
 Id = String(200)
 """Ids from outside (events, conversations, actors) match models.ID_PATTERN: at most 200 chars."""
 
-PathType = String(1024).with_variant(postgresql.VARCHAR(1024, collation="C"), "postgresql")
+PathType = String(1024).with_variant(VARCHAR(1024, collation="C"), "postgresql")
 """Knowledge document paths: byte order on both dialects, so a path prefix is an index range."""
 
 FULLTEXT_TABLES: tuple[str, ...] = ("kb_chunks_fts", "transcript_fts")
