@@ -26,7 +26,6 @@ from pathlib import Path
 from typing import Any, Literal, get_args
 
 from pydantic import (
-    BaseModel,
     ConfigDict,
     Field,
     ValidationError,
@@ -35,6 +34,7 @@ from pydantic import (
     model_validator,
 )
 
+from mcphost.common.fielddocs import DocumentedModel
 from mcphost.errors import ConfigError
 from mcphost.llm import ModelConfig, check_models
 from mcphost.models import EVENT_TYPE_PATTERN, ID_PATTERN, AgentConfig
@@ -94,8 +94,8 @@ KEY_NAME_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,63}$"
 ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]{0,199}$"
 
 
-class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, frozen=True)
+class _Section(DocumentedModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class HostSettings(_Section):

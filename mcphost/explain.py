@@ -14,9 +14,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
 from mcphost.bindings import Bindings
+from mcphost.common.fielddocs import DocumentedModel
 from mcphost.errors import AmbiguousBindingError, InvalidArgumentError, NoBindingError
 from mcphost.grants import GrantCheck, GrantView, build_grant, check
 from mcphost.models import AgentBinding, AgentConfig, AgentEventEnvelope, RunGrant
@@ -26,8 +27,8 @@ MAX_TARGETS = 100
 _DRY_RUN_ID = "run_explain"
 
 
-class _Out(BaseModel):
-    model_config = ConfigDict(frozen=True, use_attribute_docstrings=True)
+class _Out(DocumentedModel):
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
 
 class ExplainRequest(InboundModel):

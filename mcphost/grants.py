@@ -28,8 +28,9 @@ import secrets
 from collections.abc import Iterable, Mapping
 from typing import Literal, Self
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import ConfigDict
 
+from mcphost.common.fielddocs import DocumentedModel
 from mcphost.models import AgentBinding, AgentEventEnvelope, GrantLayers, RunGrant
 from mcphost.protocol import (
     STATE_SCOPES,
@@ -76,11 +77,11 @@ TOKEN_BYTES = 32
 """256-bit run tokens."""
 
 
-class GrantView(BaseModel):
+class GrantView(DocumentedModel):
     """What a grant allows, token-free and sorted: the one projection of a `RunGrant` that answers show
     (`GET /v1/runs/{run_id}`, with the run's ids added) and explain (`POST /v1/explain`)."""
 
-    model_config = ConfigDict(frozen=True, use_attribute_docstrings=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     tools: list[str]
     host_tool_globs: list[str]
@@ -250,10 +251,10 @@ _EVENT_FIELDS: Mapping[str, str] = {
 }
 
 
-class GrantCheck(BaseModel):
+class GrantCheck(DocumentedModel):
     """One target checked against a grant: allowed, or the layer that removed it and what would add it."""
 
-    model_config = ConfigDict(frozen=True, use_attribute_docstrings=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     target: str
     """What was checked: `tool:NAME`, `state:SCOPE:read|write`, `storage:AREA`, `knowledge:KB`,

@@ -13,9 +13,10 @@ import time
 from enum import StrEnum
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import ConfigDict, Field, field_validator
 from ulid import ULID
 
+from mcphost.common.fielddocs import DocumentedModel
 from mcphost.protocol import (
     STATE_SCOPES,
     ArtifactRef,
@@ -53,8 +54,8 @@ def new_id(prefix: str) -> str:
     return f"{prefix}_{ULID()}"
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, use_attribute_docstrings=True, defer_build=True)
+class _Frozen(DocumentedModel):
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
 
 # -- events ------------------------------------------------------------------------------------------

@@ -65,7 +65,7 @@ OnFire = Callable[[FireOutcome], None]
 class ScheduleStatus(BaseModel):
     """A schedule and where it stands: `GET /v1/schedules`, `mcphost schedules --json`."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     id: str
     origin: Literal["config", "api"]

@@ -23,8 +23,9 @@ import re
 import zoneinfo
 from typing import TYPE_CHECKING, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
+from mcphost.common.fielddocs import DocumentedModel
 from mcphost.ingress import SCHEDULE_PREFIX
 from mcphost.models import (
     EVENT_TYPE_PATTERN,
@@ -89,10 +90,10 @@ def cron_step_problem(expression: str) -> str | None:
     return None
 
 
-class ScheduleSpec(BaseModel):
+class ScheduleSpec(DocumentedModel):
     """A schedule: when it fires (`cron` in `timezone`, or `every`) and the event each fire emits."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
     id: str = Field(pattern=SCHEDULE_ID_PATTERN)
     """1-100 letters, digits, '.', '_' or '-'; unique among the config's and the API's schedules."""

@@ -17,8 +17,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import ClassVar, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from mcphost.common.fielddocs import DocumentedModel
 from mcphost.common.validation import problems
 from mcphost.protocol import (
     AgentRunContext,
@@ -46,10 +47,10 @@ _RESERVED_ENV = frozenset({"HOME", TOKEN_ENV})
 # -- config ------------------------------------------------------------------------------------------
 
 
-class HarnessConfig(BaseModel):
+class HarnessConfig(DocumentedModel):
     """The runner config every harness accepts (`[agents.config]`); adapters add their own fields."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+    model_config = ConfigDict(extra="forbid", frozen=True)
     reserved_env: ClassVar[frozenset[str]] = _RESERVED_ENV
 
     prompt: str | None = None

@@ -44,8 +44,9 @@ from dataclasses import dataclass
 from typing import Literal, Self
 
 import httpx2
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import ConfigDict, Field, ValidationError, model_validator
 
+from mcphost.common.fielddocs import DocumentedModel
 from mcphost.common.validation import problems
 from mcphost.protocol import JSONObject, config_schema_of, is_json_object
 from mcphost.protocol.results import FinishReason
@@ -83,10 +84,10 @@ _FINISH: dict[str, FinishReason] = {
 }
 
 
-class LocalAgentConfig(BaseModel):
+class LocalAgentConfig(DocumentedModel):
     """The agent's runner config (`[agents.config]`), read at run start."""
 
-    model_config = ConfigDict(extra="ignore", frozen=True, use_attribute_docstrings=True)
+    model_config = ConfigDict(extra="ignore", frozen=True)
 
     base_url: str | None = Field(default=None, min_length=1, pattern=r"^https?://", title="API base URL")
     """The API root, e.g. "https://api.openai.com/v1" or "http://127.0.0.1:11434/v1" (not needed when

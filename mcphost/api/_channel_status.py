@@ -13,13 +13,14 @@ Invariants:
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import ConfigDict
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from mcphost.api._http import parse_query
 from mcphost.api._models import QueryModel
 from mcphost.api._state import api_state
+from mcphost.common.fielddocs import DocumentedModel
 from mcphost.common.timestamps import json_with_iso
 from mcphost.config import ChannelConfig, ChannelPlatform
 from mcphost.models import AgentConfig
@@ -41,10 +42,10 @@ class ChannelView(ChannelActivity):
     chat event and whose `match.bot_id`, if any, names this channel."""
 
 
-class ChannelsView(BaseModel):
+class ChannelsView(DocumentedModel):
     """Every configured chat channel."""
 
-    model_config = ConfigDict(frozen=True, use_attribute_docstrings=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     channels: list[ChannelView]
     """By channel id."""

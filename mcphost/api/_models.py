@@ -14,8 +14,9 @@ from __future__ import annotations
 import re
 from typing import Literal, Self
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validator
+from pydantic import AwareDatetime, ConfigDict, Field, model_validator
 
+from mcphost.common.fielddocs import DocumentedModel
 from mcphost.gateway.status import UpstreamState
 from mcphost.grants import GrantView
 from mcphost.hooks import IgnoreReason
@@ -47,12 +48,10 @@ MIME_PATTERN = re.compile(r"^[A-Za-z0-9][\w.+-]{0,99}/[A-Za-z0-9][\w.+-]{0,99}(\
 # -- request and response models ---------------------------------------------------------------------
 
 
-class QueryModel(BaseModel):
+class QueryModel(DocumentedModel):
     """Base of the query and path models; parsed on its own, it is a query that accepts no parameters."""
 
-    model_config = ConfigDict(
-        extra="forbid", frozen=True, use_attribute_docstrings=True, allow_inf_nan=False, defer_build=True
-    )
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, defer_build=True)
 
 
 MAX_WAIT_S = 3600.0
@@ -177,19 +176,15 @@ class ConversationPath(QueryModel):
     conversation_id: str = Field(pattern=ID_PATTERN)
 
 
-class CancelBody(BaseModel):
-    model_config = ConfigDict(
-        extra="forbid", use_attribute_docstrings=True, allow_inf_nan=False, defer_build=True
-    )
+class CancelBody(DocumentedModel):
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, defer_build=True)
 
     reason: str | None = Field(default=None, max_length=500)
     """Why; the run ends `cancelled` with it (its error message), on whichever replica runs it."""
 
 
-class DecisionBody(BaseModel):
-    model_config = ConfigDict(
-        extra="forbid", use_attribute_docstrings=True, allow_inf_nan=False, defer_build=True
-    )
+class DecisionBody(DocumentedModel):
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, defer_build=True)
 
     decision: Decision
     """`approve` or `deny`; `answer` for an `interaction` approval (the harness asked the user)."""
@@ -208,8 +203,8 @@ class DecisionBody(BaseModel):
         return self
 
 
-class _Answer(BaseModel):
-    model_config = ConfigDict(use_attribute_docstrings=True, defer_build=True)
+class _Answer(DocumentedModel):
+    model_config = ConfigDict(defer_build=True)
 
 
 class Admitted(_Answer):

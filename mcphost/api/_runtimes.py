@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
@@ -25,7 +25,11 @@ from mcphost.stores.runtime_audit import RuntimeAudit
 from mcphost.stores.runtimes import RuntimeState
 
 
-class RuntimeView(BaseModel):
+class _View(BaseModel):
+    model_config = ConfigDict(defer_build=True)  # built when first served, not at import
+
+
+class RuntimeView(_View):
     """One registered runtime (never its token)."""
 
     runtime_id: str
@@ -46,11 +50,11 @@ class RuntimeView(BaseModel):
     created_at: float
 
 
-class RuntimesView(BaseModel):
+class RuntimesView(_View):
     runtimes: list[RuntimeView]
 
 
-class RunRuntimeView(BaseModel):
+class RunRuntimeView(_View):
     """Where a run ran: `runtime` is null for a run executed on the host itself (a local agent)."""
 
     run_id: str

@@ -9,19 +9,20 @@ call still in flight, as `reserved`, so a live run's page shows it.
 
 from __future__ import annotations
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+from pydantic import AwareDatetime, ConfigDict, Field
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from mcphost.api._http import parse_query, path_id
 from mcphost.api._models import QueryModel
 from mcphost.api._state import api_state
+from mcphost.common.fielddocs import DocumentedModel
 from mcphost.common.timestamps import json_with_iso
 from mcphost.stores.usage import ModelCallRecord, UsageGroup, UsageTotal
 
 
 class UsageQuery(QueryModel):
-    model_config = ConfigDict(populate_by_name=True)
+    model_config = ConfigDict(populate_by_name=True, defer_build=True)
 
     group_by: UsageGroup = "model"
     """`agent`, `actor`, `model`, `conversation` or `day` (UTC)."""
@@ -31,21 +32,21 @@ class UsageQuery(QueryModel):
     """Only calls made before this time."""
 
 
-class UsageAnswer(BaseModel):
+class UsageAnswer(DocumentedModel):
     """The answer of `GET /v1/usage`: one total per group, costliest first (at most 1000 groups)."""
 
-    model_config = ConfigDict(frozen=True, use_attribute_docstrings=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     group_by: UsageGroup
     totals: list[UsageTotal]
 
 
-class RunUsage(BaseModel):
+class RunUsage(DocumentedModel):
     """The answer of `GET /v1/runs/{run_id}/usage`: the run's model calls, oldest first, one row per
     attempt (a call that fell back has a `failed` row per model it tried before; all its rows share the
     call's `created_at`), at most 1000."""
 
-    model_config = ConfigDict(frozen=True, use_attribute_docstrings=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     run_id: str
     items: list[ModelCallRecord]

@@ -16,8 +16,9 @@ import base64
 import binascii
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
+from mcphost.common.fielddocs import DocumentedModel
 from mcphost.errors import InvalidArgumentError, PayloadTooLargeError
 from mcphost.models import EVENT_TYPE_PATTERN
 from mcphost.protocol import (
@@ -42,13 +43,11 @@ StateKey = Annotated[str, Field(pattern=STATE_KEY_PATTERN)]
 KeyPrefix = Annotated[str, Field(max_length=200, pattern=r"^[A-Za-z0-9._:-]*$")]
 
 
-class ToolArgs(BaseModel):
+class ToolArgs(DocumentedModel):
     """Base of every tool's arguments: unknown fields are refused, field docs become descriptions, and
     types are strict (JSON's own: `"12"`, `true` and `1.0` are not integers), as the input schema says."""
 
-    model_config = ConfigDict(
-        extra="forbid", frozen=True, use_attribute_docstrings=True, allow_inf_nan=False, strict=True
-    )
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, strict=True, defer_build=True)
 
 
 class NoArgs(ToolArgs):

@@ -33,6 +33,7 @@ from typing import Literal
 import anyio
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from mcphost.common.fielddocs import DocumentedModel
 from mcphost.common.validation import problems
 from mcphost.config import KnowledgeBaseConfig, Settings
 from mcphost.errors import ConfigError, InvalidArgumentError, NotFoundError
@@ -60,7 +61,7 @@ IngestOutcome = Literal["added", "updated", "unchanged", "deleted", "skipped"]
 
 
 class SkippedFile(BaseModel):
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     path: str
     reason: str
@@ -69,7 +70,7 @@ class SkippedFile(BaseModel):
 class IngestReport(BaseModel):
     """What one ingest did."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     kb_id: str
     added: list[str] = Field(default_factory=list[str])
@@ -104,10 +105,10 @@ class _Source:
     file: Path
 
 
-class KnowledgeFilters(BaseModel):
+class KnowledgeFilters(DocumentedModel):
     """The `filters` of a retrieval."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
     path: str | None = Field(default=None, min_length=1, max_length=1024)
     """A glob on the document path: `*` (also across `/`), `?`, `[abc]`, `[!abc]`."""
@@ -121,7 +122,7 @@ class KnowledgeFilters(BaseModel):
 class KnowledgeBaseInfo(BaseModel):
     """A configured knowledge base and what is stored for it."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     kb_id: str
     name: str

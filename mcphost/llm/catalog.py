@@ -178,7 +178,7 @@ def fallback_chain(models: Mapping[str, ModelConfig], model_id: str) -> list[str
 class ModelFacts(BaseModel):
     """What the host knows of one model: its prices (USD per million tokens) and context window."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     input_usd_per_mtok: float
     output_usd_per_mtok: float

@@ -13,7 +13,9 @@ from collections.abc import Collection, Mapping
 from types import MappingProxyType
 from typing import Any, TypeAlias, TypeGuard, cast
 
-from pydantic import BaseModel, ConfigDict, ValidationInfo, model_validator
+from pydantic import ConfigDict, ValidationInfo, model_validator
+
+from mcphost.common.fielddocs import DocumentedModel
 
 JSONValue: TypeAlias = Any
 """A JSON value passing through unchanged (STYLE 7: the one allowed use of Any)."""
@@ -75,12 +77,11 @@ def nesting_message(what: str) -> str:
     )
 
 
-class InboundModel(BaseModel):
+class InboundModel(DocumentedModel):
     """A model for data crossing a trust boundary into the host: unknown fields and NaN/Infinity are refused."""
 
     model_config = ConfigDict(
         extra="forbid",
-        use_attribute_docstrings=True,
         populate_by_name=True,
         allow_inf_nan=False,
         defer_build=True,  # validators are built on first use, not when a command imports the module
@@ -104,13 +105,11 @@ def _is_strict(context: object) -> bool:
     )
 
 
-class ProtocolModel(BaseModel):
+class ProtocolModel(DocumentedModel):
     """A model the host sends out: parsers on the runner side ignore unknown fields (refused under
     `STRICT_CONTEXT`)."""
 
-    model_config = ConfigDict(
-        extra="ignore", use_attribute_docstrings=True, populate_by_name=True, defer_build=True
-    )
+    model_config = ConfigDict(extra="ignore", populate_by_name=True, defer_build=True)
 
     @model_validator(mode="before")
     @classmethod

@@ -48,13 +48,13 @@ from sqlalchemy import (
     union_all,
 )
 from sqlalchemy import cast as sql_cast
-from sqlalchemy.dialects import postgresql
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.sql.dml import ReturningInsert
 from sqlalchemy.sql.elements import BindParameter, ColumnElement, KeyedColumnElement
 from sqlalchemy.sql.selectable import CTE
 
 from mcphost.models import RunStatus
+from mcphost.stores._sql import pg_insert
 from mcphost.stores.conversations import touch_from
 from mcphost.stores.engine import core
 from mcphost.stores.state import first_sizes, snapshot_owner
@@ -188,7 +188,7 @@ def _statement(shape: AdmitShape) -> CompoundSelect[Any]:
         parts.append(touch_from(touched).cte("touched"))
     if shape.inbound:
         logged = select(*(_param(f"e_{name}", name, _EVENTS) for name in _EVENT)).select_from(inserted)
-        log = postgresql.insert(_EVENTS).from_select(list(_EVENT), logged)
+        log = pg_insert(_EVENTS).from_select(list(_EVENT), logged)
         parts.append(log.on_conflict_do_nothing(index_elements=["event_id"]).cte("logged"))
     item: CTE | None = None
     if shape.start and shape.item:
@@ -197,7 +197,7 @@ def _statement(shape: AdmitShape) -> CompoundSelect[Any]:
             .select_from(inserted)
             .where(inserted.c.status == RunStatus.RUNNING.value)
         )
-        add = postgresql.insert(_TRANSCRIPT).from_select(list(_ITEM), said)
+        add = pg_insert(_TRANSCRIPT).from_select(list(_ITEM), said)
         item = add.on_conflict_do_nothing(index_elements=["item_id"]).returning(_TRANSCRIPT.c.seq).cte("item")
         if not shape.head:
             parts.append(item)

@@ -68,7 +68,7 @@ MAX_RUN_SEQ = 2**31 - 1
 class Page(BaseModel, Generic[T]):
     """One page of a keyset-paged read."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     items: list[T]
     next_cursor: str | None

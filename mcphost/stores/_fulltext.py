@@ -28,7 +28,6 @@ import re
 from collections.abc import Sequence
 
 from sqlalchemy import ColumnElement, Text, cast, func, literal, literal_column
-from sqlalchemy.dialects.postgresql import TSQUERY
 
 from mcphost.errors import InvalidArgumentError
 
@@ -233,6 +232,8 @@ def fts5_match(
 def pg_words_query(terms: Sequence[str], *, all_terms: bool = False) -> ColumnElement[str]:
     """`plainto_tsquery(t1) || plainto_tsquery(t2) …` (`&&` with `all_terms`): any (every) one of the
     words, each a bound parameter."""
+    from sqlalchemy.dialects.postgresql import TSQUERY  # PostgreSQL's dialect loads on PostgreSQL only
+
     config: ColumnElement[object] = literal_column(f"'{TS_CONFIG}'::regconfig")
     parts = [func.plainto_tsquery(config, cast(literal(t), Text), type_=TSQUERY) for t in terms]
     query: ColumnElement[str] = parts[0]

@@ -59,7 +59,6 @@ from sqlalchemy import (
     table,
     text,
 )
-from sqlalchemy.dialects.postgresql import JSONB, TSVECTOR
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from mcphost.errors import InvalidArgumentError
@@ -129,7 +128,7 @@ def _split(
 class KnowledgeHit(BaseModel):
     """One retrieved chunk with its document and its relevance (higher is better)."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     chunk_id: int
     kb_id: str
@@ -385,6 +384,8 @@ class KnowledgeSearch:
             if not plan.alone:
                 stmt = stmt.where(KbChunkRow.kb_id == kb_id)
         else:
+            from sqlalchemy.dialects.postgresql import TSVECTOR  # loaded on PostgreSQL only
+
             vector = literal_column("kb_chunks.search_vector", type_=TSVECTOR)
             required = pg_words_query(plan.required, all_terms=plan.all_terms)
             score = func.ts_rank_cd(
@@ -426,6 +427,8 @@ class KnowledgeSearch:
                 found = func.json_each(KbDocumentRow.meta, f'$."{key}"').table_valued("value")
                 conditions.append(exists(select(literal(1)).select_from(found).where(found.c.value == value)))
             else:
+                from sqlalchemy.dialects.postgresql import JSONB  # loaded on PostgreSQL only
+
                 wanted = cast(literal(json.dumps(value)), JSONB)
                 conditions.append(cast(KbDocumentRow.meta, JSONB)[key].op("@>", is_comparison=True)(wanted))
         return conditions

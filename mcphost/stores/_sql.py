@@ -10,6 +10,9 @@ Invariants:
   from both strings (released at commit/rollback); on SQLite it is a no-op because write sessions begin
   with `BEGIN IMMEDIATE`, which already serializes all writers of the file. Call it only inside
   `db.write()`.
+- SQLAlchemy's PostgreSQL dialect (and asyncpg's with it) is imported by `pg_insert`, on the first
+  PostgreSQL statement built, never at import: a SQLite host does not load it. Statements built once
+  per dialect are built on first use for that dialect (`functools.cache`), not for both at import.
 - Advisory keys are a BLAKE2b digest of "namespace\\0value": different namespaces never share a key in
   practice (2**-64), and the session-level host locks (`hosts.py`) use the same derivation.
 """
@@ -19,14 +22,17 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
 from sqlalchemy import Insert, Table, bindparam, func, select
-from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.dialects import sqlite
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 from sqlalchemy.orm import DeclarativeBase
+
+if TYPE_CHECKING:
+    from sqlalchemy.dialects import postgresql
 
 log = logging.getLogger(__name__)
 
@@ -61,13 +67,13 @@ def insert_ignoring(
     With `.returning(...)`, no row comes back when the row already existed.
     """
     if dialect == "postgresql":
-        return postgresql.insert(table).values(dict(values)).on_conflict_do_nothing(index_elements=conflict)
+        return pg_insert(table).values(dict(values)).on_conflict_do_nothing(index_elements=conflict)
     return sqlite.insert(table).values(dict(values)).on_conflict_do_nothing(index_elements=conflict)
 
 
 def ignoring_insert(dialect: Dialect, table: Table[Any], conflict: Sequence[str]) -> Insert:
     """`insert_ignoring` without its values, to build once and execute with each row's parameters."""
-    insert = postgresql.insert(table) if dialect == "postgresql" else sqlite.insert(table)
+    insert = pg_insert(table) if dialect == "postgresql" else sqlite.insert(table)
     return insert.on_conflict_do_nothing(index_elements=conflict)
 
 
@@ -80,7 +86,7 @@ def upsert(
 ) -> Insert:
     """`INSERT … ON CONFLICT (conflict) DO UPDATE SET update = excluded.update`."""
     if dialect == "postgresql":
-        pg = postgresql.insert(table).values(dict(values))
+        pg = pg_insert(table).values(dict(values))
         return pg.on_conflict_do_update(
             index_elements=conflict, set_={name: pg.excluded[name] for name in update}
         )
@@ -95,10 +101,18 @@ def upserting_insert(
 ) -> Insert:
     """`upsert` without its values, to build once and execute with each row's parameters."""
     if dialect == "postgresql":
-        pg = postgresql.insert(table)
+        pg = pg_insert(table)
         return pg.on_conflict_do_update(index_elements=conflict, set_={n: pg.excluded[n] for n in update})
     lite = sqlite.insert(table)
     return lite.on_conflict_do_update(index_elements=conflict, set_={n: lite.excluded[n] for n in update})
+
+
+def pg_insert(table: type[DeclarativeBase] | Table[Any]) -> postgresql.Insert:
+    """PostgreSQL's `INSERT` (with `ON CONFLICT`): its dialect package, and the asyncpg dialect with it, is
+    imported on a PostgreSQL database's first such statement, not when a SQLite host imports the stores."""
+    from sqlalchemy.dialects import postgresql
+
+    return postgresql.insert(table)
 
 
 async def discard_connection(conn: AsyncConnection) -> None:

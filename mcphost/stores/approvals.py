@@ -75,7 +75,7 @@ RECOVERED_NOTE = (
 class ApprovalRecord(BaseModel):
     """One approval as stored, with the status it has now (`expired` once past `expires_at`)."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     approval_id: str
     run_id: str

@@ -67,7 +67,7 @@ when the platform does not give them."""
 class ArtifactRecord(BaseModel):
     """Artifact metadata as stored."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     artifact_id: str
     name: str | None
@@ -94,7 +94,7 @@ class PendingArtifact(BaseModel):
     """A lazy artifact not fetched yet (`artifact_sources`): what its platform declared, and the last
     fetch's failure."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     artifact_id: str
     origin: str

@@ -33,7 +33,7 @@ CallOutcome = Literal["ok", "error", "refused"]
 class AuditEntry(BaseModel):
     """What a call did, as the dispatcher reports it."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     run_id: str
     tool: str

@@ -25,21 +25,23 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, cast
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import ConfigDict
 from sqlalchemy import func, select
-from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.dialects import sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from mcphost.common.fielddocs import DocumentedModel
 from mcphost.stores._retry import idempotent
+from mcphost.stores._sql import pg_insert
 from mcphost.stores.deliveries import CHANNEL_URL_PREFIX, DeliveryStatus
 from mcphost.stores.engine import Database
 from mcphost.stores.tables import ChannelStatusRow, DeliveryRow, table_of
 
 
-class ChannelReply(BaseModel):
+class ChannelReply(DocumentedModel):
     """One outbox row of a channel: a reply, a failure notice or a platform action."""
 
-    model_config = ConfigDict(frozen=True, use_attribute_docstrings=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     delivery_id: str
     type: str
@@ -52,10 +54,10 @@ class ChannelReply(BaseModel):
     last_error: str | None
 
 
-class ChannelActivity(BaseModel):
+class ChannelActivity(DocumentedModel):
     """What one channel received and sent, from the database."""
 
-    model_config = ConfigDict(frozen=True, use_attribute_docstrings=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     accepted: int
     """Verified events admitted as a new run (a platform retry of one is not counted again)."""
@@ -130,7 +132,7 @@ class ChannelStatusStore:
         row = {"channel_id": channel_id, "accepted": 0, "ignored": 0, **values, counter: 1}
         table = table_of(ChannelStatusRow)
         column = table.c[counter]
-        insert = postgresql.insert(table) if self._db.dialect == "postgresql" else sqlite.insert(table)
+        insert = pg_insert(table) if self._db.dialect == "postgresql" else sqlite.insert(table)
         statement = insert.values(row).on_conflict_do_update(
             index_elements=["channel_id"], set_={**values, counter: column + 1}
         )

@@ -23,19 +23,21 @@ Invariants:
 from __future__ import annotations
 
 import json
-from typing import Any, TypeVar, cast
+from functools import cache
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import ConfigDict
 from sqlalchemy import ColumnElement, Row, Select, bindparam, delete, func, or_, select
-from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.dialects import sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.sql import Executable
 
+from mcphost.common.fielddocs import DocumentedModel
 from mcphost.errors import ConflictError, InvalidArgumentError, NotFoundError
 from mcphost.models import RunStatus
 from mcphost.stores._cursor import CursorCodec, Page, check_limit
 from mcphost.stores._retry import idempotent
-from mcphost.stores._sql import Dialect, lock_in_transaction
+from mcphost.stores._sql import Dialect, lock_in_transaction, pg_insert
 from mcphost.stores.artifacts import drop_unreferenced_blob
 from mcphost.stores.blobs import BlobBackend
 from mcphost.stores.engine import Database, core
@@ -57,15 +59,18 @@ from mcphost.stores.tables import (
     table_of,
 )
 
+if TYPE_CHECKING:
+    from sqlalchemy.dialects import postgresql
+
 LOCK_NAMESPACE = "conversation"
 """The lock admission (`runs.py`) and `delete` take on a conversation."""
 _BUSY_STATUSES = (RunStatus.QUEUED.value, RunStatus.RUNNING.value)
 
 
-class ConversationRecord(BaseModel):
+class ConversationRecord(DocumentedModel):
     """A conversation as listed: when it began, its newest activity and who was in it last."""
 
-    model_config = ConfigDict(frozen=True, use_attribute_docstrings=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     conversation_id: str
     created_at: float
@@ -81,10 +86,10 @@ class ConversationRecord(BaseModel):
     """How many runs it has had (attempts included)."""
 
 
-class ConversationDeleted(BaseModel):
+class ConversationDeleted(DocumentedModel):
     """What deleting a conversation removed, row counts by kind."""
 
-    model_config = ConfigDict(frozen=True, use_attribute_docstrings=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     conversation_id: str
     runs: int
@@ -113,12 +118,15 @@ def _record(row: ConversationRow) -> ConversationRecord:
     )
 
 
-_InsertT = TypeVar("_InsertT", bound=postgresql.Insert | sqlite.Insert)
+_InsertT = TypeVar("_InsertT", bound="postgresql.Insert | sqlite.Insert")
 
 
+@cache
 def _touch_statement(dialect: Dialect) -> Executable:
+    """Built once per dialect, on its first use (`engine.core`): every admission into a conversation runs
+    it. Not at import, so a SQLite host never imports PostgreSQL's dialect."""
     table = table_of(ConversationRow)
-    insert = postgresql.insert(table) if dialect == "postgresql" else sqlite.insert(table)
+    insert = pg_insert(table) if dialect == "postgresql" else sqlite.insert(table)
     return _touching(
         insert.values(
             {name: bindparam(f"v_{name}", type_=table.c[name].type) for name in _TOUCHED} | {"runs": 1}
@@ -129,7 +137,7 @@ def _touch_statement(dialect: Dialect) -> Executable:
 def touch_from(admitted: Select[Any]) -> postgresql.Insert:
     """PostgreSQL: `touch_conversation` of the row `admitted` selects (the columns `_TOUCHED`, then
     `runs`), for a statement that admits the run and touches its conversation at once."""
-    return _touching(postgresql.insert(table_of(ConversationRow)).from_select([*_TOUCHED, "runs"], admitted))
+    return _touching(pg_insert(table_of(ConversationRow)).from_select([*_TOUCHED, "runs"], admitted))
 
 
 def _touching(stmt: _InsertT) -> _InsertT:
@@ -158,10 +166,6 @@ _TOUCHED = (
     "agent_id",
     "actor_id",
 )
-_TOUCH: dict[Dialect, Executable] = {
-    dialect: _touch_statement(dialect) for dialect in ("sqlite", "postgresql")
-}
-"""Built once per dialect (`engine.core`): every admission into a conversation runs it."""
 
 
 async def touch_conversation(
@@ -178,7 +182,7 @@ async def touch_conversation(
         "v_agent_id": run.agent_id,
         "v_actor_id": actor_id,
     }
-    await (await core(session)).execute(_TOUCH[dialect], values)
+    await (await core(session)).execute(_touch_statement(dialect), values)
 
 
 def _like_prefix(prefix: str) -> ColumnElement[bool]:

@@ -69,7 +69,7 @@ and an approved one (`action.approved`); one with a key waits for its approval."
 class DeliveryRecord(BaseModel):
     """One outbound delivery as stored."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     delivery_id: str
     url: str
@@ -98,7 +98,7 @@ class DeliveryLease(DeliveryRecord):
 class DeliveryClaims(BaseModel):
     """What one `claim` did: the rows now leased to the caller, and the rows it found expired (now `dead`)."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     leases: list[DeliveryLease]
     expired: list[DeliveryRecord]

@@ -68,7 +68,7 @@ _ELIGIBILITY = (RuntimeRunRow.selector, RuntimeRunRow.runner_id)
 class QueuedRun(BaseModel):
     """What the host's executor puts in the queue for one run."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     run_id: str
     host_id: str
@@ -87,7 +87,7 @@ class QueuedRun(BaseModel):
 class Claim(BaseModel):
     """A run a runtime claimed: its token-free context, the fence and the lease."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     run_id: str
     runner_id: str
@@ -101,7 +101,7 @@ class Claim(BaseModel):
 
 
 class PostedResult(BaseModel):
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     seq: int
     nbytes: int
@@ -112,7 +112,7 @@ class PostedResult(BaseModel):
 class DispatchView(BaseModel):
     """The queue row of a run as its executor reads it, with the results after a sequence."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     state: Literal["queued", "claimed"]
     runtime_id: str | None
@@ -129,14 +129,14 @@ class Adopted(BaseModel):
     """A run's queue row as a host that adopts it finds it: the fence, and the shift of its runner
     sequences (the highest one journaled before the current attempt)."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     fence: int
     shift: int
 
 
 class HeldRun(BaseModel):
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     run_id: str
     fence: int
@@ -146,7 +146,7 @@ class HeldRun(BaseModel):
 class RuntimeClaim(BaseModel):
     """A run a runtime holds now, as the runtimes list shows it."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     run_id: str
     fence: int

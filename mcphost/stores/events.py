@@ -22,11 +22,13 @@ Invariants:
 from __future__ import annotations
 
 import time
+from functools import cache
 from typing import Any, Literal, NotRequired, TypedDict, Unpack
 
 from pydantic import BaseModel, ConfigDict
 from sqlalchemy import select, union_all
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.sql.dml import ReturningInsert
 
 from mcphost.errors import InvalidArgumentError, NotFoundError
 from mcphost.protocol import MAX_JSON_DEPTH, JSONObject, json_depth
@@ -44,7 +46,7 @@ MAX_EVENT_TYPES = 20
 class StoredEvent(BaseModel):
     """One row of the event log."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     seq: int
     cursor: str
@@ -124,16 +126,16 @@ def event_values(**fields: Unpack[EventFields]) -> dict[str, Any]:
     }
 
 
-_INSERT = {
-    dialect: ignoring_insert(dialect, table_of(EventRow), ["event_id"]).returning(table_of(EventRow).c.seq)
-    for dialect in ("sqlite", "postgresql")
-}
-"""`insert_event`'s statement per dialect, built once: every run's event goes through it (`engine.core`)."""
+@cache
+def _insert(dialect: Dialect) -> ReturningInsert[int]:
+    """`insert_event`'s statement, built once per dialect on its first use, not at import: every run's
+    event goes through it (`engine.core`)."""
+    return ignoring_insert(dialect, table_of(EventRow), ["event_id"]).returning(table_of(EventRow).c.seq)
 
 
 async def insert_event(session: AsyncSession, dialect: Dialect, values: dict[str, Any]) -> int | None:
     """Insert one event-log row unless its `event_id` is stored already; its seq, or None if it was."""
-    return (await (await core(session)).execute(_INSERT[dialect], values)).scalar_one_or_none()
+    return (await (await core(session)).execute(_insert(dialect), values)).scalar_one_or_none()
 
 
 class EventStore:

@@ -76,7 +76,7 @@ LIVENESS_CHECK_S = 1.0
 class Recovery(BaseModel):
     """What `recover_abandoned` did, by run id (each list in admission order)."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     failed: list[str] = []
     """Were running: failed `host.restarted`."""
@@ -97,7 +97,7 @@ CANCELLED_BEFORE_RESTART = RunFailure(
 class HostRecord(BaseModel):
     """A registered host process."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     host_id: str
     pid: int

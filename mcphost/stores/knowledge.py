@@ -37,7 +37,7 @@ MAX_SEARCH_LIMIT = 50
 class KnowledgeDocument(BaseModel):
     """A stored document of a knowledge base."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     doc_id: int
     kb_id: str
@@ -55,7 +55,7 @@ class KnowledgeDocument(BaseModel):
 class ChunkDraft(BaseModel):
     """A chunk on its way into the store (its id and ordinal are assigned there)."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     heading: str
     text: str
@@ -63,7 +63,7 @@ class ChunkDraft(BaseModel):
 
 
 class StoredChunk(BaseModel):
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     chunk_id: int
     ordinal: int
@@ -73,7 +73,7 @@ class StoredChunk(BaseModel):
 
 
 class KnowledgeBaseStats(BaseModel):
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     kb_id: str
     documents: int
@@ -85,7 +85,7 @@ class KnowledgeBaseStats(BaseModel):
 class BulkDocument(BaseModel):
     """A document with its chunks for `bulk_load` (imports and benchmarks)."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     path: str
     title: str

@@ -36,7 +36,7 @@ CallAnswer = Literal["ok", "error"]
 class RecordingHeader(BaseModel):
     """What a recorded run started from."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     run_id: str
     agent_id: str
@@ -53,7 +53,7 @@ class RecordingHeader(BaseModel):
 class RecordedCallEntry(BaseModel):
     """One per-run MCP request and its answer, as the facts pipeline reports it."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     run_id: str
     tool: str

@@ -66,7 +66,7 @@ trip, the rows as arrays (`unnest`), each payload the JSON text SQLAlchemy's own
 class StoredResult(BaseModel):
     """One persisted result."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     run_id: str
     seq: int

@@ -85,7 +85,7 @@ SESSION_STATE_KEYS: tuple[str, ...] = ("external.session_id", "external.working_
 class Collected(BaseModel):
     """What one kind's collection deleted (or, in a dry run, would delete)."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     kind: str
     rows: int

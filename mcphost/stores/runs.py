@@ -154,7 +154,7 @@ class RunStart:
 class GrantRecord(BaseModel):
     """A run's grant with what decides whether it is still good."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     grant: RunGrant
     status: RunStatus

@@ -32,7 +32,7 @@ class RuntimeAudit(BaseModel):
     """Where a remote run ran: the runtime of its latest claim, that claim's fence and timings, and the
     events of every claim (`queued`, `claimed`, `output`, `requeued`, `lost`, `ended`), oldest first."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     run_id: str
     state: Literal["queued", "claimed", "ended"]

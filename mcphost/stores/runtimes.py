@@ -36,7 +36,7 @@ TOKEN_PREFIX = "mcprt_"
 class RuntimeRecord(BaseModel):
     """One runtime as the host knows it (never its token or its hash)."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     runtime_id: str
     name: str

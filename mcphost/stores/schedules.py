@@ -34,7 +34,7 @@ MAX_STORED_SCHEDULES = 1000
 class StoredSchedule(BaseModel):
     """A schedule created through the API."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     spec: ScheduleSpec
     paused: bool

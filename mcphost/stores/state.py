@@ -27,11 +27,11 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Mapping, Sequence
+from functools import cache
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
-from sqlalchemy import JSON, ColumnElement, ScalarSelect, bindparam, delete, func, select, type_coerce
-from sqlalchemy.dialects.postgresql import aggregate_order_by
+from sqlalchemy import JSON, ColumnElement, Insert, ScalarSelect, bindparam, delete, func, select, type_coerce
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from mcphost.errors import InvalidArgumentError, PayloadTooLargeError
@@ -51,7 +51,7 @@ _SNAPSHOT_BATCH = 256
 class StateEntry(BaseModel):
     """One stored state value."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     key: str
     value: JSONValue
@@ -67,7 +67,7 @@ class ScopeSnapshot(BaseModel):
     """The values of one owner's scope a run context carries, and the keys left out because their
     stored value cannot be served."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     values: dict[str, JSONValue]
     unservable: tuple[str, ...] = ()
@@ -189,15 +189,17 @@ _SIZES_AFTER = (
     select(_key, _size).where(*_OF_OWNER, _key > bindparam("w_after")).order_by(_key).limit(_SNAPSHOT_BATCH)
 )
 _VALUES_UP_TO = select(_key, _value, _size).where(*_OF_OWNER, _key <= bindparam("w_last")).order_by(_key)
-_UPSERT = {
-    dialect: upserting_insert(dialect, _STATE, ["scope", "owner", "key"], ["value", "size", "updated_at"])
-    for dialect in ("sqlite", "postgresql")
-}
+
+
+@cache
+def _upsert(dialect: Dialect) -> Insert:
+    """`upsert_state`'s statement, built once per dialect on its first use (`engine.core`), not at import."""
+    return upserting_insert(dialect, _STATE, ["scope", "owner", "key"], ["value", "size", "updated_at"])
 
 
 async def upsert_state(session: AsyncSession, dialect: Dialect, values: dict[str, Any]) -> None:
     """Inside `session`: write one checked `state_values` row, replacing what was at its key."""
-    await (await core(session)).execute(_UPSERT[dialect], values)
+    await (await core(session)).execute(_upsert(dialect), values)
 
 
 def snapshot_owner(scope: str, owner: Sequence[str]) -> dict[str, str]:
@@ -209,6 +211,8 @@ def first_sizes(scope: Any, owner: Any) -> ScalarSelect[Any]:
     """PostgreSQL: the first batch a snapshot reads (`_SIZES` of the owner given by the expressions
     `scope` and `owner`) as one JSON array of [key, size] in key order, NULL when the owner has none;
     for a statement that reads it together with others (`read_snapshot(first=...)`)."""
+    from sqlalchemy.dialects.postgresql import aggregate_order_by  # loaded on PostgreSQL only
+
     sizes = (
         select(_key, _size)
         .where(_STATE.c["scope"] == scope, _STATE.c["owner"] == owner)

@@ -33,7 +33,7 @@ STORAGE_AREAS: tuple[str, ...] = ("plugin", "workspace", "binding")
 class StorageItem(BaseModel):
     """A stored value's key, size and time (what `list` returns)."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     key: str
     size: int

@@ -20,19 +20,23 @@ Conventions:
   create them; `described_by_metadata` tells autogenerate (and the migration test) to leave them out of
   the comparison. Their names are listed here so both places agree.
 - `table_of` gives a class's Core `Table`, for the statements the hot path builds once (`engine.core`).
+- No `from __future__ import annotations` here, unlike elsewhere: the `Mapped[...]` annotations are real
+  types, so mapping the classes at import does not evaluate each as a string (about a tenth of importing
+  the stores). A forward reference must be quoted by hand.
+- PostgreSQL's column variants use the generic types (`VARCHAR(…, collation="C")`), so the schema does
+  not import SQLAlchemy's PostgreSQL dialect on a SQLite host.
 
 Size: past 600 lines because the schema is read in one place: every table of the host (runs and their
 facts, deliveries, schedules, approvals, runtimes and their queue, model calls) with its indexes, which
 the migration test compares with `migrations/` as a whole.
 """
 
-from __future__ import annotations
-
 from collections.abc import Mapping
 from typing import Any, cast
 
 from sqlalchemy import (
     JSON,
+    VARCHAR,
     BigInteger,
     Boolean,
     Double,
@@ -48,7 +52,6 @@ from sqlalchemy import (
     false,
     text,
 )
-from sqlalchemy.dialects import postgresql
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 NAMING_CONVENTION = {
@@ -62,13 +65,13 @@ NAMING_CONVENTION = {
 SeqType = BigInteger().with_variant(Integer(), "sqlite")
 """Autoincrement keys: BIGSERIAL on PostgreSQL; INTEGER (the rowid alias) on SQLite."""
 
-KeyType = String(200).with_variant(postgresql.VARCHAR(200, collation="C"), "postgresql")
+KeyType = String(200).with_variant(VARCHAR(200, collation="C"), "postgresql")
 """State and storage keys: byte order on both dialects."""
 
 Id = String(200)
 """Ids from outside (events, conversations, actors) match models.ID_PATTERN: at most 200 chars."""
 
-PathType = String(1024).with_variant(postgresql.VARCHAR(1024, collation="C"), "postgresql")
+PathType = String(1024).with_variant(VARCHAR(1024, collation="C"), "postgresql")
 """Knowledge document paths: byte order on both dialects, so a path prefix is an index range."""
 
 FULLTEXT_TABLES: tuple[str, ...] = ("kb_chunks_fts", "transcript_fts")

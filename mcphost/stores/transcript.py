@@ -31,12 +31,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from functools import cache
 from typing import Any, Required, TypedDict, Unpack
 
 from pydantic import BaseModel, ConfigDict, TypeAdapter
 from sqlalchemy import (
     ColumnElement,
     Float,
+    Insert,
     Integer,
     String,
     and_,
@@ -51,7 +53,6 @@ from sqlalchemy import (
     table,
     text,
 )
-from sqlalchemy.dialects.postgresql import TSVECTOR
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from mcphost.models import new_id
@@ -80,7 +81,7 @@ SNIPPET_CHARS = 240
 class TranscriptRecord(BaseModel):
     """One transcript item as stored, with the cursor that points at it."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     seq: int
     cursor: str
@@ -104,7 +105,7 @@ class TranscriptRecord(BaseModel):
 class TranscriptHit(BaseModel):
     """One full-text search hit: the item, its relevance (higher is better) and a snippet around the match."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     record: TranscriptRecord
     score: float
@@ -114,7 +115,7 @@ class TranscriptHit(BaseModel):
 class TranscriptDraft(BaseModel):
     """An item for `bulk_append` (imports and benchmarks)."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     conversation_id: str
     thread_id: str | None = None
@@ -193,16 +194,16 @@ def item_values(**fields: Unpack[ItemFields]) -> dict[str, Any]:
     }
 
 
-_ADD_ITEM = {
-    dialect: ignoring_insert(dialect, table_of(TranscriptRow), ["item_id"])
-    for dialect in ("sqlite", "postgresql")
-}
-"""`add_item`'s statement per dialect, built once: every run appends through it (`engine.core`)."""
+@cache
+def _add_item(dialect: Dialect) -> Insert:
+    """`add_item`'s statement, built once per dialect on its first use, not at import: every run appends
+    through it (`engine.core`)."""
+    return ignoring_insert(dialect, table_of(TranscriptRow), ["item_id"])
 
 
 async def add_item(session: AsyncSession, dialect: Dialect, values: dict[str, Any]) -> None:
     """Insert one item (`item_values`) inside `session` unless its `item_id` is stored."""
-    await (await core(session)).execute(_ADD_ITEM[dialect], values)
+    await (await core(session)).execute(_add_item(dialect), values)
 
 
 async def insert_item(session: AsyncSession, dialect: Dialect, values: dict[str, Any]) -> TranscriptRow:
@@ -361,6 +362,8 @@ class TranscriptStore:
                 literal_column("+transcript.thread_id", String) == thread,
             )
         else:
+            from sqlalchemy.dialects.postgresql import TSVECTOR  # loaded on PostgreSQL only
+
             vector = literal_column("transcript.search_vector", type_=TSVECTOR)
             words = pg_words_query(terms)
             match = pg_matches(vector, words)

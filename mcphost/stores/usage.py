@@ -33,6 +33,7 @@ from pydantic import BaseModel, ConfigDict
 from sqlalchemy import bindparam, case, func, insert, select, union_all, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from mcphost.common.fielddocs import DocumentedModel
 from mcphost.errors import BudgetExceededError
 from mcphost.models import new_id
 from mcphost.stores._retry import idempotent
@@ -46,7 +47,7 @@ MAX_USAGE_ROWS = 1000
 
 
 class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
 
 class ModelBudget(_Frozen):
@@ -107,10 +108,10 @@ class FinishedCall(_Frozen):
     attempts: tuple[AttemptEnd, ...]
 
 
-class ModelCallRecord(_Frozen):
+class ModelCallRecord(DocumentedModel):
     """One stored row: one attempt of a host model call."""
 
-    model_config = ConfigDict(frozen=True, use_attribute_docstrings=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     call_id: str
     run_id: str

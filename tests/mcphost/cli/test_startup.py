@@ -241,3 +241,28 @@ def test_a_run_whose_runner_reads_facts_loads_the_mcp_server_then(tmp_path: Path
     assert "state_get" in done.stdout  # memo read the host's facts through its MCP endpoint
     # (`importlib.import_module` loads the server module itself, which `-X importtime` does not list)
     assert {"mcphost.facts._dispatch", "mcp"} <= modules
+
+
+def test_a_run_on_sqlite_imports_no_postgresql_dialect(tmp_path: Path) -> None:
+    done, modules = _imported_by("run", "hello", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "sqlalchemy.dialects.sqlite" in modules  # the measurement saw the database opened
+    postgresql = [m for m in modules if m.startswith("sqlalchemy.dialects.postgresql") or m == "asyncpg"]
+    assert postgresql == []  # loaded when a PostgreSQL engine or statement is first built
+
+
+def test_importing_the_stores_and_the_api_builds_none_of_their_models() -> None:
+    code = (
+        "import pydantic, mcphost.stores, mcphost.api\n"
+        "todo, built = [pydantic.BaseModel], []\n"
+        "while todo:\n"
+        "    for sub in todo.pop().__subclasses__():\n"
+        "        todo.append(sub)\n"
+        "        if sub.__module__.startswith(('mcphost.stores', 'mcphost.api')) and sub.__pydantic_complete__:\n"
+        "            built.append(sub.__qualname__)\n"
+        "print(sorted(built))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=cli_env(), capture_output=True, text=True, timeout=60, check=True
+    )
+    assert done.stdout.strip() == "[]"  # each is built on its first validation (defer_build)
