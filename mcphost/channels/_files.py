@@ -89,7 +89,11 @@ def fetcher(source: ChannelAdapter, http: httpx2.AsyncClient) -> Fetcher:
 async def channel_files(
     channels: Mapping[str, ChannelAdapter], artifacts: ArtifactStore
 ) -> AsyncGenerator[None]:
-    """Register every channel's fetcher on `artifacts` while the context is open."""
+    """Register every channel's fetcher on `artifacts` while the context is open (no HTTP client, and
+    so no TLS context, without channels)."""
+    if not channels:
+        yield
+        return
     async with httpx2.AsyncClient(follow_redirects=True, max_redirects=MAX_REDIRECTS) as http:
         for channel_id, source in channels.items():
             artifacts.fetchers[channel_id] = fetcher(source, http)

@@ -51,7 +51,7 @@ import logging
 import re
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 
 import anyio
@@ -221,13 +221,14 @@ class ModelProxy:
 
     @asynccontextmanager
     async def running(self) -> AsyncGenerator[ModelProxy]:
-        """Serve calls: owns the upstream HTTP client (its connections are closed on exit) and the usage
-        writer (what it holds is written on exit)."""
-        async with (
-            self._writer.running(),
-            httpx2.AsyncClient(follow_redirects=False, trust_env=False) as client,
-        ):
-            self._client = client
+        """Serve calls: owns the upstream HTTP client (its connections are closed on exit; none without
+        `[models]`, where no call can reach an upstream: its TLS context costs a start ~50 ms) and the
+        usage writer (what it holds is written on exit)."""
+        async with self._writer.running(), AsyncExitStack() as stack:
+            if self._models:
+                self._client = await stack.enter_async_context(
+                    httpx2.AsyncClient(follow_redirects=False, trust_env=False)
+                )
             try:
                 yield self
             finally:

@@ -26,12 +26,13 @@ import uvicorn.server
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
+from mcphost.app import open_host
 from mcphost.models import RunStatus
 from mcphost.serving import bind_socket, serve_http
 from mcphost.stores import open_stores
 from tests._json import structured
 from tests.e2e.httpkit import PROBE, PROBE_PROMPT, parse_sse
-from tests.mcphost.hostkit import MISBEHAVE, REPO
+from tests.mcphost.hostkit import MISBEHAVE, REPO, host_settings
 
 ENV_DROP = ("MCPHOST_CONFIG", "MCPHOST_DATABASE_URL", "MCPHOST_DATA_DIR", "MCPHOST_API_KEY", "MCPHOST_URL")
 BIN = Path(sys.executable).parent
@@ -579,3 +580,22 @@ async def test_stopping_waits_for_a_response_in_flight_but_not_for_uvicorns_fixe
 async def _release_soon(release: anyio.Event) -> None:
     await anyio.sleep(0.05)
     release.set()
+
+
+async def test_a_host_without_models_or_channels_builds_no_upstream_http_client(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each client loads a TLS context (~50 ms of a start): only a host with `[models]` or channels needs
+    one to reach an upstream."""
+    made: list[object] = []
+    original = httpx2.AsyncClient.__init__
+
+    def counting(self: httpx2.AsyncClient, *args: Any, **kwargs: Any) -> None:
+        made.append(self)
+        original(self, *args, **kwargs)
+
+    monkeypatch.setattr(httpx2.AsyncClient, "__init__", counting)
+    settings = host_settings(f"sqlite+aiosqlite:///{tmp_path / 'host.db'}", tmp_path)
+    async with open_host(settings) as host:
+        assert host.settings.models == {}
+    assert made == []
