@@ -6,7 +6,15 @@ model and no MCP calls: the previous turn count comes from the context's state s
 
 from __future__ import annotations
 
-from mcphost_runners.sdk import AgentRunContext, AgentRunner, Capabilities, Permissions, RunOutput, serve
+from mcphost_runners.sdk import (
+    AgentRunContext,
+    AgentRunner,
+    Capabilities,
+    ContextSupport,
+    Permissions,
+    RunOutput,
+    serve,
+)
 
 
 class EchoRunner(AgentRunner):
@@ -17,6 +25,7 @@ class EchoRunner(AgentRunner):
     description = {"en": "Replies with the input text and counts the conversation's turns."}
     capabilities = Capabilities(streaming=True)
     permissions = Permissions(state=["read", "write"])
+    context_support = ContextSupport(calls_mcp=False)  # state comes with the context and goes out as results
 
     async def run(self, ctx: AgentRunContext, out: RunOutput) -> None:
         text = ctx.input.text or ""

@@ -3,7 +3,7 @@
 Owns when the host's facts server (`server.FactsServer`, built on the `mcp` package: about a second of
 imports on a small machine, more than the rest of a one-shot run) is loaded, and its lifetime inside the
 host's. A request to `/runs/{run_id}/mcp` or `/sessions/{session_id}/mcp` loads it when it is not loaded
-yet, importing in a worker thread so the event loop keeps serving meanwhile; `preload()` loads it in the
+yet, importing on a daemon thread so the event loop keeps serving meanwhile; `preload()` loads it in the
 background (`mcphost serve` calls it as soon as it serves, so a serving host has it before its first run
 needs it; `mcphost run` does not, and a run whose runner never calls its MCP endpoint never loads it).
 Does not own the checks, the sessions or anything a request is answered with once loaded (`server.py`).
@@ -18,19 +18,22 @@ Invariants:
 - Requests outside `running()`, or after `close()` while nothing is loaded, answer 503 (a JSON-RPC
   error body that says why), as the server itself would.
 - Leaving `running()` leaves the server's own `running()` in order (its queued audit rows stored
-  first); a preload still importing is abandoned, not waited for.
+  first); a preload still importing is abandoned, not waited for, and the process exits without waiting
+  for its thread.
 """
 
 from __future__ import annotations
 
 import importlib
 import logging
+import threading
 from collections.abc import AsyncGenerator, Callable
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from typing import TYPE_CHECKING
 
 import anyio
-import anyio.to_thread
+import anyio.from_thread
+import anyio.lowlevel
 from anyio.abc import TaskGroup, TaskStatus
 from starlette.responses import JSONResponse
 from starlette.routing import BaseRoute, Route
@@ -67,6 +70,31 @@ def mcp_routes(endpoint: Callable[[Scope, Receive, Send], object]) -> list[BaseR
         declare_access(Route(MCP_PATH, endpoint=endpoint, name="mcphost_facts"), "run-token"),
         declare_access(Route(SESSION_PATH, endpoint=endpoint, name="mcphost_warm_session"), "run-token"),
     ]
+
+
+async def import_detached(module: str) -> None:
+    """Import `module` on a daemon thread and wait for it (the event loop keeps serving meanwhile).
+
+    A daemon thread, not a worker of anyio's pool: a host that stops while the import runs (a cancelled
+    wait abandons it) exits without waiting for it, where a worker thread would hold the interpreter's
+    exit until the import ends. An import that fails raises its error here.
+    """
+    token = anyio.lowlevel.current_token()
+    done = anyio.Event()
+    failed: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            importlib.import_module(module)
+        except BaseException as exc:  # handed to the waiting task, raised there
+            failed.append(exc)
+        with suppress(Exception):  # the event loop is gone: nobody waits any more
+            anyio.from_thread.run_sync(done.set, token=token)
+
+    threading.Thread(target=work, name=f"import {module}", daemon=True).start()
+    await done.wait()
+    if failed:
+        raise failed[0]
 
 
 class _NotServingError(Exception):
@@ -139,7 +167,7 @@ class FactsEndpoint:
                 self._stop.set()
 
     async def load(self) -> FactsServer:
-        """The server, loaded and running (the first call imports it in a worker thread and builds it).
+        """The server, loaded and running (the first call imports it on a daemon thread and builds it).
 
         Raises:
             _NotServingError: outside `running()`, or closing before anything was loaded.
@@ -151,7 +179,7 @@ class FactsEndpoint:
             raise _NotServingError(self._not_serving())
         async with lock:
             if self._server is None:
-                await anyio.to_thread.run_sync(importlib.import_module, SERVER_MODULE, abandon_on_cancel=True)
+                await import_detached(SERVER_MODULE)
                 if stop.is_set() or self._closing:  # the host stopped serving meanwhile
                     raise _NotServingError(self._not_serving())
                 await tg.start(self._serve)

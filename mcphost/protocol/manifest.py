@@ -88,6 +88,10 @@ class ContextSupport(InboundModel):
     supports_artifact_pull: bool = True
     owns_compaction: bool = True
     wants_static_context_refs: bool = True
+    calls_mcp: bool = True
+    """The runner calls its run's MCP endpoint. False (a runner that works from its context and result
+    stream alone, as echo) lets a one-shot host skip loading its MCP server ahead of the first call; a call
+    is answered either way."""
 
 
 ConfigFieldType = Literal["string", "integer", "number", "boolean", "select", "json", "secret"]

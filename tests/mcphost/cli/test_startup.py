@@ -15,8 +15,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from starlette.types import Receive, Scope, Send
 
 from mcphost import cli
+from mcphost.facts import FactsEndpoint
 from tests.examples.clikit import EXAMPLES, REPO, cli_env
 from tests.mcphost.test_cli import mcphost
 
@@ -241,6 +243,42 @@ def test_a_run_whose_runner_reads_facts_loads_the_mcp_server_then(tmp_path: Path
     assert "state_get" in done.stdout  # memo read the host's facts through its MCP endpoint
     # (`importlib.import_module` loads the server module itself, which `-X importtime` does not list)
     assert {"mcphost.facts._dispatch", "mcp"} <= modules
+
+
+@pytest.mark.parametrize(("runner", "preloads"), [("memo", True), ("echo", False)])
+def test_a_one_shot_run_loads_its_mcp_server_as_it_starts_when_its_runner_calls_mcp(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    runner: str,
+    preloads: bool,
+) -> None:
+    """memo's server starts loading at admission, before its first call arrives (the load overlaps the
+    runner's own start); echo's manifest says it never calls MCP (`context.calls_mcp`), so nothing loads."""
+    seen: list[str] = []
+    preload, answer = FactsEndpoint.preload, FactsEndpoint.__call__
+
+    def recorded_preload(self: FactsEndpoint) -> None:
+        seen.append("preload")
+        preload(self)
+
+    async def recorded_answer(self: FactsEndpoint, scope: Scope, receive: Receive, send: Send) -> None:
+        seen.append("request")
+        await answer(self, scope, receive, send)
+
+    monkeypatch.setattr(FactsEndpoint, "preload", recorded_preload)
+    monkeypatch.setattr(FactsEndpoint, "__call__", recorded_answer)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "mcphost.toml").write_text(
+        f'[[agents]]\nid = "a"\nrunner = "plugin:mcphost/{runner}/default"\n'
+    )
+    assert cli.main(["run", "hello"]) == 0
+    assert "hello" in capsys.readouterr().out  # both answer with what they heard
+    if preloads:
+        assert seen[0] == "preload"
+        assert "request" in seen  # memo then read its facts over MCP
+    else:
+        assert seen == []
 
 
 def test_a_run_on_sqlite_imports_no_postgresql_dialect(tmp_path: Path) -> None:

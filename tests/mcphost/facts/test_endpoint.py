@@ -5,10 +5,15 @@ Real stores, a real `FactsServer` built by the endpoint, real SDK clients over H
 
 from __future__ import annotations
 
+import sys
+import threading
+from pathlib import Path
+
 import anyio
 import httpx2
 import pytest
 
+from mcphost.facts.endpoint import import_detached
 from mcphost.models import RunStatus
 from mcphost.stores import Stores
 from tests.mcphost.facts._helpers import MODERN, connect, ok, raises_mcp_error, serve_endpoint
@@ -103,13 +108,45 @@ async def test_a_run_that_ended_before_the_load_is_refused_by_the_server_loaded_
         assert len(served.built) == 1
 
 
-@pytest.mark.parametrize("mode", [MODERN])
-async def test_leaving_running_stores_the_loaded_servers_audit_rows(stores: Stores, mode: str) -> None:
+async def test_leaving_running_stores_the_loaded_servers_audit_rows(stores: Stores) -> None:
     async with serve_endpoint(stores) as served:
         run = await served.start_run()
-        async with connect(served, run, mode=mode) as client:
+        async with connect(served, run, mode=MODERN) as client:
             await ok(client, "history_page", {"limit": 1})
             await ok(client, "state_list", {"scope": "conversation"})
     audited = [row.tool for row in await stores.audit.list(run.run_id, limit=100)]
     assert audited.count("history_page") == 1
     assert audited.count("state_list") == 1
+
+
+_BLOCKING_MODULE = """
+import pathlib, time
+while not pathlib.Path({release!r}).exists():  # an import that takes as long as the test wants
+    time.sleep(0.01)
+"""
+
+
+async def test_an_import_given_up_on_runs_on_a_daemon_thread_the_process_need_not_wait_for(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    release = tmp_path / "release"
+    (tmp_path / "slow_import_probe.py").write_text(_BLOCKING_MODULE.format(release=str(release)))
+    monkeypatch.setattr(sys, "path", [str(tmp_path), *sys.path])
+    with anyio.move_on_after(0.2) as waited:
+        await import_detached("slow_import_probe")
+    assert waited.cancelled_caught  # the import still runs; the wait was abandoned
+    [thread] = [t for t in threading.enumerate() if t.name == "import slow_import_probe"]
+    assert thread.daemon  # an interpreter exiting now would not join it
+    release.touch()
+    thread.join(timeout=10)
+    assert "slow_import_probe" in sys.modules
+    monkeypatch.delitem(sys.modules, "slow_import_probe")
+
+
+async def test_an_import_that_fails_raises_its_error_to_the_waiting_task(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "broken_import_probe.py").write_text("raise ImportError('the probe cannot load')\n")
+    monkeypatch.setattr(sys, "path", [str(tmp_path), *sys.path])
+    with pytest.raises(ImportError, match="the probe cannot load"):
+        await import_detached("broken_import_probe")
