@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import ast
 import inspect
+import linecache
+import re
 import sys
 import weakref
 from collections.abc import Iterator
@@ -67,11 +69,67 @@ def _docstring(model: type[BaseModel], name: str) -> str | None:
 
 
 def _class_docs(owner: type[BaseModel]) -> dict[str, str]:
+    found = _statement_docs(owner.__module__, owner.__qualname__)
+    if found is not None:
+        return found
     candidates = _module_docs(owner.__module__).get(owner.__qualname__, [])
     if len(candidates) > 1:  # the same name defined twice (in branches, or again): match the annotations
         annotated = set(inspect.get_annotations(owner))
         candidates = [c for c in candidates if set(c[0]) == annotated] or candidates
     return candidates[-1][1] if candidates else {}
+
+
+@cache
+def _statement_docs(module_name: str, qualname: str) -> dict[str, str] | None:
+    """The field docstrings of a module-level class read from its own statement alone, or None when that
+    statement cannot be told apart cheaply (then the whole module is parsed, `_module_docs`).
+
+    Parsing only the class's lines costs a fraction of parsing its module (a large module's whole tree
+    took ~10 ms per model module on a 2-core machine, paid by every process that validates with it).
+    The statement is found only when unambiguous: a name without a dot (not nested, not local), exactly
+    one `class NAME` line in the module at any indentation, that line at column 0; it ends before the
+    next line at column 0 that is code. A cut that is not a complete statement fails to parse and falls
+    back too.
+    """
+    if "." in qualname:
+        return None
+    lines, classes = _class_lines(module_name)
+    starts = classes.get(qualname, [])
+    if len(starts) != 1 or not lines[starts[0]].startswith("class"):
+        return None
+    first = starts[0]
+    end = first + 1
+    while end < len(lines) and not _ends_statement(lines[end]):
+        end += 1
+    try:
+        body = ast.parse("".join(lines[first:end])).body
+    except SyntaxError:
+        return None
+    if len(body) != 1 or not isinstance(body[0], ast.ClassDef):
+        return None
+    visitor = _DocstringVisitor()
+    visitor.generic_visit(body[0])
+    return visitor.docs
+
+
+_CLASS_LINE = re.compile(r"[ \t]*class[ \t]+(\w+)")
+
+
+@cache
+def _class_lines(module_name: str) -> tuple[list[str], dict[str, list[int]]]:
+    """The module's source lines, and the index of each `class NAME` line by NAME (any indentation)."""
+    filename = getattr(sys.modules.get(module_name), "__file__", None)
+    lines = linecache.getlines(filename) if filename else []
+    classes: dict[str, list[int]] = {}
+    for index, line in enumerate(lines):
+        if "class" in line and (found := _CLASS_LINE.match(line)):
+            classes.setdefault(found.group(1), []).append(index)
+    return lines, classes
+
+
+def _ends_statement(line: str) -> bool:
+    """Whether `line` starts a new module-level statement (code at column 0; a `)` closes a header)."""
+    return bool(line) and line[0] not in " \t\r\n#)"
 
 
 @cache
