@@ -50,7 +50,7 @@ if TYPE_CHECKING:
     from starlette.applications import Starlette
     from starlette.types import Lifespan
 
-    from mcphost.api import ApiLimits, HostMetrics
+    from mcphost.api import ApiLimits
     from mcphost.bindings import Bindings
     from mcphost.channels import ChannelAdapter
     from mcphost.config import Settings
@@ -61,6 +61,7 @@ if TYPE_CHECKING:
     from mcphost.gateway.host_tools import Gateway
     from mcphost.guard import HttpGuard
     from mcphost.knowledge.bases import KnowledgeBases
+    from mcphost.metrics import HostMetrics
     from mcphost.orchestrator import Orchestrator
     from mcphost.plugins.process import PluginProcess, PluginSpec, PluginSupervisor, Prestarted
     from mcphost.plugins.registry import RunnerRegistry
@@ -197,7 +198,6 @@ async def open_host(
     import anyio
 
     from mcphost import tracing
-    from mcphost.api import HostMetrics, admit_channel_event
     from mcphost.bindings import Bindings
     from mcphost.channels import ChannelEvent, DiscordAdapter, adapters, channel_files
     from mcphost.continuations import Continuations, run_continuations
@@ -207,6 +207,7 @@ async def open_host(
     from mcphost.guard import HttpGuard
     from mcphost.knowledge.bases import KnowledgeBases
     from mcphost.llm import host_model_infos
+    from mcphost.metrics import HostMetrics
     from mcphost.models import AgentEventEnvelope, Run
     from mcphost.orchestrator import Orchestrator
     from mcphost.plugins.process import PluginSupervisor
@@ -384,6 +385,8 @@ async def open_host(
                     async def ingest(
                         event: ChannelEvent, raw: bytes, source: DiscordAdapter = source
                     ) -> object:
+                        from mcphost.api import admit_channel_event  # the API's admission of a channel event
+
                         return await admit_channel_event(
                             stores, orchestrator, metrics, source, event, raw, stream_reply=sender.stream
                         )
@@ -445,6 +448,16 @@ def build_app(host: Host, *, limits: ApiLimits | None = None) -> Starlette:
     app = _starlette(host.settings)
     _attach(app, host, limits)
     return app
+
+
+def run_app(host: Host) -> Starlette:
+    """The HTTP app of a one-shot host (`mcphost run`, `mcphost replay`): only what its runs call, their
+    MCP endpoints (`/runs/{run_id}/mcp`, `/sessions/{session_id}/mcp`) and model endpoints, each with
+    its own checks (the host's `HttpGuard`, the run's token). No `/v1`, console or metrics: nobody but
+    the runs is told its loopback port, and leaving the API out spares the command its imports."""
+    from starlette.applications import Starlette
+
+    return Starlette(routes=[*host.facts.routes, *host.models.routes])
 
 
 def create_app(settings: Settings, *, limits: ApiLimits | None = None) -> Starlette:

@@ -33,19 +33,22 @@ import urllib.parse
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Generator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import anyio
 import uvicorn
 from starlette.types import ASGIApp
 
-from mcphost.api import ApiLimits, ApiState
-from mcphost.app import Host, build_app, open_host
+from mcphost.app import Host, build_app, open_host, run_app
 from mcphost.common import gcstart, served
 from mcphost.common.served import SERVING_FILE, local_url
 from mcphost.config import Settings
 from mcphost.errors import HostError
 from mcphost.guard import listen_of
 from mcphost.orchestrator import CANCEL_GRACE_S, Orchestrator
+
+if TYPE_CHECKING:  # the API is imported by `serve`, not by a one-shot run's `serve_locally`
+    from mcphost.api import ApiLimits, ApiState
 
 logger = logging.getLogger(__name__)
 
@@ -239,11 +242,13 @@ async def serve_http(
 
 
 @asynccontextmanager
-async def serve_locally(host: Host) -> AsyncGenerator[str, None]:
-    """The host's app on an ephemeral loopback port for the block, with `public_url` pointing at it."""
+async def serve_locally(host: Host, *, api: bool = False) -> AsyncGenerator[str, None]:
+    """The run endpoints of the host (`app.run_app`; `api`: the whole app, `/v1` included) on an
+    ephemeral loopback port for the block, with `public_url` pointing at it."""
     sock = bind_socket("127.0.0.1", 0)
+    app = build_app(host) if api else run_app(host)
     with sock:
-        async with serve_http(build_app(host), sock, before_stop=host.facts.close) as url:
+        async with serve_http(app, sock, before_stop=host.facts.close) as url:
             previous = host.orchestrator.public_url
             host.orchestrator.public_url = url
             try:
@@ -340,6 +345,8 @@ async def serve(
                         async for signum in signals:
                             logger.warning("received %s", signum.name)
                             break
+                        from mcphost.api import ApiState
+
                         state = app.state.api
                         assert isinstance(state, ApiState)
                         await drain(host, state, grace_s, signals)

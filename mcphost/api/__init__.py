@@ -16,7 +16,7 @@ run records, conversations, agents, runners, health and metrics endpoints), `_ar
 result streams' sse-starlette settings: `json_event`, `EventStream`), `_errors` (errors → HTTP,
 `CatchAll`), `_middleware` (the middleware, outermost first), `_access` (the caller, the role check, a
 sender key's own runs), `_docs` (the `/docs` page), `_state`
-(`ApiState`, `ApiLimits`), `_metrics` (`HostMetrics`). The two HTTP-only errors,
+(`ApiState`, `ApiLimits`); the metrics are `mcphost.metrics` (`HostMetrics`, re-exported). The two HTTP-only errors,
 `RangeNotSatisfiableError` (416) and `UnavailableError` (503), live in `mcphost.errors` with the rest of
 the tree and are re-exported here.
 
@@ -32,7 +32,7 @@ Invariants:
   response (`EventStream`, sse-starlette's `EventSourceResponse`); a client that goes away cancels all
   three, one that takes nothing for `SEND_TIMEOUT_S` is dropped. Streams end with their runs, also while
   `mcphost serve` drains (sse-starlette's own exit signal never fires there).
-- Metrics are this process's (prometheus_client, in `_metrics`): runs that ended here by status and
+- Metrics are this process's (prometheus_client, in `mcphost.metrics`): runs that ended here by status and
   their durations, MCP calls by tool and outcome, approval decisions by decision, schedule fires by
   outcome, HTTP requests by route template, active runs, plugin restarts, build info, and the process
   and Python collectors.
@@ -43,12 +43,12 @@ from __future__ import annotations
 from mcphost.api._artifacts import parse_range
 from mcphost.api._channels import admit_channel_event
 from mcphost.api._errors import EXCEPTION_HANDLERS, error_response, host_error_response
-from mcphost.api._metrics import UNMATCHED_ROUTE, HostMetrics
 from mcphost.api._middleware import middleware
 from mcphost.api._models import RunsPage
 from mcphost.api._routes import openapi, routes
 from mcphost.api._state import DEFAULT_MAX_UPLOAD_BYTES, MAX_EVENT_BODY_BYTES, ApiLimits, ApiState
 from mcphost.errors import RangeNotSatisfiableError, UnavailableError
+from mcphost.metrics import UNMATCHED_ROUTE, HostMetrics
 
 __all__ = [
     "DEFAULT_MAX_UPLOAD_BYTES",

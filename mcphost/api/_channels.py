@@ -41,10 +41,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from mcphost.api._http import check_storable, path_id, read_body
-from mcphost.api._metrics import HostMetrics
 from mcphost.api._state import api_state
 from mcphost.channels import MAX_ATTACHMENTS, ChannelAdapter, ChannelEvent, Target, envelope
 from mcphost.errors import AmbiguousBindingError, NoBindingError, NotFoundError, UnavailableError
+from mcphost.metrics import HostMetrics
 from mcphost.orchestrator import Orchestrator
 from mcphost.protocol import ArtifactRef, JSONObject
 from mcphost.stores import Stores

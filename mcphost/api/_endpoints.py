@@ -51,7 +51,6 @@ from mcphost.api._http import (
     read_body,
     result_event,
 )
-from mcphost.api._metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from mcphost.api._models import (
     DEFAULT_WAIT_S,
     RESULTS_PAGE_LIMIT,
@@ -100,6 +99,7 @@ from mcphost.errors import (
 )
 from mcphost.guard import Caller
 from mcphost.ingress import check_client_event_id
+from mcphost.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from mcphost.models import AgentEventEnvelope, Run
 from mcphost.protocol import JSONObject
 from mcphost.stores import MAX_RUN_SEQ

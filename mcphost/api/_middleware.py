@@ -29,10 +29,10 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from mcphost.api._access import remember
 from mcphost.api._errors import CatchAll, error_response, host_error_response, storage_unavailable
-from mcphost.api._metrics import UNMATCHED_ROUTE
 from mcphost.api._state import ApiState
 from mcphost.errors import UnauthorizedError
 from mcphost.guard import Refusal
+from mcphost.metrics import UNMATCHED_ROUTE
 from mcphost.runtimes.wire import RUNTIME_PREFIX
 
 

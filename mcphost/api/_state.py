@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 
 from starlette.requests import Request
 
-from mcphost.api._metrics import HostMetrics
 from mcphost.bindings import Bindings
 from mcphost.channels import ChannelAdapter, Target
 from mcphost.config import HookConfig, WebhookConfig
@@ -25,6 +24,7 @@ from mcphost.continuations import Continuations
 from mcphost.gateway.host_tools import Gateway
 from mcphost.guard import HttpGuard
 from mcphost.knowledge.bases import KnowledgeBases
+from mcphost.metrics import HostMetrics
 from mcphost.orchestrator import Orchestrator
 from mcphost.plugins.process import PluginProcess
 from mcphost.plugins.registry import RunnerRegistry

@@ -1,8 +1,9 @@
 """A real mcphost (stores, plugin processes, orchestrator, the per-run MCP endpoint on a loopback port)
 running the harness runners as plugins, for end-to-end tests with the real CLIs and a fake model.
 
-`harness_host` opens the host exactly as `mcphost run` does (`open_host` + `serve_locally`) in the test's
-event loop, so the fake model API (also in this loop) and the host's stores are both at hand.
+`harness_host` opens the host as `mcphost run` does (`open_host` + `serve_locally`) in the test's event
+loop, so the fake model API (also in this loop) and the host's stores are both at hand; its loopback app
+also serves `/v1` (`api=True`), which the approval tests call.
 """
 
 from __future__ import annotations
@@ -100,7 +101,7 @@ async def harness_host(
     if models:
         data["models"] = models
     settings = settings_from_mapping(data, source="<harness e2e>", environ={})
-    async with open_host(settings) as opened, serve_locally(opened):
+    async with open_host(settings) as opened, serve_locally(opened, api=True):
         yield opened
 
 

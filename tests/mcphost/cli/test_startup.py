@@ -243,6 +243,8 @@ def test_a_run_whose_runner_reads_facts_loads_the_mcp_server_then(tmp_path: Path
     assert "state_get" in done.stdout  # memo read the host's facts through its MCP endpoint
     # (`importlib.import_module` loads the server module itself, which `-X importtime` does not list)
     assert {"mcphost.facts._dispatch", "mcp"} <= modules
+    # its loopback app serves the run's endpoints only (`app.run_app`): nothing of the /v1 API is imported
+    assert sorted(m for m in modules if m == "mcphost.api" or m.startswith("mcphost.api.")) == []
 
 
 @pytest.mark.parametrize(("runner", "preloads"), [("memo", True), ("echo", False)])

@@ -16,7 +16,7 @@ from prometheus_client import generate_latest
 from starlette.applications import Starlette
 
 from mcphost import tracing
-from mcphost.api._metrics import HostMetrics
+from mcphost.metrics import HostMetrics
 from mcphost.proxy import ModelProxy
 from mcphost.proxy.calls import ModelCalls
 from mcphost.stores import Stores

@@ -7,10 +7,11 @@ requests by method, route and status and their durations, outbound webhook deliv
 letters by reason, `mcphost_build_info`,
 and prometheus_client's process, platform and garbage-collector collectors; active runs and plugin
 restarts/up and the failed ticks of periodic loops (`common/periodic.py`, per process: two hosts in one process
-share them) are read at render time. Does not own the endpoint (`_endpoints.metrics`) or when things are
+share them) are read at render time. Does not own the endpoint (`api._endpoints.metrics`) or when things are
 counted (`app.py` counts run ends, audited MCP calls, the retention job's passes, the scheduler's fires and
-the webhook sender's outcomes, `_middleware` HTTP requests, the ingest endpoints admitted events,
-`_approvals` decisions).
+the webhook sender's outcomes, `api._middleware` HTTP requests, the ingest endpoints admitted events,
+`api._approvals` decisions). Lives outside `api` because a host counts without serving `/v1` (a one-shot
+`mcphost run` serves only its run's endpoints).
 
 Invariants:
 - Each `HostMetrics` has its own registry: counters are per process (never shared between replicas) and
