@@ -33,8 +33,9 @@ import os
 import re
 import sys
 from collections.abc import Sequence
+from contextlib import suppress
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from mcphost import __version__
 from mcphost.cli._common import (
@@ -759,8 +760,37 @@ async def _plugins_first(module: str, name: str, args: argparse.Namespace, setti
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    if argv is None:  # the console script (not a caller in-process): see `mcphost.common.gcstart`
-        gcstart.pause()
+    """The command line: `argv` (None: the process's own arguments, as the console script and `python -m
+    mcphost.cli` call it; the process then ends here, `exit_now`). Returns the exit code."""
+    if argv is not None:
+        return _guarded(argv)
+    gcstart.pause()  # the console script (not a caller in-process): see `mcphost.common.gcstart`
+    return exit_now(_guarded(None))  # never returns: the process ends there
+
+
+def exit_now(code: int) -> NoReturn:
+    """End the process with `code` once a command is done, without the interpreter's teardown.
+
+    Everything a command holds is closed before it returns (plugins stopped, the database closed, the
+    tracer flushed and shut down), so what is left at exit is clearing every module and object, ~85 ms
+    of a one-shot run's ~1.3 s on a 2-core machine. The standard streams and the logging handlers are
+    flushed first. Under a tracer, profiler or coverage measurement, which write their data at exit,
+    the interpreter exits as usual.
+    """
+    if sys.gettrace() is not None or sys.getprofile() is not None or "coverage" in sys.modules:
+        sys.exit(code)
+    if "logging" in sys.modules:
+        import logging
+
+        logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        with suppress(OSError, ValueError):  # a reader gone or a stream closed: nothing more can be written
+            stream.flush()
+    os._exit(code)
+
+
+def _guarded(argv: Sequence[str] | None) -> int:
+    """`_main`, with an interrupt, a reader gone away and the collector's pause handled."""
     try:
         code = _main(argv)
         sys.stdout.flush()  # inside the try: a reader gone before the final flush is a broken pipe too
