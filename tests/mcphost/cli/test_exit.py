@@ -45,31 +45,27 @@ def test_under_a_tracer_the_interpreter_exits_as_usual() -> None:
     assert "logged last" in done.stderr
 
 
+def _mcphost(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "mcphost.cli", *args],
+        cwd=cwd,
+        env=cli_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
 def test_a_command_run_by_the_console_script_keeps_its_output_and_exit_code(tmp_path: Path) -> None:
     (tmp_path / "mcphost.toml").write_text(
         '[[agents]]\nid = "echo"\nrunner = "plugin:mcphost/echo/default"\n'
     )
-    done = subprocess.run(
-        [sys.executable, "-m", "mcphost.cli", "run", "hello there", "--json"],
-        cwd=tmp_path,
-        env=cli_env(),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    done = _mcphost("run", "hello there", "--json", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     lines = [json.loads(line) for line in done.stdout.splitlines()]  # every line written, each whole
     assert lines[-1]["run"]["status"] == "completed"
     assert [line["type"] for line in lines[:-1]][-1] == "run.completed"
-    missing = subprocess.run(
-        [sys.executable, "-m", "mcphost.cli", "show", "run_nope", "--json"],
-        cwd=tmp_path,
-        env=cli_env(),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    missing = _mcphost("show", "run_nope", "--json", cwd=tmp_path)
     assert missing.returncode == 1
     assert "run_nope" in missing.stderr
