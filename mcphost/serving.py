@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING
 
 import anyio
 import uvicorn
-from starlette.types import ASGIApp
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from mcphost.app import Host, build_app, open_host, run_app
 from mcphost.common import gcstart, served
@@ -299,15 +299,47 @@ async def drain(
         tg.cancel_scope.cancel()
 
 
+PRELOAD_AFTER_S = 1.0
+"""How long a serving host waits for its first answered request before it loads the MCP server anyway."""
+
+
+class FirstAnswer:
+    """The app, noting when it has finished answering its first HTTP request (`answered`)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+        self.answered = anyio.Event()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or self.answered.is_set():
+            await self.app(scope, receive, send)
+            return
+
+        async def noting(message: Message) -> None:
+            await send(message)
+            if message["type"] == "http.response.body" and not message.get("more_body", False):
+                self.answered.set()
+
+        await self.app(scope, receive, noting)
+
+
 @asynccontextmanager
-async def _warm_up(host: Host) -> AsyncGenerator[None, None]:
-    """Once serving, in the background: load the per-run MCP server (`FactsEndpoint.preload`, so the
-    first run's MCP call does not wait for its imports) and start the plugins no agent of the config
-    uses (runs need none of them; `/v1/runners` and the metrics list them once up). Cancelled if the
-    host stops first."""
-    host.facts.preload()
+async def warm_up(host: Host, answered: anyio.Event) -> AsyncGenerator[None, None]:
+    """Once serving, in the background: start the plugins no agent of the config uses (runs need none of
+    them; `/v1/runners` and the metrics list them once up), and load the per-run MCP server
+    (`FactsEndpoint.preload`, so a run's first MCP call does not wait for its imports) once the first
+    request is answered, or after `PRELOAD_AFTER_S` if none comes: its import takes the interpreter for
+    a third of a second or more, and the first request (a readiness probe, an event) is answered
+    before it (a run's own MCP call that comes first loads it then). Cancelled if the host stops first."""
+
+    async def preload() -> None:
+        with anyio.move_on_after(PRELOAD_AFTER_S):
+            await answered.wait()
+        host.facts.preload()
+
     async with anyio.create_task_group() as background:
         background.start_soon(host.registry.ready)
+        background.start_soon(preload)
         try:
             yield
         finally:
@@ -332,10 +364,11 @@ async def serve(
                 if settings.host.public_url is None:
                     host.orchestrator.public_url = url
                 app = build_app(host, limits=limits)
+                first = FirstAnswer(app)
                 data_dir, public_url = settings.host.data_dir, host.orchestrator.public_url
                 async with (
-                    serve_http(app, sock, access_log=True, before_stop=host.facts.close),
-                    _warm_up(host),
+                    serve_http(first, sock, access_log=True, before_stop=host.facts.close),
+                    warm_up(host, first.answered),
                 ):
                     with _serving_record(data_dir, public_url):
                         gcstart.resume()  # up: the start-up's objects are frozen out of the collector's way

@@ -1,15 +1,21 @@
-"""`serving.py` without a server: listen addresses, the refusal to listen openly without a key, URLs."""
+"""`serving.py` without a server: listen addresses, the refusal to listen openly without a key, URLs, and
+when a serving host warms up (its MCP server loaded after the first answer)."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import cast
 
+import anyio
 import pytest
+from starlette.types import Message, Receive, Scope, Send
 
+from mcphost import serving
+from mcphost.app import Host
 from mcphost.config import Settings
 from mcphost.errors import ConfigError, InvalidArgumentError
 from mcphost.guard import check_listen, parse_listen
-from mcphost.serving import advertised_url, local_url, redact_query
+from mcphost.serving import FirstAnswer, advertised_url, local_url, redact_query, warm_up
 
 
 def test_a_listen_address_is_host_and_port_with_ipv6_in_brackets() -> None:
@@ -46,3 +52,70 @@ def test_secrets_in_query_strings_are_redacted_for_the_access_log() -> None:
     assert redact_query("/runs/x/mcp?access_token=abc&limit=5") == "/runs/x/mcp?access_token=***&limit=5"
     assert redact_query("/v1/runs?API%5FKEY=k&Token") == "/v1/runs?API%5FKEY=***&Token=***"
     assert redact_query("/healthz") == "/healthz"
+
+
+class _Facts:
+    def __init__(self) -> None:
+        self.preloaded = 0
+
+    def preload(self) -> None:
+        self.preloaded += 1
+
+
+class _Registry:
+    async def ready(self) -> None:
+        return None
+
+
+class _Host:
+    """What `warm_up` touches of a host."""
+
+    def __init__(self) -> None:
+        self.facts = _Facts()
+        self.registry = _Registry()
+
+
+async def test_the_mcp_server_loads_once_the_first_request_is_answered() -> None:
+    host, answered = _Host(), anyio.Event()
+    async with warm_up(cast(Host, host), answered):
+        await anyio.sleep(0.05)
+        assert host.facts.preloaded == 0  # the first request is answered before the import starts
+        answered.set()
+        for _ in range(100):
+            if host.facts.preloaded:
+                break
+            await anyio.sleep(0.01)
+        assert host.facts.preloaded == 1
+
+
+async def test_with_no_request_the_mcp_server_loads_after_a_while(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(serving, "PRELOAD_AFTER_S", 0.05)
+    host = _Host()
+    async with warm_up(cast(Host, host), anyio.Event()):
+        await anyio.sleep(0.3)
+    assert host.facts.preloaded == 1
+
+
+async def test_first_answer_is_noted_when_the_first_response_has_ended() -> None:
+    sent: list[Message] = []
+    done: list[bool] = []
+
+    async def streaming(scope: Scope, receive: Receive, send: Send) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"a", "more_body": True})
+        done.append(first.answered.is_set())  # a body still streaming is not an answer yet
+        await send({"type": "http.response.body", "body": b"b"})
+
+    async def record(message: Message) -> None:
+        sent.append(message)
+
+    async def nothing() -> Message:
+        return {"type": "http.request", "body": b""}
+
+    first = FirstAnswer(streaming)
+    await first({"type": "lifespan"}, nothing, record)  # not an HTTP request
+    assert not first.answered.is_set()
+    await first({"type": "http", "path": "/healthz"}, nothing, record)
+    assert done == [False, False]
+    assert first.answered.is_set()
+    assert [m.get("body") for m in sent if m["type"] == "http.response.body"] == [b"a", b"b", b"a", b"b"]
