@@ -62,6 +62,7 @@ if TYPE_CHECKING:
     from mcphost.guard import HttpGuard
     from mcphost.knowledge.bases import KnowledgeBases
     from mcphost.metrics import HostMetrics
+    from mcphost.models import Run
     from mcphost.orchestrator import Orchestrator
     from mcphost.plugins.process import PluginProcess, PluginSpec, PluginSupervisor, Prestarted
     from mcphost.plugins.registry import RunnerRegistry
@@ -95,6 +96,24 @@ class Host:
     """The per-run model endpoints (`/runs/{run_id}/models/...`) over `[models]`."""
     channels: Mapping[str, ChannelAdapter] = field(default_factory=dict[str, "ChannelAdapter"])
     """The `[channels.<id>]` chat platforms' adapters, their credentials read at start."""
+
+
+async def preload_for(host: Host, run: Run) -> None:
+    """Load the MCP server now, while the just-started `run`'s runner gets going, when that runner will
+    likely call it: the run has an MCP endpoint and the runner's manifest does not say it never calls
+    it (`context.calls_mcp`, false for echo). For the one-shot commands (`mcphost run`, `mcphost
+    replay`); a run not started yet, or of a runner not registered here, loads it with its first call."""
+    from mcphost.errors import RunnerNotFoundError
+
+    ctx = await host.orchestrator.context(run.run_id)
+    if ctx is None or ctx.context.mcp is None or run.runner_id is None:
+        return
+    try:
+        calls_mcp = host.registry.get(run.runner_id).manifest.context.calls_mcp
+    except RunnerNotFoundError:
+        return
+    if calls_mcp:
+        host.facts.preload()
 
 
 def plugin_specs(settings: Settings) -> list[PluginSpec]:
@@ -208,7 +227,7 @@ async def open_host(
     from mcphost.knowledge.bases import KnowledgeBases
     from mcphost.llm import host_model_infos
     from mcphost.metrics import HostMetrics
-    from mcphost.models import AgentEventEnvelope, Run
+    from mcphost.models import AgentEventEnvelope
     from mcphost.orchestrator import Orchestrator
     from mcphost.plugins.process import PluginSupervisor
     from mcphost.plugins.registry import RunnerRegistry

@@ -37,7 +37,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from mcphost.app import open_host
+from mcphost.app import open_host, preload_for
 from mcphost.common.validation import describe
 from mcphost.config import RetentionSettings, Settings
 from mcphost.errors import InvalidArgumentError, RunnerNotFoundError
@@ -104,6 +104,7 @@ async def replay_document(
                     details={"runner_id": runner, "known_runners": known},
                 ) from None
             admission = await host.orchestrator.submit(event)
+            await preload_for(host, admission.run)
             replay_run_id = admission.run.run_id
             results: list[JSONObject] = []
             async for item in host.orchestrator.results(replay_run_id):

@@ -15,12 +15,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from mcphost.app import Host, open_database, open_host
+from mcphost.app import open_database, open_host, preload_for
 from mcphost.cli._common import EXIT_FAILED, EXIT_OK, dump, event_from_args, fail, run_line, runs_page, short
 from mcphost.common import gcstart
 from mcphost.config import Settings
-from mcphost.errors import RunnerNotFoundError
-from mcphost.models import Run, RunStatus
+from mcphost.models import RunStatus
 from mcphost.protocol import JSONObject, json_schemas
 from mcphost.serving import serve_locally
 from mcphost.stores.runtime_audit import RuntimeAudit
@@ -33,8 +32,7 @@ async def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
         gcstart.resume()  # the host is up: its start-up's objects are frozen out of the collector's way
         admission = await host.orchestrator.submit(event, via="cli")
         run_id = admission.run.run_id
-        if await _calls_mcp(host, admission.run):
-            host.facts.preload()  # while the runner gets going, rather than when its first call comes
+        await preload_for(host, admission.run)
         streamed = False
         final_text: str | None = None
         async for item in host.orchestrator.results(run_id):
@@ -63,19 +61,6 @@ async def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
         sys.stdout.flush()
         print(run_line(run), file=sys.stderr)
     return EXIT_OK if run.status is RunStatus.COMPLETED else EXIT_FAILED
-
-
-async def _calls_mcp(host: Host, run: Run) -> bool:
-    """Whether the started run will likely call its MCP endpoint: it has one, and its runner's manifest
-    does not say it never calls it (`context.calls_mcp`, false for echo). A run not started yet: False
-    (its first call loads the server)."""
-    ctx = await host.orchestrator.context(run.run_id)
-    if ctx is None or ctx.context.mcp is None or run.runner_id is None:
-        return False
-    try:
-        return host.registry.get(run.runner_id).manifest.context.calls_mcp
-    except RunnerNotFoundError:
-        return False
 
 
 async def cmd_runs(args: argparse.Namespace, settings: Settings) -> int:

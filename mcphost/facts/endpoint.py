@@ -5,8 +5,8 @@ imports on a small machine, more than the rest of a one-shot run) is loaded, and
 host's. A request to `/runs/{run_id}/mcp` or `/sessions/{session_id}/mcp` loads it when it is not loaded
 yet, importing on a daemon thread so the event loop keeps serving meanwhile; `preload()` loads it in the
 background (`mcphost serve` calls it once it has answered its first request, so a serving host has it
-before its first run needs it; `mcphost run` as soon as a run whose runner calls MCP is admitted, and a
-run whose runner never calls its MCP endpoint never loads it).
+before its first run needs it; `mcphost run` and `replay` as soon as a run whose runner calls MCP is
+admitted, `app.preload_for`; a run whose runner never calls its MCP endpoint never loads it).
 Does not own the checks, the sessions or anything a request is answered with once loaded (`server.py`).
 
 Invariants:
