@@ -17,7 +17,8 @@ Invariants:
   database, where the end of a run that ended meanwhile is already written (`on_run_end` runs after it),
   so it refuses that run's token like a server that saw the end.
 - Requests outside `running()`, or after `close()` while nothing is loaded, answer 503 (a JSON-RPC
-  error body that says why), as the server itself would.
+  error body that says why), as the server itself would; so does a request whose load failed (a broken
+  install: logged, and the next request tries again).
 - Leaving `running()` leaves the server's own `running()` in order (its queued audit rows stored
   first); a preload still importing is abandoned, not waited for, and the process exits without waiting
   for its thread.
@@ -146,6 +147,11 @@ class FactsEndpoint:
                 server = await self.load()
             except _NotServingError as exc:
                 await refusal(503, exc.message, -32603)(scope, receive, send)
+                return
+            except Exception:  # a broken install: answered, logged, and tried again by the next request
+                logger.exception("loading the MCP server failed")
+                message = "the MCP server could not be loaded; the host's log says why"
+                await refusal(503, message, -32603)(scope, receive, send)
                 return
         await server(scope, receive, send)
 

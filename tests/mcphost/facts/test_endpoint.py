@@ -13,6 +13,7 @@ import anyio
 import httpx2
 import pytest
 
+from mcphost.facts import endpoint as endpoint_module
 from mcphost.facts.endpoint import import_detached
 from mcphost.models import RunStatus
 from mcphost.stores import Stores
@@ -83,6 +84,27 @@ async def test_a_request_outside_running_is_503_and_builds_nothing(stores: Store
         served.endpoint.preload()  # outside running(): nothing to load into
         assert served.built == []
         assert served.endpoint.server is None
+
+
+async def test_a_load_that_fails_is_a_503_and_the_next_request_loads_again(
+    stores: Stores, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "broken_server_probe.py").write_text("raise ImportError('half an install')\n")
+    monkeypatch.setattr(sys, "path", [str(tmp_path), *sys.path])
+    async with serve_endpoint(stores) as served:
+        run = await served.start_run()
+        with monkeypatch.context() as broken:
+            broken.setattr(endpoint_module, "SERVER_MODULE", "broken_server_probe")
+            answer = await _post(served.url(run.run_id))
+        assert answer.status_code == 503
+        assert answer.json()["error"] == {
+            "code": -32603,
+            "message": "the MCP server could not be loaded; the host's log says why",
+        }
+        assert served.built == []
+        async with connect(served, run, mode=MODERN) as client:  # the install mended: loaded now
+            assert "history_page" in {t.name for t in (await client.list_tools()).tools}
+        assert len(served.built) == 1
 
 
 async def test_after_close_with_nothing_loaded_requests_are_503_and_build_nothing(stores: Stores) -> None:
