@@ -28,11 +28,11 @@ from mcp.client.streamable_http import streamable_http_client
 
 from mcphost.app import open_host
 from mcphost.models import RunStatus
-from mcphost.serving import bind_socket, serve_http
+from mcphost.serving import bind_socket, serve_http, serve_locally
 from mcphost.stores import open_stores
 from tests._json import structured
 from tests.e2e.httpkit import PROBE, PROBE_PROMPT, parse_sse
-from tests.mcphost.hostkit import MISBEHAVE, REPO, host_settings
+from tests.mcphost.hostkit import MISBEHAVE, REPO, host_settings, message
 
 ENV_DROP = ("MCPHOST_CONFIG", "MCPHOST_DATABASE_URL", "MCPHOST_DATA_DIR", "MCPHOST_API_KEY", "MCPHOST_URL")
 BIN = Path(sys.executable).parent
@@ -599,3 +599,43 @@ async def test_a_host_without_models_or_channels_builds_no_upstream_http_client(
     async with open_host(settings) as host:
         assert host.settings.models == {}
     assert made == []
+
+
+async def test_a_one_shot_hosts_loopback_app_serves_its_runs_endpoints_and_nothing_else(
+    database_url: str, tmp_path: Path
+) -> None:
+    """`mcphost run`'s app (`app.run_app`): no `/v1`, console or health route; the run endpoints keep
+    their own checks — another run's token, a foreign Host — with the answers the full app gives."""
+    settings = host_settings(database_url, tmp_path)
+    async with open_host(settings) as host, serve_locally(host) as url:
+        first = (await host.orchestrator.submit(message("one", bot="echo", conversation="c1"), via="cli")).run
+        other = (await host.orchestrator.submit(message("two", bot="echo", conversation="c2"), via="cli")).run
+        ctx = await host.orchestrator.context(first.run_id)
+        assert ctx is not None
+        assert ctx.context.mcp is not None
+        bearer = ctx.context.mcp.headers["Authorization"]
+        listing: dict[str, object] = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
+        accept = {"Accept": "application/json, text/event-stream", "MCP-Protocol-Version": "2025-11-25"}
+        async with httpx2.AsyncClient(base_url=url, timeout=30) as http:
+            for path in ("/v1/runs", "/healthz", "/console/", "/metrics"):
+                assert (await http.get(path)).status_code == 404, path
+            crossed = await http.post(
+                f"/runs/{other.run_id}/mcp", json=listing, headers={**accept, "Authorization": bearer}
+            )
+            assert crossed.status_code == 401
+            assert crossed.json()["error"]["message"] == "token does not belong to this run"
+            rebound = await http.post(
+                f"/runs/{first.run_id}/mcp",
+                json=listing,
+                headers={**accept, "Authorization": bearer, "Host": "evil.example"},
+            )
+            assert rebound.status_code == 421
+            model = await http.post(
+                f"/runs/{other.run_id}/models/anthropic/v1/messages",
+                json={"model": "m", "max_tokens": 1, "messages": []},
+                headers={"x-api-key": bearer.removeprefix("Bearer ")},
+            )
+            assert model.status_code == 401
+            assert model.json()["error"]["type"] == "authentication_error"
+        for run in (first, other):
+            assert (await host.orchestrator.wait(run.run_id)).status is RunStatus.COMPLETED
