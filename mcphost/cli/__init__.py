@@ -27,6 +27,7 @@ completions are generated from it; the commands themselves live in their own mod
 from __future__ import annotations
 
 import argparse
+import errno
 import getpass
 import importlib
 import os
@@ -806,6 +807,14 @@ def _guarded(argv: Sequence[str] | None) -> int:
             devnull = os.open(os.devnull, os.O_WRONLY)
             os.dup2(devnull, sys.stdout.fileno())
             return EXIT_PIPE
+        full = find(exc, OSError)
+        if full is not None and full.errno in (errno.ENOSPC, errno.EDQUOT):
+            # A full disk (the output redirected to it, or the data folder on it) is not a defect: one
+            # line that says what to do, not a traceback. Point stdout at /dev/null: what it still
+            # buffers can never be written, and the final flush would fail again.
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            return fail(f"{full.strerror}: free some space and run the command again", EXIT_FAILED)
         raise
     finally:
         gcstart.resume()

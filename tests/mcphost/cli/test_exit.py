@@ -69,3 +69,25 @@ def test_a_command_run_by_the_console_script_keeps_its_output_and_exit_code(tmp_
     missing = _mcphost("show", "run_nope", "--json", cwd=tmp_path)
     assert missing.returncode == 1
     assert "run_nope" in missing.stderr
+
+
+def test_output_to_a_full_disk_is_one_line_and_exit_1(tmp_path: Path) -> None:
+    (tmp_path / "mcphost.toml").write_text(
+        '[[agents]]\nid = "echo"\nrunner = "plugin:mcphost/echo/default"\n'
+    )
+    with Path("/dev/full").open("w") as full:  # every write: ENOSPC
+        done = subprocess.run(
+            [sys.executable, "-m", "mcphost.cli", "run", "hello"],
+            cwd=tmp_path,
+            env=cli_env(),
+            stdout=full,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    assert done.returncode == 1
+    assert "Traceback" not in done.stderr
+    assert done.stderr.strip().splitlines()[-1] == (
+        "mcphost: error: No space left on device: free some space and run the command again"
+    )
