@@ -802,22 +802,25 @@ def _guarded(argv: Sequence[str] | None) -> int:
         if find(exc, KeyboardInterrupt) is not None:
             return fail("interrupted", EXIT_INTERRUPTED)
         if find(exc, BrokenPipeError) is not None:
-            # The reader went away (`mcphost runs | head -1`): stop quietly, as Unix tools do. Point stdout
-            # at /dev/null so the interpreter's final flush does not fail a second time.
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(devnull, sys.stdout.fileno())
+            # The reader went away (`mcphost runs | head -1`): stop quietly, as Unix tools do.
+            _drop_stdout()
             return EXIT_PIPE
         full = find(exc, OSError)
         if full is not None and full.errno in (errno.ENOSPC, errno.EDQUOT):
             # A full disk (the output redirected to it, or the data folder on it) is not a defect: one
-            # line that says what to do, not a traceback. Point stdout at /dev/null: what it still
-            # buffers can never be written, and the final flush would fail again.
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(devnull, sys.stdout.fileno())
+            # line that says what to do, not a traceback.
+            _drop_stdout()
             return fail(f"{full.strerror}: free some space and run the command again", EXIT_FAILED)
         raise
     finally:
         gcstart.resume()
+
+
+def _drop_stdout() -> None:
+    """Point stdout at /dev/null: what it still buffers can never be written, and the final flush would
+    fail a second time."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
 
 
 def _main(argv: Sequence[str] | None) -> int:
