@@ -53,6 +53,9 @@ LEASE_S = 5.0
 """Short, so a lost runtime's run moves on soon; not shorter: on a loaded machine heartbeats 0.5 s apart
 were seen 3 s apart, and a lease lapsing where no test wants it makes a run's results appear twice."""
 HANG_GUARD_S = 60.0
+CLAIM_POSTED_S = 1.0
+"""How long after a runtime logged a run's end its next claim (a long poll) has surely reached the host:
+the slot is freed and the claim posted within milliseconds; the rest is margin for a loaded machine."""
 
 
 @dataclass
@@ -230,7 +233,11 @@ async def test_a_claim_answered_into_a_cut_link_is_requeued_to_the_other_runtime
 ) -> None:
     async with cluster(tmp_path, database_url) as c:
         warmup = await c.place("r1", "warm up", "c-warmup")
-        assert await c.completed(warmup) == ["warm up"]  # r1 long-polls its next claim from here on
+        assert await c.completed(warmup) == ["warm up"]
+        # The host records the run's end before r1 has its answer; r1 frees its slot and posts its next
+        # claim only then. Cut once that long poll is surely at the host, or the run never reaches r1.
+        await c.wait_logged("r1", f"run {warmup}: ended")
+        await anyio.sleep(CLAIM_POSTED_S)
         assert (await c.client.post("/v1/runtimes/r2/drain")).status_code == 200
         c.net.cut("r1")
         cut_at = time.monotonic()
