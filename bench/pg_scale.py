@@ -11,6 +11,7 @@ operation goes through the store method the product calls, alternating call by c
 - `events_page` of `conv-long`: newest, and deep filtered by two types;
 - `GET /v1/runs` (`RunStore.list`): unfiltered, by conversation, by status (common and rare), by agent,
   by creating key, a one-day `since`/`until` window, and the second page of a filter;
+- `GET /v1/conversations` (`ConversationStore.list`): unfiltered, by actor, by agent;
 - admission of a new event (`RunStore.admit` with its inbound event-log row, a new conversation);
 - the retention pass (`RetentionStore.collect`) of the event log, the transcript and audit: rounds that
   each delete the next oldest `RETENTION_ROWS` rows, reported in rows/s.
@@ -39,7 +40,16 @@ import anyio
 
 from bench._alternate import Samples, interleave
 from bench._databases import postgres_server_url, workspace
-from bench._generate import LONG, SMALL_SCALE, Plan, conversation_id, driver_dsn, generate, table_sizes
+from bench._generate import (
+    LONG,
+    SMALL_SCALE,
+    Plan,
+    actor_of,
+    conversation_id,
+    driver_dsn,
+    generate,
+    table_sizes,
+)
 from bench._pgconn import connect_pg
 from bench._report import RESULTS, load_average, publish
 from bench._stats import Row, Stat, fmt, judge
@@ -208,6 +218,12 @@ OPERATIONS: list[tuple[str, Operation]] = [
     ("runs list created_by", _runs(created_by="key-2")),
     ("runs list since+until (1 day)", _runs_window),
     ("runs list page 2", _runs_second_page),
+    ("conversations list", lambda d: d.stores.conversations.list(limit=PAGE)),
+    (
+        "conversations list actor_id",
+        lambda d: d.stores.conversations.list(actor_id=actor_of(ORDINARY), limit=PAGE),
+    ),
+    ("conversations list agent_id", lambda d: d.stores.conversations.list(agent_id="agent-3", limit=PAGE)),
     ("admit a new event", _admit),
 ]
 
@@ -271,6 +287,13 @@ async def _retention(small: Loaded, big: Loaded) -> list[Row]:
     return rows
 
 
+def _progress(label: str) -> Callable[[str], None]:
+    def report(line: str) -> None:
+        print(f"pg-scale: generating {label}: {line}", file=sys.stderr, flush=True)
+
+    return report
+
+
 def _count(n: int) -> str:
     for unit, size in (("M", 1_000_000), ("k", 1_000)):
         if n >= size:
@@ -300,8 +323,10 @@ async def run(scale: float, calls: int, tmp_root: Path | None = None) -> tuple[l
             async with open_stores(ws.database_url, ws.data_dir):
                 pass  # migrated
             plan = Plan.at(at)
-            seconds = await generate(ws.database_url, plan)
-            details[f"generate_{label}_s"] = {table: round(s, 1) for table, s in seconds.items()}
+            started = time.perf_counter()
+            seconds = await generate(ws.database_url, plan, progress=_progress(label))
+            details[f"generate_{label}_total_s"] = round(time.perf_counter() - started, 1)
+            details[f"generate_{label}_s"] = {step: round(s, 1) for step, s in seconds.items()}
             if label == "big":
                 details["sizes_big"] = sizes_note(await table_sizes(ws.database_url))
             stores = await stack.enter_async_context(open_stores(ws.database_url, ws.data_dir))

@@ -32,4 +32,4 @@ async def test_pg_scale_measures_every_operation_and_the_retention_pass(shared_p
         assert row.verdict in ("met", "missed")
     sizes = details["sizes_big"]
     assert isinstance(sizes, dict)
-    assert set(cast(dict[str, object], sizes)) == {"runs", "audit", "transcript", "events"}
+    assert set(cast(dict[str, object], sizes)) == {"runs", "audit", "transcript", "events", "conversations"}

@@ -4,8 +4,8 @@ A database is generated (`bench/_generate.py`, the same rows `bench.pg_scale` me
 the planner prefers a sequential scan wherever no index fits: 100k transcript and event-log rows, 10k
 runs and audit rows. Each store method runs for real while the `Database.hooks` statement hook captures
 the exact SQL and parameters it sends; each captured statement is then planned with
-`EXPLAIN (FORMAT JSON)` and its plan may not hold a `Seq Scan` node on `transcript`, `events`, `runs` or
-`audit` (small tables, e.g. an empty `approvals`, may be scanned: that is the cheap plan there).
+`EXPLAIN (FORMAT JSON)` and its plan may not hold a `Seq Scan` node on `transcript`, `events`, `runs`,
+`audit` or `conversations` (small tables, e.g. an empty `approvals`, may be scanned: that is the cheap plan there).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from mcphost.stores.retention import ROW_KINDS, RetentionStore
 pytestmark = [pytest.mark.postgres, pytest.mark.timeout(600)]
 
 SCALE = 1 / 500
-BIG_TABLES = frozenset({"transcript", "events", "runs", "audit"})
+BIG_TABLES = frozenset({"transcript", "events", "runs", "audit", "conversations"})
 
 
 def _nodes(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
