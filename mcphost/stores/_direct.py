@@ -41,11 +41,10 @@ from typing import Any, NoReturn, cast
 from sqlalchemy import Connection
 from sqlalchemy.engine.interfaces import DBAPIConnection, Dialect
 from sqlalchemy.exc import DBAPIError, MultipleResultsFound, NoResultFound
-from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql.base import Executable
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.elements import ClauseElement
-from sqlalchemy.util import await_
+from sqlalchemy.util import await_, greenlet_spawn
 
 MAX_PLANS = 512
 _MISSING = object()
@@ -179,10 +178,10 @@ def execute(
 
 
 async def execute_asyncpg(
-    plan_: Plan, connection: AsyncConnection, parameters: Mapping[str, Any] | Sequence[Mapping[str, Any]]
+    plan_: Plan, connection: Connection, parameters: Mapping[str, Any] | Sequence[Mapping[str, Any]]
 ) -> DirectResult | None:
     """Run `plan_` on the asyncpg connection under `connection` (see the module docstring); None when a
-    required parameter is missing, as `execute`."""
+    required parameter is missing, as `execute`. Called on the event loop (not in a greenlet)."""
     many = not isinstance(parameters, Mapping)
     if many:
         rows = [_positional(plan_, p, none=True) for p in parameters]
@@ -193,9 +192,10 @@ async def execute_asyncpg(
         args = _positional(plan_, parameters, none=True)
         if args is None:
             return None
-    sync = connection.sync_connection
-    assert sync is not None  # a connection in use by a session
-    adapter: Any = (await connection.get_raw_connection()).dbapi_connection
+    sync = connection
+    # The pooled connection under it: at hand unless it was invalidated, when asking for it reconnects.
+    fairy: Any = sync._dbapi_connection or await greenlet_spawn(getattr, sync, "connection")  # pyright: ignore[reportPrivateUsage]
+    adapter: Any = fairy.dbapi_connection
     dialect: Any = sync.dialect
     try:
         for listener in sync.dispatch.before_cursor_execute:
@@ -215,7 +215,7 @@ async def execute_asyncpg(
             except Exception as error:
                 _raise_adapted(adapter, error)
     except dialect.loaded_dbapi.Error as exc:
-        await connection.run_sync(_raise_handled, exc, plan_.sql, args)
+        await greenlet_spawn(_raise_handled, sync, exc, plan_.sql, args)
         raise AssertionError("unreachable: SQLAlchemy raised") from exc  # pragma: no cover
     rows_: list[tuple[Any, ...]] = []
     if plan_.row is not None:
@@ -265,12 +265,12 @@ def _raise_wrapped(exc: Exception, sql: str, args: Any, dialect: Dialect) -> NoR
 
 
 class AsyncpgConnection:
-    """The `AsyncConnection` methods the hot bodies call (`core`) on PostgreSQL: their prebuilt
-    statements run straight on asyncpg (`execute_asyncpg`), anything else through SQLAlchemy."""
+    """The `AsyncConnection` methods the hot bodies call (`core`) on PostgreSQL, over a sync `Connection`
+    in a transaction: their prebuilt statements run straight on asyncpg (`execute_asyncpg`), anything
+    else through SQLAlchemy in a greenlet (as `AsyncConnection` runs it)."""
 
-    def __init__(self, connection: AsyncConnection) -> None:
-        self._connection = connection
-        self.sync_connection = connection.sync_connection
+    def __init__(self, connection: Connection) -> None:
+        self.sync_connection = connection
 
     async def execute(self, statement: Any, parameters: Any = None, **kwargs: Any) -> Any:
         if not kwargs:
@@ -280,15 +280,15 @@ class AsyncpgConnection:
             )
             if given:
                 keys = tuple(sorted(given[0]))
-                found = plan(statement, keys, self._connection.dialect, many=many)
+                found = plan(statement, keys, self.sync_connection.dialect, many=many)
                 if found is not None:
-                    result = await execute_asyncpg(found, self._connection, given if many else given[0])
+                    result = await execute_asyncpg(found, self.sync_connection, given if many else given[0])
                     if result is not None:
                         return result
-        return await self._connection.execute(statement, cast(Any, parameters), **kwargs)
+        return await greenlet_spawn(self.sync_connection.execute, statement, parameters, **kwargs)
 
     async def scalar(self, statement: Any, parameters: Any = None, **kwargs: Any) -> Any:
-        return await self._connection.scalar(statement, parameters, **kwargs)
+        return await greenlet_spawn(self.sync_connection.scalar, statement, parameters, **kwargs)
 
 
 class DirectResult:

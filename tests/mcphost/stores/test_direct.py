@@ -12,6 +12,7 @@ import pytest
 from sqlalchemy import Row, bindparam, func, select
 from sqlalchemy.exc import DBAPIError, IntegrityError, StatementError
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.util import greenlet_spawn
 
 from mcphost.errors import StorageUnavailableError
 from mcphost.models import RunStatus
@@ -25,7 +26,7 @@ from tests.mcphost.stores.factories import admitted
 async def _via_sqlalchemy(conn: Any, statement: Any, params: dict[str, Any]) -> Any:
     """`statement` run by SQLAlchemy itself on the connection under `conn` (either facade)."""
     if isinstance(conn, AsyncpgConnection):
-        return await conn._connection.execute(statement, params)  # pyright: ignore[reportPrivateUsage]
+        return await greenlet_spawn(conn.sync_connection.execute, statement, params)
     return conn.sync_connection.execute(statement, params)
 
 
