@@ -373,11 +373,10 @@ def _storage_errors() -> Generator[None, None, None]:
         raise translated from exc
 
 
-class _ThreadSession:
-    """The `AsyncSession` methods the stores' write bodies call, on the writer thread's connection:
-    each one does its work before its first await, so a body never suspends (`_drive`). ORM calls
-    get a sync `Session` joined to the connection's transaction, made on first use (the hot bodies
-    use `core` and never make one)."""
+class _JoinedSession:
+    """A write body's session over a sync `Connection` inside a transaction: ORM calls get a sync
+    `Session` joined to that transaction, made on first use (the hot bodies use `core` and never make
+    one); the transaction's end is its owner's."""
 
     def __init__(self, connection: Connection) -> None:
         self._connection = connection
@@ -387,17 +386,21 @@ class _ThreadSession:
     @property
     def sync_session(self) -> Session:
         if self._session is None:
-            # Bound to a connection inside a transaction, the session joins it and leaves its end to
-            # `_write_on_thread`.
+            # Bound to a connection inside a transaction, the session joins it and leaves its end alone.
             self._session = Session(bind=self._connection, expire_on_commit=False)
         return self._session
+
+    def add(self, instance: object) -> None:
+        self.sync_session.add(instance)
+
+
+class _ThreadSession(_JoinedSession):
+    """The `AsyncSession` methods the stores' write bodies call, on the writer thread's connection:
+    each one does its work before its first await, so a body never suspends (`_drive`)."""
 
     def close(self) -> None:
         if self._session is not None:
             self._session.close()
-
-    def add(self, instance: object) -> None:
-        self.sync_session.add(instance)
 
     async def flush(self) -> None:
         self.sync_session.flush()
@@ -426,25 +429,15 @@ class _ThreadSession:
         return _ThreadConnection(self._connection)
 
 
-class _PostgresSession:
+class _PostgresSession(_JoinedSession):
     """The `AsyncSession` methods the stores' write bodies call, on a sync `Connection` in a transaction
-    (`run_write` on PostgreSQL): `connection()` is the asyncpg facade `core` hands out; ORM calls get a
-    sync `Session` joined to the transaction, made on first use and run in a greenlet, as `AsyncSession`
-    runs them (the hot bodies use `core` and never make one). `end` commits or rolls back and gives
-    the connection back to the pool, in the caller's greenlet."""
+    (`run_write` on PostgreSQL): `connection()` is the asyncpg facade `core` hands out; ORM calls run
+    in a greenlet, as `AsyncSession` runs them. `end` commits or rolls back and gives the connection
+    back to the pool, in the caller's greenlet."""
 
     def __init__(self, connection: Connection) -> None:
-        self._connection = connection
-        self._session: Session | None = None
+        super().__init__(connection)
         self._core = _direct.AsyncpgConnection(connection)
-        self.info: dict[str, Any] = {}
-
-    @property
-    def sync_session(self) -> Session:
-        if self._session is None:
-            # Bound to a connection inside a transaction, the session joins it and leaves its end to `end`.
-            self._session = Session(bind=self._connection, expire_on_commit=False)
-        return self._session
 
     def end(self, *, commit: bool) -> None:
         connection, session = self._connection, self._session
@@ -458,9 +451,6 @@ class _PostgresSession:
             if session is not None:
                 session.close()
             connection.close()  # rolls back a transaction still open, then back to the pool
-
-    def add(self, instance: object) -> None:
-        self.sync_session.add(instance)
 
     async def flush(self) -> None:
         await greenlet_spawn(self.sync_session.flush)
