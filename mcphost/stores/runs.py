@@ -269,6 +269,31 @@ async def _write_context(
     await (await core(session)).execute(_SET_CONTEXT, values)
 
 
+async def _window_page(
+    session: AsyncSession, stmt: Select[RunRow], since: float | None, until: float | None, limit: int
+) -> list[RunRow]:
+    """Up to `limit + 1` rows of `stmt` (newest `created_seq` first, at most `limit + 1` a read) that
+    were created in [`since`, `until`).
+
+    A window is a `created_seq` range (`RunStore.list`); `created_at` is checked here, on the rows read,
+    only to drop the runs whose clocks disagreed, which sit inside the range. In the SQL it let the
+    planner read the page through the `(created_at, created_seq)` index: taking the two ranges for
+    independent (they select the same rows), it expected a handful of rows and read the whole window,
+    then sorted it (12.5k rows for one day at 5M runs, 7x the 10k-row database's time,
+    `bench/pg_scale.py`). Without it the range is read newest first and stops at the page."""
+    rows: list[RunRow] = []
+    while True:
+        read = (await session.execute(stmt)).scalars().all()
+        rows += [
+            row
+            for row in read
+            if (since is None or row.created_at >= since) and (until is None or row.created_at < until)
+        ]
+        if len(rows) > limit or len(read) <= limit:
+            return rows[: limit + 1]
+        stmt = stmt.where(RunRow.created_seq < read[-1].created_seq)
+
+
 def interrupted_by(run_id: str) -> str:
     """The cancel reason of a run interrupted by the newer run `run_id` (`interrupt` policy)."""
     return f"interrupted by a newer event (run {run_id})"
@@ -754,16 +779,16 @@ class RunStore:
                 low = await session.scalar(first.order_by(RunRow.created_at, RunRow.created_seq).limit(1))
                 if low is None:
                     return Page[Run](items=[], next_cursor=None, prev_cursor=None, has_more=False)
-                stmt = stmt.where(RunRow.created_seq >= low, RunRow.created_at >= since)
+                stmt = stmt.where(RunRow.created_seq >= low)
             if until is not None:
                 last = select(RunRow.created_seq).where(RunRow.created_at < until)
                 last = last.order_by(RunRow.created_at.desc(), RunRow.created_seq.desc()).limit(1)
                 high = await session.scalar(last)
                 if high is None:
                     return Page[Run](items=[], next_cursor=None, prev_cursor=None, has_more=False)
-                stmt = stmt.where(RunRow.created_seq <= high, RunRow.created_at < until)
+                stmt = stmt.where(RunRow.created_seq <= high)
             stmt = stmt.order_by(RunRow.created_seq.desc()).limit(limit + 1)
-            rows = (await session.execute(stmt)).scalars().all()
+            rows = await _window_page(session, stmt, since, until, limit)
         has_more = len(rows) > limit
         kept = rows[:limit]
         return Page[Run](

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import anyio
 import pytest
+import sqlalchemy as sa
 
 from mcphost.errors import (
     ConcurrencyRejectedError,
@@ -444,6 +445,27 @@ async def test_list_pages_newest_first_with_filters(stores: Stores) -> None:
     assert [r.run_id for r in failed.items] == [runs[1].run_id]
     with pytest.raises(InvalidArgumentError, match="belongs to 'runs' paging"):
         await stores.events.page("c1", before=first.next_cursor)
+
+
+async def test_a_time_window_leaves_out_a_run_whose_clock_disagreed_and_still_fills_its_page(
+    stores: Stores,
+) -> None:
+    # A window is the `created_seq` range between its first and last run by `created_at`; a run inside
+    # that range stamped outside the window (its replica's clock behind) is read and dropped, and the
+    # page is filled from the runs below it.
+    runs = [await admitted(stores, "c1") for _ in range(5)]
+    async with stores.db.write() as session:
+        await session.execute(
+            sa.text("UPDATE runs SET created_at = :at WHERE run_id = :run_id"),
+            {"at": runs[0].created_at - 10, "run_id": runs[2].run_id},
+        )
+    since, until = runs[1].created_at, runs[4].created_at
+    first = await stores.runs.list(since=since, until=until, limit=1)
+    assert [r.run_id for r in first.items] == [runs[3].run_id]
+    assert first.has_more
+    rest = await stores.runs.list(since=since, until=until, limit=1, cursor=first.next_cursor)
+    assert [r.run_id for r in rest.items] == [runs[1].run_id]
+    assert not rest.has_more
 
 
 async def test_list_filters_by_agent_and_time_window_and_pages_within_them(stores: Stores) -> None:
