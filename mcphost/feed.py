@@ -22,7 +22,7 @@ Invariants:
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Generator, Sequence
-from contextlib import contextmanager
+from contextlib import aclosing, contextmanager
 
 from mcphost.common.tickets import Signal
 from mcphost.models import Run
@@ -151,11 +151,19 @@ class RunReader:
         with no reads unless the reader is further behind than the feed keeps; any other run (another
         replica's, or one that has ended) by reading the store, polling while it is active.
         """
+        async with aclosing(self.batches(run_id, after=after)) as batches:
+            async for batch in batches:
+                for item in batch:
+                    yield item
+
+    async def batches(self, run_id: str, *, after: int = 0) -> AsyncGenerator[list[StoredResult], None]:
+        """The results of `results`, in the batches they are at hand in: what the run's feed published
+        since the reader last looked, or a page of the store; never empty."""
         feed = self._local(run_id)
         if feed is not None:
-            async for item in self._follow(feed, run_id, after):
-                after = item.seq
-                yield item
+            async for batch in self._follow(feed, run_id, after):
+                after = batch[-1].seq
+                yield batch
             if feed.run is not None and feed.run.status.is_terminal:
                 return
             # Its end could not be recorded: follow the store until the sweeper records it.
@@ -165,20 +173,18 @@ class RunReader:
             while True:
                 ticket = signal.ticket()  # before reading: another process's wake-up after it sets it
                 batch = await self._stores.results.list(run_id, after=after, limit=self._page())
-                for item in batch:
-                    after = item.seq
-                    yield item
                 if batch:
+                    after = batch[-1].seq
+                    yield batch
                     continue
                 run = await self._stores.runs.get(run_id)
                 if run.status.is_terminal:
-                    for item in await self._stores.results.list(run_id, after=after, limit=self._page()):
-                        after = item.seq
-                        yield item
+                    if rest := await self._stores.results.list(run_id, after=after, limit=self._page()):
+                        yield rest
                     return
                 await Signal.wait(ticket, self._poll_s())
 
-    async def _follow(self, feed: ResultFeed, run_id: str, after: int) -> AsyncIterator[StoredResult]:
+    async def _follow(self, feed: ResultFeed, run_id: str, after: int) -> AsyncIterator[list[StoredResult]]:
         """The results of a run active here after `after`, from its feed, until its end is written."""
         while True:
             ticket = feed.signal.ticket()  # before reading: a publish after this sets it
@@ -186,10 +192,9 @@ class RunReader:
             batch = feed.after(after)
             if batch is None:  # behind what the feed keeps: catch up from the store
                 batch = await self._stores.results.list(run_id, after=after, limit=self._page())
-            for item in batch:
-                after = item.seq
-                yield item
             if batch:
+                after = batch[-1].seq
+                yield batch  # a list of its own (a slice of the feed, or a page)
                 continue
             if closed:
                 return

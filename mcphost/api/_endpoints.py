@@ -117,11 +117,14 @@ STREAM_FAILED: JSONObject = {
 }
 
 
-async def _result_events(state: ApiState, run_id: str, after: int) -> AsyncGenerator[ServerSentEvent, None]:
-    """The run's results after `after` as SSE events, then `event: end` with the final status."""
+async def _result_events(
+    state: ApiState, run_id: str, after: int
+) -> AsyncGenerator[ServerSentEvent | bytes, None]:
+    """The run's results after `after` as SSE events (the results at hand together, encoded as one
+    chunk: one write), then `event: end` with the final status."""
     try:
-        async for item in state.orchestrator.results(run_id, after=after):
-            yield result_event(item.seq, item.payload)
+        async for batch in state.orchestrator.result_batches(run_id, after=after):
+            yield b"".join(result_event(item.seq, item.payload).encode() for item in batch)
         run = await state.orchestrator.wait(run_id)  # ended: results() stops only then
         end: JSONObject = {"run_id": run_id, "status": run.status.value}
         if run.error is not None:
@@ -190,13 +193,11 @@ async def ingest_event(request: Request) -> Response:
     if not query.stream:
         return JSONResponse(json_with_iso(answer), status_code=202, headers=location)
 
-    async def events() -> AsyncGenerator[ServerSentEvent, None]:
-        yield json_event(json_with_iso(answer), event="run")
-        async with aclosing(_result_events(state, run.run_id, 0)) as results:
-            async for item in results:
-                yield item
-
-    return EventStream(events(), headers={**location, "X-Run-Id": run.run_id})
+    return EventStream(
+        _result_events(state, run.run_id, 0),
+        first=json_event(json_with_iso(answer), event="run"),
+        headers={**location, "X-Run-Id": run.run_id},
+    )
 
 
 WAIT_RESULTS = 1000

@@ -202,9 +202,13 @@ def _keepalive() -> ServerSentEvent:
     return ServerSentEvent(comment="keepalive", sep=SSE_SEP)
 
 
-async def _opened(events: AsyncGenerator[ServerSentEvent, None]) -> AsyncGenerator[ServerSentEvent, None]:
-    # A first comment gets the status and headers to the client before any result exists.
-    yield ServerSentEvent(comment="stream open", sep=SSE_SEP)
+async def _opened(
+    events: AsyncGenerator[ServerSentEvent | bytes, None], first: ServerSentEvent | None
+) -> AsyncGenerator[ServerSentEvent | bytes, None]:
+    # A first comment gets the status and headers to the client before any result exists (with the
+    # first event when one is at hand: one write).
+    opening = ServerSentEvent(comment="stream open", sep=SSE_SEP).encode()
+    yield opening if first is None else opening + first.encode()
     async with aclosing(events) as opened:
         async for item in opened:
             yield item
@@ -213,17 +217,22 @@ async def _opened(events: AsyncGenerator[ServerSentEvent, None]) -> AsyncGenerat
 class EventStream(EventSourceResponse):
     """An SSE response (sse-starlette's `EventSourceResponse`) with the host's settings.
 
-    The events of `events` after a `: stream open` comment, a `: keepalive` comment every
+    The events of `events` (an item is an event, or events already encoded: one write) after a
+    `: stream open` comment and the `first` event, a `: keepalive` comment every
     `KEEPALIVE_S`, `\\n` line ends, `Cache-Control: no-store` and `X-Accel-Buffering: no`; stopped when
     the client disconnects, dropped when the client has taken nothing for `SEND_TIMEOUT_S` (a warning
     here; uvicorn adds that the response did not complete, and closes the connection).
     """
 
     def __init__(
-        self, events: AsyncGenerator[ServerSentEvent, None], *, headers: dict[str, str] | None = None
+        self,
+        events: AsyncGenerator[ServerSentEvent | bytes, None],
+        *,
+        first: ServerSentEvent | None = None,
+        headers: dict[str, str] | None = None,
     ) -> None:
         super().__init__(  # pyright: ignore[reportUnknownMemberType]  # sse-starlette types content as bare dict
-            _opened(events),
+            _opened(events, first),
             headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no", **(headers or {})},
             ping=KEEPALIVE_S,
             ping_message_factory=_keepalive,

@@ -730,6 +730,11 @@ class Orchestrator:
         (`feed.RunReader.results`)."""
         return self._reader.results(run_id, after=after)
 
+    def result_batches(self, run_id: str, *, after: int = 0) -> AsyncGenerator[list[StoredResult], None]:
+        """`results`, in the batches they are at hand in (`feed.RunReader.batches`): a stream sends
+        each batch in one write."""
+        return self._reader.batches(run_id, after=after)
+
     def _feed_of(self, run_id: str) -> ResultFeed | None:
         active = self._runs.get(run_id)
         return None if active is None else active.feed

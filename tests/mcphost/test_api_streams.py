@@ -8,6 +8,7 @@ import json
 import socket
 from collections.abc import AsyncGenerator
 from pathlib import Path
+from typing import Any
 
 import anyio
 import httpx2
@@ -20,7 +21,7 @@ from starlette.routing import Route
 
 import mcphost.api._http
 from mcphost.api._http import EventStream, json_event
-from mcphost.app import Host, open_host
+from mcphost.app import Host, build_app, open_host
 from mcphost.models import RunStatus
 from mcphost.serving import bind_socket, serve_http
 from tests._json import obj
@@ -172,3 +173,47 @@ async def test_a_client_that_stops_reading_is_dropped_after_the_send_timeout_and
             async with httpx2.AsyncClient(base_url=url, timeout=30) as http:
                 assert (await http.get("/ok")).text == "ok"  # the server serves on
     assert "dropped the event stream of /results: the client took no data for 0.5 s" in caplog.text
+
+
+async def test_an_echo_runs_stream_is_written_a_batch_at_a_time(host: Host) -> None:
+    # The results at hand go out in one write (one ASGI body message): the stream-open comment with
+    # the run event, then each batch the run's feed publishes, then the end.
+    app = build_app(host)
+    request = json.dumps(event_body("hello", conversation="c-writes")).encode()
+    bodies: list[bytes] = []
+    sent = False
+
+    async def receive() -> dict[str, Any]:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": request, "more_body": False}
+        await anyio.sleep_forever()
+        raise AssertionError("unreachable")
+
+    async def send(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.body" and message.get("body"):
+            bodies.append(message["body"])
+
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": "/v1/events",
+        "raw_path": b"/v1/events",
+        "query_string": b"stream=true",
+        "headers": [(b"host", b"127.0.0.1"), (b"content-type", b"application/json")],
+        "client": ("127.0.0.1", 50000),
+        "server": ("127.0.0.1", 80),
+    }
+    with anyio.fail_after(30):
+        await app(scope, receive, send)
+    events = [e for chunk in bodies for e in chunk.decode().split("\n\n") if e.startswith(("event:", "id:"))]
+    names = [line[7:] for e in events for line in e.splitlines() if line.startswith("event: ")]
+    assert names[0] == "run"
+    assert names[-2:] == ["run.completed", "end"], names
+    assert bodies[0].startswith(b": stream open")
+    assert b"event: run" in bodies[0]
+    assert len(bodies) < len(names) + 1, bodies  # one write per event and one for the comment before
