@@ -8,7 +8,6 @@ import json
 import socket
 from collections.abc import AsyncGenerator
 from pathlib import Path
-from typing import Any
 
 import anyio
 import httpx2
@@ -18,6 +17,7 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
+from starlette.types import Message
 
 import mcphost.api._http
 from mcphost.api._http import EventStream, json_event
@@ -183,7 +183,7 @@ async def test_an_echo_runs_stream_is_written_a_batch_at_a_time(host: Host) -> N
     bodies: list[bytes] = []
     sent = False
 
-    async def receive() -> dict[str, Any]:
+    async def receive() -> Message:
         nonlocal sent
         if not sent:
             sent = True
@@ -191,7 +191,7 @@ async def test_an_echo_runs_stream_is_written_a_batch_at_a_time(host: Host) -> N
         await anyio.sleep_forever()
         raise AssertionError("unreachable")
 
-    async def send(message: dict[str, Any]) -> None:
+    async def send(message: Message) -> None:
         if message["type"] == "http.response.body" and message.get("body"):
             bodies.append(message["body"])
 
