@@ -17,7 +17,7 @@ Shape (deterministic: row i of a table is a function of i and the scale):
   2.5M at scale 1); the other rows go round-robin over the conversations (50 each at scale 1), so a
   conversation's rows are spread over the whole table as they would be in time;
 - transcript text draws two words of a 5,000-word vocabulary (`w<k>`) per item, so a word matches about
-  1 item in 2,500 (`SEARCH_WORD` is one of them);
+  1 item in 2,500, in every conversation;
 - runs: created in order over `SPAN_S` (the last `HELD_RUNS` are queued or running, 1 in 50 failed, 1 in
   97 cancelled, the rest completed), 20 agents, 5 API keys creating a third of them; one audit row each;
 - `created_at` grows with the row number over `SPAN_S` ending an hour ago, on every table.
@@ -44,7 +44,6 @@ SMALL_SCALE = 10_000 / FULL["transcript"]
 LONG = "conv-long"
 LONG_EVERY = 20
 VOCABULARY = 5_000
-SEARCH_WORD = "w1234"
 SPAN_S = 400 * 86_400.0
 HELD_RUNS = 5
 AGENTS = 20
@@ -189,7 +188,11 @@ def _actor_sql(i: str) -> str:
 
 
 def _word_sql(salt: int) -> str:
-    return f"'w' || ((i * 7919 + {salt * 104_729}) % {VOCABULARY})"
+    """Word `salt` of row `i`: the high bits of a multiplicative (Fibonacci) hash of the two, so that
+    the rows of any one conversation (an arithmetic progression of `i`) draw from the whole vocabulary.
+    (`i * 7919 mod 5000` gave `conv-long`, every 20th row, 250 words, each matching 1 item in 250;
+    the hash's low bits, 1,250 words.)"""
+    return f"'w' || (((i + {salt * 1_000_003}) * 2654435761) % 4294967296 / 65536 % {VOCABULARY})"
 
 
 def _columns(names: Sequence[str]) -> str:

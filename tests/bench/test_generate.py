@@ -70,3 +70,19 @@ async def test_the_fill_restores_every_index_and_constraint_and_writes_the_plans
     assert last == [
         (plan.run_id(plan.runs - 1), pytest.approx(plan.created_at(plan.runs, plan.runs - 1)), "queued")
     ]
+
+
+async def test_a_conversations_words_come_from_the_whole_vocabulary(shared_postgres: str) -> None:
+    # Every 20th transcript row is conv-long's: a word formula linear in the row number gave it 250 of
+    # the 5,000 words, each matching 1 item in 250 there instead of 1 in 2,500.
+    small = Plan.at(1 / 20_000)
+    plan = Plan(small.scale, 200, 40_000, 10, 10, small.start)
+    await generate(shared_postgres, plan)
+    rows = await _fetch(
+        shared_postgres,
+        "SELECT count(DISTINCT split_part(split_part(content, ' about ', 2), ' ', 1)), count(*) "
+        f"FROM transcript WHERE conversation_id = '{LONG}'",
+    )
+    words, items = rows[0]
+    assert items == plan.transcript // 20
+    assert words > 1_500, words  # 2,000 draws from 5,000 words: about 1,660 distinct
