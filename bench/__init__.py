@@ -10,8 +10,9 @@ the benchmarks run). Results and findings: `bench/README.md`.
 Module map: `run_overhead`, `throughput`, `mcp_call`, `scale`, `startup`, `bridge`, `tracing`, `warm`, `models`,
 `runtimes` (the benchmarks of `python -m bench`); `knowledge_quality`, `knowledge_scale` (retrieval benchmarks, run on their
 own); `pg_scale` (a busy host's operations on a generated PostgreSQL database, run on its own) with
-`_generate` (its `COPY` generator); `scaleout` (1, 2 and 4 `mcphost serve` processes on one PostgreSQL
-database, the client round-robin, with the cores each part used; run on its own);
+`_generate` (its generator, filling the tables inside PostgreSQL); `scaleout` (1, 2 and 4 `mcphost serve`
+processes on one PostgreSQL database, the client round-robin, with the cores each part used; run on its
+own); `revisions` (this tree's `mcphost serve` against another git revision's, side by side);
 `_config` (sizes), `_databases` (a fresh SQLite file or PostgreSQL database per use), `_host` (the host
 under benchmark), `_stdio` (the baseline stdio driver), `_hold_plugin` (a runner that holds runs open),
 `_memory` (RSS per active run, in a child process), `_bulk` (fast bulk loading), `_report` (table and

@@ -140,9 +140,16 @@ async def _started(
             log.close()
 
 
+MAIN_OF_PATH = "import sys; from mcphost.cli import main; sys.exit(main())"
+"""`mcphost`'s entry point from whichever tree is first on `sys.path`."""
+
+
 @asynccontextmanager
-async def mcphost_server(ws: Workspace, folder: Path) -> AsyncGenerator[Server, None]:
-    """`mcphost serve` on a free loopback port with the echo agent, on `ws`'s database."""
+async def mcphost_server(
+    ws: Workspace, folder: Path, *, tree: Path | None = None
+) -> AsyncGenerator[Server, None]:
+    """`mcphost serve` on a free loopback port with the echo agent, on `ws`'s database; with `tree`, the
+    code of that checkout (first on `PYTHONPATH`) on this environment's interpreter and packages."""
     port = free_port()
     await anyio.Path(folder).mkdir(parents=True, exist_ok=True)
     config = folder / f"mcphost-{port}.toml"
@@ -150,6 +157,9 @@ async def mcphost_server(ws: Workspace, folder: Path) -> AsyncGenerator[Server, 
     argv = [str(BIN / "mcphost"), "serve", "--config", str(config)]
     # uvloop is used when installed; MCPHOST_BENCH_UVLOOP=false measures asyncio's own loop instead.
     env = clean_env() | {"MCPHOST_UVLOOP": os.environ.get("MCPHOST_BENCH_UVLOOP", "true")}
+    if tree is not None:  # the console script's own import would be this tree's: start mcphost from `tree`
+        argv = [str(BIN / "python"), "-c", MAIN_OF_PATH, "serve", "--config", str(config)]
+        env["PYTHONPATH"] = str(tree)
     async with _started(f"mcphost-{port}", argv, f"http://127.0.0.1:{port}", "/healthz", folder, env) as s:
         yield s
 
