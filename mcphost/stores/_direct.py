@@ -5,7 +5,7 @@ Owns turning a Core statement into a plan once — its SQL for the engine's dial
 of its parameters with SQLAlchemy's own bind processors (JSON encoding), the literal values it carries
 (`LIMIT 1`), and its result columns with SQLAlchemy's own result processors (JSON decoding) — and
 running a plan on a DBAPI connection (`execute`) or on the asyncpg connection under a session
-(`execute_asyncpg`). Used by `engine._ThreadConnection` and `AsyncpgConnection` (what `engine.core`
+(`execute_asyncpg`). Used by `_sessions.ThreadConnection` and `AsyncpgConnection` (what `engine.core`
 gives on PostgreSQL) only, under the transaction their session began; does not own transactions, pooling or the statements themselves.
 
 Invariants:

@@ -58,11 +58,11 @@ Invariants:
   joined to the transaction only when it makes an ORM call. Through aiosqlite every
   DBAPI call (checkout, BEGIN, each statement and fetch, COMMIT, reset) is its own round trip between
   the loop and the connection's thread. The body is written once for `AsyncSession`; on the thread it
-  gets `_ThreadSession`, whose methods never suspend, so `_drive` runs it to its end without an event
+  gets `_sessions.ThreadSession`, whose methods never suspend, so `_sessions.drive` runs it to its end without an event
   loop (a body that awaits anything else fails loudly). In-memory SQLite runs the same body in
   `write()`. `sync_engines` lists every engine.
 - On PostgreSQL, `run_write` runs the same bodies on a sync `Connection` checked out of the pool in a
-  greenlet (its pre-ping is the transaction's `BEGIN`), with `_PostgresSession` as the session: the
+  greenlet (its pre-ping is the transaction's `BEGIN`), with `_sessions.PostgresSession` as the session: the
   hot statements go straight to asyncpg on the event loop (`core`), ORM calls get a sync `Session`
   joined to the transaction in a greenlet, and the commit and the return to the pool are one more
   greenlet hop. Without the `AsyncSession` and `AsyncConnection` layers (their begin, commit and close
@@ -96,7 +96,7 @@ import fcntl
 import json
 import logging
 import re
-from collections.abc import AsyncGenerator, Callable, Coroutine, Generator, Mapping
+from collections.abc import AsyncGenerator, Callable, Coroutine, Generator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager, nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, TypeVar, cast
@@ -114,7 +114,6 @@ from sqlalchemy.ext.asyncio import (
     async_sessionmaker,
     create_async_engine,
 )
-from sqlalchemy.orm import Session
 from sqlalchemy.pool import ConnectionPoolEntry
 from sqlalchemy.util import greenlet_spawn
 
@@ -123,6 +122,7 @@ from mcphost.stores import _direct
 from mcphost.stores._hooks import EngineHooks
 from mcphost.stores._retry import storage_error
 from mcphost.stores._schema import create_from_snapshot
+from mcphost.stores._sessions import PostgresSession, ThreadSession, drive
 from mcphost.stores._sql import Dialect, lock_in_transaction
 
 if TYPE_CHECKING:
@@ -295,7 +295,7 @@ class Database:
         # `AsyncConnection` around it (see the module docstring): two greenlet hops, checkout and end.
         async with self._writer_turn():  # no queue on PostgreSQL: shielded, and errors translated
             connection = await greenlet_spawn(self.engine.sync_engine.connect)  # the pre-ping is its BEGIN
-            session = _PostgresSession(connection)
+            session = PostgresSession(connection)
             try:
                 connection.begin()
                 result = await body(cast(AsyncSession, session))
@@ -321,11 +321,11 @@ class Database:
         connection = self._writer_connection
         if connection is None:
             connection = self._writer_connection = self._writer.connect()
-        session = _ThreadSession(connection)
+        session = ThreadSession(connection)
         try:
             with connection.begin():
                 # The facade has the AsyncSession methods the stores call, each one returning at once.
-                result = _drive(body(cast(AsyncSession, session)))
+                result = drive(body(cast(AsyncSession, session)))
                 session.flush_pending()  # ORM changes left pending, as `AsyncSession`'s commit flushes them
                 return result
         except BaseException:
@@ -373,155 +373,19 @@ def _storage_errors() -> Generator[None, None, None]:
         raise translated from exc
 
 
-class _JoinedSession:
-    """A write body's session over a sync `Connection` inside a transaction: ORM calls get a sync
-    `Session` joined to that transaction, made on first use (the hot bodies use `core` and never make
-    one); the transaction's end is its owner's."""
-
-    def __init__(self, connection: Connection) -> None:
-        self._connection = connection
-        self._session: Session | None = None
-        self.info: dict[str, Any] = {}
-
-    @property
-    def sync_session(self) -> Session:
-        if self._session is None:
-            # Bound to a connection inside a transaction, the session joins it and leaves its end alone.
-            self._session = Session(bind=self._connection, expire_on_commit=False)
-        return self._session
-
-    def add(self, instance: object) -> None:
-        self.sync_session.add(instance)
-
-
-class _ThreadSession(_JoinedSession):
-    """The `AsyncSession` methods the stores' write bodies call, on the writer thread's connection:
-    each one does its work before its first await, so a body never suspends (`_drive`)."""
-
-    def close(self) -> None:
-        if self._session is not None:
-            self._session.close()
-
-    async def flush(self) -> None:
-        self.sync_session.flush()
-
-    def flush_pending(self) -> None:
-        """Flush the ORM session's pending changes, if the body made one."""
-        if self._session is not None:
-            self._session.flush()
-
-    async def execute(self, statement: Any, params: Any = None, **kwargs: Any) -> Any:
-        return self.sync_session.execute(statement, params, **kwargs)
-
-    async def scalar(self, statement: Any, params: Any = None, **kwargs: Any) -> Any:
-        return self.sync_session.scalar(statement, params, **kwargs)
-
-    async def scalars(self, statement: Any, params: Any = None, **kwargs: Any) -> Any:
-        return self.sync_session.scalars(statement, params, **kwargs)
-
-    async def get(self, entity: Any, ident: Any, **kwargs: Any) -> Any:
-        return self.sync_session.get(entity, ident, **kwargs)
-
-    async def refresh(self, instance: object, **kwargs: Any) -> None:
-        self.sync_session.refresh(instance, **kwargs)
-
-    async def connection(self) -> _ThreadConnection:
-        return _ThreadConnection(self._connection)
-
-
-class _PostgresSession(_JoinedSession):
-    """The `AsyncSession` methods the stores' write bodies call, on a sync `Connection` in a transaction
-    (`run_write` on PostgreSQL): `connection()` is the asyncpg facade `core` hands out; ORM calls run
-    in a greenlet, as `AsyncSession` runs them. `end` commits or rolls back and gives the connection
-    back to the pool, in the caller's greenlet."""
-
-    def __init__(self, connection: Connection) -> None:
-        super().__init__(connection)
-        self._core = _direct.AsyncpgConnection(connection)
-
-    def end(self, *, commit: bool) -> None:
-        connection, session = self._connection, self._session
-        try:
-            transaction = connection.get_transaction()
-            if commit and transaction is not None:
-                if session is not None:
-                    session.flush()  # ORM changes left pending, as `AsyncSession`'s commit flushes them
-                transaction.commit()
-        finally:
-            if session is not None:
-                session.close()
-            connection.close()  # rolls back a transaction still open, then back to the pool
-
-    async def flush(self) -> None:
-        await greenlet_spawn(self.sync_session.flush)
-
-    async def execute(self, statement: Any, params: Any = None, **kwargs: Any) -> Any:
-        return await greenlet_spawn(self.sync_session.execute, statement, params, **kwargs)
-
-    async def scalar(self, statement: Any, params: Any = None, **kwargs: Any) -> Any:
-        return await greenlet_spawn(self.sync_session.scalar, statement, params, **kwargs)
-
-    async def scalars(self, statement: Any, params: Any = None, **kwargs: Any) -> Any:
-        return await greenlet_spawn(self.sync_session.scalars, statement, params, **kwargs)
-
-    async def get(self, entity: Any, ident: Any, **kwargs: Any) -> Any:
-        return await greenlet_spawn(self.sync_session.get, entity, ident, **kwargs)
-
-    async def refresh(self, instance: object, **kwargs: Any) -> None:
-        await greenlet_spawn(self.sync_session.refresh, instance, **kwargs)
-
-    async def connection(self) -> _direct.AsyncpgConnection:
-        return self._core
-
-
-class _ThreadConnection:
-    """The `AsyncConnection` methods the hot write bodies call (`core`), over the writer thread's sync
-    `Connection`, each one returning at once."""
-
-    def __init__(self, connection: Connection) -> None:
-        self.sync_connection = connection
-
-    async def execute(self, statement: Any, parameters: Any = None, **kwargs: Any) -> Any:
-        if not kwargs:  # the hot bodies' prebuilt statements, straight through sqlite3 (`_direct`)
-            many = isinstance(parameters, list)
-            given: list[Mapping[str, Any]] = cast(
-                "list[Mapping[str, Any]]", parameters if many else [parameters or {}]
-            )
-            keys: tuple[str, ...] = tuple(sorted(given[0])) if given else ()
-            plan = _direct.plan(statement, keys, self.sync_connection.dialect, many=many)
-            if plan is not None:
-                result = _direct.execute(plan, self.sync_connection, given if many else given[0])
-                if result is not None:
-                    return result
-        return self.sync_connection.execute(statement, cast(Any, parameters), **kwargs)
-
-    async def scalar(self, statement: Any, parameters: Any = None, **kwargs: Any) -> Any:
-        return self.sync_connection.scalar(statement, parameters, **kwargs)
-
-
 async def core(session: AsyncSession) -> AsyncConnection:
     """The connection under a write body's session, for SQLAlchemy Core statements (see the module
     docstring): on the writer thread its facade, on PostgreSQL the asyncpg facade, elsewhere the
     session's `AsyncConnection`, asked for once per session (each transaction has a session of its own)."""
     connection = session.info.get(_CORE_CONNECTION)
     if connection is None:
-        connection: Any = await session.connection()  # on the writer thread, `_ThreadConnection`
+        connection: Any = await session.connection()  # on the writer thread, `_sessions.ThreadConnection`
         if isinstance(connection, AsyncConnection) and connection.dialect.driver == "asyncpg":
             sync = connection.sync_connection
             assert sync is not None  # a session's connection has started
             connection = _direct.AsyncpgConnection(sync)
         session.info[_CORE_CONNECTION] = connection
     return cast(AsyncConnection, connection)
-
-
-def _drive(coroutine: Coroutine[Any, Any, T]) -> T:
-    """Run a coroutine that never suspends to its end, on the calling thread, without an event loop."""
-    try:
-        coroutine.send(None)
-    except StopIteration as stop:
-        return cast(T, stop.value)
-    coroutine.close()
-    raise AssertionError("a writer-thread transaction body awaited something other than its session")
 
 
 # -- migrations ---------------------------------------------------------------------------------------
