@@ -200,6 +200,15 @@ class Projector:
     def agent(self, agent_id: str) -> AgentConfig | None:
         return next((a for a in self._settings.agents if a.id == agent_id), None)
 
+    def projects(self, agent: AgentConfig) -> bool:
+        """Whether a run of `agent` may have a projection: a workspace, a secret or a skill with a folder.
+        When not, `local` is None without reading anything, and the run skips its hop off the loop."""
+        return (
+            agent.workspace is not None
+            or bool(agent.secrets)
+            or any(self.skill_folder(name) is not None for name in agent.resources.skills)
+        )
+
     def local(self, agent: AgentConfig) -> RunProjection | None:
         """The projection of a local run of `agent` (None: nothing to project)."""
         workspace = None

@@ -679,7 +679,11 @@ class Orchestrator:
             else self.remote.execution(placement, active.runner.manifest.id, binding.agent)
         )
         projector = self.projector
-        project = None if remote is not None or projector is None else partial(projector.local, binding.agent)
+        project = (
+            None
+            if remote is not None or projector is None or not projector.projects(binding.agent)
+            else partial(projector.local, binding.agent)
+        )
         return await execute(
             active,
             ctx,

@@ -50,7 +50,8 @@ Invariants:
   batches, its end, MCP audit rows, a model call's budget reservation and the usage rows of finished
   model calls, and a remote run's queue writes: enqueue, claim, posted results and end, heartbeats,
   drop) cost one hop off the event loop: the whole transaction runs
-  synchronously on a worker thread (one at a time, `CapacityLimiter(1)`) through a second, sync
+  synchronously on the writer thread (`_writer.WriterThread`: one function at a time, handed over
+  with a future and `call_soon_threadsafe`, not anyio's worker threads) through a second, sync
   `sqlite3` engine with the same connect listener (WAL, pragmas) and `BEGIN IMMEDIATE` (sent straight
   to sqlite3), queued on the same `anyio.Lock` as every other writer and shielded the same way. The
   thread keeps one connection open between transactions (closed and reopened after a transaction that
@@ -103,7 +104,6 @@ from typing import TYPE_CHECKING, Any, BinaryIO, TypeVar, cast
 
 import anyio
 import anyio.lowlevel
-import anyio.to_thread
 from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.engine.interfaces import DBAPIConnection
@@ -124,6 +124,7 @@ from mcphost.stores._retry import storage_error
 from mcphost.stores._schema import create_from_snapshot
 from mcphost.stores._sessions import PostgresSession, ThreadSession, drive
 from mcphost.stores._sql import Dialect, lock_in_transaction
+from mcphost.stores._writer import WriterThread
 
 if TYPE_CHECKING:
     from alembic.config import Config
@@ -254,7 +255,8 @@ class Database:
         self._writer: Engine | None = None
         self._writer_connection: Connection | None = None
         """The writer thread's connection, kept open between transactions (see `_write_on_thread`)."""
-        self._writer_limiter = anyio.CapacityLimiter(1)
+        self._writer_thread = WriterThread("mcphost-sqlite-writer")
+        """Runs `_write_on_thread` and the writer connection's close, one at a time (`_writer.py`)."""
         self.sync_engines: list[Engine] = [self.engine.sync_engine]
         """Every engine this database runs statements on (listeners go through `hooks`)."""
         if self.dialect == "sqlite" and sqlite_path(self.url) is not None:
@@ -288,7 +290,7 @@ class Database:
             async with self.write() as session:
                 return await body(session)
         async with self._writer_turn():
-            return await anyio.to_thread.run_sync(self._write_on_thread, body, limiter=self._writer_limiter)
+            return await self._writer_thread.call(self._write_on_thread, body)
 
     async def _run_write_postgres(self, body: WriteBody[T]) -> T:
         # The transaction on a sync `Connection` straight from the pool, without the `AsyncSession` and
@@ -356,7 +358,8 @@ class Database:
         """Close every pooled connection."""
         await self.engine.dispose()
         if self._writer_connection is not None:  # closed on the writer's turn: never under a transaction
-            await anyio.to_thread.run_sync(self._close_writer_connection, limiter=self._writer_limiter)
+            await self._writer_thread.call(self._close_writer_connection)
+        self._writer_thread.stop()  # a later write starts it again
         for engine in self.sync_engines[1:]:
             engine.dispose()
 

@@ -102,3 +102,34 @@ def test_a_remote_workspace_is_the_claiming_runtimes_folder(tmp_path: Path) -> N
     assert projector.workspaces_of("r2") == frozenset()
     with pytest.raises(ProjectionError, match=r"not mapped for runtime 'r2'; add it to \[runtimes\.r2\]"):
         projector.remote(agent, "r2")
+
+
+def test_an_agent_projects_only_what_it_is_given_and_projects_says_so_first(tmp_path: Path) -> None:
+    # `projects` is asked before a run hops off the loop to read files: it must be True whenever `local`
+    # would project something, and False only when `local` is None.
+    (tmp_path / "ws").mkdir()
+    skill = folder_with(tmp_path)
+    settings = Settings(
+        workspaces={"ws": tmp_path / "ws"},
+        secrets={"gh": SecretConfig(env="GH")},
+        skills={"with-folder": SkillConfig(path=skill), "without": SkillConfig(description="d")},
+    )
+    projector = Projector(settings, environ={"GH": "v1"})
+    cases = {
+        "nothing": {},
+        "a skill without a folder": {"resources": {"skills": ["without"]}},
+        "a workspace": {"workspace": "ws"},
+        "a secret": {"secrets": ["gh"]},
+        "a skill with a folder": {"resources": {"skills": ["with-folder"]}},
+    }
+    seen = {}
+    for name, extra in cases.items():
+        agent = AgentConfig.model_validate({"id": "a", "runner": "plugin:x/y/z", **extra})
+        seen[name] = (projector.projects(agent), projector.local(agent) is not None)
+    assert seen == {
+        "nothing": (False, False),
+        "a skill without a folder": (False, False),
+        "a workspace": (True, True),
+        "a secret": (True, True),
+        "a skill with a folder": (True, True),
+    }

@@ -10,13 +10,16 @@ from mcphost.common import gcstart
 _CHILD = """
 import gc
 from mcphost.common import gcstart
+default = gc.get_threshold()
 gcstart.resume()
 assert gc.isenabled() and gc.get_freeze_count() == 0, "resume without pause does nothing"
+assert gc.get_threshold() == default, "nor changes the thresholds"
 gcstart.pause()
 assert not gc.isenabled()
 objects = [[i] for i in range(1000)]
 gcstart.resume()
 assert gc.isenabled(), "resume turns the collector back on"
+assert gc.get_threshold() == (gcstart.GEN0_THRESHOLD, *default[1:]), gc.get_threshold()
 frozen = gc.get_freeze_count()
 assert frozen >= 1000, frozen
 gcstart.resume()
