@@ -13,7 +13,7 @@ Does not own the policy of the guard (`guard.py`) nor the composition of the hos
 Module map: `_routes` (the route table, `routes()` and the OpenAPI document), `_endpoints` (events, runs,
 run records, conversations, agents, runners, health and metrics endpoints), `_artifacts` (multipart upload, range downloads), `_resources` (knowledge bases, their search, upstream tools),
 `_models` (request and response models), `_http` (query and body parsing, capped body reads, the
-result streams' sse-starlette settings: `json_event`, `EventStream`), `_errors` (errors → HTTP,
+result streams: `json_event`, `EventStream`), `_errors` (errors → HTTP,
 `CatchAll`), `_middleware` (the middleware, outermost first), `_access` (the caller, the role check, a
 sender key's own runs), `_docs` (the `/docs` page), `_state`
 (`ApiState`, `ApiLimits`); the metrics are `mcphost.metrics` (`HostMetrics`, re-exported). The two HTTP-only errors,
@@ -28,10 +28,10 @@ Invariants:
   N (`Last-Event-ID`, else `?after=N`) gets every later result exactly once, in order. Each result is one
   SSE event whose `id` is its sequence; admission (`event: run`) and the end marker (`event: end`) carry no
   id, so they never move a client's resume point. A stream ends after the run's terminal result.
-- A stream's producer, its keep-alive and its disconnect watch live in one task group owned by the
-  response (`EventStream`, sse-starlette's `EventSourceResponse`); a client that goes away cancels all
-  three, one that takes nothing for `SEND_TIMEOUT_S` is dropped. Streams end with their runs, also while
-  `mcphost serve` drains (sse-starlette's own exit signal never fires there).
+- A stream's producer runs in the request's task, its keep-alive, disconnect watch and send timeout in
+  one watcher task owned by the response (`EventStream`); a client that goes away stops both, one that
+  takes nothing for `SEND_TIMEOUT_S` is dropped. Streams end with their runs, also while `mcphost serve`
+  drains.
 - Metrics are this process's (prometheus_client, in `mcphost.metrics`): runs that ended here by status and
   their durations, MCP calls by tool and outcome, approval decisions by decision, schedule fires by
   outcome, HTTP requests by route template, active runs, plugin restarts, build info, and the process

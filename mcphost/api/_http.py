@@ -1,9 +1,10 @@
 """HTTP plumbing the routes share: query and body parsing into models, capped body reads, and SSE.
 
 Owns turning a `ValidationError` or an unstorable value (NaN, NUL, an integer past 64 bits) into a 400
-naming the field, reading bodies under a byte cap, and the host's settings of sse-starlette for result
-streams (`json_event`, `result_event`, `EventStream`). Does not own which model a route parses (the routes), error
-responses (`_errors`) or SSE framing, keep-alives and disconnect handling (sse-starlette).
+naming the field, reading bodies under a byte cap, and the result streams: their events (`json_event`,
+`result_event`, encoded by sse-starlette's `ServerSentEvent`) and the response that sends them with its
+keep-alives, disconnect handling and send timeout (`EventStream`). Does not own which model a route
+parses (the routes) or error responses (`_errors`).
 
 Invariants:
 - A body is refused with 413 as soon as it passes its cap: `Content-Length` is checked first, the byte
@@ -12,29 +13,32 @@ Invariants:
 - Every query and JSON body is checked whole for unstorable values before its model sees it, so the
   answer is the same 400 on SQLite and PostgreSQL.
 - A JSON body nested deeper than `MAX_JSON_DEPTH` is a 400 before any model sees it.
-- An `EventStream` runs its producer, its keep-alive (a comment every `KEEPALIVE_S`) and its disconnect
-  watch in one task group (sse-starlette's); a client that goes away cancels all three, and the producer
-  is closed (its `finally` runs) whichever way the stream stops.
+- An `EventStream` runs its producer in the request's task and one watcher task for the disconnect, the
+  keep-alive (a comment every `KEEPALIVE_S` while nothing else is sent) and the send timeout; a client
+  that goes away, or takes nothing for `SEND_TIMEOUT_S`, stops both, and the producer is closed (its
+  `finally` runs) whichever way the stream stops. One send at a time.
 - A result is an SSE event named by its type (`event: message.delta`, `event: run.completed`); the
   stream's own events keep their undotted names (`run`, `end`, `error`), so the two never collide.
-- Streams end when their producer ends, never on sse-starlette's exit signal: that signal comes from
-  uvicorn's own SIGTERM handler (or its patched `Server.handle_exit`), which `serving._Server` never
-  installs, so during `mcphost serve`'s drain a stream stays open until its run ends (`event: end`).
+- Streams end when their producer ends, not on a server's exit signal: during `mcphost serve`'s drain a
+  stream stays open until its run ends (`event: end`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
+import time
 import types
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing
 from typing import TypeVar, Union, get_args, get_origin
 
+import anyio
 from pydantic import BaseModel, ValidationError
-from sse_starlette import EventSourceResponse, JSONServerSentEvent, ServerSentEvent
-from sse_starlette.sse import SendTimeoutError
+from sse_starlette import JSONServerSentEvent, ServerSentEvent
 from starlette.requests import Request
+from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from mcphost.common.validation import problems
@@ -198,8 +202,9 @@ def result_event(seq: int, payload: JSONObject) -> ServerSentEvent:
     return json_event({"seq": seq, **payload}, event=name, event_id=str(seq))
 
 
-def _keepalive() -> ServerSentEvent:
-    return ServerSentEvent(comment="keepalive", sep=SSE_SEP)
+_KEEPALIVE = ServerSentEvent(comment="keepalive", sep=SSE_SEP).encode()
+CLOSE_TIMEOUT_S = 5.0
+"""How long a stream's producer gets to run its `finally` when the stream stops before its end."""
 
 
 async def _opened(
@@ -214,15 +219,24 @@ async def _opened(
             yield item
 
 
-class EventStream(EventSourceResponse):
-    """An SSE response (sse-starlette's `EventSourceResponse`) with the host's settings.
+class EventStream(Response):
+    """An SSE response with the host's settings: the events of `events` (an item is an event, or events
+    already encoded: one write) after a `: stream open` comment and the `first` event, a `: keepalive`
+    comment every `KEEPALIVE_S` while nothing else is sent, `\\n` line ends, `Cache-Control: no-store`
+    and `X-Accel-Buffering: no`; stopped when the client disconnects, dropped when a send has waited
+    `SEND_TIMEOUT_S` for the client to take data (a warning here; uvicorn adds that the response did not
+    complete, and closes the connection). A `HEAD` request gets the headers and an empty body.
 
-    The events of `events` (an item is an event, or events already encoded: one write) after a
-    `: stream open` comment and the `first` event, a `: keepalive` comment every
-    `KEEPALIVE_S`, `\\n` line ends, `Cache-Control: no-store` and `X-Accel-Buffering: no`; stopped when
-    the client disconnects, dropped when the client has taken nothing for `SEND_TIMEOUT_S` (a warning
-    here; uvicorn adds that the response did not complete, and closes the connection).
+    The producer runs in the request's task; one watcher task waits for the client's disconnect and
+    sends the keep-alives. It also times a send out: a send to uvicorn returns at once unless the
+    connection's buffer is full, so it is not wrapped in a deadline of its own. The watcher wakes at the
+    next keep-alive or at the running send's deadline, whichever is first, and a keep-alive is due
+    before a send can time out (`KEEPALIVE_S` < `SEND_TIMEOUT_S`), so a stalled send is dropped on time.
+    (sse-starlette's `EventSourceResponse`, used before, ran four tasks per stream and a deadline per
+    send: a tenth of a served echo run's CPU on the event loop.)
     """
+
+    media_type = "text/event-stream"
 
     def __init__(
         self,
@@ -231,23 +245,94 @@ class EventStream(EventSourceResponse):
         first: ServerSentEvent | None = None,
         headers: dict[str, str] | None = None,
     ) -> None:
-        super().__init__(  # pyright: ignore[reportUnknownMemberType]  # sse-starlette types content as bare dict
-            _opened(events, first),
-            headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no", **(headers or {})},
-            ping=KEEPALIVE_S,
-            ping_message_factory=_keepalive,
-            sep=SSE_SEP,
-            send_timeout=SEND_TIMEOUT_S,
+        self.status_code = 200
+        self.background = None
+        self._events = _opened(events, first)
+        self.init_headers(
+            {
+                "Cache-Control": "no-store",
+                "Connection": "keep-alive",
+                "X-Accel-Buffering": "no",
+                **(headers or {}),
+            }
         )
+        self._sending_since: float | None = None
+        """When the running data send began (None: no send is waiting)."""
+        self._keepalive: anyio.Event | None = None
+        """Set once a keep-alive in flight has been sent (None: none is)."""
+        self._dropped = False
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        events = self._events
+        start = {"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers}
+        watcher: asyncio.Task[None] | None = None
         try:
-            await super().__call__(scope, receive, send)
-        except SendTimeoutError:
+            await send(start)
+            if scope.get("method") == "HEAD":
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+                return
+            with anyio.CancelScope() as stream:
+                watcher = asyncio.get_running_loop().create_task(self._watch(receive, send, stream))
+                async for item in events:
+                    await self._send(send, item if isinstance(item, bytes) else item.encode(), more=True)
+                await self._send(send, b"", more=False)
+        finally:
+            if watcher is not None:
+                watcher.cancel()
+            if getattr(events, "ag_frame", None) is not None:  # not run to its end: its `finally` runs now
+                with anyio.CancelScope(shield=True), anyio.move_on_after(CLOSE_TIMEOUT_S):
+                    await events.aclose()
+        if self._dropped:
             # The response has started: there is no status left to send. The client resumes with
             # Last-Event-ID when it reads again.
             logger.warning(
                 "dropped the event stream of %s: the client took no data for %g s",
                 scope.get("path", "?"),
-                self.send_timeout,
+                SEND_TIMEOUT_S,
             )
+
+    async def _send(self, send: Send, body: bytes, *, more: bool) -> None:
+        if self._keepalive is not None:  # one send at a time
+            await self._keepalive.wait()
+        self._sending_since = time.monotonic()
+        await send({"type": "http.response.body", "body": body, "more_body": more})
+        self._sending_since = None
+
+    async def _watch(self, receive: Receive, send: Send, stream: anyio.CancelScope) -> None:
+        """Until the stream ends: a disconnect stops it, a keep-alive goes out when nothing else is sent,
+        and a send that has waited `SEND_TIMEOUT_S` drops it."""
+        keepalive_at = time.monotonic() + KEEPALIVE_S
+        while True:
+            now = time.monotonic()
+            sending_since = self._sending_since
+            with anyio.move_on_at(min(keepalive_at, (sending_since or now) + SEND_TIMEOUT_S)):
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    stream.cancel()
+                    return
+                continue
+            now = time.monotonic()
+            sending_since = self._sending_since
+            if sending_since is not None and now - sending_since >= SEND_TIMEOUT_S:
+                self._drop(stream)
+                return
+            if now >= keepalive_at:
+                keepalive_at = now + KEEPALIVE_S
+                if sending_since is None and not await self._send_keepalive(send):  # else data goes out
+                    self._drop(stream)
+                    return
+
+    def _drop(self, stream: anyio.CancelScope) -> None:
+        self._dropped = True
+        stream.cancel()
+
+    async def _send_keepalive(self, send: Send) -> bool:
+        """Send a keep-alive comment; False when the client took nothing for `SEND_TIMEOUT_S`."""
+        sent = self._keepalive = anyio.Event()
+        try:
+            with anyio.move_on_after(SEND_TIMEOUT_S) as waited:
+                await send({"type": "http.response.body", "body": _KEEPALIVE, "more_body": True})
+        finally:
+            self._keepalive = None
+            sent.set()
+        return not waited.cancelled_caught

@@ -4,6 +4,7 @@ streamed chat replies, `replies.py`). Owns nothing else."""
 from __future__ import annotations
 
 import anyio
+import anyio.lowlevel
 
 
 class Signal:
@@ -25,5 +26,8 @@ class Signal:
 
     @staticmethod
     async def wait(ticket: anyio.Event, timeout: float) -> None:
+        if ticket.is_set():  # notified since the ticket was taken: no deadline to set up
+            await anyio.lowlevel.checkpoint()
+            return
         with anyio.move_on_after(timeout):
             await ticket.wait()

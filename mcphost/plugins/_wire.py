@@ -96,6 +96,14 @@ class RunRoute:
     async def push(self, item: RawResult) -> None:
         if self.detached:
             return
+        try:  # the run's stream is unbounded (`_execution.execute`): taken at once, without a checkpoint
+            self.results.send_nowait(item)
+            return
+        except anyio.WouldBlock:
+            pass
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+            self.detached = True  # the caller stopped listening; later results of the run are dropped
+            return
         with anyio.CancelScope() as self._scope:
             try:
                 await self.results.send(item)
@@ -150,7 +158,7 @@ class Connection:
         self.stdout_scope = anyio.CancelScope(shield=True)
         self.stderr_scope = anyio.CancelScope(shield=True)
         self.stdout_pumping = False
-        self._write_lock = anyio.Lock()
+        self._write_lock = anyio.Lock(fast_acquire=True)  # no checkpoint when free: most writes
         self._next_id = 0
         self._pending: dict[int, Pending] = {}
         self._abandoned_requests: deque[int] = deque(maxlen=_ABANDONED_KEPT)

@@ -251,7 +251,8 @@ class Database:
             self.engine.execution_options(**{_WRITE_OPTION: True}), expire_on_commit=False
         )
         """Sessions for writes (BEGIN IMMEDIATE on SQLite). Prefer `write()`, which also queues."""
-        self._write_lock = anyio.Lock() if self.dialect == "sqlite" else None
+        # Free, it is taken without a checkpoint: `_writer_turn` checks for cancellation right after.
+        self._write_lock = anyio.Lock(fast_acquire=True) if self.dialect == "sqlite" else None
         self._writer: Engine | None = None
         self._writer_connection: Connection | None = None
         """The writer thread's connection, kept open between transactions (see `_write_on_thread`)."""
