@@ -81,6 +81,43 @@ def _scalar_problem(value: object) -> str | None:
 
 def unstorable(value: object) -> Unstorable | None:
     """The first place in JSON `value` that a store cannot keep exactly, or None when all of it can."""
+    if _plainly_storable(value):
+        return None
+    return _first_problem(value)
+
+
+def _plainly_storable(value: object) -> bool:
+    """True when every part of `value` is a plain JSON type (exactly dict, list, tuple, str, int, float,
+    bool or None) that breaks no rule: the usual answer, found without building a path per member.
+    False when something breaks a rule or is another type (a subclass), for `_first_problem` to name."""
+    stack: list[object] = [value]
+    pop, push_all, bad_char = stack.pop, stack.extend, _BAD_CHAR.search
+    while stack:
+        item = pop()
+        kind = type(item)
+        if kind is str:
+            if bad_char(cast(str, item)) is not None:
+                return False
+        elif kind is dict:
+            members = cast("dict[object, object]", item)
+            for key in members:
+                if type(key) is not str or bad_char(key) is not None:
+                    return False
+            push_all(members.values())
+        elif kind is list or kind is tuple:
+            push_all(cast("list[object]", item))
+        elif kind is int:
+            if not INT64_MIN <= cast(int, item) <= INT64_MAX:
+                return False
+        elif kind is float:
+            if not math.isfinite(cast(float, item)):
+                return False
+        elif item is not None and kind is not bool:
+            return False
+    return True
+
+
+def _first_problem(value: object) -> Unstorable | None:
     stack: list[tuple[str, object]] = [("", value)]
     while stack:
         path, item = stack.pop()

@@ -6,6 +6,8 @@ from __future__ import annotations
 import math
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from pydantic import BaseModel, ValidationError
 
 from mcphost.protocol import INT64_MAX, INT64_MIN, StorableJSON, StorableText, unstorable
@@ -84,3 +86,52 @@ def test_the_pydantic_types_refuse_with_the_field_named() -> None:
         _Model(text="ok", data={"x": [math.nan]})
     assert data_error.value.errors()[0]["loc"] == ("data",)
     assert "x.0: nan is not a finite number" in data_error.value.errors()[0]["msg"]
+
+
+def test_the_quick_pass_and_the_walk_agree() -> None:
+    # `unstorable` answers None from a quick pass without paths when every part is a plain JSON type;
+    # anything else (a problem, a subclass) goes to the walk, whose answer is the one given.
+    from collections import OrderedDict
+    from enum import IntEnum
+
+    from mcphost.protocol import _jsonsafe
+
+    class Level(IntEnum):
+        HIGH = 3
+
+    class Tag(str):
+        pass
+
+    values: list[object] = [
+        *PLAIN_JSON,
+        (1, "a"),
+        OrderedDict(a=1),
+        Level.HIGH,
+        Tag("t"),
+        {"k": Tag("a\x00")},
+        {"big": 2**64},
+        [math.nan],
+        {"ok": [{"deep": ["é", 1.0, None, False]}]},
+        {"k": object()},
+    ]
+    for value in values:
+        walked = _jsonsafe._first_problem(value)  # pyright: ignore[reportPrivateUsage]
+        assert unstorable(value) == walked, value
+        if _jsonsafe._plainly_storable(value):  # pyright: ignore[reportPrivateUsage]
+            assert walked is None, value
+
+
+_TEXT = st.text(st.characters(exclude_categories=()), max_size=8)  # NUL and lone surrogates too
+_SCALARS = st.none() | st.booleans() | st.integers() | st.floats() | _TEXT
+_VALUES = st.recursive(
+    _SCALARS,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(_TEXT, inner, max_size=4),
+    max_leaves=20,
+)
+
+
+@given(_VALUES)
+def test_the_quick_pass_never_passes_what_the_walk_refuses(value: object) -> None:
+    from mcphost.protocol import _jsonsafe
+
+    assert unstorable(value) == _jsonsafe._first_problem(value)  # pyright: ignore[reportPrivateUsage]
