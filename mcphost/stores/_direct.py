@@ -21,7 +21,9 @@ Invariants:
 - On asyncpg a plan runs as SQLAlchemy's asyncpg adapter runs a statement: under the adapter's
   execution lock, beginning the adapter's transaction when none is open, prepared through the
   adapter's own statement cache (so each statement is parsed once per connection), one round trip
-  (`Bind`/`Execute`/`Sync`) per statement and one for a batch of rows (asyncpg's `executemany`). A
+  (`Bind`/`Execute`/`Sync`) per statement and one for a batch of rows (asyncpg's `executemany`);
+  `Database.run_statement`'s one statement runs outside a transaction (`begin=False`) and commits by
+  itself, on a checkout that was neither pinged nor begun (`STATEMENT_CHECKOUT`). A
   driver error goes through the adapter's translation and then SQLAlchemy's own handling
   (`Connection._handle_dbapi_exception`): the same exception classes, and a dropped connection is
   invalidated and flagged `connection_invalidated` as `@idempotent` expects.
@@ -35,6 +37,7 @@ from __future__ import annotations
 
 import collections
 from collections.abc import Callable, Mapping, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, NoReturn, cast
 
@@ -178,10 +181,15 @@ def execute(
 
 
 async def execute_asyncpg(
-    plan_: Plan, connection: Connection, parameters: Mapping[str, Any] | Sequence[Mapping[str, Any]]
+    plan_: Plan,
+    connection: Connection,
+    parameters: Mapping[str, Any] | Sequence[Mapping[str, Any]],
+    *,
+    begin: bool = True,
 ) -> DirectResult | None:
     """Run `plan_` on the asyncpg connection under `connection` (see the module docstring); None when a
-    required parameter is missing, as `execute`. Called on the event loop (not in a greenlet)."""
+    required parameter is missing, as `execute`. Called on the event loop (not in a greenlet). Without
+    `begin`, a statement outside a transaction is its own (autocommit: `Database.run_statement`)."""
     many = not isinstance(parameters, Mapping)
     if many:
         rows = [_positional(plan_, p, none=True) for p in parameters]
@@ -202,7 +210,7 @@ async def execute_asyncpg(
             listener(sync, None, plan_.sql, args, None, many)
         async with adapter._execute_mutex:
             try:
-                if adapter._transaction is None:
+                if begin and adapter._transaction is None:
                     await adapter._start_transaction()
                 prepared, attributes = await adapter._prepare(
                     plan_.sql, dialect._invalidate_schema_cache_asof
@@ -351,12 +359,23 @@ def _none() -> Exception:
     return NoResultFound("No row was found when one was required")
 
 
+STATEMENT_CHECKOUT: ContextVar[bool] = ContextVar("mcphost_statement_checkout", default=False)
+"""Set while `Database.run_statement` checks a connection out: no `BEGIN` and no ping (see `begin_as_ping`)."""
+
+
 def begin_as_ping(dbapi_connection: DBAPIConnection) -> bool:
     """PostgreSQL's pre-ping (SQLAlchemy's `do_ping`): begin the transaction the checkout is for.
 
     A connection the server dropped fails its `BEGIN` as it would fail asyncpg's own ping (SQLAlchemy
     then replaces it), and a live one has its transaction begun, which the first statement would
-    otherwise do (SQLAlchemy's asyncpg adapter begins lazily, and only when none is open)."""
+    otherwise do (SQLAlchemy's asyncpg adapter begins lazily, and only when none is open).
+
+    A checkout for one autocommit statement (`STATEMENT_CHECKOUT`, set by the task; SQLAlchemy's
+    greenlets run in the task's context) is neither pinged nor begun: the statement is the first round
+    trip, and a dropped connection fails it as it would fail the ping. SQLAlchemy then invalidates the
+    pool, and the caller, an `@idempotent` store method, retries on a new connection."""
+    if STATEMENT_CHECKOUT.get():
+        return True
     adapted: Any = dbapi_connection  # SQLAlchemy's asyncpg adapter
     if adapted._transaction is None and adapted.isolation_level != "autocommit":
         await_(adapted._start_transaction())  # its failure leaves as the adapter's DBAPI error

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal, cast
 
 from pydantic import BaseModel, ConfigDict
@@ -129,6 +129,15 @@ class Outbox:
         self.webhooks = tuple(webhooks)
         self.channels = dict(channels or {})
 
+    @property
+    def active(self) -> bool:
+        """Whether any fact can make a row: a webhook or a channel is configured."""
+        return bool(self.webhooks or self.channels)
+
+    def announces(self, kinds: Iterable[str]) -> bool:
+        """Whether results of these types can make rows (`results`): when False it writes nothing."""
+        return self.active and any(kind in ANNOUNCED_RESULTS for kind in kinds)
+
     def _targets(self, event_type: str, run: RunRow | Row[Any], data: JSONObject) -> list[tuple[str, float]]:
         """(url, max_age_s) of each receiver of `event_type` for `run`."""
         agent_id = run.agent_id
@@ -203,7 +212,7 @@ class Outbox:
     async def run_ended(self, session: AsyncSession, run: RunRow | Row[Any]) -> None:
         """Rows for a run that just moved to `completed` or `failed` (in that transaction); `run` is its
         `runs` row, as an ORM object or a Core row."""
-        if not (self.webhooks or self.channels) or run.agent_id is None:
+        if not self.active or run.agent_id is None:
             return
         status = RunStatus(run.status)
         if status is RunStatus.COMPLETED:
@@ -246,7 +255,7 @@ class Outbox:
         seqs: Sequence[int | None] = (),
     ) -> None:
         """Rows for facts of a run written in this transaction (`approval.requested`, `action.approved`)."""
-        if not (self.webhooks or self.channels) or not facts:
+        if not self.active or not facts:
             return
         run = (await session.execute(select(RunRow).where(RunRow.run_id == run_id))).scalar_one_or_none()
         if run is None or run.agent_id is None:

@@ -97,7 +97,7 @@ import fcntl
 import json
 import logging
 import re
-from collections.abc import AsyncGenerator, Callable, Coroutine, Generator
+from collections.abc import AsyncGenerator, Callable, Coroutine, Generator, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager, nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, TypeVar, cast
@@ -115,6 +115,7 @@ from sqlalchemy.ext.asyncio import (
     create_async_engine,
 )
 from sqlalchemy.pool import ConnectionPoolEntry
+from sqlalchemy.sql.base import Executable
 from sqlalchemy.util import greenlet_spawn
 
 from mcphost.protocol import MAX_JSON_DEPTH
@@ -293,6 +294,34 @@ class Database:
         async with self._writer_turn():
             return await self._writer_thread.call(self._write_on_thread, body)
 
+    async def run_statement(self, statement: Executable, params: Mapping[str, Any]) -> Any:
+        """`statement` with `params` in a write transaction of its own, as `run_write` would run it; its
+        result (rows already fetched). On PostgreSQL one round trip: the checkout is neither pinged nor
+        begun and the statement autocommits (no `BEGIN`, no `COMMIT`). Only for a store method that is
+        `@idempotent` (a dropped connection fails the statement itself; see `_direct.begin_as_ping`)."""
+        if self.dialect != "postgresql":
+
+            async def one(session: AsyncSession) -> Any:
+                return await (await core(session)).execute(statement, params)
+
+            return await self.run_write(one)
+        async with self._writer_turn():
+            token = _direct.STATEMENT_CHECKOUT.set(True)
+            try:
+                connection = await greenlet_spawn(self.engine.sync_engine.connect)
+            finally:
+                _direct.STATEMENT_CHECKOUT.reset(token)
+            try:
+                found = _direct.plan(statement, tuple(sorted(params)), connection.dialect, many=False)
+                result = None
+                if found is not None:
+                    result = await _direct.execute_asyncpg(found, connection, params, begin=False)
+                if result is None:  # not a plan: SQLAlchemy runs it, and commits
+                    result = await greenlet_spawn(_execute_committed, connection, statement, params)
+            finally:
+                await greenlet_spawn(connection.close)
+            return result
+
     async def _run_write_postgres(self, body: WriteBody[T]) -> T:
         # The transaction on a sync `Connection` straight from the pool, without the `AsyncSession` and
         # `AsyncConnection` around it (see the module docstring): two greenlet hops, checkout and end.
@@ -363,6 +392,13 @@ class Database:
         self._writer_thread.stop()  # a later write starts it again
         for engine in self.sync_engines[1:]:
             engine.dispose()
+
+
+def _execute_committed(connection: Connection, statement: Executable, params: Mapping[str, Any]) -> Any:
+    result = connection.execute(statement, dict(params))
+    rows = _direct.DirectResult(result.all() if result.returns_rows else [], result.rowcount)
+    connection.commit()
+    return rows
 
 
 @contextmanager

@@ -10,6 +10,9 @@ Invariants:
   written in the same transaction (`Outbox.results`, `ApprovalStore.actions`).
 - What a batch causes (`ResultEffects`: its event-log rows, transcript items and state writes) is
   written in the batch's transaction: a run's batch is one commit, and a crash leaves all or none of it.
+  On PostgreSQL the usual batch (results, transcript items, state writes to distinct keys; nothing the
+  outbox announces, no action to approve) is one statement that commits by itself
+  (`_APPEND_WITH_EFFECTS`, `Database.run_statement`): one round trip, all or none of it all the same.
 - A batch of a remote run's results deletes the queue rows they came from (`ResultEffects.consumed`)
   in its transaction: a row is either journaled or still queued, never both, never neither.
 - `list(run_id, after=N)` reads the primary key range (run_id, seq > N) in order: O(limit).
@@ -25,6 +28,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,7 +52,6 @@ from mcphost.stores.transcript import add_item
 from mcphost.stores.wakeups import CHANNEL, wake_payload
 
 MAX_LIST_LIMIT = 10_000
-_INSERT = insert(table_of(RunResultRow))
 _INSERT_ANNOUNCED = text(
     "WITH inserted AS ("
     " INSERT INTO run_results (run_id, seq, type, payload, created_at)"
@@ -60,6 +63,58 @@ _INSERT_ANNOUNCED = text(
 )
 """PostgreSQL: a batch of results and its wake-up (`wakeups.announce`) in one statement and one round
 trip, the rows as arrays (`unnest`), each payload the JSON text SQLAlchemy's own JSON type would bind."""
+_TRANSCRIPT_COLUMNS = (
+    ("item_id", "varchar"),
+    ("conversation_id", "varchar"),
+    ("thread_id", "varchar"),
+    ("role", "varchar"),
+    ("content", "text"),
+    ("contents", "json"),
+    ("artifacts", "json"),
+    ("event_id", "varchar"),
+    ("run_id", "varchar"),
+    ("actor_id", "varchar"),
+    ("created_at", "float8"),
+)
+_STATE_COLUMNS = (
+    ("scope", "varchar"),
+    ("owner", "varchar"),
+    ("key", "varchar"),
+    ("value", "json"),
+    ("size", "integer"),
+    ("updated_at", "float8"),
+)
+
+
+def _unnest_select(columns: tuple[tuple[str, str], ...], prefix: str) -> str:
+    """`SELECT <columns> FROM unnest(<one array parameter per column>)`, a JSON column sent as text."""
+    arrays = ", ".join(f"CAST(:{prefix}{n} AS {'text' if t == 'json' else t}[])" for n, t in columns)
+    names = ", ".join(n for n, _ in columns)
+    picked = ", ".join(f"CAST(x.{n} AS json)" if t == "json" else f"x.{n}" for n, t in columns)
+    return f"SELECT {picked} FROM unnest({arrays}) AS x({names})"
+
+
+_APPEND_WITH_EFFECTS = text(
+    "WITH inserted AS ("
+    " INSERT INTO run_results (run_id, seq, type, payload, created_at)"
+    " SELECT :run_id, r.seq, r.type, CAST(r.payload AS json), :created_at"
+    " FROM unnest(CAST(:seqs AS integer[]), CAST(:types AS varchar[]), CAST(:payloads AS text[]))"
+    " AS r(seq, type, payload)"
+    " RETURNING 1),"
+    f" item AS (INSERT INTO transcript ({', '.join(n for n, _ in _TRANSCRIPT_COLUMNS)})"
+    f" {_unnest_select(_TRANSCRIPT_COLUMNS, 't_')} ON CONFLICT (item_id) DO NOTHING),"
+    f" written AS (INSERT INTO state ({', '.join(n for n, _ in _STATE_COLUMNS)})"
+    f" {_unnest_select(_STATE_COLUMNS, 's_')}"
+    " ON CONFLICT (scope, owner, key) DO UPDATE"
+    " SET value = excluded.value, size = excluded.size, updated_at = excluded.updated_at)"
+    " SELECT pg_notify(:channel, :wake) FROM (SELECT 1 FROM inserted LIMIT 1) AS one"
+)
+"""PostgreSQL: `_INSERT_ANNOUNCED` with the batch's transcript items and state writes, each part as
+arrays: the usual batch (`ResultStore.append_many`'s one-statement case) in one statement that commits
+by itself, one round trip in all. The data-modifying parts see one snapshot and touch different tables;
+a state key is written once per statement (`ON CONFLICT DO UPDATE` cannot touch a row twice), so a
+batch that writes one key twice takes the transaction instead."""
+_INSERT = insert(table_of(RunResultRow))
 """A batch's rows, as one executemany (`engine.core`: built once)."""
 
 
@@ -170,18 +225,9 @@ class ResultStore:
         async def append_in(session: AsyncSession) -> None:
             if stored:
                 if self._db.dialect == "postgresql":  # with its wake-up (`wakeups.announce`; SQLite has none)
-                    # What SQLAlchemy's JSON type binds: the engine's serializer, json.dumps by default.
-                    dumps = getattr(self._db.engine.dialect, "_json_serializer", None) or json.dumps
-                    batch = {
-                        "run_id": run_id,
-                        "created_at": now,
-                        "seqs": [r.seq for r in stored],
-                        "types": [r.type for r in stored],
-                        "payloads": [dumps(r.payload) for r in stored],
-                        "channel": CHANNEL,
-                        "wake": wake_payload("results", run_id),
-                    }
-                    await (await core(session)).execute(_INSERT_ANNOUNCED, batch)
+                    await (await core(session)).execute(
+                        _INSERT_ANNOUNCED, self._announced(run_id, now, stored)
+                    )
                 else:
                     rows = [
                         {
@@ -202,7 +248,12 @@ class ResultStore:
                 await _write_effects(session, self._db.dialect, effects)
 
         try:
-            await self._db.run_write(append_in)
+            if self._in_one_statement(stored, effects):
+                await self._db.run_statement(
+                    _APPEND_WITH_EFFECTS, self._one_statement(run_id, now, stored, effects)
+                )
+            else:
+                await self._db.run_write(append_in)
         except IntegrityError as exc:
             already = await self.list(run_id, after=first_seq - 1, limit=len(stored))
             if [(r.seq, r.type, r.payload) for r in already] == [(r.seq, r.type, r.payload) for r in stored]:
@@ -213,6 +264,51 @@ class ResultStore:
                 details={"run_id": run_id, "first_seq": first_seq},
             ) from exc
         return stored
+
+    def _in_one_statement(self, stored: list[StoredResult], effects: ResultEffects | None) -> bool:
+        """Whether the batch is one statement (`_APPEND_WITH_EFFECTS`): on PostgreSQL, results with only
+        transcript items and state writes (distinct keys) besides them, none the outbox announces and
+        no action to approve."""
+        if self._db.dialect != "postgresql" or not stored:
+            return False
+        kinds = [r.type for r in stored]
+        if (self._outbox is not None and self._outbox.announces(kinds)) or (
+            self._approvals is not None and "action.requested" in kinds
+        ):
+            return False
+        if effects is None:
+            return True
+        keys = {(v["scope"], v["owner"], v["key"]) for v in effects.state}
+        return not effects.events and effects.consumed is None and len(keys) == len(effects.state)
+
+    def _one_statement(
+        self, run_id: str, now: float, stored: list[StoredResult], effects: ResultEffects | None
+    ) -> dict[str, Any]:
+        dumps = self._dumps()
+        items = effects.transcript if effects is not None else []
+        state = effects.state if effects is not None else []
+        params = self._announced(run_id, now, stored)
+        for prefix, columns, rows in (("t_", _TRANSCRIPT_COLUMNS, items), ("s_", _STATE_COLUMNS, state)):
+            for name, type_ in columns:
+                params[prefix + name] = [dumps(row[name]) if type_ == "json" else row[name] for row in rows]
+        return params
+
+    def _announced(self, run_id: str, now: float, stored: list[StoredResult]) -> dict[str, Any]:
+        """`_INSERT_ANNOUNCED`'s parameters: the results as arrays, and their wake-up."""
+        dumps = self._dumps()
+        return {
+            "run_id": run_id,
+            "created_at": now,
+            "seqs": [r.seq for r in stored],
+            "types": [r.type for r in stored],
+            "payloads": [dumps(r.payload) for r in stored],
+            "channel": CHANNEL,
+            "wake": wake_payload("results", run_id),
+        }
+
+    def _dumps(self) -> Callable[[Any], str]:
+        """What SQLAlchemy's JSON type binds: the engine's serializer, json.dumps by default."""
+        return getattr(self._db.engine.dialect, "_json_serializer", None) or json.dumps
 
     @idempotent
     async def list(self, run_id: str, *, after: int = 0, limit: int = 1000) -> list[StoredResult]:

@@ -233,11 +233,10 @@ def _move_statement(terminal: bool, columns: tuple[str, ...], dialect: Dialect) 
     return stmt
 
 
-async def _move(
-    session: AsyncSession, dialect: Dialect, run_id: str, current: RunStatus, new: RunStatus, **values: Any
-) -> Row[Any] | None:
-    """The one writer of `status`: move `current` → `new` unless another writer moved the run first.
-    A move to a terminal status announces the run's end (`wakeups.announce`) within its statement."""
+def _move_of(
+    dialect: Dialect, run_id: str, current: RunStatus, new: RunStatus, values: dict[str, Any]
+) -> tuple[ReturningUpdate[Any], dict[str, Any]]:
+    """`_move`'s statement and parameters."""
     if new not in ALLOWED_TRANSITIONS[current]:
         raise IllegalTransitionError(f"Run {run_id!r} is {current}; cannot move to {new}.")
     stmt = _move_statement(new.is_terminal, tuple(sorted(values)), dialect)
@@ -249,6 +248,15 @@ async def _move(
     }
     if new.is_terminal and dialect == "postgresql":
         params |= {"n_channel": CHANNEL, "n_wake": wake_payload("end", run_id)}
+    return stmt, params
+
+
+async def _move(
+    session: AsyncSession, dialect: Dialect, run_id: str, current: RunStatus, new: RunStatus, **values: Any
+) -> Row[Any] | None:
+    """The one writer of `status`: move `current` → `new` unless another writer moved the run first.
+    A move to a terminal status announces the run's end (`wakeups.announce`) within its statement."""
+    stmt, params = _move_of(dialect, run_id, current, new, values)
     return (await (await core(session)).execute(stmt, params)).one_or_none()
 
 
@@ -587,7 +595,9 @@ class RunStore:
 
         The one idempotent terminal write: the first terminal status wins, and a repeat (after a commit
         whose acknowledgement was lost, or by a sweeper after the run's own close failed) returns the
-        run as it ended. The caller compares `status` when it cares who won.
+        run as it ended. The caller compares `status` when it cares who won. On PostgreSQL without
+        outbox rows to write (no webhook or channel), a running run's end is one statement that commits
+        by itself (`Database.run_statement`: one round trip).
 
         Raises:
             RunNotFoundError: no such run.
@@ -610,6 +620,12 @@ class RunStore:
                 await self._announce(session, moved)
             return None if moved is None else _run(moved)
 
+        if self._db.dialect == "postgresql" and (self._outbox is None or not self._outbox.active):
+            # A running run's end writes nothing else here: one statement, which commits by itself.
+            stmt, params = _move_of(self._db.dialect, run_id, RunStatus.RUNNING, status, values)
+            moved = (await self._db.run_statement(stmt, params)).one_or_none()
+            if moved is not None:
+                return _run(moved)
         for _ in range(3):  # queued → running → terminal: a lost race repeats at most twice
             if (ended := await self._db.run_write(finish_in)) is not None:
                 return ended

@@ -5,10 +5,16 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import create_async_engine
+from sqlalchemy.pool import NullPool
 
 from mcphost.errors import ConflictError, InvalidArgumentError
-from mcphost.protocol import JSONObject
+from mcphost.protocol import JSONObject, JSONValue
 from mcphost.stores import Stores
+from mcphost.stores.results import ResultEffects, ResultStore
+from mcphost.stores.state import state_values
+from mcphost.stores.transcript import item_values
 from tests.mcphost.stores.factories import admitted
 
 
@@ -74,3 +80,144 @@ async def test_the_same_batch_stored_again_is_a_no_op(stores: Stores) -> None:
     again = await stores.results.append_many(run.run_id, items, first_seq=1)
     assert [(r.seq, r.type, r.payload) for r in again] == [(r.seq, r.type, r.payload) for r in first]
     assert len(await stores.results.list(run.run_id)) == 2
+
+
+def _effects(run_id: str, text: str, state: dict[str, JSONValue]) -> ResultEffects:
+    item = item_values(
+        conversation_id="conv-1",
+        role="assistant",
+        content=text,
+        run_id=run_id,
+        contents=[{"type": "text", "text": text}],
+    )
+    rows = [state_values("conversation", ("conv-1",), key, value)[1] for key, value in state.items()]
+    return ResultEffects(transcript=[item], state=rows)
+
+
+async def _statements(stores: Stores, call: Any) -> tuple[list[str], int]:
+    """The statements `call` runs and the transactions it begins."""
+    statements: list[str] = []
+    begun: list[object] = []
+    with (
+        stores.db.hooks.added("before_cursor_execute", lambda *a: statements.append(a[2])),
+        stores.db.hooks.added("begin", begun.append),
+    ):
+        await call()
+    return statements, len(begun)
+
+
+async def test_a_batch_with_its_transcript_and_state_rows_is_one_statement_on_postgres(
+    stores: Stores,
+) -> None:
+    run = await admitted(stores)
+    effects = _effects(run.run_id, "the answer", {"mood": {"calm": True}, "count": 3})
+
+    async def append() -> None:
+        await stores.results.append_many(
+            run.run_id,
+            [("message.completed", {"data": {"text": "the answer"}})],
+            first_seq=1,
+            effects=effects,
+        )
+
+    statements, begun = await _statements(stores, append)
+    if stores.db.dialect == "postgresql":  # one round trip: no BEGIN, no COMMIT
+        assert (len(statements), begun) == (1, 0), statements
+    (item,) = await stores.transcript.for_run(run.run_id)
+    assert (item.role, item.content, item.contents) == (
+        "assistant",
+        "the answer",
+        [{"type": "text", "text": "the answer"}],
+    )
+    mood = await stores.state.get("conversation", ("conv-1",), "mood")
+    count = await stores.state.get("conversation", ("conv-1",), "count")
+    assert mood is not None
+    assert count is not None
+    assert (mood.value, mood.size, count.value, count.size) == ({"calm": True}, 13, 3, 1)
+    assert [r.type for r in await stores.results.list(run.run_id)] == ["message.completed"]
+
+
+async def test_a_refused_batch_leaves_its_transcript_and_state_rows_unwritten(stores: Stores) -> None:
+    run = await admitted(stores)
+    await stores.results.append_many(run.run_id, [("a.b", {})], first_seq=1)
+    with pytest.raises(ConflictError, match="already has results"):
+        await stores.results.append_many(
+            run.run_id, [("a.b", {"new": 1})], first_seq=1, effects=_effects(run.run_id, "lost", {"k": 1})
+        )
+    assert await stores.transcript.for_run(run.run_id) == []
+    assert await stores.state.get("conversation", ("conv-1",), "k") is None
+
+
+async def test_the_same_batch_with_effects_stored_again_writes_them_once(stores: Stores) -> None:
+    run = await admitted(stores)
+    effects = _effects(run.run_id, "once", {"k": 1})
+    items: list[tuple[str, JSONObject]] = [("message.completed", {"data": {"text": "once"}})]
+    first = await stores.results.append_many(run.run_id, items, first_seq=1, effects=effects)
+    again = await stores.results.append_many(run.run_id, items, first_seq=1, effects=effects)
+    assert [(r.seq, r.payload) for r in again] == [(r.seq, r.payload) for r in first]
+    assert len(await stores.transcript.for_run(run.run_id)) == 1
+
+
+async def test_a_batch_that_writes_one_key_twice_keeps_the_last_value(stores: Stores) -> None:
+    run = await admitted(stores)
+    effects = ResultEffects(
+        state=[state_values("conversation", ("conv-1",), "k", v)[1] for v in ("first", "last")]
+    )
+    await stores.results.append_many(run.run_id, [("state.updated", {})], first_seq=1, effects=effects)
+    entry = await stores.state.get("conversation", ("conv-1",), "k")
+    assert entry is not None
+    assert entry.value == "last"
+
+
+async def test_the_one_statement_batch_writes_the_rows_the_transaction_writes(
+    stores: Stores, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Both ways of writing a batch, side by side: the same stored columns (ids and sequences aside).
+    run = await admitted(stores)
+    await stores.results.append_many(
+        run.run_id, [("x.y", {"n": 1})], first_seq=1, effects=_effects(run.run_id, "same", {"one": [1, "a"]})
+    )
+    monkeypatch.setattr(ResultStore, "_in_one_statement", lambda *_: False)  # pyright: ignore[reportUnknownLambdaType, reportUnknownArgumentType]
+    await stores.results.append_many(
+        run.run_id, [("x.y", {"n": 1})], first_seq=2, effects=_effects(run.run_id, "same", {"two": [1, "a"]})
+    )
+    first, second = await stores.transcript.for_run(run.run_id)
+    skip = {"seq", "cursor", "item_id", "created_at"}
+    assert first.model_dump(exclude=skip) == second.model_dump(exclude=skip)
+    one = await stores.state.get("conversation", ("conv-1",), "one")
+    two = await stores.state.get("conversation", ("conv-1",), "two")
+    assert one is not None
+    assert two is not None
+    assert (one.value, one.size) == (two.value, two.size)
+    first_result, second_result = await stores.results.list(run.run_id)
+    assert (first_result.type, first_result.payload) == (second_result.type, second_result.payload)
+
+
+@pytest.mark.postgres
+async def test_a_one_statement_batch_on_a_connection_the_server_dropped_is_retried_on_a_new_one(
+    stores: Stores, caplog: pytest.LogCaptureFixture
+) -> None:
+    if stores.db.dialect != "postgresql":
+        pytest.skip("a dropped connection is PostgreSQL's")
+    run = await admitted(stores)
+    await stores.results.append_many(run.run_id, [("a.b", {"n": 1})], first_seq=1)  # a pooled connection
+    admin = create_async_engine(stores.db.url, poolclass=NullPool)  # outside the host's pool
+    try:
+        async with admin.connect() as conn:  # the server drops every other session of the database
+            await conn.execute(
+                text(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                    " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                )
+            )
+    finally:
+        await admin.dispose()
+    # The checkout is not pinged (the statement is the first round trip): it fails on the dropped
+    # connection, the pool is invalidated, and `@idempotent` stores the batch on a new connection.
+    stored = await stores.results.append_many(
+        run.run_id, [("a.b", {"n": 2})], first_seq=2, effects=_effects(run.run_id, "kept", {"k": 2})
+    )
+    assert [r.seq for r in stored] == [2]
+    assert [r.payload for r in await stores.results.list(run.run_id)] == [{"n": 1}, {"n": 2}]
+    assert [i.content for i in await stores.transcript.for_run(run.run_id)] == ["kept"]
+    assert "ResultStore.append_many lost its database connection (attempt 1 of 4)" in caplog.text
