@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import subprocess
 import sys
 from collections.abc import AsyncGenerator
 from contextlib import asynccontextmanager
@@ -416,3 +417,20 @@ async def test_stdin_eof_makes_the_plugin_exit() -> None:
         assert plugin.process.stdin is not None
         await plugin.process.stdin.aclose()
         assert await plugin.wait() == 0
+
+
+def test_a_serving_plugin_freezes_its_imports_and_collects_every_ten_thousand_allocations() -> None:
+    # In a fresh interpreter: freezing this test process's heap would outlive the test.
+    child = (
+        "import gc\n"
+        "from mcphost_runners import _plugin_server\n"
+        "default = gc.get_threshold()\n"
+        "_plugin_server._collect_less()\n"
+        "assert gc.get_freeze_count() > 1000, gc.get_freeze_count()\n"
+        "assert gc.get_threshold() == (_plugin_server.GEN0_THRESHOLD, *default[1:]), gc.get_threshold()\n"
+        "assert gc.isenabled()\n"
+        "print('ok')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "ok"
