@@ -52,6 +52,12 @@ if TYPE_CHECKING:  # the API is imported by `serve`, not by a one-shot run's `se
 
 logger = logging.getLogger(__name__)
 
+KEEP_ALIVE_S = 75
+"""How long the HTTP server keeps an idle connection open: longer than HTTP clients keep one in their
+pools (httpx 5 s, aiohttp 15 s, Node's 4 to 5 s). uvicorn's own 5 s equals httpx's: a client that reused a
+connection just as the server closed it got a read error for a request the server never read. A legacy
+MCP client waits for a call's answer on its SSE stream while its POST connection idles, so a call of
+5 s or more met that race on its next request."""
 HTTP_SHUTDOWN_S = 3.0
 """How long the HTTP server waits for open connections once the runs are over."""
 SHUTDOWN_POLL_S = 0.005
@@ -222,6 +228,7 @@ async def serve_http(
         lifespan="off",
         log_config=None,
         access_log=access_log,
+        timeout_keep_alive=KEEP_ALIVE_S,
         timeout_graceful_shutdown=int(HTTP_SHUTDOWN_S),
         server_header=False,
         ws="none",

@@ -312,7 +312,7 @@ OUTAGE_LEASE_S = 12.0
     "outage_s",
     [
         pytest.param(1.5, id="short"),
-        # Past the host's keep-alive (5 s) and TCP's retransmissions at about 0.2, 0.6, 1.4, 3 and 6.2 s
+        # Past TCP's retransmissions at about 0.2, 0.6, 1.4, 3 and 6.2 s
         # after a request left: one caught by the cut would be sent again only at 12.6 s, after the
         # lease, so the runtime must abandon its heartbeat and send the next on a new connection.
         pytest.param(8.0, id="most-of-the-lease"),

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import cast
 
 import anyio
+import anyio.abc
 import pytest
 from starlette.types import Message, Receive, Scope, Send
 
@@ -119,3 +120,42 @@ async def test_first_answer_is_noted_when_the_first_response_has_ended() -> None
     assert done == [False, False]
     assert first.answered.is_set()
     assert [m.get("body") for m in sent if m["type"] == "http.response.body"] == [b"a", b"b", b"a", b"b"]
+
+
+async def test_an_idle_connection_outlives_the_http_clients_keep_alive(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A client reuses a pooled connection for up to its own keep-alive (httpx: 5 s). The server keeps it
+    # open longer, so a request never lands on a connection the server is closing (uvicorn's own 5 s
+    # raced httpx's). Here with the keep-alives scaled down: the server's 1.2 s against an idle 0.6 s.
+    from starlette.responses import PlainTextResponse
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        await PlainTextResponse("ok")(scope, receive, send)
+
+    monkeypatch.setattr(serving, "KEEP_ALIVE_S", 1.2)
+    request = b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+    with serving.bind_socket("127.0.0.1", 0) as listening:
+        async with serving.serve_http(app, listening):
+            host, port = listening.getsockname()[:2]
+            async with await anyio.connect_tcp(host, port) as stream:
+                for _ in range(2):
+                    await stream.send(request)
+                    answer = await stream.receive()
+                    assert answer.startswith(b"HTTP/1.1 200"), answer
+                    await anyio.sleep(0.6)  # idle, as a pooled connection between two requests
+                await anyio.sleep(1.2)  # past the server's keep-alive: it closes the connection
+                with anyio.fail_after(2):  # the server's keep-alive is applied: not uvicorn's 5 s
+                    assert await _closed(stream)
+
+
+async def _closed(stream: anyio.abc.SocketStream) -> bool:
+    try:
+        await stream.receive()
+    except (anyio.EndOfStream, anyio.BrokenResourceError):
+        return True
+    return False
+
+
+def test_the_server_keeps_idle_connections_longer_than_clients_pool_them() -> None:
+    assert serving.KEEP_ALIVE_S > 15  # aiohttp's pool, the longest of the common clients'

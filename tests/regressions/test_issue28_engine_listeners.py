@@ -7,6 +7,8 @@ import ast
 from pathlib import Path
 
 import anyio
+import anyio.from_thread
+import anyio.lowlevel
 import pytest
 
 from mcphost.stores import Stores
@@ -54,11 +56,13 @@ async def test_hooks_change_on_the_event_loop_while_the_writer_thread_dispatches
     def other(*_: object) -> None:
         seen.append("other")
 
+    loop = anyio.lowlevel.current_token()  # the writer thread is mcphost's own, not an anyio worker
+
     def hold(*_: object) -> None:
         if not seen:
             seen.append("hold")
-            anyio.from_thread.run_sync(stores.db.hooks.add, "before_cursor_execute", other)
-            anyio.from_thread.run_sync(stores.db.hooks.remove, "before_cursor_execute", hold)
+            anyio.from_thread.run_sync(stores.db.hooks.add, "before_cursor_execute", other, token=loop)
+            anyio.from_thread.run_sync(stores.db.hooks.remove, "before_cursor_execute", hold, token=loop)
 
     stores.db.hooks.add("before_cursor_execute", hold)
     await admitted(stores)

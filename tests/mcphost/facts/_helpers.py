@@ -42,6 +42,7 @@ from mcphost.facts.server import FactsServer
 from mcphost.grants import build_grant, mint_token
 from mcphost.models import AgentBinding, AgentConfig, AgentEventEnvelope, Run, RunGrant, RunStatus, new_id
 from mcphost.protocol import AgentRunContext, AgentRunnerManifest, JSONObject
+from mcphost.serving import KEEP_ALIVE_S
 from mcphost.stores import AuditRecord, ScopeSnapshot, Stores
 from mcphost.stores.tables import Base
 from mcphost.stores.transcript import item_values
@@ -268,7 +269,13 @@ async def _uvicorn(app: ASGIApp) -> AsyncGenerator[str]:
     sock = _free_socket()
     port = sock.getsockname()[1]
     server = uvicorn.Server(
-        uvicorn.Config(app, log_level="warning", lifespan="off", timeout_graceful_shutdown=2)
+        uvicorn.Config(
+            app,
+            log_level="warning",
+            lifespan="off",
+            timeout_graceful_shutdown=2,
+            timeout_keep_alive=KEEP_ALIVE_S,
+        )
     )
     try:
         async with anyio.create_task_group() as tg:
