@@ -28,7 +28,7 @@ import json
 import os
 import subprocess
 from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -140,6 +140,8 @@ async def _started(
             log.close()
 
 
+PORT_ATTEMPTS = 3
+"""Ports tried for one `mcphost serve` (another process can take a free port before the server binds it)."""
 MAIN_OF_PATH = "import sys; from mcphost.cli import main; sys.exit(main())"
 """`mcphost`'s entry point from whichever tree is first on `sys.path`."""
 
@@ -150,18 +152,32 @@ async def mcphost_server(
 ) -> AsyncGenerator[Server, None]:
     """`mcphost serve` on a free loopback port with the echo agent, on `ws`'s database; with `tree`, the
     code of that checkout (first on `PYTHONPATH`) on this environment's interpreter and packages."""
-    port = free_port()
     await anyio.Path(folder).mkdir(parents=True, exist_ok=True)
-    config = folder / f"mcphost-{port}.toml"
-    await anyio.Path(config).write_text(_toml_config(ws, f"127.0.0.1:{port}"))
-    argv = [str(BIN / "mcphost"), "serve", "--config", str(config)]
-    # uvloop is used when installed; MCPHOST_BENCH_UVLOOP=false measures asyncio's own loop instead.
-    env = clean_env() | {"MCPHOST_UVLOOP": os.environ.get("MCPHOST_BENCH_UVLOOP", "true")}
-    if tree is not None:  # the console script's own import would be this tree's: start mcphost from `tree`
-        argv = [str(BIN / "python"), "-c", MAIN_OF_PATH, "serve", "--config", str(config)]
-        env["PYTHONPATH"] = str(tree)
-    async with _started(f"mcphost-{port}", argv, f"http://127.0.0.1:{port}", "/healthz", folder, env) as s:
-        yield s
+    server: Server | None = None
+    async with AsyncExitStack() as stack:
+        for attempt in range(1, PORT_ATTEMPTS + 1):
+            # A free port can be taken by another process before the server binds it: try another.
+            port = free_port()
+            config = folder / f"mcphost-{port}.toml"
+            await anyio.Path(config).write_text(_toml_config(ws, f"127.0.0.1:{port}"))
+            argv = [str(BIN / "mcphost"), "serve", "--config", str(config)]
+            # uvloop is used when installed; MCPHOST_BENCH_UVLOOP=false measures asyncio's own loop instead.
+            env = clean_env() | {"MCPHOST_UVLOOP": os.environ.get("MCPHOST_BENCH_UVLOOP", "true")}
+            if tree is not None:  # the console script's own import would be this tree's: start it from `tree`
+                argv = [str(BIN / "python"), "-c", MAIN_OF_PATH, "serve", "--config", str(config)]
+                env["PYTHONPATH"] = str(tree)
+            url = f"http://127.0.0.1:{port}"
+            try:
+                server = await stack.enter_async_context(
+                    _started(f"mcphost-{port}", argv, url, "/healthz", folder, env)
+                )
+            except RuntimeError as exc:
+                if attempt < PORT_ATTEMPTS and "Address already in use" in str(exc):
+                    continue
+                raise
+            break
+        assert server is not None  # the last attempt raised otherwise
+        yield server
 
 
 @asynccontextmanager
