@@ -275,10 +275,13 @@ def _raise_wrapped(exc: Exception, sql: str, args: Any, dialect: Dialect) -> NoR
 class AsyncpgConnection:
     """The `AsyncConnection` methods the hot bodies call (`core`) on PostgreSQL, over a sync `Connection`
     in a transaction: their prebuilt statements run straight on asyncpg (`execute_asyncpg`), anything
-    else through SQLAlchemy in a greenlet (as `AsyncConnection` runs it)."""
+    else through SQLAlchemy in a greenlet (as `AsyncConnection` runs it). With `autocommit`, on a checkout
+    that was not begun, each statement is a transaction of its own (`Database.run_statement`): a plan runs
+    outside any transaction, anything else is committed after it, its rows fetched first."""
 
-    def __init__(self, connection: Connection) -> None:
+    def __init__(self, connection: Connection, *, autocommit: bool = False) -> None:
         self.sync_connection = connection
+        self.autocommit = autocommit
 
     async def execute(self, statement: Any, parameters: Any = None, **kwargs: Any) -> Any:
         if not kwargs:
@@ -290,13 +293,36 @@ class AsyncpgConnection:
                 keys = tuple(sorted(given[0]))
                 found = plan(statement, keys, self.sync_connection.dialect, many=many)
                 if found is not None:
-                    result = await execute_asyncpg(found, self.sync_connection, given if many else given[0])
+                    one = given if many else given[0]
+                    result = await execute_asyncpg(
+                        found, self.sync_connection, one, begin=not self.autocommit
+                    )
                     if result is not None:
                         return result
+        if self.autocommit:
+            return await greenlet_spawn(
+                _execute_committed, self.sync_connection, statement, parameters, kwargs
+            )
         return await greenlet_spawn(self.sync_connection.execute, statement, parameters, **kwargs)
 
     async def scalar(self, statement: Any, parameters: Any = None, **kwargs: Any) -> Any:
         return await greenlet_spawn(self.sync_connection.scalar, statement, parameters, **kwargs)
+
+
+def _execute_committed(
+    connection: Connection, statement: Any, parameters: Any, kwargs: dict[str, Any]
+) -> Any:
+    """`statement` through SQLAlchemy, its rows fetched, then committed (SQLAlchemy began for it)."""
+    rows = fetched(connection.execute(statement, parameters, **kwargs))
+    connection.commit()
+    return rows
+
+
+def fetched(result: Any) -> DirectResult:
+    """`result` with its rows read: a statement's cursor must be done before its transaction commits."""
+    if isinstance(result, DirectResult):
+        return result
+    return DirectResult(result.all() if result.returns_rows else [], result.rowcount)
 
 
 class DirectResult:

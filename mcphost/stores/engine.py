@@ -302,7 +302,7 @@ class Database:
         if self.dialect != "postgresql":
 
             async def one(session: AsyncSession) -> Any:
-                return await (await core(session)).execute(statement, params)
+                return _direct.fetched(await (await core(session)).execute(statement, params))
 
             return await self.run_write(one)
         async with self._writer_turn():
@@ -312,15 +312,11 @@ class Database:
             finally:
                 _direct.STATEMENT_CHECKOUT.reset(token)
             try:
-                found = _direct.plan(statement, tuple(sorted(params)), connection.dialect, many=False)
-                result = None
-                if found is not None:
-                    result = await _direct.execute_asyncpg(found, connection, params, begin=False)
-                if result is None:  # not a plan: SQLAlchemy runs it, and commits
-                    result = await greenlet_spawn(_execute_committed, connection, statement, params)
+                return await _direct.AsyncpgConnection(connection, autocommit=True).execute(
+                    statement, dict(params)
+                )
             finally:
                 await greenlet_spawn(connection.close)
-            return result
 
     async def _run_write_postgres(self, body: WriteBody[T]) -> T:
         # The transaction on a sync `Connection` straight from the pool, without the `AsyncSession` and
@@ -392,13 +388,6 @@ class Database:
         self._writer_thread.stop()  # a later write starts it again
         for engine in self.sync_engines[1:]:
             engine.dispose()
-
-
-def _execute_committed(connection: Connection, statement: Executable, params: Mapping[str, Any]) -> Any:
-    result = connection.execute(statement, dict(params))
-    rows = _direct.DirectResult(result.all() if result.returns_rows else [], result.rowcount)
-    connection.commit()
-    return rows
 
 
 @contextmanager

@@ -144,3 +144,50 @@ async def test_a_dropped_postgres_connection_is_invalidated_as_sqlalchemy_does(s
     assert isinstance(cause, DBAPIError)
     assert cause.connection_invalidated  # what `@idempotent` retries on
     assert (await stores.runs.get(run.run_id)).run_id == run.run_id  # the pool replaced the connection
+
+
+@pytest.mark.parametrize("expanding", [False, True], ids=["plan", "through-sqlalchemy"])
+async def test_run_statement_commits_its_one_statement_and_returns_its_rows(
+    stores: Stores, expanding: bool
+) -> None:
+    """`Database.run_statement`: a plan autocommits outside any transaction on PostgreSQL; a statement
+    no plan reproduces (an expanding parameter) is run by SQLAlchemy and committed. Either way the rows
+    come back fetched, the change is visible to every other connection, and the checkout goes back to
+    the pool clean (the next statement on it runs and commits too)."""
+    first, second = await admitted(stores, "conv-a"), await admitted(stores, "conv-b")
+    table = table_of(RunRow)
+    target = (
+        table.c.run_id.in_(bindparam("ids", expanding=True))
+        if expanding
+        else table.c.run_id == bindparam("ids")
+    )
+    statement = table.update().where(target).values(runner_id=bindparam("runner")).returning(table.c.run_id)
+    ids: Any = [first.run_id, "nope"] if expanding else first.run_id
+    result = await stores.db.run_statement(statement, {"ids": ids, "runner": "moved"})
+    assert result.scalars().all() == [first.run_id]
+    assert (await stores.runs.get(first.run_id)).runner_id == "moved"
+    assert (await stores.runs.get(second.run_id)).runner_id == second.runner_id
+
+    ids = [second.run_id] if expanding else second.run_id
+    result = await stores.db.run_statement(statement, {"ids": ids, "runner": "again"})
+    assert result.scalars().all() == [second.run_id]
+    assert (await stores.runs.get(second.run_id)).runner_id == "again"
+
+
+async def test_a_failed_run_statement_stores_nothing_and_leaves_the_pool_usable(stores: Stores) -> None:
+    run = await admitted(stores)
+    table = table_of(RunRow)
+    clash = (
+        table.update()
+        .where(table.c.run_id.in_(bindparam("ids", expanding=True)))
+        .values(event_id=bindparam("event"), attempt=bindparam("attempt"), runner_id="changed")
+    )
+    other = await admitted(stores, "conv-b")
+    with pytest.raises(IntegrityError):  # (event_id, attempt) is unique; the stores catch it as it is
+        await stores.db.run_statement(
+            clash, {"ids": [run.run_id], "event": other.event_id, "attempt": other.attempt}
+        )
+    assert (await stores.runs.get(run.run_id)).runner_id == run.runner_id
+    result = await stores.db.run_statement(clash, {"ids": [run.run_id], "event": "fresh", "attempt": 1})
+    assert result.rowcount == 1
+    assert (await stores.runs.get(run.run_id)).runner_id == "changed"
