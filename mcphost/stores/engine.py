@@ -10,7 +10,7 @@ Invariants:
 - Store methods open exactly one transaction each: `db.read()` for reads, `db.write()` for anything that
   writes. Never nest `db.write()` inside another `db.write()` (on SQLite that waits for itself).
 - SQLite: every connection runs WAL, `foreign_keys=ON`, `synchronous=NORMAL` and a 30 s busy timeout
-  (set in a connect listener). sqlite3's own transaction handling is switched off and SQLAlchemy emits
+  (set in a connect listener; the writer's connection waits only on its thread, below). sqlite3's own transaction handling is switched off and SQLAlchemy emits
   `BEGIN` itself: `BEGIN IMMEDIATE` for write sessions, so a writer takes the write lock up front and
   waits for it (busy timeout) instead of failing with "database is locked" when it upgrades a read lock
   later; a plain deferred `BEGIN` for reads, which WAL never blocks. Writers of one process also queue on
@@ -49,19 +49,24 @@ Invariants:
 - On a SQLite file, hot-path write transactions (`run_write`: a run's admission and start, its result
   batches, its end, MCP audit rows, a model call's budget reservation and the usage rows of finished
   model calls, and a remote run's queue writes: enqueue, claim, posted results and end, heartbeats,
-  drop) cost one hop off the event loop: the whole transaction runs
-  synchronously on the writer thread (`_writer.WriterThread`: one function at a time, handed over
-  with a future and `call_soon_threadsafe`, not anyio's worker threads) through a second, sync
-  `sqlite3` engine with the same connect listener (WAL, pragmas) and `BEGIN IMMEDIATE` (sent straight
-  to sqlite3), queued on the same `anyio.Lock` as every other writer and shielded the same way. The
-  thread keeps one connection open between transactions (closed and reopened after a transaction that
-  did not roll back cleanly, closed on its turn by `dispose`), and a body gets a sync ORM `Session`
-  joined to the transaction only when it makes an ORM call. Through aiosqlite every
-  DBAPI call (checkout, BEGIN, each statement and fetch, COMMIT, reset) is its own round trip between
-  the loop and the connection's thread. The body is written once for `AsyncSession`; on the thread it
-  gets `_sessions.ThreadSession`, whose methods never suspend, so `_sessions.drive` runs it to its end without an event
-  loop (a body that awaits anything else fails loudly). In-memory SQLite runs the same body in
-  `write()`. `sync_engines` lists every engine.
+  drop) run whole on the writer's connection: one sync `sqlite3` connection of a second engine with the
+  same connect listener (WAL, pragmas) and `BEGIN IMMEDIATE` (sent straight to sqlite3), queued on the
+  same `anyio.Lock` as every other writer and shielded the same way. With the write lock free the
+  transaction runs right on the event loop (after one yield, so that a writing loop lets other tasks run
+  and stays cancellable): a hand-off to a thread and back cost more than a short transaction. The loop
+  never waits in SQLite: the writer's connection has no busy timeout and no auto-checkpoint
+  (`_writer_on_connect`); a `BEGIN IMMEDIATE` that finds the lock held elsewhere sends the transaction
+  to the writer thread (`_writer.WriterThread`: one function at a time, handed over with a future and
+  `call_soon_threadsafe`), which waits the usual busy timeout there; so do the first transaction (it
+  opens the connection) and `long` ones (rows without bound), and every `CHECKPOINT_EVERY` transactions
+  the writer, still on its turn, has the thread checkpoint the WAL (`_checkpoint`). The connection stays
+  open between transactions (closed and reopened after a transaction that did not roll back cleanly,
+  closed on its turn by `dispose`), and a body gets a sync ORM `Session` joined to the transaction only
+  when it makes an ORM call. Through aiosqlite every DBAPI call (checkout, BEGIN, each statement and
+  fetch, COMMIT, reset) is its own round trip between the loop and the connection's thread. The body is
+  written once for `AsyncSession`; here it gets `_sessions.ThreadSession`, whose methods never suspend,
+  so `_sessions.drive` runs it to its end without awaiting the loop (a body that awaits anything else
+  fails loudly). In-memory SQLite runs the same body in `write()`. `sync_engines` lists every engine.
 - On PostgreSQL, `run_write` runs the same bodies on a sync `Connection` checked out of the pool in a
   greenlet (its pre-ping is the transaction's `BEGIN`), with `_sessions.PostgresSession` as the session: the
   hot statements go straight to asyncpg on the event loop (`core`), ORM calls get a sync `Session`
@@ -77,7 +82,7 @@ Invariants:
 - The hot bodies run SQLAlchemy Core statements built once at import (`bindparam`s for the values) on
   the session's connection (`core(session)`), not ORM statements through the session: an ORM
   statement built per call pays for its construction, its cache key and the ORM's execution and
-  loading layers on every execution, several times the driver's own cost. On the writer thread those
+  loading layers on every execution, several times the driver's own cost. On the writer's connection those
   statements go one step further down (`_direct`): compiled once by SQLAlchemy into a plan (SQL,
   parameter order and processors, result processors) and run straight on the sqlite3 connection —
   the same SQL, values and rows, `before_cursor_execute` listeners (and so `hooks`) called and driver errors wrapped
@@ -97,6 +102,7 @@ import fcntl
 import json
 import logging
 import re
+import sqlite3
 from collections.abc import AsyncGenerator, Callable, Coroutine, Generator, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager, nullcontext
 from pathlib import Path
@@ -134,6 +140,9 @@ log = logging.getLogger(__name__)
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 SQLITE_BUSY_TIMEOUT_S = 30.0
+CHECKPOINT_EVERY = 32
+"""Transactions the writer commits on the event loop between two checkpoints on its thread: about the
+WAL pages (~1,000, SQLite's own `wal_autocheckpoint`) of 32 of a run's transactions."""
 DEFAULT_POOL_SIZE = 16
 """PostgreSQL connections a process keeps open (`[host] database_pool_size`)."""
 _WRITE_OPTION = "mcphost_write"
@@ -202,10 +211,34 @@ def _sqlite_on_connect(dbapi_connection: DBAPIConnection, _record: ConnectionPoo
 
 def _sqlite_on_begin_immediate(conn: Connection) -> None:
     # The writer engine's every transaction writes: BEGIN IMMEDIATE straight on the sqlite3 connection,
-    # without an execution context of SQLAlchemy's around it.
-    dbapi_connection = conn.connection.dbapi_connection
+    # without an execution context of SQLAlchemy's around it (unless `_begun_at_once` has sent it).
+    dbapi_connection: Any = conn.connection.dbapi_connection
     assert dbapi_connection is not None
-    dbapi_connection.execute("BEGIN IMMEDIATE")  # type: ignore[attr-defined]  # sqlite3.Connection has it
+    if not dbapi_connection.in_transaction:
+        dbapi_connection.execute("BEGIN IMMEDIATE")
+
+
+def _writer_on_connect(dbapi_connection: DBAPIConnection, _record: ConnectionPoolEntry) -> None:
+    # After `_sqlite_on_connect`: the writer never waits in SQLite's busy handler (on the event loop it
+    # would stall every task; `run_write` hands a contended transaction to the thread, which waits) and
+    # never checkpoints in a commit (`Database._checkpoint` does, on the thread).
+    cursor = dbapi_connection.cursor()
+    try:
+        cursor.execute("PRAGMA busy_timeout=0")
+        cursor.execute("PRAGMA wal_autocheckpoint=0")
+    finally:
+        cursor.close()
+
+
+def _begun_at_once(connection: Connection) -> bool:
+    """`BEGIN IMMEDIATE` on the writer's connection if the write lock is free right now; False when
+    another connection holds it (or the attempt failed otherwise: the thread's own begin will say how)."""
+    dbapi_connection: Any = connection.connection.dbapi_connection
+    try:
+        dbapi_connection.execute("BEGIN IMMEDIATE")
+    except sqlite3.OperationalError:
+        return False
+    return True
 
 
 def _sqlite_on_begin(conn: Connection) -> None:
@@ -258,7 +291,10 @@ class Database:
         self._writer_connection: Connection | None = None
         """The writer thread's connection, kept open between transactions (see `_write_on_thread`)."""
         self._writer_thread = WriterThread("mcphost-sqlite-writer")
-        """Runs `_write_on_thread` and the writer connection's close, one at a time (`_writer.py`)."""
+        """Opens the writer connection, runs the transactions that must wait for the write lock, the
+        checkpoints and the connections' close, one at a time (`_writer.py`)."""
+        self._commits = 0
+        """Transactions committed on the event loop since the last checkpoint."""
         self.sync_engines: list[Engine] = [self.engine.sync_engine]
         """Every engine this database runs statements on (listeners go through `hooks`)."""
         if self.dialect == "sqlite" and sqlite_path(self.url) is not None:
@@ -268,6 +304,7 @@ class Database:
                 connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S, "check_same_thread": False},
             )
             event.listen(writer, "connect", _sqlite_on_connect)
+            event.listen(writer, "connect", _writer_on_connect)
             event.listen(writer, "begin", _sqlite_on_begin_immediate)
             self.hooks.attach(writer)
             self._writer = writer
@@ -283,15 +320,28 @@ class Database:
         async with self._write_lock or nullcontext(), self._shielded(self.write_sessions) as session:
             yield session
 
-    async def run_write(self, body: WriteBody[T]) -> T:
+    async def run_write(self, body: WriteBody[T], *, long: bool = False) -> T:
         """`body`'s result, run inside a write transaction as `write()` would (committed on return,
-        rolled back on an exception, shielded, queued); on a SQLite file in one hop to the writer thread."""
+        rolled back on an exception, shielded, queued). On a SQLite file, on the writer's connection:
+        right here on the event loop when the write lock is free, else (or for a `long` body, one that
+        may write rows without bound, such as a conversation's deletion) on the writer thread."""
         if self._writer is None:
             if self.dialect == "postgresql":
                 return await self._run_write_postgres(body)
             async with self.write() as session:
                 return await body(session)
+        # A transaction on the loop never suspends: yield first, so that a task writing in a loop
+        # lets the others run and can be cancelled (before its transaction, never inside it).
+        await anyio.lowlevel.checkpoint()
         async with self._writer_turn():
+            connection = self._writer_connection
+            if not long and connection is not None and _begun_at_once(connection):
+                result = self._write_begun(connection, body)
+                self._commits += 1
+                if self._commits >= CHECKPOINT_EVERY:  # still the writers' turn: no write meanwhile
+                    self._commits = 0
+                    await self._writer_thread.call(self._checkpoint)
+                return result
             return await self._writer_thread.call(self._write_on_thread, body)
 
     async def run_statement(self, statement: Executable, params: Mapping[str, Any]) -> Any:
@@ -343,12 +393,24 @@ class Database:
                 yield
 
     def _write_on_thread(self, body: WriteBody[T]) -> T:
-        # One connection for the thread's whole life (the limiter lets one transaction run at a time):
-        # a session and a pool checkout per transaction cost more than most of its statements.
+        """On the writer thread: the transaction that found the write lock taken (or the first, which
+        opens the connection), waiting for the lock in SQLite's busy handler as long as any other
+        connection would (`SQLITE_BUSY_TIMEOUT_S`)."""
         assert self._writer is not None
         connection = self._writer_connection
         if connection is None:
             connection = self._writer_connection = self._writer.connect()
+        dbapi_connection: Any = connection.connection.dbapi_connection
+        dbapi_connection.execute(f"PRAGMA busy_timeout={int(SQLITE_BUSY_TIMEOUT_S * 1000)}")
+        try:
+            return self._write_begun(connection, body)
+        finally:
+            if self._writer_connection is connection:  # not closed after a failed rollback
+                dbapi_connection.execute("PRAGMA busy_timeout=0")
+
+    def _write_begun(self, connection: Connection, body: WriteBody[T]) -> T:
+        # One connection for the process's whole life (the writers' lock lets one transaction run at a
+        # time): a session and a pool checkout per transaction cost more than most of its statements.
         session = ThreadSession(connection)
         try:
             with connection.begin():
@@ -357,8 +419,11 @@ class Database:
                 session.flush_pending()  # ORM changes left pending, as `AsyncSession`'s commit flushes them
                 return result
         except BaseException:
-            if connection.invalidated or connection.in_transaction():  # not rolled back cleanly
-                self._close_writer_connection()
+            dbapi_connection: Any = (
+                connection.connection.dbapi_connection if not connection.invalidated else None
+            )
+            if dbapi_connection is None or connection.in_transaction() or dbapi_connection.in_transaction:
+                self._close_writer_connection()  # not rolled back cleanly
             raise
         finally:
             session.close()
@@ -367,6 +432,20 @@ class Database:
         connection, self._writer_connection = self._writer_connection, None
         if connection is not None:
             connection.close()
+
+    def _checkpoint(self) -> None:
+        """On the writer thread, on the writers' turn: copy the WAL's pages into the database file, as
+        SQLite's own `wal_autocheckpoint` would in a commit, but off the event loop. `PASSIVE` waits for
+        no reader; with every page copied, the next transaction writes the WAL from its start again
+        instead of growing it."""
+        connection = self._writer_connection
+        if connection is None:
+            return
+        dbapi_connection: Any = connection.connection.dbapi_connection
+        try:
+            dbapi_connection.execute("PRAGMA wal_checkpoint(PASSIVE)")
+        except sqlite3.Error as exc:  # the next one tries again; no write depends on it
+            log.warning("SQLite checkpoint failed: %s", exc)
 
     @staticmethod
     @asynccontextmanager

@@ -6,14 +6,14 @@ with the transcript, event-log and state rows they cause) and `finish`; a reader
 the process that executes it reads nothing from the store. How the runner's results fall into batches
 depends on when its lines arrive, so the batch count is bounded by the result count (a non-streamed
 echo run has three: at most five transactions), and everything else is exact. Transactions are attributed to the run by its ids in their statements' parameters, so
-the host's background loops (sweepers, liveness) do not count. On a SQLite file each of them is one
-hop off the event loop: it begins (and runs) on the writer thread, never on the loop's.
+the host's background loops (sweepers, liveness) do not count. On a SQLite file each of them runs on
+the writer's connection (`Database.run_write`), none through aiosqlite, whose every statement is a
+round trip to its thread.
 """
 
 from __future__ import annotations
 
 import re
-import threading
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,8 +33,8 @@ RUN_BUDGET = 5
 
 @dataclass
 class _Transaction:
-    thread: int = field(default_factory=threading.get_ident)
-    """The thread that began it: on a SQLite file, the writer thread's, not the event loop's."""
+    engine: object = None
+    """The engine whose connection began it: on a SQLite file, the writer's (`Database.sync_engines`)."""
     statements: list[str] = field(default_factory=list[str])
     parameters: list[str] = field(default_factory=list[str])
     values: list[object] = field(default_factory=list[object])
@@ -69,8 +69,8 @@ class _Recorder:
     transactions: list[_Transaction] = field(default_factory=list[_Transaction])
     _open: dict[int, _Transaction] = field(default_factory=dict[int, _Transaction])
 
-    def begin(self, conn: object) -> None:
-        tx = _Transaction()
+    def begin(self, conn: Any) -> None:
+        tx = _Transaction(engine=conn.engine)
         self.transactions.append(tx)
         self._open[id(conn)] = tx
 
@@ -171,8 +171,9 @@ async def test_an_echo_run_takes_at_most_five_transactions(host: Host) -> None:
     _check_shape(mine, len(types))
     assert len(mine) <= RUN_BUDGET
     if host.stores.db.dialect == "sqlite":
-        # One hop off the event loop each: run whole on the writer thread (`Database.run_write`).
-        assert threading.get_ident() not in {tx.thread for tx in mine}
+        # Each on the writer's connection (`Database.run_write`), none through aiosqlite.
+        writer = host.stores.db.sync_engines[1]
+        assert {tx.engine for tx in mine} == {writer}
 
 
 async def test_a_streamed_echo_run_adds_only_result_batches(host: Host) -> None:

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import json
-import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import anyio
 import anyio.to_thread
@@ -165,16 +165,16 @@ async def test_a_runs_model_calls_are_listed_a_row_per_attempt_fallbacks_include
     assert unknown.status_code == 404
 
 
-async def test_a_reservation_and_a_usage_batch_are_one_transaction_each_on_sqlite_the_writer_threads(
+async def test_a_reservation_and_a_usage_batch_are_one_transaction_each_on_sqlite_the_writers(
     stores: Stores,
 ) -> None:
     """The model calls' two writes are hot-path transactions: one each, whatever the batch's size, and on
-    a SQLite file begun on the writer thread (one hop off the event loop), never on the loop's."""
-    begun: list[int] = []
+    a SQLite file on the writer's connection (`Database.run_write`), never through aiosqlite."""
+    begun: list[object] = []
     statements: list[str] = []
 
-    def begin(_conn: object) -> None:
-        begun.append(threading.get_ident())
+    def begin(conn: Any) -> None:
+        begun.append(conn.engine)
 
     def statement(_conn: object, _cursor: object, sql: str, *_: object) -> None:
         if not sql.startswith(("BEGIN", "PRAGMA")):
@@ -196,7 +196,6 @@ async def test_a_reservation_and_a_usage_batch_are_one_transaction_each_on_sqlit
     ok = AttemptEnd(
         model_id="a", upstream_model="m1", attempt=1, status="ok", input_tokens=3, output_tokens=1
     )
-    loop_thread = threading.get_ident()
     with stores.db.hooks.added("begin", begin), stores.db.hooks.added("before_cursor_execute", statement):
         call_id = await stores.usage.reserve(start, ModelBudget(model_usd_per_day=5.0))
         reserved = len(begun)
@@ -208,7 +207,6 @@ async def test_a_reservation_and_a_usage_batch_are_one_transaction_each_on_sqlit
     assert (reserved, len(begun)) == (1, 2)
     locked = ["SELECT"] if stores.db.dialect == "postgresql" else []  # the agent's advisory lock
     assert statements == [*locked, "SELECT", "INSERT", "UPDATE", "INSERT"]  # held, reserve; finish, 9 rows
-    on_loop = [thread == loop_thread for thread in begun]
-    assert on_loop == ([False, False] if stores.db.dialect == "sqlite" else [True, True])
+    assert begun == [stores.db.sync_engines[-1]] * 2  # SQLite: the writer's; PostgreSQL: the one engine
     rows = await stores.usage.calls("run_usage_hops")
     assert [(r.status, r.input_tokens) for r in rows] == [("ok", 3)] * 10

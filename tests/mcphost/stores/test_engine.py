@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import itertools
 import random
+import sqlite3
 import sys
 import threading
+import time
 from collections.abc import Generator
 from pathlib import Path
 
@@ -15,6 +17,7 @@ from sqlalchemy import func, select, text
 from sqlalchemy.ext.asyncio import AsyncSession
 
 import mcphost.stores as stores_package
+from mcphost.models import new_id
 from mcphost.stores import AuditEntry, Database, Stores, engine, open_stores
 from mcphost.stores.engine import normalize_url, sqlite_path
 from mcphost.stores.events import event_values, insert_event
@@ -181,21 +184,112 @@ def _on_threads(stores: Stores) -> list[tuple[str, int]]:
     return seen
 
 
+def _audit(run_id: str) -> AuditEntry:
+    return AuditEntry(
+        run_id=run_id, tool="t", args_digest="", bytes_in=0, bytes_out=0, outcome="ok", duration_ms=0
+    )
+
+
 @pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
-async def test_a_hot_path_write_on_a_sqlite_file_runs_whole_on_the_writer_thread(stores: Stores) -> None:
-    # One hop per transaction: BEGIN IMMEDIATE, every statement and the commit run on one worker
-    # thread, none on the event loop's (through aiosqlite each of them is a round trip of its own).
+async def test_a_hot_path_write_on_a_sqlite_file_runs_whole_on_the_loop_without_a_hop(stores: Stores) -> None:
+    # With the write lock free, BEGIN IMMEDIATE, every statement and the commit run on the writer's
+    # connection in the caller's thread: no hop to a thread (through aiosqlite each of them is a round
+    # trip of its own, and a hand-off to the writer thread costs more than a short transaction).
     run = await admitted(stores)
     seen = _on_threads(stores)
-    await stores.audit.append(
-        AuditEntry(
-            run_id=run.run_id, tool="t", args_digest="", bytes_in=0, bytes_out=0, outcome="ok", duration_ms=0
-        )
-    )
+    await stores.audit.append(_audit(run.run_id))
     assert [sql for sql, _ in seen] == ["begin", "SELECT", "INSERT"]
-    threads = {thread for _, thread in seen}
-    assert len(threads) == 1
-    assert threads != {threading.get_ident()}
+    assert {thread for _, thread in seen} == {threading.get_ident()}
+
+
+def _hold_write_lock(path: Path, name: str, held: threading.Event, release: threading.Event) -> None:
+    """Another connection (as another process would) holding SQLite's write lock until `release`, its
+    write (a lease named `name`) committed then."""
+    other = sqlite3.connect(path, isolation_level=None)
+    try:
+        other.execute("BEGIN IMMEDIATE")
+        other.execute("INSERT INTO leases (name, holder, expires_at) VALUES (?, 'test', 0)", (name,))
+        held.set()
+        release.wait(10)
+        other.execute("COMMIT")
+    finally:
+        other.close()
+
+
+def _set_after(event: threading.Event, delay: float) -> None:
+    time.sleep(delay)
+    event.set()
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+async def test_a_write_that_finds_the_lock_taken_waits_on_the_thread_and_the_loop_runs_on(
+    stores: Stores, database_url: str
+) -> None:
+    # The writer's connection never waits in SQLite's busy handler on the event loop: a transaction that
+    # finds the write lock held elsewhere goes to the writer thread, which waits there (busy timeout) and
+    # then runs it, while every other task goes on; twice, so the thread gave the connection back as it
+    # found it (no busy timeout left on it for the loop).
+    run = await admitted(stores)
+    path = sqlite_path(database_url)
+    assert path is not None
+    for round_ in range(2):
+        held, release = threading.Event(), threading.Event()
+        holder = threading.Thread(target=_hold_write_lock, args=(path, f"held-{round_}", held, release))
+        holder.start()
+        try:
+            await anyio.to_thread.run_sync(held.wait, 10)
+            seen = _on_threads(stores)
+            ticks = 0
+
+            async def tick() -> None:
+                nonlocal ticks
+                while True:
+                    await anyio.sleep(0.01)
+                    ticks += 1
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(tick)
+                tg.start_soon(anyio.to_thread.run_sync, _set_after, release, 0.5)
+                with anyio.fail_after(10):
+                    await stores.audit.append(_audit(run.run_id))
+                tg.cancel_scope.cancel()
+        finally:
+            release.set()
+            holder.join()
+        assert ticks >= 20, f"round {round_}: the event loop stalled while the write waited ({ticks} ticks)"
+        began = [thread for sql, thread in seen if sql == "begin"]
+        assert began
+        assert threading.get_ident() not in began  # waited and ran on the writer thread
+    assert len(await stores.audit.list(run.run_id)) == 2
+    async with stores.db.read() as session:
+        assert (
+            await session.execute(text("SELECT count(*) FROM leases WHERE name LIKE 'held-%'"))
+        ).scalar_one() == 2
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+async def test_the_wal_of_writes_on_the_loop_is_checkpointed_and_stays_small(
+    stores: Stores, database_url: str
+) -> None:
+    # The writer's connection does not checkpoint in its commits (that would be on the event loop): the
+    # writer thread does, every `CHECKPOINT_EVERY` transactions. Without it the WAL grows by every page
+    # written: here ~640 transactions of 8 KiB each, over 5 MiB.
+    path = sqlite_path(database_url)
+    assert path is not None
+    payload = {"text": "x" * 8192}
+
+    async def body(session: AsyncSession) -> None:
+        values = event_values(
+            event_id=new_id("wal"), event_type="a.b", kind="system", source="system", payload=payload
+        )
+        await insert_event(session, stores.db.dialect, values)
+
+    for _ in range(20 * engine.CHECKPOINT_EVERY):
+        await stores.db.run_write(body)
+    await anyio.sleep(0.2)  # the last checkpoint posted runs on the thread
+    wal = path.with_name(path.name + "-wal")
+    assert wal.stat().st_size < 2 * 1024 * 1024, wal.stat().st_size
+    assert await _count_events(stores) == 20 * engine.CHECKPOINT_EVERY
 
 
 async def test_a_write_body_that_raises_rolls_back_everything(stores: Stores) -> None:
