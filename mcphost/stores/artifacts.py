@@ -260,10 +260,9 @@ class ArtifactStore:
 
     @idempotent
     async def _lookup(self, artifact_id: str) -> ArtifactRecord | PendingArtifact | None:
+        stored = select(ArtifactRow).where(ArtifactRow.artifact_id == artifact_id)
         async with self._db.read() as session:
-            row = (
-                await session.execute(select(ArtifactRow).where(ArtifactRow.artifact_id == artifact_id))
-            ).scalar_one_or_none()
+            row = (await session.execute(stored)).scalar_one_or_none()
             if row is not None:
                 return _record(row)
             source = (
@@ -271,7 +270,13 @@ class ArtifactStore:
                     select(ArtifactSourceRow).where(ArtifactSourceRow.artifact_id == artifact_id)
                 )
             ).scalar_one_or_none()
-        return None if source is None else _pending(source)
+            if source is None:
+                # PostgreSQL reads each statement at a snapshot of its own (read committed): a first
+                # read's fetch that committed between the two moved the artifact from its source row to
+                # a stored one (never back), so it is looked for there once more.
+                row = (await session.execute(stored)).scalar_one_or_none()
+                return None if row is None else _record(row)
+        return _pending(source)
 
     async def describe(self, artifact_id: str) -> ArtifactRecord | PendingArtifact:
         """An artifact that exists and has not expired, stored or still lazy; fetches nothing."""

@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import BinaryIO
 
 import pytest
-from sqlalchemy import delete, func, select, update
+from sqlalchemy import delete, func, insert, select, update
+from sqlalchemy.util import await_only
 
 from mcphost.errors import (
     InvalidArgumentError,
@@ -22,9 +23,10 @@ from mcphost.errors import (
 )
 from mcphost.stores import ArtifactStore, DatabaseBlobs, DiskBlobs, Stores, open_stores
 from mcphost.stores import blobs as blobs_module
+from mcphost.stores.artifacts import ArtifactRecord
 from mcphost.stores.blobs import CHUNK_SIZE
 from mcphost.stores.health import DATA_DIR_MARKER
-from mcphost.stores.tables import ArtifactRow, BlobChunkRow
+from mcphost.stores.tables import ArtifactRow, ArtifactSourceRow, BlobChunkRow
 
 DATA = os.urandom(2 * CHUNK_SIZE + 12345)  # three database chunks, the last one partial
 
@@ -260,3 +262,38 @@ async def test_a_missing_blob_is_an_integrity_error(stores: Stores) -> None:
         await stores.artifacts.read(artifact_id)
     with pytest.raises(StorageIntegrityError, match="holds nothing"):
         await stores.artifacts.read(artifact_id, 0, 1)
+
+
+async def test_a_lazy_artifact_fetched_between_the_lookups_two_reads_is_found_stored(stores: Stores) -> None:
+    """A lookup reads the stored artifacts, then the lazy ones. On PostgreSQL each statement reads its own
+    snapshot: a fetch committing between the two (the lazy row deleted, the stored one inserted) once
+    made the artifact vanish for that reader ("does not exist") while five readers raced its first read."""
+    pending = await stores.artifacts.put_lazy(
+        origin="chan", locator={"url": "x"}, name="f", mime_type="text/plain", declared_size=1, max_bytes=10
+    )
+    record = ArtifactRecord(
+        artifact_id=pending.artifact_id, name="f", mime_type="text/plain", size=1, sha256="0" * 64,
+        owner_run_id=None, conversation_id=None, created_at=pending.created_at, expires_at=pending.expires_at,
+    )  # fmt: skip
+    moved: list[str] = []
+
+    async def fetch_commits() -> None:
+        async with stores.db.write() as session:
+            await session.execute(
+                delete(ArtifactSourceRow).where(ArtifactSourceRow.artifact_id == record.artifact_id)
+            )
+            await session.execute(insert(ArtifactRow).values(record.model_dump()))
+
+    def between(_conn: object, _cursor: object, sql: str, *_: object) -> None:
+        if "FROM artifact_sources" in sql and not moved:
+            moved.append(sql)
+            await_only(fetch_commits())  # the read's greenlet: as if another task committed right now
+
+    with stores.db.hooks.added("before_cursor_execute", between):
+        found = await stores.artifacts.describe(record.artifact_id)
+    assert moved
+    if stores.db.dialect == "postgresql":
+        assert found == record
+    else:  # one snapshot for the whole read transaction: still lazy as it began
+        assert found.artifact_id == record.artifact_id
+    assert await stores.artifacts.describe(record.artifact_id) == record
