@@ -37,7 +37,7 @@ MAX_READ_BYTES = 1024 * 1024
 
 _PRINTABLE = r"^[^\x00-\x1f\x7f]*$"
 _NO_NUL = r"^[^\x00]*$"
-Cursor = Annotated[str, Field(min_length=1, max_length=512, pattern=r"^[A-Za-z0-9_-]+$")]
+Cursor = Annotated[str, Field(min_length=1, max_length=512, pattern=r"^\.?[A-Za-z0-9_-]+$")]
 Identifier = Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[!-~]+$")]
 StateKey = Annotated[str, Field(pattern=STATE_KEY_PATTERN)]
 KeyPrefix = Annotated[str, Field(max_length=200, pattern=r"^[A-Za-z0-9._:-]*$")]

@@ -15,6 +15,10 @@ is scoped by the caller's conversation or owner after the MAC check, and the fac
 cursor points into the run's own thread, so even a leaked cursor moves only within data the caller may
 read. Positions past the 64-bit range and keys with NUL or lone surrogates are malformed.
 
+One whose encoding would begin with `-` begins with `.` before it (`_NOT_AN_OPTION`, outside the
+base64 alphabet): a command line takes an argument that begins with `-` for an option, so
+`mcphost runs --cursor -Bm2…` failed one page in 64.
+
 Paging (`Window`): `before=c` → newest-first, strictly older than c; `after=c` → oldest-first, strictly
 newer than c; neither → newest-first from the end. A page fetches `limit + 1` rows to learn `has_more`.
 `next_cursor` continues in the same direction and is set only when `has_more`; `prev_cursor` points the
@@ -38,6 +42,9 @@ from sqlalchemy.orm import QueryableAttribute
 
 from mcphost.errors import InvalidArgumentError
 from mcphost.protocol import INT64_MAX, is_json_object, text_problem
+
+_NOT_AN_OPTION = "."
+"""Put before a cursor whose encoding begins with `-` (see the module docstring)."""
 
 T = TypeVar("T")
 RowT = TypeVar("RowT")
@@ -112,12 +119,14 @@ class CursorCodec:
         """An opaque cursor for position `value` of `kind`."""
         raw = json.dumps({"k": kind, "v": value}, separators=(",", ":")).encode()
         mac = self._mac(raw)
-        return base64.urlsafe_b64encode(mac + self._cipher(mac, raw)).decode().rstrip("=")
+        encoded = base64.urlsafe_b64encode(mac + self._cipher(mac, raw)).decode().rstrip("=")
+        return _NOT_AN_OPTION + encoded if encoded.startswith("-") else encoded
 
     def _decode(self, cursor: str, kind: CursorKind) -> object:
         what = f"{kind} cursor"
+        body = cursor.removeprefix(_NOT_AN_OPTION)
         try:
-            blob = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+            blob = base64.urlsafe_b64decode(body + "=" * (-len(body) % 4))
         except (binascii.Error, ValueError):
             blob = b""
         mac = blob[:_MAC_LEN]

@@ -9,8 +9,10 @@ import json
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 from mcphost.errors import InvalidArgumentError
+from mcphost.facts._args import _Window  # pyright: ignore[reportPrivateUsage]
 from mcphost.protocol import INT64_MAX
 from mcphost.stores import CursorCodec, Stores, open_stores
 from mcphost.stores._cursor import check_after, check_limit
@@ -137,3 +139,19 @@ async def test_a_forged_cursor_is_refused_by_the_stores(stores: Stores) -> None:
         await stores.transcript.page("c", None, after=forged, limit=10)
     with pytest.raises(InvalidArgumentError, match="Malformed"):
         await stores.runs.list(cursor=signed_with_the_old_source_key("runs", 10), limit=10)
+
+
+def test_no_cursor_begins_with_a_dash_which_a_command_line_takes_for_an_option() -> None:
+    codec = CODEC
+    cursors = {seq: codec.encode("runs", seq) for seq in range(3000)}
+    assert not [c for c in cursors.values() if c.startswith("-")]
+    dotted = [seq for seq, c in cursors.items() if c.startswith(".")]
+    assert len(dotted) > 10  # one in 64 would have begun with "-"
+    assert all(codec.decode_seq(c, "runs") == seq for seq, c in cursors.items())
+
+
+def test_the_facts_tools_take_a_cursor_that_begins_with_a_dot() -> None:
+    dotted = next(c for c in (CODEC.encode("transcript", seq) for seq in range(3000)) if c.startswith("."))
+    assert _Window.model_validate({"before_cursor": dotted}).before_cursor == dotted
+    with pytest.raises(ValidationError):
+        _Window.model_validate({"before_cursor": dotted[1:5] + "." + dotted[5:]})  # only the first
