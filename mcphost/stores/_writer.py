@@ -1,25 +1,38 @@
-"""The SQLite writer thread: one long-lived thread that runs the write transactions, one at a time.
+"""The SQLite writer: the one connection a SQLite file's hot-path write transactions run on, where each
+of them runs (on the event loop, or on the writer thread), and that thread.
 
-Owns the thread and the hand-off between it and the event loop: `call` puts the function on the
-thread's queue with the caller's context variables and awaits its result on the loop; the thread runs
-one function at a time, in the order they came, and settles the caller's future through
-`call_soon_threadsafe`. Does not own what the functions do (`engine.Database._write_on_thread`), the
-writers' queue on the loop or the shielding of a transaction's caller (`engine.Database._writer_turn`).
+Owns the writer's connection (`SqliteWriter`): its pragmas beyond the engine's (`_on_connect`: no busy
+timeout, no auto-checkpoint), its `BEGIN IMMEDIATE`, running a transaction body on it and the WAL
+checkpoints; and the thread (`WriterThread`): `call` puts a function on the thread's queue with the
+caller's context variables and awaits its result on the loop; the thread runs one function at a time,
+in the order they came, and settles the caller's future through `call_soon_threadsafe`. Does not own
+the writers' queue on the loop or the shielding of a transaction's caller
+(`engine.Database._writer_turn`), nor what the bodies do (the stores).
 
-Why not `anyio.to_thread.run_sync`: per call it enters a cancel scope, takes a capacity limiter on
-behalf of the task, picks an idle worker or starts one, and goes through a `queue.Queue` (a lock and a
-condition) each way, about a tenth of a SQLite run's write transaction on the loop. Here a call is a
-future, a `SimpleQueue.put` and one `call_soon_threadsafe`.
+Where a transaction runs: on the event loop when the write lock is free (`BEGIN IMMEDIATE` succeeds at
+once) — a hand-off to a thread and back costs more than a short transaction — else on the thread, which
+waits for the lock in SQLite's busy handler; the first transaction (it opens the connection) and `long`
+ones (rows without bound) go to the thread too. The loop never waits inside SQLite: the connection has
+`busy_timeout=0` except while the thread runs a transaction, and `wal_autocheckpoint=0`; every
+`CHECKPOINT_EVERY` transactions on the loop the thread checkpoints, on the writers' turn.
+
+Why not `anyio.to_thread.run_sync` for the thread: per call it enters a cancel scope, takes a capacity
+limiter on behalf of the task, picks an idle worker or starts one, and goes through a `queue.Queue` (a
+lock and a condition) each way. Here a call is a future, a `SimpleQueue.put` and one
+`call_soon_threadsafe`.
 
 Invariants:
-- One function at a time, in submission order: the functions share one `sqlite3` connection, which is
-  never used by two threads at once.
-- A caller that awaits `call` gets the function's return value or its exception, raised on the loop;
-  the function runs in a copy of the caller's context (as `anyio.to_thread.run_sync` runs it).
+- One transaction at a time on the connection (the caller holds the writers' lock), never used by two
+  threads at once: the loop uses it only between awaits, the thread only while the loop awaits it.
+- The thread runs one function at a time, in submission order. A caller that awaits `call` gets the
+  function's return value or its exception, raised on the loop; the function runs in a copy of the
+  caller's context (as `anyio.to_thread.run_sync` runs it).
 - The thread starts on the first call and ends on `stop` (after the functions queued before it have
   run); a call after `stop` starts a new one. It is a daemon thread: an interpreter that exits without
   `stop` is not held up by it.
 - A result for a loop that has closed meanwhile is dropped (nobody is waiting for it any more).
+- A transaction that fails without rolling back cleanly closes the connection; the next one opens a
+  fresh one (on the thread).
 """
 
 from __future__ import annotations
@@ -27,13 +40,28 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import logging
 import queue
+import sqlite3
 import threading
-from collections.abc import Callable
-from typing import Any, TypeVar, TypeVarTuple
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar, TypeVarTuple, cast
 
+from sqlalchemy import Connection, Engine, event
+from sqlalchemy.engine.interfaces import DBAPIConnection
+from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.pool import ConnectionPoolEntry
+
+from mcphost.stores._sessions import ThreadSession, drive
+
+log = logging.getLogger(__name__)
 T = TypeVar("T")
 Args = TypeVarTuple("Args")
+WriteBody = Callable[[AsyncSession], Coroutine[Any, Any, T]]
+"""A write transaction's body: its statements through the session it is given, no other awaits."""
+CHECKPOINT_EVERY = 32
+"""Transactions the writer commits on the event loop between two checkpoints on its thread: about the
+WAL pages (~1,000, SQLite's own `wal_autocheckpoint`) of 32 of a run's transactions."""
 _Job = tuple[
     contextvars.Context, Callable[..., Any], tuple[Any, ...], asyncio.AbstractEventLoop, asyncio.Future[Any]
 ]
@@ -105,3 +133,118 @@ def _resolve(future: asyncio.Future[Any], result: Any, error: BaseException | No
         future.set_exception(error)
     else:
         future.set_result(result)
+
+
+class SqliteWriter:
+    """The writer's connection of a SQLite file and where its transactions run (see the module docstring)."""
+
+    def __init__(self, engine: Engine, *, busy_timeout_s: Callable[[], float]) -> None:
+        self._engine = engine
+        self._busy_timeout_s = busy_timeout_s
+        """How long the thread's transaction waits for the write lock (read when it runs)."""
+        self._connection: Connection | None = None
+        """Kept open between transactions: a session and a checkout per transaction cost more than most
+        of its statements."""
+        self._thread = WriterThread("mcphost-sqlite-writer")
+        self._commits = 0
+        """Transactions committed on the event loop since the last checkpoint."""
+        event.listen(engine, "connect", _on_connect)
+        event.listen(engine, "begin", _on_begin)
+
+    async def run(self, body: WriteBody[T], *, long: bool = False) -> T:
+        """`body`'s result, run in a transaction on the connection; the caller holds the writers' turn."""
+        connection = self._connection
+        if not long and connection is not None and _begun_at_once(connection):
+            result = self._run_begun(connection, body)
+            self._commits += 1
+            if self._commits >= CHECKPOINT_EVERY:  # still the writers' turn: nothing is written meanwhile
+                self._commits = 0
+                await self._thread.call(self._checkpoint)
+            return result
+        return await self._thread.call(self._run_on_thread, body)
+
+    async def close(self) -> None:
+        """Close the connection (on the thread, between transactions) and stop the thread."""
+        if self._connection is not None:
+            await self._thread.call(self._close_connection)
+        self._thread.stop()
+
+    def _run_on_thread(self, body: WriteBody[T]) -> T:
+        """On the thread: a transaction that found the write lock taken (or the first, which opens the
+        connection, or a long one), waiting for the lock in SQLite's busy handler."""
+        connection = self._connection
+        if connection is None:
+            connection = self._connection = self._engine.connect()
+        dbapi_connection: Any = connection.connection.dbapi_connection
+        dbapi_connection.execute(f"PRAGMA busy_timeout={int(self._busy_timeout_s() * 1000)}")
+        try:
+            return self._run_begun(connection, body)
+        finally:
+            if self._connection is connection:  # not closed after a failed rollback
+                dbapi_connection.execute("PRAGMA busy_timeout=0")
+
+    def _run_begun(self, connection: Connection, body: WriteBody[T]) -> T:
+        session = ThreadSession(connection)
+        try:
+            with connection.begin():
+                # The facade has the AsyncSession methods the stores call, each one returning at once.
+                result = drive(body(cast(AsyncSession, session)))
+                session.flush_pending()  # ORM changes left pending, as `AsyncSession`'s commit flushes them
+                return result
+        except BaseException:
+            dbapi_connection: Any = None if connection.invalidated else connection.connection.dbapi_connection
+            if dbapi_connection is None or connection.in_transaction() or dbapi_connection.in_transaction:
+                self._close_connection()  # not rolled back cleanly
+            raise
+        finally:
+            session.close()
+
+    def _close_connection(self) -> None:
+        connection, self._connection = self._connection, None
+        if connection is not None:
+            connection.close()
+
+    def _checkpoint(self) -> None:
+        """On the thread, on the writers' turn: copy the WAL's pages into the database file, as SQLite's own
+        `wal_autocheckpoint` would in a commit, but off the event loop. `PASSIVE` waits for no reader;
+        with every page copied, the next transaction writes the WAL from its start again instead of
+        growing it."""
+        connection = self._connection
+        if connection is None:
+            return
+        dbapi_connection: Any = connection.connection.dbapi_connection
+        try:
+            dbapi_connection.execute("PRAGMA wal_checkpoint(PASSIVE)")
+        except sqlite3.Error as exc:  # the next one tries again; no write depends on it
+            log.warning("SQLite checkpoint failed: %s", exc)
+
+
+def _on_connect(dbapi_connection: DBAPIConnection, _record: ConnectionPoolEntry) -> None:
+    # After the engine's own connect listener: the writer never waits in SQLite's busy handler (on the
+    # event loop it would stall every task) and never checkpoints in a commit (`_checkpoint` does).
+    cursor = dbapi_connection.cursor()
+    try:
+        cursor.execute("PRAGMA busy_timeout=0")
+        cursor.execute("PRAGMA wal_autocheckpoint=0")
+    finally:
+        cursor.close()
+
+
+def _on_begin(conn: Connection) -> None:
+    # Every transaction writes: BEGIN IMMEDIATE straight on the sqlite3 connection, without an execution
+    # context of SQLAlchemy's around it (unless `_begun_at_once` has sent it).
+    dbapi_connection: Any = conn.connection.dbapi_connection
+    assert dbapi_connection is not None
+    if not dbapi_connection.in_transaction:
+        dbapi_connection.execute("BEGIN IMMEDIATE")
+
+
+def _begun_at_once(connection: Connection) -> bool:
+    """`BEGIN IMMEDIATE` if the write lock is free right now; False when another connection holds it (or
+    the attempt failed otherwise: the thread's own begin will say how)."""
+    dbapi_connection: Any = connection.connection.dbapi_connection
+    try:
+        dbapi_connection.execute("BEGIN IMMEDIATE")
+    except sqlite3.OperationalError:
+        return False
+    return True

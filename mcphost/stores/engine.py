@@ -55,11 +55,11 @@ Invariants:
   transaction runs right on the event loop (after one yield, so that a writing loop lets other tasks run
   and stays cancellable): a hand-off to a thread and back cost more than a short transaction. The loop
   never waits in SQLite: the writer's connection has no busy timeout and no auto-checkpoint
-  (`_writer_on_connect`); a `BEGIN IMMEDIATE` that finds the lock held elsewhere sends the transaction
-  to the writer thread (`_writer.WriterThread`: one function at a time, handed over with a future and
+  (`_writer.SqliteWriter`, which owns all this); a `BEGIN IMMEDIATE` that finds the lock held elsewhere
+  sends the transaction to the writer thread (`_writer.WriterThread`: one function at a time, handed over with a future and
   `call_soon_threadsafe`), which waits the usual busy timeout there; so do the first transaction (it
   opens the connection) and `long` ones (rows without bound), and every `CHECKPOINT_EVERY` transactions
-  the writer, still on its turn, has the thread checkpoint the WAL (`_checkpoint`). The connection stays
+  the writer, still on its turn, has the thread checkpoint the WAL. The connection stays
   open between transactions (closed and reopened after a transaction that did not roll back cleanly,
   closed on its turn by `dispose`), and a body gets a sync ORM `Session` joined to the transaction only
   when it makes an ORM call. Through aiosqlite every DBAPI call (checkout, BEGIN, each statement and
@@ -102,8 +102,7 @@ import fcntl
 import json
 import logging
 import re
-import sqlite3
-from collections.abc import AsyncGenerator, Callable, Coroutine, Generator, Mapping
+from collections.abc import AsyncGenerator, Generator, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager, nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, TypeVar, cast
@@ -129,9 +128,9 @@ from mcphost.stores import _direct
 from mcphost.stores._hooks import EngineHooks
 from mcphost.stores._retry import storage_error
 from mcphost.stores._schema import create_from_snapshot
-from mcphost.stores._sessions import PostgresSession, ThreadSession, drive
+from mcphost.stores._sessions import PostgresSession
 from mcphost.stores._sql import Dialect, lock_in_transaction
-from mcphost.stores._writer import WriterThread
+from mcphost.stores._writer import SqliteWriter, WriteBody
 
 if TYPE_CHECKING:
     from alembic.config import Config
@@ -140,17 +139,12 @@ log = logging.getLogger(__name__)
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 SQLITE_BUSY_TIMEOUT_S = 30.0
-CHECKPOINT_EVERY = 32
-"""Transactions the writer commits on the event loop between two checkpoints on its thread: about the
-WAL pages (~1,000, SQLite's own `wal_autocheckpoint`) of 32 of a run's transactions."""
 DEFAULT_POOL_SIZE = 16
 """PostgreSQL connections a process keeps open (`[host] database_pool_size`)."""
 _WRITE_OPTION = "mcphost_write"
 _NO_FOREIGN_KEYS_OPTION = "mcphost_no_foreign_keys"
 _CORE_CONNECTION = "mcphost_core_connection"
 T = TypeVar("T")
-WriteBody = Callable[[AsyncSession], Coroutine[Any, Any, T]]
-"""A write transaction's body: its statements through the session it is given, no other awaits."""
 
 
 def load_stored_json(text: str) -> Any:
@@ -209,38 +203,6 @@ def _sqlite_on_connect(dbapi_connection: DBAPIConnection, _record: ConnectionPoo
         cursor.close()
 
 
-def _sqlite_on_begin_immediate(conn: Connection) -> None:
-    # The writer engine's every transaction writes: BEGIN IMMEDIATE straight on the sqlite3 connection,
-    # without an execution context of SQLAlchemy's around it (unless `_begun_at_once` has sent it).
-    dbapi_connection: Any = conn.connection.dbapi_connection
-    assert dbapi_connection is not None
-    if not dbapi_connection.in_transaction:
-        dbapi_connection.execute("BEGIN IMMEDIATE")
-
-
-def _writer_on_connect(dbapi_connection: DBAPIConnection, _record: ConnectionPoolEntry) -> None:
-    # After `_sqlite_on_connect`: the writer never waits in SQLite's busy handler (on the event loop it
-    # would stall every task; `run_write` hands a contended transaction to the thread, which waits) and
-    # never checkpoints in a commit (`Database._checkpoint` does, on the thread).
-    cursor = dbapi_connection.cursor()
-    try:
-        cursor.execute("PRAGMA busy_timeout=0")
-        cursor.execute("PRAGMA wal_autocheckpoint=0")
-    finally:
-        cursor.close()
-
-
-def _begun_at_once(connection: Connection) -> bool:
-    """`BEGIN IMMEDIATE` on the writer's connection if the write lock is free right now; False when
-    another connection holds it (or the attempt failed otherwise: the thread's own begin will say how)."""
-    dbapi_connection: Any = connection.connection.dbapi_connection
-    try:
-        dbapi_connection.execute("BEGIN IMMEDIATE")
-    except sqlite3.OperationalError:
-        return False
-    return True
-
-
 def _sqlite_on_begin(conn: Connection) -> None:
     options = conn.get_execution_options()
     if options.get(_NO_FOREIGN_KEYS_OPTION, False):
@@ -287,14 +249,8 @@ class Database:
         """Sessions for writes (BEGIN IMMEDIATE on SQLite). Prefer `write()`, which also queues."""
         # Free, it is taken without a checkpoint: `_writer_turn` checks for cancellation right after.
         self._write_lock = anyio.Lock(fast_acquire=True) if self.dialect == "sqlite" else None
-        self._writer: Engine | None = None
-        self._writer_connection: Connection | None = None
-        """The writer thread's connection, kept open between transactions (see `_write_on_thread`)."""
-        self._writer_thread = WriterThread("mcphost-sqlite-writer")
-        """Opens the writer connection, runs the transactions that must wait for the write lock, the
-        checkpoints and the connections' close, one at a time (`_writer.py`)."""
-        self._commits = 0
-        """Transactions committed on the event loop since the last checkpoint."""
+        self._writer: SqliteWriter | None = None
+        """A SQLite file's writer: its connection, and where its transactions run (`_writer.py`)."""
         self.sync_engines: list[Engine] = [self.engine.sync_engine]
         """Every engine this database runs statements on (listeners go through `hooks`)."""
         if self.dialect == "sqlite" and sqlite_path(self.url) is not None:
@@ -303,11 +259,9 @@ class Database:
                 json_deserializer=load_stored_json,
                 connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S, "check_same_thread": False},
             )
-            event.listen(writer, "connect", _sqlite_on_connect)
-            event.listen(writer, "connect", _writer_on_connect)
-            event.listen(writer, "begin", _sqlite_on_begin_immediate)
+            event.listen(writer, "connect", _sqlite_on_connect)  # before the writer's own listeners
+            self._writer = SqliteWriter(writer, busy_timeout_s=lambda: SQLITE_BUSY_TIMEOUT_S)
             self.hooks.attach(writer)
-            self._writer = writer
             self.sync_engines.append(writer)
 
     def read(self) -> AbstractAsyncContextManager[AsyncSession]:
@@ -334,15 +288,7 @@ class Database:
         # lets the others run and can be cancelled (before its transaction, never inside it).
         await anyio.lowlevel.checkpoint()
         async with self._writer_turn():
-            connection = self._writer_connection
-            if not long and connection is not None and _begun_at_once(connection):
-                result = self._write_begun(connection, body)
-                self._commits += 1
-                if self._commits >= CHECKPOINT_EVERY:  # still the writers' turn: no write meanwhile
-                    self._commits = 0
-                    await self._writer_thread.call(self._checkpoint)
-                return result
-            return await self._writer_thread.call(self._write_on_thread, body)
+            return await self._writer.run(body, long=long)
 
     async def run_statement(self, statement: Executable, params: Mapping[str, Any]) -> Any:
         """`statement` with `params` in a write transaction of its own, as `run_write` would run it; its
@@ -392,61 +338,6 @@ class Database:
             with _storage_errors(), anyio.CancelScope(shield=True):
                 yield
 
-    def _write_on_thread(self, body: WriteBody[T]) -> T:
-        """On the writer thread: the transaction that found the write lock taken (or the first, which
-        opens the connection), waiting for the lock in SQLite's busy handler as long as any other
-        connection would (`SQLITE_BUSY_TIMEOUT_S`)."""
-        assert self._writer is not None
-        connection = self._writer_connection
-        if connection is None:
-            connection = self._writer_connection = self._writer.connect()
-        dbapi_connection: Any = connection.connection.dbapi_connection
-        dbapi_connection.execute(f"PRAGMA busy_timeout={int(SQLITE_BUSY_TIMEOUT_S * 1000)}")
-        try:
-            return self._write_begun(connection, body)
-        finally:
-            if self._writer_connection is connection:  # not closed after a failed rollback
-                dbapi_connection.execute("PRAGMA busy_timeout=0")
-
-    def _write_begun(self, connection: Connection, body: WriteBody[T]) -> T:
-        # One connection for the process's whole life (the writers' lock lets one transaction run at a
-        # time): a session and a pool checkout per transaction cost more than most of its statements.
-        session = ThreadSession(connection)
-        try:
-            with connection.begin():
-                # The facade has the AsyncSession methods the stores call, each one returning at once.
-                result = drive(body(cast(AsyncSession, session)))
-                session.flush_pending()  # ORM changes left pending, as `AsyncSession`'s commit flushes them
-                return result
-        except BaseException:
-            dbapi_connection: Any = (
-                connection.connection.dbapi_connection if not connection.invalidated else None
-            )
-            if dbapi_connection is None or connection.in_transaction() or dbapi_connection.in_transaction:
-                self._close_writer_connection()  # not rolled back cleanly
-            raise
-        finally:
-            session.close()
-
-    def _close_writer_connection(self) -> None:
-        connection, self._writer_connection = self._writer_connection, None
-        if connection is not None:
-            connection.close()
-
-    def _checkpoint(self) -> None:
-        """On the writer thread, on the writers' turn: copy the WAL's pages into the database file, as
-        SQLite's own `wal_autocheckpoint` would in a commit, but off the event loop. `PASSIVE` waits for
-        no reader; with every page copied, the next transaction writes the WAL from its start again
-        instead of growing it."""
-        connection = self._writer_connection
-        if connection is None:
-            return
-        dbapi_connection: Any = connection.connection.dbapi_connection
-        try:
-            dbapi_connection.execute("PRAGMA wal_checkpoint(PASSIVE)")
-        except sqlite3.Error as exc:  # the next one tries again; no write depends on it
-            log.warning("SQLite checkpoint failed: %s", exc)
-
     @staticmethod
     @asynccontextmanager
     async def _shielded(
@@ -462,9 +353,8 @@ class Database:
     async def dispose(self) -> None:
         """Close every pooled connection."""
         await self.engine.dispose()
-        if self._writer_connection is not None:  # closed on the writer's turn: never under a transaction
-            await self._writer_thread.call(self._close_writer_connection)
-        self._writer_thread.stop()  # a later write starts it again
+        if self._writer is not None:
+            await self._writer.close()  # a later write opens it again
         for engine in self.sync_engines[1:]:
             engine.dispose()
 

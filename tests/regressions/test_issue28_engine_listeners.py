@@ -93,7 +93,8 @@ def _listener_calls(path: Path) -> list[str]:
 
 def test_engine_listeners_are_registered_only_where_an_engine_is_made() -> None:
     """Issue 28, item 5: every `event.listen` on an engine happens before the engine is shared — in
-    `Database.__init__` (the engine and the SQLite writer, with `EngineHooks.attach`) and nowhere else,
+    `Database.__init__` (the engine and the SQLite writer's, with `EngineHooks.attach`; the writer's own in
+    `SqliteWriter.__init__`, which `Database.__init__` calls before it shares that engine) and nowhere else,
     in the product, the bench and the tests; listeners that come and go are `Database.hooks`."""
     calls: list[str] = []
     for folder in ("mcphost", "bench", "tests", "examples"):
@@ -102,5 +103,6 @@ def test_engine_listeners_are_registered_only_where_an_engine_is_made() -> None:
                 calls += _listener_calls(path)
     assert sorted(set(calls)) == [
         "mcphost/stores/_hooks.py: attach",
+        "mcphost/stores/_writer.py: __init__",
         "mcphost/stores/engine.py: __init__",
     ]

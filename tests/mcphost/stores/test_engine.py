@@ -18,7 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 import mcphost.stores as stores_package
 from mcphost.models import new_id
-from mcphost.stores import AuditEntry, Database, Stores, engine, open_stores
+from mcphost.stores import AuditEntry, Database, Stores, _writer, engine, open_stores
 from mcphost.stores.engine import normalize_url, sqlite_path
 from mcphost.stores.events import event_values, insert_event
 from mcphost.stores.tables import EventRow
@@ -284,12 +284,12 @@ async def test_the_wal_of_writes_on_the_loop_is_checkpointed_and_stays_small(
         )
         await insert_event(session, stores.db.dialect, values)
 
-    for _ in range(20 * engine.CHECKPOINT_EVERY):
+    for _ in range(20 * _writer.CHECKPOINT_EVERY):
         await stores.db.run_write(body)
     await anyio.sleep(0.2)  # the last checkpoint posted runs on the thread
     wal = path.with_name(path.name + "-wal")
     assert wal.stat().st_size < 2 * 1024 * 1024, wal.stat().st_size
-    assert await _count_events(stores) == 20 * engine.CHECKPOINT_EVERY
+    assert await _count_events(stores) == 20 * _writer.CHECKPOINT_EVERY
 
 
 async def test_a_write_body_that_raises_rolls_back_everything(stores: Stores) -> None:
