@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import random
 import sqlite3
@@ -17,12 +18,14 @@ from sqlalchemy import func, select, text
 from sqlalchemy.ext.asyncio import AsyncSession
 
 import mcphost.stores as stores_package
+from mcphost.errors import StorageFullError
 from mcphost.models import new_id
 from mcphost.stores import AuditEntry, Database, Stores, _writer, engine, open_stores
 from mcphost.stores.engine import normalize_url, sqlite_path
 from mcphost.stores.events import event_values, insert_event
 from mcphost.stores.tables import EventRow
 from tests.mcphost.stores.factories import admitted
+from tests.mcphost.test_storage_faults import tmpfs
 
 WRITER = """
 import sys, anyio
@@ -390,3 +393,38 @@ async def test_an_unexpected_start_up_error_keeps_its_own_cause(
         async with open_stores(database_url, tmp_path / "data"):
             pass
     assert caught.value.__cause__ is root
+
+
+async def test_a_hot_write_on_a_full_disk_fails_cleanly_and_the_writer_recovers(tmp_path: Path) -> None:
+    # The writer's transactions run on the event loop: SQLite's "database or disk is full" must still
+    # leave as `StorageFullError`, store nothing and leave the connection usable once there is room.
+    with tmpfs(tmp_path / "small", "4m") as mount:
+        url = f"sqlite+aiosqlite:///{mount / 'mcphost.db'}"
+        async with open_stores(url, mount / "data") as stores:
+            payload = {"text": "x" * 60_000}
+
+            async def body(session: AsyncSession) -> None:
+                values = event_values(
+                    event_id=new_id("full"), event_type="a.b", kind="system", source="system", payload=payload
+                )
+                await insert_event(session, stores.db.dialect, values)
+
+            await stores.db.run_write(body)  # the writer's connection is open
+            before = await _count_events(stores)
+            filler = mount / "filler"
+            with filler.open("wb") as out, contextlib.suppress(OSError):
+                while True:
+                    out.write(b"\0" * 65536)
+                    out.flush()
+
+            async def until_full() -> None:
+                for _ in range(200):  # until the WAL needs a page the disk does not have
+                    await stores.db.run_write(body)
+
+            with pytest.raises(StorageFullError):
+                await until_full()
+            stored = await _count_events(stores)
+            assert stored >= before
+            filler.unlink()
+            await stores.db.run_write(body)
+            assert await _count_events(stores) == stored + 1
