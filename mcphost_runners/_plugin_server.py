@@ -26,6 +26,7 @@ import anyio.abc
 import anyio.to_thread
 from pydantic import ValidationError
 
+from mcphost.common import gcstart
 from mcphost.common.excgroups import sole_leaf
 from mcphost.common.lines import LineReader, TooLong
 from mcphost.protocol import (
@@ -76,22 +77,8 @@ def serve(*runners: AgentRunner, author: str, plugin: str, version: str | None =
         for chatty in ("httpx2", "httpcore", "mcp"):  # a line per MCP request would drown the host's log
             logging.getLogger(chatty).setLevel(logging.WARNING)
     proto_in, proto_out = _claim_stdio()
-    _collect_less()
+    gcstart.collect_less()  # a run leaves cycles (tasks, futures, cancel scopes) only the collector frees
     anyio.run(server.serve, proto_in, proto_out, backend="asyncio", backend_options=_loop_options())
-
-
-GEN0_THRESHOLD = 10_000
-"""Allocations between two first-generation collections while serving (CPython's default: 700)."""
-
-
-def _collect_less() -> None:
-    """Move what the imports built into the collector's permanent generation and collect every
-    `GEN0_THRESHOLD` allocations: a run leaves cycles (tasks, futures, cancel scopes) that only the
-    collector frees, and with the default threshold it ran several times per run, traversing the
-    imports' heap every tenth of the tenth time (as `mcphost.common.gcstart` does for the host)."""
-    gc.freeze()
-    _, older, oldest = gc.get_threshold()
-    gc.set_threshold(GEN0_THRESHOLD, older, oldest)
 
 
 def _warm(modules: tuple[str, ...]) -> None:

@@ -46,7 +46,13 @@ def resume() -> None:
     global _paused
     if _paused:
         _paused = False
-        gc.freeze()
-        _, older, oldest = gc.get_threshold()
-        gc.set_threshold(GEN0_THRESHOLD, older, oldest)
+        collect_less()
         gc.enable()
+
+
+def collect_less() -> None:
+    """Freeze every object alive into the permanent generation and collect every `GEN0_THRESHOLD`
+    allocations from now on: what `resume` does for the host, and a serving plugin for itself."""
+    gc.freeze()
+    _, older, oldest = gc.get_threshold()
+    gc.set_threshold(GEN0_THRESHOLD, older, oldest)
