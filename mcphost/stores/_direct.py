@@ -175,7 +175,7 @@ def execute(
             ]
         return DirectResult(rows_, cursor.rowcount)
     except connection.dialect.loaded_dbapi.Error as exc:
-        _raise_wrapped(exc, plan_.sql, args, connection.dialect)
+        raise_wrapped(exc, plan_.sql, args, connection.dialect)
     finally:
         cursor.close()
 
@@ -268,7 +268,8 @@ def _raise_handled(connection: Connection, exc: Exception, sql: str, args: Any) 
     raise AssertionError("unreachable: SQLAlchemy raised")  # pragma: no cover
 
 
-def _raise_wrapped(exc: Exception, sql: str, args: Any, dialect: Dialect) -> NoReturn:
+def raise_wrapped(exc: Exception, sql: str, args: Any, dialect: Dialect) -> NoReturn:
+    """`exc`, a driver error raised by `sql` run outside SQLAlchemy, raised as SQLAlchemy would raise it."""
     raise DBAPIError.instance(sql, args, exc, dialect.loaded_dbapi.Error, dialect=dialect) from exc
 
 

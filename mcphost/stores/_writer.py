@@ -52,6 +52,7 @@ from sqlalchemy.engine.interfaces import DBAPIConnection
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.pool import ConnectionPoolEntry
 
+from mcphost.stores._direct import raise_wrapped
 from mcphost.stores._sessions import ThreadSession, drive
 
 log = logging.getLogger(__name__)
@@ -175,13 +176,12 @@ class SqliteWriter:
         connection = self._connection
         if connection is None:
             connection = self._connection = self._engine.connect()
-        dbapi_connection: Any = connection.connection.dbapi_connection
-        dbapi_connection.execute(f"PRAGMA busy_timeout={int(self._busy_timeout_s() * 1000)}")
+        _execute_raw(connection, f"PRAGMA busy_timeout={int(self._busy_timeout_s() * 1000)}")
         try:
             return self._run_begun(connection, body)
         finally:
             if self._connection is connection:  # not closed after a failed rollback
-                dbapi_connection.execute("PRAGMA busy_timeout=0")
+                _execute_raw(connection, "PRAGMA busy_timeout=0")
 
     def _run_begun(self, connection: Connection, body: WriteBody[T]) -> T:
         session = ThreadSession(connection)
@@ -236,7 +236,18 @@ def _on_begin(conn: Connection) -> None:
     dbapi_connection: Any = conn.connection.dbapi_connection
     assert dbapi_connection is not None
     if not dbapi_connection.in_transaction:
-        dbapi_connection.execute("BEGIN IMMEDIATE")
+        _execute_raw(conn, "BEGIN IMMEDIATE")
+
+
+def _execute_raw(connection: Connection, sql: str) -> None:
+    """`sql` straight on the sqlite3 connection; its failure raised as SQLAlchemy's error for it, as a
+    statement SQLAlchemy ran would raise it (SQLAlchemy does not wrap what a `begin` listener raises, and
+    the stores translate only its errors: "database is locked" after the busy timeout was a 500)."""
+    dbapi_connection: Any = connection.connection.dbapi_connection
+    try:
+        dbapi_connection.execute(sql)
+    except sqlite3.Error as exc:
+        raise_wrapped(exc, sql, (), connection.dialect)
 
 
 def _begun_at_once(connection: Connection) -> bool:

@@ -15,10 +15,11 @@ from pathlib import Path
 import anyio
 import pytest
 from sqlalchemy import func, select, text
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 import mcphost.stores as stores_package
-from mcphost.errors import StorageFullError
+from mcphost.errors import StorageFullError, StorageUnavailableError
 from mcphost.models import new_id
 from mcphost.stores import AuditEntry, Database, Stores, _writer, engine, open_stores
 from mcphost.stores.engine import normalize_url, sqlite_path
@@ -427,3 +428,29 @@ async def test_a_hot_write_on_a_full_disk_fails_cleanly_and_the_writer_recovers(
             filler.unlink()
             await stores.db.run_write(body)
             assert await _count_events(stores) == stored + 1
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+async def test_a_write_that_waits_past_the_busy_timeout_is_storage_unavailable_not_a_crash(
+    stores: Stores, database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # "database is locked" from the writer's own BEGIN IMMEDIATE (a listener, which SQLAlchemy does not
+    # wrap) left raw and reached the API as a 500; it is the stores' `StorageUnavailableError` (503).
+    monkeypatch.setattr(engine, "SQLITE_BUSY_TIMEOUT_S", 0.3)  # read when the thread's transaction runs
+    run = await admitted(stores)
+    path = sqlite_path(database_url)
+    assert path is not None
+    held, release = threading.Event(), threading.Event()
+    holder = threading.Thread(target=_hold_write_lock, args=(path, "held", held, release))
+    holder.start()
+    try:
+        await anyio.to_thread.run_sync(held.wait, 10)
+        with pytest.raises(StorageUnavailableError) as raised:
+            await stores.audit.append(_audit(run.run_id))
+        assert isinstance(raised.value.__cause__, OperationalError)
+        assert "database is locked" in str(raised.value.__cause__)
+    finally:
+        release.set()
+        holder.join()
+    await stores.audit.append(_audit(run.run_id))  # the writer is fine once the lock is free
+    assert len(await stores.audit.list(run.run_id)) == 1
