@@ -71,6 +71,7 @@ from mcphost.protocol import (
     is_json_object,
 )
 from mcphost.stores import AuditEntry, Stores
+from mcphost.stores.engine import LONG_WRITE_BYTES
 from mcphost.stores.events import EventKind, event_values
 from mcphost.stores.results import ResultEffects, StoredResult
 from mcphost.stores.state import state_values
@@ -237,7 +238,7 @@ class RunJournal:
         except _ViolationError as exc:
             violation = violation or exc
         if accepted or effects:
-            await self._persist(accepted, effects)
+            await self._persist(accepted, effects, long=sum(raw.nbytes for raw in batch) > LONG_WRITE_BYTES)
         if violation is not None and not self.ended:
             return await self.end(RunOutcome.failed(violation.code, violation.message))
         if terminal is not None and not self.ended:
@@ -351,11 +352,14 @@ class RunJournal:
         await self._stores.audit.append(entry)
         raise _ViolationError("unauthorized", f"action.requested: {why}")
 
-    async def _persist(self, results: Sequence[AgentRunResult], effects: ResultEffects) -> None:
-        """One transaction: the results and what they cause; then publish them (persist first)."""
+    async def _persist(
+        self, results: Sequence[AgentRunResult], effects: ResultEffects, *, long: bool = False
+    ) -> None:
+        """One transaction: the results and what they cause; then publish them (persist first). A `long`
+        batch (past `engine.LONG_WRITE_BYTES`; a batch holds up to 512 results of up to 1 MiB) is written off the event loop (`Database.run_write`)."""
         items = [(r.type, r.model_dump(mode="json", exclude_none=True)) for r in results]
         stored = await self._stores.results.append_many(
-            self._run_id, items, first_seq=self._next_seq, effects=effects
+            self._run_id, items, first_seq=self._next_seq, effects=effects, long=long
         )
         self._next_seq += len(items)
         if stored:

@@ -44,7 +44,7 @@ from sqlalchemy import Select, delete, func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from mcphost.errors import ConflictError
-from mcphost.stores.engine import Database
+from mcphost.stores.engine import LONG_WRITE_BYTES, Database
 from mcphost.stores.runtime_audit import (
     EVENTS_KEPT,
     RuntimeAudit,
@@ -479,7 +479,7 @@ class DispatchStore:
             await session.flush()
             return row.received, row.cancel_reason
 
-        return await self._db.run_write(post_in)
+        return await self._db.run_write(post_in, long=sum(i.nbytes for i in items) > LONG_WRITE_BYTES)
 
     async def post_end(self, runtime_id: str, run_id: str, fence: int, status: str, last_seq: int) -> None:
         """The runner answered with `status` after result `last_seq` (all stored first).

@@ -58,7 +58,7 @@ Invariants:
   (`_writer.SqliteWriter`, which owns all this); a `BEGIN IMMEDIATE` that finds the lock held elsewhere
   sends the transaction to the writer thread (`_writer.WriterThread`: one function at a time, handed over with a future and
   `call_soon_threadsafe`), which waits the usual busy timeout there; so do the first transaction (it
-  opens the connection) and `long` ones (rows without bound), and every `CHECKPOINT_EVERY` transactions
+  opens the connection) and `long` ones (rows without bound, a result batch of megabytes), and every `CHECKPOINT_EVERY` transactions
   the writer, still on its turn, has the thread checkpoint the WAL. The connection stays
   open between transactions (closed and reopened after a transaction that did not roll back cleanly,
   closed on its turn by `dispose`), and a body gets a sync ORM `Session` joined to the transaction only
@@ -139,6 +139,9 @@ log = logging.getLogger(__name__)
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 SQLITE_BUSY_TIMEOUT_S = 30.0
+LONG_WRITE_BYTES = 128 * 1024
+"""A hot write carrying more payload than this (a batch of results) is `long` (`run_write`): on a SQLite
+file, encoding and writing megabytes on the event loop would stall every other task meanwhile."""
 DEFAULT_POOL_SIZE = 16
 """PostgreSQL connections a process keeps open (`[host] database_pool_size`)."""
 _WRITE_OPTION = "mcphost_write"

@@ -200,9 +200,11 @@ class ResultStore:
         *,
         first_seq: int,
         effects: ResultEffects | None = None,
+        long: bool = False,
     ) -> list[StoredResult]:
         """Store `items` as (type, payload) at sequences first_seq, first_seq + 1, …, and `effects` in
         the same transaction (one commit per batch: its results and what they cause land together).
+        A `long` batch (megabytes to encode and write) runs off the event loop (`Database.run_write`).
 
         Storing the same batch again is a no-op that returns the stored results (its effects were
         committed with it).
@@ -253,7 +255,7 @@ class ResultStore:
                     _APPEND_WITH_EFFECTS, self._one_statement(run_id, now, stored, effects)
                 )
             else:
-                await self._db.run_write(append_in)
+                await self._db.run_write(append_in, long=long)
         except IntegrityError as exc:
             already = await self.list(run_id, after=first_seq - 1, limit=len(stored))
             if [(r.seq, r.type, r.payload) for r in already] == [(r.seq, r.type, r.payload) for r in stored]:

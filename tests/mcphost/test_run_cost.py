@@ -14,6 +14,7 @@ round trip to its thread.
 from __future__ import annotations
 
 import re
+import threading
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +26,7 @@ import pytest
 from mcphost.app import Host, open_host
 from mcphost.models import AgentEventEnvelope
 from mcphost.orchestrator import _tuning as orchestrator_module
+from mcphost.stores import engine
 from tests.mcphost.hostkit import host_settings, message
 
 RUN_BUDGET = 5
@@ -35,6 +37,8 @@ RUN_BUDGET = 5
 class _Transaction:
     engine: object = None
     """The engine whose connection began it: on a SQLite file, the writer's (`Database.sync_engines`)."""
+    thread: int = field(default_factory=threading.get_ident)
+    """The thread that began it: on a SQLite file the event loop's, unless the writer thread took it."""
     statements: list[str] = field(default_factory=list[str])
     parameters: list[str] = field(default_factory=list[str])
     values: list[object] = field(default_factory=list[object])
@@ -174,6 +178,23 @@ async def test_an_echo_run_takes_at_most_five_transactions(host: Host) -> None:
         # Each on the writer's connection (`Database.run_write`), none through aiosqlite.
         writer = host.stores.db.sync_engines[1]
         assert {tx.engine for tx in mine} == {writer}
+
+
+async def test_a_batch_of_results_past_long_batch_bytes_is_written_off_the_event_loop(host: Host) -> None:
+    """A batch's results are encoded and written in its transaction: on a SQLite file a small batch runs
+    on the event loop, one past `engine.LONG_WRITE_BYTES` (megabytes at most) on the writer thread."""
+    if host.stores.db.dialect != "sqlite":
+        pytest.skip("where a transaction runs is SQLite's writer's choice")
+    await _echo_run(host, "warm up", "conv-warm")
+    quiet = {"supports_streaming": False}
+    small, _ = await _count(host, message("hello", bot="echo", conversation="conv-small", delivery=quiet))
+    text = "x" * (engine.LONG_WRITE_BYTES + 1024)
+    big, _ = await _count(host, message(text, bot="echo", conversation="conv-big", delivery=quiet))
+    loop = threading.get_ident()
+    assert {tx.thread for tx in _check_shape(small, 3)} == {loop}
+    off_loop = [tx for tx in _check_shape(big, 3) if tx.thread != loop]
+    assert len(off_loop) == 1
+    assert off_loop[0].mentions(text)  # the batch with the long message, none other
 
 
 async def test_a_streamed_echo_run_adds_only_result_batches(host: Host) -> None:

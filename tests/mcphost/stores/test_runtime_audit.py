@@ -4,11 +4,13 @@ the queue row is dropped and deleted with the run's conversation; on SQLite and 
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 from mcphost.errors import ConflictError
 from mcphost.models import RunStatus
-from mcphost.stores import RuntimeRecord, Stores
+from mcphost.stores import RuntimeRecord, Stores, engine
 from mcphost.stores.dispatch import PostedResult, QueuedRun
 from tests.mcphost.stores.factories import admitted
 
@@ -116,3 +118,27 @@ async def test_dropping_the_row_of_a_run_the_host_does_not_know_keeps_nothing(st
     await stores.dispatch.enqueue(_queued("run_gone", 2e9))
     await stores.dispatch.drop("run_gone")
     assert await stores.dispatch.audit("run_gone") is None
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+async def test_a_posted_batch_of_megabytes_is_written_off_the_event_loop(stores: Stores) -> None:
+    # A runtime may post up to 8 MiB at once: on a SQLite file a batch past `LONG_WRITE_BYTES` is written
+    # on the writer thread, a small one on the event loop.
+    run = await admitted(stores)
+    runtime = await _runtime(stores, "r1")
+    await stores.dispatch.enqueue(_queued(run.run_id, run.deadline_at))
+    claim = await stores.dispatch.claim(runtime, lease_s=30)
+    assert claim is not None
+    began: list[int] = []
+    text = "x" * (engine.LONG_WRITE_BYTES + 1)
+    big = PostedResult(
+        seq=2, nbytes=len(text), dropped=False, result={"type": "message.delta", "delta": text}
+    )
+
+    def begin(_conn: object) -> None:
+        began.append(threading.get_ident())
+
+    with stores.db.hooks.added("begin", begin):
+        await stores.dispatch.post_results(runtime.runtime_id, run.run_id, claim.fence, 1, [_result(1)])
+        await stores.dispatch.post_results(runtime.runtime_id, run.run_id, claim.fence, 2, [big])
+    assert [thread == threading.get_ident() for thread in began] == [True, False]
