@@ -6,7 +6,8 @@ of its parameters with SQLAlchemy's own bind processors (JSON encoding), the lit
 (`LIMIT 1`), and its result columns with SQLAlchemy's own result processors (JSON decoding) — and
 running a plan on a DBAPI connection (`execute`) or on the asyncpg connection under a session
 (`execute_asyncpg`). Used by `_sessions.ThreadConnection` and `AsyncpgConnection` (what `engine.core`
-gives on PostgreSQL) only, under the transaction their session began; does not own transactions, pooling or the statements themselves.
+gives on PostgreSQL) only, under the transaction their session began; does not own transactions, pooling or the statements themselves,
+only how PostgreSQL's are begun at checkout (`begin_as_ping`, with a lock: `locked_transaction`).
 
 Invariants:
 - A plan is what SQLAlchemy itself would execute: the statement compiled for the same dialect with the
@@ -36,6 +37,7 @@ Invariants:
 from __future__ import annotations
 
 import collections
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -306,6 +308,17 @@ class AsyncpgConnection:
             )
         return await greenlet_spawn(self.sync_connection.execute, statement, parameters, **kwargs)
 
+    def holds_lock(self, key: int) -> bool:
+        """Whether this transaction's `BEGIN` took the advisory lock `key` (`begin_as_ping`)."""
+        fairy: Any = self.sync_connection._dbapi_connection  # pyright: ignore[reportPrivateUsage]
+        transaction = None if fairy is None else fairy.dbapi_connection._transaction
+        return (
+            transaction is not None
+            and locked_transaction.cache_info().currsize > 0  # none was begun before the class was built
+            and isinstance(transaction, locked_transaction())
+            and transaction.lock_key == key
+        )
+
     async def scalar(self, statement: Any, parameters: Any = None, **kwargs: Any) -> Any:
         return await greenlet_spawn(self.sync_connection.scalar, statement, parameters, **kwargs)
 
@@ -390,12 +403,19 @@ STATEMENT_CHECKOUT: ContextVar[bool] = ContextVar("mcphost_statement_checkout", 
 """Set while `Database.run_statement` checks a connection out: no `BEGIN` and no ping (see `begin_as_ping`)."""
 
 
+CHECKOUT_LOCK: ContextVar[int | None] = ContextVar("mcphost_checkout_lock", default=None)
+"""Set while `Database.run_write(..., lock=)` checks a connection out: the advisory lock key (`_sql.advisory_key`)
+its transaction's `BEGIN` takes in the same round trip (see `begin_as_ping`)."""
+
+
 def begin_as_ping(dbapi_connection: DBAPIConnection) -> bool:
     """PostgreSQL's pre-ping (SQLAlchemy's `do_ping`): begin the transaction the checkout is for.
 
     A connection the server dropped fails its `BEGIN` as it would fail asyncpg's own ping (SQLAlchemy
     then replaces it), and a live one has its transaction begun, which the first statement would
-    otherwise do (SQLAlchemy's asyncpg adapter begins lazily, and only when none is open).
+    otherwise do (SQLAlchemy's asyncpg adapter begins lazily, and only when none is open). With
+    `CHECKOUT_LOCK` set, the `BEGIN` takes that advisory lock too, in the same round trip
+    (`locked_transaction`): the body's own lock statement is then skipped (`AsyncpgConnection.holds_lock`).
 
     A checkout for one autocommit statement (`STATEMENT_CHECKOUT`, set by the task; SQLAlchemy's
     greenlets run in the task's context) is neither pinged nor begun: the statement is the first round
@@ -405,7 +425,57 @@ def begin_as_ping(dbapi_connection: DBAPIConnection) -> bool:
         return True
     adapted: Any = dbapi_connection  # SQLAlchemy's asyncpg adapter
     if adapted._transaction is None and adapted.isolation_level != "autocommit":
-        await_(adapted._start_transaction())  # its failure leaves as the adapter's DBAPI error
+        key = CHECKOUT_LOCK.get()
+        if key is None or adapted.isolation_level is not None or adapted.readonly or adapted.deferrable:
+            await_(adapted._start_transaction())  # its failure leaves as the adapter's DBAPI error
+        else:
+            await_(_start_locked(adapted, key))
     else:
         adapted.ping()
     return True
+
+
+@functools.cache
+def locked_transaction() -> type[Any]:
+    """`LockedTransaction`: an asyncpg transaction whose `BEGIN` also takes a transaction advisory lock,
+    in one simple query, `BEGIN; SELECT pg_advisory_xact_lock(key)`, where `Transaction.start` sends
+    `BEGIN` alone and the lock would be a round trip of its own. Otherwise asyncpg's own (commit,
+    rollback, state checks). Built on first use: asyncpg is imported only where PostgreSQL is used.
+
+    The key is an integer formatted here (`int`), never text from a caller: the query has no
+    parameters, so that both statements go in one `Query` message."""
+    from asyncpg.exceptions import InterfaceError  # pyright: ignore[reportMissingTypeStubs]  # asyncpg ships no types
+    from asyncpg.transaction import Transaction, TransactionState  # pyright: ignore[reportMissingTypeStubs]
+
+    class LockedTransaction(Transaction):
+        __slots__ = ("lock_key",)
+
+        def __init__(self, connection: Any, lock_key: int) -> None:
+            super().__init__(connection, None, False, False)
+            self.lock_key = int(lock_key)
+
+        async def start(self) -> None:
+            """`Transaction.start` for a top-level transaction at the default isolation, with the lock."""
+            connection: Any = self._connection
+            if connection._top_xact is not None or connection.is_in_transaction():
+                raise InterfaceError("cannot begin a locked transaction inside another transaction")
+            connection._top_xact = self
+            try:
+                await connection.execute(f"BEGIN; SELECT pg_advisory_xact_lock({self.lock_key});")
+            except BaseException:
+                self._state = TransactionState.FAILED
+                raise
+            self._state = TransactionState.STARTED
+
+    return LockedTransaction
+
+
+async def _start_locked(adapted: Any, key: int) -> None:
+    """The adapter's `_start_transaction` with a `LockedTransaction`: a failure is translated by the
+    adapter (a dropped connection fails this ping), and the transaction is tracked once it began."""
+    transaction = locked_transaction()(adapted._connection, key)
+    try:
+        await transaction.start()
+    except Exception as error:
+        adapted._handle_exception(error)
+    adapted._transaction = transaction

@@ -31,6 +31,8 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 from sqlalchemy.orm import DeclarativeBase
 
+from mcphost.stores import _direct
+
 if TYPE_CHECKING:
     from sqlalchemy.dialects import postgresql
 
@@ -50,13 +52,16 @@ _ADVISORY_XACT_LOCK = select(func.pg_advisory_xact_lock(bindparam("w_advisory_ke
 
 
 async def lock_in_transaction(session: AsyncSession, dialect: Dialect, namespace: str, value: str) -> None:
-    """Hold a lock on (namespace, value) until the current write transaction ends."""
+    """Hold a lock on (namespace, value) until the current write transaction ends. Nothing to send when
+    the transaction's `BEGIN` took it (`Database.run_write(..., lock=)` on PostgreSQL)."""
     if dialect == "postgresql":
         from mcphost.stores.engine import core  # engine imports this module
 
-        await (await core(session)).execute(
-            _ADVISORY_XACT_LOCK, {"w_advisory_key": advisory_key(namespace, value)}
-        )
+        key = advisory_key(namespace, value)
+        connection = await core(session)
+        if isinstance(connection, _direct.AsyncpgConnection) and connection.holds_lock(key):
+            return
+        await connection.execute(_ADVISORY_XACT_LOCK, {"w_advisory_key": key})
 
 
 def insert_ignoring(

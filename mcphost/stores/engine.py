@@ -129,7 +129,7 @@ from mcphost.stores._hooks import EngineHooks
 from mcphost.stores._retry import storage_error
 from mcphost.stores._schema import create_from_snapshot
 from mcphost.stores._sessions import PostgresSession
-from mcphost.stores._sql import Dialect, lock_in_transaction
+from mcphost.stores._sql import Dialect, advisory_key, lock_in_transaction
 from mcphost.stores._writer import SqliteWriter, WriteBody
 
 if TYPE_CHECKING:
@@ -277,14 +277,21 @@ class Database:
         async with self._write_lock or nullcontext(), self._shielded(self.write_sessions) as session:
             yield session
 
-    async def run_write(self, body: WriteBody[T], *, long: bool = False) -> T:
+    async def run_write(
+        self, body: WriteBody[T], *, long: bool = False, lock: tuple[str, str] | None = None
+    ) -> T:
         """`body`'s result, run inside a write transaction as `write()` would (committed on return,
         rolled back on an exception, shielded, queued). On a SQLite file, on the writer's connection:
         right here on the event loop when the write lock is free, else (or for a `long` body, one that
-        may write rows without bound, such as a conversation's deletion) on the writer thread."""
+        may write rows without bound, such as a conversation's deletion) on the writer thread.
+
+        `lock` is the (namespace, value) the body locks first (`_sql.lock_in_transaction`): on
+        PostgreSQL the transaction's `BEGIN` takes it in the same round trip (`_direct.CHECKOUT_LOCK`),
+        and the body's own lock statement is skipped. The body must still take it: a connection new to
+        the pool is not pinged, so its transaction begins without the lock."""
         if self._writer is None:
             if self.dialect == "postgresql":
-                return await self._run_write_postgres(body)
+                return await self._run_write_postgres(body, lock)
             async with self.write() as session:
                 return await body(session)
         # A transaction on the loop never suspends: yield first, so that a task writing in a loop
@@ -317,11 +324,15 @@ class Database:
             finally:
                 await greenlet_spawn(connection.close)
 
-    async def _run_write_postgres(self, body: WriteBody[T]) -> T:
+    async def _run_write_postgres(self, body: WriteBody[T], lock: tuple[str, str] | None) -> T:
         # The transaction on a sync `Connection` straight from the pool, without the `AsyncSession` and
         # `AsyncConnection` around it (see the module docstring): two greenlet hops, checkout and end.
         async with self._writer_turn():  # no queue on PostgreSQL: shielded, and errors translated
-            connection = await greenlet_spawn(self.engine.sync_engine.connect)  # the pre-ping is its BEGIN
+            token = _direct.CHECKOUT_LOCK.set(None if lock is None else advisory_key(*lock))
+            try:
+                connection = await greenlet_spawn(self.engine.sync_engine.connect)  # the ping is its BEGIN
+            finally:
+                _direct.CHECKOUT_LOCK.reset(token)
             session = PostgresSession(connection)
             try:
                 connection.begin()

@@ -395,7 +395,8 @@ class RunStore:
             return _run(row), True
 
         try:
-            return await self._db.run_write(admit_in)
+            lock = (_LOCK_NAMESPACE, conversation) if conversation else None
+            return await self._db.run_write(admit_in, lock=lock)
         except IntegrityError:
             # Another admit of the same event (attempt) won the race, without a conversation lock to
             # order them: its run is the answer.

@@ -142,10 +142,13 @@ def _check_shape(mine: list[_Transaction], results: int) -> list[_Transaction]:
     for sql in ("INSERT INTO runs", "INSERT INTO events", "INSERT INTO transcript", "FROM state"):
         assert admit.has(sql), sql
     assert admit.has("UPDATE runs SET context")
-    if admit.has("pg_advisory_xact_lock"):
-        # PostgreSQL: the conversation's lock, then the run inserted `running` with its conversation,
-        # event-log and transcript rows and the reads its context needs, then its context.
-        assert len(admit.statements) == 3, admit.statements
+    postgres = getattr(admit.engine, "name", None) == "postgresql"
+    if postgres:
+        # PostgreSQL: the conversation's lock (taken by the transaction's `BEGIN`, which is no statement
+        # of its own, `_direct.locked_transaction`; by a statement on a connection new to the pool),
+        # then the run inserted `running` with its conversation, event-log and transcript rows and the
+        # reads its context needs, then its context.
+        assert len(admit.statements) == 2 + admit.has("pg_advisory_xact_lock"), admit.statements
         assert not admit.has("UPDATE runs SET status")
     else:
         assert admit.has("UPDATE runs SET status")
@@ -158,7 +161,7 @@ def _check_shape(mine: list[_Transaction], results: int) -> list[_Transaction]:
     assert sum(tx.writes("state") for tx in batches) == 1
     # The reader on this process was served from memory: no transaction read the run's results.
     assert not any(tx.has("FROM run_results") for tx in mine)
-    if admit.has("pg_advisory_xact_lock"):
+    if postgres:
         # PostgreSQL: each batch (with its transcript and state rows) and the end is one statement that
         # commits by itself, one round trip (`Database.run_statement`).
         assert all(tx.autocommit and len(tx.statements) == 1 for tx in [*batches, finish]), mine
@@ -214,16 +217,16 @@ async def test_a_reader_of_an_ended_run_reads_every_result_from_the_store(host: 
     assert resumed == [3, 4]
 
 
-PG_ROUND_TRIPS = 8
+PG_ROUND_TRIPS = 7
 """Round trips between the host and PostgreSQL of a non-streamed echo run's transactions (each `BEGIN`,
 statement and `COMMIT` one; asyncpg sends a statement's bind and execute and a batch's rows together):
-the admission's five, then each result batch and the end one statement without `BEGIN` and `COMMIT`.
+the admission's four, then each result batch and the end one statement without `BEGIN` and `COMMIT`.
 Not counted: preparing a statement, once per pooled connection (a connection the warm-up run did not
 use prepares again), not once per run."""
-PG_ADMIT_ROUND_TRIPS = 5
-"""Of those, the admission's (which starts the run): `BEGIN`, the conversation's lock, the one statement
-that admits and starts the run and reads what its context needs (`stores/_admit.py`), the context,
-`COMMIT`. Not counted: preparing a statement, once per pooled connection, not once per run."""
+PG_ADMIT_ROUND_TRIPS = 4
+"""Of those, the admission's (which starts the run): `BEGIN` with the conversation's lock (one query,
+`_direct.locked_transaction`), the one statement that admits and starts the run and reads what its
+context needs (`stores/_admit.py`), the context, `COMMIT`. Not counted: preparing a statement, once per pooled connection, not once per run."""
 _ROUND_TRIPS = ("query", "prepare", "bind_execute", "bind_execute_many", "bind", "execute")
 """The asyncpg protocol's calls that send a request and wait for its answer."""
 
@@ -288,3 +291,5 @@ async def test_an_echo_run_on_postgres_takes_few_round_trips(
     (admission,) = [tx for tx in mine if any("INSERT INTO runs" in sql for _, sql, _ in tx)]
     admit = [sql for method, sql, _ in admission if method != "prepare"]
     assert len(admit) <= PG_ADMIT_ROUND_TRIPS, "\n".join(admit)
+    assert admit[0].startswith("BEGIN; SELECT pg_advisory_xact_lock("), admit[0]  # the lock with the BEGIN
+    assert not any("pg_advisory_xact_lock($" in sql for sql in admit)  # and not taken again

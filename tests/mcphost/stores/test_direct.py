@@ -6,8 +6,10 @@ exactly."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import AsyncExitStack
 from typing import Any, cast
 
+import anyio
 import pytest
 from sqlalchemy import Row, bindparam, func, select
 from sqlalchemy.exc import DBAPIError, IntegrityError, StatementError
@@ -18,6 +20,7 @@ from mcphost.errors import StorageUnavailableError
 from mcphost.models import RunStatus
 from mcphost.stores import Stores, runs
 from mcphost.stores._direct import AsyncpgConnection
+from mcphost.stores._sql import advisory_key, lock_in_transaction
 from mcphost.stores.engine import core
 from mcphost.stores.tables import RunRow, table_of
 from tests.mcphost.stores.factories import admitted
@@ -191,3 +194,169 @@ async def test_a_failed_run_statement_stores_nothing_and_leaves_the_pool_usable(
     result = await stores.db.run_statement(clash, {"ids": [run.run_id], "event": "fresh", "attempt": 1})
     assert result.rowcount == 1
     assert (await stores.runs.get(run.run_id)).runner_id == "changed"
+
+
+_LOCKED = ("test-lock", "conv-locked")
+
+
+async def _holder(stores: Stores, key: int) -> int | None:
+    """The server process that holds the advisory lock `key` (None: nobody), as another connection sees it."""
+    unsigned = key & 0xFFFF_FFFF_FFFF_FFFF  # a bigint key is shown as two oids: its high and low halves
+    async with stores.db.engine.connect() as other:
+        rows = await other.exec_driver_sql(
+            "SELECT classid::bigint, objid::bigint, pid FROM pg_locks"
+            " WHERE locktype = 'advisory' AND objsubid = 1 AND granted"
+        )
+        for row in rows:
+            high, low, pid = cast("tuple[int, int, int]", tuple(row))
+            if (high << 32) | low == unsigned:
+                return pid
+    return None
+
+
+async def _locked_write(
+    stores: Stores,
+    seen: list[tuple[str, Any]],
+    name: str,
+    hold_s: float = 0.0,
+    began: anyio.Event | None = None,
+) -> None:
+    """A write with `lock=_LOCKED` whose body takes the lock as every locking body does, and notes: its
+    server process, whether the `BEGIN` took the lock, the lock statements it sent, and when it ran."""
+    key = advisory_key(*_LOCKED)
+    sent: list[str] = []
+
+    def count(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        sent.append(statement)
+
+    async def body(session: AsyncSession) -> None:
+        conn: Any = await core(session)
+        pid = (await conn.execute(select(func.pg_backend_pid()))).scalar()
+        with stores.db.hooks.added("before_cursor_execute", count):
+            await lock_in_transaction(session, "postgresql", *_LOCKED)
+        seen.append((f"{name} locked", None))
+        if began is not None:
+            began.set()
+        seen.append((f"{name} pid", pid))
+        seen.append((f"{name} holder", await _holder(stores, key)))
+        seen.append((f"{name} begin-locked", conn.holds_lock(key)))
+        seen.append((f"{name} lock-statements", [s for s in sent if "pg_advisory_xact_lock" in s]))
+        await anyio.sleep(hold_s)
+        seen.append((f"{name} ends", None))
+
+    await stores.db.run_write(body, lock=_LOCKED)
+
+
+async def _warm_pool(stores: Stores, connections: int = 4) -> None:
+    """`connections` in the pool that are no longer new to it: each checkout of them is pinged."""
+    async with AsyncExitStack() as stack:
+        for _ in range(connections):
+            await (await stack.enter_async_context(stores.db.engine.connect())).execute(select(1))
+
+
+def _noted(seen: list[tuple[str, Any]], name: str) -> dict[str, Any]:
+    return {label.removeprefix(f"{name} "): value for label, value in seen if label.startswith(f"{name} ")}
+
+
+@pytest.mark.postgres
+async def test_a_locked_write_takes_its_lock_in_its_begin_and_not_again(stores: Stores) -> None:
+    """`run_write(..., lock=)` on a pooled connection: the ping's `BEGIN` takes the advisory lock in the
+    same query (`_direct.locked_transaction`), the body's `lock_in_transaction` sends nothing, and the
+    lock is held by the writing connection while its body runs, and released with its transaction."""
+    if stores.db.dialect != "postgresql":
+        pytest.skip("advisory locks are PostgreSQL's")
+    await admitted(stores)  # the pool's connection is no longer new: its next checkout is pinged
+    seen: list[tuple[str, Any]] = []
+    await _locked_write(stores, seen, "w")
+    noted = _noted(seen, "w")
+    assert noted["begin-locked"] is True
+    assert noted["holder"] == noted["pid"]
+    assert noted["lock-statements"] == []
+    assert await _holder(stores, advisory_key(*_LOCKED)) is None  # released at COMMIT
+
+
+@pytest.mark.postgres
+async def test_a_locked_write_on_a_new_connection_takes_the_lock_in_its_body(stores: Stores) -> None:
+    """A connection new to the pool is not pinged, so its transaction begins without the lock: the
+    body's `lock_in_transaction` takes it, as before."""
+    if stores.db.dialect != "postgresql":
+        pytest.skip("advisory locks are PostgreSQL's")
+    await stores.db.engine.dispose()
+    seen: list[tuple[str, Any]] = []
+    await _locked_write(stores, seen, "w")
+    noted = _noted(seen, "w")
+    assert noted["begin-locked"] is False
+    assert noted["holder"] == noted["pid"]
+    assert len(noted["lock-statements"]) == 1
+
+
+@pytest.mark.postgres
+async def test_locked_writes_on_one_key_take_turns(stores: Stores) -> None:
+    """Two writes locking one key, each on a pooled connection: the second's `BEGIN` waits for the
+    first's `COMMIT`, so its body runs only after the first's ended."""
+    if stores.db.dialect != "postgresql":
+        pytest.skip("advisory locks are PostgreSQL's")
+    await _warm_pool(stores)
+    seen: list[tuple[str, Any]] = []
+    locked = anyio.Event()
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_locked_write, stores, seen, "first", 0.3, locked)
+            await locked.wait()
+            tg.start_soon(_locked_write, stores, seen, "second")
+    order = [label for label, _ in seen if label.rpartition(" ")[2] in ("locked", "ends")]
+    assert order == ["first locked", "first ends", "second locked", "second ends"]
+    second = _noted(seen, "second")
+    assert second["begin-locked"] is True  # it waited in its `BEGIN`
+    assert second["holder"] == second["pid"]
+
+
+@pytest.mark.postgres
+async def test_a_locked_write_whose_pooled_connection_was_dropped_runs_on_a_new_one(stores: Stores) -> None:
+    """The locked `BEGIN` is the checkout's ping: a pooled connection the server dropped fails it, and
+    the pool replaces the connection before the body runs (no error reaches the caller)."""
+    if stores.db.dialect != "postgresql":
+        pytest.skip("a dropped connection is PostgreSQL's")
+    await admitted(stores)
+    async with stores.db.engine.connect() as other:
+        await other.exec_driver_sql(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+    seen: list[tuple[str, Any]] = []
+    await _locked_write(stores, seen, "w")
+    noted = _noted(seen, "w")
+    assert noted["holder"] == noted["pid"]
+    assert noted["lock-statements"] == [] or noted["begin-locked"] is False
+
+
+@pytest.mark.postgres
+async def test_a_locked_begin_that_times_out_is_storage_unavailable_and_the_pool_recovers(
+    stores: Stores,
+) -> None:
+    """A server's `lock_timeout` cuts the locked `BEGIN` short while another connection holds the lock:
+    the write fails as `StorageUnavailableError` (a 503, not a 500), nothing of its body ran, and the
+    next write, once the lock is free, runs on a working connection."""
+    if stores.db.dialect != "postgresql":
+        pytest.skip("advisory locks are PostgreSQL's")
+    async with stores.db.engine.connect() as admin:
+        name = (await admin.execute(select(func.current_database()))).scalar_one()
+        await admin.exec_driver_sql(f"ALTER DATABASE \"{name}\" SET lock_timeout = '200ms'")
+        await admin.commit()
+    await stores.db.engine.dispose()  # the pool's connections take the setting
+    await _warm_pool(stores)
+    key = advisory_key(*_LOCKED)
+    ran: list[str] = []
+
+    async def body(_session: AsyncSession) -> None:
+        ran.append("body")
+
+    async with stores.db.engine.connect() as holder:
+        await holder.execute(select(func.pg_advisory_xact_lock(key)))
+        with pytest.raises(StorageUnavailableError):
+            await stores.db.run_write(body, lock=_LOCKED)
+        assert ran == []
+        await holder.rollback()
+    seen: list[tuple[str, Any]] = []
+    await _locked_write(stores, seen, "after")
+    assert _noted(seen, "after")["holder"] == _noted(seen, "after")["pid"]
