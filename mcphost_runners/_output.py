@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable
 from typing import Literal
 
 import anyio
+import anyio.lowlevel
 
 from mcphost.protocol import (
     MAX_INLINE_ARTIFACT_BYTES,
@@ -83,14 +84,18 @@ class RunOutput:
         self.status: RunAnswerStatus | None = None
         """`completed` or `failed` once a terminal result was sent."""
         self._send = send
-        self._lock = anyio.Lock()
+        # Taken without a checkpoint when free: results sent back to back are queued in one loop turn and
+        # reach the host in one write (`_plugin_server._PluginServer._write`).
+        self._lock = anyio.Lock(fast_acquire=True)
 
     @property
     def ended(self) -> bool:
         return self.status is not None
 
     async def emit(self, result: AgentRunResult) -> AgentRunResult:
-        """Send a result built elsewhere; `run_id`, `sequence` and `timestamp` are set here."""
+        """Send a result built elsewhere; `run_id`, `sequence` and `timestamp` are set here. Raises the
+        cancellation of a cancelled run (it does not otherwise yield to the loop)."""
+        await anyio.lowlevel.checkpoint_if_cancelled()
         async with self._lock:  # a sequence number and its line's position never disagree
             if self.status is not None:
                 raise RuntimeError(

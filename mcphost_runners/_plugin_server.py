@@ -53,6 +53,8 @@ logger = logging.getLogger("mcphost_runners.sdk")
 
 _SHUTDOWN_GRACE = 5.0
 """How long `shutdown` and stdin EOF wait for cancelled runs to report before the plugin exits."""
+_CORK_BYTES = 1 << 20
+"""Queued bytes past which a line is written by its sender rather than by the flusher (`_write`)."""
 
 
 def installed_version(distribution: str = "mcphost") -> str:
@@ -140,8 +142,13 @@ class _PluginServer:
         self._runners = {runner.name: runner for runner in runners}
         self._info = {"author": author, "name": plugin, "version": version}
         self._runs: dict[str, _ActiveRun] = {}
-        # Taken without a checkpoint when free: a runner's results go out back to back, and reach the
-        # host together, one wake-up and one batch there instead of one per result.
+        # Lines are queued and written by `_flush`: once the task that queued them lets the loop run
+        # (`_flusher`), every line queued by then in one write, so a runner's results sent back to back
+        # (its message, state and `run.completed`, then the answer) reach the host in one read, one
+        # wake-up and one batch (one transaction) there instead of one per line.
+        self._queued: list[bytes] = []
+        self._queued_bytes = 0
+        self._ready = anyio.Event()
         self._write_lock = anyio.Lock(fast_acquire=True)
         self._out_fd = -1
         self._out_broken = False
@@ -157,10 +164,14 @@ class _PluginServer:
         async with AsyncExitStack() as lifespans:
             for runner in self._runners.values():
                 await lifespans.enter_async_context(runner.lifespan())
-            async with anyio.create_task_group() as tg:
-                await self._serve_lines(in_fd, tg)
-                await self._wind_down()
-                tg.cancel_scope.cancel()
+            try:
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(self._flusher)
+                    await self._serve_lines(in_fd, tg)
+                    await self._wind_down()
+                    tg.cancel_scope.cancel()
+            finally:
+                await self._flush()  # what was queued last (the `shutdown` answer): before the plugin exits
 
     async def _serve_lines(self, in_fd: int, tg: anyio.abc.TaskGroup) -> None:
         reader = LineReader.from_fd(in_fd, MAX_LINE_BYTES, keep=0)
@@ -291,12 +302,37 @@ class _PluginServer:
         await self._write({"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": message}})
 
     async def _write(self, message: JSONObject) -> None:
+        """Queue one line for the host: written once this task lets the loop run, with every line
+        queued by then (`_flusher`), or right here once `_CORK_BYTES` are queued (a host that reads
+        slowly then holds the writer back, as an unqueued write would)."""
         data = (json.dumps(message, separators=(",", ":"), ensure_ascii=False) + "\n").encode()
+        if self._out_broken:
+            return
+        self._queued.append(data)
+        self._queued_bytes += len(data)
+        self._ready.set()
+        if self._queued_bytes >= _CORK_BYTES:
+            await self._flush()
+
+    async def _flusher(self) -> None:
+        """Write what is queued each time lines were queued, until cancelled (`serve` flushes the rest)."""
+        while True:
+            await self._ready.wait()
+            self._ready = anyio.Event()
+            await self._flush()
+
+    async def _flush(self) -> None:
+        """Write every queued line, in order, in one write (several only when the pipe is full)."""
         async with self._write_lock:
+            if not self._queued:
+                return
+            data = b"".join(self._queued)
+            self._queued.clear()
+            self._queued_bytes = 0
             if self._out_broken:
                 return
             try:
-                # Not abandoned on cancel: a line is either written whole or not started.
+                # Not abandoned on cancel: lines are either written whole or not started.
                 with anyio.CancelScope(shield=True):
                     if os.get_blocking(self._out_fd):
                         await anyio.to_thread.run_sync(_write_blocking, self._out_fd, data)

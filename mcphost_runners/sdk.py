@@ -29,8 +29,11 @@ Invariants:
 - stdout is the protocol channel. `serve()` moves it to a private descriptor and points fd 1 at stderr (and
   fd 0 at /dev/null), so a stray `print()` or a child process can neither corrupt nor steal the protocol.
   Logging goes to stderr.
-- Lines to the host are written whole, one at a time (one lock), from a worker thread so a slow host never
-  blocks the event loop.
+- Lines to the host are written whole and in order by one flusher, once the task that sent them lets the
+  loop run: lines sent back to back (a run's last results and its answer) go in one write, which the host
+  reads as one batch of results (one transaction). Past 1 MiB queued, the sender waits for the write, so a
+  host that reads slowly holds the runner back. The pipe is non-blocking: a slow host never blocks the
+  event loop.
 - Within a run, `sequence` starts at 1 and increases by one per result, in the order results are written;
   nothing follows `run.completed`/`run.failed`. A run whose `run()` returns without a terminal result gets
   `run.completed`; a cancelled run gets `run.failed {code: cancelled}`; a `RunAPIError` the runner let

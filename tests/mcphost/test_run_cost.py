@@ -4,8 +4,8 @@ A design invariant, counted, never timed (docs/architecture.md, "What a run cost
 echo run is `admit` (which also starts it), one transaction per result batch (its results together
 with the transcript, event-log and state rows they cause) and `finish`; a reader following the run on
 the process that executes it reads nothing from the store. How the runner's results fall into batches
-depends on when its lines arrive, so the batch count is bounded by the result count (a non-streamed
-echo run has three: at most five transactions), and everything else is exact. Transactions are attributed to the run by its ids in their statements' parameters, so
+depends on when its lines arrive: the echo runner's, sent back to back, go out in one write and are
+one batch (`mcphost_runners._plugin_server`), and everything else is exact. Transactions are attributed to the run by its ids in their statements' parameters, so
 the host's background loops (sweepers, liveness) do not count. On a SQLite file each of them runs on
 the writer's connection (`Database.run_write`), none through aiosqlite, whose every statement is a
 round trip to its thread.
@@ -29,8 +29,10 @@ from mcphost.orchestrator import _tuning as orchestrator_module
 from mcphost.stores import engine
 from tests.mcphost.hostkit import host_settings, message
 
-RUN_BUDGET = 5
-"""Transactions of a non-streamed echo run (three results): admit, at most three batches, finish."""
+RUN_BUDGET = 3
+"""Transactions of a non-streamed echo run (three results): admit, one batch, finish. The plugin writes
+results sent back to back in one write (`mcphost_runners._plugin_server`), which the host reads and
+hands to the journal as one batch (five transactions before: a batch per line the host woke for)."""
 
 
 @dataclass
@@ -170,7 +172,7 @@ def _check_shape(mine: list[_Transaction], results: int) -> list[_Transaction]:
     return batches
 
 
-async def test_an_echo_run_takes_at_most_five_transactions(host: Host) -> None:
+async def test_an_echo_run_takes_at_most_three_transactions(host: Host) -> None:
     await _echo_run(host, "warm up", "conv-warm")  # first-use work (plugin, caches) is not a run's cost
     event_ = message("hello", bot="echo", conversation="conv-count", delivery={"supports_streaming": False})
     mine, types = await _count(host, event_)
@@ -206,6 +208,7 @@ async def test_a_streamed_echo_run_adds_only_result_batches(host: Host) -> None:
     assert types == ["message.delta", "message.completed", "state.updated", "run.completed"]
     batches = _check_shape(mine, len(types))
     assert len(mine) == 2 + len(batches)
+    assert len(batches) == 1  # the four results came in one write, one batch
 
 
 async def test_a_reader_of_an_ended_run_reads_every_result_from_the_store(host: Host) -> None:
@@ -217,10 +220,11 @@ async def test_a_reader_of_an_ended_run_reads_every_result_from_the_store(host: 
     assert resumed == [3, 4]
 
 
-PG_ROUND_TRIPS = 7
+PG_ROUND_TRIPS = 6
 """Round trips between the host and PostgreSQL of a non-streamed echo run's transactions (each `BEGIN`,
 statement and `COMMIT` one; asyncpg sends a statement's bind and execute and a batch's rows together):
-the admission's four, then each result batch and the end one statement without `BEGIN` and `COMMIT`.
+the admission's four, then the one result batch and the end, each one statement without `BEGIN` and
+`COMMIT`.
 Not counted: preparing a statement, once per pooled connection (a connection the warm-up run did not
 use prepares again), not once per run."""
 PG_ADMIT_ROUND_TRIPS = 4

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import socket
 import subprocess
 import sys
 from collections.abc import AsyncGenerator
@@ -396,6 +397,40 @@ async def test_output_larger_than_the_pipe_waits_for_the_host_and_arrives_whole_
     ]
     assert results[-1]["type"] == "run.completed"
     assert messages[-1] == {"jsonrpc": "2.0", "id": 1, "result": {"status": "completed"}}
+
+
+async def test_lines_sent_back_to_back_reach_the_host_in_one_write() -> None:
+    """The echo runner's results, sent without the runner letting the loop run between them, go out in
+    one write, which the host reads as one batch (one transaction there); the answer follows. The
+    plugin's stdout is a `SOCK_SEQPACKET` socket here, which keeps each write a record of its own
+    whenever the reader reads."""
+    host_end, plugin_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    host_end.settimeout(10)
+    with host_end:
+        with plugin_end:
+            process = await anyio.open_process(
+                [sys.executable, "-m", "mcphost_runners.echo"], stdout=plugin_end.fileno(), cwd=REPO
+            )
+        try:
+            assert process.stdin is not None
+            request = {"jsonrpc": "2.0", "id": 1, "method": "runner/run", "params": run_params("default")}
+            await process.stdin.send(json.dumps(request).encode() + b"\n")
+            records = [await anyio.to_thread.run_sync(host_end.recv, 1 << 16)]
+            while b'"id":1' not in records[-1]:  # the answer, in this write or a later one
+                records.append(await anyio.to_thread.run_sync(host_end.recv, 1 << 16))
+        finally:
+            with anyio.CancelScope(shield=True):
+                process.kill()
+                await process.aclose()
+    first = [json.loads(line) for line in records[0].splitlines()]
+    assert [m["params"]["result"]["type"] for m in first[:4]] == [
+        "message.delta",
+        "message.completed",
+        "state.updated",
+        "run.completed",
+    ]
+    answer = json.loads(records[-1].splitlines()[-1])
+    assert answer == {"jsonrpc": "2.0", "id": 1, "result": {"status": "completed"}}
 
 
 async def test_shutdown_cancels_in_flight_runs_answers_and_exits() -> None:
