@@ -43,6 +43,7 @@ from mcphost import __version__, tracing
 from mcphost.api._access import caller_of, own_run
 from mcphost.api._http import (
     EventStream,
+    Last,
     json_event,
     parse_json,
     parse_model,
@@ -121,7 +122,7 @@ async def _result_events(
     state: ApiState, run_id: str, after: int
 ) -> AsyncGenerator[ServerSentEvent | bytes, None]:
     """The run's results after `after` as SSE events (the results at hand together, encoded as one
-    chunk: one write), then `event: end` with the final status."""
+    chunk: one write), then `event: end` with the final status (`Last`: it ends the body in its write)."""
     try:
         async for batch in state.orchestrator.result_batches(run_id, after=after):
             yield b"".join(result_event(item.seq, item.payload).encode() for item in batch)
@@ -129,7 +130,7 @@ async def _result_events(
         end: JSONObject = {"run_id": run_id, "status": run.status.value}
         if run.error is not None:
             end["error"] = run.error.model_dump(mode="json")
-        yield json_event(end, event="end")
+        yield Last(json_event(end, event="end").encode())  # with the end of the body: one write
     except HostError as exc:
         # The response has started: the failure can only be told inside the stream.
         logger.warning("result stream of run %s stopped: %s", run_id, exc.__cause__ or exc.message)

@@ -207,6 +207,11 @@ CLOSE_TIMEOUT_S = 5.0
 """How long a stream's producer gets to run its `finally` when the stream stops before its end."""
 
 
+class Last(bytes):
+    """An event stream's last item, encoded: sent with the end of the body, in one write (an item after
+    it is a bug, dropped with a warning)."""
+
+
 async def _opened(
     events: AsyncGenerator[ServerSentEvent | bytes, None], first: ServerSentEvent | None
 ) -> AsyncGenerator[ServerSentEvent | bytes, None]:
@@ -221,7 +226,8 @@ async def _opened(
 
 class EventStream(Response):
     """An SSE response with the host's settings: the events of `events` (an item is an event, or events
-    already encoded: one write) after a `: stream open` comment and the `first` event, a `: keepalive`
+    already encoded: one write; a `Last` ends the body in the same write) after a `: stream open`
+    comment and the `first` event, a `: keepalive`
     comment every `KEEPALIVE_S` while nothing else is sent, `\\n` line ends, `Cache-Control: no-store`
     and `X-Accel-Buffering: no`; stopped when the client disconnects, dropped when a send has waited
     `SEND_TIMEOUT_S` for the client to take data (a warning here; uvicorn adds that the response did not
@@ -273,9 +279,17 @@ class EventStream(Response):
                 return
             with anyio.CancelScope() as stream:
                 watcher = asyncio.get_running_loop().create_task(self._watch(receive, send, stream))
+                ended = False
                 async for item in events:
-                    await self._send(send, item if isinstance(item, bytes) else item.encode(), more=True)
-                await self._send(send, b"", more=False)
+                    if ended:
+                        logger.warning(
+                            "dropped an item after the last of the event stream of %s", scope.get("path")
+                        )
+                        continue
+                    ended = isinstance(item, Last)
+                    await self._send(send, item if isinstance(item, bytes) else item.encode(), more=not ended)
+                if not ended:
+                    await self._send(send, b"", more=False)
         finally:
             if watcher is not None:
                 watcher.cancel()

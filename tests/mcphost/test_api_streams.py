@@ -191,7 +191,11 @@ async def test_an_echo_runs_stream_is_written_a_batch_at_a_time(host: Host) -> N
         await anyio.sleep_forever()
         raise AssertionError("unreachable")
 
+    messages: list[Message] = []
+
     async def send(message: Message) -> None:
+        if message["type"] == "http.response.body":
+            messages.append(message)
         if message["type"] == "http.response.body" and message.get("body"):
             bodies.append(message["body"])
 
@@ -217,3 +221,8 @@ async def test_an_echo_runs_stream_is_written_a_batch_at_a_time(host: Host) -> N
     assert bodies[0].startswith(b": stream open")
     assert b"event: run" in bodies[0]
     assert len(bodies) < len(names) + 1, bodies  # one write per event and one for the comment before
+    # The end event ends the body in its own write: no empty message after it (`_http.Last`), and the
+    # echo runner's four results, written by its plugin in one write, are one batch.
+    assert messages[-1]["more_body"] is False
+    assert messages[-1]["body"].startswith(b"event: end")
+    assert len(messages) == 3, [m["body"][:40] for m in messages]
