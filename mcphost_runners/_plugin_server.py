@@ -23,6 +23,7 @@ from importlib import metadata
 
 import anyio
 import anyio.abc
+import anyio.lowlevel
 import anyio.to_thread
 from pydantic import ValidationError
 
@@ -53,8 +54,9 @@ logger = logging.getLogger("mcphost_runners.sdk")
 
 _SHUTDOWN_GRACE = 5.0
 """How long `shutdown` and stdin EOF wait for cancelled runs to report before the plugin exits."""
-_CORK_BYTES = 1 << 20
-"""Queued bytes past which a line is written by its sender rather than by the flusher (`_write`)."""
+_CORK_BYTES = 1 << 16
+"""Queued bytes past which a line is written by its sender rather than by the flusher, which then lets
+the loop run (`_write`)."""
 
 
 def installed_version(distribution: str = "mcphost") -> str:
@@ -303,8 +305,9 @@ class _PluginServer:
 
     async def _write(self, message: JSONObject) -> None:
         """Queue one line for the host: written once this task lets the loop run, with every line
-        queued by then (`_flusher`), or right here once `_CORK_BYTES` are queued (a host that reads
-        slowly then holds the writer back, as an unqueued write would)."""
+        queued by then (`_flusher`), or right here once `_CORK_BYTES` are queued: a host that reads
+        slowly then holds the writer back, as an unqueued write would, and a runner that sends in a
+        loop awaiting nothing else still lets the loop run (to read `runner/cancel`) every so often."""
         data = (json.dumps(message, separators=(",", ":"), ensure_ascii=False) + "\n").encode()
         if self._out_broken:
             return
@@ -313,6 +316,7 @@ class _PluginServer:
         self._ready.set()
         if self._queued_bytes >= _CORK_BYTES:
             await self._flush()
+            await anyio.lowlevel.checkpoint()
 
     async def _flusher(self) -> None:
         """Write what is queued each time lines were queued, until cancelled (`serve` flushes the rest)."""

@@ -31,9 +31,10 @@ Invariants:
   Logging goes to stderr.
 - Lines to the host are written whole and in order by one flusher, once the task that sent them lets the
   loop run: lines sent back to back (a run's last results and its answer) go in one write, which the host
-  reads as one batch of results (one transaction). Past 1 MiB queued, the sender waits for the write, so a
-  host that reads slowly holds the runner back. The pipe is non-blocking: a slow host never blocks the
-  event loop.
+  reads as one batch of results (one transaction). Past 64 KiB queued, the sender writes and waits for
+  the write, so a host that reads slowly holds the runner back, then lets the loop run, so a runner that
+  sends in a loop awaiting nothing else can still be cancelled. The pipe is non-blocking: a slow host
+  never blocks the event loop.
 - Within a run, `sequence` starts at 1 and increases by one per result, in the order results are written;
   nothing follows `run.completed`/`run.failed`. A run whose `run()` returns without a terminal result gets
   `run.completed`; a cancelled run gets `run.failed {code: cancelled}`; a `RunAPIError` the runner let

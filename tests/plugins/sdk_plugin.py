@@ -90,6 +90,16 @@ class Bulk(AgentRunner):
         await out.completed("bulk done")
 
 
+class Flood(AgentRunner):
+    """Sends results in a loop that awaits nothing else, until cancelled."""
+
+    name = "flood"
+
+    async def run(self, ctx: AgentRunContext, out: RunOutput) -> None:
+        while True:
+            await out.delta("x" * 1024)
+
+
 if __name__ == "__main__":
     serve(
         Everything(),
@@ -100,6 +110,7 @@ if __name__ == "__main__":
         AfterEnd(),
         Parallel(),
         Bulk(),
+        Flood(),
         author="test",
         plugin="sdk",
         version="0.0.1",

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
+import os
 import socket
 import subprocess
 import sys
+import threading
 from collections.abc import AsyncGenerator
 from contextlib import asynccontextmanager
+from functools import partial
 from importlib import metadata
 from typing import Any
 
@@ -349,7 +353,7 @@ async def test_initialize_answers_with_the_plugin_and_its_manifests() -> None:
         assert answer["result"]["plugin"] == {"author": "test", "name": "sdk", "version": "0.0.1"}
         ids = [m["id"] for m in answer["result"]["runners"]]
         assert ids[:2] == ["plugin:test/sdk/everything", "plugin:test/sdk/boom"]
-        assert len(ids) == 8
+        assert len(ids) == 9
 
 
 async def test_unknown_methods_and_runners_are_json_rpc_errors() -> None:
@@ -431,6 +435,57 @@ async def test_lines_sent_back_to_back_reach_the_host_in_one_write() -> None:
     ]
     answer = json.loads(records[-1].splitlines()[-1])
     assert answer == {"jsonrpc": "2.0", "id": 1, "result": {"status": "completed"}}
+
+
+async def test_a_runner_that_sends_without_awaiting_anything_else_can_still_be_cancelled() -> None:
+    """A runner whose loop awaits nothing but its results lets the plugin's loop run every
+    `_CORK_BYTES`, even when the host drains a pipe large enough that no write ever waits: the
+    plugin reads `runner/cancel` and the run ends cancelled."""
+    read_end, write_end = os.pipe()
+    try:
+        fcntl.fcntl(write_end, fcntl.F_SETPIPE_SZ, 1 << 20)  # 1 MiB, the unprivileged maximum
+    except OSError:
+        pytest.skip("this system does not let a pipe grow to 1 MiB")
+    with os.fdopen(read_end, "rb", buffering=0) as reading:
+        try:
+            process = await anyio.open_process([sys.executable, SDK_PLUGIN], stdout=write_end, cwd=REPO)
+        finally:
+            os.close(write_end)
+        tail = b""
+        flooding = threading.Event()
+
+        def drain() -> None:  # faster than the plugin writes (nothing parsed), until the run's answer
+            nonlocal tail
+            seen = 0
+            while chunk := reading.read(1 << 20):
+                seen += len(chunk)
+                if seen > 1 << 20:
+                    flooding.set()
+                tail = (tail + chunk)[-(1 << 16) :]
+                if b'"id":1,' in tail:
+                    return
+
+        try:
+            assert process.stdin is not None
+            run = {"jsonrpc": "2.0", "id": 1, "method": "runner/run", "params": run_params("flood")}
+            cancel = {
+                "jsonrpc": "2.0",
+                "method": "runner/cancel",
+                "params": {"run_id": "run_raw", "reason": "enough"},
+            }
+            with anyio.fail_after(20):
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(partial(anyio.to_thread.run_sync, drain, abandon_on_cancel=True))
+                    await process.stdin.send(json.dumps(run).encode() + b"\n")
+                    await anyio.to_thread.run_sync(flooding.wait, abandon_on_cancel=True)  # it floods
+                    await process.stdin.send(json.dumps(cancel).encode() + b"\n")
+        finally:
+            with anyio.CancelScope(shield=True):
+                process.kill()
+                await process.aclose()
+    lines = [json.loads(line) for line in tail.splitlines()[-2:]]
+    assert lines[-1] == {"jsonrpc": "2.0", "id": 1, "result": {"status": "failed"}}
+    assert lines[-2]["params"]["result"]["data"]["code"] == "cancelled"
 
 
 async def test_shutdown_cancels_in_flight_runs_answers_and_exits() -> None:
