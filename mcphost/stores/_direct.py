@@ -311,13 +311,8 @@ class AsyncpgConnection:
     def holds_lock(self, key: int) -> bool:
         """Whether this transaction's `BEGIN` took the advisory lock `key` (`begin_as_ping`)."""
         fairy: Any = self.sync_connection._dbapi_connection  # pyright: ignore[reportPrivateUsage]
-        transaction = None if fairy is None else fairy.dbapi_connection._transaction
-        return (
-            transaction is not None
-            and locked_transaction.cache_info().currsize > 0  # none was begun before the class was built
-            and isinstance(transaction, locked_transaction())
-            and transaction.lock_key == key
-        )
+        transaction: Any = None if fairy is None else fairy.dbapi_connection._transaction
+        return isinstance(transaction, locked_transaction()) and transaction.lock_key == key
 
     async def scalar(self, statement: Any, parameters: Any = None, **kwargs: Any) -> Any:
         return await greenlet_spawn(self.sync_connection.scalar, statement, parameters, **kwargs)
