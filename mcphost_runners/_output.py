@@ -7,6 +7,9 @@ travels (`send`: a `runner/result` line in `_plugin_server`, a list in tests).
 Invariants:
 - Within a run, `sequence` starts at 1 and increases by one per result, in the order results are sent
   (one lock); nothing follows `run.completed`/`run.failed` (a `RuntimeError` says what was tried).
+- A result the host would refuse as unstorable (NaN or ±Infinity, an integer outside 64 bits, NUL, a lone
+  surrogate, nesting past `MAX_JSON_DEPTH`) is not sent: `emit` raises `ValueError` naming the field and
+  the run goes on. JSON serialization would otherwise turn NaN into null without a word.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import anyio.lowlevel
 
 from mcphost.protocol import (
     MAX_INLINE_ARTIFACT_BYTES,
+    MAX_JSON_DEPTH,
     ActionRequested,
     ActionRequestedData,
     AgentRunResult,
@@ -50,6 +54,9 @@ from mcphost.protocol import (
     ToolCallStarted,
     ToolCallStartedData,
     Usage,
+    json_depth,
+    nesting_message,
+    unstorable,
 )
 from mcphost.protocol.projection import RunProjection
 from mcphost.protocol.results import FinishReason
@@ -94,8 +101,10 @@ class RunOutput:
 
     async def emit(self, result: AgentRunResult) -> AgentRunResult:
         """Send a result built elsewhere; `run_id`, `sequence` and `timestamp` are set here. Raises the
-        cancellation of a cancelled run (it does not otherwise yield to the loop)."""
+        cancellation of a cancelled run (it does not otherwise yield to the loop), and `ValueError`,
+        sending nothing, for a result the host could not store (see the module's invariants)."""
         await anyio.lowlevel.checkpoint_if_cancelled()
+        _refuse_unstorable(result)
         async with self._lock:  # a sequence number and its line's position never disagree
             if self.status is not None:
                 raise RuntimeError(
@@ -240,3 +249,16 @@ class RunOutput:
         """End the run with an error (`run.failed`); `code` is a PROTOCOL §5 code or `runner.*`."""
         data = RunFailedData(code=code, message=message[:8000], retryable=retryable, details=details or {})
         await self.emit(RunFailed(run_id=self.run_id, data=data))
+
+
+def _refuse_unstorable(result: AgentRunResult) -> None:
+    """Raise `ValueError` naming the first part of `result` the host would refuse (`unstorable`, nesting).
+
+    Checked on the Python dump: the JSON dump has already turned NaN and ±Infinity into null."""
+    dumped = result.model_dump()
+    where = f"{result.type} result"
+    if json_depth(dumped) > MAX_JSON_DEPTH:
+        raise ValueError(f"{nesting_message(where)}; it was not sent")
+    problem = unstorable(dumped)
+    if problem is not None:
+        raise ValueError(f"{result.type} result: {problem.message()}; it was not sent")

@@ -3,7 +3,8 @@
 Runners: `everything` (one result of every builder method), `boom` (raises), `sleepy` (sleeps until
 cancelled), `quiet` (returns without a result), `printer` (print()s to stdout, then replies), `after-end`
 (emits after run.completed), `parallel` (emits from two tasks at once), `bulk` (emits ~1 MiB, far
-more than a pipe holds, so its writes must wait for the reader).
+more than a pipe holds, so its writes must wait for the reader), `flood` (sends in a loop awaiting nothing
+else), `not-a-number` (writes NaN to state and lets the refusal escape).
 """
 
 from __future__ import annotations
@@ -100,6 +101,16 @@ class Flood(AgentRunner):
             await out.delta("x" * 1024)
 
 
+class NotANumber(AgentRunner):
+    """Writes NaN to state, which the SDK refuses (`ValueError`) instead of sending null."""
+
+    name = "not-a-number"
+
+    async def run(self, ctx: AgentRunContext, out: RunOutput) -> None:
+        await out.delta("scoring")
+        await out.state("conversation", "score", {"mean": float("nan")})
+
+
 if __name__ == "__main__":
     serve(
         Everything(),
@@ -111,6 +122,7 @@ if __name__ == "__main__":
         Parallel(),
         Bulk(),
         Flood(),
+        NotANumber(),
         author="test",
         plugin="sdk",
         version="0.0.1",

@@ -24,6 +24,7 @@ from anyio.streams.buffered import BufferedByteReceiveStream
 import mcphost_runners.sdk
 from mcphost.plugins.process import PluginSupervisor
 from mcphost.protocol import (
+    MAX_JSON_DEPTH,
     AgentRunResult,
     ArtifactCreated,
     InvalidResult,
@@ -158,6 +159,54 @@ async def test_an_unknown_error_code_is_refused_when_built() -> None:
     out, _ = collecting()
     with pytest.raises(ValueError, match="unknown error code 'oops'"):
         await out.failed("oops", "not a protocol code")
+
+
+@pytest.mark.parametrize(
+    ("value", "reason"),
+    [
+        (float("nan"), r"data\.value\.x: nan is not a finite number"),
+        (float("-inf"), r"data\.value\.x: -inf is not a finite number"),
+        (2**63, r"data\.value\.x: the integer is outside the signed 64-bit range"),
+        ("a\x00b", r"data\.value\.x: contains a NUL character"),
+        ("\ud800", r"data\.value\.x: contains a lone surrogate \(U\+D800\)"),
+    ],
+)
+async def test_a_value_the_host_cannot_store_is_refused_by_name_and_not_sent(
+    value: object, reason: str
+) -> None:
+    out, sent = collecting()
+    with pytest.raises(ValueError, match=rf"^state\.updated result: {reason}.*; it was not sent$"):
+        await out.state("conversation", "k", {"x": value})
+    # Nothing was sent, no sequence number was spent, and the run goes on.
+    assert sent == []
+    await out.state("conversation", "k", {"x": 1.5})
+    await out.completed()
+    assert [(r.type, r.sequence) for r in sent] == [("state.updated", 1), ("run.completed", 2)]
+
+
+async def test_a_value_nested_past_the_limit_is_refused_and_not_sent() -> None:
+    out, sent = collecting()
+    deep: object = "leaf"
+    for _ in range(MAX_JSON_DEPTH):
+        deep = [deep]
+    with pytest.raises(
+        ValueError, match=r"^tool\.call\.started result: .*nest more than .*; it was not sent$"
+    ):
+        await out.tool_started("call_1", "search", {"q": deep})
+    assert sent == []
+
+
+async def test_a_refused_value_escaping_the_runner_fails_the_run_saying_why() -> None:
+    status, results = await run_sdk("not-a-number")
+    assert status == "failed"
+    assert [r["type"] for r in results] == ["message.delta", "run.failed"]
+    assert results[-1]["data"]["code"] == "runner.error"
+    assert results[-1]["data"]["message"] == (
+        "state.updated result: data.value.mean: nan is not a finite number; JSON numbers must be finite; "
+        "it was not sent"
+    )
+    # No state.updated with `{"mean": null}` reached the host.
+    assert all(r["type"] != "state.updated" for r in results)
 
 
 async def test_an_inline_artifact_carries_its_size_and_sha256() -> None:
@@ -353,7 +402,7 @@ async def test_initialize_answers_with_the_plugin_and_its_manifests() -> None:
         assert answer["result"]["plugin"] == {"author": "test", "name": "sdk", "version": "0.0.1"}
         ids = [m["id"] for m in answer["result"]["runners"]]
         assert ids[:2] == ["plugin:test/sdk/everything", "plugin:test/sdk/boom"]
-        assert len(ids) == 9
+        assert len(ids) == 10
 
 
 async def test_unknown_methods_and_runners_are_json_rpc_errors() -> None:
