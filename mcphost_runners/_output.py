@@ -7,15 +7,17 @@ travels (`send`: a `runner/result` line in `_plugin_server`, a list in tests).
 Invariants:
 - Within a run, `sequence` starts at 1 and increases by one per result, in the order results are sent
   (one lock); nothing follows `run.completed`/`run.failed` (a `RuntimeError` says what was tried).
-- A result the host would refuse as unstorable (NaN or ±Infinity, an integer outside 64 bits, NUL, a lone
-  surrogate, nesting past `MAX_JSON_DEPTH`) is not sent: `emit` raises `ValueError` naming the field and
-  the run goes on. JSON serialization would otherwise turn NaN into null without a word.
+- A result holding NaN or ±Infinity (not JSON numbers) or a lone surrogate (not UTF-8) is not sent:
+  `result_line` raises `ValueError` naming the field, so `emit` does, and the run goes on. A JSON-mode
+  dump would have sent NaN as null without a word. The line's own encoding finds them: a clean result
+  costs no extra walk.
 """
 
 from __future__ import annotations
 
 import base64
 import hashlib
+import json
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -27,6 +29,7 @@ import anyio.lowlevel
 from mcphost.protocol import (
     MAX_INLINE_ARTIFACT_BYTES,
     MAX_JSON_DEPTH,
+    METHOD_RESULT,
     ActionRequested,
     ActionRequestedData,
     AgentRunResult,
@@ -55,7 +58,6 @@ from mcphost.protocol import (
     ToolCallStartedData,
     Usage,
     json_depth,
-    nesting_message,
     unstorable,
 )
 from mcphost.protocol.projection import RunProjection
@@ -101,10 +103,10 @@ class RunOutput:
 
     async def emit(self, result: AgentRunResult) -> AgentRunResult:
         """Send a result built elsewhere; `run_id`, `sequence` and `timestamp` are set here. Raises the
-        cancellation of a cancelled run (it does not otherwise yield to the loop), and `ValueError`,
-        sending nothing, for a result the host could not store (see the module's invariants)."""
+        cancellation of a cancelled run (it does not otherwise yield to the loop), and whatever `send`
+        raises, the result then not counted as sent (`serve()`'s: `ValueError` for a result the host
+        could not store, see the module's invariants)."""
         await anyio.lowlevel.checkpoint_if_cancelled()
-        _refuse_unstorable(result)
         async with self._lock:  # a sequence number and its line's position never disagree
             if self.status is not None:
                 raise RuntimeError(
@@ -251,14 +253,27 @@ class RunOutput:
         await self.emit(RunFailed(run_id=self.run_id, data=data))
 
 
-def _refuse_unstorable(result: AgentRunResult) -> None:
-    """Raise `ValueError` naming the first part of `result` the host would refuse (`unstorable`, nesting).
+def result_line(result: AgentRunResult) -> bytes:
+    """`result`'s `runner/result` notification as one line (compact JSON, UTF-8, `\\n`-terminated).
 
-    Checked on the Python dump: the JSON dump has already turned NaN and ±Infinity into null."""
-    dumped = result.model_dump()
-    where = f"{result.type} result"
-    if json_depth(dumped) > MAX_JSON_DEPTH:
-        raise ValueError(f"{nesting_message(where)}; it was not sent")
-    problem = unstorable(dumped)
-    if problem is not None:
-        raise ValueError(f"{result.type} result: {problem.message()}; it was not sent")
+    Raises:
+        ValueError: `result` holds NaN or ±Infinity (which JSON has no number for) or a lone surrogate
+            (which UTF-8 cannot encode); the message names the field. Found by the line's encoding
+            (`allow_nan=False`, UTF-8), so a clean result costs no walk. What the host refuses for
+            its stores alone (NUL, integers past 64 bits, nesting past `MAX_JSON_DEPTH`) it names
+            itself, failing the run: sent as it is, nothing about it changes on the way.
+    """
+    # The Python dump keeps NaN as a float for `allow_nan` to refuse (a JSON-mode dump makes it null);
+    # result models hold only JSON types, so both dumps are otherwise the same.
+    params = {"run_id": result.run_id, "result": result.model_dump()}
+    message = {"jsonrpc": "2.0", "method": METHOD_RESULT, "params": params}
+    try:
+        return (
+            json.dumps(message, separators=(",", ":"), ensure_ascii=False, allow_nan=False) + "\n"
+        ).encode()
+    except ValueError as exc:  # NaN or ±Infinity; UnicodeEncodeError (a ValueError): a lone surrogate
+        dumped = params["result"]
+        # json_depth stops past the limit: a value that deep (or cyclic) is not walked.
+        if json_depth(dumped) <= MAX_JSON_DEPTH and (problem := unstorable(dumped)) is not None:
+            raise ValueError(f"{result.type} result: {problem.message()}; it was not sent") from None
+        raise ValueError(f"{result.type} result: not JSON ({exc}); it was not sent") from None

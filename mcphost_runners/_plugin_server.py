@@ -34,7 +34,6 @@ from mcphost.protocol import (
     MAX_LINE_BYTES,
     METHOD_CANCEL,
     METHOD_INITIALIZE,
-    METHOD_RESULT,
     METHOD_RUN,
     METHOD_SHUTDOWN,
     AgentRunContext,
@@ -45,7 +44,7 @@ from mcphost.protocol import (
     RunParams,
     is_json_object,
 )
-from mcphost_runners._output import RunOutput
+from mcphost_runners._output import RunOutput, result_line
 from mcphost_runners._runapi import CONNECTION_MODULES, RunAPI, RunAPIError
 from mcphost_runners._runner import AgentRunner
 
@@ -294,8 +293,7 @@ class _PluginServer:
                 await active.done.wait()
 
     async def _send_result(self, result: AgentRunResult) -> None:
-        params = {"run_id": result.run_id, "result": result.model_dump(mode="json")}
-        await self._write({"jsonrpc": "2.0", "method": METHOD_RESULT, "params": params})
+        await self._queue(result_line(result))  # ValueError for what the host cannot store, sent nowhere
 
     async def _answer(self, request_id: JSONValue, result: JSONObject) -> None:
         await self._write({"jsonrpc": "2.0", "id": request_id, "result": result})
@@ -304,11 +302,13 @@ class _PluginServer:
         await self._write({"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": message}})
 
     async def _write(self, message: JSONObject) -> None:
+        await self._queue((json.dumps(message, separators=(",", ":"), ensure_ascii=False) + "\n").encode())
+
+    async def _queue(self, data: bytes) -> None:
         """Queue one line for the host: written once this task lets the loop run, with every line
         queued by then (`_flusher`), or right here once `_CORK_BYTES` are queued: a host that reads
         slowly then holds the writer back, as an unqueued write would, and a runner that sends in a
         loop awaiting nothing else still lets the loop run (to read `runner/cancel`) every so often."""
-        data = (json.dumps(message, separators=(",", ":"), ensure_ascii=False) + "\n").encode()
         if self._out_broken:
             return
         self._queued.append(data)

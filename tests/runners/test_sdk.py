@@ -24,7 +24,6 @@ from anyio.streams.buffered import BufferedByteReceiveStream
 import mcphost_runners.sdk
 from mcphost.plugins.process import PluginSupervisor
 from mcphost.protocol import (
-    MAX_JSON_DEPTH,
     AgentRunResult,
     ArtifactCreated,
     InvalidResult,
@@ -32,6 +31,7 @@ from mcphost.protocol import (
     UnknownResult,
     classify_result,
 )
+from mcphost_runners._output import result_line
 from mcphost_runners.sdk import AgentRunner, RunOutput
 from tests.plugins.support import FAST, PLUGINS, REPO, collect, make_context, script_spec, types_of
 
@@ -161,39 +161,66 @@ async def test_an_unknown_error_code_is_refused_when_built() -> None:
         await out.failed("oops", "not a protocol code")
 
 
+def encoding(run_id: str = "run_1") -> tuple[RunOutput, list[bytes]]:
+    """A `RunOutput` whose results are encoded as `serve()` encodes them, the lines collected."""
+    sent: list[bytes] = []
+
+    async def send(result: AgentRunResult) -> None:
+        sent.append(result_line(result))
+
+    return RunOutput(run_id, send), sent
+
+
 @pytest.mark.parametrize(
     ("value", "reason"),
     [
         (float("nan"), r"data\.value\.x: nan is not a finite number"),
         (float("-inf"), r"data\.value\.x: -inf is not a finite number"),
-        (2**63, r"data\.value\.x: the integer is outside the signed 64-bit range"),
-        ("a\x00b", r"data\.value\.x: contains a NUL character"),
         ("\ud800", r"data\.value\.x: contains a lone surrogate \(U\+D800\)"),
     ],
 )
-async def test_a_value_the_host_cannot_store_is_refused_by_name_and_not_sent(
+async def test_a_value_json_or_utf8_cannot_carry_is_refused_by_name_and_not_sent(
     value: object, reason: str
 ) -> None:
-    out, sent = collecting()
+    out, sent = encoding()
     with pytest.raises(ValueError, match=rf"^state\.updated result: {reason}.*; it was not sent$"):
         await out.state("conversation", "k", {"x": value})
     # Nothing was sent, no sequence number was spent, and the run goes on.
     assert sent == []
     await out.state("conversation", "k", {"x": 1.5})
     await out.completed()
-    assert [(r.type, r.sequence) for r in sent] == [("state.updated", 1), ("run.completed", 2)]
+    wire = [json.loads(line)["params"]["result"] for line in sent]
+    assert [(r["type"], r["sequence"]) for r in wire] == [("state.updated", 1), ("run.completed", 2)]
 
 
-async def test_a_value_nested_past_the_limit_is_refused_and_not_sent() -> None:
-    out, sent = collecting()
-    deep: object = "leaf"
-    for _ in range(MAX_JSON_DEPTH):
-        deep = [deep]
-    with pytest.raises(
-        ValueError, match=r"^tool\.call\.started result: .*nest more than .*; it was not sent$"
-    ):
+async def test_a_refused_value_nested_deep_is_still_named() -> None:
+    out, sent = encoding()
+    deep: object = float("inf")
+    for _ in range(40):
+        deep = {"d": deep}
+    with pytest.raises(ValueError, match=r"^tool\.call\.started result: data\.parameters\.q(\.d){40}: inf "):
         await out.tool_started("call_1", "search", {"q": deep})
     assert sent == []
+
+
+@pytest.mark.parametrize(
+    ("value", "reason"),
+    [
+        ("a\x00b", "contains a NUL character"),
+        (2**63, "the integer is outside the signed 64-bit range"),
+    ],
+)
+async def test_what_only_the_stores_refuse_is_sent_unchanged_and_the_host_names_it(
+    value: object, reason: str
+) -> None:
+    out, sent = encoding()
+    await out.state("conversation", "k", {"x": value})
+    (line,) = sent
+    wire = json.loads(line)["params"]["result"]
+    assert wire["data"]["value"] == {"x": value}  # not turned into something else on the way
+    refused = classify_result(wire)
+    assert isinstance(refused, InvalidResult)
+    assert refused.message.startswith(f"data.value.x: {reason}")
 
 
 async def test_a_refused_value_escaping_the_runner_fails_the_run_saying_why() -> None:
