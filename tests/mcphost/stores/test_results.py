@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -221,3 +222,28 @@ async def test_a_one_statement_batch_on_a_connection_the_server_dropped_is_retri
     assert [r.payload for r in await stores.results.list(run.run_id)] == [{"n": 1}, {"n": 2}]
     assert [i.content for i in await stores.transcript.for_run(run.run_id)] == ["kept"]
     assert "ResultStore.append_many lost its database connection (attempt 1 of 4)" in caplog.text
+
+
+async def test_a_payload_is_stored_as_compact_text_and_read_back_as_the_same_value(stores: Stores) -> None:
+    payload: JSONObject = {
+        "text": 'héllo \u2028 \u65e5\u672c \U0001f600 "quoted" \\ \n\t\x01',
+        "ints": [0, -1, 2**63 - 1, -(2**63)],
+        "floats": [0.1, -0.0, 1e-7, 2.5e-5, 1e16, 1.7976931348623157e308, 5e-324],
+        "nested": {"a": [{"b": None, "c": True, "d": False}], "": {}},
+    }
+    run = await admitted(stores)
+    await stores.results.append_many(run.run_id, [("custom.kind", payload)], first_seq=1)
+    (stored,) = await stores.results.list(run.run_id)
+    assert stored.payload == payload
+    async with stores.db.read() as session:
+        raw = (
+            await session.execute(
+                text("SELECT CAST(payload AS TEXT) FROM run_results WHERE run_id = :r"), {"r": run.run_id}
+            )
+        ).scalar_one()
+    assert json.loads(raw) == payload
+    # Compact and UTF-8 as is: no spaces after separators, no \u escapes for printable non-ASCII.
+    assert '", "' not in raw
+    assert '": ' not in raw
+    assert "héllo" in raw
+    assert "\U0001f600" in raw
