@@ -369,7 +369,8 @@ async def test_cursors_do_not_show_positions_that_count_other_conversations_rows
     cursors = [page["next_cursor"], older["items"][0]["cursor"], events["items"][0]["cursor"]]
     cursors.append(keys["next_cursor"])
     for cursor in cursors:
-        blob = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        body = cursor.removeprefix(".")  # one cursor in 64 begins with "." so it is never read as an option
+        blob = base64.urlsafe_b64decode(body + "=" * (-len(body) % 4))
         for plain in (b'"v"', b'"k"', b"k1"):
             assert plain not in blob, blob
 
