@@ -16,6 +16,13 @@ ones (rows without bound) go to the thread too. The loop never waits inside SQLi
 `busy_timeout=0` except while the thread runs a transaction, and `wal_autocheckpoint=0`; every
 `CHECKPOINT_EVERY` transactions on the loop the thread checkpoints, on the writers' turn.
 
+Grouped transactions (`run_grouped`, every hot write but `long` ones): the first caller of a loop turn
+yields once; the callers that start a write meanwhile join its group (they await a future, shielded);
+the first then takes the writers' turn and runs every member's body in one transaction (on the loop, or
+on the thread as above), each body in a `SAVEPOINT` of its own and in its own caller's context
+variables, and commits once. One commit writes the pages the members share (index and table tails) to
+the WAL once, where a commit each wrote them again each time.
+
 Why not `anyio.to_thread.run_sync` for the thread: per call it enters a cancel scope, takes a capacity
 limiter on behalf of the task, picks an idle worker or starts one, and goes through a `queue.Queue` (a
 lock and a condition) each way. Here a call is a future, a `SimpleQueue.put` and one
@@ -33,6 +40,13 @@ Invariants:
 - A result for a loop that has closed meanwhile is dropped (nobody is waiting for it any more).
 - A transaction that fails without rolling back cleanly closes the connection; the next one opens a
   fresh one (on the thread).
+- A grouped body that raises has its writes rolled back to its savepoint, and its caller gets the
+  exception; the others are kept. A failed commit, or an error after which SQLite rolled the whole
+  transaction back (no transaction is open any more), fails every member: none is told a lost write was
+  kept. A member's caller gets its outcome only once the group's transaction has ended. A group of one
+  runs as `run` runs it, without a savepoint.
+- A caller cancelled before it starts or joins a group writes nothing; once in one, its body runs and
+  the cancellation lands after the commit.
 """
 
 from __future__ import annotations
@@ -45,8 +59,12 @@ import queue
 import sqlite3
 import threading
 from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from functools import partial
 from typing import Any, TypeVar, TypeVarTuple, cast
 
+import anyio
+import anyio.lowlevel
 from sqlalchemy import Connection, Engine, event
 from sqlalchemy.engine.interfaces import DBAPIConnection
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -57,15 +75,29 @@ from mcphost.stores._sessions import ThreadSession, drive
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+U = TypeVar("U")
 Args = TypeVarTuple("Args")
 WriteBody = Callable[[AsyncSession], Coroutine[Any, Any, T]]
 """A write transaction's body: its statements through the session it is given, no other awaits."""
+Outcome = tuple[bool, Any]
+"""A grouped body's result as (True, value), or its exception as (False, exc)."""
 CHECKPOINT_EVERY = 32
 """Transactions the writer commits on the event loop between two checkpoints on its thread: about the
 WAL pages (~1,000, SQLite's own `wal_autocheckpoint`) of 32 of a run's transactions."""
 _Job = tuple[
     contextvars.Context, Callable[..., Any], tuple[Any, ...], asyncio.AbstractEventLoop, asyncio.Future[Any]
 ]
+
+
+@dataclass(eq=False)
+class _Member:
+    """A body in a group (`SqliteWriter.run_grouped`)."""
+
+    body: WriteBody[Any]
+    context: contextvars.Context | None
+    """The caller's context variables, run in the first member's task; None for the first member."""
+    future: asyncio.Future[Any] | None
+    """Settled with the body's outcome once the group has committed; None for the first member."""
 
 
 class WriterThread:
@@ -148,21 +180,73 @@ class SqliteWriter:
         of its statements."""
         self._thread = WriterThread("mcphost-sqlite-writer")
         self._commits = 0
-        """Transactions committed on the event loop since the last checkpoint."""
+        """Transactions committed on the event loop since the last checkpoint (a group counts each)."""
+        self._forming: list[_Member] | None = None
+        """The group of this loop turn, while its first member yields for the others to join."""
         event.listen(engine, "connect", _on_connect)
         event.listen(engine, "begin", _on_begin)
 
     async def run(self, body: WriteBody[T], *, long: bool = False) -> T:
-        """`body`'s result, run in a transaction on the connection; the caller holds the writers' turn."""
+        """`body`'s result, run in a transaction of its own on the connection; the caller holds the
+        writers' turn."""
         connection = self._connection
         if not long and connection is not None and _begun_at_once(connection):
             result = self._run_begun(connection, body)
-            self._commits += 1
-            if self._commits >= CHECKPOINT_EVERY:  # still the writers' turn: nothing is written meanwhile
-                self._commits = 0
-                await self._thread.call(self._checkpoint)
+            await self._committed(1)
             return result
-        return await self._thread.call(self._run_on_thread, body)
+        return await self._thread.call(self._run_on_thread, self._run_begun, body)
+
+    async def run_grouped(self, body: WriteBody[T], turn: anyio.Lock) -> T:
+        """`body`'s result, run in the transaction of the group it joins (see the module docstring):
+        the first caller of a loop turn yields once, takes the writers' `turn` and runs its own body and
+        those of the callers that joined meanwhile, each in a savepoint, then commits once."""
+        await anyio.lowlevel.checkpoint_if_cancelled()
+        forming = self._forming
+        if forming is not None:
+            member = _Member(body, contextvars.copy_context(), asyncio.get_running_loop().create_future())
+            forming.append(member)
+            assert member.future is not None
+            with anyio.CancelScope(shield=True):  # the group's transaction runs this body: never cancelled
+                return await member.future
+        group = self._forming = [_Member(body, None, None)]
+        outcomes: list[Outcome] = []
+        with anyio.CancelScope(shield=True):  # nothing cancels this scope: it never ends the block early
+            outcomes = await self._run_group(group, turn)
+        for member, (ok, value) in zip(group[1:], outcomes[1:], strict=True):
+            assert member.future is not None
+            _resolve(member.future, value if ok else None, None if ok else value)
+        ok, value = outcomes[0]
+        if not ok:
+            raise value
+        return cast(T, value)
+
+    async def _run_group(self, group: list[_Member], turn: anyio.Lock) -> list[Outcome]:
+        """Each member's outcome, once the others of this loop turn have joined `group`."""
+        try:
+            await anyio.lowlevel.cancel_shielded_checkpoint()
+        finally:
+            self._forming = None
+        try:
+            async with turn:
+                return await self._run_group_in_turn(group)
+        except BaseException as exc:  # the turn or the hand-off to the thread failed: all of it did
+            return [(False, exc)] * len(group)
+
+    async def _run_group_in_turn(self, group: list[_Member]) -> list[Outcome]:
+        connection = self._connection
+        if connection is not None and _begun_at_once(connection):
+            outcomes = self._run_group_begun(connection, group)
+            await self._committed(len(group))
+            return outcomes
+        return await self._thread.call(self._run_on_thread, self._run_group_begun, group)
+
+    async def _committed(self, transactions: int) -> None:
+        """Count `transactions` committed on the loop; every `CHECKPOINT_EVERY`, checkpoint on the thread
+        (still the writers' turn: nothing is written meanwhile)."""
+        self._commits += transactions
+        if self._commits >= CHECKPOINT_EVERY:
+            self._commits = 0
+            await self._thread.call(self._checkpoint)
 
     async def close(self) -> None:
         """Close the connection (on the thread, between transactions) and stop the thread."""
@@ -170,18 +254,50 @@ class SqliteWriter:
             await self._thread.call(self._close_connection)
         self._thread.stop()
 
-    def _run_on_thread(self, body: WriteBody[T]) -> T:
-        """On the thread: a transaction that found the write lock taken (or the first, which opens the
-        connection, or a long one), waiting for the lock in SQLite's busy handler."""
+    def _run_on_thread(self, run: Callable[[Connection, U], T], what: U) -> T:
+        """On the thread: `run(connection, what)` for a transaction that found the write lock taken (or
+        the first, which opens the connection, or a long one), waiting for the lock in SQLite's busy
+        handler."""
         connection = self._connection
         if connection is None:
             connection = self._connection = self._engine.connect()
         _execute_raw(connection, f"PRAGMA busy_timeout={int(self._busy_timeout_s() * 1000)}")
         try:
-            return self._run_begun(connection, body)
+            return run(connection, what)
         finally:
             if self._connection is connection:  # not closed after a failed rollback
                 _execute_raw(connection, "PRAGMA busy_timeout=0")
+
+    def _run_group_begun(self, connection: Connection, group: list[_Member]) -> list[Outcome]:
+        """Each member's outcome, its body run in a savepoint of one transaction (a group of one runs
+        as `run` runs it). A body that raises has its own writes rolled back and the others go on; a
+        failed commit, or an error after which SQLite rolled the whole transaction back, fails them all."""
+        if len(group) == 1:
+            member = group[0]
+            try:
+                if member.context is None:
+                    return [(True, self._run_begun(connection, member.body))]
+                return [(True, member.context.run(self._run_begun, connection, member.body))]
+            except Exception as exc:
+                return [(False, exc)]
+        dbapi_connection: Any = connection.connection.dbapi_connection
+        outcomes: list[Outcome] = []
+        try:
+            with connection.begin():
+                for member in group:
+                    run = (
+                        _in_savepoint
+                        if member.context is None
+                        else partial(member.context.run, _in_savepoint)
+                    )
+                    outcomes.append(run(connection, dbapi_connection, member.body))
+                    if not dbapi_connection.in_transaction:  # an error made SQLite roll all of it back
+                        return [(False, outcomes[-1][1])] * len(group)
+        except Exception as exc:  # nothing of the group was kept
+            if connection.invalidated or connection.in_transaction() or dbapi_connection.in_transaction:
+                self._close_connection()  # not rolled back cleanly
+            return [(False, exc)] * len(group)
+        return outcomes
 
     def _run_begun(self, connection: Connection, body: WriteBody[T]) -> T:
         session = ThreadSession(connection)
@@ -217,6 +333,25 @@ class SqliteWriter:
             dbapi_connection.execute("PRAGMA wal_checkpoint(PASSIVE)")
         except sqlite3.Error as exc:  # the next one tries again; no write depends on it
             log.warning("SQLite checkpoint failed: %s", exc)
+
+
+def _in_savepoint(connection: Connection, dbapi_connection: Any, body: WriteBody[Any]) -> Outcome:
+    """A grouped body's outcome, run inside a savepoint of the group's transaction: released when the
+    body returns, rolled back to when it raises."""
+    dbapi_connection.execute("SAVEPOINT mcphost_member")
+    session = ThreadSession(connection)
+    try:
+        result = drive(body(cast(AsyncSession, session)))
+        session.flush_pending()
+    except Exception as exc:
+        session.close()
+        if dbapi_connection.in_transaction:
+            dbapi_connection.execute("ROLLBACK TO mcphost_member")
+            dbapi_connection.execute("RELEASE mcphost_member")
+        return (False, exc)
+    session.close()
+    dbapi_connection.execute("RELEASE mcphost_member")
+    return (True, result)
 
 
 def _on_connect(dbapi_connection: DBAPIConnection, _record: ConnectionPoolEntry) -> None:

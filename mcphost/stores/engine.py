@@ -51,7 +51,8 @@ Invariants:
   model calls, and a remote run's queue writes: enqueue, claim, posted results and end, heartbeats,
   drop) run whole on the writer's connection: one sync `sqlite3` connection of a second engine with the
   same connect listener (WAL, pragmas) and `BEGIN IMMEDIATE` (sent straight to sqlite3), queued on the
-  same `anyio.Lock` as every other writer and shielded the same way. With the write lock free the
+  same `anyio.Lock` as every other writer and shielded the same way, the ones a loop turn starts in one
+  transaction, each body in a savepoint (`SqliteWriter.run_grouped`). With the write lock free the
   transaction runs right on the event loop (after one yield, so that a writing loop lets other tasks run
   and stays cancellable): a hand-off to a thread and back cost more than a short transaction. The loop
   never waits in SQLite: the writer's connection has no busy timeout and no auto-checkpoint
@@ -305,6 +306,10 @@ class Database:
                 return await self._run_write_postgres(body, lock)
             async with self.write() as session:
                 return await body(session)
+        if not long:  # grouped with the others of this loop turn (`_writer.SqliteWriter.run_grouped`)
+            assert self._write_lock is not None
+            with _storage_errors():
+                return await self._writer.run_grouped(body, self._write_lock)
         # A transaction on the loop never suspends: yield first, so that a task writing in a loop
         # lets the others run and can be cancelled (before its transaction, never inside it).
         await anyio.lowlevel.checkpoint()
