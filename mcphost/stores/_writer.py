@@ -16,8 +16,9 @@ ones (rows without bound) go to the thread too. The loop never waits inside SQLi
 `busy_timeout=0` except while the thread runs a transaction, and `wal_autocheckpoint=0`; every
 `CHECKPOINT_EVERY` transactions on the loop the thread checkpoints, on the writers' turn.
 
-Grouped transactions (`run_grouped`, every hot write but `long` ones): the first caller of a loop turn
-yields once; the callers that start a write meanwhile join its group (they await a future, shielded);
+Grouped transactions (`run_grouped`, every hot write but `long` ones): the first caller yields to the
+rest of its loop turn, then for whole loop turns until one brings no new member (at most
+`GROUP_TURNS`); the callers that start a write meanwhile join its group (they await a future, shielded);
 the first then takes the writers' turn and runs every member's body in one transaction (on the loop, or
 on the thread as above), each body in a `SAVEPOINT` of its own and in its own caller's context
 variables, and commits once. One commit writes the pages the members share (index and table tails) to
@@ -81,6 +82,8 @@ WriteBody = Callable[[AsyncSession], Coroutine[Any, Any, T]]
 """A write transaction's body: its statements through the session it is given, no other awaits."""
 Outcome = tuple[bool, Any]
 """A grouped body's result as (True, value), or its exception as (False, exc)."""
+GROUP_TURNS = 8
+"""The most loop turns the first caller of a group waits for others to join (`run_grouped`)."""
 CHECKPOINT_EVERY = 32
 """Transactions the writer commits on the event loop between two checkpoints on its thread: about the
 WAL pages (~1,000, SQLite's own `wal_autocheckpoint`) of 32 of a run's transactions."""
@@ -221,9 +224,19 @@ class SqliteWriter:
         return cast(T, value)
 
     async def _run_group(self, group: list[_Member], turn: anyio.Lock) -> list[Outcome]:
-        """Each member's outcome, once the others of this loop turn have joined `group`."""
+        """Each member's outcome, once the callers that start a write in the loop turns it waits have
+        joined `group`. One yield saw only the callers later in the first turn: runs that start their
+        writes one turn apart went one to a group, and two turns at c = 64 gave 0.81x the host CPU per
+        run of one (`bench.revisions`); a group that stops after a turn with no one new gave 0.79x with
+        no cost at c = 1 (an echo run's writes follow one another)."""
         try:
-            await anyio.lowlevel.cancel_shielded_checkpoint()
+            await asyncio.sleep(0)  # the callers later in this loop turn join
+            size = len(group)
+            for _ in range(GROUP_TURNS - 1):  # then whole loop turns, until one brings no one new
+                await asyncio.sleep(0)
+                if len(group) == size:
+                    break
+                size = len(group)
         finally:
             self._forming = None
         try:

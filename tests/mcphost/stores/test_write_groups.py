@@ -14,7 +14,7 @@ from sqlalchemy.exc import OperationalError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from mcphost.errors import StorageUnavailableError
-from mcphost.stores import Stores
+from mcphost.stores import Stores, _writer
 from mcphost.stores.engine import core
 from mcphost.stores.events import event_values, insert_event
 from mcphost.stores.tables import EventRow
@@ -95,6 +95,25 @@ async def test_the_writes_one_loop_turn_starts_commit_in_one_transaction_each_wi
     assert outcomes == [f"e{i} as caller-{i}" for i in range(8)]
     assert seen == ["begin", "commit"]
     assert await _stored(stores) == sorted(["opens-the-connection", *(f"e{i}" for i in range(8))])
+
+
+async def test_a_group_stays_open_while_each_loop_turn_brings_another_writer(stores: Stores) -> None:
+    # Writers that start one loop turn after another (as the runs of a busy host do) join one group for
+    # as long as each turn brings someone new, up to `GROUP_TURNS` turns.
+    await stores.db.run_write(_inserting(stores, "opens-the-connection"))
+    seen = _transactions(stores)
+
+    def call(i: int) -> Any:
+        async def write() -> str:
+            for _ in range(i):  # writer i starts i loop turns after the first
+                await anyio.lowlevel.checkpoint()
+            return await stores.db.run_write(_inserting(stores, f"turn-{i}"))
+
+        return write
+
+    await _together(*(call(i) for i in range(_writer.GROUP_TURNS - 1)))
+    assert seen == ["begin", "commit"]
+    assert len(await _stored(stores)) == _writer.GROUP_TURNS
 
 
 async def test_a_grouped_body_that_raises_loses_its_own_writes_and_no_one_elses(stores: Stores) -> None:
