@@ -18,7 +18,8 @@ ones (rows without bound) go to the thread too. The loop never waits inside SQLi
 
 Grouped transactions (`run_grouped`, every hot write but `long` ones): the first caller yields to the
 rest of its loop turn, then for whole loop turns until one brings no new member (at most
-`GROUP_TURNS`); the callers that start a write meanwhile join its group (they await a future, shielded);
+`GROUP_TURNS`) or until it is full (`GROUP_MEMBERS`); the callers that start a write meanwhile join its
+group (they await a future, shielded);
 the first then takes the writers' turn and runs every member's body in one transaction (on the loop, or
 on the thread as above), each body in a `SAVEPOINT` of its own and in its own caller's context
 variables, and commits once. One commit writes the pages the members share (index and table tails) to
@@ -84,6 +85,10 @@ Outcome = tuple[bool, Any]
 """A grouped body's result as (True, value), or its exception as (False, exc)."""
 GROUP_TURNS = 32
 """The most loop turns the first caller of a group waits for others to join (`run_grouped`)."""
+GROUP_MEMBERS = 64
+"""The most bodies in one group: its transaction runs them back to back on the event loop, which nothing
+else uses meanwhile (64 bodies that each store one event took 1.7-2.0 ms here; a run's admission is
+several times one)."""
 CHECKPOINT_EVERY = 32
 """Transactions the writer commits on the event loop between two checkpoints on its thread: about the
 WAL pages (~1,000, SQLite's own `wal_autocheckpoint`) of 32 of a run's transactions."""
@@ -200,14 +205,16 @@ class SqliteWriter:
         return await self._thread.call(self._run_on_thread, self._run_begun, body)
 
     async def run_grouped(self, body: WriteBody[T], turn: anyio.Lock) -> T:
-        """`body`'s result, run in the transaction of the group it joins (see the module docstring):
-        the first caller of a loop turn yields once, takes the writers' `turn` and runs its own body and
-        those of the callers that joined meanwhile, each in a savepoint, then commits once."""
+        """`body`'s result, run in the transaction of the group it joins or starts (see the module
+        docstring): a group's first caller waits for others to join, takes the writers' `turn`, runs its
+        own body and theirs, each in a savepoint, and commits once."""
         await anyio.lowlevel.checkpoint_if_cancelled()
         forming = self._forming
         if forming is not None:
             member = _Member(body, contextvars.copy_context(), asyncio.get_running_loop().create_future())
             forming.append(member)
+            if len(forming) >= GROUP_MEMBERS:  # full: the next caller starts a group of its own
+                self._forming = None
             assert member.future is not None
             with anyio.CancelScope(shield=True):  # the group's transaction runs this body: never cancelled
                 return await member.future
@@ -235,11 +242,12 @@ class SqliteWriter:
             size = len(group)
             for _ in range(GROUP_TURNS - 1):  # then whole loop turns, until one brings no one new
                 await asyncio.sleep(0)
-                if len(group) == size:
+                if len(group) == size or len(group) >= GROUP_MEMBERS:
                     break
                 size = len(group)
         finally:
-            self._forming = None
+            if self._forming is group:  # not closed full, with another group forming since
+                self._forming = None
         try:
             async with turn:
                 return await self._run_group_in_turn(group)

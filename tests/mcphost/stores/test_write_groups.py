@@ -116,6 +116,18 @@ async def test_a_group_stays_open_while_each_loop_turn_brings_another_writer(sto
     assert len(await _stored(stores)) == _writer.GROUP_TURNS
 
 
+async def test_a_full_group_is_closed_and_the_next_writer_starts_another(stores: Stores) -> None:
+    await stores.db.run_write(_inserting(stores, "opens-the-connection"))
+    seen = _transactions(stores)
+    many = _writer.GROUP_MEMBERS + 3
+    outcomes = await _together(
+        *(lambda i=i: stores.db.run_write(_inserting(stores, f"w{i:03}")) for i in range(many))
+    )
+    assert outcomes == [f"w{i:03} as none" for i in range(many)]
+    assert seen == ["begin", "commit"] * 2
+    assert len(await _stored(stores)) == many + 1
+
+
 async def test_a_grouped_body_that_raises_loses_its_own_writes_and_no_one_elses(stores: Stores) -> None:
     await stores.db.run_write(_inserting(stores, "opens-the-connection"))
     seen = _transactions(stores)
