@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from mcphost import __version__
@@ -302,6 +303,39 @@ def static_refs(
     }
 
 
+@dataclass(frozen=True)
+class StaticParts:
+    """The parts of a run's context that change only when its agent, runner or grant shape does: the
+    `resources`, the checked runner `config` and the `static_refs` hashes (`static_parts`)."""
+
+    resources: Resources
+    config: Mapping[str, Any]
+    static_refs: Mapping[str, StaticRef]
+
+
+def static_parts(
+    *,
+    binding: AgentBinding,
+    grant: RunGrant,
+    manifest: AgentRunnerManifest,
+    knowledge_bases: Mapping[str, tuple[str, str]] | None = None,
+    skills: Mapping[str, tuple[str, str]] | None = None,
+    tools: Sequence[JSONObject] = (),
+    tools_sha256: str | None = None,
+    models: Mapping[str, HostModelInfo] | None = None,
+) -> StaticParts:
+    """A context's `StaticParts` (`build_context` takes the same arguments). Raises `InvalidArgumentError`
+    for an agent config the runner's `config_schema` refuses."""
+    told = [
+        SkillInfo(skill_name=name, display_name=skills[name][0] or name, description=skills[name][1])
+        for name in binding.agent.resources.skills
+        if skills and name in skills
+    ]
+    resources = _resources(grant, knowledge_bases or {}, told, models)
+    config = runner_config(binding, manifest)
+    return StaticParts(resources, config, static_refs(config, resources, tools, tools_sha256))
+
+
 def build_context(
     *,
     run_id: str,
@@ -318,21 +352,27 @@ def build_context(
     tools: Sequence[JSONObject] = (),
     tools_sha256: str | None = None,
     models: Mapping[str, HostModelInfo] | None = None,
+    static: StaticParts | None = None,
 ) -> AgentRunContext:
-    """Assemble the run context, without its token (`with_token` adds it). `knowledge_bases` maps kb_id → (name, description), `skills` a skill's
+    """Assemble the run context, without its token (`with_token` adds it). `static` is `static_parts` of
+    the same arguments when the caller keeps them (`ContextBuilder` does, per agent and grant shape). `knowledge_bases` maps kb_id → (name, description), `skills` a skill's
     name → (display name, description); the agent's `resources.skills` picks the skills it is told of.
     `tools` are the facts tools the grant allows, as `tools/list` shows them (hashed into
     `runtime.static_refs`; `tools_sha256` is that hash when the caller keeps it); `models` describes
     the host's models by id (the grant picks which the context lists)."""
     if grant.run_id != run_id:
         raise ValueError(f"build_context takes the run's own grant; got {grant.run_id!r} for {run_id!r}")
-    told = [
-        SkillInfo(skill_name=name, display_name=skills[name][0] or name, description=skills[name][1])
-        for name in binding.agent.resources.skills
-        if skills and name in skills
-    ]
-    resources = _resources(grant, knowledge_bases or {}, told, models)
-    config = runner_config(binding, manifest)
+    if static is None:
+        static = static_parts(
+            binding=binding,
+            grant=grant,
+            manifest=manifest,
+            knowledge_bases=knowledge_bases,
+            skills=skills,
+            tools=tools,
+            tools_sha256=tools_sha256,
+            models=models,
+        )
     return AgentRunContext(
         run_id=run_id,
         **_event_parts(event),
@@ -341,7 +381,7 @@ def build_context(
                 "supports_streaming": event.delivery.supports_streaming and binding.agent.delivery.streaming
             }
         ),
-        resources=resources,
+        resources=static.resources,
         context=_access(
             grant,
             latest_cursor,
@@ -350,8 +390,8 @@ def build_context(
             model_endpoints(public_url, run_id),
         ),
         state=state_snapshot(state),
-        runtime=_runtime(grant, static_refs(config, resources, tools, tools_sha256)),
-        config=config,
+        runtime=_runtime(grant, static.static_refs),
+        config=dict(static.config),
     )
 
 

@@ -13,7 +13,10 @@ Invariants:
 - The context with the token is kept only on the run's `ActiveRun` (memory); the token-free one is
   what the store keeps and what a recording's header shows.
 - The `tools/list` of a grant is a function of its allowed tools alone, so it is built once per set of
-  tools (`TOOL_LISTS_KEPT`).
+  tools (`TOOL_LISTS_KEPT`). A context's `StaticParts` (resources, checked config, `static_refs`) are a
+  function of the agent, its runner's manifest and the grant's resource sets, so they are built once
+  per such shape (`STATIC_PARTS_KEPT`), keyed by the agent and manifest objects themselves: a reloaded
+  agent or runner is new objects, built anew. A config the manifest refuses is refused every time.
 """
 
 from __future__ import annotations
@@ -29,13 +32,24 @@ from mcphost import tracing
 from mcphost.common.validation import describe
 from mcphost.context import (
     SNAPSHOT_SCOPES,
+    StaticParts,
     build_context,
     content_sha256,
+    static_parts,
     with_token,
 )
 from mcphost.errors import HostError, InvalidArgumentError
 from mcphost.grants import build_grant, mint_token
-from mcphost.models import AgentBinding, AgentEventEnvelope, Run, RunFailure, RunGrant, RunStatus, new_id
+from mcphost.models import (
+    AgentBinding,
+    AgentConfig,
+    AgentEventEnvelope,
+    Run,
+    RunFailure,
+    RunGrant,
+    RunStatus,
+    new_id,
+)
 from mcphost.orchestrator import _tuning as tuning
 from mcphost.orchestrator._active import ActiveRun
 from mcphost.orchestrator._execution import ExecutingRunner
@@ -165,6 +179,8 @@ class ContextBuilder:
         self._tool_list: Callable[[RunGrant], Sequence[JSONObject]] = tool_list or no_tools
         """The facts tools a grant allows, as `tools/list` shows them (hashed into `static_refs`)."""
         self._tool_lists: dict[frozenset[str], tuple[Sequence[JSONObject], str]] = {}
+        self._statics: dict[tuple[Any, ...], tuple[AgentConfig, AgentRunnerManifest, StaticParts]] = {}
+        """`StaticParts` per agent, manifest and grant shape (`static_of`)."""
         self._revise_context = revise_context
         """Replaces each run's freshly built context (a replay runs on the recorded one)."""
         self._warm = warm
@@ -180,6 +196,7 @@ class ContextBuilder:
             latest: str | None, has_before: bool, state: Mapping[str, ScopeSnapshot]
         ) -> AgentRunContext:
             tools, tools_sha256 = self.tools_of(grant)
+            static = self.static_of(binding, active.runner.manifest, grant, tools, tools_sha256)
             ctx = build_context(
                 run_id=active.run_id,
                 event=event,
@@ -195,6 +212,7 @@ class ContextBuilder:
                 models=self._models,
                 tools=tools,
                 tools_sha256=tools_sha256,
+                static=static,
             )
             if self._revise_context is not None:
                 ctx = self._revise_context(ctx)
@@ -208,6 +226,46 @@ class ContextBuilder:
             return ctx
 
         return build
+
+    def static_of(
+        self,
+        binding: AgentBinding,
+        manifest: AgentRunnerManifest,
+        grant: RunGrant,
+        tools: Sequence[JSONObject],
+        tools_sha256: str,
+    ) -> StaticParts:
+        """`static_parts` of a run's context, built once per agent, manifest and grant shape: the
+        `instructions` and `resources` hashes and the config check took 19 of the 53 µs of an echo
+        agent's context, 32 of 68 µs with a 20 KB prompt (hashed whole)."""
+        agent = binding.agent
+        key = (
+            id(agent),
+            id(manifest),
+            grant.models,
+            grant.model_calls,
+            grant.host_tool_globs,
+            grant.knowledge_bases,
+            grant.storage_areas,
+            tools_sha256,
+        )
+        kept = self._statics.get(key)
+        if kept is not None and kept[0] is agent and kept[1] is manifest:  # not a reused id
+            return kept[2]
+        static = static_parts(
+            binding=binding,
+            grant=grant,
+            manifest=manifest,
+            knowledge_bases=self._knowledge_bases,
+            skills=self._skills,
+            tools=tools,
+            tools_sha256=tools_sha256,
+            models=self._models,
+        )
+        if len(self._statics) >= tuning.STATIC_PARTS_KEPT:
+            self._statics.clear()
+        self._statics[key] = (agent, manifest, static)
+        return static
 
     def tools_of(self, grant: RunGrant) -> tuple[Sequence[JSONObject], str]:
         """`tool_list(grant)` and its hash (`static_refs`), built once per set of allowed tools (agents

@@ -24,6 +24,9 @@ CANCEL_POLL_S = 0.5
 only while runs are active), while no wake-up connection listens; `NOTIFIED_RECHECK_S` while one does."""
 TOOL_LISTS_KEPT = 256
 """Sets of allowed tools whose `tools/list` the orchestrator keeps built (`ContextBuilder.tools_of`)."""
+STATIC_PARTS_KEPT = 256
+"""Agent, manifest and grant shapes whose context `StaticParts` the orchestrator keeps built
+(`ContextBuilder.static_of`)."""
 MAX_BATCH = 512
 """How many results the pump hands the journal at most in one batch (one transaction)."""
 RECENT_ENDS = 1024

@@ -7,11 +7,15 @@ import hashlib
 import json
 from typing import Any
 
-from mcphost.context import build_context, with_token
+import pytest
+
+from mcphost.context import StaticParts, build_context, with_token
+from mcphost.errors import InvalidArgumentError
 from mcphost.facts import granted_tools
 from mcphost.facts._tools import FACTS_TOOLS
 from mcphost.grants import build_grant, mint_token
-from mcphost.models import AgentBinding, AgentConfig, AgentEventEnvelope
+from mcphost.models import AgentBinding, AgentConfig, AgentEventEnvelope, new_id
+from mcphost.orchestrator._admission import ContextBuilder
 from mcphost.protocol import AgentRunContext, AgentRunnerManifest
 
 RUNNER = "plugin:acme/bot/default"
@@ -136,3 +140,98 @@ def test_the_context_is_built_without_the_token_and_with_token_adds_it_for_the_r
     assert full.context.mcp.headers == {"Authorization": "Bearer t0ken"}
     assert full.context.mcp.bridge.env == {"MCPHOST_RUN_TOKEN": "t0ken"}
     assert full.runtime.static_refs == ctx.runtime.static_refs
+
+
+def _shape(
+    *, prompt: str = "Be brief.", areas: tuple[str, ...] = (), config: dict[str, Any] | None = None
+) -> tuple[AgentBinding, AgentRunnerManifest]:
+    manifest = AgentRunnerManifest.model_validate(
+        {
+            "id": RUNNER,
+            "name": "bot",
+            "permissions": {**PERMISSIONS, "storage": ["plugin", "workspace"]},
+            "config_schema": [{"name": "tone", "type": "select", "options": ["dry", "warm"]}],
+        }
+    )
+    agent = AgentConfig.model_validate(
+        {
+            "id": "a",
+            "runner": RUNNER,
+            "prompt": prompt,
+            "config": config or {},
+            "storage": {"areas": list(areas)},
+        }
+    )
+    return AgentBinding(binding_id="a", agent=agent), manifest
+
+
+def _parts(builder: ContextBuilder, binding: AgentBinding, manifest: AgentRunnerManifest) -> StaticParts:
+    event = AgentEventEnvelope.model_validate({"event_type": "message.received", "input": {"text": "hi"}})
+    grant = build_grant(
+        run_id=new_id("run"),
+        event=event,
+        binding=binding,
+        manifest=manifest,
+        token_hash=mint_token()[1],
+        deadline_at=1e10,
+    )
+    tools, tools_sha256 = builder.tools_of(grant)
+    return builder.static_of(binding, manifest, grant, tools, tools_sha256)
+
+
+def _builder() -> ContextBuilder:
+    return ContextBuilder(
+        public_url="http://127.0.0.1:8765",
+        knowledge_bases=None,
+        skills=None,
+        models=None,
+        tool_list=granted_tools,
+        revise_context=None,
+        warm=None,
+    )
+
+
+def test_the_static_parts_are_built_once_per_agent_and_grant_shape_and_anew_for_a_reloaded_agent() -> None:
+    builder = _builder()
+    binding, manifest = _shape()
+    first = _parts(builder, binding, manifest)
+    assert _parts(builder, binding, manifest) is first  # another run of the same agent: kept
+    other_areas = _parts(builder, _shape(areas=("plugin",))[0], manifest)
+    assert other_areas.resources.storage.areas == ["plugin"] != first.resources.storage.areas
+    # A reloaded config is new objects, even for the same agent id: its new prompt is hashed.
+    reloaded = _parts(builder, _shape(prompt="Be thorough.")[0], manifest)
+    assert reloaded is not first
+    assert reloaded.static_refs["instructions"].sha256 == hashlib.sha256(b"Be thorough.").hexdigest()
+    assert first.static_refs["instructions"].sha256 == hashlib.sha256(b"Be brief.").hexdigest()
+
+
+def test_a_config_the_runner_refuses_is_refused_at_every_run() -> None:
+    builder = _builder()
+    binding, manifest = _shape(config={"tone": "loud"})
+    for _ in range(2):
+        with pytest.raises(InvalidArgumentError, match="is not one of"):
+            _parts(builder, binding, manifest)
+
+
+def test_a_context_built_from_kept_static_parts_is_the_context_built_without_them() -> None:
+    builder = _builder()
+    binding, manifest = _shape(config={"tone": "dry"})
+    event = AgentEventEnvelope.model_validate({"event_type": "message.received", "input": {"text": "hi"}})
+    grant = build_grant(
+        run_id="run_1", event=event, binding=binding, manifest=manifest, token_hash="h", deadline_at=1e10
+    )
+    tools, tools_sha256 = builder.tools_of(grant)
+    static = builder.static_of(binding, manifest, grant, tools, tools_sha256)
+    common: dict[str, Any] = {
+        "run_id": "run_1",
+        "event": event,
+        "binding": binding,
+        "grant": grant,
+        "manifest": manifest,
+        "public_url": "http://127.0.0.1:8765",
+        "latest_cursor": None,
+        "has_history_before": False,
+        "state": {},
+        "tools": tools,
+    }
+    assert build_context(**common, static=static) == build_context(**common)
