@@ -17,12 +17,11 @@ ones (rows without bound) go to the thread too. The loop never waits inside SQLi
 `CHECKPOINT_EVERY` transactions on the loop the thread checkpoints, on the writers' turn.
 
 Grouped transactions (`run_grouped`, every hot write but `long` ones): the first caller yields to the
-rest of its loop turn, then for whole loop turns until one brings no new member (at most
-`GROUP_TURNS`) or until it is full (`GROUP_MEMBERS`); the callers that start a write meanwhile join its
-group (they await a future, shielded);
-the first then takes the writers' turn and runs every member's body in one transaction (on the loop, or
-on the thread as above), each body in a `SAVEPOINT` of its own and in its own caller's context
-variables, and commits once. One commit writes the pages the members share (index and table tails) to
+rest of its loop turn, then for whole loop turns until one brings no new member (at most `GROUP_TURNS`)
+or until it is full (`GROUP_MEMBERS`); the callers that start a write meanwhile join its group (they
+await a future, shielded); the first then takes the writers' turn and runs every member's body in one
+transaction (on the loop, or on the thread as above), each body in a `SAVEPOINT` of its own and in its
+own caller's context variables, and commits once. One commit writes the pages the members share (index and table tails) to
 the WAL once, where a commit each wrote them again each time.
 
 Why not `anyio.to_thread.run_sync` for the thread: per call it enters a cancel scope, takes a capacity
@@ -360,7 +359,7 @@ class SqliteWriter:
 def _in_savepoint(connection: Connection, dbapi_connection: Any, body: WriteBody[Any]) -> Outcome:
     """A grouped body's outcome, run inside a savepoint of the group's transaction: released when the
     body returns, rolled back to when it raises."""
-    dbapi_connection.execute("SAVEPOINT mcphost_member")
+    _execute_raw(connection, "SAVEPOINT mcphost_member")
     session = ThreadSession(connection)
     try:
         result = drive(body(cast(AsyncSession, session)))
@@ -368,11 +367,11 @@ def _in_savepoint(connection: Connection, dbapi_connection: Any, body: WriteBody
     except Exception as exc:
         session.close()
         if dbapi_connection.in_transaction:
-            dbapi_connection.execute("ROLLBACK TO mcphost_member")
-            dbapi_connection.execute("RELEASE mcphost_member")
+            _execute_raw(connection, "ROLLBACK TO mcphost_member")
+            _execute_raw(connection, "RELEASE mcphost_member")
         return (False, exc)
     session.close()
-    dbapi_connection.execute("RELEASE mcphost_member")
+    _execute_raw(connection, "RELEASE mcphost_member")  # raises if the body ended the transaction itself
     return (True, result)
 
 

@@ -181,6 +181,28 @@ async def test_when_sqlite_rolls_the_whole_transaction_back_every_member_fails(s
     assert await stores.db.run_write(_inserting(stores, "later")) == "later as none"
 
 
+async def test_a_body_that_ends_the_groups_transaction_itself_fails_the_whole_group(
+    stores: Stores,
+) -> None:
+    # A write body never commits or rolls back: one that does (a bug) must not have the members after it
+    # write outside any transaction. Its savepoint is gone with the transaction, so its release fails.
+    await stores.db.run_write(_inserting(stores, "opens-the-connection"))
+
+    async def commits_itself(session: AsyncSession) -> str:
+        connection: Any = await core(session)
+        connection.sync_connection.connection.dbapi_connection.execute("ROLLBACK")
+        return "done"
+
+    outcomes = await _together(
+        lambda: stores.db.run_write(_inserting(stores, "ran-before")),
+        lambda: stores.db.run_write(commits_itself),
+        lambda: stores.db.run_write(_inserting(stores, "after")),
+    )
+    assert all(isinstance(o, StorageUnavailableError) for o in outcomes), outcomes
+    assert all("no such savepoint" in str(o.__cause__) for o in outcomes)
+    assert await _stored(stores) == ["opens-the-connection"]
+
+
 async def test_a_member_cancelled_after_it_joined_is_written_and_stopped_after_the_commit(
     stores: Stores,
 ) -> None:
