@@ -45,7 +45,7 @@ Invariants:
   exception; the others are kept. A failed commit, or an error after which SQLite rolled the whole
   transaction back (no transaction is open any more), fails every member: none is told a lost write was
   kept. A member's caller gets its outcome only once the group's transaction has ended. A group of one
-  runs as `run` runs it, without a savepoint.
+  runs in a transaction of its own, without a savepoint.
 - A caller cancelled before it starts or joins a group writes nothing; once in one, its body runs and
   the cancellation lands after the commit.
 """
@@ -61,7 +61,6 @@ import sqlite3
 import threading
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
-from functools import partial
 from typing import Any, TypeVar, TypeVarTuple, cast
 
 import anyio
@@ -105,6 +104,10 @@ class _Member:
     """The caller's context variables, run in the first member's task; None for the first member."""
     future: asyncio.Future[Any] | None
     """Settled with the body's outcome once the group has committed; None for the first member."""
+
+    def call(self, function: Callable[..., T], *args: Any) -> T:
+        """`function(*args)` in the member's caller's context variables."""
+        return function(*args) if self.context is None else self.context.run(function, *args)
 
 
 class WriterThread:
@@ -193,14 +196,9 @@ class SqliteWriter:
         event.listen(engine, "connect", _on_connect)
         event.listen(engine, "begin", _on_begin)
 
-    async def run(self, body: WriteBody[T], *, long: bool = False) -> T:
-        """`body`'s result, run in a transaction of its own on the connection; the caller holds the
-        writers' turn."""
-        connection = self._connection
-        if not long and connection is not None and _begun_at_once(connection):
-            result = self._run_begun(connection, body)
-            await self._committed(1)
-            return result
+    async def run_long(self, body: WriteBody[T]) -> T:
+        """`body`'s result, run in a transaction of its own on the thread: a `long` body, which may write
+        rows without bound (the caller holds the writers' turn)."""
         return await self._thread.call(self._run_on_thread, self._run_begun, body)
 
     async def run_grouped(self, body: WriteBody[T], turn: anyio.Lock) -> T:
@@ -210,13 +208,12 @@ class SqliteWriter:
         await anyio.lowlevel.checkpoint_if_cancelled()
         forming = self._forming
         if forming is not None:
-            member = _Member(body, contextvars.copy_context(), asyncio.get_running_loop().create_future())
-            forming.append(member)
+            future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+            forming.append(_Member(body, contextvars.copy_context(), future))
             if len(forming) >= GROUP_MEMBERS:  # full: the next caller starts a group of its own
                 self._forming = None
-            assert member.future is not None
             with anyio.CancelScope(shield=True):  # the group's transaction runs this body: never cancelled
-                return await member.future
+                return await future
         group = self._forming = [_Member(body, None, None)]
         outcomes: list[Outcome] = []
         with anyio.CancelScope(shield=True):  # nothing cancels this scope: it never ends the block early
@@ -255,19 +252,14 @@ class SqliteWriter:
 
     async def _run_group_in_turn(self, group: list[_Member]) -> list[Outcome]:
         connection = self._connection
-        if connection is not None and _begun_at_once(connection):
-            outcomes = self._run_group_begun(connection, group)
-            await self._committed(len(group))
-            return outcomes
-        return await self._thread.call(self._run_on_thread, self._run_group_begun, group)
-
-    async def _committed(self, transactions: int) -> None:
-        """Count `transactions` committed on the loop; every `CHECKPOINT_EVERY`, checkpoint on the thread
-        (still the writers' turn: nothing is written meanwhile)."""
-        self._commits += transactions
-        if self._commits >= CHECKPOINT_EVERY:
+        if connection is None or not _begun_at_once(connection):
+            return await self._thread.call(self._run_on_thread, self._run_group_begun, group)
+        outcomes = self._run_group_begun(connection, group)
+        self._commits += len(group)
+        if self._commits >= CHECKPOINT_EVERY:  # still the writers' turn: nothing is written meanwhile
             self._commits = 0
             await self._thread.call(self._checkpoint)
+        return outcomes
 
     async def close(self) -> None:
         """Close the connection (on the thread, between transactions) and stop the thread."""
@@ -291,14 +283,12 @@ class SqliteWriter:
 
     def _run_group_begun(self, connection: Connection, group: list[_Member]) -> list[Outcome]:
         """Each member's outcome, its body run in a savepoint of one transaction (a group of one runs
-        as `run` runs it). A body that raises has its own writes rolled back and the others go on; a
+        in a transaction of its own, without a savepoint). A body that raises has its own writes rolled back and the others go on; a
         failed commit, or an error after which SQLite rolled the whole transaction back, fails them all."""
         if len(group) == 1:
             member = group[0]
             try:
-                if member.context is None:
-                    return [(True, self._run_begun(connection, member.body))]
-                return [(True, member.context.run(self._run_begun, connection, member.body))]
+                return [(True, member.call(self._run_begun, connection, member.body))]
             except Exception as exc:
                 return [(False, exc)]
         dbapi_connection: Any = connection.connection.dbapi_connection
@@ -306,12 +296,7 @@ class SqliteWriter:
         try:
             with connection.begin():
                 for member in group:
-                    run = (
-                        _in_savepoint
-                        if member.context is None
-                        else partial(member.context.run, _in_savepoint)
-                    )
-                    outcomes.append(run(connection, dbapi_connection, member.body))
+                    outcomes.append(member.call(_in_savepoint, connection, dbapi_connection, member.body))
                     if not dbapi_connection.in_transaction:  # an error made SQLite roll all of it back
                         return [(False, outcomes[-1][1])] * len(group)
         except Exception as exc:  # nothing of the group was kept

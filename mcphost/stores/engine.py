@@ -310,11 +310,11 @@ class Database:
             assert self._write_lock is not None
             with _storage_errors():
                 return await self._writer.run_grouped(body, self._write_lock)
-        # A transaction on the loop never suspends: yield first, so that a task writing in a loop
-        # lets the others run and can be cancelled (before its transaction, never inside it).
+        # A long body, on the thread: yield first, so that a task writing in a loop lets the others
+        # run and can be cancelled (before its transaction, never inside it).
         await anyio.lowlevel.checkpoint()
         async with self._writer_turn():
-            return await self._writer.run(body, long=long)
+            return await self._writer.run_long(body)
 
     async def run_statement(self, statement: Executable, params: Mapping[str, Any]) -> Any:
         """`statement` with `params` in a write transaction of its own, as `run_write` would run it; its
