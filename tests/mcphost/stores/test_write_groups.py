@@ -3,8 +3,10 @@ savepoint of its own (`_writer.SqliteWriter.run_grouped`)."""
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import sqlite3
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -13,13 +15,14 @@ from sqlalchemy import func, select
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from mcphost.errors import StorageUnavailableError
-from mcphost.stores import Stores, _writer
+from mcphost.errors import StorageFullError, StorageUnavailableError
+from mcphost.stores import Stores, _writer, open_stores
 from mcphost.stores.engine import core
 from mcphost.stores.events import event_values, insert_event
 from mcphost.stores.tables import EventRow
+from tests.mcphost.test_storage_faults import tmpfs
 
-pytestmark = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+on_a_sqlite_file = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
 
 CALLER: contextvars.ContextVar[str] = contextvars.ContextVar("caller", default="none")
 
@@ -78,6 +81,7 @@ async def _together(*calls: Any) -> list[Any]:
     return outcomes
 
 
+@on_a_sqlite_file
 async def test_the_writes_one_loop_turn_starts_commit_in_one_transaction_each_with_its_own_result(
     stores: Stores,
 ) -> None:
@@ -97,6 +101,7 @@ async def test_the_writes_one_loop_turn_starts_commit_in_one_transaction_each_wi
     assert await _stored(stores) == sorted(["opens-the-connection", *(f"e{i}" for i in range(8))])
 
 
+@on_a_sqlite_file
 async def test_a_group_stays_open_while_each_loop_turn_brings_another_writer(stores: Stores) -> None:
     # Writers that start one loop turn after another (as the runs of a busy host do) join one group for
     # as long as each turn brings someone new, up to `GROUP_TURNS` turns.
@@ -116,6 +121,7 @@ async def test_a_group_stays_open_while_each_loop_turn_brings_another_writer(sto
     assert len(await _stored(stores)) == _writer.GROUP_TURNS
 
 
+@on_a_sqlite_file
 async def test_a_full_group_is_closed_and_the_next_writer_starts_another(stores: Stores) -> None:
     await stores.db.run_write(_inserting(stores, "opens-the-connection"))
     seen = _transactions(stores)
@@ -128,6 +134,7 @@ async def test_a_full_group_is_closed_and_the_next_writer_starts_another(stores:
     assert len(await _stored(stores)) == many + 1
 
 
+@on_a_sqlite_file
 async def test_a_grouped_body_that_raises_loses_its_own_writes_and_no_one_elses(stores: Stores) -> None:
     await stores.db.run_write(_inserting(stores, "opens-the-connection"))
     seen = _transactions(stores)
@@ -143,6 +150,7 @@ async def test_a_grouped_body_that_raises_loses_its_own_writes_and_no_one_elses(
     assert await _stored(stores) == ["first", "last", "opens-the-connection"]
 
 
+@on_a_sqlite_file
 async def test_a_group_whose_commit_fails_fails_every_member_and_keeps_nothing(stores: Stores) -> None:
     await stores.db.run_write(_inserting(stores, "opens-the-connection"))
 
@@ -160,6 +168,7 @@ async def test_a_group_whose_commit_fails_fails_every_member_and_keeps_nothing(s
     assert await _count(stores) == 2
 
 
+@on_a_sqlite_file
 async def test_when_sqlite_rolls_the_whole_transaction_back_every_member_fails(stores: Stores) -> None:
     # After some errors (a full disk, an I/O error, no memory) SQLite rolls back the whole transaction,
     # not only the statement: members that ran before it lost their writes too, and must not be told
@@ -181,6 +190,7 @@ async def test_when_sqlite_rolls_the_whole_transaction_back_every_member_fails(s
     assert await stores.db.run_write(_inserting(stores, "later")) == "later as none"
 
 
+@on_a_sqlite_file
 async def test_a_body_that_ends_the_groups_transaction_itself_fails_the_whole_group(
     stores: Stores,
 ) -> None:
@@ -203,6 +213,7 @@ async def test_a_body_that_ends_the_groups_transaction_itself_fails_the_whole_gr
     assert await _stored(stores) == ["opens-the-connection"]
 
 
+@on_a_sqlite_file
 async def test_a_member_cancelled_after_it_joined_is_written_and_stopped_after_the_commit(
     stores: Stores,
 ) -> None:
@@ -224,6 +235,7 @@ async def test_a_member_cancelled_after_it_joined_is_written_and_stopped_after_t
     assert await _stored(stores) == ["joined", "leader", "opens-the-connection"]
 
 
+@on_a_sqlite_file
 async def test_a_caller_cancelled_before_its_write_joins_no_group_and_writes_nothing(stores: Stores) -> None:
     await stores.db.run_write(_inserting(stores, "opens-the-connection"))
     with anyio.CancelScope() as scope:
@@ -231,3 +243,48 @@ async def test_a_caller_cancelled_before_its_write_joins_no_group_and_writes_not
         await stores.db.run_write(_inserting(stores, "never"))
     assert scope.cancelled_caught
     assert await _stored(stores) == ["opens-the-connection"]
+
+
+async def test_groups_on_a_full_disk_fail_whole_and_the_writer_recovers(tmp_path: Path) -> None:
+    # Concurrent writes on a disk that fills up: a group either commits whole or every member gets
+    # `StorageFullError` (whichever body found the disk full), nothing half-written is read back, and
+    # once there is room the next groups commit.
+    with tmpfs(tmp_path / "small", "4m") as mount:
+        url = f"sqlite+aiosqlite:///{mount / 'mcphost.db'}"
+        async with open_stores(url, mount / "data") as stores:
+            payload = {"text": "x" * 30_000}
+
+            def body_for(event_id: str) -> Any:
+                async def body(session: AsyncSession) -> str:
+                    values = event_values(
+                        event_id=event_id, event_type="a.b", kind="system", source="system", payload=payload
+                    )
+                    await insert_event(session, stores.db.dialect, values)
+                    return event_id
+
+                return body
+
+            await stores.db.run_write(body_for("opens-the-connection"))
+            with (mount / "filler").open("wb") as out, contextlib.suppress(OSError):
+                while True:
+                    out.write(b"\0" * 65536)
+                    out.flush()
+            kept: list[str] = []
+            failed = 0
+            for round_ in range(20):
+                outcomes = await _together(
+                    *(lambda i=i, r=round_: stores.db.run_write(body_for(f"r{r}-{i}")) for i in range(8))
+                )
+                for outcome in outcomes:
+                    if isinstance(outcome, str):
+                        kept.append(outcome)
+                    else:
+                        assert isinstance(outcome, StorageFullError), outcome
+                        failed += 1
+            assert failed > 0  # the disk did fill up
+            assert await _stored(stores) == sorted(["opens-the-connection", *kept])
+            (mount / "filler").unlink()
+            outcomes = await _together(
+                *(lambda i=i: stores.db.run_write(body_for(f"after-{i}")) for i in range(8))
+            )
+            assert outcomes == [f"after-{i}" for i in range(8)]
