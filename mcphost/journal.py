@@ -5,7 +5,10 @@ the user transcript row, and each runner result — checked, numbered, and persi
 (assistant transcript rows, telemetry and note events, state: `ResultEffects`) in one transaction per
 batch; inline artifacts are stored just before their batch. It does not own the run's status or
 its lifetime (`orchestrator/`), nor how it ends when no terminal result came (`orchestrator/_end.py`),
-nor any SQL (`stores/`).
+nor any SQL (`stores/`). It writes the run's end only where the runner's own terminal result settles
+it and the orchestrator agrees (`end_with`): with that result's batch, in its transaction.
+Size: past 600 lines because every rule a result is checked against and every row it causes are decided
+here together, in the order the batch is persisted; split, each half would need the other's state.
 
 Invariants:
 - A result is persisted with a host sequence **before** anything is published about it; a batch's
@@ -16,6 +19,9 @@ Invariants:
 - A run adopted from a host that died (`resume`) continues its stream: host sequences after the last
   stored one, the runner's `sequence` checked against the highest stored one (so a result journaled
   before the death is a duplicate, never stored twice), and a stored terminal result still ends it.
+- A run's end written with its last batch (`end_with`, `ended_run`) is the outcome the batch's terminal
+  result settles, the move `RunStore.finish` would make of the running run: the batch and the end
+  commit together or not at all.
 - A batch of a remote run's results deletes the queue rows they came from in its transaction
   (`RawResult.source`, `ResultEffects.consumed`).
 - A violation found while checking a batch ends the run: the accepted prefix is persisted and applied,
@@ -39,13 +45,13 @@ import hashlib
 import json
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from mcphost.errors import HostError, NotFoundError
+from mcphost.errors import HostError, NotFoundError, StorageFullError, StorageUnavailableError
 from mcphost.grants import MESSAGE_KEY, action_out_of_scope, allows_state, refusal
-from mcphost.models import AgentEventEnvelope, RunFailure, RunGrant, RunStatus, new_id
+from mcphost.models import AgentEventEnvelope, Run, RunFailure, RunGrant, RunStatus, new_id
 from mcphost.plugins.process import RawResult
 from mcphost.protocol import (
     MAX_INLINE_ARTIFACT_BYTES,
@@ -74,12 +80,16 @@ from mcphost.stores import AuditEntry, Stores
 from mcphost.stores.engine import LONG_WRITE_BYTES
 from mcphost.stores.events import EventKind, event_values
 from mcphost.stores.results import ResultEffects, StoredResult
+from mcphost.stores.runs import RunEnd
 from mcphost.stores.state import state_values
 from mcphost.stores.transcript import item_values
 
 logger = logging.getLogger(__name__)
 
 RESUME_PAGE = 1000
+_ENDS_WITH_BATCH = (RunStatus.COMPLETED, RunStatus.FAILED)
+"""The ends a runner's terminal result settles that may be written with its batch (`end_with`): a
+cancelled one keeps why the host cancelled it, which its close adds."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,6 +161,11 @@ class RunJournal:
         """The host's ref of each inline `artifact.created` of this run, by the runner's artifact id."""
         self._terminal: tuple[int, tuple[str, dict[str, Any]]] | None = None
         self.outcome: RunOutcome | None = None
+        self.end_with: Callable[[RunOutcome], Awaitable[bool]] | None = None
+        """Asked, with the outcome a batch's terminal result settles, whether the run's end may be
+        written with that batch (the orchestrator's close begins there); None: never."""
+        self.ended_run: Run | None = None
+        """The run as it ended with its last batch (`end_with`), when it did: its close writes nothing."""
 
     @property
     def ended(self) -> bool:
@@ -237,16 +252,30 @@ class RunJournal:
                 await self._apply(result, effects)
         except _ViolationError as exc:
             violation = violation or exc
+        settled = None if terminal is None or violation is not None else self._outcome_of(terminal)
+        end = None if settled is None else await self._end_with_batch(settled)
         if accepted or effects:
-            await self._persist(accepted, effects, long=sum(raw.nbytes for raw in batch) > LONG_WRITE_BYTES)
+            await self._persist(
+                accepted, effects, long=sum(raw.nbytes for raw in batch) > LONG_WRITE_BYTES, end=end
+            )
         if violation is not None and not self.ended:
             return await self.end(RunOutcome.failed(violation.code, violation.message))
-        if terminal is not None and not self.ended:
-            self.outcome = self._outcome_of(terminal)
-            self._terminal_written = (
-                self.outcome.error is None or self.outcome.error.code != "runner.empty_output"
-            )
+        if settled is not None and not self.ended:
+            self.outcome = settled
+            self._terminal_written = settled.error is None or settled.error.code != "runner.empty_output"
         return self.outcome
+
+    async def _end_with_batch(self, settled: RunOutcome) -> RunEnd | None:
+        """The run's end to write with the batch whose terminal result settles `settled`, when it may be:
+        the runner's own end (completed, or failed other than `runner.empty_output`, which the host
+        follows with a result of its own) and `end_with` agrees."""
+        if self.end_with is None or self.ended or settled.status not in _ENDS_WITH_BATCH:
+            return None
+        if settled.error is not None and settled.error.code == "runner.empty_output":
+            return None
+        if not await self.end_with(settled):
+            return None
+        return RunEnd(settled.status, error=settled.error, usage=settled.usage or None)
 
     def _check(self, raw: RawResult, notes: list[tuple[str, dict[str, Any]]]) -> AgentRunResult | None:
         if raw.nbytes > MAX_RESULT_BYTES:
@@ -353,14 +382,33 @@ class RunJournal:
         raise _ViolationError("unauthorized", f"action.requested: {why}")
 
     async def _persist(
-        self, results: Sequence[AgentRunResult], effects: ResultEffects, *, long: bool = False
+        self,
+        results: Sequence[AgentRunResult],
+        effects: ResultEffects,
+        *,
+        long: bool = False,
+        end: RunEnd | None = None,
     ) -> None:
-        """One transaction: the results and what they cause; then publish them (persist first). A `long`
-        batch (past `engine.LONG_WRITE_BYTES`; a batch holds up to 512 results of up to 1 MiB) is written off the event loop (`Database.run_write`)."""
+        """One transaction: the results and what they cause (and with `end`, the run's end); then publish
+        them (persist first). A `long` batch (past `engine.LONG_WRITE_BYTES`; a batch holds up to 512
+        results of up to 1 MiB) is written off the event loop (`Database.run_write`)."""
         items = [(r.type, r.model_dump(mode="json", exclude_none=True)) for r in results]
-        stored = await self._stores.results.append_many(
-            self._run_id, items, first_seq=self._next_seq, effects=effects, long=long
-        )
+        if end is None:
+            stored = await self._stores.results.append_many(
+                self._run_id, items, first_seq=self._next_seq, effects=effects, long=long
+            )
+        else:
+            try:
+                stored, self.ended_run = await self._stores.results.append_ending(
+                    self._run_id, items, first_seq=self._next_seq, end=end, effects=effects, long=long
+                )
+            except (StorageUnavailableError, StorageFullError) as exc:
+                # The batch alone, its end left to the close (which retries it with back-off): a write
+                # that fails for the end's sake must not cost the run its results and real outcome.
+                logger.warning("run %s: its end could not go with its last results: %s", self._run_id, exc)
+                stored = await self._stores.results.append_many(
+                    self._run_id, items, first_seq=self._next_seq, effects=effects, long=long
+                )
         self._next_seq += len(items)
         if stored:
             self._publish(stored)

@@ -94,6 +94,8 @@ class ActiveRun:
     """A recorded run's token-free context, until its recording header is written."""
     feed: ResultFeed | None = None
     """Its persisted results for this process's readers, from its hand-over to a task until its close."""
+    closing_called: bool = False
+    """Its `on_run_closing` callbacks ran: as its end was written with its last results, or as it closed."""
     unfinished: tuple[RunJournal, RunOutcome] | None = None
     """`UNFINISHED`: the journal and the outcome the sweeper is to write."""
     ended: Run | None = None

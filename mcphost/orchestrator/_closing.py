@@ -9,11 +9,14 @@ Invariants:
 - The terminal write (the journal's terminal result, then `RunStore.finish`) is idempotent and retried
   with jittered exponential back-off for up to `TERMINAL_RETRY_S` on storage errors; the first outcome
   the journal settled wins, and a cancel keeps why the host cancelled in the run's error.
+- A run executing on this process whose runner's own terminal result settles its end (completed, or
+  failed by the runner) and that the host did not ask to stop has its end written with that result's
+  batch (`ending_gate`, `RunJournal.end_with`): its close begins there, and then writes nothing.
 - A close whose write still failed leaves the run `UNFINISHED` with its outcome (the sweeper writes it)
   and revokes its grant anyway; a close that wrote it leaves the run `ENDED`. Either way its context and
   feed are let go and its feed is closed with the run as recorded.
-- `on_run_closing` callbacks run once per run of this process, as its close begins and before its end
-  is written (bounded by `CLOSING_BOUND_S`; e.g. the model proxy writing the run's usage rows).
+- `on_run_closing` callbacks run once per run of this process, as its close begins (`begin_close`)
+  and before its end is written (bounded by `CLOSING_BOUND_S`; e.g. the model proxy writing the run's usage rows).
 - `on_run_end` callbacks run once per run, after its end is written (or given up to the sweeper); a
   failing one is logged and does not stop the others.
 - The sweeper never touches a run that is being admitted or held by a task of this process.
@@ -61,17 +64,15 @@ async def close(
     """End the run: decide and record its end, revoke, wake its readers; the outcome recorded (or to be)."""
     run_id = active.run_id
     runs.move(active, RunPhase.CLOSING)
-    with anyio.move_on_after(tuning.CLOSING_BOUND_S) as waited:
-        await run_closing_callbacks(on_run_closing, run_id)
-    if waited.cancelled_caught:
-        logger.warning(
-            "run %s: its closing callbacks took over %g s; recording its end", run_id, tuning.CLOSING_BOUND_S
-        )
+    await begin_close(active, on_run_closing)
     outcome = decide_end(happened)
-    ended: Run | None = None
+    ended = journal.ended_run  # written with the runner's last results (`ending_gate`)
+    if ended is not None and journal.outcome is not None:
+        outcome = journal.outcome
     try:
-        with anyio.move_on_after(tuning.TERMINAL_RETRY_S):
-            outcome, ended = await record_end(stores, run_id, journal, outcome, active.cancel_reason)
+        if ended is None:
+            with anyio.move_on_after(tuning.TERMINAL_RETRY_S):
+                outcome, ended = await record_end(stores, run_id, journal, outcome, active.cancel_reason)
     except Exception:
         logger.exception("run %s: could not record its end; the sweeper will retry", run_id)
     finally:
@@ -96,6 +97,40 @@ async def close(
             "" if active.phase is RunPhase.ENDED else "; its end is not recorded yet",
         )
     return outcome
+
+
+async def begin_close(active: ActiveRun, on_run_closing: Sequence[OnRunClosing]) -> None:
+    """The close of `active` begins: its `on_run_closing` callbacks, once per run, bounded by
+    `CLOSING_BOUND_S` (its end is recorded after them either way)."""
+    if active.closing_called:
+        return
+    active.closing_called = True
+    with anyio.move_on_after(tuning.CLOSING_BOUND_S) as waited:
+        await run_closing_callbacks(on_run_closing, active.run_id)
+    if waited.cancelled_caught:
+        logger.warning(
+            "run %s: its closing callbacks took over %g s; recording its end",
+            active.run_id,
+            tuning.CLOSING_BOUND_S,
+        )
+
+
+def ending_gate(
+    active: ActiveRun, on_run_closing: Sequence[OnRunClosing]
+) -> Callable[[RunOutcome], Awaitable[bool]]:
+    """`RunJournal.end_with` for a run executing on this process: its end is written with the batch of
+    the runner's terminal result unless the host asked it to stop (a cancel or a park, whose reason its
+    close records), and its close begins there (`begin_close`), so the end comes after its closing
+    callbacks as always."""
+
+    async def gate(_settled: RunOutcome) -> bool:
+        if active.cancel_reason is not None or active.parked_on is not None:
+            return False
+        with anyio.CancelScope(shield=True):  # bounded: a deadline now must not skip them
+            await begin_close(active, on_run_closing)
+        return True
+
+    return gate
 
 
 async def run_closing_callbacks(callbacks: Sequence[OnRunClosing], run_id: str) -> None:

@@ -154,8 +154,10 @@ class Orchestrator:
         return [active.run_id for active in self._runs.in_phase(*HELD)]
 
     def executing(self, run_id: str) -> bool:
-        """The run executes on this process and its close has not begun."""
-        return self._runs.phase(run_id) is RunPhase.EXECUTING
+        """The run executes on this process and its close has not begun (it begins as its end is
+        written with the runner's last results, `closing.ending_gate`, while its runner still stops)."""
+        active = self._runs.get(run_id)
+        return active is not None and active.phase is RunPhase.EXECUTING and not active.closing_called
 
     def phase(self, run_id: str) -> RunPhase | None:
         """Where the run is in this process, None when this process holds nothing of it."""
@@ -678,6 +680,8 @@ class Orchestrator:
             if placement == "local" or self.remote is None
             else self.remote.execution(placement, active.runner.manifest.id, binding.agent)
         )
+        if remote is None:  # the runner's last results may carry its end (`closing.ending_gate`)
+            journal.end_with = closing.ending_gate(active, self.on_run_closing)
         projector = self.projector
         project = (
             None

@@ -33,11 +33,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
-from sqlalchemy import delete, func, insert, select, text
+from sqlalchemy import column, delete, func, insert, select, text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from mcphost.errors import ConflictError
+from mcphost.models import Run, RunStatus
 from mcphost.protocol import MAX_JSON_DEPTH, JSONObject, json_depth
 from mcphost.stores._cursor import MAX_RUN_SEQ, check_after, check_limit
 from mcphost.stores._retry import idempotent
@@ -46,6 +47,7 @@ from mcphost.stores.approvals import ApprovalStore
 from mcphost.stores.deliveries import Outbox
 from mcphost.stores.engine import Database, core
 from mcphost.stores.events import insert_event
+from mcphost.stores.runs import RUN_COLUMNS, RunEnd, end_running, run_of
 from mcphost.stores.state import upsert_state
 from mcphost.stores.tables import RunResultRow, RuntimeResultRow, table_of
 from mcphost.stores.transcript import add_item
@@ -114,6 +116,26 @@ arrays: the usual batch (`ResultStore.append_many`'s one-statement case) in one 
 by itself, one round trip in all. The data-modifying parts see one snapshot and touch different tables;
 a state key is written once per statement (`ON CONFLICT DO UPDATE` cannot touch a row twice), so a
 batch that writes one key twice takes the transaction instead."""
+_ENDED = (
+    "ended AS (UPDATE runs SET status = :e_status, ended_at = :e_ended_at,"
+    " revoked_at = COALESCE(revoked_at, :e_ended_at),"
+    " error = COALESCE(CAST(CAST(:e_error AS text) AS json), error),"
+    " usage = COALESCE(CAST(CAST(:e_usage AS text) AS json), usage)"
+    f" WHERE run_id = :run_id AND status = '{RunStatus.RUNNING.value}'"
+    f" RETURNING {', '.join(c.name for c in RUN_COLUMNS)})"
+)
+"""PostgreSQL: a running run's end as a part of its last batch's statement (`RunEnd`): the move
+`runs.finish` makes (`runs._move`), its row read back."""
+_APPEND_ENDING = text(
+    _APPEND_WITH_EFFECTS.text.rsplit(" SELECT pg_notify", 1)[0]
+    + f", {_ENDED}"
+    + " SELECT ended.*, pg_notify(:channel, :wake) AS woken,"
+    " CASE WHEN ended.run_id IS NOT NULL THEN pg_notify(:channel, :end_wake) END AS end_woken"
+    " FROM (SELECT 1 FROM inserted LIMIT 1) AS one LEFT JOIN ended ON true"
+).columns(*RUN_COLUMNS, column("woken"), column("end_woken"))
+"""PostgreSQL: `_APPEND_WITH_EFFECTS` that also ends the run (`_ENDED`) and announces its end: a run's
+last batch and its end in one statement that commits by itself. Its one row is the ended run, or nulls
+when the run was not running (its end is then left to `runs.finish`)."""
 _INSERT = insert(table_of(RunResultRow))
 """A batch's rows, as one executemany (`engine.core`: built once)."""
 
@@ -212,10 +234,46 @@ class ResultStore:
         Raises:
             ConflictError: one of the sequences is already stored for the run with other content.
         """
+        stored, _ = await self._append(run_id, items, first_seq, effects, long, None)
+        return stored
+
+    @idempotent
+    async def append_ending(
+        self,
+        run_id: str,
+        items: list[tuple[str, JSONObject]],
+        *,
+        first_seq: int,
+        end: RunEnd,
+        effects: ResultEffects | None = None,
+        long: bool = False,
+    ) -> tuple[list[StoredResult], Run | None]:
+        """`append_many`, and in the same transaction the run's `end` when it is running (the move
+        `RunStore.finish` makes, with its outbox rows): its last batch and its end in one commit; on
+        PostgreSQL the usual batch is still one statement. The run as it ended, or None when it was not
+        running (nothing of the end is written: `finish` decides it) or the batch was already stored
+        (a repeat: its end may or may not have been written with it; `finish` finds out).
+
+        Raises:
+            ConflictError: as `append_many`.
+        """
+        if not items:
+            raise ValueError("a run's end is written with results; append_ending got none")
+        return await self._append(run_id, items, first_seq, effects, long, end)
+
+    async def _append(
+        self,
+        run_id: str,
+        items: list[tuple[str, JSONObject]],
+        first_seq: int,
+        effects: ResultEffects | None,
+        long: bool,
+        end: RunEnd | None,
+    ) -> tuple[list[StoredResult], Run | None]:
         if first_seq < 1:
             raise ValueError(f"result sequences start at 1; got first_seq={first_seq}")
         if not items and not effects:
-            return []
+            return [], None
         now = time.time()
         stored = [  # the caller's validated results: built, not validated again
             StoredResult.model_construct(
@@ -224,7 +282,7 @@ class ResultStore:
             for i, (type_, payload) in enumerate(items)
         ]
 
-        async def append_in(session: AsyncSession) -> None:
+        async def append_in(session: AsyncSession) -> Run | None:
             if stored:
                 if self._db.dialect == "postgresql":  # with its wake-up (`wakeups.announce`; SQLite has none)
                     await (await core(session)).execute(
@@ -248,30 +306,50 @@ class ResultStore:
                     await self._approvals.actions(session, run_id, items)
             if effects:
                 await _write_effects(session, self._db.dialect, effects)
+            if end is None:
+                return None
+            return await end_running(session, self._db.dialect, self._outbox, run_id, end)
 
         try:
-            if self._in_one_statement(stored, effects):
-                await self._db.run_statement(
-                    _APPEND_WITH_EFFECTS, self._one_statement(run_id, now, stored, effects)
-                )
-            else:
-                await self._db.run_write(append_in, long=long)
+            if not self._in_one_statement(stored, effects, end):
+                return stored, await self._db.run_write(append_in, long=long)
+            params = self._one_statement(run_id, now, stored, effects)
+            if end is None:
+                await self._db.run_statement(_APPEND_WITH_EFFECTS, params)
+                return stored, None
+            row = (await self._db.run_statement(_APPEND_ENDING, params | self._ending(run_id, end))).one()
+            return stored, None if row.run_id is None else run_of(row)
         except IntegrityError as exc:
             already = await self.list(run_id, after=first_seq - 1, limit=len(stored))
             if [(r.seq, r.type, r.payload) for r in already] == [(r.seq, r.type, r.payload) for r in stored]:
-                return already
+                return already, None
             raise ConflictError(
                 f"Run {run_id!r} already has results in sequences {first_seq}..{stored[-1].seq}, or the run "
                 "does not exist; append after last_seq().",
                 details={"run_id": run_id, "first_seq": first_seq},
             ) from exc
-        return stored
 
-    def _in_one_statement(self, stored: list[StoredResult], effects: ResultEffects | None) -> bool:
-        """Whether the batch is one statement (`_APPEND_WITH_EFFECTS`): on PostgreSQL, results with only
-        transcript items and state writes (distinct keys) besides them, none the outbox announces and
-        no action to approve."""
+    def _ending(self, run_id: str, end: RunEnd) -> dict[str, Any]:
+        """`_ENDED`'s parameters (besides the batch's `run_id` and `channel`)."""
+        dumps = self._dumps()
+        return {
+            "e_status": end.status.value,
+            "e_ended_at": time.time(),
+            "e_error": None if end.error is None else dumps(end.error.model_dump(mode="json")),
+            "e_usage": None if end.usage is None else dumps(end.usage),
+            "end_wake": wake_payload("end", run_id),
+        }
+
+    def _in_one_statement(
+        self, stored: list[StoredResult], effects: ResultEffects | None, end: RunEnd | None
+    ) -> bool:
+        """Whether the batch is one statement (`_APPEND_WITH_EFFECTS`, `_APPEND_ENDING` with an end): on
+        PostgreSQL, results with only transcript items and state writes (distinct keys) besides them,
+        none the outbox announces and no action to approve; with an end, nothing the outbox announces
+        at all (a run's end makes rows for its webhooks and channels)."""
         if self._db.dialect != "postgresql" or not stored:
+            return False
+        if end is not None and self._outbox is not None and self._outbox.active:
             return False
         kinds = [r.type for r in stored]
         if (self._outbox is not None and self._outbox.announces(kinds)) or (

@@ -139,6 +139,44 @@ scopes it asked for, read in the same transaction → the run's context, token-f
 transaction (on SQLite on the writer thread, `Database.run_write`), so it only computes: no awaits."""
 
 
+@dataclass(frozen=True, slots=True)
+class RunEnd:
+    """A running run's end written with its last results (`ResultStore.append_many(end=...)`): the
+    terminal move `finish` makes, in the results' transaction."""
+
+    status: RunStatus
+    error: RunFailure | None = None
+    usage: JSONObject | None = None
+
+    def __post_init__(self) -> None:
+        if not self.status.is_terminal:
+            raise ValueError(f"a run's end takes a terminal status; got {self.status}")
+
+
+RUN_COLUMNS: tuple[Any, ...] = _ROW
+"""The run's columns the hot statements read back (`_ROW`): what `run_of` reads."""
+
+
+def run_of(row: RunRow | Row[Any]) -> Run:
+    """The run of a row with `RUN_COLUMNS`."""
+    return _run(row)
+
+
+async def end_running(
+    session: AsyncSession, dialect: Dialect, outbox: Outbox | None, run_id: str, end: RunEnd
+) -> Run | None:
+    """Move a `running` run to `end` in the caller's transaction, with its outbox rows (as `finish`
+    does); None, writing nothing, when the run is not running (it ended, or was never started)."""
+    moved = await _move(
+        session, dialect, run_id, RunStatus.RUNNING, end.status, **_outcome(end.error, end.usage)
+    )
+    if moved is None:
+        return None
+    if outbox is not None:
+        await outbox.run_ended(session, moved)  # the wake-up came with the move (`_move`)
+    return _run(moved)
+
+
 @dataclass(frozen=True)
 class RunStart:
     """What starting a run writes besides its status (`try_start`, or `admit` starting it at once)."""

@@ -69,8 +69,11 @@ class SqlFault:
 
 
 def terminal_run_update(statement: str) -> bool:
-    """The UPDATE that moves a run to a terminal status (it also sets `ended_at`)."""
+    """The UPDATE that moves a run to a terminal status (it also sets `ended_at`), or on PostgreSQL a
+    run's last batch that carries it (a part of its one statement, `results._APPEND_ENDING`)."""
     flat = " ".join(statement.split()).lower()
+    if flat.startswith("with ") and " as (update runs set status = " in flat:
+        return "ended_at = " in flat.partition(" as (update runs set status = ")[2].partition(" where ")[0]
     return flat.startswith("update runs set") and "ended_at=" in flat.partition(" where ")[0]
 
 

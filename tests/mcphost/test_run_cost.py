@@ -1,8 +1,9 @@
 """What a run costs the database: the transactions of one echo run, on both stores.
 
 A design invariant, counted, never timed (docs/architecture.md, "What a run costs the database"): an
-echo run is `admit` (which also starts it), one transaction per result batch (its results together
-with the transcript, event-log and state rows they cause) and `finish`; a reader following the run on
+echo run is `admit` (which also starts it) and one transaction per result batch (its results together
+with the transcript, event-log and state rows they cause), the last of which also ends the run (the
+runner's `run.completed` settles it: `closing.ending_gate`); a reader following the run on
 the process that executes it reads nothing from the store. How the runner's results fall into batches
 depends on when its lines arrive: the echo runner's, sent back to back, go out in one write and are
 one batch (`mcphost_runners._plugin_server`), and everything else is exact. Transactions are attributed to the run by its ids in their statements' parameters, so
@@ -29,8 +30,9 @@ from mcphost.orchestrator import _tuning as orchestrator_module
 from mcphost.stores import engine
 from tests.mcphost.hostkit import host_settings, message
 
-RUN_BUDGET = 3
-"""Transactions of a non-streamed echo run (three results): admit, one batch, finish. The plugin writes
+RUN_BUDGET = 2
+"""Transactions of a non-streamed echo run (three results): admit, and one batch that ends the run
+(three before: its end was a transaction of its own). The plugin writes
 results sent back to back in one write (`mcphost_runners._plugin_server`), which the host reads and
 hands to the journal as one batch (five transactions before: a batch per line the host woke for)."""
 
@@ -139,8 +141,9 @@ async def _count(host: Host, event_: AgentEventEnvelope) -> tuple[list[_Transact
 
 
 def _check_shape(mine: list[_Transaction], results: int) -> list[_Transaction]:
-    """admit (which starts the run), one transaction per result batch, finish; the batches."""
-    admit, *batches, finish = mine
+    """admit (which starts the run), one transaction per result batch, the last with the run's end; the
+    batches."""
+    admit, *batches = mine
     for sql in ("INSERT INTO runs", "INSERT INTO events", "INSERT INTO transcript", "FROM state"):
         assert admit.has(sql), sql
     assert admit.has("UPDATE runs SET context")
@@ -154,8 +157,9 @@ def _check_shape(mine: list[_Transaction], results: int) -> list[_Transaction]:
         assert not admit.has("UPDATE runs SET status")
     else:
         assert admit.has("UPDATE runs SET status")
-    assert finish.has("UPDATE runs SET status")
-    assert not finish.has("run_results")
+    # The run's end is written with the batch of the runner's `run.completed`, the last, and only there.
+    assert batches[-1].has("UPDATE runs SET status")
+    assert not any(tx.has("UPDATE runs SET status") for tx in batches[:-1])
     assert 1 <= len(batches) <= results
     assert all(tx.has("INSERT INTO run_results") for tx in batches)
     # The assistant's transcript row and the state write commit with the results that cause them.
@@ -164,15 +168,15 @@ def _check_shape(mine: list[_Transaction], results: int) -> list[_Transaction]:
     # The reader on this process was served from memory: no transaction read the run's results.
     assert not any(tx.has("FROM run_results") for tx in mine)
     if postgres:
-        # PostgreSQL: each batch (with its transcript and state rows) and the end is one statement that
-        # commits by itself, one round trip (`Database.run_statement`).
-        assert all(tx.autocommit and len(tx.statements) == 1 for tx in [*batches, finish]), mine
+        # PostgreSQL: each batch (with its transcript and state rows, the last with the run's end) is one
+        # statement that commits by itself, one round trip (`Database.run_statement`).
+        assert all(tx.autocommit and len(tx.statements) == 1 for tx in batches), mine
     else:
         assert not any(tx.autocommit for tx in mine)
     return batches
 
 
-async def test_an_echo_run_takes_at_most_three_transactions(host: Host) -> None:
+async def test_an_echo_run_takes_at_most_two_transactions(host: Host) -> None:
     await _echo_run(host, "warm up", "conv-warm")  # first-use work (plugin, caches) is not a run's cost
     event_ = message("hello", bot="echo", conversation="conv-count", delivery={"supports_streaming": False})
     mine, types = await _count(host, event_)
@@ -207,7 +211,7 @@ async def test_a_streamed_echo_run_adds_only_result_batches(host: Host) -> None:
     mine, types = await _count(host, message("hello", bot="echo", conversation="conv-stream"))
     assert types == ["message.delta", "message.completed", "state.updated", "run.completed"]
     batches = _check_shape(mine, len(types))
-    assert len(mine) == 2 + len(batches)
+    assert len(mine) == 1 + len(batches)
     assert len(batches) == 1  # the four results came in one write, one batch
 
 
@@ -220,10 +224,10 @@ async def test_a_reader_of_an_ended_run_reads_every_result_from_the_store(host: 
     assert resumed == [3, 4]
 
 
-PG_ROUND_TRIPS = 6
+PG_ROUND_TRIPS = 5
 """Round trips between the host and PostgreSQL of a non-streamed echo run's transactions (each `BEGIN`,
 statement and `COMMIT` one; asyncpg sends a statement's bind and execute and a batch's rows together):
-the admission's four, then the one result batch and the end, each one statement without `BEGIN` and
+the admission's four, then the one result batch that ends the run, one statement without `BEGIN` and
 `COMMIT`.
 Not counted: preparing a statement, once per pooled connection (a connection the warm-up run did not
 use prepares again), not once per run."""

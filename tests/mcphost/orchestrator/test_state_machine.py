@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncGenerator, Sequence
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -83,11 +84,15 @@ class FakeExecutor:
                 raise PluginError("the plugin process exited with code 1")
             if text == "bug":
                 raise RuntimeError("a bug in the executor, with private detail")
-            if text in ("hang", "deaf"):
+            if text in ("hang", "deaf", "stubborn"):
                 stop = self._stop.setdefault(run_id, anyio.Event())
                 if text == "deaf":
                     await anyio.sleep_forever()
                 await stop.wait()
+                if text == "stubborn":  # asked to stop, it completes all the same
+                    await results.send(_raw(run_id, "message.completed", {"message": {"content": "done"}}))
+                    await results.send(_raw(run_id, "run.completed", {"finish_reason": "stop", "usage": {}}))
+                    return "completed"
                 return "failed"
             raise AssertionError(f"unknown script {text!r}")
 
@@ -248,7 +253,8 @@ async def test_storage_failing_at_the_close_leaves_the_end_to_the_sweeper(
         raise StorageUnavailableError("The database is unavailable.")
 
     monkeypatch.setattr(stores.runs, "finish", unavailable)
-    admission = await orchestrator.submit(message("ok", bot="fake"))
+    # A crash: the close decides the end (a runner's own `run.completed` would carry it in its batch).
+    admission = await orchestrator.submit(message("crash", bot="fake"))
     run_id = admission.run.run_id
     with anyio.fail_after(20):
         await ended_here(orchestrator, run_id)
@@ -261,9 +267,68 @@ async def test_storage_failing_at_the_close_leaves_the_end_to_the_sweeper(
     monkeypatch.setattr(stores.runs, "finish", finish)
     assert await orchestrator.sweep() == [run_id]
     run = await stores.runs.get(run_id)
-    assert run.status is RunStatus.COMPLETED  # the outcome the close decided, not host.run_lost
+    assert run.error is not None
+    assert (run.status, run.error.code) == (
+        RunStatus.FAILED,
+        "runner.crashed",
+    )  # the close's, not host.run_lost
     assert orchestrator.phase(run_id) is None  # the registry let it go
-    assert (await orchestrator.wait(run_id)).status is RunStatus.COMPLETED
+    assert (await orchestrator.wait(run_id)).status is RunStatus.FAILED
+
+
+async def test_a_runner_that_completes_ends_its_run_with_its_last_batch(
+    orchestrator: Orchestrator, stores: Stores, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The runner's own `run.completed` settles the end: written with its batch, never by `finish`,
+    after the close's callbacks, which run once."""
+    events: list[str] = []
+    append_ending = stores.results.append_ending
+
+    async def unavailable(*_args: object, **_kw: object) -> Run:
+        raise StorageUnavailableError("The database is unavailable.")
+
+    async def ending(*args: Any, **kwargs: Any) -> Any:
+        events.append("ending")
+        return await append_ending(*args, **kwargs)
+
+    async def closing(run_id: str) -> None:
+        events.append(f"closing {(await stores.runs.get(run_id)).status}")
+
+    monkeypatch.setattr(stores.runs, "finish", unavailable)
+    monkeypatch.setattr(stores.results, "append_ending", ending)
+    orchestrator.on_run_closing.append(closing)
+    run_id = (await orchestrator.submit(message("ok", bot="fake"))).run.run_id
+    with anyio.fail_after(20):
+        await ended_here(orchestrator, run_id)
+    assert orchestrator.phase(run_id) is RunPhase.ENDED
+    assert events == ["closing running", "ending"]
+    run = await stores.runs.get(run_id)
+    assert run == await orchestrator.wait(run_id)
+    assert (run.status, run.usage) == (RunStatus.COMPLETED, {"input_tokens": 2, "extra": {}})
+    assert (await stores.runs.grant(run_id)).revoked
+    assert [r.type for r in await stores.results.list(run_id)] == ["message.completed", "run.completed"]
+
+
+async def test_a_run_the_host_asked_to_stop_is_ended_by_its_close(
+    orchestrator: Orchestrator, stores: Stores, fake: FakeExecutor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run the host asked to stop is not ended with its runner's last batch, even one that says
+    `run.completed`: its close writes the end (`finish`), the runner's outcome first as always."""
+    finish = stores.runs.finish
+    finished: list[str] = []
+
+    async def counted(run_id: str, *args: Any, **kwargs: Any) -> Run:
+        finished.append(run_id)
+        return await finish(run_id, *args, **kwargs)
+
+    monkeypatch.setattr(stores.runs, "finish", counted)
+    run_id = (await orchestrator.submit(message("stubborn", bot="fake"))).run.run_id
+    await fake.started_event(run_id).wait()
+    await orchestrator.cancel(run_id, reason="not needed")
+    with anyio.fail_after(20):
+        await ended_here(orchestrator, run_id)
+    assert finished == [run_id]
+    assert (await stores.runs.get(run_id)).status is RunStatus.COMPLETED
 
 
 async def test_the_sweeper_does_not_claim_a_run_that_ended_while_it_looked(

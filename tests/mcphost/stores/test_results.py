@@ -11,9 +11,11 @@ from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import NullPool
 
 from mcphost.errors import ConflictError, InvalidArgumentError
+from mcphost.models import RunFailure, RunStatus
 from mcphost.protocol import JSONObject, JSONValue
 from mcphost.stores import Stores
 from mcphost.stores.results import ResultEffects, ResultStore
+from mcphost.stores.runs import RunEnd
 from mcphost.stores.state import state_values
 from mcphost.stores.transcript import item_values
 from tests.mcphost.stores.factories import admitted
@@ -247,3 +249,94 @@ async def test_a_payload_is_stored_as_compact_text_and_read_back_as_the_same_val
     assert '": ' not in raw
     assert "héllo" in raw
     assert "\U0001f600" in raw
+
+
+# -- a run's last batch with its end (`append_ending`) -------------------------------------------------
+
+
+async def test_a_last_batch_ends_its_running_run_as_finish_would_in_one_write(stores: Stores) -> None:
+    run = await admitted(stores)
+    await stores.runs.transition(run.run_id, RunStatus.RUNNING)
+    effects = _effects(run.run_id, "bye", {"turns": 2})
+    statements: list[str] = []
+    with stores.db.hooks.added("before_cursor_execute", lambda *args: statements.append(args[2])):
+        stored, ended = await stores.results.append_ending(
+            run.run_id,
+            [("message.completed", {"m": "bye"}), ("run.completed", {"usage": {"input_tokens": 3}})],
+            first_seq=1,
+            end=RunEnd(RunStatus.COMPLETED, usage={"input_tokens": 3}),
+            effects=effects,
+        )
+    assert [r.seq for r in stored] == [1, 2]
+    assert ended is not None
+    assert ended == await stores.runs.get(run.run_id)  # what it returns is what is stored
+    assert (ended.status, ended.usage, ended.error) == (RunStatus.COMPLETED, {"input_tokens": 3}, None)
+    assert ended.ended_at is not None
+    assert (await stores.runs.grant(run.run_id)).revoked  # the token stops with it
+    assert [r.type for r in await stores.results.list(run.run_id)] == ["message.completed", "run.completed"]
+    assert [i.content for i in await stores.transcript.for_run(run.run_id)] == ["bye"]
+    turns = await stores.state.get("conversation", ("conv-1",), "turns")
+    assert turns is not None
+    assert turns.value == 2
+    if stores.db.dialect == "postgresql":  # the usual last batch is still one statement
+        (one,) = statements
+        assert "UPDATE runs SET status" in one
+    # A second end changes nothing: the first terminal status wins, as with `finish`.
+    again = await stores.runs.finish(run.run_id, RunStatus.FAILED, error=RunFailure(code="x", message="late"))
+    assert again == ended
+
+
+async def test_a_failed_end_keeps_its_error_and_a_run_not_running_is_left_to_finish(stores: Stores) -> None:
+    run = await admitted(stores)
+    await stores.runs.transition(run.run_id, RunStatus.RUNNING)
+    error = RunFailure(code="runner.error", message="it broke", details={"retryable": False})
+    _, ended = await stores.results.append_ending(
+        run.run_id,
+        [("run.failed", {"code": "runner.error"})],
+        first_seq=1,
+        end=RunEnd(RunStatus.FAILED, error=error),
+    )
+    assert ended is not None
+    assert (ended.status, ended.error) == (RunStatus.FAILED, error)
+    # Ended meanwhile (a sweeper, another host): the results are stored, the end is not touched.
+    other = await admitted(stores, conversation_id="conv-2")
+    await stores.runs.transition(other.run_id, RunStatus.RUNNING)
+    swept = await stores.runs.finish(
+        other.run_id, RunStatus.FAILED, error=RunFailure(code="host.run_lost", message="lost")
+    )
+    stored, none = await stores.results.append_ending(
+        other.run_id, [("run.completed", {})], first_seq=1, end=RunEnd(RunStatus.COMPLETED)
+    )
+    assert none is None
+    assert [r.seq for r in stored] == [1]
+    assert await stores.runs.get(other.run_id) == swept
+    # A queued run (never started) is not ended by its results either.
+    queued = await admitted(stores, conversation_id="conv-3")
+    _, none = await stores.results.append_ending(
+        queued.run_id, [("run.completed", {})], first_seq=1, end=RunEnd(RunStatus.COMPLETED)
+    )
+    assert none is None
+    assert (await stores.runs.get(queued.run_id)).status is RunStatus.QUEUED
+
+
+async def test_a_repeated_last_batch_returns_what_is_stored_and_leaves_the_end_to_finish(
+    stores: Stores,
+) -> None:
+    run = await admitted(stores)
+    await stores.runs.transition(run.run_id, RunStatus.RUNNING)
+    items: list[tuple[str, JSONObject]] = [("run.completed", {"usage": {}})]
+    end = RunEnd(RunStatus.COMPLETED)
+    first, ended = await stores.results.append_ending(run.run_id, items, first_seq=1, end=end)
+    again, unknown = await stores.results.append_ending(run.run_id, items, first_seq=1, end=end)
+    assert ended is not None
+    assert unknown is None
+    assert [(r.seq, r.payload) for r in again] == [(r.seq, r.payload) for r in first]
+    with pytest.raises(ConflictError, match="already has results"):
+        await stores.results.append_ending(
+            run.run_id, [("run.completed", {"other": 1})], first_seq=1, end=end
+        )
+    assert await stores.runs.finish(run.run_id, RunStatus.COMPLETED) == ended
+    with pytest.raises(ValueError, match="with results"):
+        await stores.results.append_ending(run.run_id, [], first_seq=2, end=end)
+    with pytest.raises(ValueError, match="terminal status"):
+        RunEnd(RunStatus.RUNNING)
