@@ -207,7 +207,9 @@ async def sweep(stores: Stores, runs: ActiveRuns, host_id: str) -> list[str]:
 
     A run whose close could not write its end gets the outcome it was closing with; any other is failed
     with `host.run_lost`. Runs that are executing, being admitted, or released to the next host
-    (executing on a runtime), are never touched.
+    (executing on a runtime), are never touched, nor are those whose close wrote their end after the
+    read (`ENDED`: at many runs in flight, most of what the read found has ended by the time the loop
+    looks at it, and each would cost a write that changes nothing).
     """
     remembered = list(runs.in_phase(RunPhase.UNFINISHED))  # before the read: a close may fail meanwhile
     owned = await stores.runs.active_on(host_id)
@@ -221,6 +223,7 @@ async def sweep(stores: Stores, runs: ActiveRuns, host_id: str) -> list[str]:
             RunPhase.EXECUTING,
             RunPhase.CLOSING,
             RunPhase.RELEASED,
+            RunPhase.ENDED,
         ):
             continue
         unfinished = active.unfinished if active is not None else None

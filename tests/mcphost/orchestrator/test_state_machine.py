@@ -344,8 +344,16 @@ async def test_the_sweeper_does_not_claim_a_run_that_ended_while_it_looked(
     async def stale(_host_id: str) -> list[str]:  # read before the run's close wrote its end
         return [run_id]
 
+    finished: list[str] = []
+
+    async def finish(run_id: str, *_args: object, **_kw: object) -> Run:
+        finished.append(run_id)
+        raise AssertionError("the sweeper wrote to a run whose close had written its end")
+
     monkeypatch.setattr(stores.runs, "active_on", stale)
+    monkeypatch.setattr(stores.runs, "finish", finish)
     assert await orchestrator.sweep() == []
+    assert finished == []  # its close wrote its end (ENDED here): not even a write that changes nothing
     assert "had no executor" not in caplog.text
     assert (await stores.runs.get(run_id)).status is RunStatus.COMPLETED
 
