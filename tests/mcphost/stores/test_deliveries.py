@@ -16,6 +16,7 @@ from mcphost.errors import ConflictError, NotFoundError
 from mcphost.models import RunFailure, RunStatus
 from mcphost.stores import DeliveryLease, Stores, open_stores
 from mcphost.stores.deliveries import EXPIRED_ERROR
+from mcphost.stores.runs import RunEnd
 from tests.mcphost.stores.factories import admitted
 
 SECRET = "whsec_" + base64.b64encode(b"k" * 32).decode()
@@ -28,6 +29,10 @@ ENDS = WebhookConfig(url="http://127.0.0.1:9/ends", secret=SECRET, events=["run.
 async def outboxed(database_url: str, tmp_path: Path) -> AsyncGenerator[Stores, None]:
     async with open_stores(database_url, tmp_path / "data", webhooks=[ALL, OTHERS, ENDS]) as opened:
         yield opened
+
+
+MESSAGE_THEN_FAILED = [(ALL.url, "message.completed"), (ALL.url, "run.failed"), (ENDS.url, "run.failed")]
+"""The rows of a run that said a message and then failed: every receiver's that takes each."""
 
 
 def message(text: str) -> dict[str, object]:
@@ -45,11 +50,7 @@ async def test_results_and_run_ends_are_announced_once_with_their_transaction(ou
     await outboxed.runs.finish(run.run_id, RunStatus.FAILED, error=error)
     await outboxed.runs.finish(run.run_id, RunStatus.COMPLETED)  # already ended: no second announcement
     items = (await outboxed.deliveries.list(run_id=run.run_id)).items
-    assert sorted((d.url, d.type) for d in items) == [
-        (ALL.url, "message.completed"),
-        (ALL.url, "run.failed"),
-        (ENDS.url, "run.failed"),
-    ]
+    assert sorted((d.url, d.type) for d in items) == MESSAGE_THEN_FAILED
     failed = next(d for d in items if d.url == ENDS.url)
     assert failed.status == "pending"
     assert failed.expires_at == pytest.approx(failed.created_at + 60)
@@ -194,3 +195,23 @@ async def test_claim_holds_at_most_per_url_rows_of_one_receiver_and_leaves_the_r
     assert full.leases == []
     rest = await outboxed.deliveries.claim("host-a", lease_s=30, per_url=4, in_flight={ALL.url: 4})
     assert [r.url for r in rest.leases] == [ENDS.url] * 2
+
+
+async def test_a_run_ended_with_its_last_results_is_announced_in_that_transaction(outboxed: Stores) -> None:
+    """A run's end written with its last batch (`append_ending`) makes the rows `finish` would, once."""
+    run = await admitted(outboxed)
+    await outboxed.runs.transition(run.run_id, RunStatus.RUNNING)
+    _, ended = await outboxed.results.append_ending(
+        run.run_id,
+        [("message.completed", message("bye")), ("run.completed", {"data": {}})],
+        first_seq=1,
+        end=RunEnd(RunStatus.FAILED, error=RunFailure(code="runner.error", message="it broke")),
+    )
+    assert ended is not None
+    assert ended.status is RunStatus.FAILED
+    await outboxed.runs.finish(run.run_id, RunStatus.COMPLETED)  # already ended: no second announcement
+    items = (await outboxed.deliveries.list(run_id=run.run_id)).items
+    assert sorted((d.url, d.type) for d in items) == MESSAGE_THEN_FAILED
+    failed = next(d for d in items if d.url == ENDS.url).body["data"]
+    assert isinstance(failed, dict)
+    assert failed["error"] == {"code": "runner.error", "message": "it broke", "details": {}}
