@@ -161,8 +161,8 @@ class RunJournal:
         """The host's ref of each inline `artifact.created` of this run, by the runner's artifact id."""
         self._terminal: tuple[int, tuple[str, dict[str, Any]]] | None = None
         self.outcome: RunOutcome | None = None
-        self.end_with: Callable[[RunOutcome], Awaitable[bool]] | None = None
-        """Asked, with the outcome a batch's terminal result settles, whether the run's end may be
+        self.end_with: Callable[[], Awaitable[bool]] | None = None
+        """Asked, once a batch's terminal result settles the run's outcome, whether the run's end may be
         written with that batch (the orchestrator's close begins there); None: never."""
         self.ended_run: Run | None = None
         """The run as it ended with its last batch (`end_with`), when it did: its close writes nothing."""
@@ -273,7 +273,7 @@ class RunJournal:
             return None
         if settled.error is not None and settled.error.code == "runner.empty_output":
             return None
-        if not await self.end_with(settled):
+        if not await self.end_with():
             return None
         return RunEnd(settled.status, error=settled.error, usage=settled.usage or None)
 

@@ -115,15 +115,13 @@ async def begin_close(active: ActiveRun, on_run_closing: Sequence[OnRunClosing])
         )
 
 
-def ending_gate(
-    active: ActiveRun, on_run_closing: Sequence[OnRunClosing]
-) -> Callable[[RunOutcome], Awaitable[bool]]:
+def ending_gate(active: ActiveRun, on_run_closing: Sequence[OnRunClosing]) -> Callable[[], Awaitable[bool]]:
     """`RunJournal.end_with` for a run executing on this process: its end is written with the batch of
     the runner's terminal result unless the host asked it to stop (a cancel or a park, whose reason its
     close records), and its close begins there (`begin_close`), so the end comes after its closing
     callbacks as always."""
 
-    async def gate(_settled: RunOutcome) -> bool:
+    async def gate() -> bool:
         if active.cancel_reason is not None or active.parked_on is not None:
             return False
         with anyio.CancelScope(shield=True):  # bounded: a deadline now must not skip them

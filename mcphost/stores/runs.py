@@ -232,6 +232,13 @@ def _restartable(run: Run) -> bool:
     return run.status is RunStatus.FAILED and run.error is not None and run.error.code == RESTARTABLE_CODE
 
 
+async def _announce_end(session: AsyncSession, outbox: Outbox | None, moved: Row[Any]) -> None:
+    """A run end's outbox rows (deliveries), in the transaction of `moved`, its terminal move; the
+    wake-up came with the move (`_move`)."""
+    if outbox is not None:
+        await outbox.run_ended(session, moved)
+
+
 def _outcome(error: RunFailure | None, usage: JSONObject | None) -> dict[str, Any]:
     """The `error` and `usage` columns a move to a terminal status writes, when given."""
     values: dict[str, Any] = {} if error is None else {"error": error.model_dump(mode="json")}
@@ -355,8 +362,8 @@ class RunStore:
 
     async def _announce(self, session: AsyncSession, moved: Row[Any]) -> None:
         """A run end's outbox rows, in the transaction that ended it (deliveries)."""
-        if RunStatus(moved.status).is_terminal and self._outbox is not None:
-            await self._outbox.run_ended(session, moved)  # the wake-up came with the move (`_move`)
+        if RunStatus(moved.status).is_terminal:
+            await _announce_end(session, self._outbox, moved)
 
     @idempotent
     async def admit(
