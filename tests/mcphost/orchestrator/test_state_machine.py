@@ -80,6 +80,17 @@ class FakeExecutor:
                     _raw(run_id, "run.completed", {"finish_reason": "stop", "usage": {"input_tokens": 2}})
                 )
                 return "completed"
+            if text in ("huge", "nan", "nul"):  # a terminal result whose usage a store cannot keep
+                usage = {
+                    "huge": {"input_tokens": 2**70},
+                    "nan": {"cost": float("nan")},
+                    "nul": {"note": "a\x00b"},
+                }
+                await results.send(_raw(run_id, "message.completed", {"message": {"content": "hi"}}))
+                await results.send(
+                    _raw(run_id, "run.completed", {"finish_reason": "stop", "usage": usage[text]})
+                )
+                return "completed"
             if text == "crash":
                 raise PluginError("the plugin process exited with code 1")
             if text == "bug":
@@ -451,3 +462,23 @@ async def test_a_held_run_cannot_be_forgotten(held: RunPhase) -> None:
     assert runs.held(run.run_id) is run
     with pytest.raises(IllegalTransition):
         runs.admit(_active())  # one entry per run id
+
+
+@pytest.mark.parametrize("script", ["huge", "nan", "nul"])
+async def test_a_terminal_result_a_store_cannot_keep_ends_the_run_without_storing_it(
+    orchestrator: Orchestrator, stores: Stores, script: str
+) -> None:
+    """A `run.completed` whose usage holds an integer past 64 bits, NaN or NUL is refused before its
+    batch (and the end that would go with it) is written: the run fails, with what it said before."""
+    run_id = (await orchestrator.submit(message(script, bot="fake"))).run.run_id
+    with anyio.fail_after(20):
+        await ended_here(orchestrator, run_id)
+    run = await stores.runs.get(run_id)
+    assert run.status is RunStatus.FAILED
+    assert run.error is not None
+    assert run.error.code != "runtime_error"  # refused as a result, not a failure inside the host
+    types = [r.type for r in await stores.results.list(run_id)]
+    assert types[0] == "message.completed"
+    assert "run.completed" not in types
+    assert types[-1] == "run.failed"
+    assert (await stores.runs.grant(run_id)).revoked

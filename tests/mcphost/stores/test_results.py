@@ -226,6 +226,33 @@ async def test_a_one_statement_batch_on_a_connection_the_server_dropped_is_retri
     assert "ResultStore.append_many lost its database connection (attempt 1 of 4)" in caplog.text
 
 
+@pytest.mark.postgres
+async def test_a_last_batch_on_a_dropped_connection_ends_its_run_on_a_new_one(stores: Stores) -> None:
+    if stores.db.dialect != "postgresql":
+        pytest.skip("a dropped connection is PostgreSQL's")
+    run = await admitted(stores)
+    await stores.runs.transition(run.run_id, RunStatus.RUNNING)
+    await stores.results.append_many(run.run_id, [("a.b", {"n": 1})], first_seq=1)  # a pooled connection
+    admin = create_async_engine(stores.db.url, poolclass=NullPool)
+    try:
+        async with admin.connect() as conn:
+            await conn.execute(
+                text(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                    " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                )
+            )
+    finally:
+        await admin.dispose()
+    stored, ended = await stores.results.append_ending(
+        run.run_id, [("run.completed", {"n": 2})], first_seq=2, end=RunEnd(RunStatus.COMPLETED)
+    )
+    assert [r.seq for r in stored] == [2]
+    assert ended is not None
+    assert ended == await stores.runs.get(run.run_id)
+    assert ended.status is RunStatus.COMPLETED
+
+
 async def test_a_payload_is_stored_as_compact_text_and_read_back_as_the_same_value(stores: Stores) -> None:
     payload: JSONObject = {
         "text": 'héllo \u2028 \u65e5\u672c \U0001f600 "quoted" \\ \n\t\x01',
