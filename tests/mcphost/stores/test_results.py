@@ -196,17 +196,11 @@ async def test_the_one_statement_batch_writes_the_rows_the_transaction_writes(
     assert (first_result.type, first_result.payload) == (second_result.type, second_result.payload)
 
 
-@pytest.mark.postgres
-async def test_a_one_statement_batch_on_a_connection_the_server_dropped_is_retried_on_a_new_one(
-    stores: Stores, caplog: pytest.LogCaptureFixture
-) -> None:
-    if stores.db.dialect != "postgresql":
-        pytest.skip("a dropped connection is PostgreSQL's")
-    run = await admitted(stores)
-    await stores.results.append_many(run.run_id, [("a.b", {"n": 1})], first_seq=1)  # a pooled connection
-    admin = create_async_engine(stores.db.url, poolclass=NullPool)  # outside the host's pool
+async def _drop_connections(stores: Stores) -> None:
+    """The server drops every session of the database but one made for that, outside the host's pool."""
+    admin = create_async_engine(stores.db.url, poolclass=NullPool)
     try:
-        async with admin.connect() as conn:  # the server drops every other session of the database
+        async with admin.connect() as conn:
             await conn.execute(
                 text(
                     "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
@@ -215,6 +209,17 @@ async def test_a_one_statement_batch_on_a_connection_the_server_dropped_is_retri
             )
     finally:
         await admin.dispose()
+
+
+@pytest.mark.postgres
+async def test_a_one_statement_batch_on_a_connection_the_server_dropped_is_retried_on_a_new_one(
+    stores: Stores, caplog: pytest.LogCaptureFixture
+) -> None:
+    if stores.db.dialect != "postgresql":
+        pytest.skip("a dropped connection is PostgreSQL's")
+    run = await admitted(stores)
+    await stores.results.append_many(run.run_id, [("a.b", {"n": 1})], first_seq=1)  # a pooled connection
+    await _drop_connections(stores)
     # The checkout is not pinged (the statement is the first round trip): it fails on the dropped
     # connection, the pool is invalidated, and `@idempotent` stores the batch on a new connection.
     stored = await stores.results.append_many(
@@ -233,17 +238,7 @@ async def test_a_last_batch_on_a_dropped_connection_ends_its_run_on_a_new_one(st
     run = await admitted(stores)
     await stores.runs.transition(run.run_id, RunStatus.RUNNING)
     await stores.results.append_many(run.run_id, [("a.b", {"n": 1})], first_seq=1)  # a pooled connection
-    admin = create_async_engine(stores.db.url, poolclass=NullPool)
-    try:
-        async with admin.connect() as conn:
-            await conn.execute(
-                text(
-                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
-                    " WHERE datname = current_database() AND pid <> pg_backend_pid()"
-                )
-            )
-    finally:
-        await admin.dispose()
+    await _drop_connections(stores)
     stored, ended = await stores.results.append_ending(
         run.run_id, [("run.completed", {"n": 2})], first_seq=2, end=RunEnd(RunStatus.COMPLETED)
     )
