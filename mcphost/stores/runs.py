@@ -111,6 +111,15 @@ _TURN_TAKEN = (
     .limit(1)
 )
 """A run of the conversation that goes first: one running, or one queued before."""
+_CONVERSATION_ACTIVE = (
+    select(_TURN.c.run_id)
+    .where(
+        _TURN.c.conversation_id == bindparam("w_conversation"),
+        _TURN.c.status.in_((RunStatus.RUNNING.value, RunStatus.QUEUED.value)),
+    )
+    .limit(1)
+)
+"""A queued or running run of the conversation: a new run, its newest, is not its turn."""
 _START_IN_TURN = cast(
     "ReturningUpdate[Any]",
     update(_RUNS)
@@ -315,11 +324,29 @@ async def _write_context(
 ) -> None:
     """A starting run's context, built from what its start read, stored on the run (with its warm
     session, when the context offers one)."""
+    context, warm = await _built_context(build, latest, has_before, snapshots)
+    await (await core(session)).execute(
+        _SET_CONTEXT, {"w_run_id": run_id, "v_context": context, "v_warm": warm}
+    )
+
+
+async def _built_context(
+    build: StartContext, latest: str | None, has_before: bool, snapshots: Mapping[str, ScopeSnapshot]
+) -> tuple[dict[str, Any], str | None]:
+    """A starting run's context as stored (its JSON), and the warm session it offers, if any."""
     context = await build(latest, has_before, snapshots)
     mcp = context.context.mcp
     warm = None if mcp is None or mcp.session is None else mcp.session.session_id
-    values = {"w_run_id": run_id, "v_context": context.model_dump(mode="json"), "v_warm": warm}
-    await (await core(session)).execute(_SET_CONTEXT, values)
+    return context.model_dump(mode="json"), warm
+
+
+async def _turn_taken(session: AsyncSession, conversation: str) -> bool:
+    """Whether a run of `conversation` is queued or running: a new run (its newest) then waits its turn.
+    A run without a conversation never waits. Read under the conversation's lock."""
+    if not conversation:
+        return False
+    params = {"w_conversation": conversation}
+    return (await (await core(session)).execute(_CONVERSATION_ACTIVE, params)).first() is not None
 
 
 async def _window_page(
@@ -429,14 +456,16 @@ class RunStore:
                     admitted = await self._admit_first(session, values, inbound, start)
                     assert admitted.created  # under the conversation's lock, the event still has no run
                     return _run(admitted.row), True
+            starting = start is not None and not await _turn_taken(session, conversation)
+            if starting:
+                assert start is not None
+                await self._insert_started(session, values, start)
             row = (await (await core(session)).execute(_INSERT, values)).one()
             if conversation:
                 actor = inbound.get("actor_id") if inbound is not None else None
                 await touch_conversation(session, self._db.dialect, row, actor)
             if inbound is not None:  # a no-op for a later attempt: the log has its event already
                 await insert_event(session, self._db.dialect, inbound)
-            if start is not None:
-                row = await self._start_queued(session, row, start) or row
             return _run(row), True
 
         try:
@@ -550,6 +579,25 @@ class RunStore:
             return None if moved is None else _run(moved)
 
         return await self._db.run_write(try_start_in)
+
+    async def _insert_started(self, session: AsyncSession, values: dict[str, Any], start: RunStart) -> None:
+        """Inside `admit`'s transaction, for a new run whose turn it is (`_turn_taken` found no other):
+        what `_start_queued` would write, made ready for one INSERT of the run as `running`. Appends the
+        run's input message, reads its thread's head and its state snapshots, builds its context, and
+        sets them in `values` (status, start, host, context): two statements fewer than inserting the
+        run `queued` and moving it."""
+        values.update(status=RunStatus.RUNNING.value, started_at=time.time(), host_id=start.host_id)
+        if start.user_item is not None:
+            await add_item(session, self._db.dialect, start.user_item)
+        if start.context is None:
+            return
+        latest, has_before = (None, False)
+        conversation = values["conversation_id"]
+        if conversation:
+            latest, has_before = await thread_head(session, self._cursors, conversation, values["thread_id"])
+        snapshots = {scope: await read_snapshot(session, scope, owner) for scope, owner in start.state}
+        context, warm = await _built_context(start.context, latest, has_before, snapshots)
+        values.update(context=context, warm_session_id=warm)
 
     async def _start_queued(self, session: AsyncSession, row: Row[Any], start: RunStart) -> Row[Any] | None:
         """Inside a write transaction holding the conversation's lock: start the queued run `row` if it

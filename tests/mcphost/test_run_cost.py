@@ -146,17 +146,25 @@ def _check_shape(mine: list[_Transaction], results: int) -> list[_Transaction]:
     admit, *batches = mine
     for sql in ("INSERT INTO runs", "INSERT INTO events", "INSERT INTO transcript", "FROM state"):
         assert admit.has(sql), sql
-    assert admit.has("UPDATE runs SET context")
     postgres = getattr(admit.engine, "name", None) == "postgresql"
+    # The run is inserted `running`, never moved there.
+    assert not admit.has("UPDATE runs SET status")
     if postgres:
         # PostgreSQL: the conversation's lock (taken by the transaction's `BEGIN`, which is no statement
         # of its own, `_direct.locked_transaction`; by a statement on a connection new to the pool),
         # then the run inserted `running` with its conversation, event-log and transcript rows and the
         # reads its context needs, then its context.
         assert len(admit.statements) == 2 + admit.has("pg_advisory_xact_lock"), admit.statements
-        assert not admit.has("UPDATE runs SET status")
+        assert admit.has("UPDATE runs SET context")
     else:
-        assert admit.has("UPDATE runs SET status")
+        # SQLite: the reads the run's turn and context need come first, then the run is inserted
+        # `running` with its context (`RunStore._insert_started`): no UPDATE of the run at all.
+        # Eight statements: the event's runs, the conversation's active run, the input's transcript
+        # row, the thread's head, the state snapshot, then the run, its conversation and its event.
+        assert not admit.has("UPDATE runs"), admit.statements
+        assert admit.statements[-3].startswith("INSERT INTO runs")
+        assert "context" in admit.statements[-3]
+        assert len(admit.statements) == 8, admit.statements
     # The run's end is written with the batch of the runner's `run.completed`, the last, and only there.
     assert batches[-1].has("UPDATE runs SET status")
     assert not any(tx.has("UPDATE runs SET status") for tx in batches[:-1])
