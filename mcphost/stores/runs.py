@@ -53,7 +53,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from pydantic import BaseModel, ConfigDict
-from sqlalchemy import Row, Select, and_, bindparam, func, insert, or_, select, update
+from sqlalchemy import Row, Select, bindparam, func, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.sql.dml import ReturningInsert, ReturningUpdate
@@ -99,18 +99,6 @@ _BY_EVENT = cast(
 )
 _INSERT = cast("ReturningInsert[Any]", insert(_RUNS).returning(*_ROW))
 _TURN = _RUNS.alias("turn")
-_TURN_TAKEN = (
-    select(_TURN.c.run_id)
-    .where(
-        _TURN.c.conversation_id == bindparam("w_conversation"),
-        or_(
-            _TURN.c.status == RunStatus.RUNNING.value,
-            and_(_TURN.c.status == RunStatus.QUEUED.value, _TURN.c.created_seq < bindparam("w_created_seq")),
-        ),
-    )
-    .limit(1)
-)
-"""A run of the conversation that goes first: one running, or one queued before."""
 _CONVERSATION_ACTIVE = (
     select(_TURN.c.run_id)
     .where(
@@ -119,7 +107,14 @@ _CONVERSATION_ACTIVE = (
     )
     .limit(1)
 )
-"""A queued or running run of the conversation: a new run, its newest, is not its turn."""
+"""A queued or running run of the conversation: a new run, its newest, is not its turn. One search of
+the `(conversation_id, status, created_seq)` index, however many runs of the conversation have ended."""
+_TURN_TAKEN = _CONVERSATION_ACTIVE.where(
+    or_(_TURN.c.status == RunStatus.RUNNING.value, _TURN.c.created_seq < bindparam("w_created_seq"))
+)
+"""A run of the conversation that goes first: one running, or one queued before. (The status list of
+`_CONVERSATION_ACTIVE` keeps it a search of the index by conversation and status: an `OR` of the two
+statuses alone made SQLite read every run of the conversation.)"""
 _START_IN_TURN = cast(
     "ReturningUpdate[Any]",
     update(_RUNS)
@@ -150,7 +145,7 @@ transaction (on SQLite on the writer thread, `Database.run_write`), so it only c
 
 @dataclass(frozen=True, slots=True)
 class RunEnd:
-    """A running run's end written with its last results (`ResultStore.append_many(end=...)`): the
+    """A running run's end written with its last results (`ResultStore.append_ending`): the
     terminal move `finish` makes, in the results' transaction."""
 
     status: RunStatus
@@ -181,8 +176,7 @@ async def end_running(
     )
     if moved is None:
         return None
-    if outbox is not None:
-        await outbox.run_ended(session, moved)  # the wake-up came with the move (`_move`)
+    await _announce_end(session, outbox, moved)
     return _run(moved)
 
 
@@ -324,7 +318,13 @@ async def _write_context(
 ) -> None:
     """A starting run's context, built from what its start read, stored on the run (with its warm
     session, when the context offers one)."""
-    context, warm = await _built_context(build, latest, has_before, snapshots)
+    await _store_context(session, run_id, *await _built_context(build, latest, has_before, snapshots))
+
+
+async def _store_context(
+    session: AsyncSession, run_id: str, context: dict[str, Any], warm: str | None
+) -> None:
+    """A started run's stored context and warm session (`_built_context`), set on its row."""
     await (await core(session)).execute(
         _SET_CONTEXT, {"w_run_id": run_id, "v_context": context, "v_warm": warm}
     )
@@ -456,9 +456,7 @@ class RunStore:
                     admitted = await self._admit_first(session, values, inbound, start)
                     assert admitted.created  # under the conversation's lock, the event still has no run
                     return _run(admitted.row), True
-            starting = start is not None and not await _turn_taken(session, conversation)
-            if starting:
-                assert start is not None
+            if start is not None and not await _turn_taken(session, conversation):
                 await self._insert_started(session, values, start)
             row = (await (await core(session)).execute(_INSERT, values)).one()
             if conversation:
@@ -589,15 +587,27 @@ class RunStore:
         values.update(status=RunStatus.RUNNING.value, started_at=time.time(), host_id=start.host_id)
         if start.user_item is not None:
             await add_item(session, self._db.dialect, start.user_item)
-        if start.context is None:
-            return
+        if start.context is not None:
+            context, warm = await self._starting_context(
+                session, values["conversation_id"], values["thread_id"], start.context, start.state
+            )
+            values.update(context=context, warm_session_id=warm)
+
+    async def _starting_context(
+        self,
+        session: AsyncSession,
+        conversation: str,
+        thread: str | None,
+        build: StartContext,
+        state: Sequence[tuple[str, Sequence[str]]],
+    ) -> tuple[dict[str, Any], str | None]:
+        """A starting run's stored context and warm session: its thread's head (after its input message)
+        and its state snapshots read in the caller's transaction, then `build` (`_built_context`)."""
         latest, has_before = (None, False)
-        conversation = values["conversation_id"]
         if conversation:
-            latest, has_before = await thread_head(session, self._cursors, conversation, values["thread_id"])
-        snapshots = {scope: await read_snapshot(session, scope, owner) for scope, owner in start.state}
-        context, warm = await _built_context(start.context, latest, has_before, snapshots)
-        values.update(context=context, warm_session_id=warm)
+            latest, has_before = await thread_head(session, self._cursors, conversation, thread)
+        snapshots = {scope: await read_snapshot(session, scope, owner) for scope, owner in state}
+        return await _built_context(build, latest, has_before, snapshots)
 
     async def _start_queued(self, session: AsyncSession, row: Row[Any], start: RunStart) -> Row[Any] | None:
         """Inside a write transaction holding the conversation's lock: start the queued run `row` if it
@@ -626,13 +636,10 @@ class RunStore:
         if start.user_item is not None:
             await add_item(session, self._db.dialect, start.user_item)
         if start.context is not None:
-            latest, has_before = (None, False)
-            if row.conversation_id:
-                latest, has_before = await thread_head(
-                    session, self._cursors, row.conversation_id, row.thread_id
-                )
-            snapshots = {scope: await read_snapshot(session, scope, owner) for scope, owner in start.state}
-            await _write_context(session, row.run_id, start.context, latest, has_before, snapshots)
+            context, warm = await self._starting_context(
+                session, row.conversation_id, row.thread_id, start.context, start.state
+            )
+            await _store_context(session, row.run_id, context, warm)
         return moved
 
     @idempotent

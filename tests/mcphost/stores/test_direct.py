@@ -360,3 +360,25 @@ async def test_a_locked_begin_that_times_out_is_storage_unavailable_and_the_pool
     seen: list[tuple[str, Any]] = []
     await _locked_write(stores, seen, "after")
     assert _noted(seen, "after")["holder"] == _noted(seen, "after")["pid"]
+
+
+async def test_a_turn_check_searches_the_index_by_conversation_and_status(stores: Stores) -> None:
+    """However many runs of a conversation have ended, whether one goes first is one index search: an `OR`
+    of the two statuses alone made SQLite read every run of the conversation."""
+    if stores.db.dialect != "sqlite":
+        pytest.skip("PostgreSQL's plans are checked on a generated database (test_query_plans.py)")
+    values = {"w_conversation": "conv-1", "w_created_seq": 7}
+    checks = (runs._TURN_TAKEN.params(values), runs._CONVERSATION_ACTIVE.params(values))  # pyright: ignore[reportPrivateUsage]
+    async with stores.db.read() as session:
+        conn = await session.connection()
+        plans = [
+            (await conn.exec_driver_sql(f"EXPLAIN QUERY PLAN {sql}")).all()
+            for sql in (
+                str(c.compile(dialect=conn.dialect, compile_kwargs={"literal_binds": True})) for c in checks
+            )
+        ]
+    for plan in plans:
+        details = [row[-1] for row in plan]
+        assert details == [
+            "SEARCH turn USING INDEX ix_runs_conversation_id_status_created_seq (conversation_id=? AND status=?)"
+        ], details
