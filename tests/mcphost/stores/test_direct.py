@@ -18,7 +18,7 @@ from sqlalchemy.util import greenlet_spawn
 
 from mcphost.errors import StorageUnavailableError
 from mcphost.models import RunStatus
-from mcphost.stores import Stores, runs
+from mcphost.stores import Stores, _direct, runs
 from mcphost.stores._direct import AsyncpgConnection
 from mcphost.stores._sql import advisory_key, lock_in_transaction
 from mcphost.stores.engine import core
@@ -364,19 +364,24 @@ async def test_a_locked_begin_that_times_out_is_storage_unavailable_and_the_pool
 
 async def test_a_turn_check_searches_the_index_by_conversation_and_status(stores: Stores) -> None:
     """However many runs of a conversation have ended, whether one goes first is one index search: an `OR`
-    of the two statuses alone made SQLite read every run of the conversation."""
+    of the two statuses alone made SQLite read every run of the conversation. The checks are prebuilt
+    plans (an `IN` list, expanded by SQLAlchemy at each execution, had none), explained here with their
+    parameters bound as they run."""
     if stores.db.dialect != "sqlite":
         pytest.skip("PostgreSQL's plans are checked on a generated database (test_query_plans.py)")
     values = {"w_conversation": "conv-1", "w_created_seq": 7}
-    checks = (runs._TURN_TAKEN.params(values), runs._CONVERSATION_ACTIVE.params(values))  # pyright: ignore[reportPrivateUsage]
     async with stores.db.read() as session:
         conn = await session.connection()
-        plans = [
-            (await conn.exec_driver_sql(f"EXPLAIN QUERY PLAN {sql}")).all()
-            for sql in (
-                str(c.compile(dialect=conn.dialect, compile_kwargs={"literal_binds": True})) for c in checks
-            )
-        ]
+        plans: list[Sequence[Row[Any]]] = []
+        checks = (
+            (runs._TURN_TAKEN, ("w_conversation", "w_created_seq")),  # pyright: ignore[reportPrivateUsage]
+            (runs._CONVERSATION_ACTIVE, ("w_conversation",)),  # pyright: ignore[reportPrivateUsage]
+        )
+        for check, keys in checks:
+            plan = _direct.plan(check, keys, conn.dialect, many=False)
+            assert plan is not None, f"no prebuilt plan for {check}"
+            args = _direct._positional(plan, values)  # pyright: ignore[reportPrivateUsage]
+            plans.append((await conn.exec_driver_sql(f"EXPLAIN QUERY PLAN {plan.sql}", args)).all())
     for plan in plans:
         details = [row[-1] for row in plan]
         assert details == [
