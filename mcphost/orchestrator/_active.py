@@ -18,7 +18,7 @@ Invariants:
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -83,7 +83,10 @@ class ActiveRun:
     phase: RunPhase = RunPhase.ADMITTING
     scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
     cancel_reason: str | None = None
-    cancel_requested: anyio.Event = field(default_factory=anyio.Event)
+    cancel_requested: bool = False
+    """Its cancel or park was asked for (`request_cancel`)."""
+    on_cancel: Callable[[], None] | None = None
+    """While its runner executes: what stops it (`_execution.execute`), called by `request_cancel`."""
     parked_on: str | None = None
     """The approval the run parks on (`park`): it stops and ends `parked`, whatever it says after."""
     deadline_passed: bool = False
@@ -100,6 +103,16 @@ class ActiveRun:
     """`UNFINISHED`: the journal and the outcome the sweeper is to write."""
     ended: Run | None = None
     """`ENDED`: the run as recorded at its end."""
+
+    def request_cancel(self) -> None:
+        """Ask for its runner to be stopped, once: at once while it executes (`on_cancel`), else as its
+        execution starts. A callback rather than a task per run waiting for an event: nearly every run
+        ends without one, and a task costs its start and its cancellation."""
+        if self.cancel_requested:
+            return
+        self.cancel_requested = True
+        if self.on_cancel is not None:
+            self.on_cancel()
 
     def move(self, to: RunPhase) -> None:
         """Move to phase `to`; `IllegalTransition` when `TRANSITIONS` does not allow it."""

@@ -474,7 +474,7 @@ class Orchestrator:
             return run
         if active.cancel_reason is None:
             active.cancel_reason = reason
-            active.cancel_requested.set()
+            active.request_cancel()
             self._conversation_signal.notify()
         return run
 
@@ -491,7 +491,7 @@ class Orchestrator:
             return
         if active.cancel_reason is None and active.parked_on is None:
             active.parked_on = approval_id
-            active.cancel_requested.set()
+            active.request_cancel()
             self._conversation_signal.notify()
 
     @property

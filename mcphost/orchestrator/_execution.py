@@ -99,8 +99,7 @@ async def execute(
             except (PluginError, ProjectionError) as exc:
                 crash = exc
 
-    async def watch_cancel(scope: anyio.CancelScope) -> None:
-        await active.cancel_requested.wait()
+    async def stop_runner(scope: anyio.CancelScope) -> None:
         reason = "parked" if active.parked_on is not None else active.cancel_reason or "cancelled"
         if await executor.cancel(run_id, reason):
             await anyio.sleep(tuning.CANCEL_GRACE_S)
@@ -111,17 +110,29 @@ async def execute(
     with receive, anyio.move_on_after(max(remaining, 0)) as deadline_scope:
         async with anyio.create_task_group() as tg:
             tg.start_soon(call_runner)
-            tg.start_soon(watch_cancel, tg.cancel_scope)
-            outcome = await _pump(receive, journal, active, ask)
-            if outcome is not None and not outcome.by_runner:
-                # The host ended the run (a violation): stop the runner now.
-                await executor.cancel(run_id, outcome.error.message if outcome.error else "ended by the host")
-                tg.cancel_scope.cancel()
-            else:
-                # Stream ended, or the runner's terminal result: let the executor answer, bounded.
-                with anyio.move_on_after(tuning.TERMINAL_DRAIN_S):
-                    await _pump_rest(receive, journal)
-                tg.cancel_scope.cancel()
+
+            # Stopped on request (`ActiveRun.request_cancel`), by a task started only then.
+            def stop() -> None:
+                tg.start_soon(stop_runner, tg.cancel_scope)
+
+            active.on_cancel = stop
+            try:
+                if active.cancel_requested:  # asked for before the runner started
+                    stop()
+                outcome = await _pump(receive, journal, active, ask)
+                if outcome is not None and not outcome.by_runner:
+                    # The host ended the run (a violation): stop the runner now.
+                    await executor.cancel(
+                        run_id, outcome.error.message if outcome.error else "ended by the host"
+                    )
+                    tg.cancel_scope.cancel()
+                else:
+                    # Stream ended, or the runner's terminal result: let the executor answer, bounded.
+                    with anyio.move_on_after(tuning.TERMINAL_DRAIN_S):
+                        await _pump_rest(receive, journal)
+                    tg.cancel_scope.cancel()
+            finally:
+                active.on_cancel = None
 
     deadline_passed = deadline_scope.cancelled_caught
     if deadline_passed and not journal.ended and active.parked_on is None and active.cancel_reason is None:

@@ -464,6 +464,36 @@ async def test_a_held_run_cannot_be_forgotten(held: RunPhase) -> None:
         runs.admit(_active())  # one entry per run id
 
 
+async def test_a_cancel_calls_the_executions_stop_once_or_waits_for_it_to_start() -> None:
+    """`request_cancel` stops an executing run through its `on_cancel` (no task per run waits for it),
+    once however often it is asked; asked before the execution began, it is a flag the execution reads
+    as it starts (`_execution.execute`)."""
+    stops: list[str] = []
+    executing = _active()
+    executing.on_cancel = lambda: stops.append("stop")
+    executing.request_cancel()
+    executing.request_cancel()
+    assert (executing.cancel_requested, stops) == (True, ["stop"])
+    early = _active()
+    early.request_cancel()  # nothing executes it yet
+    assert early.cancel_requested
+    early.on_cancel = lambda: stops.append("late")
+    early.request_cancel()
+    assert stops == ["stop"]  # the execution that starts now sees the flag and stops itself
+
+
+async def test_a_second_cancel_or_a_park_after_it_tells_the_runner_once(
+    orchestrator: Orchestrator, fake: FakeExecutor
+) -> None:
+    run_id = await _running(orchestrator, fake, "hang")
+    await orchestrator.cancel(run_id, reason="first")
+    await orchestrator.cancel(run_id, reason="second")
+    await orchestrator.park(run_id, "apr_late")
+    run = await _ended(orchestrator, run_id)
+    assert run.status is RunStatus.CANCELLED
+    assert fake.cancels == [(run_id, "first")]
+
+
 @pytest.mark.parametrize("script", ["huge", "nan", "nul"])
 async def test_a_terminal_result_a_store_cannot_keep_ends_the_run_without_storing_it(
     orchestrator: Orchestrator, stores: Stores, script: str
