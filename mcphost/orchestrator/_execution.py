@@ -128,9 +128,13 @@ async def execute(
                     tg.cancel_scope.cancel()
                 else:
                     # Stream ended, or the runner's terminal result: let the executor answer, bounded.
-                    with anyio.move_on_after(tuning.TERMINAL_DRAIN_S):
+                    with anyio.move_on_after(tuning.TERMINAL_DRAIN_S) as drain:
                         await _pump_rest(receive, journal)
-                    tg.cancel_scope.cancel()
+                    # Its stream closed: the runner's call has returned. Unless a stop was started, no
+                    # task is left to cancel, and a cancel would only cancel this one (anyio delivers it
+                    # again on every loop turn until the group is left).
+                    if drain.cancelled_caught or active.cancel_requested:
+                        tg.cancel_scope.cancel()
             finally:
                 active.on_cancel = None
 

@@ -39,7 +39,7 @@ RUNNER = "plugin:test/fake/default"
 
 class FakeExecutor:
     """A runner executed in this process. The event's text says what it does:
-    `ok` (a message, then `run.completed`), `hang` (waits until cancelled, then stops), `deaf` (waits
+    `ok` (a message, then `run.completed`), `linger` (the same, then its call never returns), `hang` (waits until cancelled, then stops), `deaf` (waits
     and ignores cancels), `crash` (the executor fails: `PluginError`), `bug` (any other exception)."""
 
     name = "fake"
@@ -53,6 +53,8 @@ class FakeExecutor:
     def __init__(self) -> None:
         self.manifests = [AgentRunnerManifest(id=RUNNER, name="fake")]
         self.cancels: list[tuple[str, str]] = []
+        self.abandoned: list[str] = []
+        """Runs whose call was cancelled by the host (not through `cancel`)."""
         self.started: dict[str, anyio.Event] = {}
         self._stop: dict[str, anyio.Event] = {}
 
@@ -91,6 +93,13 @@ class FakeExecutor:
                     _raw(run_id, "run.completed", {"finish_reason": "stop", "usage": usage[text]})
                 )
                 return "completed"
+            if text == "linger":  # completes, then never answers its call
+                await results.send(_raw(run_id, "message.completed", {"message": {"content": "hi"}}))
+                await results.send(_raw(run_id, "run.completed", {"finish_reason": "stop", "usage": {}}))
+                try:
+                    await anyio.sleep_forever()
+                finally:
+                    self.abandoned.append(run_id)
             if text == "crash":
                 raise PluginError("the plugin process exited with code 1")
             if text == "bug":
@@ -230,6 +239,20 @@ async def test_a_parked_run_ends_parked_on_its_approval(
     assert run.error is not None
     assert (run.error.code, run.error.details) == ("parked", {"approval_id": "apr_test"})
     assert fake.cancels == [(run_id, "parked")]
+
+
+async def test_a_runner_that_completes_and_never_answers_is_let_go_after_the_drain(
+    orchestrator: Orchestrator, fake: FakeExecutor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After its terminal result the runner's call gets `TERMINAL_DRAIN_S` to return; then it is
+    cancelled and the run ends as its runner said."""
+    monkeypatch.setattr(tuning, "TERMINAL_DRAIN_S", 0.2)
+    admission = await orchestrator.submit(message("linger", bot="fake"))
+    with anyio.fail_after(10):  # well before its deadline (30 s), which would end it too
+        run = await _ended(orchestrator, admission.run.run_id)
+    assert run.status is RunStatus.COMPLETED
+    assert fake.abandoned == [run.run_id]
+    assert fake.cancels == []  # cut off by the host, not asked to cancel
 
 
 async def test_an_executor_that_crashes_fails_the_run_runner_crashed(
