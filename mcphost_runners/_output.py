@@ -25,6 +25,7 @@ from typing import Literal
 
 import anyio
 import anyio.lowlevel
+import pydantic_core
 
 from mcphost.protocol import (
     MAX_INLINE_ARTIFACT_BYTES,
@@ -267,6 +268,17 @@ def result_line(result: AgentRunResult) -> bytes:
     # result models hold only JSON types, so both dumps are otherwise the same.
     params = {"run_id": result.run_id, "result": result.model_dump()}
     message = {"jsonrpc": "2.0", "method": METHOD_RESULT, "params": params}
+    # pydantic-core's encoder writes what `json.dumps` below writes (but for the spelling of some
+    # floats, `1e-7` for `1e-07`), five times faster; it has no mode that refuses NaN, so it writes it
+    # as `NaN`, and a line that may hold one (or a lone surrogate, which it refuses) is encoded again
+    # below, which refuses it or, for a string that merely spells one, writes the same line.
+    try:
+        line = pydantic_core.to_json(message, inf_nan_mode="constants")
+    except pydantic_core.PydanticSerializationError:
+        pass
+    else:
+        if b"NaN" not in line and b"Infinity" not in line:
+            return line + b"\n"
     try:
         return (
             json.dumps(message, separators=(",", ":"), ensure_ascii=False, allow_nan=False) + "\n"

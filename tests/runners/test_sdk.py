@@ -171,6 +171,18 @@ def encoding(run_id: str = "run_1") -> tuple[RunOutput, list[bytes]]:
     return RunOutput(run_id, send), sent
 
 
+async def test_values_that_spell_nan_or_need_big_integers_are_sent_exactly() -> None:
+    """The fast encoder writes NaN as `NaN`; a line that merely spells it is encoded again, the same."""
+    out, sent = encoding()
+    value = {"text": "NaN or -Infinity", "big": 2**70, "small": 1e-7, "nested": ["é\x00\u2028", None]}
+    await out.state("conversation", "k", value)
+    await out.message("Infinity")
+    (state, message) = [json.loads(line)["params"]["result"] for line in sent]
+    assert state["data"]["value"] == value
+    assert message["data"]["message"]["content"] == "Infinity"
+    assert all(line.endswith(b"\n") and line.count(b"\n") == 1 for line in sent)
+
+
 @pytest.mark.parametrize(
     ("value", "reason"),
     [
