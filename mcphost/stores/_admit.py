@@ -43,7 +43,6 @@ from sqlalchemy import (
     func,
     literal,
     null,
-    or_,
     select,
     union_all,
 )
@@ -54,7 +53,7 @@ from sqlalchemy.sql.elements import BindParameter, ColumnElement, KeyedColumnEle
 from sqlalchemy.sql.selectable import CTE
 
 from mcphost.models import RunStatus
-from mcphost.stores._sql import pg_insert
+from mcphost.stores._sql import among, pg_insert
 from mcphost.stores.conversations import touch_from
 from mcphost.stores.engine import core
 from mcphost.stores.state import first_sizes, snapshot_owner
@@ -153,7 +152,7 @@ def _statement(shape: AdmitShape) -> CompoundSelect[Any]:
         if shape.conversation:
             taken = select(turn.c.run_id).where(
                 turn.c.conversation_id == bindparam("r_conversation_id"),
-                or_(turn.c.status == RunStatus.RUNNING.value, turn.c.status == RunStatus.QUEUED.value),
+                among(turn.c.status, (RunStatus.RUNNING.value, RunStatus.QUEUED.value)),
             )
             free = ~taken.exists()
         decided = select(free.label("free")).subquery("decided")

@@ -69,7 +69,7 @@ from mcphost.protocol import AgentRunContext, JSONObject
 from mcphost.stores._admit import Admitted, Starting, admit_first
 from mcphost.stores._cursor import CursorCodec, Page, check_limit
 from mcphost.stores._retry import idempotent
-from mcphost.stores._sql import Dialect, lock_in_transaction
+from mcphost.stores._sql import Dialect, among, lock_in_transaction
 from mcphost.stores.conversations import LOCK_NAMESPACE, touch_conversation
 from mcphost.stores.deliveries import Outbox
 from mcphost.stores.engine import Database, core
@@ -103,15 +103,15 @@ _CONVERSATION_ACTIVE = (
     select(_TURN.c.run_id)
     .where(
         _TURN.c.conversation_id == bindparam("w_conversation"),
-        or_(_TURN.c.status == RunStatus.RUNNING.value, _TURN.c.status == RunStatus.QUEUED.value),
+        among(_TURN.c.status, (RunStatus.RUNNING.value, RunStatus.QUEUED.value)),
     )
     .limit(1)
 )
 """A queued or running run of the conversation: a new run, its newest, is not its turn. One search of
-the `(conversation_id, status, created_seq)` index, however many runs of the conversation have ended
-(SQLite reads an `OR` of equalities on one column as an `IN`). Not `status.in_(...)`: SQLAlchemy expands
-an `IN` list at each execution, which the prebuilt plans cannot (`_direct.plan`), so the statement went
-through SQLAlchemy's own execution, at a twentieth of a served run's CPU."""
+the `(conversation_id, status, created_seq)` index, however many runs of the conversation have ended.
+The statuses are written into the SQL (`_sql.among`): as `status.in_(...)`, expanded by SQLAlchemy at
+each execution, the statement had no prebuilt plan and went through SQLAlchemy's own execution, at a
+twentieth of a served run's CPU."""
 _TURN_TAKEN = _CONVERSATION_ACTIVE.where(
     or_(_TURN.c.status == RunStatus.RUNNING.value, _TURN.c.created_seq < bindparam("w_created_seq"))
 )

@@ -20,7 +20,7 @@ from mcphost.errors import StorageUnavailableError
 from mcphost.models import RunStatus
 from mcphost.stores import Stores, _direct, runs
 from mcphost.stores._direct import AsyncpgConnection
-from mcphost.stores._sql import advisory_key, lock_in_transaction
+from mcphost.stores._sql import advisory_key, among, lock_in_transaction
 from mcphost.stores.engine import core
 from mcphost.stores.tables import RunRow, table_of
 from tests.mcphost.stores.factories import admitted
@@ -363,16 +363,16 @@ async def test_a_locked_begin_that_times_out_is_storage_unavailable_and_the_pool
 
 
 async def test_a_turn_check_searches_the_index_by_conversation_and_status(stores: Stores) -> None:
-    """However many runs of a conversation have ended, whether one goes first is one index search: an `OR`
-    of the two statuses alone made SQLite read every run of the conversation. The checks are prebuilt
-    plans (an `IN` list, expanded by SQLAlchemy at each execution, had none), explained here with their
-    parameters bound as they run."""
-    if stores.db.dialect != "sqlite":
-        pytest.skip("PostgreSQL's plans are checked on a generated database (test_query_plans.py)")
+    """However many runs of a conversation have ended, whether one goes first is one search of the
+    `(conversation_id, status, created_seq)` index by both: an `OR` of the two statuses alone made SQLite
+    read every run of the conversation, and an `OR` of two equalities makes PostgreSQL 15 scan the index
+    once per status and merge a bitmap. The checks are prebuilt plans (an `IN` of parameters, expanded by
+    SQLAlchemy at each execution, had none) whose SQL lists the statuses, explained on SQLite with their
+    parameters bound as they run (PostgreSQL's planner needs a big table to pick that index:
+    test_query_plans.py)."""
     values = {"w_conversation": "conv-1", "w_created_seq": 7}
     async with stores.db.read() as session:
         conn = await session.connection()
-        plans: list[Sequence[Row[Any]]] = []
         checks = (
             (runs._TURN_TAKEN, ("w_conversation", "w_created_seq")),  # pyright: ignore[reportPrivateUsage]
             (runs._CONVERSATION_ACTIVE, ("w_conversation",)),  # pyright: ignore[reportPrivateUsage]
@@ -380,10 +380,18 @@ async def test_a_turn_check_searches_the_index_by_conversation_and_status(stores
         for check, keys in checks:
             plan = _direct.plan(check, keys, conn.dialect, many=False)
             assert plan is not None, f"no prebuilt plan for {check}"
+            assert "turn.status IN ('running', 'queued')" in plan.sql, plan.sql
+            if stores.db.dialect != "sqlite":
+                continue
             args = _direct._positional(plan, values)  # pyright: ignore[reportPrivateUsage]
-            plans.append((await conn.exec_driver_sql(f"EXPLAIN QUERY PLAN {plan.sql}", args)).all())
-    for plan in plans:
-        details = [row[-1] for row in plan]
-        assert details == [
-            "SEARCH turn USING INDEX ix_runs_conversation_id_status_created_seq (conversation_id=? AND status=?)"
-        ], details
+            rows = (await conn.exec_driver_sql(f"EXPLAIN QUERY PLAN {plan.sql}", args)).all()
+            assert [row[-1] for row in rows] == [
+                "SEARCH turn USING INDEX ix_runs_conversation_id_status_created_seq (conversation_id=? AND status=?)"
+            ], rows
+
+
+@pytest.mark.parametrize("value", ["running'); DROP TABLE runs; --", "Queued", "", "a b", "run\x00ning"])
+def test_among_takes_only_the_codes_own_constants(value: str) -> None:
+    """`among` writes its values into the SQL, so it refuses anything but a lowercase word."""
+    with pytest.raises(ValueError, match="constants of the code"):
+        among(table_of(RunRow).c.status, ("running", value))
