@@ -269,16 +269,15 @@ def result_line(result: AgentRunResult) -> bytes:
     params = {"run_id": result.run_id, "result": result.model_dump()}
     message = {"jsonrpc": "2.0", "method": METHOD_RESULT, "params": params}
     # pydantic-core's encoder writes what `json.dumps` below writes (but for the spelling of some
-    # floats, `1e-7` for `1e-07`), five times faster; it has no mode that refuses NaN, so it writes it
-    # as `NaN`, and a line that may hold one (or a lone surrogate, which it refuses) is encoded again
-    # below, which refuses it or, for a string that merely spells one, writes the same line.
+    # floats, `1e-7` for `1e-07`), five times faster. It has no mode that refuses NaN, so it writes it
+    # as `NaN`: a line that may hold one is encoded again below, which refuses it by name or, for a
+    # string that merely spells one, writes the same line.
     try:
-        line = pydantic_core.to_json(message, inf_nan_mode="constants")
-    except pydantic_core.PydanticSerializationError:
-        pass
-    else:
-        if b"NaN" not in line and b"Infinity" not in line:
-            return line + b"\n"
+        line: bytes | None = pydantic_core.to_json(message, inf_nan_mode="constants")
+    except pydantic_core.PydanticSerializationError:  # a lone surrogate: named below
+        line = None
+    if line is not None and b"NaN" not in line and b"Infinity" not in line:
+        return line + b"\n"
     try:
         return (
             json.dumps(message, separators=(",", ":"), ensure_ascii=False, allow_nan=False) + "\n"

@@ -311,19 +311,6 @@ async def _move(
     return (await (await core(session)).execute(stmt, params)).one_or_none()
 
 
-async def _write_context(
-    session: AsyncSession,
-    run_id: str,
-    build: StartContext,
-    latest: str | None,
-    has_before: bool,
-    snapshots: Mapping[str, ScopeSnapshot],
-) -> None:
-    """A starting run's context, built from what its start read, stored on the run (with its warm
-    session, when the context offers one)."""
-    await _store_context(session, run_id, *await _built_context(build, latest, has_before, snapshots))
-
-
 async def _store_context(
     session: AsyncSession, run_id: str, context: dict[str, Any], warm: str | None
 ) -> None:
@@ -509,7 +496,8 @@ class RunStore:
                 scope: await read_snapshot(session, scope, owner, first=first)
                 for (scope, owner), first in zip(start.state, admitted.sizes, strict=True)
             }
-            await _write_context(session, row.run_id, start.context, latest, items > 1, snapshots)
+            context, warm = await _built_context(start.context, latest, items > 1, snapshots)
+            await _store_context(session, row.run_id, context, warm)
         return admitted
 
     async def _apply_policy(

@@ -39,8 +39,9 @@ RUNNER = "plugin:test/fake/default"
 
 class FakeExecutor:
     """A runner executed in this process. The event's text says what it does:
-    `ok` (a message, then `run.completed`), `linger` (the same, then its call never returns), `hang` (waits until cancelled, then stops), `deaf` (waits
-    and ignores cancels), `crash` (the executor fails: `PluginError`), `bug` (any other exception)."""
+    `ok` (a message, then `run.completed`), `linger` (the same, then its call never returns), `hang`
+    (waits until cancelled, then stops), `deaf` (waits and ignores cancels), `crash` (the executor fails:
+    `PluginError`), `bug` (any other exception)."""
 
     name = "fake"
     command = ("fake",)
