@@ -200,12 +200,15 @@ _LOCKED = ("test-lock", "conv-locked")
 
 
 async def _holder(stores: Stores, key: int) -> int | None:
-    """The server process that holds the advisory lock `key` (None: nobody), as another connection sees it."""
+    """The server process that holds the advisory lock `key` in this test's database (None: nobody), as
+    another connection sees it. Advisory locks belong to a database: a test of another worker, on its own
+    database, may hold the same key at the same time."""
     unsigned = key & 0xFFFF_FFFF_FFFF_FFFF  # a bigint key is shown as two oids: its high and low halves
     async with stores.db.engine.connect() as other:
         rows = await other.exec_driver_sql(
             "SELECT classid::bigint, objid::bigint, pid FROM pg_locks"
             " WHERE locktype = 'advisory' AND objsubid = 1 AND granted"
+            " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
         )
         for row in rows:
             high, low, pid = cast("tuple[int, int, int]", tuple(row))
