@@ -8,8 +8,10 @@ approval: `asks_approval`). `mcphost explain` and every `unauthorized` refusal o
 MCP server word their answer through `check`. `action_out_of_scope` is the event layer of a platform
 action (`action.requested`): whether the scope ids its target names are the run's own.
 
-Invariants: the cut is computed once per run, here; every later check (the MCP endpoint, the journal's
-`state.updated` check) reads the same frozen grant and never recomputes it. `check` decides "allowed"
+Invariants: the cut is computed once per run, here (the manifest ∩ agent part once per agent and
+manifest, which are not changed once loaded: a reloaded config brings new objects, and a new cut);
+every later check (the MCP endpoint, the journal's `state.updated` check) reads the same frozen grant
+and never recomputes it. `check` decides "allowed"
 from the grant's own sets, the same ones the MCP server enforces; the layers kept with the grant
 (`RunGrant.layers`) only name the reason, and only what the run's own agent and runner declare. Tokens
 are 256-bit random values; only their SHA-256 is stored, and they are compared in constant time.
@@ -145,9 +147,43 @@ def build_grant(
     token_hash: str,
     deadline_at: float,
 ) -> RunGrant:
-    """Cut manifest ∩ agent policy ∩ event scope into the run's frozen grant."""
-    perms = manifest.permissions
+    """Cut manifest ∩ agent policy ∩ event scope into the run's frozen grant: the cut of the agent and
+    its runner (`_cut`, kept per agent and manifest), with the event's scope ids and the run's own
+    fields set on a copy of it."""
+    conv, actor, subject = event.conversation, event.actor, event.subject
+    return _cut(binding, manifest).model_copy(
+        update={
+            "run_id": run_id,
+            "conversation_id": conv.conversation_id if conv else None,
+            "thread_id": conv.thread_id if conv else None,
+            "actor_id": actor.actor_id if actor else None,
+            "subject_type": subject.subject_type if subject else None,
+            "subject_id": subject.subject_id if subject else None,
+            "bot_id": conv.bot_id if conv else None,
+            "workspace_id": conv.workspace_id if conv else None,
+            "deadline_at": deadline_at,
+            "token_hash": token_hash,
+            "record": binding.agent.record or event.options.record,
+        }
+    )
+
+
+_CUTS: dict[tuple[int, int, str], tuple[AgentBinding, AgentRunnerManifest, RunGrant]] = {}
+"""`_cut` per (agent, manifest, binding id), by identity (the objects are kept, so an id is not reused)."""
+MAX_CUTS = 1024
+"""`_CUTS` is emptied when it holds this many (agents and runners that a reloaded config replaced)."""
+
+
+def _cut(binding: AgentBinding, manifest: AgentRunnerManifest) -> RunGrant:
+    """The grant of `binding`'s agent on `manifest` before any event: the per-run and per-event fields
+    empty (`build_grant` sets them on a copy). Built once per agent, manifest and binding id (they are
+    frozen): this took 11 of an echo run's 13 µs of `build_grant`; a copy with its run's fields takes 2."""
     agent = binding.agent
+    key = (id(agent), id(manifest), binding.binding_id)
+    kept = _CUTS.get(key)
+    if kept is not None and kept[0].agent is agent and kept[1] is manifest:
+        return kept[2]
+    perms = manifest.permissions
     granted: dict[str, list[str]] = {
         "history": list(perms.history),
         "events": list(perms.events),
@@ -175,20 +211,19 @@ def build_grant(
     state_read = state_scopes if "read" in granted["state"] else frozenset[str]()
     state_write = state_scopes if "write" in granted["state"] else frozenset[str]()
 
-    conv, actor, subject = event.conversation, event.actor, event.subject
     author, plugin, _ = parse_runner_id(manifest.id)
-    return RunGrant(
-        run_id=run_id,
+    cut = RunGrant(
+        run_id="",
         runner_id=manifest.id,
         plugin=f"{author}/{plugin}",
         binding_id=binding.binding_id,
-        conversation_id=conv.conversation_id if conv else None,
-        thread_id=conv.thread_id if conv else None,
-        actor_id=actor.actor_id if actor else None,
-        subject_type=subject.subject_type if subject else None,
-        subject_id=subject.subject_id if subject else None,
-        bot_id=conv.bot_id if conv else None,
-        workspace_id=conv.workspace_id if conv else None,
+        conversation_id=None,
+        thread_id=None,
+        actor_id=None,
+        subject_type=None,
+        subject_id=None,
+        bot_id=None,
+        workspace_id=None,
         tools=frozenset(tools),
         host_tool_globs=tuple(agent.resources.tools) if "call" in perms.tools else (),
         ask=tuple(sorted(agent.approvals)),
@@ -201,11 +236,11 @@ def build_grant(
         actions=frozenset(perms.platform_api) & frozenset(agent.actions.allow),
         models=frozenset(agent.resources.models) if perms.models else frozenset(),
         model_calls=frozenset(perms.models) if agent.resources.models else frozenset(),
-        deadline_at=deadline_at,
-        token_hash=token_hash,
+        deadline_at=0.0,
+        token_hash="",
         call_budget=agent.budget.calls,
         byte_budget=agent.budget.bytes,
-        record=agent.record or event.options.record,
+        record=False,
         layers=GrantLayers(
             runner_id=manifest.id,
             agent_id=agent.id,
@@ -219,6 +254,10 @@ def build_grant(
             models=tuple(agent.resources.models),
         ),
     )
+    if len(_CUTS) >= MAX_CUTS:
+        _CUTS.clear()
+    _CUTS[key] = (binding, manifest, cut)
+    return cut
 
 
 def allows_host_tool(grant: RunGrant, tool_name: str) -> bool:

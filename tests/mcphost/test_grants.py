@@ -115,3 +115,63 @@ def test_the_model_tools_follow_the_model_calls_and_explain_names_the_layer_that
     listed = check(no_models, "tool:models_list")
     assert (listed.allowed, listed.layer) == (False, "agent")
     assert "resources.models" in (listed.fix or "")
+
+
+def test_grants_of_one_agent_share_its_cut_and_keep_each_event_s_own_scope() -> None:
+    manifest = AgentRunnerManifest.model_validate(
+        {"id": "plugin:acme/bot/default", "name": "bot", "permissions": {"state": ["read", "write"]}}
+    )
+    agent = AgentConfig.model_validate({"id": "a", "runner": "plugin:acme/bot/default"})
+    binding = AgentBinding(binding_id="a", agent=agent)
+
+    def grant_of(event: dict[str, object], run_id: str, deadline_at: float) -> RunGrant:
+        return build_grant(
+            run_id=run_id,
+            event=AgentEventEnvelope.model_validate({"event_type": "message.received", **event}),
+            binding=binding,
+            manifest=manifest,
+            token_hash=f"hash-{run_id}",
+            deadline_at=deadline_at,
+        )
+
+    full = grant_of(
+        {
+            "conversation": {"conversation_id": "c1", "thread_id": "t1", "bot_id": "b", "workspace_id": "w"},
+            "actor": {"actor_id": "u1"},
+            "subject": {"subject_type": "ticket", "subject_id": "s1"},
+            "options": {"record": True},
+        },
+        "run_1",
+        5.0,
+    )
+    bare = grant_of({}, "run_2", 6.0)
+    assert (full.run_id, full.token_hash, full.deadline_at, full.record) == ("run_1", "hash-run_1", 5.0, True)
+    assert (full.conversation_id, full.thread_id, full.bot_id, full.workspace_id) == ("c1", "t1", "b", "w")
+    assert (full.actor_id, full.subject_type, full.subject_id) == ("u1", "ticket", "s1")
+    assert (bare.run_id, bare.token_hash, bare.deadline_at, bare.record) == (
+        "run_2",
+        "hash-run_2",
+        6.0,
+        False,
+    )
+    assert (bare.conversation_id, bare.thread_id, bare.bot_id, bare.workspace_id) == (None,) * 4
+    assert (bare.actor_id, bare.subject_type, bare.subject_id) == (None,) * 3
+    assert full.tools == bare.tools == {"run_context", "state_get", "state_list", "state_set", "state_delete"}
+    assert full.layers is bare.layers  # the agent's cut, built once
+    assert bare.state_scope_id("conversation") is None
+    assert full.state_scope_id("conversation") == ("plugin:acme/bot/default", "a", "c1", "t1")
+
+    # Another agent object (a reloaded config) gets a cut of its own, never the first one's.
+    read_only = AgentConfig.model_validate(
+        {"id": "a", "runner": "plugin:acme/bot/default", "state": {"write": False}}
+    )
+    other = build_grant(
+        run_id="run_3",
+        event=AgentEventEnvelope.model_validate({"event_type": "message.received"}),
+        binding=AgentBinding(binding_id="a", agent=read_only),
+        manifest=manifest,
+        token_hash="h",
+        deadline_at=0.0,
+    )
+    assert other.tools == {"run_context", "state_get", "state_list"}
+    assert other.state_write == frozenset()
