@@ -182,13 +182,13 @@ async def run(cfg: PeerConfig) -> list[Row]:
         peer = False
     elif not peer:
         cfg.skipped.append("peers / LangGraph: not requested (--no-peer)")
-    mcphost_c1: dict[DialectName, list[float]] = {}
+    mcphost_cpu: dict[DialectName, tuple[list[float], list[float]]] = {}
     async with scratch_folder(cfg.tmp_root, "mcphost-bench-peers-") as folder:
         for dialect in cfg.dialects:
-            got, c1_cpu = await _dialect(dialect, cfg, folder / dialect, peer=peer)
+            got, lowest, highest = await _dialect(dialect, cfg, folder / dialect, peer=peer)
             rows.extend(got)
-            mcphost_c1[dialect] = c1_cpu
-        rows.append(await _floor_row(cfg, mcphost_c1.get("sqlite", [])))
+            mcphost_cpu[dialect] = (lowest, highest)
+        rows.append(await _floor_row(cfg, *mcphost_cpu.get("sqlite", ([], []))))
         if "postgres" in cfg.dialects:
             rows.append(await _scaleout_row(cfg, folder / "scaleout"))
         else:
@@ -198,8 +198,8 @@ async def run(cfg: PeerConfig) -> list[Row]:
 
 async def _dialect(
     dialect: DialectName, cfg: PeerConfig, folder: Path, *, peer: bool
-) -> tuple[list[Row], list[float]]:
-    """Rows of one database; also mcphost's CPU-per-run samples at the lowest concurrency."""
+) -> tuple[list[Row], list[float], list[float]]:
+    """Rows of one database; also mcphost's CPU-per-run samples at the lowest and highest concurrency."""
     sizes = cfg.sizes
     top = max(sizes.concurrencies)
     async with AsyncExitStack() as stack:
@@ -222,6 +222,7 @@ async def _dialect(
         rows: list[Row] = []
         batches = itertools.count()
         c1_cpu: list[float] = []
+        top_cpu: list[float] = []
         for c in sizes.concurrencies:
             for side in sides:
                 side.reset()
@@ -239,9 +240,11 @@ async def _dialect(
                 rates, base_rates = samples.subject, samples.baseline
             if c == sizes.concurrencies[0]:
                 c1_cpu = list(subject.cpu_per_run_ms)
+            if c == top:
+                top_cpu = list(subject.cpu_per_run_ms)
             rows.extend(_rows(dialect, c, subject, baseline, rates, base_rates))
         rows.append(_memory_row(dialect, sides, subject, baseline, rss_before))
-    return rows, c1_cpu
+    return rows, c1_cpu, top_cpu
 
 
 def _judged(ok: bool | None) -> Verdict:
@@ -340,9 +343,10 @@ def _memory_row(
     )
 
 
-async def _floor_row(cfg: PeerConfig, mcphost_cpu: list[float]) -> Row:
+async def _floor_row(cfg: PeerConfig, mcphost_cpu: list[float], mcphost_top_cpu: list[float]) -> Row:
     """The captured run's statements through bare sqlite3 (one hop per transaction) vs mcphost's CPU per
-    run at the lowest concurrency on SQLite (the floor of the same work)."""
+    run at the lowest concurrency on SQLite (the floor of the same work); the distance at the highest
+    concurrency (where the host groups the runs' transactions) goes in `extra`."""
     cap, path, folder = await _floor.capture(cfg.tmp_root)
     try:
         replayer = _floor.Replayer(cap, path)
@@ -367,6 +371,11 @@ async def _floor_row(cfg: PeerConfig, mcphost_cpu: list[float]) -> Row:
         verdict=_judged(subject.p50 <= FLOOR_TARGET * floor.p50 if mcphost_cpu else None),
         extra={
             "floor_in_one_thread_p50_ms": percentile(in_thread, 50),
+            **(
+                {f"distance_at_c{max(cfg.sizes.concurrencies)}": percentile(mcphost_top_cpu, 50) / floor.p50}
+                if mcphost_top_cpu
+                else {}
+            ),
             "transactions_per_run": float(len(cap.transactions)),
             "statements_per_run": float(cap.statements),
         },
