@@ -11,10 +11,10 @@ action (`action.requested`): whether the scope ids its target names are the run'
 Invariants: the cut is computed once per run, here (the manifest ∩ agent part once per agent and
 manifest, which are not changed once loaded: a reloaded config brings new objects, and a new cut);
 every later check (the MCP endpoint, the journal's `state.updated` check) reads the same frozen grant
-and never recomputes it. `check` decides "allowed"
-from the grant's own sets, the same ones the MCP server enforces; the layers kept with the grant
-(`RunGrant.layers`) only name the reason, and only what the run's own agent and runner declare. Tokens
-are 256-bit random values; only their SHA-256 is stored, and they are compared in constant time.
+and never recomputes it. `check` decides "allowed" from the grant's own sets, the same ones the MCP
+server enforces; the layers kept with the grant (`RunGrant.layers`) only name the reason, and only what
+the run's own agent and runner declare. Tokens are 256-bit random values; only their SHA-256 is stored,
+and they are compared in constant time.
 
 Size: past 600 lines because building a grant and explaining each of its refusals by layer are one
 table read two ways (permissions → tools, models, state, storage, knowledge, actions): split apart, the
@@ -176,8 +176,9 @@ MAX_CUTS = 1024
 
 def _cut(binding: AgentBinding, manifest: AgentRunnerManifest) -> RunGrant:
     """The grant of `binding`'s agent on `manifest` before any event: the per-run and per-event fields
-    empty (`build_grant` sets them on a copy). Built once per agent, manifest and binding id (they are
-    frozen): this took 11 of an echo run's 13 µs of `build_grant`; a copy with its run's fields takes 2."""
+    empty (`build_grant` sets them on a copy). Built once per agent, manifest and binding id (none of
+    them changes once loaded): this took 11 of an echo run's 13 µs of `build_grant`; a copy with its
+    run's fields takes 2."""
     agent = binding.agent
     key = (id(agent), id(manifest), binding.binding_id)
     kept = _CUTS.get(key)
