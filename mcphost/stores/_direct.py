@@ -271,8 +271,11 @@ def _raise_handled(connection: Connection, exc: Exception, sql: str, args: Any) 
 
 
 def raise_wrapped(exc: Exception, sql: str, args: Any, dialect: Dialect) -> NoReturn:
-    """`exc`, a driver error raised by `sql` run outside SQLAlchemy, raised as SQLAlchemy would raise it."""
-    raise DBAPIError.instance(sql, args, exc, dialect.loaded_dbapi.Error, dialect=dialect) from exc
+    """`exc`, a driver error raised by `sql` run outside SQLAlchemy, raised as SQLAlchemy would raise it
+    on the host's engines (`hide_parameters`: its text names the SQL, not the values bound)."""
+    raise DBAPIError.instance(
+        sql, args, exc, dialect.loaded_dbapi.Error, hide_parameters=True, dialect=dialect
+    ) from exc
 
 
 class AsyncpgConnection:

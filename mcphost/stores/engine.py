@@ -246,6 +246,7 @@ class Database:
             json_serializer=dump_stored_json,
             json_deserializer=load_stored_json,
             connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S} if self.dialect == "sqlite" else {},
+            hide_parameters=True,  # a driver error's text names its SQL, never the user text it bound
         )
         if self.dialect == "postgresql":
             self.engine.sync_engine.dialect.do_ping = _direct.begin_as_ping  # type: ignore[method-assign]
@@ -273,6 +274,7 @@ class Database:
                 json_serializer=dump_stored_json,
                 json_deserializer=load_stored_json,
                 connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S, "check_same_thread": False},
+                hide_parameters=True,
             )
             event.listen(writer, "connect", _sqlite_on_connect)  # before the writer's own listeners
             self._writer = SqliteWriter(writer, busy_timeout_s=lambda: SQLITE_BUSY_TIMEOUT_S)

@@ -2,7 +2,7 @@
 
 `SqlFault` makes chosen SQL statements of one host's engine fail with the driver's own
 `OperationalError` (as a full disk, a read-only file or a refused write would), so the whole path above
-the driver runs for real: SQLAlchemy wraps it (SQL text and parameters included in its `str`), the
+the driver runs for real: SQLAlchemy wraps it (SQL text in its `str`, the parameters hidden), the
 engine translates it, stores retry or not, and the orchestrator and the API decide what a client sees.
 `PostgresKiller` terminates the server backends of one test database (never another database's, never
 its own), which is what a failover, a restart or an operator's `pg_terminate_backend` does to a host.

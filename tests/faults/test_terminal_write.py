@@ -9,6 +9,7 @@ when its reads keep failing — never in silence; and nothing a client sees carr
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncGenerator
 from pathlib import Path
 
@@ -21,7 +22,7 @@ from mcphost.models import Run, RunStatus
 from mcphost.orchestrator import _tuning as orchestrator_module
 from mcphost.stores.runs import ACTIVE_STATUSES
 from tests.e2e.httpkit import api_settings, parse_sse, served
-from tests.faults.faultkit import SqlFault, result_read, terminal_run_update
+from tests.faults.faultkit import SqlFault, result_insert, result_read, terminal_run_update
 from tests.mcphost.hostkit import message
 from tests.mcphost.stores.factories import admitted
 
@@ -102,3 +103,28 @@ async def test_a_stream_whose_reads_keep_failing_ends_with_an_error_event(host: 
 
 
 # -- helpers -----------------------------------------------------------------------------------------
+
+
+async def test_a_failed_write_is_logged_without_the_user_text_of_its_parameters(
+    host: Host, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The driver's error names the statement; the values it bound (a run's results, its transcript)
+    # are user text, and stay out of the log as they stay out of what a client sees.
+    caplog.set_level(logging.WARNING)  # the drivers' own loggers as `mcphost serve` sets them
+    caplog.set_level(logging.DEBUG, logger="mcphost")
+    async with SqlFault(host.stores.db, result_insert, message="disk I/O error").installed() as fault:
+        fault.arm(times=2)
+        admission = await host.orchestrator.submit(message(f"hello {SECRET}", bot="echo"))
+        with anyio.fail_after(60):
+            run = await host.orchestrator.wait(admission.run.run_id)
+    assert fault.failures == 2
+    assert run.status.is_terminal
+    formatter = logging.Formatter()
+    logged = [
+        record.getMessage() + (formatter.formatException(record.exc_info) if record.exc_info else "")
+        for record in caplog.records
+    ]
+    failures = [text for text in logged if "disk I/O error" in text]
+    assert failures, logged  # the failure is logged, with the driver's message
+    assert any("insert into run_results" in text.lower() for text in failures), failures  # and its SQL
+    assert not [text for text in logged if SECRET in text]

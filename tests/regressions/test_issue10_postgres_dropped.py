@@ -144,3 +144,4 @@ async def test_a_host_survives_its_postgres_connections_being_killed_under_load(
         r.getMessage() + (formatter.formatException(r.exc_info) if r.exc_info else "") for r in caplog.records
     )
     assert "another operation is in progress" not in logged
+    assert SECRET not in logged  # the retries' warnings name the statement, never the values it bound
