@@ -153,17 +153,25 @@ class WarmProcess:
             self.forget_secrets()
 
 
+_NOT_RUNNING = frozenset({"Z", "X", "x"})
+"""`/proc/<pid>/stat` states of a process that has exited: a zombie, or dead while its parent reaps it."""
+
+
 def _leader_live(pid: int) -> bool:
-    """Whether `pid` runs and is not a zombie, from its own `/proc/<pid>/stat`: one read, not a scan of
+    """Whether `pid` runs and has not exited, from its own `/proc/<pid>/stat`: one read, not a scan of
     every process (`procgroup.group_members`), because it is on every warm turn's path and a scan costs
-    tens of milliseconds on a busy machine. True where /proc is unavailable."""
+    tens of milliseconds on a busy machine. True where /proc is unavailable. A process being reaped at
+    that moment reads as dead (`X`) or its read fails (`ESRCH`): it has exited."""
     try:
         text = Path(f"/proc/{pid}/stat").read_text()
     except FileNotFoundError:
         return not Path("/proc/self").exists()
+    except ProcessLookupError:
+        return False
     except OSError:
         return True
-    return text.rsplit(")", 1)[-1].split()[:1] != ["Z"]
+    state = text.rsplit(")", 1)[-1].split()[:1]
+    return not state or state[0] not in _NOT_RUNNING
 
 
 async def start_warm(

@@ -15,6 +15,7 @@ import pytest
 
 from mcphost.common.lines import TooLong
 from mcphost.common.procgroup import StopTimings
+from mcphost_runners import _harness_warm
 from mcphost_runners._harness_warm import PoolLimits, WarmPool, WarmProcess, WarmProcessGoneError, start_warm
 
 CAT = shutil.which("cat")
@@ -149,6 +150,32 @@ async def test_a_process_the_sweeper_found_dead_is_reported_to_the_next_turn(tmp
     assert fresh
     assert replaced.pid != dead.pid
     await pool.discard("s", "test over")
+
+
+@pytest.mark.parametrize(
+    ("stat", "live"),
+    [
+        ("41 (claude) S 1 41 41 0", True),
+        ("41 (claude code) R 1 41 41 0", True),
+        ("41 (claude) Z 1 41 41 0", False),
+        ("41 (claude) X 1 41 41 0", False),  # dead while its parent reaps it
+        (ProcessLookupError(3, "No such process"), False),  # reaped while its stat was read
+        (PermissionError(13, "Permission denied"), True),  # /proc withheld: nothing says it exited
+    ],
+)
+def test_a_leader_counts_as_live_until_its_stat_says_it_exited(
+    monkeypatch: pytest.MonkeyPatch, stat: str | OSError, live: bool
+) -> None:
+    # A process the sweeper looks at while it is being reaped passes through `X`, or its stat cannot be
+    # read: read as live, it stayed in the pool and its next turn was not told it had died.
+    def read_text(path: Path) -> str:
+        assert path == Path("/proc/41/stat")
+        if isinstance(stat, OSError):
+            raise stat
+        return stat
+
+    monkeypatch.setattr(Path, "read_text", read_text)
+    assert _harness_warm._leader_live(41) is live  # pyright: ignore[reportPrivateUsage]
 
 
 async def test_a_turn_that_comes_while_the_sweeper_stops_a_dead_process_is_told_it_died(
