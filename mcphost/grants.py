@@ -150,17 +150,10 @@ def build_grant(
     """Cut manifest ∩ agent policy ∩ event scope into the run's frozen grant: the cut of the agent and
     its runner (`_cut`, kept per agent and manifest), with the event's scope ids and the run's own
     fields set on a copy of it."""
-    conv, actor, subject = event.conversation, event.actor, event.subject
     return _cut(binding, manifest).model_copy(
         update={
             "run_id": run_id,
-            "conversation_id": conv.conversation_id if conv else None,
-            "thread_id": conv.thread_id if conv else None,
-            "actor_id": actor.actor_id if actor else None,
-            "subject_type": subject.subject_type if subject else None,
-            "subject_id": subject.subject_id if subject else None,
-            "bot_id": conv.bot_id if conv else None,
-            "workspace_id": conv.workspace_id if conv else None,
+            **event.scope_ids(),
             "deadline_at": deadline_at,
             "token_hash": token_hash,
             "record": binding.agent.record or event.options.record,

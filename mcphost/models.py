@@ -132,21 +132,26 @@ class AgentEventEnvelope(InboundModel):
     def is_user_message(self) -> bool:
         return self.event_type in USER_MESSAGE_EVENT_TYPES
 
-    def scope_value(self, field: str) -> str | None:
-        """The event's value for a binding `match` key, or None when the event has none."""
+    def scope_ids(self) -> dict[str, str | None]:
+        """The event's scope ids by the name a run's grant gives them (None where the event has none)."""
         conv, actor, subject = self.conversation, self.actor, self.subject
-        values: dict[str, str | None] = {
+        return {
             "conversation_id": conv.conversation_id if conv else None,
             "thread_id": conv.thread_id if conv else None,
             "bot_id": conv.bot_id if conv else None,
             "workspace_id": conv.workspace_id if conv else None,
             "actor_id": actor.actor_id if actor else None,
-            "actor_type": actor.actor_type if actor else None,
             "subject_type": subject.subject_type if subject else None,
             "subject_id": subject.subject_id if subject else None,
-            "source": self.source,
         }
-        return values.get(field)
+
+    def scope_value(self, field: str) -> str | None:
+        """The event's value for a binding `match` key, or None when the event has none."""
+        if field == "actor_type":
+            return self.actor.actor_type if self.actor else None
+        if field == "source":
+            return self.source
+        return self.scope_ids().get(field)
 
 
 MATCH_KEYS: frozenset[str] = frozenset(

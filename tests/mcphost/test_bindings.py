@@ -59,3 +59,29 @@ def test_an_explicit_agent_must_be_known_and_bound() -> None:
     with pytest.raises(NoBindingError, match=re.escape("Agent 'b' is not bound to 'message.received'")):
         bindings.resolve(event(agent_id="b", conversation={"conversation_id": "c", "bot_id": "x"}))
     assert bindings.resolve(event("api.invoked", agent_id="b")).binding_id == "b"
+
+
+def test_every_match_key_reads_the_event_s_own_value() -> None:
+    full = event(
+        source="webui",
+        conversation={"conversation_id": "c1", "thread_id": "t1", "bot_id": "b1", "workspace_id": "w1"},
+        actor={"actor_id": "u1", "actor_type": "bot"},
+        subject={"subject_type": "ticket", "subject_id": "s1"},
+    )
+    expected = {
+        "conversation_id": "c1",
+        "thread_id": "t1",
+        "bot_id": "b1",
+        "workspace_id": "w1",
+        "actor_id": "u1",
+        "actor_type": "bot",
+        "subject_type": "ticket",
+        "subject_id": "s1",
+        "source": "webui",
+    }
+    assert {key: full.scope_value(key) for key in expected} == expected
+    bare = event()
+    assert {key: bare.scope_value(key) for key in expected if key != "source"} == dict.fromkeys(
+        set(expected) - {"source"}
+    )
+    assert bare.scope_value("no_such_key") is None
