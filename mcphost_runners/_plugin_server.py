@@ -319,10 +319,14 @@ class _PluginServer:
             await anyio.lowlevel.checkpoint()
 
     async def _flusher(self) -> None:
-        """Write what is queued each time lines were queued, until cancelled (`serve` flushes the rest)."""
+        """Write what is queued each time lines were queued, until cancelled (`serve` flushes the rest).
+        Woken by the first line, it lets the loop turn once more before writing: a run that ends yields
+        once between its last result and its answer (leaving its `RunAPI`'s task group), and without
+        that turn the answer went in a write of its own, waking the host twice per run."""
         while True:
             await self._ready.wait()
             self._ready = anyio.Event()
+            await anyio.lowlevel.cancel_shielded_checkpoint()
             await self._flush()
 
     async def _flush(self) -> None:

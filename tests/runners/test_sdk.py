@@ -492,10 +492,11 @@ async def test_output_larger_than_the_pipe_waits_for_the_host_and_arrives_whole_
 
 
 async def test_lines_sent_back_to_back_reach_the_host_in_one_write() -> None:
-    """The echo runner's results, sent without the runner letting the loop run between them, go out in
-    one write, which the host reads as one batch (one transaction there); the answer follows. The
-    plugin's stdout is a `SOCK_SEQPACKET` socket here, which keeps each write a record of its own
-    whenever the reader reads."""
+    """The echo runner's results, sent without the runner letting the loop run between them, and the
+    run's answer go out in one write, which the host reads at one wake-up as one batch (one transaction
+    there): the run yields once between its last result and its answer (leaving its `RunAPI`), and the
+    flusher waits a loop turn for it. The plugin's stdout is a `SOCK_SEQPACKET` socket here, which keeps
+    each write a record of its own whenever the reader reads."""
     host_end, plugin_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     host_end.settimeout(10)
     with host_end:
@@ -523,6 +524,8 @@ async def test_lines_sent_back_to_back_reach_the_host_in_one_write() -> None:
     ]
     answer = json.loads(records[-1].splitlines()[-1])
     assert answer == {"jsonrpc": "2.0", "id": 1, "result": {"status": "completed"}}
+    assert len(records) == 1  # the answer came in the results' write
+    assert len(first) == 5
 
 
 async def test_a_runner_that_sends_without_awaiting_anything_else_can_still_be_cancelled() -> None:
