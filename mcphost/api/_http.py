@@ -50,6 +50,7 @@ from mcphost.protocol import (
     JSONObject,
     json_depth,
     nesting_message,
+    plainly_storable_within,
     unstorable,
 )
 
@@ -115,9 +116,10 @@ def parse_json(model: type[ModelT], raw: bytes, where: str = "body") -> ModelT:
     except ValueError:
         pass  # not JSON: model_validate_json says where
     else:
-        if json_depth(data) > MAX_JSON_DEPTH:  # first: the checks after it walk the value
-            raise _too_deep(where)
-        check_storable(data, where)
+        if not plainly_storable_within(data, MAX_JSON_DEPTH):  # the usual answer, in one walk
+            if json_depth(data) > MAX_JSON_DEPTH:  # first: the checks after it walk the value
+                raise _too_deep(where)
+            check_storable(data, where)
     try:
         # Strict: a JSON body's types are JSON's own ("12", true and 1.0 are not integers); query
         # strings are strings by nature and stay lax (`parse_query`).

@@ -32,6 +32,7 @@ from mcphost.protocol._jsonsafe import (
     StorableObject,
     StorableText,
     Unstorable,
+    plainly_storable_within,
     text_problem,
     unstorable,
 )
@@ -291,6 +292,7 @@ __all__ = [
     "json_schemas",
     "nesting_message",
     "parse_runner_id",
+    "plainly_storable_within",
     "runner_id_of",
     "text_problem",
     "unstorable",

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 import re
+import sys
 from typing import Annotated, NamedTuple, cast
 
 from pydantic import AfterValidator
@@ -90,30 +91,49 @@ def _plainly_storable(value: object) -> bool:
     """True when every part of `value` is a plain JSON type (exactly dict, list, tuple, str, int, float,
     bool or None) that breaks no rule: the usual answer, found without building a path per member.
     False when something breaks a rule or is another type (a subclass), for `_first_problem` to name."""
-    stack: list[object] = [value]
-    pop, push_all, bad_char = stack.pop, stack.extend, _BAD_CHAR.search
-    while stack:
-        item = pop()
-        kind = type(item)
-        if kind is str:
-            if bad_char(cast(str, item)) is not None:
-                return False
-        elif kind is dict:
-            members = cast("dict[object, object]", item)
-            for key in members:
-                if type(key) is not str or bad_char(key) is not None:
+    return plainly_storable_within(value, sys.maxsize)
+
+
+def plainly_storable_within(value: object, max_depth: int) -> bool:
+    """True when arrays and objects nest at most `max_depth` levels deep in `value` (as `json_depth`
+    counts them) and every part of it is plainly storable (`_plainly_storable`): a boundary's two usual
+    answers in one walk, level by level, which stops past `max_depth`. False otherwise, for the caller
+    to ask `json_depth` and `unstorable` which it is (a subclass of a JSON type may be neither)."""
+    level: list[object] = [value]
+    depth = 0
+    bad_char = _BAD_CHAR.search
+    while level:
+        nested: list[object] = []
+        push_all = nested.extend
+        containers = False
+        for item in level:
+            kind = type(item)
+            if kind is str:
+                if bad_char(cast(str, item)) is not None:
                     return False
-            push_all(members.values())
-        elif kind is list or kind is tuple:
-            push_all(cast("list[object]", item))
-        elif kind is int:
-            if not INT64_MIN <= cast(int, item) <= INT64_MAX:
+            elif kind is dict:
+                containers = True
+                members = cast("dict[object, object]", item)
+                for key in members:
+                    if type(key) is not str or bad_char(key) is not None:
+                        return False
+                push_all(members.values())
+            elif kind is list or kind is tuple:
+                containers = True
+                push_all(cast("list[object]", item))
+            elif kind is int:
+                if not INT64_MIN <= cast(int, item) <= INT64_MAX:
+                    return False
+            elif kind is float:
+                if not math.isfinite(cast(float, item)):
+                    return False
+            elif item is not None and kind is not bool:
                 return False
-        elif kind is float:
-            if not math.isfinite(cast(float, item)):
+        if containers:
+            depth += 1
+            if depth > max_depth:
                 return False
-        elif item is not None and kind is not bool:
-            return False
+        level = nested
     return True
 
 

@@ -25,7 +25,13 @@ from mcphost.protocol._base import (
     json_depth,
     nesting_message,
 )
-from mcphost.protocol._jsonsafe import INT64_MAX, INT64_MIN, text_problem, unstorable
+from mcphost.protocol._jsonsafe import (
+    INT64_MAX,
+    INT64_MIN,
+    plainly_storable_within,
+    text_problem,
+    unstorable,
+)
 from mcphost.protocol.codes import is_error_code
 from mcphost.protocol.context import ArtifactRef, ContentElement
 
@@ -267,12 +273,13 @@ def classify_result(raw: object) -> AgentRunResult | UnknownResult | InvalidResu
     safe_type = rtype if isinstance(rtype, str) and text_problem(rtype) is None else None
     safe_run = run_id if run_id is not None and text_problem(run_id) is None else None
     safe_seq = sequence if sequence is not None and INT64_MIN <= sequence <= INT64_MAX else None
-    if json_depth(obj) > MAX_JSON_DEPTH:  # before anything else walks the value
-        return InvalidResult(safe_type, safe_run, safe_seq, nesting_message("(result)"))
-    problem = unstorable(obj)
-    if problem is not None:
-        # Checked first: even an unknown result type is stored, and NUL or NaN must not reach a store.
-        return InvalidResult(safe_type, safe_run, safe_seq, problem.message())
+    if not plainly_storable_within(obj, MAX_JSON_DEPTH):  # the usual answer, in one walk
+        if json_depth(obj) > MAX_JSON_DEPTH:  # before anything else walks the value
+            return InvalidResult(safe_type, safe_run, safe_seq, nesting_message("(result)"))
+        problem = unstorable(obj)
+        if problem is not None:
+            # Checked first: even an unknown result type is stored, and NUL or NaN must not reach a store.
+            return InvalidResult(safe_type, safe_run, safe_seq, problem.message())
     if not isinstance(rtype, str):
         return InvalidResult(None, run_id, sequence, "type: a result needs a string 'type'")
     if rtype not in RESULT_TYPES:

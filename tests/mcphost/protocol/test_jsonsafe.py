@@ -10,7 +10,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import BaseModel, ValidationError
 
-from mcphost.protocol import INT64_MAX, INT64_MIN, StorableJSON, StorableText, unstorable
+from mcphost.protocol import (
+    INT64_MAX,
+    INT64_MIN,
+    StorableJSON,
+    StorableText,
+    json_depth,
+    plainly_storable_within,
+    unstorable,
+)
 
 PLAIN_JSON: list[object] = [
     None,
@@ -135,3 +143,51 @@ def test_the_quick_pass_never_passes_what_the_walk_refuses(value: object) -> Non
     from mcphost.protocol import _jsonsafe
 
     assert unstorable(value) == _jsonsafe._first_problem(value)  # pyright: ignore[reportPrivateUsage]
+
+
+@given(_VALUES, st.integers(min_value=0, max_value=4))
+def test_the_one_walk_passes_exactly_what_both_checks_pass_for_plain_json(value: object, limit: int) -> None:
+    """`plainly_storable_within` is `json_depth(value) <= limit and unstorable(value) is None` for values
+    of JSON's own types (a boundary's two checks in one walk)."""
+    expected = json_depth(value) <= limit and unstorable(value) is None
+    assert plainly_storable_within(value, limit) is expected
+
+
+_DEPTH_CASES: list[tuple[object, int, bool]] = [
+    ([[[]]], 3, True),
+    ([[[]]], 2, False),  # an empty array counts as a level, as `json_depth` counts it
+    ({"a": {}}, 1, False),
+    ({"a": {}}, 2, True),
+    ({}, 0, False),
+    ("scalar", 0, True),
+    ([1, [2, [3]]], 2, False),
+    ((1, "a"), 1, True),  # a tuple is an array
+    ({"k": [0, 2**63]}, 8, False),
+    ({"k\x00": 1}, 8, False),
+]
+
+
+@pytest.mark.parametrize(("value", "limit", "passes"), _DEPTH_CASES)
+def test_the_one_walk_counts_levels_as_json_depth_does(value: object, limit: int, passes: bool) -> None:
+    assert plainly_storable_within(value, limit) is passes
+    assert (json_depth(value, limit=limit) <= limit and unstorable(value) is None) is passes
+
+
+def test_the_one_walk_stops_past_its_limit_on_a_deep_value() -> None:
+    deep: list[object] = []
+    inner = deep
+    for _ in range(100_000):
+        inner.append(inner := [])
+    assert plainly_storable_within(deep, 64) is False
+
+
+def test_the_one_walk_leaves_subclasses_to_the_two_checks() -> None:
+    """A subclass of a JSON type is not plainly storable; the caller then asks the two checks, which
+    may pass it."""
+    from enum import IntEnum
+
+    class Level(IntEnum):
+        HIGH = 3
+
+    assert plainly_storable_within({"level": Level.HIGH}, 8) is False
+    assert unstorable({"level": Level.HIGH}) is None

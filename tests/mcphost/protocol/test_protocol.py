@@ -140,6 +140,7 @@ PINNED_ALL = [
     "json_schemas",
     "nesting_message",
     "parse_runner_id",
+    "plainly_storable_within",
     "runner_id_of",
     "text_problem",
     "unstorable",
