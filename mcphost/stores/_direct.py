@@ -28,6 +28,10 @@ Invariants:
   driver error goes through the adapter's translation and then SQLAlchemy's own handling
   (`Connection._handle_dbapi_exception`): the same exception classes, and a dropped connection is
   invalidated and flagged `connection_invalidated` as `@idempotent` expects.
+- A statement held for the `COMMIT` (`AsyncpgConnection.hold_for_commit`, a body's last, on a
+  `run_write` transaction only) is sent with it as one simple query, its values inlined as literals
+  (`inline`: `NULL`, integers, dollar-quoted strings; nothing else is held). Listeners and errors see
+  it as a plan's statement; a failure leaves the transaction open and tracked for the rollback.
 - Plans are cached by statement identity, column keys and dialect, at most `MAX_PLANS`; the engines
   of one dialect are all built alike (`Database.__init__`: the same driver, the same JSON
   (de)serializers), so a plan serves every one of them. Only the hot bodies' module-level statements come here (`engine.core`); a
@@ -38,6 +42,7 @@ from __future__ import annotations
 
 import collections
 import functools
+import re
 from collections.abc import Callable, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -208,8 +213,7 @@ async def execute_asyncpg(
     adapter: Any = fairy.dbapi_connection
     dialect: Any = sync.dialect
     try:
-        for listener in sync.dispatch.before_cursor_execute:
-            listener(sync, None, plan_.sql, args, None, many)
+        _listened(sync, plan_.sql, args, many=many)
         async with adapter._execute_mutex:
             try:
                 if begin and adapter._transaction is None:
@@ -239,6 +243,12 @@ async def execute_asyncpg(
 
 
 _ASYNCPG_PROCESSORS: dict[tuple[tuple[Any, ...], tuple[int, ...]], tuple[Processor, ...]] = {}
+
+
+def _listened(connection: Connection, sql: str, args: Any, *, many: bool) -> None:
+    """The engine's `before_cursor_execute` listeners, told of a statement sent outside SQLAlchemy."""
+    for listener in connection.dispatch.before_cursor_execute:
+        listener(connection, None, sql, args, None, many)
 
 
 def _asyncpg_processors(plan_: Plan, dialect: Dialect, attributes: Any) -> tuple[Processor, ...]:
@@ -285,9 +295,13 @@ class AsyncpgConnection:
     that was not begun, each statement is a transaction of its own (`Database.run_statement`): a plan runs
     outside any transaction, anything else is committed after it, its rows fetched first."""
 
-    def __init__(self, connection: Connection, *, autocommit: bool = False) -> None:
+    def __init__(self, connection: Connection, *, autocommit: bool = False, commits: bool = False) -> None:
         self.sync_connection = connection
         self.autocommit = autocommit
+        self.commits = commits
+        """Its transaction ends through `commit_held` (`run_write`'s `PostgresSession`): a body's last
+        statement may be held for its `COMMIT` (`hold_for_commit`)."""
+        self._held: tuple[Plan, tuple[Any, ...], str] | None = None
 
     async def execute(self, statement: Any, parameters: Any = None, **kwargs: Any) -> Any:
         if not kwargs:
@@ -311,6 +325,56 @@ class AsyncpgConnection:
             )
         return await greenlet_spawn(self.sync_connection.execute, statement, parameters, **kwargs)
 
+    def hold_for_commit(self, statement: Executable, parameters: Mapping[str, Any]) -> bool:
+        """Hold `statement` to go with the transaction's `COMMIT`, in one round trip (`commit_held`),
+        instead of sending it now: for a body's last statement, one that returns no rows. False when it
+        cannot be held (no `commit_held` will run, one is held already, it has no plan, or a value is of
+        a type not written as a literal here): the caller then executes it."""
+        if not self.commits or self.autocommit or self._held is not None:
+            return False
+        found = plan(statement, tuple(sorted(parameters)), self.sync_connection.dialect, many=False)
+        if found is None or found.row is not None:
+            return False
+        args = _positional(found, parameters, none=True)
+        inlined = None if args is None else inline(found.sql, args)
+        if args is None or inlined is None:
+            return False
+        self._held = (found, args, inlined)
+        return True
+
+    async def commit_held(self) -> bool:
+        """The held statement and the transaction's `COMMIT` in one simple query, one round trip; False
+        when none is held (the caller commits as usual). Its listeners see the statement as a plan's
+        (its SQL with placeholders and its values); a failure leaves as `execute_asyncpg`'s would, with
+        the transaction still open for the caller's rollback."""
+        held, self._held = self._held, None
+        if held is None:
+            return False
+        found, args, inlined = held
+        sync = self.sync_connection
+        fairy: Any = sync._dbapi_connection  # pyright: ignore[reportPrivateUsage]  # the transaction's own
+        adapter: Any = fairy.dbapi_connection
+        dialect: Any = sync.dialect
+        try:
+            _listened(sync, found.sql, args, many=False)
+            async with adapter._execute_mutex:
+                transaction: Any = adapter._transaction
+                connection: Any = adapter._connection
+                top = connection._top_xact
+                if top is transaction:
+                    connection._top_xact = None  # as asyncpg's `Transaction.commit` leaves it
+                try:
+                    await connection.execute(f"{inlined}; COMMIT;")
+                except Exception as error:
+                    connection._top_xact = top  # still open: the caller rolls it back
+                    _raise_adapted(adapter, error)
+                transaction._state = _committed()
+                adapter._transaction = None  # as the adapter's commit discards it: SQLAlchemy's is a no-op
+        except dialect.loaded_dbapi.Error as exc:
+            await greenlet_spawn(_raise_handled, sync, exc, found.sql, args)
+            raise AssertionError("unreachable: SQLAlchemy raised") from exc  # pragma: no cover
+        return True
+
     def holds_lock(self, key: int) -> bool:
         """Whether this transaction's `BEGIN` took the advisory lock `key` (`begin_as_ping`)."""
         fairy: Any = self.sync_connection._dbapi_connection  # pyright: ignore[reportPrivateUsage]
@@ -319,6 +383,41 @@ class AsyncpgConnection:
 
     async def scalar(self, statement: Any, parameters: Any = None, **kwargs: Any) -> Any:
         return await greenlet_spawn(self.sync_connection.scalar, statement, parameters, **kwargs)
+
+
+_PLACEHOLDER = re.compile(r"\$(\d+)")
+"""A positional parameter in a plan's SQL for asyncpg (`$1::JSON`)."""
+
+
+def inline(sql: str, args: Sequence[Any]) -> str | None:
+    """`sql` (a plan's, for asyncpg) with each `$n` replaced by `args[n-1]` as a literal: None as `NULL`,
+    an integer in decimal, a string dollar-quoted with a tag it does not hold (no escapes, whatever the
+    server's `standard_conforming_strings`). None for a value of any other type. A string with NUL,
+    which no PostgreSQL text holds, fails on the server as its parameter would."""
+    literals: list[str] = []
+    for value in args:
+        if value is None:
+            literals.append("NULL")
+        elif type(value) is int:
+            literals.append(str(value))
+        elif type(value) is str:
+            tag, n = "$m$", 0
+            while tag in value:
+                tag, n = f"$m{n}$", n + 1
+            literals.append(f"{tag}{value}{tag}")
+        else:
+            return None
+    try:
+        return _PLACEHOLDER.sub(lambda m: literals[int(m.group(1)) - 1], sql)
+    except IndexError:
+        return None
+
+
+@functools.cache
+def _committed() -> Any:
+    from asyncpg.transaction import TransactionState  # pyright: ignore[reportMissingTypeStubs]  # asyncpg ships no types
+
+    return TransactionState.COMMITTED
 
 
 def _execute_committed(

@@ -86,7 +86,7 @@ class PostgresSession(JoinedSession):
 
     def __init__(self, connection: Connection) -> None:
         super().__init__(connection)
-        self._core = _direct.AsyncpgConnection(connection)
+        self._core = _direct.AsyncpgConnection(connection, commits=True)
 
     def end(self, *, commit: bool) -> None:
         connection, session = self._connection, self._session
@@ -100,6 +100,14 @@ class PostgresSession(JoinedSession):
             if session is not None:
                 session.close()
             connection.close()  # rolls back a transaction still open, then back to the pool
+
+    async def commit_held(self) -> None:
+        """On the loop, before `end`: the statement the body held for its `COMMIT`, with it, in one round
+        trip (`AsyncpgConnection.commit_held`); `end` then has nothing left to commit. Pending ORM
+        changes are flushed first, as `end` would flush them before its commit."""
+        if self._core.commits and self._session is not None:
+            await self.flush()
+        await self._core.commit_held()
 
     async def flush(self) -> None:
         await greenlet_spawn(self.sync_session.flush)

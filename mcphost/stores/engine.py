@@ -355,6 +355,7 @@ class Database:
             try:
                 connection.begin()
                 result = await body(cast(AsyncSession, session))
+                await session.commit_held()  # a statement the body held, with the COMMIT: one round trip
             except BaseException:
                 await greenlet_spawn(session.end, commit=False)
                 raise

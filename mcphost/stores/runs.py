@@ -68,6 +68,7 @@ from mcphost.models import ALLOWED_TRANSITIONS, ConcurrencyPolicy, Run, RunFailu
 from mcphost.protocol import AgentRunContext, JSONObject
 from mcphost.stores._admit import Admitted, Starting, admit_first
 from mcphost.stores._cursor import CursorCodec, Page, check_limit
+from mcphost.stores._direct import AsyncpgConnection
 from mcphost.stores._retry import idempotent
 from mcphost.stores._sql import Dialect, among, lock_in_transaction
 from mcphost.stores.conversations import LOCK_NAMESPACE, touch_conversation
@@ -312,12 +313,20 @@ async def _move(
 
 
 async def _store_context(
-    session: AsyncSession, run_id: str, context: dict[str, Any], warm: str | None
+    session: AsyncSession, run_id: str, context: dict[str, Any], warm: str | None, *, last: bool = False
 ) -> None:
-    """A started run's stored context and warm session (`_built_context`), set on its row."""
-    await (await core(session)).execute(
-        _SET_CONTEXT, {"w_run_id": run_id, "v_context": context, "v_warm": warm}
-    )
+    """A started run's stored context and warm session (`_built_context`), set on its row. `last`: the
+    body's last statement, which on PostgreSQL goes with the transaction's `COMMIT` in one round trip
+    when it can (`_direct.AsyncpgConnection.hold_for_commit`)."""
+    connection = await core(session)
+    params = {"w_run_id": run_id, "v_context": context, "v_warm": warm}
+    if (
+        last
+        and isinstance(connection, AsyncpgConnection)
+        and connection.hold_for_commit(_SET_CONTEXT, params)
+    ):
+        return
+    await connection.execute(_SET_CONTEXT, params)
 
 
 async def _built_context(
@@ -497,7 +506,7 @@ class RunStore:
                 for (scope, owner), first in zip(start.state, admitted.sizes, strict=True)
             }
             context, warm = await _built_context(start.context, latest, items > 1, snapshots)
-            await _store_context(session, row.run_id, context, warm)
+            await _store_context(session, row.run_id, context, warm, last=True)  # nothing follows it
         return admitted
 
     async def _apply_policy(

@@ -398,3 +398,138 @@ def test_among_takes_only_the_codes_own_constants(value: str) -> None:
     """`among` writes its values into the SQL, so it refuses anything but a lowercase word."""
     with pytest.raises(ValueError, match="constants of the code"):
         among(table_of(RunRow).c.status, ("running", value))
+
+
+_TRICKY_TEXT = [
+    "plain",
+    "it's \\ a 'quote' and a backslash \\'",
+    "$m$ the tag, $m0$ and $m1$ too; $$ and $ alone",
+    "é 😀 \u2028 \t\n\r",
+    "",
+    "'); DROP TABLE runs; --",
+]
+
+
+@pytest.mark.postgres
+async def test_a_held_statement_goes_with_the_commit_and_stores_its_values_exactly(stores: Stores) -> None:
+    """`hold_for_commit`: the statement waits for the `COMMIT` and goes with it, its values written as
+    literals that read back exactly, whatever quotes, tags or text they hold."""
+    if stores.db.dialect != "postgresql":
+        pytest.skip("holding a statement for the COMMIT is PostgreSQL's (one round trip)")
+    run = await admitted(stores)
+    context: dict[str, Any] = {
+        "texts": _TRICKY_TEXT,
+        "n": [1, -(2**63), 2.5, None, True],
+        _TRICKY_TEXT[2]: "k",
+    }
+
+    async def body(session: AsyncSession) -> bool:
+        conn: Any = await core(session)
+        params = {"w_run_id": run.run_id, "v_context": context, "v_warm": _TRICKY_TEXT[1]}
+        held = conn.hold_for_commit(runs._SET_CONTEXT, params)  # pyright: ignore[reportPrivateUsage]
+        assert not conn.hold_for_commit(runs._SET_CONTEXT, params)  # pyright: ignore[reportPrivateUsage]  # one at a time
+        stored = (await conn.execute(select(RunRow.context).where(RunRow.run_id == run.run_id))).scalar()
+        assert stored is None  # not sent yet
+        return held
+
+    assert await stores.db.run_write(body)
+    async with stores.db.read() as session:
+        row = (
+            await session.execute(
+                select(RunRow.context, RunRow.warm_session_id).where(RunRow.run_id == run.run_id)
+            )
+        ).one()
+    assert row.context == context
+    assert row.warm_session_id == _TRICKY_TEXT[1]
+
+
+def test_a_value_of_another_type_is_not_inlined() -> None:
+    assert (
+        _direct.inline("SELECT $1::VARCHAR, $2::INTEGER", ["a", 2]) == "SELECT $m$a$m$::VARCHAR, 2::INTEGER"
+    )
+    assert _direct.inline("SELECT $1::FLOAT", [2.5]) is None
+    assert _direct.inline("SELECT $1::BOOLEAN", [True]) is None
+    assert _direct.inline("SELECT $2", ["only one"]) is None
+
+
+@pytest.mark.postgres
+async def test_a_held_statement_that_fails_rolls_the_transaction_back_and_the_pool_stays_usable(
+    stores: Stores,
+) -> None:
+    """The statement fails on the server (PostgreSQL text holds no NUL): the `COMMIT` in the same query
+    never runs, the body's other writes are rolled back, the error is SQLAlchemy's without the values,
+    and the connection goes back to the pool clean."""
+    if stores.db.dialect != "postgresql":
+        pytest.skip("holding a statement for the COMMIT is PostgreSQL's (one round trip)")
+    run = await admitted(stores)
+    table = table_of(RunRow)
+    secret = "SECRET-USER-TEXT"
+
+    async def body(session: AsyncSession) -> None:
+        conn: Any = await core(session)
+        await conn.execute(table.update().where(table.c.run_id == run.run_id).values(runner_id="changed"))
+        params = {"w_run_id": run.run_id, "v_context": {"t": secret}, "v_warm": "nul\x00here"}
+        assert conn.hold_for_commit(runs._SET_CONTEXT, params)  # pyright: ignore[reportPrivateUsage]
+
+    with pytest.raises((StorageUnavailableError, DBAPIError)) as raised:
+        await stores.db.run_write(body)
+    assert secret not in str(raised.value)
+    assert secret not in str(raised.value.__cause__)
+    stored = await stores.runs.get(run.run_id)
+    assert stored.runner_id == run.runner_id  # the update before it was rolled back
+    for _ in range(3):  # every pooled connection is usable: none was left in an aborted transaction
+        async with stores.db.write() as session:
+            await session.execute(
+                table.update().where(table.c.run_id == run.run_id).values(runner_id="again")
+            )
+    assert (await stores.runs.get(run.run_id)).runner_id == "again"
+
+
+@pytest.mark.postgres
+async def test_a_held_statement_on_a_dropped_connection_is_invalidated_and_nothing_is_stored(
+    stores: Stores,
+) -> None:
+    if stores.db.dialect != "postgresql":
+        pytest.skip("holding a statement for the COMMIT is PostgreSQL's (one round trip)")
+    run = await admitted(stores)
+
+    async def body(session: AsyncSession) -> None:
+        conn: Any = await core(session)
+        pid = (await conn.execute(select(func.pg_backend_pid()))).scalar()
+        params = {"w_run_id": run.run_id, "v_context": {"k": 1}, "v_warm": None}
+        assert conn.hold_for_commit(runs._SET_CONTEXT, params)  # pyright: ignore[reportPrivateUsage]
+        async with stores.db.engine.connect() as other:
+            await other.execute(select(func.pg_terminate_backend(pid)))
+
+    with pytest.raises(StorageUnavailableError) as raised:
+        await stores.db.run_write(body)
+    cause = raised.value.__cause__
+    assert isinstance(cause, DBAPIError)
+    assert cause.connection_invalidated  # what `@idempotent` retries on
+    async with stores.db.read() as session:
+        context = (await session.execute(select(RunRow.context).where(RunRow.run_id == run.run_id))).scalar()
+    assert context is None
+
+
+async def test_a_statement_is_held_only_where_a_commit_sends_it(stores: Stores) -> None:
+    """SQLite's writer and a PostgreSQL session outside `run_write` execute it at once."""
+    run = await admitted(stores)
+
+    async def body(session: AsyncSession) -> None:
+        conn: Any = await core(session)
+        params = {"w_run_id": run.run_id, "v_context": {"k": 2}, "v_warm": None}
+        if isinstance(conn, AsyncpgConnection):
+            assert conn.hold_for_commit(runs._SET_CONTEXT, params)  # pyright: ignore[reportPrivateUsage]
+        else:
+            await conn.execute(runs._SET_CONTEXT, params)  # pyright: ignore[reportPrivateUsage]
+
+    await stores.db.run_write(body)
+    async with stores.db.write() as session:
+        conn: Any = await core(session)
+        if isinstance(conn, AsyncpgConnection):
+            params = {"w_run_id": run.run_id, "v_context": {"k": 3}, "v_warm": None}
+            assert not conn.hold_for_commit(runs._SET_CONTEXT, params)  # pyright: ignore[reportPrivateUsage]
+            await conn.execute(runs._SET_CONTEXT, params)  # pyright: ignore[reportPrivateUsage]
+    async with stores.db.read() as session:
+        context = (await session.execute(select(RunRow.context).where(RunRow.run_id == run.run_id))).scalar()
+    assert context == ({"k": 3} if stores.db.dialect == "postgresql" else {"k": 2})
