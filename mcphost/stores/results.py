@@ -129,13 +129,15 @@ _ENDED = (
 _APPEND_ENDING = text(
     _APPEND_WITH_EFFECTS.text.rsplit(" SELECT pg_notify", 1)[0]
     + f", {_ENDED}"
-    + " SELECT ended.*, pg_notify(:channel, :wake) AS woken,"
-    " CASE WHEN ended.run_id IS NOT NULL THEN pg_notify(:channel, :end_wake) END AS end_woken"
+    + " SELECT ended.*,"
+    " pg_notify(:channel, CASE WHEN ended.run_id IS NOT NULL THEN :end_wake ELSE :wake END) AS woken"
     " FROM (SELECT 1 FROM inserted LIMIT 1) AS one LEFT JOIN ended ON true"
-).columns(*RUN_COLUMNS, column("woken"), column("end_woken"))
+).columns(*RUN_COLUMNS, column("woken"))
 """PostgreSQL: `_APPEND_WITH_EFFECTS` that also ends the run (`_ENDED`) and announces its end: a run's
 last batch and its end in one statement that commits by itself. Its one row is the ended run, or nulls
-when the run was not running (its end is then left to `runs.finish`)."""
+when the run was not running (its end is then left to `runs.finish`). One wake-up: `end` when it ended
+the run (a listener wakes the run's readers on an `end` as on `results`, `wakeups.py`), else
+`results`; every listening process was woken twice per run before."""
 _INSERT = insert(table_of(RunResultRow))
 """A batch's rows, as one executemany (`engine.core`: built once)."""
 

@@ -38,8 +38,9 @@ log = logging.getLogger(__name__)
 
 CHANNEL = "mcphost_wake"
 WakeKind = Literal["results", "end", "cancel"]
-"""`results`: a run has new results; `end`: a run ended (its conversation's next run may start);
-`cancel`: a run was asked to cancel (or park)."""
+"""`results`: a run has new results; `end`: a run ended (its conversation's next run may start), and
+may have new results too (a run's last batch and its end are one statement, announced once: a
+listener wakes the run's readers on either); `cancel`: a run was asked to cancel (or park)."""
 KINDS: frozenset[str] = frozenset(get_args(WakeKind))
 CHECK_S = 5.0
 """How often the listening connection is checked when the server did not say it closed it."""

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
+import anyio
 import asyncpg.connection  # pyright: ignore[reportMissingTypeStubs]
 import pytest
 from sqlalchemy import Connection, bindparam, select
@@ -28,7 +29,7 @@ from sqlalchemy import Connection, bindparam, select
 from mcphost.app import Host, open_host
 from mcphost.models import AgentEventEnvelope
 from mcphost.orchestrator import _tuning as orchestrator_module
-from mcphost.stores import engine
+from mcphost.stores import engine, wakeups
 from mcphost.stores.tables import RunRow
 from tests.mcphost.hostkit import host_settings, message
 
@@ -337,3 +338,30 @@ async def test_an_echo_run_on_postgres_takes_few_round_trips(
     assert not any("pg_advisory_xact_lock($" in sql for sql in admit)  # and not taken again
     assert admit[-1].startswith("UPDATE runs SET context="), admit[-1]  # the context goes with the COMMIT
     assert admit[-1].endswith("; COMMIT;"), admit[-1]
+
+
+async def test_an_echo_run_on_postgres_wakes_the_other_processes_once(host: Host) -> None:
+    """Its last batch and its end are one statement, announced by one notification (`end`, which wakes
+    the run's readers as `results` would): every listening process wakes once per run, not twice."""
+    if host.stores.db.dialect != "postgresql":
+        pytest.skip("wake-ups between processes are PostgreSQL's (NOTIFY)")
+    heard: list[str] = []
+
+    def received(*args: Any) -> None:
+        heard.append(str(args[-1]))
+
+    async with host.stores.db.engine.connect() as listening:
+        raw: Any = (await listening.get_raw_connection()).driver_connection
+        await raw.add_listener(wakeups.CHANNEL, received)
+        event_ = message(
+            "hello", bot="echo", conversation="conv-woken", delivery={"supports_streaming": False}
+        )
+        run_id, _ = await _echo_run_of(host, event_)
+        with anyio.fail_after(10):
+            # One transaction's notifications arrive together and in order: once its `end` is here, a
+            # `results` sent with it would be here too.
+            while f"end {run_id}" not in heard:
+                await raw.execute("SELECT 1")  # a round trip: what the server has queued is read
+                await anyio.sleep(0.01)
+        await raw.remove_listener(wakeups.CHANNEL, received)
+    assert [wakeups.parse(payload) for payload in heard if payload.endswith(run_id)] == [("end", run_id)]
