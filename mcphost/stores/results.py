@@ -127,9 +127,7 @@ _ENDED = (
 """PostgreSQL: a running run's end as a part of its last batch's statement (`RunEnd`): the move
 `runs.finish` makes (`runs._move`), its row read back."""
 _APPEND_ENDING = text(
-    _APPEND_WITH_EFFECTS.text.rsplit(" SELECT pg_notify", 1)[0]
-    + f", {_ENDED}"
-    + " SELECT ended.*,"
+    _APPEND_WITH_EFFECTS.text.rsplit(" SELECT pg_notify", 1)[0] + f", {_ENDED}" + " SELECT ended.*,"
     " pg_notify(:channel, CASE WHEN ended.run_id IS NOT NULL THEN :end_wake ELSE :wake END) AS woken"
     " FROM (SELECT 1 FROM inserted LIMIT 1) AS one LEFT JOIN ended ON true"
 ).columns(*RUN_COLUMNS, column("woken"))
