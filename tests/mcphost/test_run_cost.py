@@ -22,9 +22,10 @@ from pathlib import Path
 from typing import Any, cast
 
 import anyio
+import asyncpg  # pyright: ignore[reportMissingTypeStubs]
 import asyncpg.connection  # pyright: ignore[reportMissingTypeStubs]
 import pytest
-from sqlalchemy import Connection, bindparam, select
+from sqlalchemy import Connection, bindparam, make_url, select
 
 from mcphost.app import Host, open_host
 from mcphost.models import AgentEventEnvelope
@@ -350,8 +351,12 @@ async def test_an_echo_run_on_postgres_wakes_the_other_processes_once(host: Host
     def received(*args: Any) -> None:
         heard.append(str(args[-1]))
 
-    async with host.stores.db.engine.connect() as listening:
-        raw: Any = (await listening.get_raw_connection()).driver_connection
+    # A connection of its own, as another process listens: outside any transaction (a session in one
+    # gets its notifications only when it ends), not from the pool (whose checkout begins one).
+    url = make_url(host.stores.db.url).set(drivername="postgresql")
+    dsn = url.render_as_string(hide_password=False)
+    raw = cast(Any, await asyncpg.connect(dsn))  # pyright: ignore[reportUnknownMemberType] -- asyncpg is untyped
+    try:
         await raw.add_listener(wakeups.CHANNEL, received)
         event_ = message(
             "hello", bot="echo", conversation="conv-woken", delivery={"supports_streaming": False}
@@ -364,4 +369,6 @@ async def test_an_echo_run_on_postgres_wakes_the_other_processes_once(host: Host
                 await raw.execute("SELECT 1")  # a round trip: what the server has queued is read
                 await anyio.sleep(0.01)
         await raw.remove_listener(wakeups.CHANNEL, received)
+    finally:
+        await raw.close()
     assert [wakeups.parse(payload) for payload in heard if payload.endswith(run_id)] == [("end", run_id)]
