@@ -303,6 +303,11 @@ class AsyncpgConnection:
         statement may be held for its `COMMIT` (`hold_for_commit`)."""
         self._held: tuple[Plan, tuple[Any, ...], str] | None = None
 
+    @property
+    def holding(self) -> bool:
+        """A statement is held for the `COMMIT` (`hold_for_commit`)."""
+        return self._held is not None
+
     async def execute(self, statement: Any, parameters: Any = None, **kwargs: Any) -> Any:
         if not kwargs:
             many = isinstance(parameters, list)
@@ -401,8 +406,10 @@ def inline(sql: str, args: Sequence[Any]) -> str | None:
         elif type(value) is int:
             literals.append(str(value))
         elif type(value) is str:
+            # The string ends where its tag first appears after it opens: not inside it, and not across
+            # its end either (a string ending in `$m` would end early at `$m` + `$m$`).
             tag, n = "$m$", 0
-            while tag in value:
+            while (value + tag).find(tag) != len(value):
                 tag, n = f"$m{n}$", n + 1
             literals.append(f"{tag}{value}{tag}")
         else:

@@ -105,7 +105,9 @@ class PostgresSession(JoinedSession):
         """On the loop, before `end`: the statement the body held for its `COMMIT`, with it, in one round
         trip (`AsyncpgConnection.commit_held`); `end` then has nothing left to commit. Pending ORM
         changes are flushed first, as `end` would flush them before its commit."""
-        if self._core.commits and self._session is not None:
+        if not self._core.holding:
+            return
+        if self._session is not None:
             await self.flush()
         await self._core.commit_held()
 

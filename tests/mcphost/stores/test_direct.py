@@ -404,6 +404,8 @@ _TRICKY_TEXT = [
     "plain",
     "it's \\ a 'quote' and a backslash \\'",
     "$m$ the tag, $m0$ and $m1$ too; $$ and $ alone",
+    "ends in the tag's start $m",
+    "ends in $m0",
     "é 😀 \u2028 \t\n\r",
     "",
     "'); DROP TABLE runs; --",
@@ -441,6 +443,15 @@ async def test_a_held_statement_goes_with_the_commit_and_stores_its_values_exact
         ).one()
     assert row.context == context
     assert row.warm_session_id == _TRICKY_TEXT[1]
+
+
+@pytest.mark.parametrize("text", _TRICKY_TEXT)
+def test_an_inlined_string_ends_only_at_its_closing_tag(text: str) -> None:
+    literal = _direct.inline("$1", [text])
+    assert literal is not None
+    tag = literal[: literal.index("$", 1) + 1]
+    assert literal == f"{tag}{text}{tag}"
+    assert literal.find(tag, len(tag)) == len(tag) + len(text)  # where PostgreSQL ends it
 
 
 def test_a_value_of_another_type_is_not_inlined() -> None:
