@@ -348,6 +348,10 @@ class Orchestrator:
                 self._runs.forget(active)
         if binding.agent.concurrency == "interrupt" and event.conversation_id is not None:
             await self._interrupt_others(event.conversation_id, keep=run_id)
+        if started:
+            # One loop turn for the run's task, which calls its runner in its first step
+            # (`_execution.execute`): the runner works while the caller answers its client.
+            await anyio.lowlevel.cancel_shielded_checkpoint()
         return Admission(run, created=True)
 
     def _task_group(self) -> TaskGroup:

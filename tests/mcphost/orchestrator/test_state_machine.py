@@ -203,6 +203,19 @@ async def test_a_run_completes_with_what_its_runner_said(
     assert fake.cancels == []
 
 
+async def test_a_run_started_at_admission_has_called_its_runner_when_submit_returns(
+    orchestrator: Orchestrator, fake: FakeExecutor
+) -> None:
+    """The runner works while the caller answers its client: `submit` yields to the run's task once,
+    and that task calls the runner in its first step (`_execution.execute`)."""
+    admission = await orchestrator.submit(message("hang", bot="fake", conversation="c-first"))
+    run_id = admission.run.run_id
+    assert admission.run.status is RunStatus.RUNNING
+    assert fake.started_event(run_id).is_set()
+    await orchestrator.cancel(run_id, reason="done looking")
+    assert (await _ended(orchestrator, run_id)).status is RunStatus.CANCELLED
+
+
 async def test_cancel_while_executing_tells_the_runner_and_ends_cancelled(
     orchestrator: Orchestrator, fake: FakeExecutor
 ) -> None:
