@@ -87,6 +87,8 @@ class ActiveRun:
     """Its cancel or park was asked for (`request_cancel`)."""
     on_cancel: Callable[[], None] | None = None
     """While its runner executes: what stops it (`_execution.execute`), called by `request_cancel`."""
+    runner_called: bool = False
+    """Its runner's call has begun (`_execution.execute`; a plugin's request is written in that step)."""
     parked_on: str | None = None
     """The approval the run parks on (`park`): it stops and ends `parked`, whatever it says after."""
     deadline_passed: bool = False

@@ -348,10 +348,14 @@ class Orchestrator:
                 self._runs.forget(active)
         if binding.agent.concurrency == "interrupt" and event.conversation_id is not None:
             await self._interrupt_others(event.conversation_id, keep=run_id)
-        if started:
-            # One loop turn for the run's task, which calls its runner in its first step
-            # (`_execution.execute`): the runner works while the caller answers its client.
-            await anyio.lowlevel.cancel_shielded_checkpoint()
+        if started and self._limiter.borrowed_tokens == 1:
+            # The only run executing here: the loop turns its tasks need to call its runner (the run's
+            # task, then its runner call's), so the runner works while the caller answers its client.
+            # With other runs executing, the loop has their work to do: the turns would only cost.
+            for _ in range(tuning.RUNNER_FIRST_TURNS):
+                if active.runner_called:
+                    break
+                await anyio.lowlevel.cancel_shielded_checkpoint()
         return Admission(run, created=True)
 
     def _task_group(self) -> TaskGroup:

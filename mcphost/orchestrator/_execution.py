@@ -95,6 +95,7 @@ async def execute(
             try:
                 # Reads secret files and skill folders: off the event loop.
                 projection = await anyio.to_thread.run_sync(project) if project is not None else None
+                active.runner_called = True
                 stream_status = await executor.run(runner_name, ctx, send, projection=projection)
             except (PluginError, ProjectionError) as exc:
                 crash = exc
@@ -106,26 +107,10 @@ async def execute(
         # Else the executor is not running it (e.g. the run waits for a restart): nothing to let finish.
         scope.cancel()
 
-    async def follow(scope: anyio.CancelScope) -> None:
-        """The pump, then what its end calls for: stop a runner the host ended, else let it answer."""
-        outcome = await _pump(receive, journal, active, ask)
-        if outcome is not None and not outcome.by_runner:
-            # The host ended the run (a violation): stop the runner now.
-            await executor.cancel(run_id, outcome.error.message if outcome.error else "ended by the host")
-            scope.cancel()
-            return
-        # Stream ended, or the runner's terminal result: let the executor answer, bounded.
-        with anyio.move_on_after(tuning.TERMINAL_DRAIN_S) as drain:
-            await _pump_rest(receive, journal)
-        # Its stream closed: the runner's call has returned. Unless a stop was started, nothing is left
-        # to cancel.
-        if drain.cancelled_caught or active.cancel_requested:
-            scope.cancel()
-
     remaining = deadline_at - time.time()
     with receive, anyio.move_on_after(max(remaining, 0)) as deadline_scope:
         async with anyio.create_task_group() as tg:
-            tg.start_soon(follow, tg.cancel_scope)
+            tg.start_soon(call_runner)
 
             # Stopped on request (`ActiveRun.request_cancel`), by a task started only then.
             def stop() -> None:
@@ -135,10 +120,22 @@ async def execute(
             try:
                 if active.cancel_requested:  # asked for before the runner started
                     stop()
+                outcome = await _pump(receive, journal, active, ask)
+                if outcome is not None and not outcome.by_runner:
+                    # The host ended the run (a violation): stop the runner now.
+                    await executor.cancel(
+                        run_id, outcome.error.message if outcome.error else "ended by the host"
+                    )
+                    tg.cancel_scope.cancel()
                 else:
-                    # In this task's step: the runner is called before whoever admitted the run goes on
-                    # (`Orchestrator.submit` yields to it once).
-                    await call_runner()
+                    # Stream ended, or the runner's terminal result: let the executor answer, bounded.
+                    with anyio.move_on_after(tuning.TERMINAL_DRAIN_S) as drain:
+                        await _pump_rest(receive, journal)
+                    # Its stream closed: the runner's call has returned. Unless a stop was started, no
+                    # task is left to cancel, and a cancel would only cancel this one (anyio delivers it
+                    # again on every loop turn until the group is left).
+                    if drain.cancelled_caught or active.cancel_requested:
+                        tg.cancel_scope.cancel()
             finally:
                 active.on_cancel = None
 

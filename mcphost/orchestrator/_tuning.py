@@ -46,3 +46,7 @@ CLOSE_BOUND_S = CLOSING_BOUND_S + TERMINAL_RETRY_S + 10.0
 READOPT_S = 2.0
 """How often a host looks for runs executing on runtimes whose host died, to follow them
 (`hosts.readopt_remote`)."""
+RUNNER_FIRST_TURNS = 3
+"""At most this many loop turns an admission that started the only run executing here yields before it
+answers, until the run's runner call has begun: two (the run's task, then the runner call's), one more
+for a task spawned on the way."""

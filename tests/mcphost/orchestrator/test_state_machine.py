@@ -206,8 +206,8 @@ async def test_a_run_completes_with_what_its_runner_said(
 async def test_a_run_started_at_admission_has_called_its_runner_when_submit_returns(
     orchestrator: Orchestrator, fake: FakeExecutor
 ) -> None:
-    """The runner works while the caller answers its client: `submit` yields to the run's task once,
-    and that task calls the runner in its first step (`_execution.execute`)."""
+    """The runner works while the caller answers its client: an admission that started the only run
+    executing yields until the run's runner call has begun (`Orchestrator._admit`)."""
     admission = await orchestrator.submit(message("hang", bot="fake", conversation="c-first"))
     run_id = admission.run.run_id
     assert admission.run.status is RunStatus.RUNNING
