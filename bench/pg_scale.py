@@ -57,6 +57,7 @@ from mcphost.models import Run, RunGrant, RunStatus, new_id
 from mcphost.stores import Stores, open_stores
 from mcphost.stores.events import event_values
 from mcphost.stores.retention import RetentionStore
+from mcphost.stores.runs import RunStart
 
 NAME = "pg-scale"
 TARGET_RATIO = 2.0
@@ -135,6 +136,12 @@ Operation = Callable[[Loaded], Awaitable[object]]
 
 
 async def _admit(d: Loaded) -> None:
+    await admit_new(d)
+
+
+async def admit_new(d: Loaded, *, start: RunStart | None = None) -> None:
+    """Admit a new event in a new conversation (its event-log row with it); with `start`, the run starts
+    at once."""
     d.admitted += 1
     run_id, conversation, now = new_id("run"), f"conv-new-{d.admitted}", time.time()
     run = Run(
@@ -174,7 +181,9 @@ async def _admit(d: Loaded) -> None:
         conversation_id=conversation,
         actor_id="actor-new",
     )
-    _, created = await d.stores.runs.admit(run, grant=grant, concurrency="enqueue", inbound=inbound)
+    _, created = await d.stores.runs.admit(
+        run, grant=grant, concurrency="enqueue", inbound=inbound, start=start
+    )
     assert created
 
 

@@ -42,6 +42,7 @@ from sqlalchemy import (
     exists,
     func,
     literal,
+    literal_column,
     null,
     select,
     union_all,
@@ -155,7 +156,9 @@ def _statement(shape: AdmitShape) -> CompoundSelect[Any]:
                 among(turn.c.status, (RunStatus.RUNNING.value, RunStatus.QUEUED.value)),
             )
             free = ~taken.exists()
-        decided = select(free.label("free")).subquery("decided")
+        # OFFSET 0 keeps the subquery whole: PostgreSQL would pull it up into each `CASE` that reads
+        # `free` (the turn check three times per admission, where once does).
+        decided = select(free.label("free")).offset(literal_column("0")).subquery("decided")
         values |= {
             name: case((decided.c.free, _param(f"s_{name}", name, _RUNS)), else_=values[name])
             for name in _STARTED

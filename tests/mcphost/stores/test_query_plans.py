@@ -22,9 +22,10 @@ import sqlalchemy as sa
 
 from bench._generate import Plan, driver_dsn, generate
 from bench._pgconn import connect_pg
-from bench.pg_scale import OPERATIONS, Loaded, positions
+from bench.pg_scale import OPERATIONS, Loaded, admit_new, positions
 from mcphost.stores import Stores, open_stores
 from mcphost.stores.retention import ROW_KINDS, RetentionStore
+from mcphost.stores.runs import RunStart
 
 pytestmark = [pytest.mark.postgres, pytest.mark.timeout(600)]
 
@@ -178,3 +179,32 @@ async def test_the_thread_is_no_key_of_the_transcript_search_index(stores: Store
             sa.text("SELECT pg_get_indexdef('ix_transcript_search_vector'::regclass)")
         )
     assert str(definition).endswith("USING gin (conversation_id, search_vector)"), definition
+
+
+async def test_an_admission_that_starts_its_run_checks_the_turn_once(
+    shared_postgres: str, tmp_path: Path
+) -> None:
+    """The turn check (no run of the conversation queued or running) is read by three `CASE`s of the
+    admission's statement; PostgreSQL pulled its subquery into each of them (three index probes per
+    admission) until `OFFSET 0` kept it whole (`stores/_admit.py`)."""
+    plan = Plan.at(SCALE)
+    await generate(shared_postgres, plan)
+    conn = await connect_pg(driver_dsn(shared_postgres))
+    try:
+        async with open_stores(shared_postgres, tmp_path / "data") as stores:
+            loaded = await positions(shared_postgres, stores, plan)
+            seen: list[tuple[str, Any]] = []
+
+            def capture(_c: object, _cur: object, statement: str, parameters: Any, *_: object) -> None:
+                seen.append((statement, parameters))
+
+            with stores.db.hooks.added("before_cursor_execute", capture):
+                await admit_new(loaded, start=RunStart(host_id="host-plans"))
+            (statement, parameters), *_ = [(s, p) for s, p in seen if s.lstrip().startswith("WITH existing")]
+            planned = json.loads(await conn.fetchval("EXPLAIN (FORMAT JSON) " + statement, *parameters))
+    finally:
+        await conn.close()
+    probes = [
+        node for top in planned for node in _nodes(top["Plan"]) if str(node.get("Alias")).startswith("turn")
+    ]
+    assert len(probes) == 1, json.dumps(planned, indent=1)
