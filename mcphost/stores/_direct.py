@@ -6,8 +6,9 @@ of its parameters with SQLAlchemy's own bind processors (JSON encoding), the lit
 (`LIMIT 1`), and its result columns with SQLAlchemy's own result processors (JSON decoding) — and
 running a plan on a DBAPI connection (`execute`) or on the asyncpg connection under a session
 (`execute_asyncpg`). Used by `_sessions.ThreadConnection` and `AsyncpgConnection` (what `engine.core`
-gives on PostgreSQL) only, under the transaction their session began; does not own transactions, pooling or the statements themselves,
-only how PostgreSQL's are begun at checkout (`begin_as_ping`, with a lock: `locked_transaction`).
+gives on PostgreSQL) only, under the transaction their session began; does not own transactions, pooling
+(`_checkout`: how PostgreSQL's are begun at checkout) or the statements themselves, only how a
+transaction's `COMMIT` goes on PostgreSQL (`AsyncpgConnection.commit`, with a held statement).
 
 Invariants:
 - A plan is what SQLAlchemy itself would execute: the statement compiled for the same dialect with the
@@ -24,7 +25,7 @@ Invariants:
   adapter's own statement cache (so each statement is parsed once per connection), one round trip
   (`Bind`/`Execute`/`Sync`) per statement and one for a batch of rows (asyncpg's `executemany`);
   `Database.run_statement`'s one statement runs outside a transaction (`begin=False`) and commits by
-  itself, on a checkout that was neither pinged nor begun (`STATEMENT_CHECKOUT`). A
+  itself, on a checkout that was neither pinged nor begun (`_checkout.STATEMENT_CHECKOUT`). A
   driver error goes through the adapter's translation and then SQLAlchemy's own handling
   (`Connection._handle_dbapi_exception`): the same exception classes, and a dropped connection is
   invalidated and flagged `connection_invalidated` as `@idempotent` expects.
@@ -44,17 +45,16 @@ import collections
 import functools
 import re
 from collections.abc import Callable, Mapping, Sequence
-from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, NoReturn, cast
 
 from sqlalchemy import Connection
-from sqlalchemy.engine.interfaces import DBAPIConnection, Dialect
+from sqlalchemy.engine.interfaces import Dialect
 from sqlalchemy.exc import DBAPIError, MultipleResultsFound, NoResultFound
 from sqlalchemy.sql.base import Executable
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.elements import ClauseElement
-from sqlalchemy.util import await_, greenlet_spawn
+from sqlalchemy.util import greenlet_spawn
 
 MAX_PLANS = 512
 _MISSING = object()
@@ -273,14 +273,14 @@ def _raise_adapted(adapter: Any, error: Exception) -> NoReturn:
     raise AssertionError("unreachable: the adapter raised") from error  # pragma: no cover
 
 
-def _raise_handled(connection: Connection, exc: Exception, sql: str, args: Any) -> NoReturn:
+def _raise_handled(connection: Connection, exc: Exception, sql: str | None, args: Any) -> NoReturn:
     """SQLAlchemy's handling of a driver error raised while it executed `sql`: wrapped, and the
     connection invalidated when it was dropped."""
     connection._handle_dbapi_exception(exc, sql, args, None, None)  # pyright: ignore[reportPrivateUsage]
     raise AssertionError("unreachable: SQLAlchemy raised")  # pragma: no cover
 
 
-def raise_wrapped(exc: Exception, sql: str, args: Any, dialect: Dialect) -> NoReturn:
+def raise_wrapped(exc: Exception, sql: str | None, args: Any, dialect: Dialect) -> NoReturn:
     """`exc`, a driver error raised by `sql` run outside SQLAlchemy, raised as SQLAlchemy would raise it
     on the host's engines (`hide_parameters`: its text names the SQL, not the values bound)."""
     raise DBAPIError.instance(
@@ -380,11 +380,35 @@ class AsyncpgConnection:
             raise AssertionError("unreachable: SQLAlchemy raised") from exc  # pragma: no cover
         return True
 
+    async def commit(self) -> None:
+        """The transaction's `COMMIT`, on the loop: with the held statement (`commit_held`), else alone, as
+        the adapter's own commit sends it (the driver's transaction discarded, whatever the outcome).
+        SQLAlchemy's commit then has nothing left to send, and runs on the loop
+        (`_checkout.give_back_committed`): its listeners follow the `COMMIT`. A failure leaves as from
+        SQLAlchemy's commit (wrapped; a dropped connection invalidated). Nothing to do when the connection
+        has no transaction, or was invalidated (then SQLAlchemy's commit raises, as it would)."""
+        if await self.commit_held():
+            return
+        sync = self.sync_connection
+        fairy: Any = sync._dbapi_connection  # pyright: ignore[reportPrivateUsage]
+        adapter: Any = None if fairy is None else fairy.dbapi_connection
+        if adapter is None or adapter._transaction is None:
+            return
+        dialect: Any = sync.dialect
+        try:
+            try:
+                await adapter._call_and_discard(adapter._transaction.commit)
+            except Exception as error:
+                _raise_adapted(adapter, error)
+        except dialect.loaded_dbapi.Error as exc:
+            await greenlet_spawn(_raise_handled, sync, exc, None, None)
+            raise AssertionError("unreachable: SQLAlchemy raised") from exc  # pragma: no cover
+
     def holds_lock(self, key: int) -> bool:
         """Whether this transaction's `BEGIN` took the advisory lock `key` (`begin_as_ping`)."""
         fairy: Any = self.sync_connection._dbapi_connection  # pyright: ignore[reportPrivateUsage]
         transaction: Any = None if fairy is None else fairy.dbapi_connection._transaction
-        return isinstance(transaction, locked_transaction()) and transaction.lock_key == key
+        return getattr(transaction, "lock_key", None) == key  # `_checkout.locked_transaction`
 
     async def scalar(self, statement: Any, parameters: Any = None, **kwargs: Any) -> Any:
         return await greenlet_spawn(self.sync_connection.scalar, statement, parameters, **kwargs)
@@ -501,85 +525,3 @@ def _multiple() -> Exception:
 
 def _none() -> Exception:
     return NoResultFound("No row was found when one was required")
-
-
-STATEMENT_CHECKOUT: ContextVar[bool] = ContextVar("mcphost_statement_checkout", default=False)
-"""Set while `Database.run_statement` checks a connection out: no `BEGIN` and no ping (see `begin_as_ping`)."""
-
-
-CHECKOUT_LOCK: ContextVar[int | None] = ContextVar("mcphost_checkout_lock", default=None)
-"""Set while `Database.run_write(..., lock=)` checks a connection out: the advisory lock key (`_sql.advisory_key`)
-its transaction's `BEGIN` takes in the same round trip (see `begin_as_ping`)."""
-
-
-def begin_as_ping(dbapi_connection: DBAPIConnection) -> bool:
-    """PostgreSQL's pre-ping (SQLAlchemy's `do_ping`): begin the transaction the checkout is for.
-
-    A connection the server dropped fails its `BEGIN` as it would fail asyncpg's own ping (SQLAlchemy
-    then replaces it), and a live one has its transaction begun, which the first statement would
-    otherwise do (SQLAlchemy's asyncpg adapter begins lazily, and only when none is open). With
-    `CHECKOUT_LOCK` set, the `BEGIN` takes that advisory lock too, in the same round trip
-    (`locked_transaction`): the body's own lock statement is then skipped (`AsyncpgConnection.holds_lock`).
-
-    A checkout for one autocommit statement (`STATEMENT_CHECKOUT`, set by the task; SQLAlchemy's
-    greenlets run in the task's context) is neither pinged nor begun: the statement is the first round
-    trip, and a dropped connection fails it as it would fail the ping. SQLAlchemy then invalidates the
-    pool, and the caller, an `@idempotent` store method, retries on a new connection."""
-    if STATEMENT_CHECKOUT.get():
-        return True
-    adapted: Any = dbapi_connection  # SQLAlchemy's asyncpg adapter
-    if adapted._transaction is None and adapted.isolation_level != "autocommit":
-        key = CHECKOUT_LOCK.get()
-        if key is None or adapted.isolation_level is not None or adapted.readonly or adapted.deferrable:
-            await_(adapted._start_transaction())  # its failure leaves as the adapter's DBAPI error
-        else:
-            await_(_start_locked(adapted, key))
-    else:
-        adapted.ping()
-    return True
-
-
-@functools.cache
-def locked_transaction() -> type[Any]:
-    """`LockedTransaction`: an asyncpg transaction whose `BEGIN` also takes a transaction advisory lock,
-    in one simple query, `BEGIN; SELECT pg_advisory_xact_lock(key)`, where `Transaction.start` sends
-    `BEGIN` alone and the lock would be a round trip of its own. Otherwise asyncpg's own (commit,
-    rollback, state checks). Built on first use: asyncpg is imported only where PostgreSQL is used.
-
-    The key is an integer formatted here (`int`), never text from a caller: the query has no
-    parameters, so that both statements go in one `Query` message."""
-    from asyncpg.exceptions import InterfaceError  # pyright: ignore[reportMissingTypeStubs]  # asyncpg ships no types
-    from asyncpg.transaction import Transaction, TransactionState  # pyright: ignore[reportMissingTypeStubs]
-
-    class LockedTransaction(Transaction):
-        __slots__ = ("lock_key",)
-
-        def __init__(self, connection: Any, lock_key: int) -> None:
-            super().__init__(connection, None, False, False)
-            self.lock_key = int(lock_key)
-
-        async def start(self) -> None:
-            """`Transaction.start` for a top-level transaction at the default isolation, with the lock."""
-            connection: Any = self._connection
-            if connection._top_xact is not None or connection.is_in_transaction():
-                raise InterfaceError("cannot begin a locked transaction inside another transaction")
-            connection._top_xact = self
-            try:
-                await connection.execute(f"BEGIN; SELECT pg_advisory_xact_lock({self.lock_key});")
-            except BaseException:
-                self._state = TransactionState.FAILED
-                raise
-            self._state = TransactionState.STARTED
-
-    return LockedTransaction
-
-
-async def _start_locked(adapted: Any, key: int) -> None:
-    """The adapter's `_start_transaction` with a `LockedTransaction`: a failure is translated by the
-    adapter (a dropped connection fails this ping), and the transaction is tracked once it began."""
-    transaction = locked_transaction()(adapted._connection, key)
-    try:
-        await transaction.start()
-    except Exception as error:
-        adapted._handle_exception(error)
-    adapted._transaction = transaction

@@ -101,15 +101,18 @@ class PostgresSession(JoinedSession):
                 session.close()
             connection.close()  # rolls back a transaction still open, then back to the pool
 
-    async def commit_held(self) -> None:
-        """On the loop, before `end`: the statement the body held for its `COMMIT`, with it, in one round
-        trip (`AsyncpgConnection.commit_held`); `end` then has nothing left to commit. Pending ORM
-        changes are flushed first, as `end` would flush them before its commit."""
-        if not self._core.holding:
-            return
-        if self._session is not None:
+    async def commit(self) -> bool:
+        """On the loop, before the connection goes back: the `COMMIT` (`AsyncpgConnection.commit`, with the
+        statement the body held for it, in one round trip). True when it was sent; False when ORM calls
+        joined a session, whose pending changes `end` flushes before its commit (a statement held is sent
+        here all the same, after that flush, and `end` then has nothing left to commit)."""
+        if self._session is None:
+            await self._core.commit()
+            return True
+        if self._core.holding:
             await self.flush()
-        await self._core.commit_held()
+            await self._core.commit_held()
+        return False
 
     async def flush(self) -> None:
         await greenlet_spawn(self.sync_session.flush)

@@ -27,7 +27,7 @@ Invariants:
   PostgreSQL connections are pinged at checkout (`pool_pre_ping`), so one the server dropped while
   pooled is replaced instead of failing a transaction; a transaction that loses its connection half
   way is retried only by store methods marked `@idempotent` (`_retry.py`). The ping is the
-  transaction's own `BEGIN` (`_direct.begin_as_ping`): one round trip where asyncpg's ping takes three
+  transaction's own `BEGIN` (`_checkout.begin_as_ping`): one round trip where asyncpg's ping takes three
   (`BEGIN`, `;`, `ROLLBACK`) before the transaction's `BEGIN`, a fourth; a connection checked out for
   autocommit has it rolled back when SQLAlchemy switches its isolation level.
 - PostgreSQL (asyncpg): read committed; stores that need cross-process serialization take transaction
@@ -68,11 +68,11 @@ Invariants:
   written once for `AsyncSession`; here it gets `_sessions.ThreadSession`, whose methods never suspend,
   so `_sessions.drive` runs it to its end without awaiting the loop (a body that awaits anything else
   fails loudly). In-memory SQLite runs the same body in `write()`. `sync_engines` lists every engine.
-- On PostgreSQL, `run_write` runs the same bodies on a sync `Connection` checked out of the pool in a
-  greenlet (its pre-ping is the transaction's `BEGIN`), with `_sessions.PostgresSession` as the session: the
+- On PostgreSQL, `run_write` runs the same bodies on a sync `Connection` checked out of the pool (its
+  pre-ping is the transaction's `BEGIN`), with `_sessions.PostgresSession` as the session: the
   hot statements go straight to asyncpg on the event loop (`core`), ORM calls get a sync `Session`
-  joined to the transaction in a greenlet, and the commit and the return to the pool are one more
-  greenlet hop. Without the `AsyncSession` and `AsyncConnection` layers (their begin, commit and close
+  joined to the transaction in a greenlet. The checkout, the `COMMIT` and the return to the pool run on
+  the loop when they need no other I/O, else in a greenlet each (`_checkout`). Without the `AsyncSession` and `AsyncConnection` layers (their begin, commit and close
   each a greenlet hop and bookkeeping of their own) a transaction's own cost on the host fell from
   ~490 to ~215 µs of CPU (one indexed read, measured in one process, 3 x 3,000 transactions each way).
   The same SQLAlchemy `Connection` runs the transaction, so its events (`hooks`), error wrapping and
@@ -126,7 +126,7 @@ from sqlalchemy.sql.base import Executable
 from sqlalchemy.util import greenlet_spawn
 
 from mcphost.protocol import MAX_JSON_DEPTH
-from mcphost.stores import _direct
+from mcphost.stores import _checkout, _direct
 from mcphost.stores._hooks import EngineHooks
 from mcphost.stores._retry import storage_error
 from mcphost.stores._schema import create_from_snapshot
@@ -249,7 +249,7 @@ class Database:
             hide_parameters=True,  # a driver error's text names its SQL, never the user text it bound
         )
         if self.dialect == "postgresql":
-            self.engine.sync_engine.dialect.do_ping = _direct.begin_as_ping  # type: ignore[method-assign]
+            self.engine.sync_engine.dialect.do_ping = _checkout.begin_as_ping  # type: ignore[method-assign]
         if self.dialect == "sqlite":
             event.listen(self.engine.sync_engine, "connect", _sqlite_on_connect)
             event.listen(self.engine.sync_engine, "begin", _sqlite_on_begin)
@@ -300,7 +300,7 @@ class Database:
         may write rows without bound, such as a conversation's deletion) on the writer thread.
 
         `lock` is the (namespace, value) the body locks first (`_sql.lock_in_transaction`): on
-        PostgreSQL the transaction's `BEGIN` takes it in the same round trip (`_direct.CHECKOUT_LOCK`),
+        PostgreSQL the transaction's `BEGIN` takes it in the same round trip (`_checkout.CHECKOUT_LOCK`),
         and the body's own lock statement is skipped. The body must still take it: a connection new to
         the pool is not pinged, so its transaction begins without the lock."""
         if self._writer is None:
@@ -322,7 +322,7 @@ class Database:
         """`statement` with `params` in a write transaction of its own, as `run_write` would run it; its
         result (rows already fetched). On PostgreSQL one round trip: the checkout is neither pinged nor
         begun and the statement autocommits (no `BEGIN`, no `COMMIT`). Only for a store method that is
-        `@idempotent` (a dropped connection fails the statement itself; see `_direct.begin_as_ping`)."""
+        `@idempotent` (a dropped connection fails the statement itself; see `_checkout.begin_as_ping`)."""
         if self.dialect != "postgresql":
 
             async def one(session: AsyncSession) -> Any:
@@ -330,36 +330,33 @@ class Database:
 
             return await self.run_write(one)
         async with self._writer_turn():
-            token = _direct.STATEMENT_CHECKOUT.set(True)
-            try:
-                connection = await greenlet_spawn(self.engine.sync_engine.connect)
-            finally:
-                _direct.STATEMENT_CHECKOUT.reset(token)
+            connection = await _checkout.checkout(self.engine.sync_engine, statement=True)
             try:
                 return await _direct.AsyncpgConnection(connection, autocommit=True).execute(
                     statement, dict(params)
                 )
             finally:
-                await greenlet_spawn(connection.close)
+                await _checkout.give_back_committed(connection)
 
     async def _run_write_postgres(self, body: WriteBody[T], lock: tuple[str, str] | None) -> T:
         # The transaction on a sync `Connection` straight from the pool, without the `AsyncSession` and
-        # `AsyncConnection` around it (see the module docstring): two greenlet hops, checkout and end.
+        # `AsyncConnection` around it (see the module docstring); its checkout, `COMMIT` and return on the
+        # loop when they need no other I/O (`_checkout`), else in a greenlet.
         async with self._writer_turn():  # no queue on PostgreSQL: shielded, and errors translated
-            token = _direct.CHECKOUT_LOCK.set(None if lock is None else advisory_key(*lock))
-            try:
-                connection = await greenlet_spawn(self.engine.sync_engine.connect)  # the ping is its BEGIN
-            finally:
-                _direct.CHECKOUT_LOCK.reset(token)
+            key = None if lock is None else advisory_key(*lock)
+            connection = await _checkout.checkout(self.engine.sync_engine, lock=key)
             session = PostgresSession(connection)
             try:
                 connection.begin()
                 result = await body(cast(AsyncSession, session))
-                await session.commit_held()  # a statement the body held, with the COMMIT: one round trip
+                committed = await session.commit()
             except BaseException:
                 await greenlet_spawn(session.end, commit=False)
                 raise
-            await greenlet_spawn(session.end, commit=True)
+            if committed:
+                await _checkout.give_back_committed(connection)
+            else:
+                await greenlet_spawn(session.end, commit=True)
             return result
 
     @asynccontextmanager

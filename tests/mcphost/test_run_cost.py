@@ -24,6 +24,7 @@ from typing import Any, cast
 import anyio
 import asyncpg  # pyright: ignore[reportMissingTypeStubs]
 import asyncpg.connection  # pyright: ignore[reportMissingTypeStubs]
+import greenlet
 import pytest
 from sqlalchemy import Connection, bindparam, make_url, select
 
@@ -155,7 +156,7 @@ def _check_shape(mine: list[_Transaction], results: int) -> list[_Transaction]:
     assert not admit.has("UPDATE runs SET status")
     if postgres:
         # PostgreSQL: the conversation's lock (taken by the transaction's `BEGIN`, which is no statement
-        # of its own, `_direct.locked_transaction`; by a statement on a connection new to the pool),
+        # of its own, `_checkout.locked_transaction`; by a statement on a connection new to the pool),
         # then the run inserted `running` with its conversation, event-log and transcript rows and the
         # reads its context needs, then its context.
         assert len(admit.statements) == 2 + admit.has("pg_advisory_xact_lock"), admit.statements
@@ -199,6 +200,25 @@ async def test_an_echo_run_takes_at_most_two_transactions(host: Host) -> None:
         # Each on the writer's connection (`Database.run_write`), none through aiosqlite.
         writer = host.stores.db.sync_engines[1]
         assert {tx.engine for tx in mine} == {writer}
+
+
+async def test_an_echo_run_on_postgresql_switches_no_greenlet(host: Host) -> None:
+    """On PostgreSQL an echo run's transactions (its admission, its batch with the end) check a connection
+    out, run their statements, commit and give the connection back all on the event loop
+    (`stores/_checkout.py`, `stores/_direct.py`): SQLAlchemy's greenlet is switched to only for I/O its
+    synchronous layers would do (a new connection, an ORM call, a rollback). Two of them per transaction
+    cost some 50 µs of the host's CPU on the run's critical path."""
+    if host.stores.db.dialect != "postgresql":
+        pytest.skip("SQLAlchemy's asyncpg I/O goes through greenlets; SQLite's writer has none")
+    for i in range(3):  # first-use work, and a pool whose connections are no longer new
+        await _echo_run(host, "warm up", f"conv-warm-{i}")
+    switches: list[str] = []
+    previous = greenlet.settrace(lambda event, _args: switches.append(event))
+    try:
+        await _echo_run_of(host, message("hello", bot="echo", conversation="conv-greenlets"))
+    finally:
+        greenlet.settrace(previous)
+    assert switches == []
 
 
 async def test_every_statement_of_an_echo_run_is_a_prebuilt_plan(
@@ -268,7 +288,7 @@ Not counted: preparing a statement, once per pooled connection (a connection the
 use prepares again), not once per run."""
 PG_ADMIT_ROUND_TRIPS = 3
 """Of those, the admission's (which starts the run): `BEGIN` with the conversation's lock (one query,
-`_direct.locked_transaction`), the one statement that admits and starts the run and reads what its
+`_checkout.locked_transaction`), the one statement that admits and starts the run and reads what its
 context needs (`stores/_admit.py`), and the context with the `COMMIT` (one query,
 `_direct.AsyncpgConnection.hold_for_commit`; a round trip each before). Not counted: preparing a statement, once per pooled connection, not once per run."""
 _ROUND_TRIPS = ("query", "prepare", "bind_execute", "bind_execute_many", "bind", "execute")

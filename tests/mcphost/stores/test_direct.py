@@ -10,6 +10,7 @@ from contextlib import AsyncExitStack
 from typing import Any, cast
 
 import anyio
+import greenlet
 import pytest
 from sqlalchemy import Row, bindparam, func, select
 from sqlalchemy.exc import DBAPIError, IntegrityError, StatementError
@@ -264,7 +265,7 @@ def _noted(seen: list[tuple[str, Any]], name: str) -> dict[str, Any]:
 @pytest.mark.postgres
 async def test_a_locked_write_takes_its_lock_in_its_begin_and_not_again(stores: Stores) -> None:
     """`run_write(..., lock=)` on a pooled connection: the ping's `BEGIN` takes the advisory lock in the
-    same query (`_direct.locked_transaction`), the body's `lock_in_transaction` sends nothing, and the
+    same query (`_checkout.locked_transaction`), the body's `lock_in_transaction` sends nothing, and the
     lock is held by the writing connection while its body runs, and released with its transaction."""
     if stores.db.dialect != "postgresql":
         pytest.skip("advisory locks are PostgreSQL's")
@@ -544,3 +545,91 @@ async def test_a_statement_is_held_only_where_a_commit_sends_it(stores: Stores) 
     async with stores.db.read() as session:
         context = (await session.execute(select(RunRow.context).where(RunRow.run_id == run.run_id))).scalar()
     assert context == ({"k": 3} if stores.db.dialect == "postgresql" else {"k": 2})
+
+
+_PID = select(func.pg_backend_pid().label("pid"))
+
+
+@pytest.mark.postgres
+async def test_a_write_on_a_warm_pool_switches_no_greenlet(stores: Stores) -> None:
+    """With an idle live connection in the pool, a write's checkout (its ping the `BEGIN`), its prebuilt
+    statements, its `COMMIT` and its return to the pool all run on the event loop (`_checkout`), and so
+    does a lone autocommit statement: no greenlet is switched to. SQLAlchemy's `begin` and `commit`
+    listeners still see the transaction, the `commit` after the `COMMIT` went."""
+    if stores.db.dialect != "postgresql":
+        pytest.skip("greenlets carry SQLAlchemy's asyncpg I/O; SQLite's writer has none")
+    await _warm_pool(stores)
+    switches: list[str] = []
+    events: list[str] = []
+
+    async def body(session: AsyncSession) -> int:
+        conn: Any = await core(session)
+        return (await conn.execute(_PID, {})).scalar_one()
+
+    def begin(_conn: object) -> None:
+        events.append("begin")
+
+    def commit(_conn: object) -> None:
+        events.append("commit")
+
+    previous = greenlet.settrace(lambda event, _args: switches.append(event))
+    try:
+        with stores.db.hooks.added("begin", begin), stores.db.hooks.added("commit", commit):
+            pid = await stores.db.run_write(body)
+            alone = (await stores.db.run_statement(_PID, {})).scalar_one()
+    finally:
+        greenlet.settrace(previous)
+    assert switches == []
+    assert events == ["begin", "commit"]
+    assert isinstance(pid, int)
+    assert isinstance(alone, int)
+    pool: Any = stores.db.engine.sync_engine.pool
+    assert pool.checkedout() == 0  # both went back
+
+
+@pytest.mark.postgres
+async def test_a_write_whose_connection_drops_before_its_commit_fails_and_the_pool_recovers(
+    stores: Stores,
+) -> None:
+    """The `COMMIT` sent on the loop finds its connection gone (the server ended the backend after the
+    body's statements): the write fails as `StorageUnavailableError`, nothing it wrote is kept, the
+    connection is invalidated (not handed out again) and the next write runs."""
+    if stores.db.dialect != "postgresql":
+        pytest.skip("a dropped connection is PostgreSQL's")
+    await _warm_pool(stores)
+    run = await admitted(stores)
+    before = await stores.runs.get(run.run_id)
+
+    async def body(session: AsyncSession) -> None:
+        conn: Any = await core(session)
+        pid = (await conn.execute(_PID, {})).scalar_one()
+        await conn.execute(
+            runs._move_statement(True, (), stores.db.dialect),  # pyright: ignore[reportPrivateUsage]
+            {
+                "v_status": RunStatus.CANCELLED.value,
+                "v_ended_at": 9.0,
+                "w_run_id": run.run_id,
+                "w_status": run.status.value,
+                "n_channel": "test",
+                "n_wake": "x",
+            },
+        )
+        async with stores.db.engine.connect() as admin:
+            await admin.execute(select(func.pg_terminate_backend(pid)))
+            with anyio.fail_after(10):  # the server ends the backend after answering
+                while (  # noqa: ASYNC110  (the server's backend, not a task of this loop)
+                    await admin.exec_driver_sql(f"SELECT 1 FROM pg_stat_activity WHERE pid = {int(pid)}")
+                ).first() is not None:
+                    await anyio.sleep(0.01)
+
+    with pytest.raises(StorageUnavailableError):
+        await stores.db.run_write(body)
+    assert await stores.runs.get(run.run_id) == before
+    pool: Any = stores.db.engine.sync_engine.pool
+    assert pool.checkedout() == 0
+    assert await stores.db.run_write(_pid_of) > 0
+
+
+async def _pid_of(session: AsyncSession) -> int:
+    conn: Any = await core(session)
+    return (await conn.execute(_PID, {})).scalar_one()
