@@ -72,8 +72,9 @@ Invariants:
   pre-ping is the transaction's `BEGIN`), with `_sessions.PostgresSession` as the session: the
   hot statements go straight to asyncpg on the event loop (`core`), ORM calls get a sync `Session`
   joined to the transaction in a greenlet. The checkout, the `COMMIT` and the return to the pool run on
-  the loop when they need no other I/O, else in a greenlet each (`_checkout`). Without the `AsyncSession` and `AsyncConnection` layers (their begin, commit and close
-  each a greenlet hop and bookkeeping of their own) a transaction's own cost on the host fell from
+  the loop when they need no other I/O, else in a greenlet each (`_checkout`). Without the
+  `AsyncSession` and `AsyncConnection` layers (their begin, commit and close each a greenlet hop and
+  bookkeeping of their own) a transaction's own cost on the host fell from
   ~490 to ~215 µs of CPU (one indexed read, measured in one process, 3 x 3,000 transactions each way).
   The same SQLAlchemy `Connection` runs the transaction, so its events (`hooks`), error wrapping and
   invalidation of a dropped connection are unchanged.
