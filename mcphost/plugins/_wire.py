@@ -40,6 +40,8 @@ _ABANDONED_KEPT = 256
 """How many abandoned runs and requests a connection remembers, so that the plugin's late answers for
 them (expected after a cancel) are not reported as protocol diagnostics."""
 
+_QUEUED_LIMIT = 1 << 20
+"""Queued bytes at which a sender waits for `pump_stdin` to take the queue (runs in flight bound it anyway)."""
 _MAX_STDERR_LINE = 16 * 1024
 _RUN_ID_IN_LINE = re.compile(rb'"run_id"\s*:\s*"([^"\\]{1,200})"')
 
@@ -180,7 +182,14 @@ class Connection:
         self.stdout_scope = anyio.CancelScope(shield=True)
         self.stderr_scope = anyio.CancelScope(shield=True)
         self.stdout_pumping = False
+        self.stdin_scope = anyio.CancelScope(shield=True)
         self._write_lock = anyio.Lock(fast_acquire=True)  # no checkpoint when free: most writes
+        self._queued: list[bytes] = []
+        """Lines for `pump_stdin` to write, in order."""
+        self._queued_bytes = 0
+        self._queued_event = anyio.Event()
+        self._written = anyio.Event()
+        """Set (and replaced) each time the queue is taken to be written."""
         self._next_id = 0
         self._pending: dict[int, Pending] = {}
         self._abandoned_requests: deque[int] = deque(maxlen=_ABANDONED_KEPT)
@@ -191,6 +200,8 @@ class Connection:
         if self.broken is None:
             self.broken = reason
         self.closed.set()
+        self._queued_event.set()  # `pump_stdin` stops
+        self._written.set()  # and no sender waits for it
 
     def fail_pending(self, reason: str) -> None:
         self.mark_broken(reason)
@@ -199,16 +210,28 @@ class Connection:
             pending.done.set()
 
     async def send(self, message: JSONObject) -> None:
+        """Write `message` as one line: at once when at most one run is active on the process and no
+        other line waits (a run alone is not held back a loop turn), else queued for `pump_stdin`,
+        which writes every line queued in the same loop turn in one write; a plugin that reads slowly
+        holds the senders back (`_QUEUED_LIMIT`). A queued line whose write fails fails the pending
+        requests (`fail_pending`): a request hears of it as its answer."""
+        if self.broken is not None:
+            raise BrokenConnectionError(self.broken)
         data = dumps_line(message) + b"\n"
-        async with self._write_lock:
-            if self.broken is not None:
-                raise BrokenConnectionError(self.broken)
-            assert self.process.stdin is not None
-            try:
-                await self.process.stdin.send(data)
-            except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
-                self.fail_pending(f"stopped reading its stdin ({type(exc).__name__})")
-                raise BrokenConnectionError(self.broken or "") from None
+        if len(self.runs) <= 1 and not self._queued and not self._write_lock.locked():
+            async with self._write_lock:
+                assert self.process.stdin is not None
+                try:
+                    await self.process.stdin.send(data)
+                except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
+                    self.fail_pending(f"stopped reading its stdin ({type(exc).__name__})")
+                    raise BrokenConnectionError(self.broken or "") from None
+            return
+        self._queued.append(data)
+        self._queued_bytes += len(data)
+        self._queued_event.set()
+        while self._queued_bytes >= _QUEUED_LIMIT and self.broken is None:
+            await self._written.wait()
 
     async def notify(self, method: str, params: JSONObject) -> None:
         await self.send({"jsonrpc": "2.0", "method": method, "params": params})
@@ -239,12 +262,42 @@ class Connection:
         return pending.result
 
     async def close_stdin(self) -> None:
+        """Close the plugin's stdin: the process is going down, so what is still queued (nothing, after
+        an answered `shutdown`) is dropped, and a write the plugin does not take stops waiting."""
+        self.stdin_scope.cancel()
         async with self._write_lock:  # never cut a line in half
             assert self.process.stdin is not None
             with suppress(OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
                 await self.process.stdin.aclose()
 
+    def _take_queued(self) -> bytes:
+        data = b"".join(self._queued)
+        self._queued.clear()
+        self._queued_bytes = 0
+        written, self._written = self._written, anyio.Event()
+        written.set()
+        return data
+
     # -- pumps (never raise) -------------------------------------------------------------------------
+
+    async def pump_stdin(self) -> None:
+        """Write the queued lines until the process is down: woken by the first line queued, it writes
+        every line queued by then in one write. With many runs in flight, the starts of the runs one
+        grouped admission admitted reach the plugin in one read instead of one each, and the plugin
+        answers them in one wake-up and one write."""
+        assert self.process.stdin is not None
+        with self.stdin_scope:
+            while self.broken is None:
+                await self._queued_event.wait()
+                self._queued_event = anyio.Event()
+                async with self._write_lock:
+                    if not self._queued or self.broken is not None:
+                        continue
+                    try:
+                        await self.process.stdin.send(self._take_queued())
+                    except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
+                        self.fail_pending(f"stopped reading its stdin ({type(exc).__name__})")
+            self._take_queued()  # sent nowhere: their requests have failed (`fail_pending`)
 
     async def pump_stdout(self) -> None:
         assert self.process.stdout is not None

@@ -551,6 +551,7 @@ class PluginProcess:
         reason = "was shut down"
         try:
             async with anyio.create_task_group() as tg:
+                tg.start_soon(conn.pump_stdin)
                 tg.start_soon(conn.pump_stdout)
                 tg.start_soon(conn.pump_stderr)
                 try:
@@ -588,6 +589,7 @@ class PluginProcess:
                             self.last_error = reason  # before the in-flight runs hear of it
                         conn.fail_pending(conn.final_reason)
                         conn.finished.set()
+                    conn.stdin_scope.cancel()
                     conn.stdout_scope.cancel()
                     conn.stderr_scope.cancel()
         finally:
