@@ -286,18 +286,20 @@ class Connection:
         grouped admission admitted reach the plugin in one read instead of one each, and the plugin
         answers them in one wake-up and one write."""
         assert self.process.stdin is not None
-        with self.stdin_scope:
-            while self.broken is None:
-                await self._queued_event.wait()
-                self._queued_event = anyio.Event()
-                async with self._write_lock:
-                    if not self._queued or self.broken is not None:
-                        continue
-                    try:
-                        await self.process.stdin.send(self._take_queued())
-                    except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
-                        self.fail_pending(f"stopped reading its stdin ({type(exc).__name__})")
-            self._take_queued()  # sent nowhere: their requests have failed (`fail_pending`)
+        try:
+            with self.stdin_scope:
+                while self.broken is None:
+                    await self._queued_event.wait()
+                    self._queued_event = anyio.Event()
+                    async with self._write_lock:
+                        if not self._queued or self.broken is not None:
+                            continue
+                        try:
+                            await self.process.stdin.send(self._take_queued())
+                        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
+                            self.fail_pending(f"stopped reading its stdin ({type(exc).__name__})")
+        finally:
+            self._take_queued()  # sent nowhere (the process is going down), and no sender waits for it
 
     async def pump_stdout(self) -> None:
         assert self.process.stdout is not None

@@ -123,15 +123,24 @@ async def test_closing_stdin_does_not_wait_for_a_plugin_that_stopped_reading() -
         assert stdin.closed
 
 
-async def test_a_sender_waits_while_the_queue_is_over_its_limit() -> None:
+async def test_a_sender_waits_while_the_queue_is_over_its_limit_until_the_stdin_closes() -> None:
     with connection(runs=2) as (conn, stdin):
         stdin.stuck = True
         big = {"text": "x" * (600 * 1024)}
-        async with pumping(conn):
+        released = anyio.Event()
+
+        async def third() -> None:
+            await conn.notify("n", big)  # past 1 MiB queued: waits for the pump
+            released.set()
+
+        async with pumping(conn), anyio.create_task_group() as tg:
             await conn.notify("n", big)  # taken by the pump, whose write then waits for good
             await anyio.wait_all_tasks_blocked()
             await conn.notify("n", big)  # queued: 600 KiB, under the limit
-            with anyio.move_on_after(0.5) as waited:
-                await conn.notify("n", big)  # past 1 MiB queued: waits for the pump
-            assert waited.cancelled_caught
-            await conn.close_stdin()
+            tg.start_soon(third)
+            await anyio.wait_all_tasks_blocked()
+            assert not released.is_set()
+            with anyio.fail_after(5):
+                await conn.close_stdin()
+                await released.wait()
+        assert len(stdin.writes) == 1
