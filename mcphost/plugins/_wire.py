@@ -220,12 +220,8 @@ class Connection:
         data = dumps_line(message) + b"\n"
         if len(self.runs) <= 1 and not self._queued and not self._write_lock.locked():
             async with self._write_lock:
-                assert self.process.stdin is not None
-                try:
-                    await self.process.stdin.send(data)
-                except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
-                    self.fail_pending(f"stopped reading its stdin ({type(exc).__name__})")
-                    raise BrokenConnectionError(self.broken or "") from None
+                if not await self._write(data):
+                    raise BrokenConnectionError(self.broken or "")
             return
         self._queued.append(data)
         self._queued_bytes += len(data)
@@ -270,6 +266,17 @@ class Connection:
             with suppress(OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
                 await self.process.stdin.aclose()
 
+    async def _write(self, data: bytes) -> bool:
+        """Write `data` to stdin under `_write_lock`; False, with the pending requests failed, when the
+        process no longer takes it."""
+        assert self.process.stdin is not None
+        try:
+            await self.process.stdin.send(data)
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
+            self.fail_pending(f"stopped reading its stdin ({type(exc).__name__})")
+            return False
+        return True
+
     def _take_queued(self) -> bytes:
         data = b"".join(self._queued)
         self._queued.clear()
@@ -285,19 +292,14 @@ class Connection:
         every line queued by then in one write. With many runs in flight, the starts of the runs one
         grouped admission admitted reach the plugin in one read instead of one each, and the plugin
         answers them in one wake-up and one write."""
-        assert self.process.stdin is not None
         try:
             with self.stdin_scope:
                 while self.broken is None:
                     await self._queued_event.wait()
                     self._queued_event = anyio.Event()
                     async with self._write_lock:
-                        if not self._queued or self.broken is not None:
-                            continue
-                        try:
-                            await self.process.stdin.send(self._take_queued())
-                        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
-                            self.fail_pending(f"stopped reading its stdin ({type(exc).__name__})")
+                        if self._queued and self.broken is None:
+                            await self._write(self._take_queued())
         finally:
             self._take_queued()  # sent nowhere (the process is going down), and no sender waits for it
 
