@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import itertools
 import os
-import shutil
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
@@ -184,12 +183,17 @@ async def run(cfg: PeerConfig) -> list[Row]:
     elif not peer:
         cfg.skipped.append("peers / LangGraph: not requested (--no-peer)")
     mcphost_cpu: dict[DialectName, tuple[list[float], list[float]]] = {}
-    async with scratch_folder(cfg.tmp_root, "mcphost-bench-peers-") as folder:
+    async with (
+        scratch_folder(cfg.tmp_root, "mcphost-bench-peers-") as folder,
+        _floor.sampled(cfg.tmp_root) as floor,
+    ):
         for dialect in cfg.dialects:
-            got, lowest, highest = await _dialect(dialect, cfg, folder / dialect, peer=peer)
+            got, lowest, highest = await _dialect(
+                dialect, cfg, folder / dialect, peer=peer, floor=floor if dialect == "sqlite" else None
+            )
             rows.extend(got)
             mcphost_cpu[dialect] = (lowest, highest)
-        rows.append(await _floor_row(cfg, *mcphost_cpu.get("sqlite", ([], []))))
+        rows.append(await _floor_row(cfg, floor, *mcphost_cpu.get("sqlite", ([], []))))
         if "postgres" in cfg.dialects:
             rows.append(await _scaleout_row(cfg, folder / "scaleout"))
         else:
@@ -198,11 +202,14 @@ async def run(cfg: PeerConfig) -> list[Row]:
 
 
 async def _dialect(
-    dialect: DialectName, cfg: PeerConfig, folder: Path, *, peer: bool
+    dialect: DialectName, cfg: PeerConfig, folder: Path, *, peer: bool, floor: _floor.Sampler | None = None
 ) -> tuple[list[Row], list[float], list[float]]:
-    """Rows of one database; also mcphost's CPU-per-run samples at the lowest and highest concurrency."""
+    """Rows of one database; also mcphost's CPU-per-run samples at the lowest and highest concurrency.
+    With `floor`, a block of the raw-statement floor is replayed right after each of mcphost's rounds at
+    the highest concurrency (`floor_runs` over the rounds), so the two are measured in the same minutes."""
     sizes = cfg.sizes
     top = max(sizes.concurrencies)
+    floor_block = max(1, sizes.floor_runs // sizes.rounds)
     async with AsyncExitStack() as stack:
         ws = await stack.enter_async_context(workspace(dialect, cfg.tmp_root))
         host = await stack.enter_async_context(mcphost_server(ws, folder))
@@ -229,7 +236,13 @@ async def _dialect(
                 side.reset()
 
             def side_round(side: _Side, c: int = c) -> Callable[[], Awaitable[list[float]]]:
-                return lambda: side.round(c, sizes.round_s, f"{dialect}-c{c}-b{next(batches)}")
+                async def measured() -> list[float]:
+                    rates = await side.round(c, sizes.round_s, f"{dialect}-c{c}-b{next(batches)}")
+                    if floor is not None and side is subject and c == top:
+                        await floor.block(floor_block)
+                    return rates
+
+                return measured
 
             if baseline is None:
                 rates = [x for _ in range(sizes.rounds) for x in await side_round(subject)()]
@@ -344,22 +357,19 @@ def _memory_row(
     )
 
 
-async def _floor_row(cfg: PeerConfig, mcphost_cpu: list[float], mcphost_top_cpu: list[float]) -> Row:
-    """The captured run's statements through bare sqlite3 (one hop per transaction) vs mcphost's CPU per
-    run at the highest concurrency on SQLite (issue 28's target is at c=64, where the host groups the
-    runs' transactions); the distance at the lowest concurrency goes in `extra`."""
-    cap, path, folder = await _floor.capture(cfg.tmp_root)
-    try:
-        replayer = _floor.Replayer(cap, path)
-        try:
-            n = cfg.sizes.floor_runs
-            in_thread = await _floor.cpu_ms_per_run(replayer, n, 0, hop=False)
-            hopping = await _floor.cpu_ms_per_run(replayer, n, n, hop=True)
-        finally:
-            replayer.close()
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
-    floor = Stat.of(hopping, "ms")
+async def _floor_row(
+    cfg: PeerConfig, sampler: _floor.Sampler, mcphost_cpu: list[float], mcphost_top_cpu: list[float]
+) -> Row:
+    """The captured run's statements through bare sqlite3 (one hop per transaction, the blocks replayed
+    next to mcphost's rounds at the highest concurrency, `_dialect`) vs mcphost's CPU per run there
+    (issue 28's target is at c=64, where the host groups the runs' transactions); the distance at the
+    lowest concurrency and the floor in one thread go in `extra`."""
+    n = cfg.sizes.floor_runs
+    if not sampler.hopping:  # SQLite was not measured: the floor alone
+        await sampler.block(n)
+    in_thread = await sampler.block(n, hop=False)
+    cap = sampler.cap
+    floor = Stat.of(sampler.hopping, "ms")
     measured = bool(mcphost_top_cpu)
     subject = Stat.of(mcphost_top_cpu, "ms") if measured else floor
     top, lowest = max(cfg.sizes.concurrencies), min(cfg.sizes.concurrencies)

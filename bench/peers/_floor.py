@@ -13,14 +13,21 @@ keys and the database grows as it does under the server.
 CPU per replayed run is `time.process_time()` of this process: the floor of what any server that makes
 those statements pays. Two ways: all of a run in one thread (no hops), and one worker-thread hop per
 transaction (`anyio.to_thread`, what an async server with a dedicated writer thread pays at best).
+
+`sampled` keeps one capture for a whole benchmark and replays it in blocks (`Sampler.block`), so the
+floor can be measured next to each measurement it is compared with: on a shared machine whose speed
+moves by tens of per cent from one minute to the next, a floor measured minutes after mcphost's rounds
+made the distance swing as much (2.95x and 3.81x in two runs of one afternoon).
 """
 
 from __future__ import annotations
 
 import re
+import shutil
 import sqlite3
 import time
-from collections.abc import Iterable
+from collections.abc import AsyncGenerator, Iterable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -52,7 +59,6 @@ class Capture:
 async def capture(tmp_root: Path | None = None) -> tuple[Capture, Path, Path]:
     """Capture one echo run on a fresh SQLite host; returns it, the database file and its folder (the
     caller removes the folder)."""
-    import shutil
     import tempfile
 
     keep = Path(tempfile.mkdtemp(prefix="mcphost-bench-floor-", dir=tmp_root))
@@ -180,3 +186,36 @@ async def cpu_ms_per_run(replayer: Replayer, runs: int, start: int, *, hop: bool
             replayer.run(i)
         samples.append(1000 * (time.process_time() - before))
     return samples
+
+
+@dataclass
+class Sampler:
+    """One capture replayed in blocks; each replay renames the run's ids anew (`next_run`)."""
+
+    cap: Capture
+    replayer: Replayer
+    hopping: list[float] = field(default_factory=list[float])
+    """CPU ms per run of every block replayed with a hop per transaction, in order."""
+    next_run: int = 0
+
+    async def block(self, runs: int, *, hop: bool = True) -> list[float]:
+        """Replay the run `runs` times; its samples (also kept in `hopping` when `hop`)."""
+        samples = await cpu_ms_per_run(self.replayer, runs, self.next_run, hop=hop)
+        self.next_run += runs
+        if hop:
+            self.hopping += samples
+        return samples
+
+
+@asynccontextmanager
+async def sampled(tmp_root: Path | None = None) -> AsyncGenerator[Sampler, None]:
+    """A capture (`capture`) to replay for as long as the block lasts; its files are removed after."""
+    cap, path, folder = await capture(tmp_root)
+    try:
+        replayer = Replayer(cap, path)
+        try:
+            yield Sampler(cap, replayer)
+        finally:
+            replayer.close()
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)

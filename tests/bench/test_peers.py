@@ -11,13 +11,14 @@ import json
 import math
 from pathlib import Path
 
+import anyio
 import pytest
 
 from bench._databases import postgres_server_url
 from bench._stats import Row
 from bench.peers import PRESETS, PeerConfig, run
 from bench.peers.__main__ import main
-from bench.peers._floor import Replayer, capture, cpu_ms_per_run
+from bench.peers._floor import Replayer, capture, cpu_ms_per_run, sampled
 from bench.peers._servers import peer_available
 
 pytestmark = pytest.mark.timeout(600)
@@ -60,6 +61,8 @@ async def test_the_mcphost_side_and_the_floor_run_without_the_peer(tmp_path: Pat
     floor = rows[-1]
     assert floor.baseline is not None
     assert floor.baseline.p50 > 0
+    # Sampled in one block after each of mcphost's rounds at the top concurrency, not after them all.
+    assert floor.baseline.n == max(1, TINY.floor_runs // TINY.rounds) * TINY.rounds
     assert _number(floor, "transactions_per_run") >= 1
     assert _number(floor, "statements_per_run") > _number(floor, "transactions_per_run")
     top, lowest = max(TINY.concurrencies), min(TINY.concurrencies)
@@ -73,6 +76,21 @@ async def test_the_mcphost_side_and_the_floor_run_without_the_peer(tmp_path: Pat
     assert any("not requested" in note for note in cfg.skipped)
     assert any("scale-out: needs PostgreSQL" in note for note in cfg.skipped)
     json.dumps([row.to_json() for row in rows])
+
+
+async def test_a_sampled_floor_replays_in_blocks_with_new_ids_and_removes_its_files(tmp_path: Path) -> None:
+    async with sampled(tmp_path) as floor:
+        database = floor.replayer.con.execute("PRAGMA database_list").fetchone()[2]
+        before = floor.replayer.con.execute("SELECT count(*) FROM runs").fetchone()[0]
+        first = await floor.block(2)
+        in_thread = await floor.block(2, hop=False)
+        last = await floor.block(1)
+        assert [len(first), len(in_thread), len(last)] == [2, 2, 1]
+        assert floor.hopping == first + last  # the blocks with a hop, in order
+        assert floor.next_run == 5  # each replay its own ids: no insert hit a key of an earlier one
+        after = floor.replayer.con.execute("SELECT count(*) FROM runs").fetchone()[0]
+    assert after - before == 5  # one run inserted per replay
+    assert not await anyio.Path(database).parent.exists()
 
 
 async def test_a_captured_run_replays_with_new_ids_each_time(tmp_path: Path) -> None:
