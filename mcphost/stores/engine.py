@@ -31,7 +31,8 @@ Invariants:
   (`BEGIN`, `;`, `ROLLBACK`) before the transaction's `BEGIN`, a fourth; a connection checked out for
   autocommit has it rolled back when SQLAlchemy switches its isolation level.
 - PostgreSQL (asyncpg): read committed; stores that need cross-process serialization take transaction
-  advisory locks (`_sql.py`). The pool is fixed (`pool_size`, `[host] database_pool_size`; no overflow):
+  advisory locks (`_sql.py`). Every connection refuses sequential scans where an index serves
+  (`POSTGRES_SESSION_SETTINGS`, run as it opens). The pool is fixed (`pool_size`, `[host] database_pool_size`; no overflow):
   a transaction that finds every connection busy waits for one rather than opening a connection that the
   pool closes when it comes back, because each new one costs PostgreSQL a backend start and the host
   asyncpg's setup and the lean path's prepared statements again (with SQLAlchemy's default 5 + 10
@@ -217,6 +218,27 @@ def _sqlite_on_connect(dbapi_connection: DBAPIConnection, _record: ConnectionPoo
         cursor.close()
 
 
+POSTGRES_SESSION_SETTINGS = "SET enable_seqscan = off"
+"""What every PostgreSQL connection of the host runs first: no sequential scan where an index can serve.
+The hot statements are prepared once per connection and PostgreSQL keeps their generic plans until the
+next ANALYZE of their tables; a plan made while a table's statistics said it was empty (a fresh
+database, or one growing faster than autovacuum samples it) read whole tables on every admission until
+the next ANALYZE. No host statement needs a sequential scan (`tests/mcphost/stores/test_query_plans.py`
+asserts it on a generated database), so a plan's choice no longer depends on how fresh the statistics
+are; a table with no usable index is still scanned."""
+
+
+def _postgres_on_connect(dbapi_connection: DBAPIConnection, _record: ConnectionPoolEntry) -> None:
+    # Straight on asyncpg's connection: the adapter's cursor would open a transaction for it (as a DBAPI
+    # connection must), which the host's first `BEGIN` then ran inside.
+    adapter: Any = dbapi_connection
+    adapter.run_async(_apply_session_settings)
+
+
+async def _apply_session_settings(connection: Any) -> None:  # asyncpg.Connection
+    await connection.execute(POSTGRES_SESSION_SETTINGS)
+
+
 def _sqlite_on_begin(conn: Connection) -> None:
     options = conn.get_execution_options()
     if options.get(_NO_FOREIGN_KEYS_OPTION, False):
@@ -251,6 +273,7 @@ class Database:
         )
         if self.dialect == "postgresql":
             self.engine.sync_engine.dialect.do_ping = _checkout.begin_as_ping  # type: ignore[method-assign]
+            event.listen(self.engine.sync_engine, "connect", _postgres_on_connect)
         if self.dialect == "sqlite":
             event.listen(self.engine.sync_engine, "connect", _sqlite_on_connect)
             event.listen(self.engine.sync_engine, "begin", _sqlite_on_begin)

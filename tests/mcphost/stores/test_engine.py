@@ -11,6 +11,7 @@ import threading
 import time
 from collections.abc import Generator
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -86,6 +87,26 @@ async def test_sqlite_connections_use_wal_foreign_keys_and_a_busy_timeout(stores
             for name in ("journal_mode", "foreign_keys", "busy_timeout", "synchronous")
         ]
     assert pragmas == ["wal", 1, 30000, 1]  # synchronous=NORMAL is 1
+
+
+@pytest.mark.parametrize("database_url", ["postgres"], indirect=True)
+async def test_postgres_connections_refuse_sequential_scans_and_start_outside_a_transaction(
+    database_url: str,
+) -> None:
+    """Each new connection runs `engine.POSTGRES_SESSION_SETTINGS` straight on asyncpg: through the
+    adapter's cursor it would open a transaction, inside which the host's own `BEGIN` then ran (runs whose
+    end was delivered stayed `running` in the database)."""
+    db = Database(database_url)
+    try:
+        async with db.engine.connect() as connection:  # the pool's first: a new connection
+            raw = await connection.get_raw_connection()
+            driver: Any = raw.driver_connection
+            assert not driver.is_in_transaction()
+            assert await driver.fetchval("SHOW enable_seqscan") == "off"
+        async with db.read() as session:
+            assert (await session.execute(text("SHOW enable_seqscan"))).scalar_one() == "off"
+    finally:
+        await db.dispose()
 
 
 async def _count_events(stores: Stores) -> int:

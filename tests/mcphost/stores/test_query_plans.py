@@ -15,12 +15,14 @@ import json
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import sqlalchemy as sa
 
+from bench._databases import Workspace
 from bench._generate import Plan, driver_dsn, generate
+from bench._host import bench_host, host_run, message
 from bench._pgconn import connect_pg
 from bench.pg_scale import OPERATIONS, Loaded, admit_new, positions
 from mcphost.stores import Stores, open_stores
@@ -208,3 +210,34 @@ async def test_an_admission_that_starts_its_run_checks_the_turn_once(
         node for top in planned for node in _nodes(top["Plan"]) if str(node.get("Alias")).startswith("turn")
     ]
     assert len(probes) == 1, json.dumps(planned, indent=1)
+
+
+async def test_a_fresh_database_admits_on_its_indexes(shared_postgres: str, tmp_path: Path) -> None:
+    """A fresh database's statistics say `transcript` is empty (migration 0004 analyzes it), so the
+    admission's read of the thread's newest items was planned as a sequential scan, and its prepared plan
+    kept until autovacuum analyzed the table again: each admission read the whole transcript (0.1 ms at
+    800 rows, growing with every run). The host's connections refuse sequential scans where an index
+    serves (`engine.POSTGRES_SESSION_SETTINGS`); planned on one of them, an echo run's admission reads
+    indexes only."""
+    ws = Workspace("postgres", shared_postgres, tmp_path / "data")
+    async with bench_host(ws) as host:
+        await host_run(host, message("hello", "conv-fresh"))  # the transcript holds rows
+        seen: list[tuple[str, Any]] = []
+
+        def capture(_c: object, _cur: object, statement: str, parameters: Any, *_: object) -> None:
+            seen.append((statement, parameters))
+
+        with host.stores.db.hooks.added("before_cursor_execute", capture):
+            await host_run(host, message("hello", "conv-fresh"))
+        (statement, parameters), *_ = [(s, p) for s, p in seen if s.lstrip().startswith("WITH existing")]
+        async with host.stores.db.read() as session:
+            raw = await (await session.connection()).get_raw_connection()
+            driver: Any = raw.driver_connection
+            # The host's connections decode JSON: the plan comes back as a list.
+            explained: Any = await driver.fetchval("EXPLAIN (FORMAT JSON) " + statement, *parameters)
+    planned = cast(
+        "list[dict[str, Any]]", explained if isinstance(explained, list) else json.loads(explained)
+    )
+    read = {node.get("Relation Name") for top in planned for node in _nodes(top["Plan"])}
+    assert "transcript" in read, json.dumps(planned, indent=1)
+    assert seq_scans(planned) == [], json.dumps(planned, indent=1)
