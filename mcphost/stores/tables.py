@@ -260,6 +260,10 @@ ACTIVE_RUNS = "status IN ('queued', 'running')"
 (`runs._CONVERSATION_ACTIVE`) reads a conversation's queued and running runs through it, whatever
 PostgreSQL's statistics say. Planned on `(conversation_id, created_seq)` with the status as a filter,
 as PostgreSQL did while its statistics were stale, it read every run of the conversation."""
+ACTIVE_RUNS_POSTGRES = "CAST(status AS text) IN ('queued', 'running')"
+"""`ACTIVE_RUNS` as PostgreSQL keeps it: written on the `text` the comparison casts to, its definition
+reads back (`pg_indexes.indexdef`) as a statement that recreates it unchanged, which `bench._generate`
+relies on when it rebuilds the indexes after a fill."""
 
 
 class RunRow(Base):
@@ -280,7 +284,7 @@ class RunRow(Base):
         Index(
             "ix_runs_conversation_id_active",
             "conversation_id",
-            postgresql_where=text(ACTIVE_RUNS),
+            postgresql_where=text(ACTIVE_RUNS_POSTGRES),
             sqlite_where=text(ACTIVE_RUNS),
         ),
         UniqueConstraint("event_id", "attempt"),

@@ -26,6 +26,8 @@ depends_on: str | Sequence[str] | None = None
 
 ACTIVE_RUNS = "status IN ('queued', 'running')"
 """`tables.ACTIVE_RUNS` as of this revision."""
+ACTIVE_RUNS_POSTGRES = "CAST(status AS text) IN ('queued', 'running')"
+"""`tables.ACTIVE_RUNS_POSTGRES` as of this revision."""
 
 
 def upgrade() -> None:
@@ -33,7 +35,7 @@ def upgrade() -> None:
         "ix_runs_conversation_id_active",
         "runs",
         ["conversation_id"],
-        postgresql_where=sa.text(ACTIVE_RUNS),
+        postgresql_where=sa.text(ACTIVE_RUNS_POSTGRES),
         sqlite_where=sa.text(ACTIVE_RUNS),
     )
 
