@@ -255,17 +255,6 @@ class StorageRow(Base):
     updated_at: Mapped[float] = mapped_column(Double)
 
 
-ACTIVE_RUNS = "status IN ('queued', 'running')"
-"""The predicate of `ix_runs_conversation_id_active` (migration 0029): the turn check of an admission
-(`runs._CONVERSATION_ACTIVE`) reads a conversation's queued and running runs through it, whatever
-PostgreSQL's statistics say. Planned on `(conversation_id, created_seq)` with the status as a filter,
-as PostgreSQL did while its statistics were stale, it read every run of the conversation."""
-ACTIVE_RUNS_POSTGRES = "CAST(status AS text) IN ('queued', 'running')"
-"""`ACTIVE_RUNS` as PostgreSQL keeps it: written on the `text` the comparison casts to, its definition
-reads back (`pg_indexes.indexdef`) as a statement that recreates it unchanged, which `bench._generate`
-relies on when it rebuilds the indexes after a fill."""
-
-
 class RunRow(Base):
     """One row per run. `run_id` is the natural key every lookup uses; `created_seq` is the integer
     primary key because SQLite can only autoincrement its rowid, and FIFO order needs a counter."""
@@ -281,12 +270,6 @@ class RunRow(Base):
         Index(None, "warm_session_id", "created_seq"),
         Index(None, "created_by", "created_seq"),
         Index(None, "ended_at"),
-        Index(
-            "ix_runs_conversation_id_active",
-            "conversation_id",
-            postgresql_where=text(ACTIVE_RUNS_POSTGRES),
-            sqlite_where=text(ACTIVE_RUNS),
-        ),
         UniqueConstraint("event_id", "attempt"),
         {"sqlite_autoincrement": True},
     )

@@ -433,7 +433,7 @@ async def test_a_hot_write_on_a_full_disk_fails_cleanly_and_the_writer_recovers(
             await stores.db.run_write(body)  # the writer's connection is open
             before = await _count_events(stores)
             filler = mount / "filler"
-            with filler.open("wb", buffering=0) as out, contextlib.suppress(OSError):  # nothing left to flush
+            with filler.open("wb") as out, contextlib.suppress(OSError):
                 while True:
                     out.write(b"\0" * 65536)
                     out.flush()

@@ -218,8 +218,7 @@ async def test_a_fresh_database_admits_on_its_indexes(shared_postgres: str, tmp_
     kept until autovacuum analyzed the table again: each admission read the whole transcript (0.1 ms at
     800 rows, growing with every run). The host's connections refuse sequential scans where an index
     serves (`engine.POSTGRES_SESSION_SETTINGS`); planned on one of them, an echo run's admission reads
-    indexes only, and its turn check reads the conversation's active runs only (`tables.ACTIVE_RUNS`),
-    not every run of the conversation."""
+    indexes only."""
     ws = Workspace("postgres", shared_postgres, tmp_path / "data")
     async with bench_host(ws) as host:
         await host_run(host, message("hello", "conv-fresh"))  # the transcript holds rows
@@ -242,7 +241,3 @@ async def test_a_fresh_database_admits_on_its_indexes(shared_postgres: str, tmp_
     read = {node.get("Relation Name") for top in planned for node in _nodes(top["Plan"])}
     assert "transcript" in read, json.dumps(planned, indent=1)
     assert seq_scans(planned) == [], json.dumps(planned, indent=1)
-    turn = [node for top in planned for node in _nodes(top["Plan"]) if str(node.get("Alias")) == "turn"]
-    assert [node.get("Index Name") for node in turn] == ["ix_runs_conversation_id_active"], json.dumps(
-        planned, indent=1
-    )

@@ -265,7 +265,7 @@ async def test_groups_on_a_full_disk_fail_whole_and_the_writer_recovers(tmp_path
                 return body
 
             await stores.db.run_write(body_for("opens-the-connection"))
-            with (mount / "filler").open("wb", buffering=0) as out, contextlib.suppress(OSError):
+            with (mount / "filler").open("wb") as out, contextlib.suppress(OSError):
                 while True:
                     out.write(b"\0" * 65536)
                     out.flush()
