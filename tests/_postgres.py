@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import os
 import secrets
-from collections.abc import AsyncGenerator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncGenerator, Generator
+from contextlib import asynccontextmanager, contextmanager
 
+import anyio
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import NullPool
@@ -43,3 +44,24 @@ async def fresh_postgres_database(
                 await conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
     finally:
         await admin.dispose()
+
+
+@contextmanager
+def fresh_postgres_database_sync(server_url: str) -> Generator[str, None, None]:
+    """`fresh_postgres_database` for a synchronous test, e.g. one whose host is a subprocess."""
+    url = make_url(normalize_url(server_url))
+    name = f"mcphost_t_{secrets.token_hex(6)}"
+
+    async def run(statement: str) -> None:
+        admin = create_async_engine(url, isolation_level="AUTOCOMMIT", poolclass=NullPool)
+        try:
+            async with admin.connect() as conn:
+                await conn.exec_driver_sql(statement)
+        finally:
+            await admin.dispose()
+
+    anyio.run(run, f'CREATE DATABASE "{name}"')
+    try:
+        yield url.set(database=name).render_as_string(hide_password=False)
+    finally:
+        anyio.run(run, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

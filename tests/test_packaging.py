@@ -11,7 +11,6 @@ command, and complete a run through `mcphost send`.
 from __future__ import annotations
 
 import fnmatch
-import os
 import re
 import shlex
 import subprocess
@@ -30,6 +29,7 @@ import yaml
 from mcphost.config import HostSettings
 from mcphost.plugins._startup import OWN_PACKAGES
 from tests._json import obj
+from tests._postgres import POSTGRES_URL, fresh_postgres_database_sync
 from tests.mcphost.test_serve import cli_env, free_port, mcphost, start_server
 
 REPO = Path(__file__).resolve().parents[1]
@@ -205,9 +205,22 @@ def _healthcheck_command(port: int) -> list[str]:
 COMPOSE_KEY = "compose-test-key-0123456789"
 
 
-def compose_host_env(tmp_path: Path, port: int) -> dict[str, str]:
+@pytest.fixture
+def compose_postgres() -> Iterator[str | None]:
+    """Compose's `postgres` service: a database of its own on this machine's server (None: SQLite).
+
+    Never the server's shared database: what an earlier run left there (a schema another checkout
+    migrated, say) is not this test's to meet."""
+    if not POSTGRES_URL:
+        yield None
+        return
+    with fresh_postgres_database_sync(POSTGRES_URL) as url:
+        yield url
+
+
+def compose_host_env(tmp_path: Path, port: int, postgres: str | None) -> dict[str, str]:
     """The image's ENV and compose's environment for the `mcphost` service, on this machine: a free port,
-    the data volume under `tmp_path`, and this machine's PostgreSQL as compose's `postgres` (or SQLite)."""
+    the data volume under `tmp_path`, and `postgres` as compose's `postgres` (None: SQLite)."""
     env: dict[str, str] = {}
     for args in dockerfile_stages()[-1].all("ENV"):
         env |= {k: v for k, v in _env_pairs(args).items() if k.startswith("MCPHOST_")}
@@ -216,9 +229,8 @@ def compose_host_env(tmp_path: Path, port: int) -> dict[str, str]:
     env["MCPHOST_DATA_DIR"] = str(tmp_path / "data")  # the image's /data volume
     env["MCPHOST_LISTEN"] = f"0.0.0.0:{port}"  # the container's listen, on a free port
     env["MCPHOST_PUBLIC_URL"] = f"http://127.0.0.1:{port}"
-    postgres = os.environ.get("MCPHOST_TEST_POSTGRES_URL")
     if postgres:
-        env["MCPHOST_DATABASE_URL"] = postgres  # compose's `postgres` service is this machine's server
+        env["MCPHOST_DATABASE_URL"] = postgres
     else:
         del env["MCPHOST_DATABASE_URL"]  # SQLite under data_dir, as `docker run` without compose
         env["MCPHOST_BLOB_BACKEND"] = "disk"
@@ -250,15 +262,16 @@ def test_compose_has_a_runtime_sidecar_that_takes_its_token_from_the_environment
 def test_the_runtime_sidecar_command_registers_with_the_compose_host(
     tmp_path: Path,
     start_server: Any,
+    compose_postgres: str | None,
 ) -> None:
     """compose's `runtime` command and environment, with a token from `mcphost runtimes add`, against the
     `mcphost` service's command: the sidecar registers and heartbeats (GET /v1/runtimes says so)."""
     import httpx2
 
     port = free_port()
-    env = compose_host_env(tmp_path, port)
+    env = compose_host_env(tmp_path, port, compose_postgres)
     start_server(**env)
-    name = f"sidecar-{uuid.uuid4().hex[:8]}"  # the PostgreSQL database is this machine's, shared by runs
+    name = f"sidecar-{uuid.uuid4().hex[:8]}"
     added = mcphost("runtimes", "add", name, cwd=tmp_path, timeout=60, **env)
     assert added.returncode == 0, added.stderr
     token = added.stdout.strip()
@@ -309,11 +322,12 @@ def test_the_runtime_sidecar_command_registers_with_the_compose_host(
 def test_the_container_command_serves_with_the_compose_environment(
     tmp_path: Path,
     start_server: Any,
+    compose_postgres: str | None,
 ) -> None:
     """The image's CMD, ENV and HEALTHCHECK with compose's environment, on this machine instead of docker."""
     port = free_port()
     runtime = dockerfile_stages()[-1]
-    env = compose_host_env(tmp_path, port)
+    env = compose_host_env(tmp_path, port, compose_postgres)
     supplied = {"MCPHOST_API_KEY": COMPOSE_KEY}
     assert _exec_form(runtime.all("CMD")[-1])[:2] == ["mcphost", "serve"]
     server = start_server(**env)

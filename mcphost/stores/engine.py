@@ -127,6 +127,7 @@ from sqlalchemy.pool import ConnectionPoolEntry
 from sqlalchemy.sql.base import Executable
 from sqlalchemy.util import greenlet_spawn
 
+from mcphost.errors import ConfigError
 from mcphost.protocol import MAX_JSON_DEPTH
 from mcphost.stores import _checkout, _direct
 from mcphost.stores._hooks import EngineHooks
@@ -463,12 +464,8 @@ _REVISION_LINE = re.compile(
 )
 
 
-def migration_head(versions: Path = MIGRATIONS_DIR / "versions") -> str:
-    """The head revision, read from the migration files' `revision` / `down_revision` lines.
-
-    Alembic is not imported for it (it costs more than the rest of a one-shot run): the head is the one
-    revision that no file names as its `down_revision`. A test checks that it equals Alembic's head.
-    """
+def _revisions(versions: Path) -> tuple[set[str], set[str]]:
+    """Every revision the migration files name, and every one they name as a `down_revision`."""
     revisions: set[str] = set()
     parents: set[str] = set()
     for file in versions.glob("*.py"):
@@ -477,6 +474,16 @@ def migration_head(versions: Path = MIGRATIONS_DIR / "versions") -> str:
             revisions.add(found["revision"])
         if found.get("down_revision"):
             parents.add(found["down_revision"])
+    return revisions, parents
+
+
+def migration_head(versions: Path = MIGRATIONS_DIR / "versions") -> str:
+    """The head revision, read from the migration files' `revision` / `down_revision` lines.
+
+    Alembic is not imported for it (it costs more than the rest of a one-shot run): the head is the one
+    revision that no file names as its `down_revision`. A test checks that it equals Alembic's head.
+    """
+    revisions, parents = _revisions(versions)
     heads = revisions - parents
     if len(heads) != 1:
         raise RuntimeError(f"the migrations in {versions} have {len(heads)} heads ({sorted(heads)}), not one")
@@ -495,8 +502,14 @@ def _upgrade_on(connection: Connection, url: str) -> bool:
     """Upgrade to head; whether the revision changed (False when the schema was at head already)."""
     from alembic import command
 
-    cfg = alembic_config(url)
     before = _revision(connection)
+    if before is not None and before not in _revisions(MIGRATIONS_DIR / "versions")[0]:
+        raise ConfigError(
+            f"The database {make_url(url).render_as_string(hide_password=True)} is at schema revision "
+            f"{before!r}, which this mcphost does not know: a newer mcphost migrated it. Run that version "
+            "of mcphost against it, or point database_url at another database. Nothing was changed."
+        )
+    cfg = alembic_config(url)
     cfg.attributes["connection"] = connection
     command.upgrade(cfg, "head")
     return _revision(connection) != before

@@ -11,16 +11,19 @@ import signal
 import socket
 import subprocess
 import sys
+from contextlib import ExitStack
 from pathlib import Path
 
 import anyio
 import pytest
 from sqlalchemy.engine import make_url
+from sqlalchemy.ext.asyncio import create_async_engine
+from sqlalchemy.pool import NullPool
 
 from mcphost.cli import EXIT_INTERRUPTED, EXIT_PIPE, EXIT_USAGE
 from mcphost.models import RunStatus
 from mcphost.stores import open_stores
-from tests._postgres import NO_POSTGRES, POSTGRES_URL
+from tests._postgres import NO_POSTGRES, POSTGRES_URL, fresh_postgres_database_sync
 from tests.examples.clikit import cli_env
 from tests.mcphost.test_cli import mcphost, wait_for_running, write_config
 
@@ -66,6 +69,41 @@ def test_a_missing_postgres_database_is_one_line_and_exit_2(tmp_path: Path, comm
     url = make_url(POSTGRES_URL).set(database="mcphost_cli_no_such_db").render_as_string(hide_password=False)
     done = mcphost(*command, "--config", str(write_config(tmp_path, url)), cwd=tmp_path)
     _assert_one_line(done, EXIT_USAGE, "'mcphost_cli_no_such_db' does not exist", "createdb")
+
+
+async def _schema_revision(url: str, set_to: str | None = None) -> str:
+    engine = create_async_engine(url, poolclass=NullPool)
+    try:
+        async with engine.begin() as conn:
+            if set_to is not None:
+                await conn.exec_driver_sql(f"UPDATE alembic_version SET version_num = '{set_to}'")
+            return str((await conn.exec_driver_sql("SELECT version_num FROM alembic_version")).scalar_one())
+    finally:
+        await engine.dispose()
+
+
+@pytest.mark.parametrize("dialect", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def test_a_database_a_newer_mcphost_migrated_is_one_line_exit_2_and_left_alone(
+    tmp_path: Path, dialect: str
+) -> None:
+    """A schema revision this mcphost's migrations do not name (a newer mcphost's) is refused before
+    Alembic looks for it, with what to do next, and the database keeps its revision."""
+    with ExitStack() as stack:
+        if dialect == "postgres":
+            if not POSTGRES_URL:
+                pytest.skip(NO_POSTGRES)
+            url = stack.enter_context(fresh_postgres_database_sync(POSTGRES_URL))
+        else:
+            url = f"sqlite+aiosqlite:///{tmp_path / 'data' / 'mcphost.db'}"
+        config = str(write_config(tmp_path, url))
+        assert mcphost("db", "upgrade", "--config", config, cwd=tmp_path).returncode == 0
+        anyio.run(_schema_revision, url, "f00d")
+        for command in (["run", "hello", "--conversation", "cli"], ["db", "upgrade"]):
+            done = mcphost(*command, "--config", config, cwd=tmp_path)
+            _assert_one_line(
+                done, EXIT_USAGE, "at schema revision 'f00d'", "newer mcphost", "Nothing was changed"
+            )
+        assert anyio.run(_schema_revision, url) == "f00d"
 
 
 def _with_closed_stdout(*args: str, cwd: Path) -> tuple[int, str]:
