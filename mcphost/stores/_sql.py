@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
-from sqlalchemy import Insert, Table, bindparam, func, literal_column, select
+from sqlalchemy import Insert, Table, bindparam, func, literal_column, select, text
 from sqlalchemy.dialects import sqlite
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
@@ -79,6 +79,19 @@ async def lock_in_transaction(session: AsyncSession, dialect: Dialect, namespace
         if isinstance(connection, _direct.AsyncpgConnection) and connection.holds_lock(key):
             return
         await connection.execute(_ADVISORY_XACT_LOCK, {"w_advisory_key": key})
+
+
+async def scan_whole_tables(session: AsyncSession, dialect: Dialect) -> None:
+    """Let the current read transaction's statements scan a table sequentially: for a report that
+    aggregates a whole table (or most of it), where reading it in index order costs several times a
+    sequential (and parallel) scan. Every PostgreSQL connection of the host refuses sequential scans
+    where an index serves (`engine.POSTGRES_SESSION_SETTINGS`); this lifts that until the transaction
+    ends. Nothing on SQLite, whose planner has no such setting."""
+    if dialect == "postgresql":
+        await session.execute(_SCAN_WHOLE_TABLES)
+
+
+_SCAN_WHOLE_TABLES = text("SET LOCAL enable_seqscan = on")
 
 
 def insert_ignoring(

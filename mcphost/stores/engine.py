@@ -226,7 +226,9 @@ next ANALYZE of their tables; a plan made while a table's statistics said it was
 database, or one growing faster than autovacuum samples it) read whole tables on every admission until
 the next ANALYZE. No host statement needs a sequential scan (`tests/mcphost/stores/test_query_plans.py`
 asserts it on a generated database), so a plan's choice no longer depends on how fresh the statistics
-are; a table with no usable index is still scanned."""
+are; a table with no usable index is still scanned. A report that aggregates a whole table lifts it for
+its own transaction (`_sql.scan_whole_tables`): read in index order, usage totals over 1M model calls took
+0.7-1.6 s against 0.2-0.7 s with a (parallel) sequential scan."""
 
 
 def _postgres_on_connect(dbapi_connection: DBAPIConnection, _record: ConnectionPoolEntry) -> None:

@@ -27,7 +27,7 @@ from mcphost.protocol import JSONObject
 from mcphost.stores._cursor import check_limit
 from mcphost.stores._fulltext import query_terms
 from mcphost.stores._knowledge_search import KnowledgeHit, KnowledgeSearch, MetadataValue
-from mcphost.stores._sql import lock_in_transaction
+from mcphost.stores._sql import lock_in_transaction, scan_whole_tables
 from mcphost.stores.engine import Database
 from mcphost.stores.tables import KbChunkRow, KbDocumentRow
 
@@ -269,6 +269,8 @@ class KnowledgeStore:
         if kb_ids is not None:
             query = query.where(KbDocumentRow.kb_id.in_(list(kb_ids)))
         async with self._db.read() as session:
+            if kb_ids is None:  # every document
+                await scan_whole_tables(session, self._db.dialect)
             rows = (await session.execute(query.order_by(KbDocumentRow.kb_id))).all()
         return [
             KnowledgeBaseStats(

@@ -37,7 +37,7 @@ from mcphost.common.fielddocs import DocumentedModel
 from mcphost.errors import BudgetExceededError
 from mcphost.models import new_id
 from mcphost.stores._retry import idempotent
-from mcphost.stores._sql import lock_in_transaction
+from mcphost.stores._sql import lock_in_transaction, scan_whole_tables
 from mcphost.stores.engine import Database, core
 from mcphost.stores.tables import ModelCallRow, table_of
 
@@ -353,6 +353,7 @@ class ModelCallStore:
         if until is not None:
             query = query.where(ModelCallRow.created_at < until)
         async with self._db.read() as session:
+            await scan_whole_tables(session, self._db.dialect)  # every finished call, or a window of them
             rows = (await session.execute(query)).all()
         return [
             UsageTotal(

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Generator, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, cast
 
@@ -26,6 +27,8 @@ from bench._host import bench_host, host_run, message
 from bench._pgconn import connect_pg
 from bench.pg_scale import OPERATIONS, Loaded, admit_new, positions
 from mcphost.stores import Stores, open_stores
+from mcphost.stores._sql import scan_whole_tables
+from mcphost.stores.engine import POSTGRES_SESSION_SETTINGS, Database
 from mcphost.stores.retention import ROW_KINDS, RetentionStore
 from mcphost.stores.runs import RunStart
 
@@ -49,6 +52,18 @@ def seq_scans(plan: list[dict[str, Any]]) -> list[str]:
         for node in _nodes(top["Plan"])
         if node["Node Type"] == "Seq Scan" and node.get("Relation Name") in BIG_TABLES
     ]
+
+
+@contextmanager
+def statements_sent(db: Database) -> Generator[list[tuple[str, Any]], None, None]:
+    """The (statement, parameters) pairs `db` sends while the block runs, in order."""
+    seen: list[tuple[str, Any]] = []
+
+    def capture(_c: object, _cur: object, statement: str, parameters: Any, *_: object) -> None:
+        seen.append((statement, parameters))
+
+    with db.hooks.added("before_cursor_execute", capture):
+        yield seen
 
 
 def _retention(kind: str, *, dry_run: bool) -> Callable[[Loaded], Awaitable[object]]:
@@ -84,12 +99,7 @@ CHECKED: list[tuple[str, Callable[[Loaded], Awaitable[object]]]] = [
 async def _plans_of(
     stores: Stores, d: Loaded, conn: Any, op: Callable[[Loaded], Awaitable[object]]
 ) -> list[tuple[str, list[dict[str, Any]]]]:
-    seen: list[tuple[str, Any]] = []
-
-    def capture(_c: object, _cur: object, statement: str, parameters: Any, *_: object) -> None:
-        seen.append((statement, parameters))
-
-    with stores.db.hooks.added("before_cursor_execute", capture):
+    with statements_sent(stores.db) as seen:
         await op(d)
     assert seen, "the operation sent no statement"
     out: list[tuple[str, list[dict[str, Any]]]] = []
@@ -131,12 +141,7 @@ async def test_a_time_window_of_runs_reads_its_page_not_the_window(
     conn = await connect_pg(driver_dsn(shared_postgres))
     try:
         async with open_stores(shared_postgres, tmp_path / "data") as stores:
-            seen: list[tuple[str, Any]] = []
-
-            def capture(_c: object, _cur: object, statement: str, parameters: Any, *_: object) -> None:
-                seen.append((statement, parameters))
-
-            with stores.db.hooks.added("before_cursor_execute", capture):
+            with statements_sent(stores.db) as seen:
                 page = await stores.runs.list(since=window[0], until=window[1], limit=50)
             assert len(page.items) == 50
             assert page.has_more
@@ -195,12 +200,7 @@ async def test_an_admission_that_starts_its_run_checks_the_turn_once(
     try:
         async with open_stores(shared_postgres, tmp_path / "data") as stores:
             loaded = await positions(shared_postgres, stores, plan)
-            seen: list[tuple[str, Any]] = []
-
-            def capture(_c: object, _cur: object, statement: str, parameters: Any, *_: object) -> None:
-                seen.append((statement, parameters))
-
-            with stores.db.hooks.added("before_cursor_execute", capture):
+            with statements_sent(stores.db) as seen:
                 await admit_new(loaded, start=RunStart(host_id="host-plans"))
             (statement, parameters), *_ = [(s, p) for s, p in seen if s.lstrip().startswith("WITH existing")]
             planned = json.loads(await conn.fetchval("EXPLAIN (FORMAT JSON) " + statement, *parameters))
@@ -222,12 +222,7 @@ async def test_a_fresh_database_admits_on_its_indexes(shared_postgres: str, tmp_
     ws = Workspace("postgres", shared_postgres, tmp_path / "data")
     async with bench_host(ws) as host:
         await host_run(host, message("hello", "conv-fresh"))  # the transcript holds rows
-        seen: list[tuple[str, Any]] = []
-
-        def capture(_c: object, _cur: object, statement: str, parameters: Any, *_: object) -> None:
-            seen.append((statement, parameters))
-
-        with host.stores.db.hooks.added("before_cursor_execute", capture):
+        with statements_sent(host.stores.db) as seen:
             await host_run(host, message("hello", "conv-fresh"))
         (statement, parameters), *_ = [(s, p) for s, p in seen if s.lstrip().startswith("WITH existing")]
         async with host.stores.db.read() as session:
@@ -241,3 +236,51 @@ async def test_a_fresh_database_admits_on_its_indexes(shared_postgres: str, tmp_
     read = {node.get("Relation Name") for top in planned for node in _nodes(top["Plan"])}
     assert "transcript" in read, json.dumps(planned, indent=1)
     assert seq_scans(planned) == [], json.dumps(planned, indent=1)
+
+
+async def test_a_whole_table_report_scans_the_table(shared_postgres: str, tmp_path: Path) -> None:
+    """Usage totals aggregate every finished model call. Refused a sequential scan (the host's connections
+    are, `engine.POSTGRES_SESSION_SETTINGS`), PostgreSQL read the table in index order: 1.57 against 0.23 s
+    over 1M calls grouped by agent. The report's transaction lifts the refusal
+    (`_sql.scan_whole_tables`): its statements, replayed in one transaction on a connection set as the
+    host's, plan a scan of the table, and the same report's statement alone on that connection does not."""
+    conn = await connect_pg(driver_dsn(shared_postgres))
+    try:
+        await conn.execute(
+            "INSERT INTO model_calls SELECT 'call_' || i, 'run_' || (i / 3), 'agent_' || (i % 20),"
+            " 'actor_' || (i % 500), 'conv_' || (i % 3000), 'm' || (i % 4), 'up', NULL, 'chat', 'chat', false,"
+            " 1, CASE WHEN i % 50 = 0 THEN 'failed' ELSE 'ok' END, 200, NULL, 100, 50, 0, 0.001 * (i % 7),"
+            " 0, 0, 10, 5, 1.7e9 + i * 10, to_char(to_timestamp(1.7e9 + i * 10), 'YYYY-MM-DD')"
+            " FROM generate_series(1, 50000) AS i"
+        )
+        await conn.execute("ANALYZE model_calls")
+        await conn.execute(POSTGRES_SESSION_SETTINGS)
+        async with open_stores(shared_postgres, tmp_path / "data") as stores:
+            with statements_sent(stores.db) as sent:
+                totals = await stores.usage.totals("agent")
+            async with stores.db.read() as session:  # the lift ends with its transaction
+                await scan_whole_tables(session, stores.db.dialect)
+                lifted = await session.scalar(sa.text("SHOW enable_seqscan"))
+            async with stores.db.read() as session:
+                after = await session.scalar(sa.text("SHOW enable_seqscan"))
+        assert (len(totals), sum(t.calls for t in totals)) == (20, 50_000)
+        assert (lifted, after) == ("on", "off")
+        (at, (report, parameters)), *_ = [(i, sp) for i, sp in enumerate(sent) if "model_calls" in sp[0]]
+        async with conn.transaction():
+            for statement, params in sent[:at]:
+                if statement.lstrip().upper().startswith("SET"):
+                    await conn.execute(statement, *(params or ()))
+            planned = json.loads(await conn.fetchval("EXPLAIN (FORMAT JSON) " + report, *parameters))
+        refused = json.loads(await conn.fetchval("EXPLAIN (FORMAT JSON) " + report, *parameters))
+    finally:
+        await conn.close()
+
+    def scanned(plan: list[dict[str, Any]]) -> bool:
+        return any(
+            node["Node Type"] == "Seq Scan" and node.get("Relation Name") == "model_calls"
+            for top in plan
+            for node in _nodes(top["Plan"])
+        )
+
+    assert scanned(planned), json.dumps(planned, indent=1)
+    assert not scanned(refused), json.dumps(refused, indent=1)
