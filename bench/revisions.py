@@ -7,8 +7,10 @@ interpreter and packages, REV's tree first on `PYTHONPATH`), the subject this tr
 database of its own. Per concurrency, after a warm-up block on each, blocks of `--runs` runs
 (`POST /v1/events?stream=true` to its end, the same aiohttp client) alternate between them, forward then
 backward (ABBA), so a shared machine's drift hits both alike. Per block: the server's process tree CPU
-per run (`/proc`: the server and its plugin), runs/s and the latency p50; a row's figures are the
-medians over the blocks.
+per run (`/proc`: the server and its plugin), runs/s and the latency p50, and on PostgreSQL the CPU per
+run of the backends connected to that side's database (the pool is fixed, so they live through the
+blocks; what exited backends and autovacuum used is left out, as it cannot be told apart per database);
+a row's figures are the medians over the blocks.
 
 A change's effect on a noisy machine: two `bench.peers` runs back to back moved by ±30 % here with
 nothing changed, while the blocks of one side-by-side run agree within ±10 %. Reported, never asserted
@@ -31,11 +33,12 @@ from pathlib import Path
 
 import aiohttp
 import anyio
+from sqlalchemy.engine import make_url
 
 from bench._databases import DialectName, postgres_server_url, workspace
 from bench._report import RESULTS, load_average, publish
 from bench._stats import Row, Stat
-from bench.peers._proctree import cpu_s
+from bench.peers._proctree import cpu_s, postgres_cpu_s
 from bench.peers._servers import Server, client, mcphost_run, mcphost_server
 
 NAME = "revisions"
@@ -81,7 +84,10 @@ class Side:
 
     server: Server
     label: str
+    database: str | None = None
+    """Its PostgreSQL database's name (None: SQLite)."""
     cpu_ms: list[float] = field(default_factory=list[float])
+    postgres_ms: list[float] = field(default_factory=list[float])
     runs_per_s: list[float] = field(default_factory=list[float])
     p50_ms: list[float] = field(default_factory=list[float])
 
@@ -99,11 +105,15 @@ async def _block(session: aiohttp.ClientSession, side: Side, concurrency: int, r
             latencies.append(time.perf_counter() - started)
             i += 1
 
+    database = side.database
+    postgres_before = postgres_cpu_s(database, reaped=False) if database else 0.0
     cpu_before, started = cpu_s(side.server.pid), time.perf_counter()
     async with anyio.create_task_group() as tg:
         for w in range(concurrency):
             tg.start_soon(worker, w)
     elapsed, cpu = time.perf_counter() - started, cpu_s(side.server.pid) - cpu_before
+    if database:
+        side.postgres_ms.append(1000 * (postgres_cpu_s(database, reaped=False) - postgres_before) / runs)
     side.cpu_ms.append(1000 * cpu / runs)
     side.runs_per_s.append(runs / elapsed)
     side.p50_ms.append(1000 * statistics.median(latencies))
@@ -115,8 +125,11 @@ def _rows(dialect: str, concurrency: int, base: Side, subject: Side) -> list[Row
         ("host CPU per run", "ms", "cpu_ms", False),
         ("runs/s", "runs/s", "runs_per_s", True),
         ("latency p50", "ms", "p50_ms", False),
+        ("PostgreSQL CPU per run", "ms", "postgres_ms", False),
     ):
         base_samples: list[float] = getattr(base, attribute)
+        if not base_samples:  # SQLite: no server of its own
+            continue
         subject_samples: list[float] = getattr(subject, attribute)
         rows.append(
             Row(
@@ -135,7 +148,8 @@ def _rows(dialect: str, concurrency: int, base: Side, subject: Side) -> list[Row
 async def run(
     revision: str, dialect: DialectName, concurrencies: Sequence[int], blocks: int, runs: int
 ) -> list[Row]:
-    """Both servers measured side by side at each concurrency; three rows per concurrency."""
+    """Both servers measured side by side at each concurrency; three rows per concurrency (four on
+    PostgreSQL)."""
     rows: list[Row] = []
     with worktree(revision) as tree, tempfile.TemporaryDirectory(prefix="mcphost-rev-run-") as scratch:
         folder = Path(scratch)
@@ -145,16 +159,25 @@ async def run(
             base = await stack.enter_async_context(mcphost_server(base_ws, folder / "base", tree=tree))
             subject = await stack.enter_async_context(mcphost_server(subject_ws, folder / "subject"))
             for concurrency in concurrencies:
-                sides = (Side(base, short_name(revision)), Side(subject, "this tree"))
+                sides = (
+                    Side(base, short_name(revision), _database(base_ws.database_url, dialect)),
+                    Side(subject, "this tree", _database(subject_ws.database_url, dialect)),
+                )
                 async with client(concurrency) as session:
                     for side in sides:  # warm-up: plugins started, statements prepared, caches filled
-                        await _block(session, Side(side.server, side.label), concurrency, runs, "warm")
+                        await _block(
+                            session, Side(side.server, side.label, side.database), concurrency, runs, "warm"
+                        )
                     for k in range(blocks):
                         for side in sides if k % 2 == 0 else sides[::-1]:
                             tag = f"c{concurrency}-{k}-{'base' if side is sides[0] else 'subject'}"
                             await _block(session, side, concurrency, runs, tag)
                 rows.extend(_rows(dialect, concurrency, *sides))
     return rows
+
+
+def _database(url: str, dialect: DialectName) -> str | None:
+    return make_url(url).database if dialect == "postgres" else None
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -76,9 +76,10 @@ def rss_kib(root: int) -> int:
     return total
 
 
-def postgres_cpu_s(database: str) -> float:
+def postgres_cpu_s(database: str, *, reaped: bool = True) -> float:
     """User + system CPU seconds so far of the PostgreSQL backends connected to `database`, plus what the
-    server's exited backends used (its postmaster's reaped-children time)."""
+    server's exited backends used (its postmaster's reaped-children time; `reaped=False` leaves it out:
+    it cannot be told apart per database, so two databases measured side by side compare without it)."""
     total = 0
     postmasters: set[int] = set()
     for entry in Path("/proc").iterdir():
@@ -96,7 +97,7 @@ def postgres_cpu_s(database: str) -> float:
         postmasters.add(int(fields[1]))  # every server process is the postmaster's child
         if f" {database} " in title:
             total += int(fields[11]) + int(fields[12])  # utime, stime
-    for pid in postmasters:
+    for pid in postmasters if reaped else ():
         fields = _stat_fields(pid)
         if fields is not None:
             total += int(fields[13]) + int(fields[14])  # cutime, cstime: children it has waited for

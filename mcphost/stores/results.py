@@ -121,11 +121,15 @@ _ENDED = (
     " revoked_at = COALESCE(revoked_at, :e_ended_at),"
     " error = COALESCE(CAST(CAST(:e_error AS text) AS json), error),"
     " usage = COALESCE(CAST(CAST(:e_usage AS text) AS json), usage)"
-    f" WHERE run_id = :run_id AND status = '{RunStatus.RUNNING.value}'"
+    f" WHERE run_id = :run_id AND (status = '{RunStatus.RUNNING.value}') IS TRUE"
     f" RETURNING {', '.join(c.name for c in RUN_COLUMNS)})"
 )
 """PostgreSQL: a running run's end as a part of its last batch's statement (`RunEnd`): the move
-`runs.finish` makes (`runs._move`), its row read back."""
+`runs.finish` makes (`runs._move`), its row read back. The status check is written so that no index
+can take it: the row is found by its id alone. Written as `status = 'running'`, it was planned on
+`(status, created_seq)` whenever the statistics said `runs` was small (a fresh database, or one growing
+faster than autovacuum samples it; the prepared plan is kept until the next `ANALYZE`), and each end then
+read every running run of every host, filtering them by id."""
 _APPEND_ENDING = text(
     _APPEND_WITH_EFFECTS.text.rsplit(" SELECT pg_notify", 1)[0] + f", {_ENDED}" + " SELECT ended.*,"
     " pg_notify(:channel, CASE WHEN ended.run_id IS NOT NULL THEN :end_wake ELSE :wake END) AS woken"

@@ -53,7 +53,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from pydantic import BaseModel, ConfigDict
-from sqlalchemy import Row, Select, bindparam, func, insert, or_, select, update
+from sqlalchemy import Row, Select, bindparam, func, insert, or_, select, true, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.sql.dml import ReturningInsert, ReturningUpdate
@@ -137,8 +137,8 @@ _SET_CONTEXT = (
     .where(_C.run_id == bindparam("w_run_id"))
     .values(context=bindparam("v_context", type_=_C.context.type), warm_session_id=bindparam("v_warm"))
 )
-_MOVES: dict[tuple[bool, tuple[str, ...], bool], ReturningUpdate[Any]] = {}
-"""`_move`'s statements by (terminal, the other columns it sets, announced): a handful, built on first
+_MOVES: dict[tuple[bool, tuple[str, ...], Dialect], ReturningUpdate[Any]] = {}
+"""`_move`'s statements by (terminal, the other columns it sets, dialect): a handful, built on first
 use."""
 
 StartContext = Callable[[str | None, bool, Mapping[str, ScopeSnapshot]], Awaitable[AgentRunContext]]
@@ -265,23 +265,22 @@ async def _row(session: AsyncSession, run_id: str) -> Row[Any]:
 
 
 def _move_statement(terminal: bool, columns: tuple[str, ...], dialect: Dialect) -> ReturningUpdate[Any]:
-    announced = terminal and dialect == "postgresql"
-    stmt = _MOVES.get((terminal, columns, announced))
+    stmt = _MOVES.get((terminal, columns, dialect))
     if stmt is None:
         values: dict[str, Any] = {c: bindparam(f"v_{c}", type_=_C[c].type) for c in (*columns, "status")}
         if terminal:
             ended = bindparam("v_ended_at", type_=_C.ended_at.type)
             values |= {"ended_at": ended, "revoked_at": func.coalesce(_C.revoked_at, ended)}
+        current = _C.status == bindparam("w_status")
+        if dialect == "postgresql":
+            current = current.is_(true())  # the row by its id alone (`results._ENDED` says why)
         built = cast(
             "ReturningUpdate[Any]",
-            update(_RUNS)
-            .where(_C.run_id == bindparam("w_run_id"), _C.status == bindparam("w_status"))
-            .values(values)
-            .returning(*_ROW),
+            update(_RUNS).where(_C.run_id == bindparam("w_run_id"), current).values(values).returning(*_ROW),
         )
-        if announced:  # the run's end wakes other processes' waiters from the statement that ends it
+        if terminal and dialect == "postgresql":  # the end wakes other processes' waiters from its statement
             built = built.returning(func.pg_notify(bindparam("n_channel"), bindparam("n_wake")))
-        stmt = _MOVES[terminal, columns, announced] = built
+        stmt = _MOVES[terminal, columns, dialect] = built
     return stmt
 
 

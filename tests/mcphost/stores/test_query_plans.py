@@ -26,6 +26,7 @@ from bench._generate import Plan, driver_dsn, generate
 from bench._host import bench_host, host_run, message
 from bench._pgconn import connect_pg
 from bench.pg_scale import OPERATIONS, Loaded, admit_new, positions
+from mcphost.models import RunStatus
 from mcphost.stores import Stores, open_stores
 from mcphost.stores._sql import scan_whole_tables
 from mcphost.stores.engine import POSTGRES_SESSION_SETTINGS, Database
@@ -284,3 +285,38 @@ async def test_a_whole_table_report_scans_the_table(shared_postgres: str, tmp_pa
 
     assert scanned(planned), json.dumps(planned, indent=1)
     assert not scanned(refused), json.dumps(refused, indent=1)
+
+
+async def test_a_fresh_database_ends_runs_by_their_id(shared_postgres: str, tmp_path: Path) -> None:
+    """A run's end (`results._ENDED`, in its last batch's statement) and a move of its status
+    (`runs._move`) find the row by `run_id`. With the status check as an index condition, a fresh
+    database's statistics (`runs` looks empty) had them planned on `(status, created_seq)`, and the
+    prepared plan then read every running run of every host to end one."""
+    ws = Workspace("postgres", shared_postgres, tmp_path / "data")
+    async with bench_host(ws) as host:
+        await host_run(host, message("hello", "conv-end"))
+        with statements_sent(host.stores.db) as seen:
+            run_id = await host_run(host, message("hello", "conv-end"))
+            await host.orchestrator.wait(run_id)
+            await host.stores.runs.finish(run_id, RunStatus.FAILED)  # ended already: a move that finds none
+        updates = [(s, p) for s, p in seen if "UPDATE RUNS SET STATUS" in s.upper().replace('"', "")]
+        async with host.stores.db.read() as session:
+            raw = await (await session.connection()).get_raw_connection()
+            driver: Any = raw.driver_connection
+            plans: list[tuple[str, Any]] = [
+                (s, await driver.fetchval("EXPLAIN (FORMAT JSON) " + s, *p)) for s, p in updates
+            ]
+    ends = [s for s, _ in plans if "ended AS (UPDATE runs" in s]
+    assert ends, [s for s, _ in plans]
+    assert len(plans) > len(ends), [s for s, _ in plans]  # and a move
+    for statement, explained in plans:
+        planned = cast(
+            "list[dict[str, Any]]", explained if isinstance(explained, list) else json.loads(explained)
+        )
+        used = {
+            node.get("Index Name")
+            for top in planned
+            for node in _nodes(top["Plan"])
+            if node.get("Relation Name") == "runs" and node["Node Type"] != "ModifyTable"
+        }
+        assert used == {"uq_runs_run_id"}, (statement, json.dumps(planned, indent=1))
