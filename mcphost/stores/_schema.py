@@ -8,7 +8,7 @@ nor PostgreSQL, whose new databases are migrated by Alembic as before.
 
 Invariants:
 - Only an empty database (no object in `sqlite_master`) and only a snapshot taken at the current head
-  (`engine.migration_head()`) are replayed; anything else is left to Alembic.
+  (`_revisions.migration_head()`) are replayed; anything else is left to Alembic.
 - The replay is the migrated schema, object for object and statement for statement (up to the order
   of a rebuilt table's constraint lines, which Alembic's batch mode writes in set order): a test builds
   one database each way and compares their whole `sqlite_master` and `alembic_version`, so a new

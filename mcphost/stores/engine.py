@@ -104,7 +104,6 @@ from __future__ import annotations
 import fcntl
 import json
 import logging
-import re
 from collections.abc import AsyncGenerator, Generator, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager, nullcontext
 from pathlib import Path
@@ -132,6 +131,7 @@ from mcphost.protocol import MAX_JSON_DEPTH
 from mcphost.stores import _checkout, _direct
 from mcphost.stores._hooks import EngineHooks
 from mcphost.stores._retry import storage_error
+from mcphost.stores._revisions import MIGRATIONS_DIR, known_revisions, migration_head
 from mcphost.stores._schema import create_from_snapshot
 from mcphost.stores._sessions import PostgresSession
 from mcphost.stores._sql import Dialect, advisory_key, lock_in_transaction
@@ -142,7 +142,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 SQLITE_BUSY_TIMEOUT_S = 30.0
 LONG_WRITE_BYTES = 128 * 1024
 """A hot write carrying more payload than this (a batch of results) is `long` (`run_write`): on a SQLite
@@ -227,8 +226,7 @@ database, or one growing faster than autovacuum samples it) read whole tables on
 the next ANALYZE. No host statement needs a sequential scan (`tests/mcphost/stores/test_query_plans.py`
 asserts it on a generated database), so a plan's choice no longer depends on how fresh the statistics
 are; a table with no usable index is still scanned. A report that aggregates a whole table lifts it for
-its own transaction (`_sql.scan_whole_tables`): read in index order, usage totals over 1M model calls took
-0.7-1.6 s against 0.2-0.7 s with a (parallel) sequential scan."""
+its own transaction (`_sql.scan_whole_tables`)."""
 
 
 def _postgres_on_connect(dbapi_connection: DBAPIConnection, _record: ConnectionPoolEntry) -> None:
@@ -461,37 +459,6 @@ def alembic_config(url: str) -> Config:
     return cfg
 
 
-_REVISION_LINE = re.compile(
-    r"""^(revision|down_revision)\b[^=\n]*=\s*(?:None|["']([^"'\n]*)["'])\s*$""", re.M
-)
-
-
-def _revisions(versions: Path) -> tuple[set[str], set[str]]:
-    """Every revision the migration files name, and every one they name as a `down_revision`."""
-    revisions: set[str] = set()
-    parents: set[str] = set()
-    for file in versions.glob("*.py"):
-        found = {m.group(1): m.group(2) for m in _REVISION_LINE.finditer(file.read_text(encoding="utf-8"))}
-        if found.get("revision"):
-            revisions.add(found["revision"])
-        if found.get("down_revision"):
-            parents.add(found["down_revision"])
-    return revisions, parents
-
-
-def migration_head(versions: Path = MIGRATIONS_DIR / "versions") -> str:
-    """The head revision, read from the migration files' `revision` / `down_revision` lines.
-
-    Alembic is not imported for it (it costs more than the rest of a one-shot run): the head is the one
-    revision that no file names as its `down_revision`. A test checks that it equals Alembic's head.
-    """
-    revisions, parents = _revisions(versions)
-    heads = revisions - parents
-    if len(heads) != 1:
-        raise RuntimeError(f"the migrations in {versions} have {len(heads)} heads ({sorted(heads)}), not one")
-    return heads.pop()
-
-
 def _revision(connection: Connection) -> str | None:
     """The database's revision from `alembic_version` (None: not migrated yet, or more than one head)."""
     if not connection.dialect.has_table(connection, "alembic_version"):
@@ -505,7 +472,7 @@ def _upgrade_on(connection: Connection, url: str) -> bool:
     from alembic import command
 
     before = _revision(connection)
-    if before is not None and before not in _revisions(MIGRATIONS_DIR / "versions")[0]:
+    if before is not None and before not in known_revisions():
         raise ConfigError(
             f"The database {make_url(url).render_as_string(hide_password=True)} is at schema revision "
             f"{before!r}, which this mcphost does not know: a newer mcphost migrated it. Run that version "
