@@ -471,12 +471,18 @@ def _upgrade_on(connection: Connection, url: str) -> bool:
     """Upgrade to head; whether the revision changed (False when the schema was at head already)."""
     from alembic import command
 
-    before = _revision(connection)
+    before, shown = _revision(connection), make_url(url).render_as_string(hide_password=True)
     if before is not None and before not in known_revisions():
         raise ConfigError(
-            f"The database {make_url(url).render_as_string(hide_password=True)} is at schema revision "
-            f"{before!r}, which this mcphost does not know: a newer mcphost migrated it. Run that version "
-            "of mcphost against it, or point database_url at another database. Nothing was changed."
+            f"The database {shown} is at schema revision {before!r}, which this mcphost does not know: a "
+            "newer mcphost migrated it. Run that version of mcphost against it, or point database_url at "
+            "another database. Nothing was changed."
+        )
+    if before is None and connection.dialect.has_table(connection, "runs"):  # migrating would recreate it
+        raise ConfigError(
+            f"The database {shown} holds mcphost's tables but no single schema revision (its "
+            "alembic_version table is missing, empty or holds several rows). Restore its revision row, or "
+            "point database_url at another database. Nothing was changed."
         )
     cfg = alembic_config(url)
     cfg.attributes["connection"] = connection

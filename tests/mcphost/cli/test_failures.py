@@ -71,23 +71,41 @@ def test_a_missing_postgres_database_is_one_line_and_exit_2(tmp_path: Path, comm
     _assert_one_line(done, EXIT_USAGE, "'mcphost_cli_no_such_db' does not exist", "createdb")
 
 
-async def _schema_revision(url: str, set_to: str | None = None) -> str:
+async def _schema_revision(url: str, statement: str | None = None) -> list[str]:
+    """The database's `alembic_version` rows, after `statement` if one is given."""
     engine = create_async_engine(url, poolclass=NullPool)
     try:
         async with engine.begin() as conn:
-            if set_to is not None:
-                await conn.exec_driver_sql(f"UPDATE alembic_version SET version_num = '{set_to}'")
-            return str((await conn.exec_driver_sql("SELECT version_num FROM alembic_version")).scalar_one())
+            if statement is not None:
+                await conn.exec_driver_sql(statement)
+            return [
+                str(v)
+                for v in (await conn.exec_driver_sql("SELECT version_num FROM alembic_version")).scalars()
+            ]
     finally:
         await engine.dispose()
 
 
+_REVISION_CASES: dict[str, tuple[str, list[str], tuple[str, ...]]] = {
+    "newer": (
+        "UPDATE alembic_version SET version_num = 'f00d'",
+        ["f00d"],
+        ("at schema revision 'f00d'", "newer mcphost"),
+    ),
+    "missing": ("DELETE FROM alembic_version", [], ("no single schema revision", "Restore its revision row")),
+}
+
+
+@pytest.mark.parametrize("case", list(_REVISION_CASES))
 @pytest.mark.parametrize("dialect", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def test_a_database_a_newer_mcphost_migrated_is_one_line_exit_2_and_left_alone(
-    tmp_path: Path, dialect: str
+def test_a_database_at_a_revision_this_mcphost_cannot_migrate_is_one_line_exit_2_and_left_alone(
+    tmp_path: Path, dialect: str, case: str
 ) -> None:
-    """A schema revision this mcphost's migrations do not name (a newer mcphost's) is refused before
-    Alembic looks for it, with what to do next, and the database keeps its revision."""
+    """A schema revision this mcphost's migrations do not name (a newer mcphost's), or none at all on a
+    database that holds the tables, is refused before Alembic runs, with what to do next; the database
+    keeps its revision rows. (Alembic answered the first with a traceback, and the second by creating
+    the tables again: "table events already exists", reported as an unwritable file.)"""
+    statement, rows, needles = _REVISION_CASES[case]
     with ExitStack() as stack:
         if dialect == "postgres":
             if not POSTGRES_URL:
@@ -97,13 +115,11 @@ def test_a_database_a_newer_mcphost_migrated_is_one_line_exit_2_and_left_alone(
             url = f"sqlite+aiosqlite:///{tmp_path / 'data' / 'mcphost.db'}"
         config = str(write_config(tmp_path, url))
         assert mcphost("db", "upgrade", "--config", config, cwd=tmp_path).returncode == 0
-        anyio.run(_schema_revision, url, "f00d")
+        anyio.run(_schema_revision, url, statement)
         for command in (["run", "hello", "--conversation", "cli"], ["db", "upgrade"]):
             done = mcphost(*command, "--config", config, cwd=tmp_path)
-            _assert_one_line(
-                done, EXIT_USAGE, "at schema revision 'f00d'", "newer mcphost", "Nothing was changed"
-            )
-        assert anyio.run(_schema_revision, url) == "f00d"
+            _assert_one_line(done, EXIT_USAGE, *needles, "Nothing was changed")
+        assert anyio.run(_schema_revision, url) == rows
 
 
 def _with_closed_stdout(*args: str, cwd: Path) -> tuple[int, str]:
