@@ -32,7 +32,7 @@ Invariants:
   autocommit has it rolled back when SQLAlchemy switches its isolation level.
 - PostgreSQL (asyncpg): read committed; stores that need cross-process serialization take transaction
   advisory locks (`_sql.py`). Every connection refuses sequential scans where an index serves
-  (`POSTGRES_SESSION_SETTINGS`, run as it opens). The pool is fixed (`pool_size`, `[host] database_pool_size`; no overflow):
+  (`POSTGRES_SESSION_SETTINGS`, sent with the connection's startup message). The pool is fixed (`pool_size`, `[host] database_pool_size`; no overflow):
   a transaction that finds every connection busy waits for one rather than opening a connection that the
   pool closes when it comes back, because each new one costs PostgreSQL a backend start and the host
   asyncpg's setup and the lean path's prepared statements again (with SQLAlchemy's default 5 + 10
@@ -218,8 +218,10 @@ def _sqlite_on_connect(dbapi_connection: DBAPIConnection, _record: ConnectionPoo
         cursor.close()
 
 
-POSTGRES_SESSION_SETTINGS = "SET enable_seqscan = off"
-"""What every PostgreSQL connection of the host runs first: no sequential scan where an index can serve.
+POSTGRES_SESSION_SETTINGS = {"enable_seqscan": "off"}
+"""The session settings of every PostgreSQL connection of the host, in its startup message (asyncpg's
+`server_settings`: no statement of their own, so nothing can fail between the connect and them, and a
+`RESET` returns to them): no sequential scan where an index can serve.
 The hot statements are prepared once per connection and PostgreSQL keeps their generic plans until the
 next ANALYZE of their tables; a plan made while a table's statistics said it was empty (a fresh
 database, or one growing faster than autovacuum samples it) read whole tables on every admission until
@@ -227,17 +229,6 @@ the next ANALYZE. No host statement needs a sequential scan (`tests/mcphost/stor
 asserts it on a generated database), so a plan's choice no longer depends on how fresh the statistics
 are; a table with no usable index is still scanned. A report that aggregates a whole table lifts it for
 its own transaction (`_sql.scan_whole_tables`)."""
-
-
-def _postgres_on_connect(dbapi_connection: DBAPIConnection, _record: ConnectionPoolEntry) -> None:
-    # Straight on asyncpg's connection: the adapter's cursor would open a transaction for it (as a DBAPI
-    # connection must), which the host's first `BEGIN` then ran inside.
-    adapter: Any = dbapi_connection
-    adapter.run_async(_apply_session_settings)
-
-
-async def _apply_session_settings(connection: Any) -> None:  # asyncpg.Connection
-    await connection.execute(POSTGRES_SESSION_SETTINGS)
 
 
 def _sqlite_on_begin(conn: Connection) -> None:
@@ -269,12 +260,15 @@ class Database:
             ),
             json_serializer=dump_stored_json,
             json_deserializer=load_stored_json,
-            connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S} if self.dialect == "sqlite" else {},
+            connect_args=(
+                {"timeout": SQLITE_BUSY_TIMEOUT_S}
+                if self.dialect == "sqlite"
+                else {"server_settings": POSTGRES_SESSION_SETTINGS}
+            ),
             hide_parameters=True,  # a driver error's text names its SQL, never the user text it bound
         )
         if self.dialect == "postgresql":
             self.engine.sync_engine.dialect.do_ping = _checkout.begin_as_ping  # type: ignore[method-assign]
-            event.listen(self.engine.sync_engine, "connect", _postgres_on_connect)
         if self.dialect == "sqlite":
             event.listen(self.engine.sync_engine, "connect", _sqlite_on_connect)
             event.listen(self.engine.sync_engine, "begin", _sqlite_on_begin)

@@ -93,9 +93,11 @@ async def test_sqlite_connections_use_wal_foreign_keys_and_a_busy_timeout(stores
 async def test_postgres_connections_refuse_sequential_scans_and_start_outside_a_transaction(
     database_url: str,
 ) -> None:
-    """Each new connection runs `engine.POSTGRES_SESSION_SETTINGS` straight on asyncpg: through the
-    adapter's cursor it would open a transaction, inside which the host's own `BEGIN` then ran (runs whose
-    end was delivered stayed `running` in the database)."""
+    """Each new connection has `engine.POSTGRES_SESSION_SETTINGS` from its startup message and no open
+    transaction: a `SET` sent through the adapter's cursor opened one, inside which the host's own `BEGIN`
+    then ran (runs whose end was delivered stayed `running` in the database); sent on asyncpg's connection
+    as a statement, a connection terminated between the connect and it raised asyncpg's own error, which
+    no retry or storage error recognized."""
     db = Database(database_url)
     try:
         async with db.engine.connect() as connection:  # the pool's first: a new connection

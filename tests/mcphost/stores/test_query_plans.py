@@ -255,7 +255,8 @@ async def test_a_whole_table_report_scans_the_table(shared_postgres: str, tmp_pa
             " FROM generate_series(1, 50000) AS i"
         )
         await conn.execute("ANALYZE model_calls")
-        await conn.execute(POSTGRES_SESSION_SETTINGS)
+        for name, value in POSTGRES_SESSION_SETTINGS.items():  # set as the host's connections are
+            await conn.execute(f"SET {name} = {value}")
         async with open_stores(shared_postgres, tmp_path / "data") as stores:
             with statements_sent(stores.db) as sent:
                 totals = await stores.usage.totals("agent")
