@@ -186,7 +186,9 @@ async def test_a_file_over_the_platforms_limit_is_a_notice_not_an_upload(
 async def test_discord_streams_into_its_deferred_answer_then_follows_up_with_the_rest_and_the_file(
     chat: Chat,
 ) -> None:
-    body = discord_command("i-s1", "stream-file:6:0.15:400")
+    # 6 deltas 0.3 s apart: the placeholder is posted while they arrive. At 0.15 s apart (0.9 s in all) a
+    # loaded CI machine once delivered the final text before the stream's first post.
+    body = discord_command("i-s1", "stream-file:6:0.3:400")
     response = await chat.client.post("/v1/channels/dc", content=body, headers=discord_headers(body))
     assert (response.status_code, response.json()) == (200, {"type": 5})
     await chat.host.orchestrator.wait(response.headers["x-mcphost-run-id"])
